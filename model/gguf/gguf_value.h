@@ -1,0 +1,65 @@
+// One GGUF metadata value: a scalar, a string, or an array (possibly nested).
+#ifndef COLIBRI_MODEL_GGUF_GGUF_VALUE_H_
+#define COLIBRI_MODEL_GGUF_GGUF_VALUE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace colibri::gguf {
+
+// On-disk ids (gguf_type).
+enum class ValueType : uint32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
+};
+
+const char* ValueTypeName(ValueType type);  // "uint32", "string", "array", ...
+
+// Arrays are stored by element kind so that 150k-entry vocabularies stay compact:
+// integer elements in `ints` (uint64 values above INT64_MAX in `uints`), float
+// elements in `floats`, bools in `ints` (0/1), strings in `strings`, nested
+// arrays in `arrays`.
+struct Value {
+  ValueType type = ValueType::kUint8;
+  // Scalars: exactly one of these is meaningful, by `type`.
+  int64_t i = 0;    // signed integers, bool (0/1), unsigned values that fit int64
+  uint64_t u = 0;   // every unsigned integer type (also mirrored into i when it fits)
+  double f = 0.0;   // kFloat32 / kFloat64
+  std::string s;    // kString
+  // Arrays (type == kArray):
+  ValueType array_type = ValueType::kUint8;
+  std::vector<int64_t> ints;
+  std::vector<uint64_t> uints;  // only for kUint64 arrays
+  std::vector<double> floats;
+  std::vector<std::string> strings;
+  std::vector<Value> arrays;  // array_type == kArray
+
+  // Number of elements of an array value (0 for scalars).
+  uint64_t array_size() const;
+
+  static Value Uint32(uint32_t v);
+  static Value Int32(int32_t v);
+  static Value Uint64(uint64_t v);
+  static Value Float32(float v);
+  static Value Bool(bool v);
+  static Value String(std::string v);
+  static Value StringArray(std::vector<std::string> v);
+  static Value Float32Array(std::vector<float> v);
+  static Value Int32Array(std::vector<int32_t> v);
+};
+
+}  // namespace colibri::gguf
+
+#endif  // COLIBRI_MODEL_GGUF_GGUF_VALUE_H_

@@ -1,0 +1,70 @@
+// Matrix products against weights in any supported tensor type.
+//
+// A weight matrix W is [rows][cols] in GGML order: each of the `rows` rows holds
+// `cols` elements encoded in `type` (RowBytes(type, cols) bytes per row).
+// MatMul computes Y = X · Wᵀ: for every token t and row r,
+//   y[t][r] = Σ_c x[t][c] · w[r][c].
+//
+// Two numeric paths:
+//  - kExact: activations stay float32; weights are dequantized to float32 and
+//    the products accumulate in float32. The reference path.
+//  - kFast: activations are quantized the way llama.cpp does for the weight
+//    type (Q8_0 blocks for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the
+//    K-quants; F32/F16/BF16 weights keep float32 activations), then integer dot
+//    products run on SIMD.
+//
+// Batch invariance: y[t][·] depends only on x[t][·], W and the path: never on
+// which other tokens are in the batch, on n_tokens, or on the thread count. The
+// distributed engine relies on this to give bitwise identical results whether
+// an expert runs locally or on a node.
+//
+// Kernels are chosen at run time (AVX2+FMA where available, else portable C++);
+// COLIBRI_CPU=portable forces the portable path (see common/cpu_features.h).
+#ifndef COLIBRI_MODEL_OPS_MATMUL_H_
+#define COLIBRI_MODEL_OPS_MATMUL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "model/ops/tensor_type.h"
+
+namespace colibri::ops {
+
+enum class NumericPath { kExact, kFast };
+
+struct WeightMatrix {
+  TensorType type = TensorType::kF32;
+  const uint8_t* data = nullptr;  // rows * row_bytes bytes
+  int64_t rows = 0;
+  int64_t cols = 0;
+  uint64_t row_bytes = 0;  // RowBytes(type, cols)
+};
+
+// Scratch memory reused across calls (quantized activations, dequantized weight
+// tiles), so that the decode loop does not allocate. One per calling thread.
+class MatMulScratch {
+ public:
+  MatMulScratch() = default;
+  MatMulScratch(const MatMulScratch&) = delete;
+  MatMulScratch& operator=(const MatMulScratch&) = delete;
+
+  std::vector<uint8_t> activations;  // quantized X
+  // per-thread float buffers for dequantized weight rows
+  std::vector<std::vector<float>> rows;
+};
+
+// x: [n_tokens][w.cols] float32, row stride w.cols; y: [n_tokens][w.rows], row
+// stride y_stride (>= w.rows). pool may be null (single-threaded).
+void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t y_stride,
+            NumericPath path, ThreadPool* pool, MatMulScratch* scratch);
+
+// Reference implementation of MatMul with plain loops (no SIMD, no threads),
+// matching MatMul's arithmetic for the chosen path up to float rounding order.
+// Tests compare the fast kernels against it.
+void MatMulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+                     int64_t y_stride, NumericPath path);
+
+}  // namespace colibri::ops
+
+#endif  // COLIBRI_MODEL_OPS_MATMUL_H_

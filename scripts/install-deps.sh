@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building and testing Colibri needs.
+# Idempotent and non-interactive; runs `apt-get update` once, and only when a
+# package is missing, so a second run on a ready machine costs nothing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libabsl-dev                          # Status, StatusOr, Mutex, flags-free utilities
+  libopenblas-dev                      # batched matmuls of prompt processing
+  libgtest-dev libgmock-dev            # unit and integration tests
+  libpcre2-dev                         # Unicode-property regexes of the BPE pre-tokenizers
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # wire protocol
+  librocksdb-dev                       # expert-node disk tier
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
