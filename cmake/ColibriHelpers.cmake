@@ -9,7 +9,13 @@ endfunction()
 
 # colibri_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary whose
 # cases are discovered when ctest runs (no extra work at build time).
-# Tests see COLIBRI_FIXTURES_DIR in their environment.
+# Tests get the fixtures and build folders as the compile definitions
+# COLIBRI_TEST_FIXTURES_DIR and COLIBRI_TEST_BINARY_DIR; the environment
+# variables COLIBRI_FIXTURES_DIR and COLIBRI_BINARY_DIR override them at run time
+# (tests/support/paths.h). (Not through ctest's ENVIRONMENT property:
+# gtest_discover_tests splits a list-valued property at its semicolons.) Tests labelled
+# "sanitize" also run in the ASan+UBSan pass of scripts/test.sh (parsers and
+# kernels: the code that meets hostile input); colibri_sanitize_tests builds them.
 function(colibri_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
@@ -17,9 +23,15 @@ function(colibri_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  gtest_discover_tests(${name}
-    DISCOVERY_MODE PRE_TEST
-    PROPERTIES ENVIRONMENT "COLIBRI_FIXTURES_DIR=${COLIBRI_FIXTURES_DIR};COLIBRI_BINARY_DIR=${PROJECT_BINARY_DIR}"
-               LABELS "${ARG_LABELS}"
-               TIMEOUT ${ARG_TIMEOUT})
+  if("sanitize" IN_LIST ARG_LABELS)
+    add_dependencies(colibri_sanitize_tests ${name})
+  endif()
+  target_compile_definitions(${name} PRIVATE
+    COLIBRI_TEST_FIXTURES_DIR="${COLIBRI_FIXTURES_DIR}"
+    COLIBRI_TEST_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  set(props TIMEOUT ${ARG_TIMEOUT})
+  if(ARG_LABELS)
+    list(APPEND props LABELS "${ARG_LABELS}")
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES ${props})
 endfunction()

@@ -34,7 +34,7 @@ void ThreadPool::RunShare(int index) {
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
-                             const std::function<void(int64_t, int64_t)>& body) {
+                             absl::FunctionRef<void(int64_t, int64_t)> body) {
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
   if (num_threads_ == 1 || n <= min_chunk) {

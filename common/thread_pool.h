@@ -12,10 +12,10 @@
 #define COLIBRI_COMMON_THREAD_POOL_H_
 
 #include <cstdint>
-#include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 
 namespace colibri {
@@ -33,8 +33,9 @@ class ThreadPool {
 
   // Calls body(begin, end) over disjoint chunks covering [0, n), each at least
   // min_chunk long (except possibly the last). Blocks until every chunk is done.
+  // The body is borrowed, not copied: calling this allocates nothing.
   void ParallelFor(int64_t n, int64_t min_chunk,
-                   const std::function<void(int64_t begin, int64_t end)>& body);
+                   absl::FunctionRef<void(int64_t begin, int64_t end)> body);
 
  private:
   void WorkerLoop(int worker_index);
@@ -51,7 +52,7 @@ class ThreadPool {
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // The current job; written under mu_ before generation_ advances.
-  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  const absl::FunctionRef<void(int64_t, int64_t)>* body_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;
 };

@@ -10,6 +10,17 @@
 // `split.tensors.count`): opening the first file opens and checks the others and
 // presents one tensor table; metadata comes from the first file.
 //
+// Error codes: NotFound when a file (or a split sibling) does not exist;
+// InvalidArgument when the file is not one this reader reads (magic is not
+// "GGUF", version other than 2 or 3, a split file other than the first opened);
+// DataLoss for anything damaged or inconsistent inside the bytes (truncation,
+// counts or lengths that cannot fit, unknown value or tensor types, arrays
+// nested deeper than 8 or longer than 2^28 elements, bad dims, sizes, offsets or
+// alignment, overlapping tensors, duplicate keys or tensor names, split files
+// that do not match). Messages start with the file's path and name the field.
+// Tensor types that GGML defines but the kernels do not implement are accepted
+// here (the model loader rejects them). Dims of 0 are accepted (empty tensor).
+//
 // Thread-safety: a GgufFile is immutable after Open; any number of threads may
 // read it concurrently.
 #ifndef COLIBRI_MODEL_GGUF_GGUF_FILE_H_
@@ -37,8 +48,8 @@ struct TensorInfo {
   std::vector<int64_t> dims;
   int64_t n_elements = 0;
   uint64_t n_bytes = 0;
-  int split_index = 0;          // which file of a split model holds it
-  uint64_t offset_in_file = 0;  // absolute byte offset of the data in that file
+  int split_index = 0;            // which file of a split model holds it
+  uint64_t offset_in_file = 0;    // absolute byte offset of the data in that file
   const uint8_t* data = nullptr;  // n_bytes bytes, inside the mapping
 
   int64_t rows() const;  // product of dims[1..] (1 for a vector)
@@ -50,7 +61,9 @@ class GgufFile {
   // Opens, maps and validates `path` (and, for a split model, its siblings).
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
   // Validates an in-memory GGUF image (tests, fuzzers). `name` is used in errors.
-  // The bytes must outlive the returned object.
+  // The bytes must outlive the returned object. Split siblings are not opened:
+  // the result holds this image's tensors only, split_count() is 1 and
+  // mapping(0) is null.
   static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(absl::Span<const uint8_t> bytes,
                                                              std::string name);
   ~GgufFile();
@@ -60,7 +73,7 @@ class GgufFile {
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
-  int split_count() const;
+  int split_count() const;  // number of files opened (1 unless split)
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
@@ -69,7 +82,9 @@ class GgufFile {
   // Typed getters. NotFound if absent; InvalidArgument (naming key and file) if
   // the stored type does not convert: GetInt accepts any integer type whose value
   // fits int64; GetUint any non-negative integer; GetFloat F32/F64 (and integers);
-  // GetBool BOOL only; arrays must have the matching element kind.
+  // GetBool BOOL only; arrays must have the matching element kind: GetIntArray
+  // takes any integer or bool array (every element must fit int64), GetFloatArray
+  // takes F32/F64 arrays and also integer arrays (converted).
   absl::StatusOr<std::string> GetString(absl::string_view key) const;
   absl::StatusOr<int64_t> GetInt(absl::string_view key) const;
   absl::StatusOr<uint64_t> GetUint(absl::string_view key) const;
@@ -90,8 +105,12 @@ class GgufFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* FindTensor(absl::string_view name) const;
 
-  // The mapping of split file i (0 for a single file).
+  // The mapping of split file i (0 for a single file); null when out of range
+  // or for FromBytes.
   const MappedFile* mapping(int split_index) const;
+
+  // Start of the data section of split file i (what tensor offsets count from).
+  uint64_t data_offset(int split_index) const;
 
  private:
   GgufFile() = default;
@@ -105,6 +124,7 @@ class GgufFile {
   std::vector<TensorInfo> tensors_;
   absl::flat_hash_map<std::string, size_t> tensor_index_;
   std::vector<std::unique_ptr<MappedFile>> mappings_;
+  std::vector<uint64_t> data_offsets_;  // per split file
 };
 
 }  // namespace colibri::gguf

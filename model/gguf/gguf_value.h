@@ -2,6 +2,7 @@
 #ifndef COLIBRI_MODEL_GGUF_GGUF_VALUE_H_
 #define COLIBRI_MODEL_GGUF_GGUF_VALUE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,18 +27,25 @@ enum class ValueType : uint32_t {
 };
 
 const char* ValueTypeName(ValueType type);  // "uint32", "string", "array", ...
+// True for the eight integer types (not kBool).
+bool IsIntegerType(ValueType type);
+bool IsUnsignedType(ValueType type);
 
 // Arrays are stored by element kind so that 150k-entry vocabularies stay compact:
-// integer elements in `ints` (uint64 values above INT64_MAX in `uints`), float
-// elements in `floats`, bools in `ints` (0/1), strings in `strings`, nested
-// arrays in `arrays`.
+// integer elements in `ints` (kUint64 arrays keep all their elements in `uints`
+// instead), float elements in `floats`, bools in `ints` (0/1), strings in
+// `strings`, nested arrays in `arrays`.
+//
+// The reader and the factories below produce this canonical form; the writer
+// reads unsigned scalars from `u`, signed scalars and bools from `i`, and narrow
+// integer array elements from `ints` (values must fit the element type).
 struct Value {
   ValueType type = ValueType::kUint8;
   // Scalars: exactly one of these is meaningful, by `type`.
-  int64_t i = 0;    // signed integers, bool (0/1), unsigned values that fit int64
-  uint64_t u = 0;   // every unsigned integer type (also mirrored into i when it fits)
-  double f = 0.0;   // kFloat32 / kFloat64
-  std::string s;    // kString
+  int64_t i = 0;   // signed integers, bool (0/1), unsigned values that fit int64
+  uint64_t u = 0;  // every unsigned integer type (also mirrored into i when it fits)
+  double f = 0.0;  // kFloat32 / kFloat64
+  std::string s;   // kString
   // Arrays (type == kArray):
   ValueType array_type = ValueType::kUint8;
   std::vector<int64_t> ints;
@@ -58,7 +66,30 @@ struct Value {
   static Value StringArray(std::vector<std::string> v);
   static Value Float32Array(std::vector<float> v);
   static Value Int32Array(std::vector<int32_t> v);
+
+  static Value Uint8(uint8_t v);
+  static Value Int8(int8_t v);
+  static Value Uint16(uint16_t v);
+  static Value Int16(int16_t v);
+  static Value Int64(int64_t v);
+  static Value Float64(double v);
+  // An array of any integer or bool element type; each value must fit `type`.
+  static Value IntArray(ValueType type, std::vector<int64_t> v);
+  static Value Uint64Array(std::vector<uint64_t> v);
+  static Value Float64Array(std::vector<double> v);
+  // An array whose elements are arrays (each `v[k].type == kArray`).
+  static Value ArrayOfArrays(std::vector<Value> v);
 };
+
+// Field-wise equality of the canonical form (floats compare with ==).
+bool operator==(const Value& a, const Value& b);
+inline bool operator!=(const Value& a, const Value& b) { return !(a == b); }
+
+// A short human rendering for display (`inspect`): scalars as `42`, `0.5`,
+// `true`, `"text"` (escaped, cut after `max_chars`); arrays as
+// `[array of 32000 string: "<unk>", "<s>", "</s>", ...]` with at most
+// `max_elements` elements shown.
+std::string ValueToString(const Value& value, size_t max_elements = 4, size_t max_chars = 60);
 
 }  // namespace colibri::gguf
 
