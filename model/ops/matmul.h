@@ -59,9 +59,25 @@ class MatMulScratch {
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t y_stride,
             NumericPath path, ThreadPool* pool, MatMulScratch* scratch);
 
+// The kernel sets MatMul can run. kAuto (the default) picks the best the CPU
+// supports, honouring COLIBRI_CPU (common/cpu_features.h). All sets give
+// bitwise identical results (the canonical order of model/ops/vec_dot.h), so
+// the choice only affects speed.
+enum class KernelSetChoice { kAuto, kPortable, kAvx2 };
+
+// For tests and benchmarks: makes MatMul use `choice` from now on, process-wide.
+// Returns false, changing nothing, when this build or CPU cannot run it. Must
+// not race with MatMul calls.
+bool ForceKernelSetForTesting(KernelSetChoice choice);
+
+// Name of the kernel set MatMul uses now: "avx2" or "portable".
+const char* ActiveKernelSetName();
+
 // Reference implementation of MatMul with plain loops (no SIMD, no threads),
 // matching MatMul's arithmetic for the chosen path up to float rounding order.
-// Tests compare the fast kernels against it.
+// Tests compare the fast kernels against it. In this implementation the match is
+// exact: the reference follows the same canonical order, written independently
+// (per-element decoding instead of per-block unpacking).
 void MatMulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
                      int64_t y_stride, NumericPath path);
 

@@ -1,0 +1,106 @@
+// Helpers shared by the AVX2 translation units (compiled with -mavx2 -mfma
+// -mf16c only; never include this from portable code).
+#ifndef COLIBRI_MODEL_OPS_AVX2_COMMON_H_
+#define COLIBRI_MODEL_OPS_AVX2_COMMON_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "model/ops/activation_quant.h"
+#include "model/ops/vec_dot.h"
+
+// Forces inlining of the small decoders, so their vectors stay in registers.
+#define COLIBRI_INLINE inline __attribute__((always_inline))
+
+namespace colibri::ops::internal::avx2 {
+
+// Canonical reduction of eight lanes: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+inline float ReduceLanes(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// Σ of the int32 lanes of a and of b (exact).
+inline void SumPair(__m256i a, __m256i b, int* sa, int* sb) {
+  const __m256i h = _mm256_hadd_epi32(a, b);
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  s = _mm_hadd_epi32(s, s);
+  *sa = _mm_cvtsi128_si32(s);
+  *sb = _mm_extract_epi32(s, 1);
+}
+
+inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+// 32 nibbles of 16 bytes: low nibbles in bytes 0..15, high nibbles in 16..31.
+inline __m256i Nibbles32(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// Byte j is 0xFF when bit j of the little-endian 32-bit word at p is set.
+inline __m256i BitsToBytes32(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                       3, 3, 3, 3, 3, 3));
+  const __m256i mask = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
+}
+
+// Σ over pairs of products of unsigned u8 u and signed s8 q, then pairs again:
+// int32 lane l = Σ of u*q over bytes 4l..4l+3.
+inline __m256i DotU8S8Quads(__m256i u, __m256i q) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+}
+
+// The same for two signed vectors (|a| times b with a's sign).
+inline __m256i DotS8S8Quads(__m256i a, __m256i b) {
+  return DotU8S8Quads(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+// Converts the 32 int8 of v to float, multiplies by d and stores 32 floats.
+inline void StoreScaled32(__m256i v, __m256 d, float* out) {
+  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; ++k) {
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k]));
+    _mm256_storeu_ps(out + 8 * k, _mm256_mul_ps(f, d));
+  }
+}
+
+// Tile driver: splits the tokens into groups of up to four and calls
+// Kernel::Run<T>(row, rows_of_activations, cols, out[T]) per row.
+template <typename Kernel>
+void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
+               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
+  QuantizedRow a[kMaxTokenTile];
+  for (int64_t t = 0; t < n_tokens; ++t) a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
+      float out[4];
+      const int64_t nt = n_tokens - t0 < 4 ? n_tokens - t0 : 4;
+      switch (nt) {
+        case 1: Kernel::template Run<1>(row, a + t0, layout.cols, out); break;
+        case 2: Kernel::template Run<2>(row, a + t0, layout.cols, out); break;
+        case 3: Kernel::template Run<3>(row, a + t0, layout.cols, out); break;
+        default: Kernel::template Run<4>(row, a + t0, layout.cols, out); break;
+      }
+      for (int64_t t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = out[t];
+    }
+  }
+}
+
+// K-quant tables, filled by vec_dot_avx2_k.cc.
+void FillKQuantKernels(KernelSet* k);
+
+}  // namespace colibri::ops::internal::avx2
+
+#endif  // COLIBRI_MODEL_OPS_AVX2_COMMON_H_

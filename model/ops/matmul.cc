@@ -1,0 +1,180 @@
+#include "model/ops/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "common/cpu_features.h"
+#include "model/ops/activation_quant.h"
+#include "model/ops/vec_dot.h"
+
+namespace colibri::ops {
+namespace {
+
+using internal::ActivationLayout;
+using internal::KernelSet;
+
+// Rows a thread takes at least; smaller matrices run on the calling thread.
+constexpr int64_t kMinRowsPerPart = 16;
+// Multiply-adds below which threading costs more than it saves.
+constexpr int64_t kMinParallelMacs = 1 << 18;
+// Weight bytes of a row block, kept in L2 while every token tile passes over it.
+constexpr uint64_t kRowBlockBytes = 96 << 10;
+constexpr int64_t kMaxRowBlock = 64;
+
+std::atomic<const KernelSet*>& ActiveSlot() {
+  static std::atomic<const KernelSet*> active{&internal::DefaultKernels()};
+  return active;
+}
+
+const KernelSet& Active() { return *ActiveSlot().load(std::memory_order_relaxed); }
+
+uint8_t* Align64(uint8_t* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<uint8_t*>((v + 63) & ~uintptr_t{63});
+}
+
+int64_t RowBlock(uint64_t bytes_per_row) {
+  const int64_t rb = static_cast<int64_t>(kRowBlockBytes / std::max<uint64_t>(1, bytes_per_row));
+  return std::clamp<int64_t>(rb, 1, kMaxRowBlock);
+}
+
+// Everything one call needs, shared read-only by the parts.
+struct Job {
+  const KernelSet* kernels;
+  const WeightMatrix* w;
+  const float* x;
+  int64_t n_tokens;
+  float* y;
+  int64_t y_stride;
+  internal::QuantTileFn quant_tile;  // null: float path
+  ActivationLayout layout;
+  const uint8_t* act;
+};
+
+void RunQuantRows(const Job& job, int64_t r0, int64_t r1) {
+  const WeightMatrix& w = *job.w;
+  const int64_t rb = RowBlock(w.row_bytes);
+  for (int64_t rs = r0; rs < r1; rs += rb) {
+    const int64_t nr = std::min(rb, r1 - rs);
+    for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
+      const int64_t nt = std::min<int64_t>(internal::kMaxTokenTile, job.n_tokens - t0);
+      job.quant_tile(w.data + rs * w.row_bytes, w.row_bytes, nr, job.act + t0 * job.layout.row_bytes,
+                     job.layout, nt, job.y + t0 * job.y_stride + rs, job.y_stride);
+    }
+  }
+}
+
+void RunFloatRows(const Job& job, int64_t r0, int64_t r1, float* buf) {
+  const WeightMatrix& w = *job.w;
+  const int64_t cols = w.cols;
+  const bool direct = w.type == TensorType::kF32;
+  const int64_t rb = RowBlock(static_cast<uint64_t>(cols) * sizeof(float));
+  const internal::DequantFn dequant = job.kernels->dequant[internal::Slot(w.type)];
+  for (int64_t rs = r0; rs < r1; rs += rb) {
+    const int64_t nr = std::min(rb, r1 - rs);
+    const float* wf;
+    int64_t w_stride;
+    if (direct) {
+      wf = reinterpret_cast<const float*>(w.data + rs * w.row_bytes);
+      w_stride = static_cast<int64_t>(w.row_bytes / sizeof(float));
+    } else {
+      for (int64_t i = 0; i < nr; ++i) dequant(w.data + (rs + i) * w.row_bytes, buf + i * cols, cols);
+      wf = buf;
+      w_stride = cols;
+    }
+    for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
+      const int64_t nt = std::min<int64_t>(internal::kMaxTokenTile, job.n_tokens - t0);
+      job.kernels->float_tile(wf, w_stride, nr, job.x + t0 * cols, cols, cols, nt,
+                              job.y + t0 * job.y_stride + rs, job.y_stride);
+    }
+  }
+}
+
+}  // namespace
+
+bool ForceKernelSetForTesting(KernelSetChoice choice) {
+  const KernelSet* set = nullptr;
+  switch (choice) {
+    case KernelSetChoice::kAuto:
+      set = &internal::DefaultKernels();
+      break;
+    case KernelSetChoice::kPortable:
+      set = &internal::PortableKernels();
+      break;
+    case KernelSetChoice::kAvx2:
+      set = internal::Avx2Kernels();
+      if (set != nullptr && !GetCpuFeatures().avx2) set = nullptr;
+      break;
+  }
+  if (set == nullptr) return false;
+  ActiveSlot().store(set, std::memory_order_relaxed);
+  return true;
+}
+
+const char* ActiveKernelSetName() { return Active().name; }
+
+void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t y_stride,
+            NumericPath path, ThreadPool* pool, MatMulScratch* scratch) {
+  if (n_tokens <= 0 || w.rows <= 0) return;
+  Job job{};
+  job.kernels = &Active();
+  job.w = &w;
+  job.x = x;
+  job.n_tokens = n_tokens;
+  job.y = y;
+  job.y_stride = y_stride;
+  job.quant_tile =
+      path == NumericPath::kFast ? job.kernels->quant_tile[internal::Slot(w.type)] : nullptr;
+
+  if (job.quant_tile != nullptr) {
+    // Each token's row is quantized on its own, before the rows are split, so
+    // the quantized activations do not depend on the batch or the threads.
+    job.layout = internal::MakeActivationLayout(internal::ActivationFormatFor(w.type), w.cols);
+    const size_t need = static_cast<size_t>(n_tokens) * job.layout.row_bytes + 64;
+    if (scratch->activations.size() < need) scratch->activations.resize(need);
+    uint8_t* base = Align64(scratch->activations.data());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      internal::QuantizeActivationRow(job.layout, x + t * w.cols, base + t * job.layout.row_bytes);
+    }
+    job.act = base;
+  }
+
+  // Contiguous row ranges, one per thread; the split does not change any
+  // output, since every (token, row) result is computed the same way.
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  int64_t parts = std::min<int64_t>(threads, (w.rows + kMinRowsPerPart - 1) / kMinRowsPerPart);
+  if (w.rows * w.cols * n_tokens < kMinParallelMacs) parts = 1;
+  parts = std::max<int64_t>(parts, 1);
+  int64_t per_part = (w.rows + parts - 1) / parts;
+  per_part = (per_part + kMinRowsPerPart - 1) / kMinRowsPerPart * kMinRowsPerPart;
+
+  const bool float_buffers = job.quant_tile == nullptr && w.type != TensorType::kF32;
+  if (float_buffers) {
+    const size_t floats =
+        static_cast<size_t>(RowBlock(static_cast<uint64_t>(w.cols) * sizeof(float)) * w.cols);
+    if (scratch->rows.size() < static_cast<size_t>(parts)) scratch->rows.resize(parts);
+    for (int64_t p = 0; p < parts; ++p) {
+      if (scratch->rows[p].size() < floats) scratch->rows[p].resize(floats);
+    }
+  }
+
+  auto body = [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t r0 = std::min(w.rows, p * per_part);
+      const int64_t r1 = std::min(w.rows, r0 + per_part);
+      if (r0 >= r1) continue;
+      if (job.quant_tile != nullptr) {
+        RunQuantRows(job, r0, r1);
+      } else {
+        RunFloatRows(job, r0, r1, float_buffers ? scratch->rows[p].data() : nullptr);
+      }
+    }
+  };
+  if (parts == 1 || pool == nullptr) {
+    body(0, parts);
+  } else {
+    pool->ParallelFor(parts, 1, body);
+  }
+}
+
+}  // namespace colibri::ops

@@ -1,0 +1,227 @@
+// colibri_ops_bench: memory bandwidth limits and MatMul throughput per type.
+//
+//   colibri_ops_bench [--threads=N] [--kernels=auto|portable|avx2]
+//                     [--types=Q4_K,Q8_0,...] [--rows=4096] [--cols=4096]
+//                     [--prefill_tokens=128] [--no_prefill]
+//
+// Prints, for the chosen thread count:
+//  - STREAM-like read and triad bandwidth over 1 GiB (the "limit" for decode);
+//  - decode (n_tokens = 1) GB/s of weights streamed, per type and path, cycling
+//    through enough copies of the matrix to miss the last-level cache;
+//  - prefill GFLOP/s (2 * rows * cols * n_tokens per call) per type and path.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "common/cpu_features.h"
+#include "common/thread_pool.h"
+#include "model/ops/matmul.h"
+#include "model/ops/quantize.h"
+#include "model/ops/tensor_type.h"
+
+namespace colibri::ops {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Options {
+  int threads = 0;
+  std::string kernels = "auto";
+  std::vector<std::string> types = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
+                                    "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
+  int64_t rows = 4096;
+  int64_t cols = 4096;
+  int64_t prefill_tokens = 128;
+  bool prefill = true;
+};
+
+bool ParseFlag(const char* arg, const char* name, std::string* value) {
+  const size_t len = std::strlen(name);
+  if (std::strncmp(arg, name, len) != 0 || arg[len] != '=') return false;
+  *value = arg + len + 1;
+  return true;
+}
+
+// Best-of-reps bandwidth of a parallel read and a triad over ~1 GiB.
+void MemoryProbe(ThreadPool* pool) {
+  const size_t bytes = size_t{1} << 30;
+  const size_t n = bytes / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n);
+  pool->ParallelFor(static_cast<int64_t>(n), 1 << 20, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<uint64_t>(i);
+  });
+  double best_read = 0;
+  volatile uint64_t sink = 0;  // keeps the reads
+  for (int rep = 0; rep < 5; ++rep) {
+    std::vector<uint64_t> partial(pool->num_threads() * 8, 0);
+    const auto t0 = Clock::now();
+    pool->ParallelFor(pool->num_threads(), 1, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        const size_t lo = n / pool->num_threads() * p;
+        const size_t hi = p + 1 == pool->num_threads() ? n : n / pool->num_threads() * (p + 1);
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = lo; i + 4 <= hi; i += 4) {
+          s0 += buf[i];
+          s1 += buf[i + 1];
+          s2 += buf[i + 2];
+          s3 += buf[i + 3];
+        }
+        partial[p * 8] = s0 + s1 + s2 + s3;
+      }
+    });
+    const auto t1 = Clock::now();
+    for (uint64_t v : partial) sink = sink + v;
+    best_read = std::max(best_read, bytes / Seconds(t0, t1) / 1e9);
+  }
+
+  // Triad a = b + s * c over three arrays of a third of the buffer each.
+  const size_t m = bytes / 3 / sizeof(float);
+  std::vector<float> a(m), b(m, 1.0f), c(m, 2.0f);
+  double best_triad = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    pool->ParallelFor(static_cast<int64_t>(m), 1 << 20, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + 3.0f * c[i];
+    });
+    const auto t1 = Clock::now();
+    best_triad = std::max(best_triad, 3.0 * m * sizeof(float) / Seconds(t0, t1) / 1e9);
+  }
+  std::printf("memory: read %.1f GB/s, triad %.1f GB/s (1 GiB, %d threads)\n", best_read,
+              best_triad, pool->num_threads());
+}
+
+struct Weights {
+  std::vector<std::vector<uint8_t>> copies;
+  WeightMatrix w;
+  uint64_t bytes = 0;
+};
+
+Weights MakeWeights(TensorType type, int64_t rows, int64_t cols) {
+  Weights out;
+  out.w.type = type;
+  out.w.rows = rows;
+  out.w.cols = cols;
+  out.w.row_bytes = RowBytesUnchecked(type, cols);
+  out.bytes = out.w.row_bytes * rows;
+  std::vector<uint8_t> first(out.bytes);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    if (!QuantizeRow(type, row.data(), first.data() + r * out.w.row_bytes, cols).ok()) std::abort();
+  }
+  // Enough copies to exceed the last-level cache several times over.
+  const uint64_t target = uint64_t{256} << 20;
+  const size_t n_copies = std::max<size_t>(1, (target + out.bytes - 1) / out.bytes);
+  out.copies.assign(n_copies, first);
+  return out;
+}
+
+void BenchType(TensorType type, const Options& opt, ThreadPool* pool) {
+  Weights weights = MakeWeights(type, opt.rows, opt.cols);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t max_tokens = std::max<int64_t>(1, opt.prefill_tokens);
+  std::vector<float> x(max_tokens * opt.cols);
+  for (float& v : x) v = dist(rng);
+  std::vector<float> y(max_tokens * opt.rows);
+  MatMulScratch scratch;
+  std::printf("%-5s %7.2f MiB", TypeName(type), weights.bytes / 1048576.0);
+  for (NumericPath path : {NumericPath::kFast, NumericPath::kExact}) {
+    // Decode: cycle through the copies so that every call reads from DRAM.
+    WeightMatrix w = weights.w;
+    const int calls = static_cast<int>(std::max<size_t>(20, 3 * weights.copies.size()));
+    for (size_t i = 0; i < weights.copies.size(); ++i) {
+      w.data = weights.copies[i].data();
+      MatMul(w, x.data(), 1, y.data(), opt.rows, path, pool, &scratch);
+    }
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) {
+      w.data = weights.copies[i % weights.copies.size()].data();
+      MatMul(w, x.data(), 1, y.data(), opt.rows, path, pool, &scratch);
+    }
+    const double decode = Seconds(t0, Clock::now()) / calls;
+    std::printf(" | %s decode %6.2f GB/s %7.3f ms", path == NumericPath::kFast ? "fast" : "exact",
+                weights.bytes / decode / 1e9, decode * 1e3);
+    if (opt.prefill) {
+      w.data = weights.copies[0].data();
+      MatMul(w, x.data(), opt.prefill_tokens, y.data(), opt.rows, path, pool, &scratch);
+      int reps = 0;
+      const auto p0 = Clock::now();
+      double elapsed = 0;
+      do {
+        MatMul(w, x.data(), opt.prefill_tokens, y.data(), opt.rows, path, pool, &scratch);
+        ++reps;
+        elapsed = Seconds(p0, Clock::now());
+      } while (elapsed < 1.0 && reps < 20);
+      const double flops = 2.0 * opt.rows * opt.cols * opt.prefill_tokens;
+      std::printf(" prefill %6.1f GFLOP/s", flops / (elapsed / reps) / 1e9);
+    }
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+int Main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string v;
+    if (ParseFlag(argv[i], "--threads", &v)) {
+      opt.threads = std::atoi(v.c_str());
+    } else if (ParseFlag(argv[i], "--kernels", &v)) {
+      opt.kernels = v;
+    } else if (ParseFlag(argv[i], "--types", &v)) {
+      opt.types = absl::StrSplit(v, ',');
+    } else if (ParseFlag(argv[i], "--rows", &v)) {
+      opt.rows = std::atoll(v.c_str());
+    } else if (ParseFlag(argv[i], "--cols", &v)) {
+      opt.cols = std::atoll(v.c_str());
+    } else if (ParseFlag(argv[i], "--prefill_tokens", &v)) {
+      opt.prefill_tokens = std::atoll(v.c_str());
+    } else if (std::strcmp(argv[i], "--no_prefill") == 0) {
+      opt.prefill = false;
+    } else {
+      std::fprintf(stderr, "unknown flag %s (see the header of model/ops/ops_bench.cc)\n", argv[i]);
+      return 2;
+    }
+  }
+  const KernelSetChoice choice = opt.kernels == "portable" ? KernelSetChoice::kPortable
+                                 : opt.kernels == "avx2"   ? KernelSetChoice::kAvx2
+                                                           : KernelSetChoice::kAuto;
+  if (!ForceKernelSetForTesting(choice)) {
+    std::fprintf(stderr, "kernel set %s is not available on this machine\n", opt.kernels.c_str());
+    return 2;
+  }
+  ThreadPool pool(opt.threads);
+  std::printf("cpu: %s; kernels: %s; threads: %d; matrix %lld x %lld; prefill %lld tokens\n",
+              DescribeCpuFeatures(GetCpuFeatures()).c_str(), ActiveKernelSetName(),
+              pool.num_threads(), static_cast<long long>(opt.rows),
+              static_cast<long long>(opt.cols), static_cast<long long>(opt.prefill_tokens));
+  MemoryProbe(&pool);
+  for (const std::string& name : opt.types) {
+    auto type = ParseTensorType(name);
+    if (!type.ok() || !GetTraits(*type).supported) {
+      std::fprintf(stderr, "skipping %s: not a supported type\n", name.c_str());
+      continue;
+    }
+    BenchType(*type, opt, &pool);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace colibri::ops
+
+int main(int argc, char** argv) { return colibri::ops::Main(argc, argv); }

@@ -1,0 +1,185 @@
+// GGML block layouts (ggml-common.h) and the scalar helpers shared by the
+// reference and fast kernels. Internal to model/ops.
+//
+// A block is read in place from a row of RowBytes(type, n) bytes: rows start on
+// at least 2-byte boundaries (GGUF aligns tensor data to 32), and every block
+// below has 2-byte alignment, so casting a row pointer to a block pointer is
+// well aligned.
+#ifndef COLIBRI_MODEL_OPS_QUANT_BLOCKS_H_
+#define COLIBRI_MODEL_OPS_QUANT_BLOCKS_H_
+
+#include <cstdint>
+#include <cstring>
+
+namespace colibri::ops {
+
+inline constexpr int kQK = 32;    // elements per block of the legacy types
+inline constexpr int kQK_K = 256;  // elements per K-quant super-block
+
+struct BlockQ4_0 {
+  uint16_t d;       // fp16 scale
+  uint8_t qs[16];   // element j: low nibble of qs[j]; element j + 16: high nibble
+};
+struct BlockQ4_1 {
+  uint16_t d;  // fp16 scale
+  uint16_t m;  // fp16 minimum
+  uint8_t qs[16];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];  // bit j (little-endian uint32) is bit 4 of element j
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[32];
+};
+struct BlockQ2_K {
+  uint8_t scales[16];  // low nibble: scale, high nibble: min, per 16 elements
+  uint8_t qs[64];      // 2-bit quants
+  uint16_t d;          // super-block scale of the scales
+  uint16_t dmin;       // super-block scale of the mins
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];   // high bit of each quant
+  uint8_t qs[64];      // low 2 bits
+  uint8_t scales[12];  // 16 6-bit scales
+  uint16_t d;
+};
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];  // 8 6-bit scales and 8 6-bit mins (GetScaleMinK4)
+  uint8_t qs[128];
+};
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockQ6_K {
+  uint8_t ql[128];  // low 4 bits
+  uint8_t qh[64];   // high 2 bits
+  int8_t scales[16];
+  uint16_t d;
+};
+
+static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 layout");
+static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 layout");
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 layout");
+static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 layout");
+static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 layout");
+static_assert(sizeof(BlockQ2_K) == 84, "Q2_K layout");
+static_assert(sizeof(BlockQ3_K) == 110, "Q3_K layout");
+static_assert(sizeof(BlockQ4_K) == 144, "Q4_K layout");
+static_assert(sizeof(BlockQ5_K) == 176, "Q5_K layout");
+static_assert(sizeof(BlockQ6_K) == 210, "Q6_K layout");
+
+// IEEE half <-> float, exact (decode) and round-to-nearest-even (encode), in
+// plain integer code so that every kernel set decodes scales identically.
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {
+      // Subnormal: mant * 2^-24, exact in float.
+      float v = static_cast<float>(mant) * (1.0f / 16777216.0f);
+      std::memcpy(&bits, &v, sizeof(bits));
+      bits |= sign;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t absx = x & 0x7fffffffu;
+  if (absx > 0x7f800000u) {  // NaN: keep it quiet, truncate the payload (as F16C does)
+    return static_cast<uint16_t>(sign | 0x7e00u | ((absx >> 13) & 0x3ffu));
+  }
+  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (absx >= 0x38800000u) {  // normal half
+    const uint32_t mant = absx & 0x7fffffu;
+    uint32_t r = (((absx >> 23) - 112) << 10) | (mant >> 13);
+    const uint32_t rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  if (absx <= 0x33000000u) return static_cast<uint16_t>(sign);  // <= 2^-25 rounds to zero
+  // Subnormal half: value in units of 2^-24.
+  const uint32_t e = absx >> 23;
+  const uint32_t m = (absx & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126 - e;  // 14..24
+  uint32_t r = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1);
+  const uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (r & 1u))) ++r;
+  return static_cast<uint16_t>(sign | r);
+}
+
+inline float BfloatToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// GGML's conversion: round to nearest even, NaN forced quiet, subnormals kept.
+inline uint16_t FloatToBfloat(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64u);
+  return static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+// Scale and min j (0..7) of a Q4_K / Q5_K super-block: 6 bits each, packed in 12 bytes.
+inline void GetScaleMinK4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+  }
+}
+
+// The 16 signed 6-bit scales of a Q3_K super-block (value - 32 applied).
+inline void UnpackQ3KScales(const uint8_t* packed, int8_t out[16]) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? (packed[j] & 0xF) : (packed[j - 8] >> 4);
+    const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    out[j] = static_cast<int8_t>((low | (high << 4)) - 32);
+  }
+}
+
+// Round half to even for |v| < 2^22 (GGML's nearest_int).
+inline int NearestInt(float v) {
+  float f = v + 12582912.f;
+  int32_t i;
+  std::memcpy(&i, &f, sizeof(i));
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+}  // namespace colibri::ops
+
+#endif  // COLIBRI_MODEL_OPS_QUANT_BLOCKS_H_

@@ -1,0 +1,85 @@
+// Kernel sets behind MatMul: one table per instruction set, picked at run time.
+// Internal to model/ops.
+//
+// Every kernel set computes the same arithmetic, bit for bit; only the
+// instructions differ. The arithmetic ("canonical order") is:
+//
+//  Float dots (the kExact path, and F32/F16/BF16 weights on either path):
+//    eight float lanes, element c adds into lane c % 8 as lane + w*x (a product
+//    then a sum, never fused); the lanes are reduced as
+//    ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+//
+//  32-element blocks against Q8_0 / Q8_1 activations (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0):
+//    eight float lanes; for block b, lane l adds (dw_b * da_b) * float(P_bl)
+//    where P_bl is the exact integer Σ of qw*qa over elements 4l..4l+3 of the
+//    block; the lanes reduce as above. For Q4_1/Q5_1 a scalar sum adds
+//    mw_b * sa_b block by block and is added to the reduced lanes last.
+//
+//  K-quants against Q8_K activations: one float accumulator; for each
+//    super-block it adds (dw * da) * float(Σ sc*q*qa), then, for the types with
+//    mins, subtracts (dminw * da) * float(Σ m*qa). Integer sums are exact.
+//
+// Because the float operations per output are a fixed sequence that depends
+// only on the row and the token, results are independent of tiling, batch
+// composition and threads (the batch invariance MatMul promises), and the AVX2
+// kernels equal the portable ones. The library is compiled with
+// -ffp-contract=off so the compiler keeps that sequence.
+//
+// A new instruction set (AVX-512, NEON) adds a KernelSet with the same
+// signatures and an entry in SelectKernels() (matmul.cc).
+#ifndef COLIBRI_MODEL_OPS_VEC_DOT_H_
+#define COLIBRI_MODEL_OPS_VEC_DOT_H_
+
+#include <cstdint>
+
+#include "model/ops/activation_quant.h"
+
+namespace colibri::ops::internal {
+
+// Tiles never hold more tokens than this.
+inline constexpr int kMaxTokenTile = 8;
+// Table slots, indexed by TensorType id.
+inline constexpr int kTypeSlots = 40;
+
+// Decodes n elements (a multiple of the block size) of one row to float,
+// bit-identical to DequantizeRow.
+using DequantFn = void (*)(const void* src, float* dst, int64_t n);
+
+// Float tile: y[t * y_stride + r] = dot(w + r * w_stride, x + t * x_stride, cols)
+// for r < n_rows, t < n_tokens <= kMaxTokenTile.
+using FloatTileFn = void (*)(const float* w, int64_t w_stride, int64_t n_rows, const float* x,
+                             int64_t x_stride, int64_t cols, int64_t n_tokens, float* y,
+                             int64_t y_stride);
+
+// Quantized tile: the same over weight rows in their own encoding (row r at
+// w + r * row_bytes) and quantized activation rows (token t at act + t *
+// layout.row_bytes).
+using QuantTileFn = void (*)(const uint8_t* w, uint64_t row_bytes, int64_t n_rows,
+                             const uint8_t* act, const ActivationLayout& layout,
+                             int64_t n_tokens, float* y, int64_t y_stride);
+
+struct KernelSet {
+  const char* name;
+  DequantFn dequant[kTypeSlots];       // every supported type
+  QuantTileFn quant_tile[kTypeSlots];  // the types with a quantized fast path
+  FloatTileFn float_tile;
+  float (*dot)(const float* a, const float* b, int64_t n);  // one float dot
+};
+
+const KernelSet& PortableKernels();
+// Null when the build has no AVX2 kernels (non-x86 targets). Whether the CPU
+// can run them is GetCpuFeatures().avx2.
+const KernelSet* Avx2Kernels();
+// The set MatMul picks by default: AVX2 when built and supported, else portable.
+const KernelSet& DefaultKernels();
+
+inline int Slot(TensorType type) { return static_cast<int>(type); }
+
+// Canonical reduction of eight lanes.
+inline float ReduceLanes(const float a[8]) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+}  // namespace colibri::ops::internal
+
+#endif  // COLIBRI_MODEL_OPS_VEC_DOT_H_

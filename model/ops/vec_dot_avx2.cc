@@ -1,0 +1,241 @@
+// AVX2 + FMA + F16C kernel set: float dots, the float types and the 32-element
+// block types. The K-quants are in vec_dot_avx2_k.cc. Same arithmetic as the
+// portable set (vec_dot.h): products and sums stay separate instructions.
+#include <immintrin.h>
+
+#include "model/ops/avx2_common.h"
+#include "model/ops/quant_blocks.h"
+#include "model/ops/quant_reference.h"
+#include "model/ops/vec_dot.h"
+
+namespace colibri::ops::internal {
+
+namespace avx2 {
+namespace {
+
+// ---------------------------------------------------------------- float dots
+
+// R rows by T tokens of canonical 8-lane dots.
+template <int R, int T>
+void FloatMicro(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t cols,
+                float* y, int64_t y_stride) {
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  int64_t c = 0;
+  for (; c + 8 <= cols; c += 8) {
+    __m256 xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * x_stride + c);
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = _mm256_loadu_ps(w + r * w_stride + c);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_mul_ps(wv, xv[t]));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float lanes[8];
+      _mm256_storeu_ps(lanes, acc[r][t]);
+      for (int64_t k = c; k < cols; ++k) {
+        lanes[k - c] = lanes[k - c] + w[r * w_stride + k] * x[t * x_stride + k];
+      }
+      y[t * y_stride + r] = internal::ReduceLanes(lanes);
+    }
+  }
+}
+
+template <int T>
+void FloatRowsForTokens(const float* w, int64_t w_stride, int64_t n_rows, const float* x,
+                        int64_t x_stride, int64_t cols, float* y, int64_t y_stride) {
+  int64_t r = 0;
+  for (; r + 2 <= n_rows; r += 2) {
+    FloatMicro<2, T>(w + r * w_stride, w_stride, x, x_stride, cols, y + r, y_stride);
+  }
+  if (r < n_rows) FloatMicro<1, T>(w + r * w_stride, w_stride, x, x_stride, cols, y + r, y_stride);
+}
+
+void FloatTile(const float* w, int64_t w_stride, int64_t n_rows, const float* x, int64_t x_stride,
+               int64_t cols, int64_t n_tokens, float* y, int64_t y_stride) {
+  if (n_tokens == 1) {
+    int64_t r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+      FloatMicro<4, 1>(w + r * w_stride, w_stride, x, x_stride, cols, y + r, y_stride);
+    }
+    for (; r < n_rows; ++r) {
+      FloatMicro<1, 1>(w + r * w_stride, w_stride, x, x_stride, cols, y + r, y_stride);
+    }
+    return;
+  }
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
+    const float* xt = x + t0 * x_stride;
+    float* yt = y + t0 * y_stride;
+    switch (n_tokens - t0 < 4 ? n_tokens - t0 : 4) {
+      case 1: FloatRowsForTokens<1>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride); break;
+      case 2: FloatRowsForTokens<2>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride); break;
+      case 3: FloatRowsForTokens<3>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride); break;
+      default: FloatRowsForTokens<4>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride); break;
+    }
+  }
+}
+
+void DequantF16(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) dst[i] = Half(h[i]);
+}
+
+void DequantBF16(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+  }
+  for (; i < n; ++i) dst[i] = BfloatToFloat(h[i]);
+}
+
+// ------------------------------------------------------ 32-element block types
+
+// Each decoder yields the block's 32 quants in element order: signed values for
+// the symmetric types, unsigned for the types with a min.
+struct Q4_0Avx2 {
+  using Block = BlockQ4_0;
+  static constexpr bool kSigned = true;
+  static __m256i Quants(const Block& b) {
+    return _mm256_sub_epi8(Nibbles32(b.qs), _mm256_set1_epi8(8));
+  }
+};
+
+struct Q4_1Avx2 {
+  using Block = BlockQ4_1;
+  static constexpr bool kSigned = false;
+  static __m256i Quants(const Block& b) { return Nibbles32(b.qs); }
+};
+
+struct Q5_0Avx2 {
+  using Block = BlockQ5_0;
+  static constexpr bool kSigned = true;
+  // nibble | 0xF0 where the fifth bit is clear: as int8 that is value - 16.
+  static __m256i Quants(const Block& b) {
+    const __m256i high = _mm256_andnot_si256(BitsToBytes32(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
+    return _mm256_or_si256(Nibbles32(b.qs), high);
+  }
+};
+
+struct Q5_1Avx2 {
+  using Block = BlockQ5_1;
+  static constexpr bool kSigned = false;
+  static __m256i Quants(const Block& b) {
+    const __m256i high = _mm256_and_si256(BitsToBytes32(b.qh), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(Nibbles32(b.qs), high);
+  }
+};
+
+struct Q8_0Avx2 {
+  using Block = BlockQ8_0;
+  static constexpr bool kSigned = true;
+  static __m256i Quants(const Block& b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+};
+
+template <typename D>
+struct Blocks32Kernel {
+  static constexpr bool kHasMin = !D::kSigned;
+
+  template <int T>
+  static void Run(const uint8_t* row, const QuantizedRow* a, int64_t cols, float* out) {
+    const auto* x = reinterpret_cast<const typename D::Block*>(row);
+    __m256 acc[T];
+    float summs[T];
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm256_setzero_ps();
+      summs[t] = 0.0f;
+    }
+    for (int64_t b = 0; b < cols / kQK; ++b) {
+      const __m256i qx = D::Quants(x[b]);
+      const __m256 dw = _mm256_set1_ps(Half(x[b].d));
+      __m256i ax = qx;
+      if constexpr (D::kSigned) ax = _mm256_sign_epi8(qx, qx);
+      for (int t = 0; t < T; ++t) {
+        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + b * kQK));
+        __m256i p;
+        if constexpr (D::kSigned) {
+          p = DotU8S8Quads(ax, _mm256_sign_epi8(qa, qx));
+        } else {
+          p = DotU8S8Quads(qx, qa);
+        }
+        const __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(a[t].d + b));
+        acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(p)));
+      }
+      if constexpr (kHasMin) {
+        const float mw = Half(x[b].m);
+        for (int t = 0; t < T; ++t) summs[t] = summs[t] + mw * a[t].s[b];
+      }
+    }
+    for (int t = 0; t < T; ++t) out[t] = ReduceLanes(acc[t]) + summs[t];
+  }
+};
+
+template <typename D>
+void DequantBlocks32(const void* src, float* dst, int64_t n) {
+  const auto* x = static_cast<const typename D::Block*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
+    const __m256 d = _mm256_set1_ps(Half(x[b].d));
+    if constexpr (D::kSigned) {
+      StoreScaled32(D::Quants(x[b]), d, dst);
+    } else {
+      const __m256 m = _mm256_set1_ps(Half(x[b].m));
+      const __m256i q = D::Quants(x[b]);
+      // x*d + m: the unsigned quants fit int8, so the shared converter works.
+      float tmp[32];
+      StoreScaled32(q, d, tmp);
+      for (int k = 0; k < 32; k += 8) {
+        _mm256_storeu_ps(dst + k, _mm256_add_ps(_mm256_loadu_ps(tmp + k), m));
+      }
+    }
+  }
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  float y;
+  FloatMicro<1, 1>(a, 0, b, 0, n, &y, 0);
+  return y;
+}
+
+KernelSet MakeAvx2() {
+  KernelSet k{};
+  k.name = "avx2";
+  k.float_tile = &FloatTile;
+  k.dot = &Dot;
+  k.dequant[Slot(TensorType::kF32)] = &DequantizeF32;
+  k.dequant[Slot(TensorType::kF16)] = &DequantF16;
+  k.dequant[Slot(TensorType::kBF16)] = &DequantBF16;
+  k.dequant[Slot(TensorType::kQ4_0)] = &DequantBlocks32<Q4_0Avx2>;
+  k.dequant[Slot(TensorType::kQ4_1)] = &DequantBlocks32<Q4_1Avx2>;
+  k.dequant[Slot(TensorType::kQ5_0)] = &DequantBlocks32<Q5_0Avx2>;
+  k.dequant[Slot(TensorType::kQ5_1)] = &DequantBlocks32<Q5_1Avx2>;
+  k.dequant[Slot(TensorType::kQ8_0)] = &DequantBlocks32<Q8_0Avx2>;
+  k.quant_tile[Slot(TensorType::kQ4_0)] = &QuantTile<Blocks32Kernel<Q4_0Avx2>>;
+  k.quant_tile[Slot(TensorType::kQ4_1)] = &QuantTile<Blocks32Kernel<Q4_1Avx2>>;
+  k.quant_tile[Slot(TensorType::kQ5_0)] = &QuantTile<Blocks32Kernel<Q5_0Avx2>>;
+  k.quant_tile[Slot(TensorType::kQ5_1)] = &QuantTile<Blocks32Kernel<Q5_1Avx2>>;
+  k.quant_tile[Slot(TensorType::kQ8_0)] = &QuantTile<Blocks32Kernel<Q8_0Avx2>>;
+  FillKQuantKernels(&k);
+  return k;
+}
+
+}  // namespace
+}  // namespace avx2
+
+const KernelSet* Avx2Kernels() {
+  static const KernelSet kernels = avx2::MakeAvx2();
+  return &kernels;
+}
+
+}  // namespace colibri::ops::internal

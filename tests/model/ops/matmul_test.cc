@@ -1,0 +1,240 @@
+#include "model/ops/matmul.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "gtest/gtest.h"
+#include "model/ops/quantize.h"
+#include "model/ops/tensor_type.h"
+
+namespace colibri::ops {
+namespace {
+
+const TensorType kAllTypes[] = {
+    TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
+    TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K,
+    TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+};
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+};
+
+Matrix RandomMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Matrix m;
+  m.w.type = type;
+  m.w.rows = rows;
+  m.w.cols = cols;
+  m.w.row_bytes = RowBytesUnchecked(type, cols);
+  m.bytes.resize(rows * m.w.row_bytes);
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+    for (float& v : row) v = dist(rng) * scale;
+    EXPECT_TRUE(QuantizeRow(type, row.data(), m.bytes.data() + r * m.w.row_bytes, cols).ok());
+  }
+  m.w.data = m.bytes.data();
+  return m;
+}
+
+std::vector<float> RandomActivations(int64_t n_tokens, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n_tokens * cols);
+  for (float& v : x) v = dist(rng);
+  // Make a few values dominate their blocks and include an all-zero block.
+  if (cols >= 288) {
+    x[3] = 9.0f;
+    std::fill(x.begin() + 256, x.begin() + 288, 0.0f);
+    if (n_tokens > 1) x[cols + 7] = -11.0f;
+  }
+  return x;
+}
+
+int64_t ColsFor(TensorType type) {
+  // Odd numbers of blocks; F32/F16/BF16 rows need not be a multiple of 8.
+  const int64_t block = GetTraits(type).block_size;
+  return block == 256 ? 3 * 256 : block == 32 ? 11 * 32 : 173;
+}
+
+std::string PathName(NumericPath p) { return p == NumericPath::kExact ? "exact" : "fast"; }
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+// Runs the tests once per kernel set this machine can execute.
+class MatMulKernelTest : public ::testing::TestWithParam<KernelSetChoice> {
+ protected:
+  void SetUp() override {
+    if (!ForceKernelSetForTesting(GetParam())) GTEST_SKIP() << "kernel set not available here";
+    ASSERT_STREQ(ActiveKernelSetName(), GetParam() == KernelSetChoice::kPortable ? "portable" : "avx2");
+  }
+  void TearDown() override { ForceKernelSetForTesting(KernelSetChoice::kAuto); }
+};
+
+TEST_P(MatMulKernelTest, EqualsReferenceBitwise) {
+  const int64_t rows = 37;
+  for (TensorType type : kAllTypes) {
+    const int64_t cols = ColsFor(type);
+    const Matrix m = RandomMatrix(type, rows, cols, 11);
+    for (int64_t n_tokens : {1, 3, 17}) {
+      const std::vector<float> x = RandomActivations(n_tokens, cols, 5 + n_tokens);
+      for (NumericPath path : {NumericPath::kExact, NumericPath::kFast}) {
+        const int64_t y_stride = rows + 3;
+        std::vector<float> y(n_tokens * y_stride, -1.0f), ref(n_tokens * y_stride, -1.0f);
+        MatMulScratch scratch;
+        MatMul(m.w, x.data(), n_tokens, y.data(), y_stride, path, nullptr, &scratch);
+        MatMulReference(m.w, x.data(), n_tokens, ref.data(), y_stride, path);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_TRUE(SameBits(y[t * y_stride + r], ref[t * y_stride + r]))
+                << TypeName(type) << " " << PathName(path) << " n_tokens=" << n_tokens
+                << " t=" << t << " r=" << r << ": " << y[t * y_stride + r]
+                << " vs reference " << ref[t * y_stride + r] << " (" << ActiveKernelSetName()
+                << ")";
+          }
+          for (int64_t r = rows; r < y_stride; ++r) ASSERT_EQ(y[t * y_stride + r], -1.0f);
+        }
+      }
+    }
+  }
+}
+
+// Large enough to be split across threads and into several row blocks and token tiles.
+TEST_P(MatMulKernelTest, BatchAndThreadInvariance) {
+  ThreadPool pool1(1), pool2(2);
+  for (TensorType type : kAllTypes) {
+    const int64_t cols = GetTraits(type).block_size == 1 ? 1000 : 1024;
+    const int64_t rows = 301;
+    const Matrix m = RandomMatrix(type, rows, cols, 3);
+    const int64_t n_tokens = 19;
+    const std::vector<float> x = RandomActivations(n_tokens, cols, 9);
+    for (NumericPath path : {NumericPath::kExact, NumericPath::kFast}) {
+      MatMulScratch scratch;
+      std::vector<float> batch1(n_tokens * rows), batch2(n_tokens * rows);
+      MatMul(m.w, x.data(), n_tokens, batch1.data(), rows, path, &pool1, &scratch);
+      MatMul(m.w, x.data(), n_tokens, batch2.data(), rows, path, &pool2, &scratch);
+      for (int64_t t : {0, 5, 18}) {
+        std::vector<float> alone(rows);
+        MatMul(m.w, x.data() + t * cols, 1, alone.data(), rows, path, &pool2, &scratch);
+        // The same token inside a different, smaller batch at another position.
+        std::vector<float> pair_x(2 * cols);
+        std::copy(x.begin() + ((t + 1) % n_tokens) * cols,
+                  x.begin() + ((t + 1) % n_tokens + 1) * cols, pair_x.begin());
+        std::copy(x.begin() + t * cols, x.begin() + (t + 1) * cols, pair_x.begin() + cols);
+        std::vector<float> pair(2 * rows);
+        MatMul(m.w, pair_x.data(), 2, pair.data(), rows, path, &pool1, &scratch);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float want = batch1[t * rows + r];
+          ASSERT_TRUE(SameBits(want, batch2[t * rows + r]))
+              << TypeName(type) << " " << PathName(path) << " 1 vs 2 threads, t=" << t << " r=" << r;
+          ASSERT_TRUE(SameBits(want, alone[r]))
+              << TypeName(type) << " " << PathName(path) << " alone vs batch, t=" << t << " r=" << r;
+          ASSERT_TRUE(SameBits(want, pair[rows + r]))
+              << TypeName(type) << " " << PathName(path) << " pair vs batch, t=" << t << " r=" << r;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelSets, MatMulKernelTest,
+                         ::testing::Values(KernelSetChoice::kPortable, KernelSetChoice::kAvx2),
+                         [](const ::testing::TestParamInfo<KernelSetChoice>& info) {
+                           return std::string(info.param == KernelSetChoice::kPortable ? "portable"
+                                                                                       : "avx2");
+                         });
+
+// The exact path against a float64 dot of the dequantized weights.
+TEST(MatMulAccuracyTest, ExactPathMatchesDoublePrecision) {
+  const int64_t rows = 23, n_tokens = 3;
+  for (TensorType type : kAllTypes) {
+    const int64_t cols = GetTraits(type).block_size == 1 ? 4000 : 4096;
+    const Matrix m = RandomMatrix(type, rows, cols, 21);
+    const std::vector<float> x = RandomActivations(n_tokens, cols, 22);
+    std::vector<float> y(n_tokens * rows);
+    MatMulScratch scratch;
+    MatMul(m.w, x.data(), n_tokens, y.data(), rows, NumericPath::kExact, nullptr, &scratch);
+    std::vector<float> wrow(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(type, m.w.data + r * m.w.row_bytes, wrow.data(), cols);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        double dot = 0, mag = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          dot += static_cast<double>(wrow[c]) * x[t * cols + c];
+          mag += std::fabs(static_cast<double>(wrow[c]) * x[t * cols + c]);
+        }
+        EXPECT_LE(std::fabs(y[t * rows + r] - dot), 1e-6 * mag)
+            << TypeName(type) << " r=" << r << " t=" << t;
+      }
+    }
+  }
+}
+
+// The fast path quantizes activations to 8 bits: close to the exact path, but
+// not equal for the quantized types; equal for the float types.
+TEST(MatMulAccuracyTest, FastPathIsCloseToExactPath) {
+  const int64_t rows = 17, n_tokens = 2;
+  for (TensorType type : kAllTypes) {
+    const int64_t cols = 1024;
+    const Matrix m = RandomMatrix(type, rows, cols, 31);
+    const std::vector<float> x = RandomActivations(n_tokens, cols, 32);
+    std::vector<float> exact(n_tokens * rows), fast(n_tokens * rows);
+    MatMulScratch scratch;
+    MatMul(m.w, x.data(), n_tokens, exact.data(), rows, NumericPath::kExact, nullptr, &scratch);
+    MatMul(m.w, x.data(), n_tokens, fast.data(), rows, NumericPath::kFast, nullptr, &scratch);
+    const bool is_float = GetTraits(type).block_size == 1;
+    std::vector<float> wrow(cols);
+    bool any_difference = false;
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(type, m.w.data + r * m.w.row_bytes, wrow.data(), cols);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        double mag = 0;
+        for (int64_t c = 0; c < cols; ++c) mag += std::fabs(wrow[c] * x[t * cols + c]);
+        const float e = exact[t * rows + r], f = fast[t * rows + r];
+        if (is_float) {
+          EXPECT_TRUE(SameBits(e, f)) << TypeName(type);
+        } else {
+          EXPECT_LE(std::fabs(e - f), 0.01 * mag) << TypeName(type) << " r=" << r << " t=" << t;
+          any_difference |= e != f;
+        }
+      }
+    }
+    if (!is_float) {
+      EXPECT_TRUE(any_difference) << TypeName(type) << ": fast path did not quantize";
+    }
+  }
+}
+
+TEST(MatMulTest, ScratchIsReusedAcrossShapes) {
+  MatMulScratch scratch;
+  ThreadPool pool(2);
+  for (int64_t cols : {2048, 512, 4096}) {
+    const Matrix m = RandomMatrix(TensorType::kQ4_K, 64, cols, 1);
+    const std::vector<float> x = RandomActivations(4, cols, 2);
+    std::vector<float> y(4 * 64), ref(4 * 64);
+    for (NumericPath path : {NumericPath::kExact, NumericPath::kFast}) {
+      MatMul(m.w, x.data(), 4, y.data(), 64, path, &pool, &scratch);
+      MatMulReference(m.w, x.data(), 4, ref.data(), 64, path);
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(SameBits(y[i], ref[i])) << cols << " " << i;
+    }
+  }
+}
+
+TEST(MatMulTest, ZeroTokensOrRowsIsANoOp) {
+  const Matrix m = RandomMatrix(TensorType::kQ8_0, 4, 64, 1);
+  MatMulScratch scratch;
+  float y = 7.0f;
+  MatMul(m.w, nullptr, 0, &y, 4, NumericPath::kFast, nullptr, &scratch);
+  EXPECT_EQ(y, 7.0f);
+}
+
+}  // namespace
+}  // namespace colibri::ops
