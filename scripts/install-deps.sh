@@ -12,6 +12,9 @@ packages=(
   libpcre2-dev                         # Unicode-property regexes of the BPE pre-tokenizers
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # wire protocol
   librocksdb-dev                       # expert-node disk tier
+  libxxhash-dev                        # expert-node value checksums (XXH64)
+  libcli11-dev                         # command lines with subcommands (header-only)
+  nlohmann-json3-dev                   # reading the JSON golden files in tests
 )
 
 missing=()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The test command: installs the Debian packages, builds Colibri (Release) and
+# runs the whole test suite with CTest, then builds the parser and kernel tests
+# with ASan+UBSan and runs them again.
+#
+# Environment:
+#   COLIBRI_BUILD_DIR       build folder (default: build)
+#   COLIBRI_SKIP_SANITIZE=1 skip the sanitizer pass
+#   COLIBRI_FIXTURES_DIR    test fixtures (default: ../shared/fixtures)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-deps.sh
+
+build="${COLIBRI_BUILD_DIR:-build}"
+fixtures=()
+if [ -n "${COLIBRI_FIXTURES_DIR:-}" ]; then
+  fixtures=(-DCOLIBRI_FIXTURES_DIR="$COLIBRI_FIXTURES_DIR")
+fi
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${fixtures[@]}"
+cmake --build "$build"
+ctest --test-dir "$build" --output-on-failure -j2
+
+if [ "${COLIBRI_SKIP_SANITIZE:-0}" != 1 ]; then
+  cmake -S . -B "$build-asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOLIBRI_SANITIZE=ON "${fixtures[@]}"
+  cmake --build "$build-asan" --target colibri_sanitize_tests
+  ctest --test-dir "$build-asan" -L sanitize --output-on-failure -j2
+fi
