@@ -47,10 +47,10 @@ std::string Mib(uint64_t bytes) {
 }
 
 std::string Size(uint64_t bytes) {
-  if (bytes >= (uint64_t{1} << 30)) {
-    return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  }
-  return Mib(bytes);
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
+  if (bytes >= (uint64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
+  return absl::StrFormat("%.1f KiB", b / 1024);
 }
 
 // Progress on stderr for files big enough to take a while: a line rewritten in
@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
   std::printf("wrote %s: %s (%llu bytes), %d tensors, %.3g M parameters, %.1f s\n", out.c_str(),
               Size(report->file_bytes).c_str(), static_cast<unsigned long long>(report->file_bytes),
               report->n_tensors, static_cast<double>(report->n_params) / 1e6, seconds);
-  std::printf("  %s: %d layers, d=%d, %d/%d heads of %d, context %d%s\n",
+  std::printf("  %s: layers %d, d=%d, %d/%d heads of %d, context %d%s\n",
               ArchitectureName(spec.arch), spec.n_layer, spec.n_embd, spec.n_head, spec.n_head_kv,
               spec.head_dim, spec.n_ctx, spec.tied_embeddings ? ", tied embeddings" : "");
   std::printf("  experts: %d per layer, top-%d, ffn %d", spec.n_expert, spec.n_expert_used,
@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
   if (spec.n_ff_shexp > 0) std::printf(", shared expert ffn %d", spec.n_ff_shexp);
   std::printf(
       "; %d routed experts in all, %s per expert, %s together (%.1f%% of the tensor data)\n",
-      spec.n_expert * spec.n_layer, Mib(report->bytes_per_expert).c_str(),
+      spec.n_expert * spec.n_layer, Size(report->bytes_per_expert).c_str(),
       Size(report->expert_bytes).c_str(),
       100.0 * static_cast<double>(report->expert_bytes) /
           static_cast<double>(report->tensor_bytes));

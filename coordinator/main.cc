@@ -1,0 +1,139 @@
+// colibri-coordinator: the command line. Flags are read here only; each
+// subcommand is a library function taking an Options struct.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "coordinator/inspect_command.h"
+#include "coordinator/run_command.h"
+#include "coordinator/tokenize_command.h"
+
+namespace {
+
+using colibri::coordinator::InspectOptions;
+using colibri::coordinator::RunOptions;
+
+bool ParseIdList(const std::string& text, std::vector<int32_t>* ids, std::string* error) {
+  ids->clear();
+  for (absl::string_view piece : absl::StrSplit(text, absl::ByAnyChar(", "), absl::SkipEmpty())) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(piece, &id)) {
+      *error = "not a token id: '" + std::string(piece) + "'";
+      return false;
+    }
+    ids->push_back(id);
+  }
+  return true;
+}
+
+void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool* exact) {
+  cmd->add_option("--model,-m", o->model_path, "GGUF model file (first file of a split model)")
+      ->required();
+  cmd->add_option("--prompt,-p", o->prompt, "prompt text");
+  cmd->add_option("--prompt-file", o->prompt_file, "file holding the prompt text");
+  cmd->add_option("--prompt-tokens", *prompt_tokens,
+                  "comma-separated token ids, fed exactly as given (no BOS added)");
+  cmd->add_option("--n-predict,-n", o->n_predict, "tokens to generate (0: evaluate the prompt)")
+      ->capture_default_str();
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after end-of-generation tokens");
+  cmd->add_option("--temp", o->sampling.temperature, "sampling temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1: off)")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "(0: off)")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "(0: off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", o->sampling.penalty_last_n,
+                  "tokens the penalties look back over (-1: all)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--threads,-t", o->threads, "worker threads (0: physical cores)")
+      ->capture_default_str();
+  cmd->add_option("--ctx-size,-c", o->ctx_size, "context size (0: min(model, 4096))")
+      ->capture_default_str();
+  cmd->add_option("--batch-size,-b", o->batch_size, "prompt tokens per batch")
+      ->capture_default_str();
+  cmd->add_flag("--exact", *exact, "keep activations in float32 (the reference path)");
+  cmd->add_option("--logits-out", o->logits_out, "write float32 logits rows to this file");
+  cmd->add_flag("--all-logits", o->all_logits, "with --logits-out: a row per prompt position");
+  cmd->add_flag("--print-token-ids", o->print_token_ids,
+                "print the generated ids on one line instead of the text");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"colibri-coordinator: runs Mixture-of-Experts GGUF models"};
+  app.require_subcommand(1);
+
+  RunOptions run;
+  std::string prompt_tokens;
+  bool exact = false;
+  CLI::App* run_cmd = app.add_subcommand("run", "one-shot generation or evaluation");
+  AddRunFlags(run_cmd, &run, &prompt_tokens, &exact);
+
+  InspectOptions inspect;
+  CLI::App* inspect_cmd = app.add_subcommand("inspect", "describe a GGUF model file");
+  inspect_cmd->add_option("--model,-m", inspect.model_path, "GGUF model file")->required();
+  inspect_cmd->add_flag("--verbose,-v", inspect.verbose, "list every metadata key and tensor");
+
+  colibri::coordinator::TokenizeOptions tokenize;
+  CLI::App* tokenize_cmd = app.add_subcommand("tokenize", "print the token ids of a text");
+  tokenize_cmd->add_option("--model,-m", tokenize.model_path, "GGUF file (vocab-only is fine)")
+      ->required();
+  tokenize_cmd->add_option("--text", tokenize.text, "the text");
+  tokenize_cmd->add_option("--text-file", tokenize.text_file, "file holding the text");
+  tokenize_cmd->add_option("--separator", tokenize.separator,
+                           "split the input on this string; one line of ids per piece");
+  tokenize_cmd->add_flag("--add-special", tokenize.add_special, "add BOS/EOS as the vocab asks");
+  tokenize_cmd->add_flag("--parse-special", tokenize.parse_special,
+                         "recognise special-token text in the input");
+
+  colibri::coordinator::DetokenizeOptions detokenize;
+  std::string detokenize_ids;
+  CLI::App* detokenize_cmd = app.add_subcommand("detokenize", "print the text of token ids");
+  detokenize_cmd->add_option("--model,-m", detokenize.model_path, "GGUF file")->required();
+  detokenize_cmd->add_option("--ids", detokenize_ids, "comma-separated token ids")->required();
+  detokenize_cmd->add_flag("--render-special", detokenize.render_special,
+                           "render control tokens as text");
+
+  CLI11_PARSE(app, argc, argv);
+
+  absl::Status status;
+  if (run_cmd->parsed()) {
+    if (run_cmd->count("--prompt-tokens") > 0) {
+      std::string error;
+      if (!ParseIdList(prompt_tokens, &run.prompt_tokens, &error)) {
+        std::cerr << "error: --prompt-tokens: " << error << "\n";
+        return 2;
+      }
+      run.has_prompt_tokens = true;
+    }
+    if (exact) run.path = colibri::ops::NumericPath::kExact;
+    status = colibri::coordinator::RunGenerate(run, std::cout, std::cerr);
+  } else if (inspect_cmd->parsed()) {
+    status = colibri::coordinator::RunInspect(inspect, std::cout);
+  } else if (tokenize_cmd->parsed()) {
+    tokenize.has_separator = tokenize_cmd->count("--separator") > 0;
+    status = colibri::coordinator::RunTokenize(tokenize, std::cout);
+  } else if (detokenize_cmd->parsed()) {
+    std::string error;
+    if (!ParseIdList(detokenize_ids, &detokenize.ids, &error)) {
+      std::cerr << "error: --ids: " << error << "\n";
+      return 2;
+    }
+    status = colibri::coordinator::RunDetokenize(detokenize, std::cout);
+  }
+  if (!status.ok()) {
+    std::cerr << "error: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

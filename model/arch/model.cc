@@ -1,0 +1,186 @@
+#include "model/arch/model.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/ops/quantize.h"
+
+namespace colibri::arch {
+
+// Resolves tensor names to typed views, checking shape and type.
+class Model::Binder {
+ public:
+  Binder(Model* model) : model_(model), file_(*model->file_) {}
+
+  const gguf::TensorInfo* Find(const std::string& name) const { return file_.FindTensor(name); }
+
+  absl::StatusOr<const gguf::TensorInfo*> Require(const std::string& name) const {
+    const gguf::TensorInfo* t = file_.FindTensor(name);
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file_.path(), ": required tensor ", name, " is missing"));
+    }
+    if (!ops::GetTraits(t->type).supported) {
+      return absl::InvalidArgumentError(absl::StrCat(file_.path(), ": unsupported tensor type ",
+                                                     ops::TypeName(t->type), " in tensor ", name));
+    }
+    return t;
+  }
+
+  absl::Status CheckDims(const gguf::TensorInfo& t, std::vector<int64_t> want) const {
+    if (t.dims != want) {
+      return absl::InvalidArgumentError(absl::StrCat(file_.path(), ": tensor ", t.name,
+                                                     " has shape ", DimsString(t.dims),
+                                                     ", expected ", DimsString(want)));
+    }
+    return absl::OkStatus();
+  }
+
+  // A 2-D matrix [rows][cols] (GGML dims {cols, rows}).
+  absl::StatusOr<ops::WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows) {
+    COLIBRI_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Require(name));
+    COLIBRI_RETURN_IF_ERROR(CheckDims(*t, {cols, rows}));
+    return View(*t, cols, rows, 0);
+  }
+
+  // Expert e of a merged 3-D tensor {cols, rows, n_expert}.
+  absl::StatusOr<std::vector<ops::WeightMatrix>> ExpertMatrices(const std::string& name,
+                                                                int64_t cols, int64_t rows,
+                                                                int n_expert) {
+    COLIBRI_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Require(name));
+    COLIBRI_RETURN_IF_ERROR(CheckDims(*t, {cols, rows, n_expert}));
+    std::vector<ops::WeightMatrix> out;
+    for (int e = 0; e < n_expert; ++e) out.push_back(View(*t, cols, rows, e));
+    return out;
+  }
+
+  // A float32 copy of a vector tensor of n elements (any supported type).
+  absl::StatusOr<const float*> Vector(const std::string& name, int64_t n) {
+    COLIBRI_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Require(name));
+    COLIBRI_RETURN_IF_ERROR(CheckDims(*t, {n}));
+    auto v = std::make_unique<std::vector<float>>(n);
+    ops::DequantizeRow(t->type, t->data, v->data(), n);
+    const float* p = v->data();
+    model_->owned_vectors_.push_back(std::move(v));
+    return p;
+  }
+
+  absl::StatusOr<const float*> OptionalVector(const std::string& name, int64_t n) {
+    if (Find(name) == nullptr) return nullptr;
+    return Vector(name, n);
+  }
+
+ private:
+  static std::string DimsString(const std::vector<int64_t>& dims) {
+    std::string s = "(";
+    for (size_t i = 0; i < dims.size(); ++i) absl::StrAppend(&s, i ? ", " : "", dims[i]);
+    return s + ")";
+  }
+
+  ops::WeightMatrix View(const gguf::TensorInfo& t, int64_t cols, int64_t rows, int index) const {
+    ops::WeightMatrix m;
+    m.type = t.type;
+    m.rows = rows;
+    m.cols = cols;
+    m.row_bytes = ops::RowBytesUnchecked(t.type, cols);
+    m.data = t.data + static_cast<uint64_t>(index) * rows * m.row_bytes;
+    return m;
+  }
+
+  Model* model_;
+  const gguf::GgufFile& file_;
+};
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Open(const std::string& path) {
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(path));
+  return Load(std::move(file));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(std::unique_ptr<gguf::GgufFile> file) {
+  std::unique_ptr<Model> model(new Model());
+  COLIBRI_ASSIGN_OR_RETURN(model->config_, ReadModelConfig(*file));
+  model->file_ = std::move(file);
+  const ModelConfig& c = model->config_;
+  Binder b(model.get());
+
+  COLIBRI_ASSIGN_OR_RETURN(model->token_embd_, b.Matrix("token_embd.weight", c.n_embd, c.n_vocab));
+  COLIBRI_ASSIGN_OR_RETURN(model->output_norm_, b.Vector("output_norm.weight", c.n_embd));
+  if (b.Find("output.weight") != nullptr) {
+    COLIBRI_ASSIGN_OR_RETURN(model->output_, b.Matrix("output.weight", c.n_embd, c.n_vocab));
+  } else {
+    model->output_ = model->token_embd_;
+    model->tied_embeddings_ = true;
+  }
+
+  model->layers_.resize(c.n_layer);
+  model->experts_.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; ++il) {
+    LayerWeights& l = model->layers_[il];
+    const std::string p = absl::StrCat("blk.", il, ".");
+    COLIBRI_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(p + "attn_norm.weight", c.n_embd));
+    COLIBRI_ASSIGN_OR_RETURN(l.wq, b.Matrix(p + "attn_q.weight", c.n_embd, c.q_dim()));
+    COLIBRI_ASSIGN_OR_RETURN(l.wk, b.Matrix(p + "attn_k.weight", c.n_embd, c.kv_dim()));
+    COLIBRI_ASSIGN_OR_RETURN(l.wv, b.Matrix(p + "attn_v.weight", c.n_embd, c.v_dim()));
+    COLIBRI_ASSIGN_OR_RETURN(
+        l.wo, b.Matrix(p + "attn_output.weight", c.n_head * c.head_dim_v, c.n_embd));
+    if (c.qkv_bias) {
+      COLIBRI_ASSIGN_OR_RETURN(l.bq, b.Vector(p + "attn_q.bias", c.q_dim()));
+      COLIBRI_ASSIGN_OR_RETURN(l.bk, b.Vector(p + "attn_k.bias", c.kv_dim()));
+      COLIBRI_ASSIGN_OR_RETURN(l.bv, b.Vector(p + "attn_v.bias", c.v_dim()));
+    }
+    if (c.qk_norm == QkNorm::kPerHead) {
+      COLIBRI_ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "attn_q_norm.weight", c.head_dim));
+      COLIBRI_ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "attn_k_norm.weight", c.head_dim));
+    } else if (c.qk_norm == QkNorm::kWhole) {
+      COLIBRI_ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "attn_q_norm.weight", c.q_dim()));
+      COLIBRI_ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "attn_k_norm.weight", c.kv_dim()));
+    }
+    COLIBRI_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(p + "ffn_norm.weight", c.n_embd));
+    COLIBRI_ASSIGN_OR_RETURN(l.router, b.Matrix(p + "ffn_gate_inp.weight", c.n_embd, c.n_expert));
+
+    l.experts.resize(c.n_expert);
+    if (b.Find(p + "ffn_gate_exps.weight") != nullptr) {
+      COLIBRI_ASSIGN_OR_RETURN(auto gate, b.ExpertMatrices(p + "ffn_gate_exps.weight", c.n_embd,
+                                                           c.n_ff_exp, c.n_expert));
+      COLIBRI_ASSIGN_OR_RETURN(auto up, b.ExpertMatrices(p + "ffn_up_exps.weight", c.n_embd,
+                                                         c.n_ff_exp, c.n_expert));
+      COLIBRI_ASSIGN_OR_RETURN(auto down, b.ExpertMatrices(p + "ffn_down_exps.weight",
+                                                           c.n_ff_exp, c.n_embd, c.n_expert));
+      for (int e = 0; e < c.n_expert; ++e) l.experts[e] = {gate[e], up[e], down[e]};
+    } else {
+      for (int e = 0; e < c.n_expert; ++e) {
+        const std::string pe = absl::StrCat(".", e, ".weight");
+        moe::ExpertWeights& w = l.experts[e];
+        COLIBRI_ASSIGN_OR_RETURN(w.gate, b.Matrix(p + "ffn_gate" + pe, c.n_embd, c.n_ff_exp));
+        COLIBRI_ASSIGN_OR_RETURN(w.up, b.Matrix(p + "ffn_up" + pe, c.n_embd, c.n_ff_exp));
+        COLIBRI_ASSIGN_OR_RETURN(w.down, b.Matrix(p + "ffn_down" + pe, c.n_ff_exp, c.n_embd));
+      }
+    }
+    if (c.shared_expert) {
+      COLIBRI_ASSIGN_OR_RETURN(l.shared.gate,
+                               b.Matrix(p + "ffn_gate_shexp.weight", c.n_embd, c.n_ff_shexp));
+      COLIBRI_ASSIGN_OR_RETURN(l.shared.up,
+                               b.Matrix(p + "ffn_up_shexp.weight", c.n_embd, c.n_ff_shexp));
+      COLIBRI_ASSIGN_OR_RETURN(l.shared.down,
+                               b.Matrix(p + "ffn_down_shexp.weight", c.n_ff_shexp, c.n_embd));
+      if (c.shared_expert_gate) {
+        COLIBRI_ASSIGN_OR_RETURN(l.shared_gate,
+                                 b.Vector(p + "ffn_gate_inp_shexp.weight", c.n_embd));
+      }
+    }
+    model->experts_[il] = l.experts;
+  }
+  return model;
+}
+
+absl::Status Model::EmbedToken(int32_t id, float* out) const {
+  if (id < 0 || id >= config_.n_vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token id ", id, " is outside the vocabulary [0, ", config_.n_vocab, ")"));
+  }
+  ops::DequantizeRow(token_embd_.type, token_embd_.data + id * token_embd_.row_bytes, out,
+                     config_.n_embd);
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::arch

@@ -1,0 +1,82 @@
+// A loaded MoE model: config plus typed views of every weight tensor.
+//
+// Large matrices are views into the mmapped GGUF (never copied); small vectors
+// (norms, biases) are converted to float32 and owned. Loading checks every
+// tensor's presence, shape and type: an unsupported type fails with
+// "unsupported tensor type X in tensor Y".
+//
+// Thread-safety: immutable after Load; shared by any number of sessions.
+#ifndef COLIBRI_MODEL_ARCH_MODEL_H_
+#define COLIBRI_MODEL_ARCH_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/arch/model_config.h"
+#include "model/gguf/gguf_file.h"
+#include "model/moe/expert_ffn.h"
+#include "model/ops/matmul.h"
+
+namespace colibri::arch {
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [n_embd]
+  ops::WeightMatrix wq;              // [q_dim][n_embd]
+  ops::WeightMatrix wk;              // [kv_dim][n_embd]
+  ops::WeightMatrix wv;              // [v_dim][n_embd]
+  ops::WeightMatrix wo;              // [n_embd][n_head * head_dim_v]
+  const float* bq = nullptr;         // [q_dim] when qkv_bias
+  const float* bk = nullptr;         // [kv_dim]
+  const float* bv = nullptr;         // [v_dim]
+  const float* q_norm = nullptr;     // [head_dim] or [q_dim], by QkNorm
+  const float* k_norm = nullptr;     // [head_dim] or [kv_dim]
+  const float* ffn_norm = nullptr;   // [n_embd]
+  ops::WeightMatrix router;          // [n_expert][n_embd]
+  std::vector<moe::ExpertWeights> experts;  // [n_expert]
+  moe::ExpertWeights shared;                // when config.shared_expert
+  const float* shared_gate = nullptr;       // [n_embd] when shared_expert_gate
+};
+
+class Model {
+ public:
+  // Opens `path` with gguf::GgufFile::Open and loads it.
+  static absl::StatusOr<std::unique_ptr<Model>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Model>> Load(std::unique_ptr<gguf::GgufFile> file);
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const gguf::GgufFile& file() const { return *file_; }
+  const LayerWeights& layer(int i) const { return layers_[i]; }
+  // experts()[layer][expert], for moe::LocalExpertBackend.
+  const std::vector<std::vector<moe::ExpertWeights>>& experts() const { return experts_; }
+
+  const ops::WeightMatrix& token_embd() const { return token_embd_; }  // [n_vocab][n_embd]
+  const ops::WeightMatrix& output() const { return output_; }  // token_embd when tied
+  const float* output_norm() const { return output_norm_; }
+  bool tied_embeddings() const { return tied_embeddings_; }
+
+  // out: [n_embd]. InvalidArgument when id is outside [0, n_vocab).
+  absl::Status EmbedToken(int32_t id, float* out) const;
+
+ private:
+  Model() = default;
+  class Binder;
+
+  ModelConfig config_;
+  std::unique_ptr<gguf::GgufFile> file_;
+  std::vector<LayerWeights> layers_;
+  std::vector<std::vector<moe::ExpertWeights>> experts_;
+  ops::WeightMatrix token_embd_;
+  ops::WeightMatrix output_;
+  const float* output_norm_ = nullptr;
+  bool tied_embeddings_ = false;
+  std::vector<std::unique_ptr<std::vector<float>>> owned_vectors_;
+};
+
+}  // namespace colibri::arch
+
+#endif  // COLIBRI_MODEL_ARCH_MODEL_H_

@@ -1,0 +1,128 @@
+#include "model/arch/model_config.h"
+
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace colibri::arch {
+namespace {
+
+const ArchSpec* const kArchSpecs[] = {&Qwen3MoeArch(), &Qwen2MoeArch(), &LlamaMoeArch(),
+                                      &OlmoeArch()};
+
+absl::Status Invalid(const gguf::GgufFile& file, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", what));
+}
+
+absl::StatusOr<int> ToInt(const gguf::GgufFile& file, const std::string& key, int64_t v) {
+  if (v < 0 || v > std::numeric_limits<int>::max()) {
+    return Invalid(file, absl::StrCat(key, " = ", v, " is out of range"));
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+std::vector<std::string> SupportedArchitectures() {
+  std::vector<std::string> names;
+  for (const ArchSpec* spec : kArchSpecs) names.emplace_back(spec->name);
+  return names;
+}
+
+absl::StatusOr<int> ReadRequiredInt(const gguf::GgufFile& file, const std::string& arch,
+                                    const char* suffix) {
+  const std::string key = absl::StrCat(arch, ".", suffix);
+  absl::StatusOr<int64_t> v = file.GetInt(key);
+  if (absl::IsNotFound(v.status())) {
+    return Invalid(file, absl::StrCat("required metadata key ", key, " is missing"));
+  }
+  if (!v.ok()) return v.status();
+  return ToInt(file, key, *v);
+}
+
+absl::StatusOr<int> ReadOptionalInt(const gguf::GgufFile& file, const std::string& arch,
+                                    const char* suffix, int fallback) {
+  const std::string key = absl::StrCat(arch, ".", suffix);
+  COLIBRI_ASSIGN_OR_RETURN(int64_t v, file.GetIntOr(key, fallback));
+  return ToInt(file, key, v);
+}
+
+absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
+  ModelConfig c;
+  absl::StatusOr<std::string> arch = file.GetString("general.architecture");
+  if (!arch.ok()) {
+    return Invalid(file, absl::StrCat("general.architecture: ", arch.status().message()));
+  }
+  c.arch = *arch;
+  const ArchSpec* spec = nullptr;
+  for (const ArchSpec* s : kArchSpecs) {
+    if (c.arch == s->name) spec = s;
+  }
+  if (spec == nullptr) {
+    return Invalid(file, absl::StrCat("unsupported architecture '", c.arch,
+                                      "' (supported: ", absl::StrJoin(SupportedArchitectures(), ", "),
+                                      ")"));
+  }
+  COLIBRI_ASSIGN_OR_RETURN(c.name, file.GetStringOr("general.name", ""));
+  const std::string& a = c.arch;
+  COLIBRI_ASSIGN_OR_RETURN(c.n_layer, ReadRequiredInt(file, a, "block_count"));
+  COLIBRI_ASSIGN_OR_RETURN(c.n_embd, ReadRequiredInt(file, a, "embedding_length"));
+  COLIBRI_ASSIGN_OR_RETURN(c.n_head, ReadRequiredInt(file, a, "attention.head_count"));
+  COLIBRI_ASSIGN_OR_RETURN(c.n_head_kv,
+                           ReadOptionalInt(file, a, "attention.head_count_kv", c.n_head));
+  COLIBRI_ASSIGN_OR_RETURN(c.n_ctx_train, ReadRequiredInt(file, a, "context_length"));
+  COLIBRI_ASSIGN_OR_RETURN(c.n_expert, ReadRequiredInt(file, a, "expert_count"));
+  COLIBRI_ASSIGN_OR_RETURN(c.n_expert_used, ReadRequiredInt(file, a, "expert_used_count"));
+  if (c.n_head <= 0 || c.n_embd <= 0 || c.n_layer <= 0) {
+    return Invalid(file, "block_count, embedding_length and attention.head_count must be > 0");
+  }
+  const int default_head_dim = c.n_embd / c.n_head;
+  COLIBRI_ASSIGN_OR_RETURN(c.head_dim,
+                           ReadOptionalInt(file, a, "attention.key_length", default_head_dim));
+  COLIBRI_ASSIGN_OR_RETURN(c.head_dim_v,
+                           ReadOptionalInt(file, a, "attention.value_length", c.head_dim));
+  COLIBRI_ASSIGN_OR_RETURN(c.n_rot, ReadOptionalInt(file, a, "rope.dimension_count", c.head_dim));
+
+  COLIBRI_ASSIGN_OR_RETURN(
+      double eps, file.GetFloatOr(absl::StrCat(a, ".attention.layer_norm_rms_epsilon"), 1e-6));
+  c.rms_eps = static_cast<float>(eps);
+  COLIBRI_ASSIGN_OR_RETURN(double base,
+                           file.GetFloatOr(absl::StrCat(a, ".rope.freq_base"), 10000.0));
+  c.rope_freq_base = static_cast<float>(base);
+  COLIBRI_ASSIGN_OR_RETURN(double scale,
+                           file.GetFloatOr(absl::StrCat(a, ".rope.scale_linear"), 1.0));
+  c.rope_freq_scale = static_cast<float>(1.0 / scale);
+
+  COLIBRI_RETURN_IF_ERROR(spec->finish_config(file, &c));
+
+  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) {
+    return Invalid(file, absl::StrCat("attention.head_count ", c.n_head,
+                                      " is not a multiple of head_count_kv ", c.n_head_kv));
+  }
+  if (c.head_dim <= 0 || c.head_dim_v <= 0) {
+    return Invalid(file, "attention.key_length and value_length must be > 0");
+  }
+  if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
+    return Invalid(file, absl::StrCat("rope.dimension_count ", c.n_rot,
+                                      " must be even and at most the head size ", c.head_dim));
+  }
+  if (c.n_expert <= 0 || c.n_expert_used <= 0 || c.n_expert_used > c.n_expert) {
+    return Invalid(file, absl::StrCat("expert_used_count ", c.n_expert_used,
+                                      " must be in [1, expert_count ", c.n_expert, "]"));
+  }
+  if (c.n_ctx_train <= 0) return Invalid(file, "context_length must be > 0");
+  if (!(c.rms_eps > 0) || !(c.rope_freq_base > 0)) {
+    return Invalid(file, "layer_norm_rms_epsilon and rope.freq_base must be > 0");
+  }
+  const gguf::TensorInfo* embd = file.FindTensor("token_embd.weight");
+  if (embd == nullptr || embd->dims.size() != 2) {
+    return Invalid(file, "tensor token_embd.weight is missing or not 2-D");
+  }
+  COLIBRI_ASSIGN_OR_RETURN(c.n_vocab, ToInt(file, "token_embd.weight rows", embd->dims[1]));
+  return c;
+}
+
+}  // namespace colibri::arch

@@ -1,0 +1,121 @@
+// One sequence being evaluated: the KV cache and the scratch of the forward pass.
+//
+// Evaluate() runs tokens through the model at the next positions. A prompt is
+// evaluated layer by layer over all its tokens at once (in chunks of n_batch);
+// decoding feeds one token at a time against the KV cache. Routed experts go
+// through the ExpertBackend given at creation.
+//
+// After the first call of each batch size, Evaluate does not allocate: every
+// buffer is sized at creation for n_batch tokens and n_ctx positions.
+//
+// Thread-safety: not thread-safe; one Evaluate at a time. The Model, backend and
+// pool are borrowed and must outlive the session.
+#ifndef COLIBRI_MODEL_ARCH_SESSION_H_
+#define COLIBRI_MODEL_ARCH_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/thread_pool.h"
+#include "model/arch/model.h"
+#include "model/moe/expert_backend.h"
+#include "model/moe/expert_ffn.h"
+#include "model/ops/matmul.h"
+
+namespace colibri::arch {
+
+struct SessionOptions {
+  // Positions the KV cache holds. Default: 0, meaning min(context_length, 4096).
+  int n_ctx = 0;
+  // Tokens evaluated together during prompt processing. Default: 512.
+  int n_batch = 512;
+  // Numeric path of every matrix product. Default: kFast.
+  ops::NumericPath path = ops::NumericPath::kFast;
+};
+
+// Timing and work counters, cumulative since creation or ResetStats().
+struct SessionStats {
+  int64_t tokens_evaluated = 0;
+  int64_t evaluate_calls = 0;
+  double expert_wait_seconds = 0;  // time blocked in ExpertBackend::Wait
+};
+
+class Session {
+ public:
+  static absl::StatusOr<std::unique_ptr<Session>> Create(const Model& model,
+                                                         moe::ExpertBackend* experts,
+                                                         ThreadPool* pool,
+                                                         const SessionOptions& options);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Evaluates `tokens` at positions n_past() .. n_past() + size - 1.
+  // logits (may be null) receives [size][n_vocab] when all_logits, else [n_vocab]
+  // for the last token. InvalidArgument for an empty batch or a token outside
+  // the vocabulary; OutOfRange when the context would overflow n_ctx (nothing is
+  // evaluated then). A backend failure is returned as is; the cache is then
+  // rolled back to its state before the call.
+  absl::Status Evaluate(absl::Span<const int32_t> tokens, bool all_logits,
+                        std::vector<float>* logits);
+
+  int n_past() const { return n_past_; }
+  int n_ctx() const { return n_ctx_; }
+  const Model& model() const { return model_; }
+  const SessionStats& stats() const { return stats_; }
+
+  // Forgets every position (the cache is reused from position 0).
+  void Reset() { n_past_ = 0; }
+  // Drops positions >= n (n <= n_past()).
+  void Truncate(int n);
+
+ private:
+  Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* pool,
+          const SessionOptions& options, int n_ctx);
+
+  // Runs n tokens (n <= n_batch) whose embeddings are in x_, at positions
+  // n_past_ onwards.
+  absl::Status ForwardChunk(int n, bool all_logits, float* logits);
+  void Attention(int il, int n);
+  absl::Status MoeBlock(int il, int n);
+  void ApplyRope(float* v, int n_heads, int pos) const;
+
+  const Model& model_;
+  const ModelConfig& c_;
+  moe::ExpertBackend* const experts_;
+  ThreadPool* const pool_;
+  const SessionOptions options_;
+  const int n_ctx_;
+  int n_past_ = 0;
+  SessionStats stats_;
+
+  // KV cache: [n_layer][n_ctx][kv_dim] and [n_layer][n_ctx][v_dim].
+  std::vector<float> k_cache_;
+  std::vector<float> v_cache_;
+  // RoPE table: [n_ctx][n_rot / 2] cosines and sines.
+  std::vector<float> rope_cos_;
+  std::vector<float> rope_sin_;
+
+  // Activations for up to n_batch tokens.
+  std::vector<float> x_;            // [n][n_embd] residual stream
+  std::vector<float> xn_;           // [n][n_embd] normed
+  std::vector<float> q_;            // [n][q_dim]
+  std::vector<float> k_;            // [n][kv_dim]
+  std::vector<float> v_;            // [n][v_dim]
+  std::vector<float> attn_;         // [n][n_head * head_dim_v]
+  std::vector<float> proj_;         // [n][n_embd]
+  std::vector<float> router_;       // [n][n_expert]
+  std::vector<int32_t> routes_;     // [n][k]
+  std::vector<float> route_w_;      // [n][k]
+  std::vector<float> expert_out_;   // [n][k][n_embd]
+  std::vector<float> shared_out_;   // [n][n_embd]
+  std::vector<float> scores_;       // [n_threads][n_ctx] attention scores
+  ops::MatMulScratch matmul_scratch_;
+  moe::ExpertFfnScratch shared_scratch_;
+};
+
+}  // namespace colibri::arch
+
+#endif  // COLIBRI_MODEL_ARCH_SESSION_H_

@@ -1,0 +1,42 @@
+// The feed-forward network of one expert, batched over the tokens routed to it:
+//   out[t] = down · (silu(gate · x[t]) ⊙ (up · x[t]))
+// Used for routed experts (locally and on expert nodes) and for shared experts.
+#ifndef COLIBRI_MODEL_MOE_EXPERT_FFN_H_
+#define COLIBRI_MODEL_MOE_EXPERT_FFN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "model/ops/matmul.h"
+
+namespace colibri::moe {
+
+// gate, up: [n_ff][n_embd]; down: [n_embd][n_ff] (rows × cols, GGML order).
+struct ExpertWeights {
+  ops::WeightMatrix gate;
+  ops::WeightMatrix up;
+  ops::WeightMatrix down;
+
+  int64_t n_embd() const { return gate.cols; }
+  int64_t n_ff() const { return gate.rows; }
+  uint64_t bytes() const {
+    return gate.rows * gate.row_bytes + up.rows * up.row_bytes + down.rows * down.row_bytes;
+  }
+};
+
+// Reusable buffers for ExpertFfn; grows to the largest batch seen, then stays.
+struct ExpertFfnScratch {
+  std::vector<float> gate;  // [n][n_ff]
+  std::vector<float> up;    // [n][n_ff]
+  ops::MatMulScratch matmul;
+};
+
+// x: [n][n_embd] (row stride n_embd); out: [n][n_embd]. Batch invariant like
+// ops::MatMul: out[t] depends only on x[t], the weights and the path.
+void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out,
+               ops::NumericPath path, ThreadPool* pool, ExpertFfnScratch* scratch);
+
+}  // namespace colibri::moe
+
+#endif  // COLIBRI_MODEL_MOE_EXPERT_FFN_H_
