@@ -1,0 +1,167 @@
+#include "coordinator/cluster_command.h"
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "coordinator/model_summary.h"
+#include "model/gguf/gguf_fingerprint.h"
+
+namespace colibri::coordinator {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " file ", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& options) {
+  ClusterOptions out;
+  out.addresses = options.nodes;
+  out.replicas = options.replicas;
+  out.assume_equal = options.assume_equal;
+  if (options.replicas < 1) return absl::InvalidArgumentError("--replicas must be >= 1");
+  if (!options.auth_token_file.empty()) {
+    COLIBRI_ASSIGN_OR_RETURN(std::string token, ReadFile(options.auth_token_file, "auth token"));
+    out.client.auth_token = std::string(absl::StripAsciiWhitespace(token));
+    if (out.client.auth_token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("auth token file ", options.auth_token_file, " is empty"));
+    }
+  }
+  if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
+    out.client.use_tls = true;
+    if (!options.tls_ca_file.empty()) {
+      COLIBRI_ASSIGN_OR_RETURN(out.client.tls_ca_pem, ReadFile(options.tls_ca_file, "TLS CA"));
+    }
+    if (!options.tls_cert_file.empty()) {
+      COLIBRI_ASSIGN_OR_RETURN(out.client.tls_cert_pem,
+                               ReadFile(options.tls_cert_file, "TLS certificate"));
+    }
+    if (!options.tls_key_file.empty()) {
+      COLIBRI_ASSIGN_OR_RETURN(out.client.tls_key_pem, ReadFile(options.tls_key_file, "TLS key"));
+    }
+  }
+  return out;
+}
+
+std::vector<int> ExpertsPerLayer(const arch::Model& model) {
+  std::vector<int> out;
+  for (const auto& layer : model.experts()) out.push_back(static_cast<int>(layer.size()));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
+    const ClusterCommandOptions& options, const arch::Model& model, ops::NumericPath path,
+    ThreadPool* pool, std::ostream& err) {
+  COLIBRI_ASSIGN_OR_RETURN(ClusterOptions cluster_options, MakeClusterOptions(options));
+  cluster_options.log = &err;
+  COLIBRI_ASSIGN_OR_RETURN(std::string fingerprint, gguf::ModelFingerprint(model.file()));
+  std::unique_ptr<ClusterExperts> experts(new ClusterExperts());
+  COLIBRI_ASSIGN_OR_RETURN(experts->cluster_,
+                           Cluster::Connect(cluster_options, fingerprint, ExpertsPerLayer(model)));
+  ExpertSetupOptions setup;
+  setup.node_gguf_path = options.node_gguf;
+  setup.progress = &err;
+  COLIBRI_ASSIGN_OR_RETURN(ExpertSetupResult result,
+                           EnsureExperts(*experts->cluster_, model, setup));
+  err << "ingest: " << result.bytes_sent << " bytes sent (" << result.experts_sent
+      << " experts), " << result.experts_imported << " experts imported\n";
+  ReleaseExpertPages(model);
+  experts->backend_ = std::make_unique<RemoteExpertBackend>(
+      experts->cluster_.get(), &model.experts(), model.config().n_expert, path, pool);
+  return experts;
+}
+
+void ClusterExperts::PrintStats(std::ostream& err) const {
+  for (int i = 0; i < cluster_->n_nodes(); ++i) {
+    const NodeCounters c = cluster_->counters(i);
+    err << absl::StrFormat(
+        "node %s: requests=%d failures=%d failovers=%d bytes_sent=%d bytes_received=%d "
+        "wait_s=%.3f healthy=%d\n",
+        cluster_->node(i).address, c.requests, c.failures, c.failovers, c.bytes_sent,
+        c.bytes_received, c.wait_seconds, cluster_->healthy(i) ? 1 : 0);
+  }
+  const RemoteBackendStats s = backend_->stats();
+  err << absl::StrFormat(
+      "experts: layers=%d round_trips=%d involved_nodes=%d failovers=%d fallback_routes=%d\n",
+      s.layers, s.round_trips, s.involved_nodes, s.failovers, s.fallback_routes);
+  const RemoteBackendStats& p = at_prompt_done_;
+  err << absl::StrFormat(
+      "experts decode: layers=%d round_trips=%d involved_nodes=%d failovers=%d "
+      "fallback_routes=%d\n",
+      s.layers - p.layers, s.round_trips - p.round_trips, s.involved_nodes - p.involved_nodes,
+      s.failovers - p.failovers, s.fallback_routes - p.fallback_routes);
+}
+
+absl::Status RunPlan(const PlanOptions& options, std::ostream& out) {
+  if (options.cluster.nodes.empty()) return absl::InvalidArgumentError("plan needs --nodes");
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Model> model,
+                           arch::Model::Open(options.model_path));
+  COLIBRI_ASSIGN_OR_RETURN(std::string fingerprint, gguf::ModelFingerprint(model->file()));
+  COLIBRI_ASSIGN_OR_RETURN(ClusterOptions cluster_options, MakeClusterOptions(options.cluster));
+  std::vector<Cluster::Node> nodes;
+  if (options.cluster.assume_equal) {
+    for (const std::string& address : options.cluster.nodes) {
+      Cluster::Node node;
+      node.address = address;
+      node.node_id = address;
+      nodes.push_back(std::move(node));
+    }
+  } else {
+    // Connect only to read ids and capacities; nothing is sent.
+    COLIBRI_ASSIGN_OR_RETURN(
+        std::unique_ptr<Cluster> cluster,
+        Cluster::Connect(cluster_options, fingerprint, ExpertsPerLayer(*model)));
+    for (int i = 0; i < cluster->n_nodes(); ++i) nodes.push_back(cluster->node(i));
+  }
+  const std::vector<PlacementNode> weighted = PlacementNodesOf(nodes, options.cluster.assume_equal);
+  COLIBRI_ASSIGN_OR_RETURN(
+      Placement placement,
+      Placement::Compute(weighted, ExpertsPerLayer(*model), options.cluster.replicas));
+
+  const auto& experts = model->experts();
+  std::vector<int64_t> count(nodes.size()), primary(nodes.size());
+  std::vector<uint64_t> bytes(nodes.size());
+  int64_t total_experts = 0;
+  for (int l = 0; l < placement.n_layer(); ++l) {
+    for (int e = 0; e < placement.n_expert(l); ++e) {
+      ++total_experts;
+      absl::Span<const int> owners = placement.Owners(l, e);
+      ++primary[owners[0]];
+      for (int node : owners) {
+        ++count[node];
+        bytes[node] += experts[l][e].bytes();
+      }
+    }
+  }
+  out << absl::StrFormat("plan: %s, fingerprint %s, %d routed experts, %d replica(s), %d nodes\n",
+                         options.model_path, fingerprint, total_experts, placement.replicas(),
+                         nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    out << absl::StrFormat("node %s (id %s, weight %.3g): %d experts (%d primary), %s (%d bytes)\n",
+                           nodes[i].address, nodes[i].node_id, weighted[i].weight, count[i],
+                           primary[i], FormatBytes(bytes[i]), bytes[i]);
+  }
+  if (options.list_experts) {
+    for (int l = 0; l < placement.n_layer(); ++l) {
+      for (int e = 0; e < placement.n_expert(l); ++e) {
+        out << "layer " << l << " expert " << e << ":";
+        for (int node : placement.Owners(l, e)) out << " " << nodes[node].address;
+        out << "\n";
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::coordinator

@@ -1,0 +1,90 @@
+// The cluster side of the coordinator's commands: the options `run --nodes`
+// and `plan` share, turning them into a connected cluster with its experts in
+// place, and the `plan` command itself.
+#ifndef COLIBRI_COORDINATOR_CLUSTER_COMMAND_H_
+#define COLIBRI_COORDINATOR_CLUSTER_COMMAND_H_
+
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/thread_pool.h"
+#include "coordinator/cluster.h"
+#include "coordinator/cluster_setup.h"
+#include "coordinator/remote_expert_backend.h"
+#include "model/arch/model.h"
+
+namespace colibri::coordinator {
+
+struct ClusterCommandOptions {
+  // host:port of every expert node; empty means no cluster (local experts).
+  // Default: empty.
+  std::vector<std::string> nodes;
+  // Copies of each expert on distinct nodes. Default: 1.
+  int replicas = 1;
+  // File holding the shared auth token (surrounding whitespace ignored).
+  // Default: empty, no token.
+  std::string auth_token_file;
+  // PEM files for TLS to the nodes; tls_ca_file turns TLS on. Default: empty
+  // (plaintext).
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Nodes import experts from their own copy of the GGUF at this path instead
+  // of receiving them. Default: empty (stream them).
+  std::string node_gguf;
+  // Plan with every node weighted 1, without contacting nodes (plan only).
+  // Default: false.
+  bool assume_equal = false;
+};
+
+// Reads the token and PEM files into cluster options. InvalidArgument /
+// NotFound for unreadable files or bad values.
+absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& options);
+
+// Routed experts per layer of a model: experts_per_layer for placement.
+std::vector<int> ExpertsPerLayer(const arch::Model& model);
+
+// A connected cluster with the model's experts in place, and a backend over it
+// for one session.
+class ClusterExperts {
+ public:
+  // Connects, ingests (or imports) what nodes miss, prints "ingest: N bytes
+  // sent" to `err`, and releases the coordinator's expert pages.
+  static absl::StatusOr<std::unique_ptr<ClusterExperts>> Start(
+      const ClusterCommandOptions& options, const arch::Model& model, ops::NumericPath path,
+      ThreadPool* pool, std::ostream& err);
+
+  moe::ExpertBackend* backend() { return backend_.get(); }
+  Cluster& cluster() { return *cluster_; }
+
+  // Marks the end of prompt processing: later figures print as "decode".
+  void MarkPromptDone() { at_prompt_done_ = backend_->stats(); }
+  // One line per node (requests, failures, failovers, bytes, wait, health),
+  // then the backend totals and the decode-only totals, to `err`.
+  void PrintStats(std::ostream& err) const;
+
+ private:
+  ClusterExperts() = default;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<RemoteExpertBackend> backend_;
+  RemoteBackendStats at_prompt_done_;
+};
+
+struct PlanOptions {
+  std::string model_path;
+  ClusterCommandOptions cluster;
+  // List every expert's nodes, not only the per-node totals. Default: true.
+  bool list_experts = true;
+};
+
+// `colibri-coordinator plan`: where every expert would go and the bytes per
+// node, moving nothing. Contacts the nodes for their ids and capacity unless
+// assume_equal (then node ids are their addresses).
+absl::Status RunPlan(const PlanOptions& options, std::ostream& out);
+
+}  // namespace colibri::coordinator
+
+#endif  // COLIBRI_COORDINATOR_CLUSTER_COMMAND_H_

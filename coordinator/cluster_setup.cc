@@ -1,0 +1,255 @@
+#include "coordinator/cluster_setup.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+
+namespace colibri::coordinator {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct ExpertId {
+  int layer;
+  int expert;
+  bool operator<(const ExpertId& o) const {
+    return layer != o.layer ? layer < o.layer : expert < o.expert;
+  }
+};
+
+uint64_t MatrixBytes(const ops::WeightMatrix& m) { return m.rows * m.row_bytes; }
+
+std::string MiB(double bytes) { return absl::StrFormat("%.1f MiB", bytes / (1 << 20)); }
+
+void FillTensor(const ops::WeightMatrix& m, v1::ExpertTensor* t) {
+  t->set_ggml_type(static_cast<uint32_t>(m.type));
+  t->add_dims(m.cols);  // GGML order: the row length first
+  t->add_dims(m.rows);
+}
+
+// What placement assigns node `i` and its inventory does not list.
+std::vector<ExpertId> MissingExperts(const Cluster& cluster, int i) {
+  std::set<ExpertId> held;
+  for (const v1::InventoryEntry& entry : cluster.node(i).inventory.entries()) {
+    if (entry.model_fingerprint() != cluster.fingerprint()) continue;
+    for (int32_t e : entry.experts()) held.insert({entry.layer(), e});
+  }
+  std::vector<ExpertId> missing;
+  for (const auto& [layer, expert] : cluster.placement().ExpertsOf(i)) {
+    if (held.count({layer, expert}) == 0) missing.push_back({layer, expert});
+  }
+  return missing;
+}
+
+class Progress {
+ public:
+  Progress(std::ostream* out, std::string address, uint64_t total, absl::Duration interval,
+           absl::Mutex* out_mu)
+      : out_(out),
+        address_(std::move(address)),
+        total_(total),
+        interval_(absl::ToChronoMilliseconds(interval)),
+        out_mu_(out_mu),
+        start_(Clock::now()),
+        last_(start_) {}
+
+  void Add(uint64_t bytes) {
+    done_ += bytes;
+    const auto now = Clock::now();
+    if (now - last_ >= interval_) {
+      last_ = now;
+      Print(false);
+    }
+  }
+  void Print(bool final) {
+    if (out_ == nullptr) return;
+    const double seconds =
+        std::max(std::chrono::duration<double>(Clock::now() - start_).count(), 1e-9);
+    const double rate = done_ / seconds;
+    const double eta = rate > 0 ? (total_ - done_) / rate : 0;
+    absl::MutexLock lock(out_mu_);
+    *out_ << absl::StrFormat("ingest %s: %s of %s (%.0f%%), %s/s", address_, MiB(done_),
+                             MiB(total_), total_ ? 100.0 * done_ / total_ : 100.0, MiB(rate));
+    if (final) {
+      *out_ << absl::StrFormat(", done in %.2f s\n", seconds);
+    } else {
+      *out_ << absl::StrFormat(", ETA %.1f s\n", eta);
+    }
+    *out_ << std::flush;
+  }
+
+ private:
+  std::ostream* const out_;
+  const std::string address_;
+  const uint64_t total_;
+  const std::chrono::milliseconds interval_;
+  absl::Mutex* const out_mu_;
+  const Clock::time_point start_;
+  Clock::time_point last_;
+  uint64_t done_ = 0;
+};
+
+absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& model,
+                           const std::vector<ExpertId>& missing,
+                           const ExpertSetupOptions& options, absl::Mutex* out_mu,
+                           ExpertSetupResult* result) {
+  const auto& experts = model.experts();
+  uint64_t total = 0;
+  for (const ExpertId& id : missing) total += experts[id.layer][id.expert].bytes();
+  Progress progress(options.progress, cluster.node(i).address, total, options.progress_interval,
+                    out_mu);
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<IngestStream> stream, cluster.client(i)->StartIngest());
+  const uint64_t chunk_bytes = std::max<uint64_t>(options.chunk_bytes, 4096);
+  v1::IngestChunk chunk;
+  for (const ExpertId& id : missing) {
+    const moe::ExpertWeights& w = experts[id.layer][id.expert];
+    const ops::WeightMatrix* parts[3] = {&w.gate, &w.up, &w.down};
+    const uint64_t expert_bytes = w.bytes();
+    uint64_t offset = 0;  // within gate | up | down
+    bool header = true;
+    for (const ops::WeightMatrix* part : parts) {
+      const uint64_t part_bytes = MatrixBytes(*part);
+      for (uint64_t at = 0; at < part_bytes;) {
+        chunk.Clear();
+        v1::ExpertKey* key = chunk.mutable_key();
+        key->set_model_fingerprint(cluster.fingerprint());
+        key->set_layer(id.layer);
+        key->set_expert(id.expert);
+        if (header) {
+          FillTensor(w.gate, chunk.mutable_gate());
+          FillTensor(w.up, chunk.mutable_up());
+          FillTensor(w.down, chunk.mutable_down());
+          chunk.set_total_bytes(expert_bytes);
+          chunk.set_xxh64(ExpertChecksum(w));
+          header = false;
+        }
+        // A chunk never spans two matrices: they are separate regions of the file.
+        const uint64_t n = std::min(chunk_bytes, part_bytes - at);
+        chunk.set_offset(offset);
+        chunk.set_data(reinterpret_cast<const char*>(part->data) + at, n);
+        absl::Status s = stream->Write(chunk);
+        if (!s.ok()) {
+          absl::StatusOr<v1::IngestReply> why = stream->Finish();
+          return why.ok() ? s : why.status();
+        }
+        at += n;
+        offset += n;
+        progress.Add(n);
+      }
+    }
+  }
+  COLIBRI_ASSIGN_OR_RETURN(v1::IngestReply reply, stream->Finish());
+  std::set<ExpertId> stored;
+  for (const v1::ExpertKey& key : reply.stored()) stored.insert({key.layer(), key.expert()});
+  for (const ExpertId& id : missing) {
+    if (stored.count(id) == 0) {
+      return absl::DataLossError(absl::StrCat(cluster.node(i).address, " did not store layer ",
+                                              id.layer, " expert ", id.expert));
+    }
+  }
+  progress.Print(true);
+  absl::MutexLock lock(out_mu);
+  result->experts_sent += static_cast<int64_t>(missing.size());
+  result->bytes_sent += total;
+  return absl::OkStatus();
+}
+
+absl::Status ImportExperts(const Cluster& cluster, int i, const std::vector<ExpertId>& missing,
+                           const ExpertSetupOptions& options, absl::Mutex* out_mu,
+                           ExpertSetupResult* result) {
+  v1::ImportRequest request;
+  request.set_gguf_path(options.node_gguf_path);
+  request.set_model_fingerprint(cluster.fingerprint());
+  for (const ExpertId& id : missing) {
+    v1::ExpertKey* key = request.add_experts();
+    key->set_model_fingerprint(cluster.fingerprint());
+    key->set_layer(id.layer);
+    key->set_expert(id.expert);
+  }
+  const auto start = Clock::now();
+  COLIBRI_ASSIGN_OR_RETURN(v1::ImportReply reply, cluster.client(i)->Import(request));
+  if (reply.imported() != static_cast<int32_t>(missing.size())) {
+    return absl::DataLossError(absl::StrCat(cluster.node(i).address, " imported ",
+                                            reply.imported(), " of ", missing.size(),
+                                            " experts from ", options.node_gguf_path));
+  }
+  absl::MutexLock lock(out_mu);
+  if (options.progress != nullptr) {
+    *options.progress << absl::StrFormat(
+        "import %s: %d experts, %s in %.2f s\n", cluster.node(i).address, reply.imported(),
+        MiB(reply.bytes_stored()),
+        std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  result->experts_imported += reply.imported();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint64_t ExpertChecksum(const moe::ExpertWeights& w) {
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  XXH64_update(state, w.gate.data, MatrixBytes(w.gate));
+  XXH64_update(state, w.up.data, MatrixBytes(w.up));
+  XXH64_update(state, w.down.data, MatrixBytes(w.down));
+  const uint64_t h = XXH64_digest(state);
+  XXH64_freeState(state);
+  return h;
+}
+
+absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const arch::Model& model,
+                                                const ExpertSetupOptions& options) {
+  ExpertSetupResult result;
+  absl::Mutex mu;  // guards result and the progress stream
+  std::vector<absl::Status> statuses(cluster.n_nodes());
+  std::vector<std::thread> threads;
+  for (int i = 0; i < cluster.n_nodes(); ++i) {
+    threads.emplace_back([&, i] {
+      const std::vector<ExpertId> missing = MissingExperts(cluster, i);
+      if (missing.empty()) return;
+      statuses[i] = options.node_gguf_path.empty()
+                        ? StreamExperts(cluster, i, model, missing, options, &mu, &result)
+                        : ImportExperts(cluster, i, missing, options, &mu, &result);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : statuses) COLIBRI_RETURN_IF_ERROR(s);
+  return result;
+}
+
+void ReleaseExpertPages(const arch::Model& model) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (const std::vector<moe::ExpertWeights>& layer : model.experts()) {
+    for (auto member : {&moe::ExpertWeights::gate, &moe::ExpertWeights::up,
+                        &moe::ExpertWeights::down}) {
+      uintptr_t begin = UINTPTR_MAX;
+      uintptr_t end = 0;
+      for (const moe::ExpertWeights& w : layer) {
+        const ops::WeightMatrix& m = w.*member;
+        if (m.data == nullptr) continue;
+        begin = std::min(begin, reinterpret_cast<uintptr_t>(m.data));
+        end = std::max(end, reinterpret_cast<uintptr_t>(m.data) + MatrixBytes(m));
+      }
+      // Whole pages inside the region only: the edges may hold dense tensors.
+      begin = (begin + page - 1) / page * page;
+      end = end / page * page;
+      if (begin < end) {
+        ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+      }
+    }
+  }
+}
+
+}  // namespace colibri::coordinator

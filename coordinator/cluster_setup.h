@@ -1,0 +1,55 @@
+// Start-up of a cluster for one model: give every node the experts placement
+// assigns it and that it does not hold yet, either streamed from the
+// coordinator's GGUF (Ingest) or imported by the node from its own copy of the
+// file (Import). Re-running sends nothing a node already holds durably.
+#ifndef COLIBRI_COORDINATOR_CLUSTER_SETUP_H_
+#define COLIBRI_COORDINATOR_CLUSTER_SETUP_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/cluster.h"
+#include "model/arch/model.h"
+
+namespace colibri::coordinator {
+
+struct ExpertSetupOptions {
+  // When set, each node imports its experts from the GGUF at this path on its
+  // own file system instead of receiving them. Default: empty (stream them).
+  std::string node_gguf_path;
+  // Data bytes per IngestChunk. Default: 1 MiB.
+  uint64_t chunk_bytes = 1 << 20;
+  // Progress lines (per node: bytes, rate, ETA). Default: null, no progress.
+  std::ostream* progress = nullptr;
+  // Time between progress lines of one node. Default: 1 s.
+  absl::Duration progress_interval = absl::Seconds(1);
+};
+
+struct ExpertSetupResult {
+  int64_t experts_sent = 0;      // streamed with Ingest
+  uint64_t bytes_sent = 0;       // expert bytes streamed (gate + up + down)
+  int64_t experts_imported = 0;  // imported by nodes from their own GGUF
+};
+
+// The node-side checksum of an expert: xxh64 (seed 0) over gate, up and down
+// bytes concatenated, as in IngestChunk.xxh64.
+uint64_t ExpertChecksum(const moe::ExpertWeights& w);
+
+// Sends or imports what is missing on every node, nodes in parallel.
+// Unavailable when a node fails mid-transfer; DataLoss when a node does not
+// acknowledge an expert as stored.
+absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const arch::Model& model,
+                                                const ExpertSetupOptions& options);
+
+// Drops the coordinator's resident pages of every routed expert tensor
+// (madvise MADV_DONTNEED on the read-only mapping), so that its RSS stays near
+// the dense part once experts live on nodes. The pages read back from the file
+// if the local fallback ever needs them.
+void ReleaseExpertPages(const arch::Model& model);
+
+}  // namespace colibri::coordinator
+
+#endif  // COLIBRI_COORDINATOR_CLUSTER_SETUP_H_

@@ -1,0 +1,107 @@
+#include "coordinator/placement.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace colibri::coordinator {
+namespace {
+
+// SplitMix64's finaliser: a bijective mix with full avalanche.
+uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// FNV-1a over the id, then mixed: stable across processes and platforms
+// (unlike absl::Hash, which is seeded per process).
+uint64_t HashId(const std::string& id) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : id) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return Mix64(h);
+}
+
+double Score(uint64_t id_hash, double weight, int layer, int expert) {
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(layer)) << 32) |
+                       static_cast<uint32_t>(expert);
+  const uint64_t h = Mix64(id_hash ^ Mix64(key + 0x9e3779b97f4a7c15ULL));
+  // u in (0, 1): the top 53 bits, offset by half a step so that it is never 0 or 1.
+  const double u = (static_cast<double>(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  return -weight / std::log(u);
+}
+
+}  // namespace
+
+double RendezvousScore(const PlacementNode& node, int layer, int expert) {
+  return Score(HashId(node.id), node.weight, layer, expert);
+}
+
+absl::StatusOr<Placement> Placement::Compute(const std::vector<PlacementNode>& nodes,
+                                             const std::vector<int>& experts_per_layer,
+                                             int replicas) {
+  if (nodes.empty()) return absl::InvalidArgumentError("placement needs at least one node");
+  if (replicas < 1 || replicas > static_cast<int>(nodes.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("replicas must be in [1, ", nodes.size(),
+                                                   "], got ", replicas));
+  }
+  std::set<std::string> ids;
+  std::vector<uint64_t> hashes;
+  for (const PlacementNode& n : nodes) {
+    if (!ids.insert(n.id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate node id '", n.id, "'"));
+    }
+    if (!(n.weight > 0) || !std::isfinite(n.weight)) {
+      return absl::InvalidArgumentError(absl::StrCat("node '", n.id, "': weight ", n.weight,
+                                                     " is not a positive number"));
+    }
+    hashes.push_back(HashId(n.id));
+  }
+  Placement p;
+  p.replicas_ = replicas;
+  p.n_nodes_ = static_cast<int>(nodes.size());
+  p.owners_.resize(experts_per_layer.size());
+  std::vector<std::pair<double, int>> scored(nodes.size());
+  for (size_t l = 0; l < experts_per_layer.size(); ++l) {
+    const int n_expert = experts_per_layer[l];
+    p.owners_[l].resize(static_cast<size_t>(n_expert) * replicas);
+    for (int e = 0; e < n_expert; ++e) {
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        scored[i] = {Score(hashes[i], nodes[i].weight, static_cast<int>(l), e),
+                     static_cast<int>(i)};
+      }
+      // Highest score first; ties (practically impossible) by node index.
+      std::partial_sort(scored.begin(), scored.begin() + replicas, scored.end(),
+                        [](const auto& a, const auto& b) {
+                          return a.first != b.first ? a.first > b.first : a.second < b.second;
+                        });
+      for (int r = 0; r < replicas; ++r) {
+        p.owners_[l][static_cast<size_t>(e) * replicas + r] = scored[r].second;
+      }
+    }
+  }
+  return p;
+}
+
+std::vector<std::pair<int, int>> Placement::ExpertsOf(int node) const {
+  std::vector<std::pair<int, int>> out;
+  for (int l = 0; l < n_layer(); ++l) {
+    for (int e = 0; e < n_expert(l); ++e) {
+      for (int owner : Owners(l, e)) {
+        if (owner == node) out.emplace_back(l, e);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace colibri::coordinator

@@ -1,0 +1,293 @@
+#include "coordinator/remote_expert_backend.h"
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace colibri::coordinator {
+
+// A thread that runs closures in order: the calls to one node, so that calls
+// to different nodes are in flight at once.
+class RemoteExpertBackend::Worker {
+ public:
+  Worker() : thread_([this] { Loop(); }) {}
+  ~Worker() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  void Post(std::function<void()> fn) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(fn));
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> fn;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || !queue_.empty();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;  // stop_ with nothing left
+        fn = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      fn();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+namespace {
+
+v1::NumericPath ToProto(ops::NumericPath path) {
+  return path == ops::NumericPath::kExact ? v1::NUMERIC_PATH_EXACT : v1::NUMERIC_PATH_FAST;
+}
+
+}  // namespace
+
+RemoteExpertBackend::RemoteExpertBackend(
+    Cluster* cluster, const std::vector<std::vector<moe::ExpertWeights>>* local_experts,
+    int n_expert, ops::NumericPath path, ThreadPool* pool)
+    : cluster_(cluster),
+      local_experts_(local_experts),
+      n_expert_(n_expert),
+      path_(path),
+      fallback_(n_expert, path, pool) {
+  for (int i = 0; i < cluster_->n_nodes(); ++i) workers_.push_back(std::make_unique<Worker>());
+}
+
+RemoteExpertBackend::~RemoteExpertBackend() {
+  workers_.clear();  // drains queued calls before the members they use go
+}
+
+RemoteBackendStats RemoteExpertBackend::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
+  batch_ = batch;
+  out_ = out;
+  calls_.clear();
+  attempt_.assign(n_expert_, 0);
+  fallback_experts_.assign(n_expert_, false);
+  submit_status_ = absl::OkStatus();
+  const Placement& placement = cluster_->placement();
+  const int64_t n_routes = batch.n_tokens * batch.k;
+  for (int64_t i = 0; i < n_routes; ++i) {
+    const int32_t e = batch.experts[i];
+    if (e < 0 || e >= n_expert_) {
+      submit_status_ = absl::InvalidArgumentError(absl::StrCat(
+          "layer ", batch.layer, ": expert id ", e, " out of range [0, ", n_expert_, ")"));
+      return;
+    }
+  }
+  if (batch.layer < 0 || batch.layer >= placement.n_layer() ||
+      placement.n_expert(batch.layer) != n_expert_) {
+    submit_status_ = absl::InternalError(
+        absl::StrCat("layer ", batch.layer, " has no placement for ", n_expert_, " experts"));
+    return;
+  }
+  std::vector<int64_t> routes(n_routes);
+  for (int64_t i = 0; i < n_routes; ++i) routes[i] = i;
+  Dispatch(routes);
+  absl::MutexLock lock(&mu_);
+  ++stats_.layers;
+  stats_.involved_nodes += static_cast<int64_t>(calls_.size());
+}
+
+void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes) {
+  const Placement& placement = cluster_->placement();
+  const int replicas = placement.replicas();
+  const int n_nodes = cluster_->n_nodes();
+  std::vector<bool> healthy(n_nodes);
+  for (int i = 0; i < n_nodes; ++i) healthy[i] = cluster_->healthy(i);
+
+  const size_t first_new = calls_.size();
+  node_slot_.assign(n_nodes, -1);
+  for (int64_t route : routes) {
+    const int32_t e = batch_.experts[route];
+    absl::Span<const int> owners = placement.Owners(batch_.layer, e);
+    while (attempt_[e] < replicas && !healthy[owners[attempt_[e]]]) ++attempt_[e];
+    if (attempt_[e] >= replicas) {
+      fallback_experts_[e] = true;
+      continue;
+    }
+    const int node = owners[attempt_[e]];
+    if (node_slot_[node] < 0) {
+      node_slot_[node] = static_cast<int>(calls_.size());
+      calls_.push_back(std::make_unique<Call>());
+      calls_.back()->node = node;
+    }
+    calls_[node_slot_[node]]->routes.push_back(route);
+  }
+
+  const int64_t n_embd = batch_.n_embd;
+  token_slot_.assign(batch_.n_tokens, -1);
+  for (size_t c = first_new; c < calls_.size(); ++c) {
+    Call* call = calls_[c].get();
+    v1::ComputeLayerRequest& req = call->request;
+    req.set_model_fingerprint(cluster_->fingerprint());
+    req.set_layer(batch_.layer);
+    req.set_path(ToProto(path_));
+    // Each token once, in ascending order; routes refer to rows by index.
+    std::vector<int64_t> tokens;
+    for (int64_t route : call->routes) {
+      const int64_t t = route / batch_.k;
+      if (token_slot_[t] < 0) {
+        token_slot_[t] = static_cast<int32_t>(tokens.size());
+        tokens.push_back(t);
+      }
+      v1::Route* r = req.add_routes();
+      r->set_token(token_slot_[t]);
+      r->set_expert(batch_.experts[route]);
+      r->set_weight(batch_.weights != nullptr ? batch_.weights[route] : 0.0f);
+    }
+    v1::Tensor* hidden = req.mutable_hidden();  // [tokens][n_embd]
+    hidden->set_dtype(v1::DTYPE_F32);
+    hidden->add_shape(static_cast<int64_t>(tokens.size()));
+    hidden->add_shape(n_embd);
+    std::string* data = hidden->mutable_data();
+    data->resize(tokens.size() * n_embd * sizeof(float));
+    for (size_t j = 0; j < tokens.size(); ++j) {
+      std::memcpy(&(*data)[j * n_embd * sizeof(float)], batch_.x + tokens[j] * n_embd,
+                  n_embd * sizeof(float));
+      token_slot_[tokens[j]] = -1;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      ++in_flight_;
+      ++stats_.round_trips;
+    }
+    workers_[call->node]->Post([this, call] {
+      const auto start = std::chrono::steady_clock::now();
+      call->reply = cluster_->client(call->node)->ComputeLayer(call->request);
+      call->wait_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      absl::MutexLock lock(&mu_);
+      --in_flight_;
+    });
+  }
+}
+
+absl::Status RemoteExpertBackend::Scatter(const Call& call) {
+  const v1::Tensor& outputs = call.reply->outputs();
+  const int64_t n = static_cast<int64_t>(call.routes.size());
+  const int64_t n_embd = batch_.n_embd;
+  if (outputs.dtype() != v1::DTYPE_F32 || outputs.shape_size() != 2 || outputs.shape(0) != n ||
+      outputs.shape(1) != n_embd ||
+      outputs.data().size() != static_cast<size_t>(n * n_embd) * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat(cluster_->node(call.node).address, " ComputeLayer: ",
+                                            "reply is not float32 [", n, ", ", n_embd, "]"));
+  }
+  const char* data = outputs.data().data();
+  for (int64_t j = 0; j < n; ++j) {
+    std::memcpy(out_ + call.routes[j] * n_embd, data + j * n_embd * sizeof(float),
+                n_embd * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteExpertBackend::Wait() {
+  if (!submit_status_.ok()) return std::exchange(submit_status_, absl::OkStatus());
+  const int replicas = cluster_->placement().replicas();
+  size_t first = 0;
+  while (first < calls_.size()) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+      mu_.Await(absl::Condition(&done));
+    }
+    std::vector<int64_t> retry;
+    const size_t end = calls_.size();
+    for (size_t c = first; c < end; ++c) {
+      const Call& call = *calls_[c];
+      absl::Status status = call.reply.ok() ? Scatter(call) : call.reply.status();
+      cluster_->RecordCall(call.node, static_cast<int64_t>(call.request.ByteSizeLong()),
+                           call.reply.ok() ? static_cast<int64_t>(call.reply->ByteSizeLong()) : 0,
+                           call.wait_seconds, status.ok());
+      if (status.ok()) continue;
+      cluster_->MarkUnhealthy(call.node, status);
+      // Move each expert of the call past this node; all its routes in this
+      // layer went here, so one step per expert.
+      bool moved = false;
+      for (int64_t route : call.routes) {
+        const int32_t e = batch_.experts[route];
+        absl::Span<const int> owners = cluster_->placement().Owners(batch_.layer, e);
+        if (attempt_[e] < replicas && owners[attempt_[e]] == call.node) ++attempt_[e];
+        moved = moved || attempt_[e] < replicas;
+      }
+      if (moved) {
+        cluster_->RecordFailover(call.node);
+        absl::MutexLock lock(&mu_);
+        ++stats_.failovers;
+      }
+      retry.insert(retry.end(), call.routes.begin(), call.routes.end());
+    }
+    first = end;
+    if (!retry.empty()) Dispatch(retry);
+  }
+
+  int64_t n_fallback = 0;
+  const int64_t n_routes = batch_.n_tokens * batch_.k;
+  for (int64_t i = 0; i < n_routes; ++i) n_fallback += fallback_experts_[batch_.experts[i]];
+  if (n_fallback == 0) return absl::OkStatus();
+  auto lookup = [this](int layer, int expert) -> absl::StatusOr<moe::ExpertWeights> {
+    if (layer < 0 || layer >= static_cast<int>(local_experts_->size()) ||
+        expert >= static_cast<int>((*local_experts_)[layer].size())) {
+      return absl::NotFoundError(
+          absl::StrCat("layer ", layer, " expert ", expert, " is not available locally"));
+    }
+    return (*local_experts_)[layer][expert];
+  };
+  auto owned = [this](int expert) { return static_cast<bool>(fallback_experts_[expert]); };
+  absl::Status status = fallback_.Run(batch_, lookup, owned, out_);
+  cluster_->RecordFallbackRoutes(n_fallback);
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.fallback_routes += n_fallback;
+  }
+  return status;
+}
+
+void RemoteExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) {
+  const Placement& placement = cluster_->placement();
+  if (layer < 0 || layer >= placement.n_layer()) return;
+  std::vector<std::unique_ptr<v1::PrefetchRequest>> requests(cluster_->n_nodes());
+  for (int32_t e : experts) {
+    if (e < 0 || e >= placement.n_expert(layer)) continue;
+    for (int node : placement.Owners(layer, e)) {
+      if (!cluster_->healthy(node)) continue;
+      if (requests[node] == nullptr) requests[node] = std::make_unique<v1::PrefetchRequest>();
+      v1::ExpertKey* key = requests[node]->add_experts();
+      key->set_model_fingerprint(cluster_->fingerprint());
+      key->set_layer(layer);
+      key->set_expert(e);
+      break;
+    }
+  }
+  for (int node = 0; node < cluster_->n_nodes(); ++node) {
+    if (requests[node] == nullptr) continue;
+    std::shared_ptr<v1::PrefetchRequest> request(std::move(requests[node]));
+    // Advice: a failure is ignored here and shows up on the next real call.
+    workers_[node]->Post([this, node, request] {
+      cluster_->client(node)->Prefetch(*request).status().IgnoreError();
+    });
+  }
+}
+
+}  // namespace colibri::coordinator

@@ -1,0 +1,99 @@
+// moe::ExpertBackend over expert nodes: per MoE layer, one ComputeLayer call
+// per involved node, all in flight at once, with failover to replicas and a
+// local fallback.
+//
+// Submit groups the batch's (token, rank) routes by the first healthy replica
+// of each route's expert, sends each involved node the hidden rows it needs
+// (each token once) and its routes, and returns. Wait collects the replies and
+// scatters them into out[t][r]. A call that fails or misses its deadline marks
+// its node unhealthy and its routes go to each expert's next healthy replica;
+// routes with no replica left are computed here from the model's own experts
+// (ExpertGroupRunner), so a generation completes, bit for bit the same: every
+// expert output depends only on its token's row, the weights and the path.
+//
+// Thread-safety: one forward pass at a time (moe::ExpertBackend's contract).
+// Several backends may share one Cluster.
+#ifndef COLIBRI_COORDINATOR_REMOTE_EXPERT_BACKEND_H_
+#define COLIBRI_COORDINATOR_REMOTE_EXPERT_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
+#include "coordinator/cluster.h"
+#include "model/moe/expert_backend.h"
+#include "model/moe/local_expert_backend.h"
+
+namespace colibri::coordinator {
+
+// Counters of one backend, cumulative.
+struct RemoteBackendStats {
+  int64_t layers = 0;           // Submit calls
+  int64_t round_trips = 0;      // ComputeLayer calls made, including retries
+  int64_t involved_nodes = 0;   // Σ over layers of nodes the first dispatch involved
+  int64_t fallback_routes = 0;  // routes computed locally
+  int64_t failovers = 0;        // calls re-sent to a replica
+};
+
+class RemoteExpertBackend : public moe::ExpertBackend {
+ public:
+  // cluster: borrowed. local_experts ([layer][expert], the model's own views)
+  // and pool serve the fallback; borrowed. path: the session's numeric path.
+  RemoteExpertBackend(Cluster* cluster,
+                      const std::vector<std::vector<moe::ExpertWeights>>* local_experts,
+                      int n_expert, ops::NumericPath path, ThreadPool* pool);
+  ~RemoteExpertBackend() override;
+  RemoteExpertBackend(const RemoteExpertBackend&) = delete;
+  RemoteExpertBackend& operator=(const RemoteExpertBackend&) = delete;
+
+  void Submit(const moe::ExpertBatch& batch, float* out) override;
+  absl::Status Wait() override;
+  void Prefetch(int layer, absl::Span<const int32_t> experts) override;
+
+  RemoteBackendStats stats() const;
+
+ private:
+  class Worker;
+  // One ComputeLayer call: the routes (t * k + r) one node computes.
+  struct Call {
+    int node = -1;
+    std::vector<int64_t> routes;
+    v1::ComputeLayerRequest request;
+    absl::StatusOr<v1::ComputeLayerReply> reply;
+    double wait_seconds = 0;
+  };
+
+  // Groups `routes` by each expert's current replica (attempt_) and sends the
+  // calls; routes without a healthy replica go to fallback_experts_.
+  void Dispatch(const std::vector<int64_t>& routes);
+  absl::Status Scatter(const Call& call);
+
+  Cluster* const cluster_;
+  const std::vector<std::vector<moe::ExpertWeights>>* const local_experts_;
+  const int n_expert_;
+  const ops::NumericPath path_;
+  moe::ExpertGroupRunner fallback_;
+  std::vector<std::unique_ptr<Worker>> workers_;  // [n_nodes]
+
+  // The batch in progress (between Submit and Wait; touched by the caller only).
+  moe::ExpertBatch batch_;
+  float* out_ = nullptr;
+  absl::Status submit_status_;
+  std::vector<int> attempt_;             // [n_expert]: replica index in use
+  std::vector<bool> fallback_experts_;   // [n_expert]
+  std::vector<std::unique_ptr<Call>> calls_;
+  std::vector<int> node_slot_;           // [n_nodes] scratch: call index or -1
+  std::vector<int32_t> token_slot_;      // [n_tokens] scratch: row in a request or -1
+
+  mutable absl::Mutex mu_;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  RemoteBackendStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace colibri::coordinator
+
+#endif  // COLIBRI_COORDINATOR_REMOTE_EXPERT_BACKEND_H_

@@ -1,0 +1,357 @@
+// RemoteExpertBackend against fake nodes that compute with the same kernels:
+// bitwise equality with LocalExpertBackend, one call per involved node,
+// failover to replicas, the local fallback and health probes.
+#include "coordinator/remote_expert_backend.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "coordinator/cluster.h"
+#include "gtest/gtest.h"
+#include "model/moe/expert_ffn.h"
+#include "model/moe/local_expert_backend.h"
+
+namespace colibri::coordinator {
+namespace {
+
+constexpr int kLayers = 2;
+constexpr int kExperts = 8;
+constexpr int64_t kEmbd = 16;
+constexpr int64_t kFf = 24;
+
+// Random float32 experts: experts[layer][expert].
+class FakeModel {
+ public:
+  FakeModel() {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 0.3f);
+    experts_.resize(kLayers);
+    for (int l = 0; l < kLayers; ++l) {
+      for (int e = 0; e < kExperts; ++e) {
+        moe::ExpertWeights w;
+        w.gate = Matrix(kFf, kEmbd, rng, dist);
+        w.up = Matrix(kFf, kEmbd, rng, dist);
+        w.down = Matrix(kEmbd, kFf, rng, dist);
+        experts_[l].push_back(w);
+      }
+    }
+  }
+  const std::vector<std::vector<moe::ExpertWeights>>& experts() const { return experts_; }
+
+ private:
+  ops::WeightMatrix Matrix(int64_t rows, int64_t cols, std::mt19937& rng,
+                           std::normal_distribution<float>& dist) {
+    storage_.push_back(std::make_unique<std::vector<float>>(rows * cols));
+    for (float& v : *storage_.back()) v = dist(rng);
+    ops::WeightMatrix m;
+    m.type = ops::TensorType::kF32;
+    m.data = reinterpret_cast<const uint8_t*>(storage_.back()->data());
+    m.rows = rows;
+    m.cols = cols;
+    m.row_bytes = cols * sizeof(float);
+    return m;
+  }
+  std::vector<std::unique_ptr<std::vector<float>>> storage_;
+  std::vector<std::vector<moe::ExpertWeights>> experts_;
+};
+
+// A node computing ComputeLayer with ExpertFfn, one route at a time (batch
+// invariance makes that equal to any grouping). Can be told to fail.
+class FakeNode : public NodeClient {
+ public:
+  FakeNode(std::string address, const FakeModel* model)
+      : address_(std::move(address)), model_(model) {}
+
+  const std::string& address() const override { return address_; }
+
+  absl::StatusOr<v1::ComputeLayerReply> ComputeLayer(
+      const v1::ComputeLayerRequest& request) override {
+    {
+      absl::MutexLock lock(&mu_);
+      requests_.push_back(request);
+      if (down_) return absl::UnavailableError(address_ + " is down");
+      if (garbage_) return v1::ComputeLayerReply();
+    }
+    const ops::NumericPath path = request.path() == v1::NUMERIC_PATH_EXACT
+                                      ? ops::NumericPath::kExact
+                                      : ops::NumericPath::kFast;
+    const float* hidden = reinterpret_cast<const float*>(request.hidden().data().data());
+    v1::ComputeLayerReply reply;
+    v1::Tensor* out = reply.mutable_outputs();
+    out->set_dtype(v1::DTYPE_F32);
+    out->add_shape(request.routes_size());
+    out->add_shape(kEmbd);
+    std::string* data = out->mutable_data();
+    data->resize(request.routes_size() * kEmbd * sizeof(float));
+    moe::ExpertFfnScratch scratch;
+    for (int i = 0; i < request.routes_size(); ++i) {
+      const v1::Route& r = request.routes(i);
+      moe::ExpertFfn(model_->experts()[request.layer()][r.expert()], hidden + r.token() * kEmbd,
+                     1, reinterpret_cast<float*>(&(*data)[i * kEmbd * sizeof(float)]), path,
+                     nullptr, &scratch);
+    }
+    return reply;
+  }
+  absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest&) override {
+    return v1::PrefetchReply();
+  }
+  absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() override {
+    return absl::UnimplementedError("fake");
+  }
+  absl::StatusOr<v1::ImportReply> Import(const v1::ImportRequest&) override {
+    return absl::UnimplementedError("fake");
+  }
+  absl::StatusOr<v1::InventoryReply> Inventory(const v1::InventoryRequest&) override {
+    return v1::InventoryReply();
+  }
+  absl::StatusOr<v1::NodeStatsReply> NodeStats() override { return v1::NodeStatsReply(); }
+  absl::Status CheckHealth() override {
+    absl::MutexLock lock(&mu_);
+    return down_ ? absl::UnavailableError("down") : absl::OkStatus();
+  }
+
+  void set_down(bool down) {
+    absl::MutexLock lock(&mu_);
+    down_ = down;
+  }
+  void set_garbage(bool garbage) {
+    absl::MutexLock lock(&mu_);
+    garbage_ = garbage;
+  }
+  std::vector<v1::ComputeLayerRequest> TakeRequests() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(requests_, {});
+  }
+
+ private:
+  const std::string address_;
+  const FakeModel* const model_;
+  absl::Mutex mu_;
+  bool down_ ABSL_GUARDED_BY(mu_) = false;
+  bool garbage_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<v1::ComputeLayerRequest> requests_ ABSL_GUARDED_BY(mu_);
+};
+
+struct Batch {
+  int n_tokens = 0;
+  int k = 0;
+  std::vector<float> x;        // [n_tokens][kEmbd]
+  std::vector<int32_t> experts;  // [n_tokens][k]
+  std::vector<float> weights;  // [n_tokens][k]
+  moe::ExpertBatch view(int layer) const {
+    moe::ExpertBatch b;
+    b.layer = layer;
+    b.n_tokens = n_tokens;
+    b.n_embd = kEmbd;
+    b.k = k;
+    b.x = x.data();
+    b.experts = experts.data();
+    b.weights = weights.data();
+    return b;
+  }
+};
+
+Batch RandomBatch(int n_tokens, int k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  Batch b;
+  b.n_tokens = n_tokens;
+  b.k = k;
+  b.x.resize(n_tokens * kEmbd);
+  for (float& v : b.x) v = dist(rng);
+  for (int t = 0; t < n_tokens; ++t) {
+    std::vector<int> all(kExperts);
+    for (int e = 0; e < kExperts; ++e) all[e] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int r = 0; r < k; ++r) {
+      b.experts.push_back(all[r]);
+      b.weights.push_back(1.0f / k);
+    }
+  }
+  return b;
+}
+
+class RemoteExpertBackendTest : public ::testing::Test {
+ protected:
+  void MakeCluster(int n_nodes, int replicas) {
+    std::vector<std::unique_ptr<NodeClient>> clients;
+    std::vector<Cluster::Node> nodes;
+    nodes_.clear();
+    for (int i = 0; i < n_nodes; ++i) {
+      auto node = std::make_unique<FakeNode>("fake:" + std::to_string(i), &model_);
+      nodes_.push_back(node.get());
+      Cluster::Node n;
+      n.address = node->address();
+      n.node_id = node->address();
+      nodes.push_back(n);
+      clients.push_back(std::move(node));
+    }
+    ClusterOptions options;
+    options.replicas = replicas;
+    options.probe_interval = absl::Milliseconds(5);
+    options.log = &log_;
+    absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+        Cluster::Create(options, "fp", std::vector<int>(kLayers, kExperts), std::move(clients),
+                        std::move(nodes));
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+
+  // out of the local backend and of the remote one for the same batch.
+  void RunBoth(const Batch& b, int layer, ops::NumericPath path, RemoteExpertBackend* remote,
+               std::vector<float>* local_out, std::vector<float>* remote_out) {
+    local_out->assign(b.n_tokens * b.k * kEmbd, -1.0f);
+    remote_out->assign(b.n_tokens * b.k * kEmbd, -2.0f);
+    moe::LocalExpertBackend local(&model_.experts(), kExperts, path, &pool_);
+    local.Submit(b.view(layer), local_out->data());
+    ASSERT_TRUE(local.Wait().ok());
+    remote->Submit(b.view(layer), remote_out->data());
+    ASSERT_TRUE(remote->Wait().ok());
+  }
+
+  FakeModel model_;
+  ThreadPool pool_{2};
+  std::ostringstream log_;
+  std::vector<FakeNode*> nodes_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(RemoteExpertBackendTest, MatchesLocalBitwiseWithOneCallPerInvolvedNode) {
+  MakeCluster(3, 1);
+  for (ops::NumericPath path : {ops::NumericPath::kExact, ops::NumericPath::kFast}) {
+    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, path, &pool_);
+    for (int layer = 0; layer < kLayers; ++layer) {
+      const Batch b = RandomBatch(7, 2, 11 + layer);
+      std::vector<float> local_out, remote_out;
+      RunBoth(b, layer, path, &remote, &local_out, &remote_out);
+      EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(),
+                               local_out.size() * sizeof(float)));
+      // Expected involvement from the placement.
+      std::set<int> involved;
+      for (int32_t e : b.experts) involved.insert(cluster_->placement().Primary(layer, e));
+      int calls = 0;
+      int routes = 0;
+      for (int n = 0; n < 3; ++n) {
+        std::vector<v1::ComputeLayerRequest> reqs = nodes_[n]->TakeRequests();
+        EXPECT_LE(reqs.size(), 1u);
+        EXPECT_EQ(reqs.size(), involved.count(n));
+        for (const v1::ComputeLayerRequest& r : reqs) {
+          ++calls;
+          routes += r.routes_size();
+          EXPECT_EQ(r.layer(), layer);
+          EXPECT_EQ(r.model_fingerprint(), "fp");
+          // Each token once: the rows are exactly the tokens the routes use.
+          std::set<int> used;
+          for (const v1::Route& route : r.routes()) {
+            used.insert(route.token());
+            EXPECT_EQ(cluster_->placement().Primary(layer, route.expert()), n);
+          }
+          EXPECT_EQ(static_cast<int64_t>(used.size()), r.hidden().shape(0));
+        }
+      }
+      EXPECT_EQ(calls, static_cast<int>(involved.size()));
+      EXPECT_EQ(routes, b.n_tokens * b.k);
+    }
+    const RemoteBackendStats s = remote.stats();
+    EXPECT_EQ(s.round_trips, s.involved_nodes);
+    EXPECT_EQ(s.layers, kLayers);
+    EXPECT_EQ(s.fallback_routes, 0);
+  }
+}
+
+TEST_F(RemoteExpertBackendTest, FallsBackLocallyWithoutReplicas) {
+  MakeCluster(3, 1);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
+                             ops::NumericPath::kFast, &pool_);
+  // Find a node the batch involves and take it down.
+  const Batch b = RandomBatch(9, 2, 5);
+  const int victim = cluster_->placement().Primary(0, b.experts[0]);
+  nodes_[victim]->set_down(true);
+  std::vector<float> local_out, remote_out;
+  RunBoth(b, 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+  EXPECT_FALSE(cluster_->healthy(victim));
+  EXPECT_GT(remote.stats().fallback_routes, 0);
+  EXPECT_EQ(cluster_->counters(victim).failures, 1);
+  EXPECT_EQ(cluster_->counters(victim).failovers, 0);
+  // While down, the node is not called at all.
+  nodes_[victim]->TakeRequests();
+  RunBoth(b, 1, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+  EXPECT_TRUE(nodes_[victim]->TakeRequests().empty());
+  // It rejoins once its health check passes.
+  nodes_[victim]->set_down(false);
+  for (int i = 0; i < 400 && !cluster_->healthy(victim); ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(cluster_->healthy(victim));
+  EXPECT_NE(log_.str().find("healthy again"), std::string::npos);
+}
+
+TEST_F(RemoteExpertBackendTest, FailsOverToTheNextReplica) {
+  MakeCluster(3, 2);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
+                             ops::NumericPath::kExact, &pool_);
+  const Batch b = RandomBatch(9, 3, 9);
+  const int victim = cluster_->placement().Primary(1, b.experts[0]);
+  nodes_[victim]->set_down(true);
+  std::vector<float> local_out, remote_out;
+  RunBoth(b, 1, ops::NumericPath::kExact, &remote, &local_out, &remote_out);
+  EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+  EXPECT_EQ(remote.stats().fallback_routes, 0);
+  EXPECT_EQ(cluster_->counters(victim).failovers, 1);
+  // One retry call per distinct next replica of the victim's experts.
+  std::set<int> retried;
+  for (int32_t e : b.experts) {
+    absl::Span<const int> owners = cluster_->placement().Owners(1, e);
+    if (owners[0] == victim) retried.insert(owners[1]);
+  }
+  EXPECT_EQ(remote.stats().round_trips,
+            remote.stats().involved_nodes + static_cast<int64_t>(retried.size()));
+  EXPECT_EQ(remote.stats().failovers, 1);
+}
+
+TEST_F(RemoteExpertBackendTest, AllNodesDownStillCompletes) {
+  MakeCluster(2, 2);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
+                             ops::NumericPath::kFast, &pool_);
+  nodes_[0]->set_down(true);
+  nodes_[1]->set_down(true);
+  const Batch b = RandomBatch(4, 2, 3);
+  std::vector<float> local_out, remote_out;
+  RunBoth(b, 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+  EXPECT_EQ(remote.stats().fallback_routes, b.n_tokens * b.k);
+}
+
+TEST_F(RemoteExpertBackendTest, AMalformedReplyCountsAsAFailure) {
+  MakeCluster(3, 2);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
+                             ops::NumericPath::kFast, &pool_);
+  const Batch b = RandomBatch(6, 2, 21);
+  const int victim = cluster_->placement().Primary(0, b.experts[0]);
+  nodes_[victim]->set_garbage(true);
+  std::vector<float> local_out, remote_out;
+  RunBoth(b, 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+  EXPECT_EQ(cluster_->counters(victim).failures, 1);
+  EXPECT_FALSE(cluster_->healthy(victim));
+}
+
+TEST_F(RemoteExpertBackendTest, RejectsAnExpertOutOfRange) {
+  MakeCluster(2, 1);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
+                             ops::NumericPath::kFast, &pool_);
+  Batch b = RandomBatch(2, 2, 1);
+  b.experts[1] = kExperts;
+  std::vector<float> out(b.n_tokens * b.k * kEmbd);
+  remote.Submit(b.view(0), out.data());
+  EXPECT_EQ(remote.Wait().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace colibri::coordinator
