@@ -2,18 +2,18 @@
 # Writes a synthetic MoE GGUF model (seeded random weights, a real BPE tokenizer)
 # with colibri-make-model, building the generator first if needed.
 #
-#   scripts/make-synthetic-model.sh                      # demo preset -> models/demo-q4_k.gguf
-#   scripts/make-synthetic-model.sh --preset qwen3-30b-a3b --layers 4 --out models/q3.gguf
+#   scripts/make-synthetic-model.sh                      # demo preset -> build/models/demo-q4_k.gguf
+#   scripts/make-synthetic-model.sh --preset qwen3-30b-a3b --layers 4 --out /tmp/q3.gguf
 #   scripts/make-synthetic-model.sh --help               # every flag
 #
 # Flags are passed through unchanged; without --out/-o the file goes to
-# models/<preset>-<type>.gguf. COLIBRI_BUILD_DIR selects the build folder
+# <build>/models/<preset>-<type>.gguf. COLIBRI_BUILD_DIR selects the build folder
 # (default: build).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${COLIBRI_BUILD_DIR:-$root/build}
-binary=$build/scripts/synthetic_model/colibri-make-model
+binary=$build/scripts/colibri-make-model
 
 if ! command -v cmake > /dev/null; then
   echo "make-synthetic-model: cmake not found; run scripts/install-deps.sh first" >&2
@@ -42,7 +42,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
 done
 if ((has_out == 0)); then
-  mkdir -p "$root/models"
-  set -- "$@" --out "$root/models/$preset-${type,,}.gguf"
+  mkdir -p "$build/models"
+  set -- "$@" --out "$build/models/$preset-${type,,}.gguf"
 fi
 exec "$binary" "$@"

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace colibri::sampling {
 namespace {
@@ -54,7 +55,7 @@ absl::Status SamplingOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingOptions& options,
                                                          int32_t n_vocab) {
-  if (absl::Status status = options.Validate(); !status.ok()) return status;
+  COLIBRI_RETURN_IF_ERROR(options.Validate());
   if (n_vocab <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Sampler: n_vocab = ", n_vocab, " must be > 0"));
   }

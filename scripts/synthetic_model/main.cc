@@ -65,12 +65,12 @@ class ProgressPrinter {
     if (tty_) {
       std::fprintf(stderr, "\r[%3d%%] %s / %s  %-40s", percent, Mib(done).c_str(),
                    Mib(total).c_str(), tensor.c_str());
-      if (done == total) std::fprintf(stderr, "\n");
     } else if (percent / 10 != last_decile_) {
       last_decile_ = percent / 10;
       std::fprintf(stderr, "[%3d%%] %s / %s  %s\n", percent, Mib(done).c_str(), Mib(total).c_str(),
                    tensor.c_str());
     }
+    if (done == total) std::fprintf(stderr, "%swriting the file\n", tty_ ? "\n" : "");
     std::fflush(stderr);
   }
 
