@@ -15,9 +15,8 @@ std::vector<PlacementNode> PlacementNodesOf(const std::vector<Cluster::Node>& no
   for (const Cluster::Node& n : nodes) {
     PlacementNode p;
     p.id = n.node_id;
-    const uint64_t capacity = n.inventory.disk_budget_bytes() != 0
-                                  ? n.inventory.disk_budget_bytes()
-                                  : n.inventory.ram_budget_bytes();
+    const uint64_t capacity = n.inventory.disk_budget_bytes() != 0 ? n.inventory.disk_budget_bytes()
+                                                                   : n.inventory.ram_budget_bytes();
     p.weight = assume_equal || capacity == 0 ? 1.0 : static_cast<double>(capacity) / (1 << 30);
     out.push_back(std::move(p));
   }
@@ -39,8 +38,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Connect(
     request.set_model_fingerprint(fingerprint);
     absl::StatusOr<v1::InventoryReply> inventory = client->Inventory(request);
     if (!inventory.ok()) {
-      return absl::UnavailableError(absl::StrCat("expert node ", address,
-                                                 " does not answer: ", inventory.status().message()));
+      return absl::UnavailableError(absl::StrCat(
+          "expert node ", address, " does not answer: ", inventory.status().message()));
     }
     Node node;
     node.address = address;
@@ -62,15 +61,14 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(
   std::set<std::string> ids;
   for (const Node& n : nodes) {
     if (!ids.insert(n.node_id).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node id '", n.node_id, "' is reported twice (", n.address,
-          "): each node needs its own data directory"));
+      return absl::InvalidArgumentError(absl::StrCat("node id '", n.node_id,
+                                                     "' is reported twice (", n.address,
+                                                     "): give each node its own --node-id"));
     }
   }
-  COLIBRI_ASSIGN_OR_RETURN(
-      Placement placement,
-      Placement::Compute(PlacementNodesOf(nodes, options.assume_equal), experts_per_layer,
-                         options.replicas));
+  COLIBRI_ASSIGN_OR_RETURN(Placement placement,
+                           Placement::Compute(PlacementNodesOf(nodes, options.assume_equal),
+                                              experts_per_layer, options.replicas));
   return std::unique_ptr<Cluster>(new Cluster(options, fingerprint, std::move(placement),
                                               std::move(clients), std::move(nodes)));
 }
@@ -120,8 +118,8 @@ void Cluster::MarkUnhealthy(int node, const absl::Status& why) {
   }
 }
 
-void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received,
-                         double wait_seconds, bool ok) {
+void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
+                         bool ok) {
   absl::MutexLock lock(&mu_);
   NodeCounters& c = counters_[node];
   ++c.requests;

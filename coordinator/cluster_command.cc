@@ -74,8 +74,8 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   setup.progress = &err;
   COLIBRI_ASSIGN_OR_RETURN(ExpertSetupResult result,
                            EnsureExperts(*experts->cluster_, model, setup));
-  err << "ingest: " << result.bytes_sent << " bytes sent (" << result.experts_sent
-      << " experts), " << result.experts_imported << " experts imported\n";
+  err << "ingest: " << result.bytes_sent << " bytes sent (" << result.experts_sent << " experts), "
+      << result.experts_imported << " experts imported\n";
   ReleaseExpertPages(model);
   experts->backend_ = std::make_unique<RemoteExpertBackend>(
       experts->cluster_.get(), &model.experts(), model.config().n_expert, path, pool);

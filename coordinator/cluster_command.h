@@ -53,9 +53,10 @@ class ClusterExperts {
  public:
   // Connects, ingests (or imports) what nodes miss, prints "ingest: N bytes
   // sent" to `err`, and releases the coordinator's expert pages.
-  static absl::StatusOr<std::unique_ptr<ClusterExperts>> Start(
-      const ClusterCommandOptions& options, const arch::Model& model, ops::NumericPath path,
-      ThreadPool* pool, std::ostream& err);
+  static absl::StatusOr<std::unique_ptr<ClusterExperts>> Start(const ClusterCommandOptions& options,
+                                                               const arch::Model& model,
+                                                               ops::NumericPath path,
+                                                               ThreadPool* pool, std::ostream& err);
 
   moe::ExpertBackend* backend() { return backend_.get(); }
   Cluster& cluster() { return *cluster_; }

@@ -102,9 +102,8 @@ class Progress {
 };
 
 absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& model,
-                           const std::vector<ExpertId>& missing,
-                           const ExpertSetupOptions& options, absl::Mutex* out_mu,
-                           ExpertSetupResult* result) {
+                           const std::vector<ExpertId>& missing, const ExpertSetupOptions& options,
+                           absl::Mutex* out_mu, ExpertSetupResult* result) {
   const auto& experts = model.experts();
   uint64_t total = 0;
   for (const ExpertId& id : missing) total += experts[id.layer][id.expert].bytes();
@@ -133,6 +132,10 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
           FillTensor(w.down, chunk.mutable_down());
           chunk.set_total_bytes(expert_bytes);
           chunk.set_xxh64(ExpertChecksum(w));
+          v1::ModelShape* shape = chunk.mutable_model();
+          shape->set_n_layer(model.config().n_layer);
+          shape->set_n_expert(model.config().n_expert);
+          shape->set_n_embd(static_cast<int32_t>(model.config().n_embd));
           header = false;
         }
         // A chunk never spans two matrices: they are separate regions of the file.
@@ -181,16 +184,15 @@ absl::Status ImportExperts(const Cluster& cluster, int i, const std::vector<Expe
   const auto start = Clock::now();
   COLIBRI_ASSIGN_OR_RETURN(v1::ImportReply reply, cluster.client(i)->Import(request));
   if (reply.imported() != static_cast<int32_t>(missing.size())) {
-    return absl::DataLossError(absl::StrCat(cluster.node(i).address, " imported ",
-                                            reply.imported(), " of ", missing.size(),
-                                            " experts from ", options.node_gguf_path));
+    return absl::DataLossError(absl::StrCat(cluster.node(i).address, " imported ", reply.imported(),
+                                            " of ", missing.size(), " experts from ",
+                                            options.node_gguf_path));
   }
   absl::MutexLock lock(out_mu);
   if (options.progress != nullptr) {
     *options.progress << absl::StrFormat(
         "import %s: %d experts, %s in %.2f s\n", cluster.node(i).address, reply.imported(),
-        MiB(reply.bytes_stored()),
-        std::chrono::duration<double>(Clock::now() - start).count());
+        MiB(reply.bytes_stored()), std::chrono::duration<double>(Clock::now() - start).count());
   }
   result->experts_imported += reply.imported();
   return absl::OkStatus();
@@ -232,8 +234,8 @@ absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const ar
 void ReleaseExpertPages(const arch::Model& model) {
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   for (const std::vector<moe::ExpertWeights>& layer : model.experts()) {
-    for (auto member : {&moe::ExpertWeights::gate, &moe::ExpertWeights::up,
-                        &moe::ExpertWeights::down}) {
+    for (auto member :
+         {&moe::ExpertWeights::gate, &moe::ExpertWeights::up, &moe::ExpertWeights::down}) {
       uintptr_t begin = UINTPTR_MAX;
       uintptr_t end = 0;
       for (const moe::ExpertWeights& w : layer) {

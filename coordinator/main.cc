@@ -7,6 +7,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/cluster_command.h"
 #include "coordinator/inspect_command.h"
 #include "coordinator/run_command.h"
 #include "coordinator/tokenize_command.h"
@@ -67,6 +68,20 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
                 "print the generated ids on one line instead of the text");
 }
 
+// --nodes and the options every cluster command shares.
+void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions* o) {
+  cmd->add_option("--nodes", o->nodes, "expert nodes host:port,... (none: experts run here)")
+      ->delimiter(',');
+  cmd->add_option("--replicas", o->replicas, "copies of each expert on distinct nodes")
+      ->capture_default_str();
+  cmd->add_option("--auth-token-file", o->auth_token_file, "file holding the nodes' shared token");
+  cmd->add_option("--tls-ca", o->tls_ca_file, "PEM CA certificate: talk TLS to the nodes");
+  cmd->add_option("--tls-cert", o->tls_cert_file, "PEM client certificate for the nodes");
+  cmd->add_option("--tls-key", o->tls_key_file, "PEM key of --tls-cert");
+  cmd->add_option("--node-gguf", o->node_gguf,
+                  "nodes import experts from this GGUF path on their own disks");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,6 +93,16 @@ int main(int argc, char** argv) {
   bool exact = false;
   CLI::App* run_cmd = app.add_subcommand("run", "one-shot generation or evaluation");
   AddRunFlags(run_cmd, &run, &prompt_tokens, &exact);
+  AddClusterFlags(run_cmd, &run.cluster);
+
+  colibri::coordinator::PlanOptions plan;
+  CLI::App* plan_cmd = app.add_subcommand("plan", "where every expert would go (moves nothing)");
+  plan_cmd->add_option("--model,-m", plan.model_path, "GGUF model file")->required();
+  AddClusterFlags(plan_cmd, &plan.cluster);
+  plan_cmd->add_flag("--assume-equal", plan.cluster.assume_equal,
+                     "weigh nodes equally and do not contact them");
+  bool plan_summary_only = false;
+  plan_cmd->add_flag("--summary", plan_summary_only, "only the per-node totals");
 
   InspectOptions inspect;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "describe a GGUF model file");
@@ -118,6 +143,9 @@ int main(int argc, char** argv) {
     }
     if (exact) run.path = colibri::ops::NumericPath::kExact;
     status = colibri::coordinator::RunGenerate(run, std::cout, std::cerr);
+  } else if (plan_cmd->parsed()) {
+    plan.list_experts = !plan_summary_only;
+    status = colibri::coordinator::RunPlan(plan, std::cout);
   } else if (inspect_cmd->parsed()) {
     status = colibri::coordinator::RunInspect(inspect, std::cout);
   } else if (tokenize_cmd->parsed()) {

@@ -74,8 +74,8 @@ class GrpcNodeClient : public NodeClient {
     grpc::ClientContext ctx;
     Prepare(&ctx, options_.compute_deadline);
     v1::ComputeLayerReply reply;
-    absl::Status s = FromGrpc(stub_->ComputeLayer(&ctx, request, &reply), address(),
-                              "ComputeLayer");
+    absl::Status s =
+        FromGrpc(stub_->ComputeLayer(&ctx, request, &reply), address(), "ComputeLayer");
     if (!s.ok()) return s;
     return reply;
   }
@@ -136,7 +136,8 @@ class GrpcNodeClient : public NodeClient {
   absl::Status CheckHealth() override {
     grpc::ClientContext ctx;
     Prepare(&ctx, options_.health_deadline);
-    grpc::ByteBuffer request;
+    grpc::Slice empty;
+    grpc::ByteBuffer request(&empty, 1);  // a ByteBuffer without slices is invalid
     grpc::ByteBuffer response;
     grpc::Status status;
     absl::Notification done;
@@ -180,8 +181,7 @@ int Millis(absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<NodeClient>> CreateGrpcNodeClient(
-    const NodeClientOptions& options) {
+absl::StatusOr<std::unique_ptr<NodeClient>> CreateGrpcNodeClient(const NodeClientOptions& options) {
   if (options.address.empty()) return absl::InvalidArgumentError("node address is empty");
   if (options.max_message_bytes <= 0) {
     return absl::InvalidArgumentError("max_message_bytes must be positive");
@@ -208,8 +208,7 @@ absl::StatusOr<std::unique_ptr<NodeClient>> CreateGrpcNodeClient(
   } else {
     creds = grpc::InsecureChannelCredentials();
   }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.address, creds, args);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.address, creds, args);
   if (channel == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot create a channel to ", options.address));
   }

@@ -32,8 +32,8 @@ uint64_t HashId(const std::string& id) {
 }
 
 double Score(uint64_t id_hash, double weight, int layer, int expert) {
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(layer)) << 32) |
-                       static_cast<uint32_t>(expert);
+  const uint64_t key =
+      (static_cast<uint64_t>(static_cast<uint32_t>(layer)) << 32) | static_cast<uint32_t>(expert);
   const uint64_t h = Mix64(id_hash ^ Mix64(key + 0x9e3779b97f4a7c15ULL));
   // u in (0, 1): the top 53 bits, offset by half a step so that it is never 0 or 1.
   const double u = (static_cast<double>(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
@@ -51,8 +51,8 @@ absl::StatusOr<Placement> Placement::Compute(const std::vector<PlacementNode>& n
                                              int replicas) {
   if (nodes.empty()) return absl::InvalidArgumentError("placement needs at least one node");
   if (replicas < 1 || replicas > static_cast<int>(nodes.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("replicas must be in [1, ", nodes.size(),
-                                                   "], got ", replicas));
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas must be in [1, ", nodes.size(), "], got ", replicas));
   }
   std::set<std::string> ids;
   std::vector<uint64_t> hashes;
@@ -61,8 +61,8 @@ absl::StatusOr<Placement> Placement::Compute(const std::vector<PlacementNode>& n
       return absl::InvalidArgumentError(absl::StrCat("duplicate node id '", n.id, "'"));
     }
     if (!(n.weight > 0) || !std::isfinite(n.weight)) {
-      return absl::InvalidArgumentError(absl::StrCat("node '", n.id, "': weight ", n.weight,
-                                                     " is not a positive number"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node '", n.id, "': weight ", n.weight, " is not a positive number"));
     }
     hashes.push_back(HashId(n.id));
   }

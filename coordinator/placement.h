@@ -38,8 +38,7 @@ class Placement {
   // replicas: copies of each expert on distinct nodes, 1 <= replicas <= nodes.
   // InvalidArgument for no nodes, duplicate ids, a weight <= 0 or a bad R.
   static absl::StatusOr<Placement> Compute(const std::vector<PlacementNode>& nodes,
-                                           const std::vector<int>& experts_per_layer,
-                                           int replicas);
+                                           const std::vector<int>& experts_per_layer, int replicas);
 
   Placement() = default;
 

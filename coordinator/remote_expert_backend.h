@@ -83,11 +83,11 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   moe::ExpertBatch batch_;
   float* out_ = nullptr;
   absl::Status submit_status_;
-  std::vector<int> attempt_;             // [n_expert]: replica index in use
-  std::vector<bool> fallback_experts_;   // [n_expert]
+  std::vector<int> attempt_;            // [n_expert]: replica index in use
+  std::vector<bool> fallback_experts_;  // [n_expert]
   std::vector<std::unique_ptr<Call>> calls_;
-  std::vector<int> node_slot_;           // [n_nodes] scratch: call index or -1
-  std::vector<int32_t> token_slot_;      // [n_tokens] scratch: row in a request or -1
+  std::vector<int> node_slot_;       // [n_nodes] scratch: call index or -1
+  std::vector<int32_t> token_slot_;  // [n_tokens] scratch: row in a request or -1
 
   mutable absl::Mutex mu_;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -92,9 +92,9 @@ class FakeNode : public NodeClient {
     moe::ExpertFfnScratch scratch;
     for (int i = 0; i < request.routes_size(); ++i) {
       const v1::Route& r = request.routes(i);
-      moe::ExpertFfn(model_->experts()[request.layer()][r.expert()], hidden + r.token() * kEmbd,
-                     1, reinterpret_cast<float*>(&(*data)[i * kEmbd * sizeof(float)]), path,
-                     nullptr, &scratch);
+      moe::ExpertFfn(model_->experts()[request.layer()][r.expert()], hidden + r.token() * kEmbd, 1,
+                     reinterpret_cast<float*>(&(*data)[i * kEmbd * sizeof(float)]), path, nullptr,
+                     &scratch);
     }
     return reply;
   }
@@ -141,9 +141,9 @@ class FakeNode : public NodeClient {
 struct Batch {
   int n_tokens = 0;
   int k = 0;
-  std::vector<float> x;        // [n_tokens][kEmbd]
+  std::vector<float> x;          // [n_tokens][kEmbd]
   std::vector<int32_t> experts;  // [n_tokens][k]
-  std::vector<float> weights;  // [n_tokens][k]
+  std::vector<float> weights;    // [n_tokens][k]
   moe::ExpertBatch view(int layer) const {
     moe::ExpertBatch b;
     b.layer = layer;
@@ -196,9 +196,8 @@ class RemoteExpertBackendTest : public ::testing::Test {
     options.replicas = replicas;
     options.probe_interval = absl::Milliseconds(5);
     options.log = &log_;
-    absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-        Cluster::Create(options, "fp", std::vector<int>(kLayers, kExperts), std::move(clients),
-                        std::move(nodes));
+    absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Create(
+        options, "fp", std::vector<int>(kLayers, kExperts), std::move(clients), std::move(nodes));
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
   }
@@ -230,8 +229,8 @@ TEST_F(RemoteExpertBackendTest, MatchesLocalBitwiseWithOneCallPerInvolvedNode) {
       const Batch b = RandomBatch(7, 2, 11 + layer);
       std::vector<float> local_out, remote_out;
       RunBoth(b, layer, path, &remote, &local_out, &remote_out);
-      EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(),
-                               local_out.size() * sizeof(float)));
+      EXPECT_EQ(0,
+                std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
       // Expected involvement from the placement.
       std::set<int> involved;
       for (int32_t e : b.experts) involved.insert(cluster_->placement().Primary(layer, e));
@@ -267,8 +266,8 @@ TEST_F(RemoteExpertBackendTest, MatchesLocalBitwiseWithOneCallPerInvolvedNode) {
 
 TEST_F(RemoteExpertBackendTest, FallsBackLocallyWithoutReplicas) {
   MakeCluster(3, 1);
-  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                             ops::NumericPath::kFast, &pool_);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
   // Find a node the batch involves and take it down.
   const Batch b = RandomBatch(9, 2, 5);
   const int victim = cluster_->placement().Primary(0, b.experts[0]);
@@ -294,8 +293,8 @@ TEST_F(RemoteExpertBackendTest, FallsBackLocallyWithoutReplicas) {
 
 TEST_F(RemoteExpertBackendTest, FailsOverToTheNextReplica) {
   MakeCluster(3, 2);
-  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                             ops::NumericPath::kExact, &pool_);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kExact,
+                             &pool_);
   const Batch b = RandomBatch(9, 3, 9);
   const int victim = cluster_->placement().Primary(1, b.experts[0]);
   nodes_[victim]->set_down(true);
@@ -317,8 +316,8 @@ TEST_F(RemoteExpertBackendTest, FailsOverToTheNextReplica) {
 
 TEST_F(RemoteExpertBackendTest, AllNodesDownStillCompletes) {
   MakeCluster(2, 2);
-  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                             ops::NumericPath::kFast, &pool_);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
   nodes_[0]->set_down(true);
   nodes_[1]->set_down(true);
   const Batch b = RandomBatch(4, 2, 3);
@@ -330,8 +329,8 @@ TEST_F(RemoteExpertBackendTest, AllNodesDownStillCompletes) {
 
 TEST_F(RemoteExpertBackendTest, AMalformedReplyCountsAsAFailure) {
   MakeCluster(3, 2);
-  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                             ops::NumericPath::kFast, &pool_);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
   const Batch b = RandomBatch(6, 2, 21);
   const int victim = cluster_->placement().Primary(0, b.experts[0]);
   nodes_[victim]->set_garbage(true);
@@ -344,8 +343,8 @@ TEST_F(RemoteExpertBackendTest, AMalformedReplyCountsAsAFailure) {
 
 TEST_F(RemoteExpertBackendTest, RejectsAnExpertOutOfRange) {
   MakeCluster(2, 1);
-  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                             ops::NumericPath::kFast, &pool_);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
   Batch b = RandomBatch(2, 2, 1);
   b.experts[1] = kExperts;
   std::vector<float> out(b.n_tokens * b.k * kEmbd);

@@ -1,0 +1,251 @@
+#include "expert_node/expert_record.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+
+namespace colibri::expert_node {
+namespace {
+
+constexpr uint32_t kModelMagic = 0x4D584C43;  // "CLXM"
+constexpr size_t kModelInfoBytes = 4 + 4 + 4 + 4 + 8;
+
+void PutU32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutU64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+
+absl::Status ValidateTensor(const TensorLayout& t, absl::string_view what,
+                            absl::string_view name) {
+  const ops::TensorTypeTraits* traits = ops::FindTensorType(static_cast<uint32_t>(t.type));
+  if (traits == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, ": type ",
+                                                   static_cast<uint32_t>(t.type),
+                                                   " is not a GGML type"));
+  }
+  if (!traits->supported) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", name, ": unsupported tensor type ", traits->name));
+  }
+  if (t.rows <= 0 || t.cols <= 0 || t.rows > kMaxDim || t.cols > kMaxDim) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, ": bad shape [", t.rows,
+                                                   "][", t.cols, "]"));
+  }
+  absl::StatusOr<uint64_t> row_bytes = ops::RowBytes(t.type, t.cols);
+  if (!row_bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", name, ": ", row_bytes.status().message()));
+  }
+  const uint64_t expected = *row_bytes * static_cast<uint64_t>(t.rows);
+  if (t.bytes != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, ": ", t.bytes,
+                                                   " bytes, shape and type need ", expected));
+  }
+  return absl::OkStatus();
+}
+
+std::string LayerExpertSuffix(int32_t layer, int32_t expert) {
+  return absl::StrFormat("/%05d/%05d", layer, expert);
+}
+
+}  // namespace
+
+std::string ToString(const ExpertId& id) {
+  return absl::StrCat(id.fingerprint, " layer ", id.layer, " expert ", id.expert);
+}
+
+absl::Status ValidateFingerprint(absl::string_view fingerprint) {
+  if (fingerprint.empty() || fingerprint.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model fingerprint must be 1..128 characters, got ", fingerprint.size()));
+  }
+  for (char c : fingerprint) {
+    const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    c == '_' || c == '-' || c == '.';
+    if (!ok) {
+      return absl::InvalidArgumentError("model fingerprint has characters outside [0-9A-Za-z_.-]");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLayout(const ExpertLayout& layout, absl::string_view what) {
+  COLIBRI_RETURN_IF_ERROR(ValidateTensor(layout.gate, what, "gate"));
+  COLIBRI_RETURN_IF_ERROR(ValidateTensor(layout.up, what, "up"));
+  COLIBRI_RETURN_IF_ERROR(ValidateTensor(layout.down, what, "down"));
+  const int64_t n_ff = layout.gate.rows;
+  const int64_t n_embd = layout.gate.cols;
+  if (layout.up.rows != n_ff || layout.up.cols != n_embd || layout.down.rows != n_embd ||
+      layout.down.cols != n_ff) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": shapes do not form an FFN: gate [", n_ff, "][", n_embd, "], up [",
+        layout.up.rows, "][", layout.up.cols, "], down [", layout.down.rows, "][",
+        layout.down.cols, "]"));
+  }
+  return absl::OkStatus();
+}
+
+ExpertLayout LayoutOf(const moe::ExpertWeights& w) {
+  auto tensor = [](const ops::WeightMatrix& m) {
+    return TensorLayout{m.type, m.rows, m.cols, static_cast<uint64_t>(m.rows) * m.row_bytes};
+  };
+  return ExpertLayout{tensor(w.gate), tensor(w.up), tensor(w.down), 0};
+}
+
+uint64_t PayloadChecksum(absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
+                         absl::Span<const uint8_t> down) {
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  XXH64_update(state, gate.data(), gate.size());
+  XXH64_update(state, up.data(), up.size());
+  XXH64_update(state, down.data(), down.size());
+  const uint64_t h = XXH64_digest(state);
+  XXH64_freeState(state);
+  return h;
+}
+
+std::string ExpertValueKey(const ExpertId& id) {
+  return absl::StrCat("x/", id.fingerprint, LayerExpertSuffix(id.layer, id.expert));
+}
+std::string ExpertIndexKey(const ExpertId& id) {
+  return absl::StrCat("i/", id.fingerprint, LayerExpertSuffix(id.layer, id.expert));
+}
+std::string IndexKeyPrefix(absl::string_view fingerprint) {
+  return fingerprint.empty() ? std::string("i/") : absl::StrCat("i/", fingerprint, "/");
+}
+std::string ModelKey(absl::string_view fingerprint) {
+  return absl::StrCat(kModelKeyPrefix, fingerprint);
+}
+
+absl::StatusOr<ExpertId> ParseExpertKey(absl::string_view key) {
+  std::vector<absl::string_view> parts = absl::StrSplit(key, '/');
+  ExpertId id;
+  if (parts.size() != 4 || (parts[0] != "i" && parts[0] != "x") || parts[2].size() != 5 ||
+      parts[3].size() != 5 || !absl::SimpleAtoi(parts[2], &id.layer) ||
+      !absl::SimpleAtoi(parts[3], &id.expert) || id.layer < 0 || id.expert < 0) {
+    return absl::DataLossError(absl::StrCat("malformed expert key '", key, "'"));
+  }
+  id.fingerprint = std::string(parts[1]);
+  return id;
+}
+
+std::string EncodeHeader(int32_t layer, int32_t expert, const ExpertLayout& layout) {
+  std::string out;
+  out.reserve(kHeaderBytes);
+  PutU32(&out, kValueMagic);
+  PutU32(&out, kValueVersion);
+  PutU32(&out, static_cast<uint32_t>(layer));
+  PutU32(&out, static_cast<uint32_t>(expert));
+  for (const TensorLayout* t : {&layout.gate, &layout.up, &layout.down}) {
+    PutU32(&out, static_cast<uint32_t>(t->type));
+    PutU32(&out, 0);
+    PutU64(&out, static_cast<uint64_t>(t->rows));
+    PutU64(&out, static_cast<uint64_t>(t->cols));
+    PutU64(&out, t->bytes);
+  }
+  PutU64(&out, layout.xxh64);
+  return out;
+}
+
+absl::StatusOr<ExpertLayout> DecodeHeader(absl::string_view bytes, int32_t layer, int32_t expert) {
+  const std::string where = absl::StrCat("layer ", layer, " expert ", expert);
+  if (bytes.size() < kHeaderBytes) {
+    return absl::DataLossError(
+        absl::StrCat(where, ": stored value of ", bytes.size(), " bytes is shorter than a header"));
+  }
+  const char* p = bytes.data();
+  if (GetU32(p) != kValueMagic) return absl::DataLossError(absl::StrCat(where, ": bad magic"));
+  if (GetU32(p + 4) != kValueVersion) {
+    return absl::DataLossError(absl::StrCat(where, ": unknown value version ", GetU32(p + 4)));
+  }
+  if (static_cast<int32_t>(GetU32(p + 8)) != layer ||
+      static_cast<int32_t>(GetU32(p + 12)) != expert) {
+    return absl::DataLossError(absl::StrCat(where, ": header names another expert"));
+  }
+  ExpertLayout layout;
+  p += 16;
+  for (TensorLayout* t : {&layout.gate, &layout.up, &layout.down}) {
+    t->type = static_cast<ops::TensorType>(GetU32(p));
+    t->rows = static_cast<int64_t>(GetU64(p + 8));
+    t->cols = static_cast<int64_t>(GetU64(p + 16));
+    t->bytes = GetU64(p + 24);
+    p += 32;
+  }
+  layout.xxh64 = GetU64(p);
+  absl::Status valid = ValidateLayout(layout, where);
+  if (!valid.ok()) return absl::DataLossError(valid.message());
+  return layout;
+}
+
+std::string EncodeModelInfo(const ModelInfo& info) {
+  std::string out;
+  PutU32(&out, kModelMagic);
+  PutU32(&out, 1);
+  PutU32(&out, static_cast<uint32_t>(info.n_layer));
+  PutU32(&out, static_cast<uint32_t>(info.n_expert));
+  PutU64(&out, static_cast<uint64_t>(info.n_embd));
+  return out;
+}
+
+absl::StatusOr<ModelInfo> DecodeModelInfo(absl::string_view bytes) {
+  if (bytes.size() != kModelInfoBytes || GetU32(bytes.data()) != kModelMagic ||
+      GetU32(bytes.data() + 4) != 1) {
+    return absl::DataLossError("malformed model record");
+  }
+  ModelInfo info;
+  info.n_layer = static_cast<int32_t>(GetU32(bytes.data() + 8));
+  info.n_expert = static_cast<int32_t>(GetU32(bytes.data() + 12));
+  info.n_embd = static_cast<int64_t>(GetU64(bytes.data() + 16));
+  if (info.n_layer < 0 || info.n_expert < 0 || info.n_embd <= 0 || info.n_embd > kMaxDim) {
+    return absl::DataLossError("model record out of range");
+  }
+  return info;
+}
+
+std::unique_ptr<ExpertBlob> ExpertBlob::Copy(const ExpertLayout& layout,
+                                             absl::Span<const uint8_t> gate,
+                                             absl::Span<const uint8_t> up,
+                                             absl::Span<const uint8_t> down) {
+  constexpr uint64_t kAlign = 64;
+  auto round_up = [](uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  const uint64_t up_offset = round_up(gate.size());
+  const uint64_t down_offset = up_offset + round_up(up.size());
+  const uint64_t total = down_offset + round_up(down.size());
+
+  std::unique_ptr<ExpertBlob> blob(new ExpertBlob());
+  blob->layout_ = layout;
+  blob->size_bytes_ = total;
+  blob->data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, total > 0 ? total : kAlign)));
+  uint8_t* base = blob->data_.get();
+  std::memcpy(base, gate.data(), gate.size());
+  std::memcpy(base + up_offset, up.data(), up.size());
+  std::memcpy(base + down_offset, down.data(), down.size());
+
+  auto view = [](const TensorLayout& t, const uint8_t* data) {
+    return ops::WeightMatrix{t.type, data, t.rows, t.cols, ops::RowBytesUnchecked(t.type, t.cols)};
+  };
+  blob->weights_.gate = view(layout.gate, base);
+  blob->weights_.up = view(layout.up, base + up_offset);
+  blob->weights_.down = view(layout.down, base + down_offset);
+  return blob;
+}
+
+}  // namespace colibri::expert_node

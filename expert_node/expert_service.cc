@@ -1,0 +1,610 @@
+#include "expert_node/expert_service.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "expert_node/event_log.h"
+#include "expert_node/layer_compute.h"
+#include "model/arch/model.h"
+#include "model/gguf/gguf_fingerprint.h"
+
+namespace colibri::expert_node {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+const grpc::Status kUnauthenticated(grpc::StatusCode::UNAUTHENTICATED,
+                                    "missing or wrong authorization token");
+
+// a == b without an early exit on the first differing byte.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+absl::StatusOr<ExpertId> ParseKey(const v1::ExpertKey& key) {
+  COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(key.model_fingerprint()));
+  if (key.layer() < 0 || key.layer() > 99999 || key.expert() < 0 || key.expert() > 99999) {
+    return absl::InvalidArgumentError(absl::StrCat("expert key: layer ", key.layer(), " expert ",
+                                                   key.expert(), " out of range"));
+  }
+  return ExpertId{key.model_fingerprint(), key.layer(), key.expert()};
+}
+
+// An ExpertTensor header (GGML dims: dims[0] is the row length) as a layout.
+absl::StatusOr<TensorLayout> ParseTensorHeader(const v1::ExpertTensor& t, absl::string_view name) {
+  if (ops::FindTensorType(t.ggml_type()) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": type ", t.ggml_type(), " is not a GGML type"));
+  }
+  if (t.dims_size() < 1 || t.dims_size() > 4) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", t.dims_size(), " dims"));
+  }
+  for (int i = 2; i < t.dims_size(); ++i) {
+    if (t.dims(i) != 1) return absl::InvalidArgumentError(absl::StrCat(name, ": not a matrix"));
+  }
+  TensorLayout layout;
+  layout.type = static_cast<ops::TensorType>(t.ggml_type());
+  layout.cols = t.dims(0);
+  layout.rows = t.dims_size() >= 2 ? t.dims(1) : 1;
+  if (layout.cols <= 0 || layout.rows <= 0 || layout.cols > kMaxDim || layout.rows > kMaxDim) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": bad dims"));
+  }
+  absl::StatusOr<uint64_t> row_bytes = ops::RowBytes(layout.type, layout.cols);
+  if (!row_bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", row_bytes.status().message()));
+  }
+  layout.bytes = *row_bytes * static_cast<uint64_t>(layout.rows);
+  return layout;
+}
+
+absl::Span<const uint8_t> BytesOf(const ops::WeightMatrix& m) {
+  return absl::Span<const uint8_t>(m.data, static_cast<size_t>(m.rows) * m.row_bytes);
+}
+
+}  // namespace
+
+// Client stream of IngestChunks: assembles one expert at a time in memory,
+// hands each complete expert to the io executor for verification and a durable
+// write, and reads on only after that write (backpressure). The first error
+// finishes the stream; experts acknowledged before it stay stored.
+class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1::IngestChunk> {
+ public:
+  IngestReactor(ExpertServiceImpl* service, grpc::CallbackServerContext* context,
+                v1::IngestReply* reply)
+      : service_(service), context_(context), reply_(reply), start_(absl::Now()) {
+    if (!service_->Authorized(context_)) {
+      Finish(kUnauthenticated);
+      return;
+    }
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (context_->IsCancelled()) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "ingest cancelled"));
+      } else if (assembling_) {
+        Finish(ToGrpc(absl::InvalidArgumentError(
+            absl::StrCat("stream ended after ", received_, " of ", layout_.payload_bytes(),
+                         " bytes of ", ToString(id_)))));
+      } else {
+        const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+        if (reply_->stored_size() > 0) {
+          LogEvent(absl::StrFormat("ingest done: %d experts, %d bytes in %.1f s (%.1f MB/s)",
+                                   reply_->stored_size(), reply_->bytes_stored(), seconds,
+                                   seconds > 0 ? reply_->bytes_stored() / seconds / 1e6 : 0.0));
+        }
+        Finish(grpc::Status::OK);
+      }
+      return;
+    }
+    absl::Status s = Consume();
+    if (!s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
+    if (assembling_ && received_ == layout_.payload_bytes()) {
+      assembling_ = false;
+      if (!service_->io_queue_->Post([this] { WriteExpert(); })) {
+        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
+      }
+      return;
+    }
+    StartRead(&chunk_);
+  }
+
+  void OnDone() override {
+    service_->active_calls_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  absl::Status Consume() {
+    COLIBRI_ASSIGN_OR_RETURN(ExpertId id, ParseKey(chunk_.key()));
+    if (chunk_.has_gate()) {
+      if (assembling_) {
+        return absl::InvalidArgumentError(absl::StrCat("header of ", ToString(id), " before ",
+                                                       ToString(id_), " was complete"));
+      }
+      COLIBRI_RETURN_IF_ERROR(StartExpert(std::move(id)));
+    } else if (!assembling_ || !(id == id_)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data chunk for ", ToString(id), " without its header"));
+    }
+    const std::string& data = chunk_.data();
+    if (data.empty()) return absl::OkStatus();
+    if (chunk_.offset() != received_) {
+      return absl::InvalidArgumentError(absl::StrCat(ToString(id_), ": chunk at offset ",
+                                                     chunk_.offset(), ", expected ", received_));
+    }
+    if (data.size() > layout_.payload_bytes() - received_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ToString(id_), ": data beyond total_bytes ", layout_.payload_bytes()));
+    }
+    std::memcpy(buffer_.get() + received_, data.data(), data.size());
+    received_ += data.size();
+    return absl::OkStatus();
+  }
+
+  absl::Status StartExpert(ExpertId id) {
+    const std::string what = ToString(id);
+    COLIBRI_ASSIGN_OR_RETURN(layout_.gate, ParseTensorHeader(chunk_.gate(), what + " gate"));
+    COLIBRI_ASSIGN_OR_RETURN(layout_.up, ParseTensorHeader(chunk_.up(), what + " up"));
+    COLIBRI_ASSIGN_OR_RETURN(layout_.down, ParseTensorHeader(chunk_.down(), what + " down"));
+    layout_.xxh64 = chunk_.xxh64();
+    COLIBRI_RETURN_IF_ERROR(ValidateLayout(layout_, what));
+    if (chunk_.total_bytes() != layout_.payload_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": total_bytes ", chunk_.total_bytes(),
+                                                     ", the shapes need ",
+                                                     layout_.payload_bytes()));
+    }
+    if (layout_.payload_bytes() > service_->options_.max_expert_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", layout_.payload_bytes(),
+                                                     " bytes exceed the node's limit of ",
+                                                     service_->options_.max_expert_bytes));
+    }
+    shape_ = ModelInfo{};
+    if (chunk_.has_model()) {
+      shape_.n_layer = chunk_.model().n_layer();
+      shape_.n_expert = chunk_.model().n_expert();
+      shape_.n_embd = chunk_.model().n_embd();
+      if (shape_.n_layer < 0 || shape_.n_expert < 0 || shape_.n_embd < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": negative model shape"));
+      }
+      if (shape_.n_embd != 0 && shape_.n_embd != layout_.n_embd()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": width ", layout_.n_embd(),
+                                                       ", the model's n_embd is ", shape_.n_embd));
+      }
+    }
+    shape_.n_embd = layout_.n_embd();
+    absl::StatusOr<ModelInfo> known = service_->FindModel(id.fingerprint);
+    if (known.ok()) {
+      const int32_t n_layer = shape_.n_layer > 0 ? shape_.n_layer : known->n_layer;
+      const int32_t n_expert = shape_.n_expert > 0 ? shape_.n_expert : known->n_expert;
+      if ((n_layer > 0 && id.layer >= n_layer) || (n_expert > 0 && id.expert >= n_expert)) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": outside the model's ", n_layer,
+                                                       " layers x ", n_expert, " experts"));
+      }
+    }
+    buffer_.reset(new uint8_t[layout_.payload_bytes()]);
+    received_ = 0;
+    id_ = std::move(id);
+    assembling_ = true;
+    return absl::OkStatus();
+  }
+
+  // On the io executor.
+  void WriteExpert() {
+    const uint8_t* p = buffer_.get();
+    const absl::Span<const uint8_t> gate(p, layout_.gate.bytes);
+    const absl::Span<const uint8_t> up(p + layout_.gate.bytes, layout_.up.bytes);
+    const absl::Span<const uint8_t> down(p + layout_.gate.bytes + layout_.up.bytes,
+                                         layout_.down.bytes);
+    absl::Status s;
+    const uint64_t actual = PayloadChecksum(gate, up, down);
+    if (actual != layout_.xxh64) {
+      s = absl::DataLossError(absl::StrFormat("%s: xxh64 of the received bytes is %016x, header "
+                                              "says %016x",
+                                              ToString(id_), actual, layout_.xxh64));
+    }
+    if (s.ok()) s = service_->RegisterModel(id_.fingerprint, shape_);
+    if (s.ok()) s = service_->store_->Put(id_, layout_, gate, up, down);
+    buffer_.reset();
+    if (!s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
+    v1::ExpertKey* key = reply_->add_stored();
+    key->set_model_fingerprint(id_.fingerprint);
+    key->set_layer(id_.layer);
+    key->set_expert(id_.expert);
+    reply_->set_bytes_stored(reply_->bytes_stored() + layout_.payload_bytes());
+    StartRead(&chunk_);
+  }
+
+  ExpertServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  v1::IngestReply* const reply_;
+  const absl::Time start_;
+  v1::IngestChunk chunk_;
+  // The expert being assembled.
+  bool assembling_ = false;
+  ExpertId id_;
+  ExpertLayout layout_;
+  ModelInfo shape_;
+  std::unique_ptr<uint8_t[]> buffer_;  // [payload_bytes]
+  uint64_t received_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> ExpertServiceImpl::Create(
+    const Options& options, ExpertStore* store, RamTier* tier) {
+  std::unique_ptr<ExpertServiceImpl> service(new ExpertServiceImpl(options, store, tier));
+  COLIBRI_ASSIGN_OR_RETURN(auto models, store->ListModels());
+  absl::MutexLock lock(&service->mu_);
+  for (const auto& [fp, info] : models) service->models_[fp] = info;
+  return service;
+}
+
+ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier)
+    : options_(options),
+      store_(store),
+      tier_(tier),
+      compute_pool_(options.compute_threads),
+      io_queue_(std::make_unique<TaskQueue>(1, 0)),
+      import_queue_(std::make_unique<TaskQueue>(1, 0)),
+      prefetch_queue_(std::make_unique<TaskQueue>(1, options.prefetch_queue_limit)),
+      compute_queue_(std::make_unique<TaskQueue>(options.compute_workers, 0)) {}
+
+ExpertServiceImpl::~ExpertServiceImpl() {
+  compute_queue_.reset();
+  prefetch_queue_.reset();
+  import_queue_.reset();
+  io_queue_.reset();
+}
+
+bool ExpertServiceImpl::Authorized(const grpc::CallbackServerContext* context) const {
+  if (options_.auth_token.empty()) return true;
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return false;
+  const absl::string_view got(it->second.data(), it->second.size());
+  const std::string expected = absl::StrCat("Bearer ", options_.auth_token);
+  return ConstantTimeEquals(got, expected);
+}
+
+absl::StatusOr<ModelInfo> ExpertServiceImpl::FindModel(const std::string& fingerprint) const {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(fingerprint);
+  if (it == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("node holds no experts of model '", fingerprint, "'"));
+  }
+  return it->second;
+}
+
+absl::Status ExpertServiceImpl::RegisterModel(const std::string& fingerprint,
+                                              const ModelInfo& shape) {
+  absl::MutexLock write_lock(&model_write_mu_);
+  ModelInfo merged = shape;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(fingerprint);
+    if (it != models_.end()) {
+      const ModelInfo& known = it->second;
+      if ((shape.n_embd != 0 && shape.n_embd != known.n_embd) ||
+          (shape.n_layer != 0 && known.n_layer != 0 && shape.n_layer != known.n_layer) ||
+          (shape.n_expert != 0 && known.n_expert != 0 && shape.n_expert != known.n_expert)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model ", fingerprint, ": shape ", shape.n_layer, "x", shape.n_expert, "x",
+            shape.n_embd, " contradicts the stored ", known.n_layer, "x", known.n_expert, "x",
+            known.n_embd));
+      }
+      merged.n_embd = known.n_embd;
+      if (merged.n_layer == 0) merged.n_layer = known.n_layer;
+      if (merged.n_expert == 0) merged.n_expert = known.n_expert;
+      if (merged.n_layer == known.n_layer && merged.n_expert == known.n_expert) {
+        return absl::OkStatus();
+      }
+    }
+  }
+  COLIBRI_RETURN_IF_ERROR(store_->PutModel(fingerprint, merged));
+  absl::MutexLock lock(&mu_);
+  models_[fingerprint] = merged;
+  return absl::OkStatus();
+}
+
+bool ExpertServiceImpl::QueuePrefetch(const ExpertId& id) {
+  if (tier_->Contains(id)) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!prefetch_pending_.insert(id).second) return false;
+  }
+  const bool queued = prefetch_queue_->Post([this, id] {
+    absl::Status s = tier_->Prefetch(id);
+    (void)s;  // advice: a prefetch that cannot be served is simply not done
+    absl::MutexLock lock(&mu_);
+    prefetch_pending_.erase(id);
+  });
+  if (!queued) {
+    prefetch_dropped_.fetch_add(1);
+    absl::MutexLock lock(&mu_);
+    prefetch_pending_.erase(id);
+    return false;
+  }
+  prefetch_issued_.fetch_add(1);
+  return true;
+}
+
+void ExpertServiceImpl::Finish(grpc::ServerUnaryReactor* reactor, const grpc::Status& status) {
+  reactor->Finish(status);
+  active_calls_.fetch_sub(1);
+}
+
+grpc::ServerUnaryReactor* ExpertServiceImpl::ComputeLayer(grpc::CallbackServerContext* context,
+                                                          const v1::ComputeLayerRequest* request,
+                                                          v1::ComputeLayerReply* reply) {
+  active_calls_.fetch_add(1);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Authorized(context)) {
+    Finish(reactor, kUnauthenticated);
+    return reactor;
+  }
+  for (const v1::ExpertKey& key : request->prefetch()) {
+    absl::StatusOr<ExpertId> id = ParseKey(key);
+    if (id.ok()) QueuePrefetch(*id);
+  }
+  in_flight_.fetch_add(1);
+  const bool queued = compute_queue_->Post([this, request, reply, reactor] {
+    const absl::Status s = DoComputeLayer(*request, reply);
+    in_flight_.fetch_sub(1);
+    Finish(reactor, ToGrpc(s));
+  });
+  if (!queued) {
+    in_flight_.fetch_sub(1);
+    Finish(reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
+  }
+  return reactor;
+}
+
+absl::Status ExpertServiceImpl::DoComputeLayer(const v1::ComputeLayerRequest& request,
+                                               v1::ComputeLayerReply* reply) {
+  const absl::Time start = absl::Now();
+  COLIBRI_ASSIGN_OR_RETURN(const ModelInfo model, FindModel(request.model_fingerprint()));
+  COLIBRI_ASSIGN_OR_RETURN(const LayerWork work, ParseLayerRequest(request, model));
+
+  std::vector<PinnedExpert> pinned;  // held until the outputs are computed
+  int64_t disk_wait_micros = 0;
+  int32_t hits = 0;
+  int32_t misses = 0;
+  auto lookup = [&](int layer, int expert) -> absl::StatusOr<moe::ExpertWeights> {
+    COLIBRI_ASSIGN_OR_RETURN(PinnedExpert handle,
+                             tier_->Acquire(ExpertId{request.model_fingerprint(), layer, expert}));
+    if (handle.hit()) {
+      ++hits;
+    } else {
+      ++misses;
+    }
+    disk_wait_micros += handle.disk_wait_micros();
+    pinned.push_back(std::move(handle));
+    return pinned.back().weights();
+  };
+  std::vector<float> out;
+  COLIBRI_RETURN_IF_ERROR(ComputeLayerWork(work, lookup, &compute_pool_, &out));
+  pinned.clear();
+
+  v1::Tensor* outputs = reply->mutable_outputs();
+  outputs->set_dtype(v1::DTYPE_F32);
+  outputs->add_shape(work.reduce_per_token ? work.n_tokens : work.n_routes());
+  outputs->add_shape(work.n_embd);
+  outputs->mutable_data()->resize(out.size() * sizeof(float));
+  if (!out.empty()) std::memcpy(outputs->mutable_data()->data(), out.data(), out.size() * 4);
+  reply->set_compute_micros(absl::ToInt64Microseconds(absl::Now() - start) - disk_wait_micros);
+  reply->set_disk_wait_micros(disk_wait_micros);
+  reply->set_ram_hits(hits);
+  reply->set_ram_misses(misses);
+  compute_requests_.fetch_add(1);
+  compute_routes_.fetch_add(static_cast<uint64_t>(work.n_routes()));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ExpertServiceImpl::Prefetch(grpc::CallbackServerContext* context,
+                                                      const v1::PrefetchRequest* request,
+                                                      v1::PrefetchReply* reply) {
+  active_calls_.fetch_add(1);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Authorized(context)) {
+    Finish(reactor, kUnauthenticated);
+    return reactor;
+  }
+  int32_t accepted = 0;
+  for (const v1::ExpertKey& key : request->experts()) {
+    absl::StatusOr<ExpertId> id = ParseKey(key);
+    if (!id.ok()) {
+      Finish(reactor, ToGrpc(id.status()));
+      return reactor;
+    }
+    if (QueuePrefetch(*id)) ++accepted;
+  }
+  reply->set_accepted(accepted);
+  Finish(reactor, grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerReadReactor<v1::IngestChunk>* ExpertServiceImpl::Ingest(
+    grpc::CallbackServerContext* context, v1::IngestReply* reply) {
+  active_calls_.fetch_add(1);
+  return new IngestReactor(this, context, reply);
+}
+
+grpc::ServerUnaryReactor* ExpertServiceImpl::Import(grpc::CallbackServerContext* context,
+                                                    const v1::ImportRequest* request,
+                                                    v1::ImportReply* reply) {
+  active_calls_.fetch_add(1);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Authorized(context)) {
+    Finish(reactor, kUnauthenticated);
+    return reactor;
+  }
+  if (!import_queue_->Post(
+          [this, request, reply, reactor] { Finish(reactor, ToGrpc(DoImport(*request, reply))); })) {
+    Finish(reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
+  }
+  return reactor;
+}
+
+absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
+                                         v1::ImportReply* reply) {
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Model> model,
+                           arch::Model::Open(request.gguf_path()));
+  COLIBRI_ASSIGN_OR_RETURN(const std::string fingerprint, gguf::ModelFingerprint(model->file()));
+  if (!request.model_fingerprint().empty() && request.model_fingerprint() != fingerprint) {
+    return absl::InvalidArgumentError(absl::StrCat(request.gguf_path(), " has fingerprint ",
+                                                   fingerprint, ", the request names ",
+                                                   request.model_fingerprint()));
+  }
+  const arch::ModelConfig& config = model->config();
+  const auto& experts = model->experts();
+  std::vector<ExpertId> wanted;
+  if (request.experts_size() == 0) {
+    for (int l = 0; l < static_cast<int>(experts.size()); ++l) {
+      for (int e = 0; e < static_cast<int>(experts[l].size()); ++e) {
+        wanted.push_back(ExpertId{fingerprint, l, e});
+      }
+    }
+  } else {
+    for (const v1::ExpertKey& key : request.experts()) {
+      COLIBRI_ASSIGN_OR_RETURN(ExpertId id, ParseKey(key));
+      if (id.fingerprint != fingerprint || id.layer >= static_cast<int>(experts.size()) ||
+          id.expert >= static_cast<int>(experts[id.layer].size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(ToString(id), " is not an expert of ", request.gguf_path()));
+      }
+      wanted.push_back(std::move(id));
+    }
+  }
+  COLIBRI_RETURN_IF_ERROR(RegisterModel(
+      fingerprint, ModelInfo{config.n_layer, config.n_expert, config.n_embd}));
+
+  uint64_t total_bytes = 0;
+  for (const ExpertId& id : wanted) total_bytes += experts[id.layer][id.expert].bytes();
+  const absl::Time start = absl::Now();
+  absl::Time last_log = start;
+  uint64_t done_bytes = 0;
+  int32_t imported = 0;
+  uint64_t stored_bytes = 0;
+  for (const ExpertId& id : wanted) {
+    const moe::ExpertWeights& w = experts[id.layer][id.expert];
+    COLIBRI_ASSIGN_OR_RETURN(const bool present, store_->Contains(id));
+    if (!present) {
+      ExpertLayout layout = LayoutOf(w);
+      layout.xxh64 = PayloadChecksum(BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down));
+      COLIBRI_RETURN_IF_ERROR(
+          store_->Put(id, layout, BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down)));
+      ++imported;
+      stored_bytes += w.bytes();
+    }
+    done_bytes += w.bytes();
+    const absl::Time now = absl::Now();
+    if (now - last_log >= options_.progress_interval) {
+      last_log = now;
+      const double seconds = absl::ToDoubleSeconds(now - start);
+      const double rate = seconds > 0 ? done_bytes / seconds : 0;
+      LogEvent(absl::StrFormat("import %s: %d / %d bytes (%.1f%%), %.1f MB/s, ETA %.0f s",
+                               request.gguf_path(), done_bytes, total_bytes,
+                               100.0 * done_bytes / std::max<uint64_t>(total_bytes, 1), rate / 1e6,
+                               rate > 0 ? (total_bytes - done_bytes) / rate : 0.0));
+    }
+  }
+  LogEvent(absl::StrFormat("import done: %s: %d experts written (%d bytes), %d already stored, "
+                           "%.1f s",
+                           request.gguf_path(), imported, stored_bytes, wanted.size() - imported,
+                           absl::ToDoubleSeconds(absl::Now() - start)));
+  reply->set_imported(imported);
+  reply->set_bytes_stored(stored_bytes);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ExpertServiceImpl::Inventory(grpc::CallbackServerContext* context,
+                                                       const v1::InventoryRequest* request,
+                                                       v1::InventoryReply* reply) {
+  active_calls_.fetch_add(1);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Authorized(context)) {
+    Finish(reactor, kUnauthenticated);
+    return reactor;
+  }
+  if (!io_queue_->Post([this, request, reply, reactor] {
+        Finish(reactor, ToGrpc(DoInventory(*request, reply)));
+      })) {
+    Finish(reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
+  }
+  return reactor;
+}
+
+absl::Status ExpertServiceImpl::DoInventory(const v1::InventoryRequest& request,
+                                            v1::InventoryReply* reply) {
+  if (!request.model_fingerprint().empty()) {
+    COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(request.model_fingerprint()));
+  }
+  COLIBRI_ASSIGN_OR_RETURN(const auto models, store_->List(request.model_fingerprint()));
+  reply->set_node_id(options_.node_id);
+  reply->set_disk_budget_bytes(options_.disk_budget_bytes);
+  reply->set_ram_budget_bytes(tier_->budget_bytes());
+  for (const auto& [fingerprint, layers] : models) {
+    for (const auto& [layer, experts] : layers) {
+      v1::InventoryEntry* entry = reply->add_entries();
+      entry->set_model_fingerprint(fingerprint);
+      entry->set_layer(layer);
+      for (int32_t e : experts) entry->add_experts(e);
+    }
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ExpertServiceImpl::NodeStats(grpc::CallbackServerContext* context,
+                                                       const v1::NodeStatsRequest* /*request*/,
+                                                       v1::NodeStatsReply* reply) {
+  active_calls_.fetch_add(1);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Authorized(context)) {
+    Finish(reactor, kUnauthenticated);
+    return reactor;
+  }
+  FillNodeStats(reply);
+  Finish(reactor, grpc::Status::OK);
+  return reactor;
+}
+
+void ExpertServiceImpl::FillNodeStats(v1::NodeStatsReply* reply) const {
+  const RamTier::Counters c = tier_->counters();
+  reply->set_node_id(options_.node_id);
+  reply->set_ram_budget_bytes(tier_->budget_bytes());
+  reply->set_ram_used_bytes(tier_->used_bytes());
+  reply->set_experts_stored(store_->experts_stored());
+  reply->set_bytes_stored(store_->payload_bytes_stored());
+  reply->set_experts_in_ram(tier_->resident_count());
+  reply->set_ram_hits(c.hits);
+  reply->set_ram_misses(c.misses);
+  reply->set_disk_bytes_read(c.disk_bytes_read);
+  reply->set_disk_wait_micros(c.disk_wait_micros);
+  reply->set_compute_requests(compute_requests_.load());
+  reply->set_compute_routes(compute_routes_.load());
+  reply->set_checksum_failures(store_->checksum_failures());
+  reply->set_prefetch_issued(prefetch_issued_.load());
+  reply->set_prefetch_used(c.prefetch_used);
+  reply->set_prefetch_wasted(c.prefetch_wasted);
+  reply->set_prefetch_dropped(prefetch_dropped_.load());
+  reply->set_in_flight(in_flight_.load());
+}
+
+}  // namespace colibri::expert_node

@@ -1,0 +1,152 @@
+// colibri.v1.ExpertService on the gRPC callback API.
+//
+// Handlers never block the gRPC callback thread: they check the caller's
+// token, then hand the request to an executor and return; the executor thread
+// finishes the call. Executors:
+//   compute  (Options::compute_workers threads) ComputeLayer, sharing one
+//            ThreadPool of Options::compute_threads for the matmuls;
+//   io       (1 thread)  Ingest writes, Inventory scans;
+//   import   (1 thread)  Import, which can run for minutes;
+//   prefetch (1 thread, bounded queue) Prefetch loads into the RAM tier.
+// NodeStats reads counters only and answers inline.
+//
+// Errors: unknown model NotFound; malformed requests InvalidArgument naming the
+// field (layer_compute.h); an expert the node does not hold NotFound; a damaged
+// stored expert DataLoss (it is dropped; see expert_store.h); a full executor
+// Unavailable. After any of these the node keeps serving.
+//
+// Auth: when Options::auth_token is set, every call of this service must carry
+// the metadata "authorization: Bearer <token>" (compared in constant time)
+// else UNAUTHENTICATED. gRPC health and reflection are separate services and
+// need no token (probes).
+//
+// Thread-safety: gRPC calls the handlers from any thread; all state is either
+// constant after Create, atomic, or guarded by mu_.
+#ifndef COLIBRI_EXPERT_NODE_EXPERT_SERVICE_H_
+#define COLIBRI_EXPERT_NODE_EXPERT_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "colibri/v1/expert.grpc.pb.h"
+#include "common/thread_pool.h"
+#include "expert_node/expert_store.h"
+#include "expert_node/ram_tier.h"
+#include "expert_node/task_queue.h"
+
+namespace colibri::expert_node {
+
+class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
+ public:
+  struct Options {
+    // Reported in Inventory and NodeStats. Default: "" (empty).
+    std::string node_id;
+    // Required bearer token; empty disables auth. Default: "".
+    std::string auth_token;
+    // Threads of the matmul pool; <= 0: physical cores. Default: 0.
+    int compute_threads = 0;
+    // ComputeLayer requests served concurrently (they share the pool, so this
+    // overlaps one request's disk reads with another's compute). Default: 2.
+    int compute_workers = 2;
+    // Prefetch loads waiting at most; more are dropped. Default: 256.
+    size_t prefetch_queue_limit = 256;
+    // Largest expert (gate + up + down bytes) Ingest accepts. Default: 4 GiB.
+    uint64_t max_expert_bytes = uint64_t{4} << 30;
+    // Disk capacity offered for placement (Inventory); 0: unknown. Default: 0.
+    uint64_t disk_budget_bytes = 0;
+    // How often Import logs progress. Default: 5 s.
+    absl::Duration progress_interval = absl::Seconds(5);
+  };
+
+  // store and tier are borrowed and must outlive the service. Reads the model
+  // records from the store.
+  static absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> Create(const Options& options,
+                                                                   ExpertStore* store,
+                                                                   RamTier* tier);
+  // Waits for queued work to finish. Call after the gRPC server has shut down.
+  ~ExpertServiceImpl() override;
+
+  grpc::ServerUnaryReactor* ComputeLayer(grpc::CallbackServerContext* context,
+                                         const v1::ComputeLayerRequest* request,
+                                         v1::ComputeLayerReply* reply) override;
+  grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* context,
+                                     const v1::PrefetchRequest* request,
+                                     v1::PrefetchReply* reply) override;
+  grpc::ServerReadReactor<v1::IngestChunk>* Ingest(grpc::CallbackServerContext* context,
+                                                   v1::IngestReply* reply) override;
+  grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* context,
+                                   const v1::ImportRequest* request,
+                                   v1::ImportReply* reply) override;
+  grpc::ServerUnaryReactor* Inventory(grpc::CallbackServerContext* context,
+                                      const v1::InventoryRequest* request,
+                                      v1::InventoryReply* reply) override;
+  grpc::ServerUnaryReactor* NodeStats(grpc::CallbackServerContext* context,
+                                      const v1::NodeStatsRequest* request,
+                                      v1::NodeStatsReply* reply) override;
+
+  // The blocking bodies of the handlers, run on executor threads (and by
+  // main for --import-gguf).
+  absl::Status DoComputeLayer(const v1::ComputeLayerRequest& request,
+                              v1::ComputeLayerReply* reply);
+  absl::Status DoImport(const v1::ImportRequest& request, v1::ImportReply* reply);
+  absl::Status DoInventory(const v1::InventoryRequest& request, v1::InventoryReply* reply);
+  void FillNodeStats(v1::NodeStatsReply* reply) const;
+
+  // Calls of this service started and not yet finished.
+  int active_calls() const { return active_calls_.load(); }
+
+ private:
+  class IngestReactor;
+
+  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier);
+
+  // True when the call carries the configured token (or none is configured).
+  bool Authorized(const grpc::CallbackServerContext* context) const;
+  // The model's record, NotFound when the node holds none.
+  absl::StatusOr<ModelInfo> FindModel(const std::string& fingerprint) const;
+  // Records (or completes) a model's shape durably; InvalidArgument when it
+  // contradicts the known one. Zero fields of `shape` mean unknown.
+  absl::Status RegisterModel(const std::string& fingerprint, const ModelInfo& shape);
+  // Queues a prefetch unless resident or already queued; false when dropped
+  // or not needed.
+  bool QueuePrefetch(const ExpertId& id);
+  // Finishes a unary call and counts it done.
+  void Finish(grpc::ServerUnaryReactor* reactor, const grpc::Status& status);
+
+  const Options options_;
+  ExpertStore* const store_;
+  RamTier* const tier_;
+  ThreadPool compute_pool_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, ModelInfo> models_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<ExpertId> prefetch_pending_ ABSL_GUARDED_BY(mu_);
+  // Serialises model record writes (held across one small RocksDB write, by
+  // executor threads only).
+  absl::Mutex model_write_mu_;
+
+  std::atomic<uint64_t> compute_requests_{0};
+  std::atomic<uint64_t> compute_routes_{0};
+  std::atomic<int32_t> in_flight_{0};     // ComputeLayer calls
+  std::atomic<int32_t> active_calls_{0};  // every call of this service
+  std::atomic<uint64_t> prefetch_issued_{0};
+  std::atomic<uint64_t> prefetch_dropped_{0};
+
+  // Last members: destroyed (drained and joined) first, while everything the
+  // tasks use is still alive.
+  std::unique_ptr<TaskQueue> io_queue_;
+  std::unique_ptr<TaskQueue> import_queue_;
+  std::unique_ptr<TaskQueue> prefetch_queue_;
+  std::unique_ptr<TaskQueue> compute_queue_;
+};
+
+}  // namespace colibri::expert_node
+
+#endif  // COLIBRI_EXPERT_NODE_EXPERT_SERVICE_H_

@@ -1,0 +1,246 @@
+#include "expert_node/expert_store.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "expert_node/event_log.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/slice.h"
+#include "rocksdb/write_batch.h"
+
+namespace colibri::expert_node {
+namespace {
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat(what, ": ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(message);
+  if (s.IsCorruption()) return absl::DataLossError(message);
+  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(message);
+  if (s.IsBusy() || s.IsTimedOut() || s.IsTryAgain()) return absl::UnavailableError(message);
+  if (s.IsIOError() && absl::StrContains(s.ToString(), "lock")) {
+    return absl::UnavailableError(message);
+  }
+  return absl::InternalError(message);
+}
+
+rocksdb::Slice ToSlice(absl::Span<const uint8_t> s) {
+  return rocksdb::Slice(reinterpret_cast<const char*>(s.data()), s.size());
+}
+
+absl::string_view View(const rocksdb::Slice& s) { return absl::string_view(s.data(), s.size()); }
+
+absl::Span<const uint8_t> ToSpan(const char* p, size_t n) {
+  return absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(p), n);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Open(const Options& options) {
+  if (options.data_dir.empty()) return absl::InvalidArgumentError("expert store: no data dir");
+  rocksdb::Options db_options;
+  db_options.create_if_missing = true;
+  db_options.enable_blob_files = true;
+  db_options.min_blob_size = options.min_blob_size;
+  db_options.enable_blob_garbage_collection = true;
+  // Quantized weights do not compress; do not spend CPU trying.
+  db_options.blob_compression_type = rocksdb::kNoCompression;
+  db_options.use_direct_reads = options.direct_reads;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, options.data_dir, &raw);
+  COLIBRI_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("opening expert store ", options.data_dir)));
+  std::unique_ptr<ExpertStore> store(new ExpertStore(std::unique_ptr<rocksdb::DB>(raw), options));
+  COLIBRI_RETURN_IF_ERROR(store->RebuildCounters());
+  return store;
+}
+
+ExpertStore::ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options)
+    : data_dir_(options.data_dir), sync_writes_(options.sync_writes), db_(std::move(db)) {}
+
+ExpertStore::~ExpertStore() {
+  if (db_ != nullptr) db_->Close().PermitUncheckedError();
+}
+
+absl::Status ExpertStore::RebuildCounters() {
+  absl::MutexLock lock(&write_mu_);
+  experts_stored_ = 0;
+  payload_bytes_ = 0;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const std::string prefix = IndexKeyPrefix("");
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it->key()));
+    if (!id.ok()) continue;
+    absl::StatusOr<ExpertLayout> layout =
+        DecodeHeader(View(it->value()), id->layer, id->expert);
+    if (!layout.ok()) continue;
+    ++experts_stored_;
+    payload_bytes_ += layout->payload_bytes();
+  }
+  return FromRocks(it->status(), "scanning expert index");
+}
+
+absl::Status ExpertStore::PutModel(const std::string& fingerprint, const ModelInfo& info) {
+  COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(fingerprint));
+  rocksdb::WriteOptions wo;
+  wo.sync = sync_writes_;
+  return FromRocks(db_->Put(wo, ModelKey(fingerprint), EncodeModelInfo(info)),
+                   "writing model record");
+}
+
+absl::StatusOr<std::map<std::string, ModelInfo>> ExpertStore::ListModels() const {
+  std::map<std::string, ModelInfo> models;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const rocksdb::Slice prefix(kModelKeyPrefix.data(), kModelKeyPrefix.size());
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    absl::StatusOr<ModelInfo> info = DecodeModelInfo(View(it->value()));
+    if (!info.ok()) continue;
+    models[std::string(View(it->key()).substr(prefix.size()))] = *info;
+  }
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it->status(), "scanning model records"));
+  return models;
+}
+
+absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
+                              absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
+                              absl::Span<const uint8_t> down) {
+  COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(id.fingerprint));
+  if (id.layer < 0 || id.expert < 0 || id.layer > 99999 || id.expert > 99999) {
+    return absl::InvalidArgumentError(absl::StrCat(ToString(id), ": index out of range"));
+  }
+  COLIBRI_RETURN_IF_ERROR(ValidateLayout(layout, ToString(id)));
+  if (gate.size() != layout.gate.bytes || up.size() != layout.up.bytes ||
+      down.size() != layout.down.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(ToString(id), ": byte sizes do not match"));
+  }
+  const std::string header = EncodeHeader(id.layer, id.expert, layout);
+  const std::string index_key = ExpertIndexKey(id);
+  const rocksdb::Slice parts[] = {rocksdb::Slice(header), ToSlice(gate), ToSlice(up),
+                                  ToSlice(down)};
+  const std::string value_key = ExpertValueKey(id);
+  const rocksdb::Slice key_slice(value_key);
+  rocksdb::WriteBatch batch;
+  COLIBRI_RETURN_IF_ERROR(FromRocks(
+      batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, 4)), "batch"));
+  COLIBRI_RETURN_IF_ERROR(FromRocks(batch.Put(index_key, header), "batch"));
+
+  absl::MutexLock lock(&write_mu_);
+  std::string old_header;
+  rocksdb::Status old = db_->Get(rocksdb::ReadOptions(), index_key, &old_header);
+  rocksdb::WriteOptions wo;
+  wo.sync = sync_writes_;
+  COLIBRI_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), absl::StrCat("storing ", ToString(id))));
+  if (old.ok()) {
+    absl::StatusOr<ExpertLayout> old_layout = DecodeHeader(old_header, id.layer, id.expert);
+    if (old_layout.ok()) {
+      --experts_stored_;
+      payload_bytes_ -= old_layout->payload_bytes();
+    }
+  }
+  ++experts_stored_;
+  payload_bytes_ += layout.payload_bytes();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id) {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), ExpertValueKey(id), &value);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat("node does not hold ", ToString(id)));
+  }
+  COLIBRI_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("reading ", ToString(id))));
+  absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(value), id.layer, id.expert);
+  if (!layout.ok()) {
+    DropDamaged(id, layout.status());
+    return absl::DataLossError(absl::StrCat(ToString(id), ": ", layout.status().message()));
+  }
+  if (value.size() != kHeaderBytes + layout->payload_bytes()) {
+    absl::Status bad = absl::DataLossError(absl::StrCat(
+        ToString(id), ": stored value has ", value.size(), " bytes, header says ",
+        kHeaderBytes + layout->payload_bytes()));
+    DropDamaged(id, bad);
+    return bad;
+  }
+  const char* p = value.data() + kHeaderBytes;
+  const auto gate = ToSpan(p, layout->gate.bytes);
+  const auto up = ToSpan(p + layout->gate.bytes, layout->up.bytes);
+  const auto down = ToSpan(p + layout->gate.bytes + layout->up.bytes, layout->down.bytes);
+  if (PayloadChecksum(gate, up, down) != layout->xxh64) {
+    absl::Status bad = absl::DataLossError(absl::StrCat(ToString(id), ": checksum mismatch"));
+    DropDamaged(id, bad);
+    return bad;
+  }
+  return ExpertBlob::Copy(*layout, gate, up, down);
+}
+
+void ExpertStore::DropDamaged(const ExpertId& id, const absl::Status& why) {
+  checksum_failures_.fetch_add(1);
+  LogEvent(absl::StrCat("corrupt expert dropped: ", why.message()));
+  absl::Status s = Delete(id);
+  if (!s.ok()) LogEvent(absl::StrCat("could not drop ", ToString(id), ": ", s.message()));
+}
+
+absl::StatusOr<bool> ExpertStore::Contains(const ExpertId& id) const {
+  std::string header;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ExpertIndexKey(id), &header);
+  if (s.IsNotFound()) return false;
+  COLIBRI_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("looking up ", ToString(id))));
+  return true;
+}
+
+absl::Status ExpertStore::Delete(const ExpertId& id) {
+  const std::string index_key = ExpertIndexKey(id);
+  absl::MutexLock lock(&write_mu_);
+  std::string old_header;
+  rocksdb::Status old = db_->Get(rocksdb::ReadOptions(), index_key, &old_header);
+  rocksdb::WriteBatch batch;
+  COLIBRI_RETURN_IF_ERROR(FromRocks(batch.Delete(ExpertValueKey(id)), "batch"));
+  COLIBRI_RETURN_IF_ERROR(FromRocks(batch.Delete(index_key), "batch"));
+  rocksdb::WriteOptions wo;
+  wo.sync = sync_writes_;
+  COLIBRI_RETURN_IF_ERROR(
+      FromRocks(db_->Write(wo, &batch), absl::StrCat("deleting ", ToString(id))));
+  if (old.ok()) {
+    absl::StatusOr<ExpertLayout> old_layout = DecodeHeader(old_header, id.layer, id.expert);
+    if (old_layout.ok()) {
+      --experts_stored_;
+      payload_bytes_ -= old_layout->payload_bytes();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, ExpertStore::Inventory>> ExpertStore::List(
+    const std::string& fingerprint) const {
+  std::map<std::string, Inventory> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const std::string prefix = IndexKeyPrefix(fingerprint);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it->key()));
+    if (!id.ok()) continue;
+    out[id->fingerprint][id->layer].push_back(id->expert);
+  }
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it->status(), "scanning expert index"));
+  return out;
+}
+
+uint64_t ExpertStore::experts_stored() const {
+  absl::MutexLock lock(&write_mu_);
+  return experts_stored_;
+}
+
+uint64_t ExpertStore::payload_bytes_stored() const {
+  absl::MutexLock lock(&write_mu_);
+  return payload_bytes_;
+}
+
+absl::Status ExpertStore::PutRawValueForTesting(const ExpertId& id, const std::string& value) {
+  rocksdb::WriteOptions wo;
+  wo.sync = sync_writes_;
+  return FromRocks(db_->Put(wo, ExpertValueKey(id), value), "raw put");
+}
+
+}  // namespace colibri::expert_node

@@ -1,0 +1,113 @@
+// The expert node's disk tier: experts stored durably in RocksDB.
+//
+// Layout of the database: see expert_record.h (keys, value header). Values
+// larger than Options::min_blob_size go to RocksDB blob files, so the LSM tree
+// holds only keys and small index entries; inventory scans read those alone.
+//
+// Durability: Put and PutModel return OK only after the write is in the synced
+// WAL (WriteOptions::sync), so an acknowledged expert survives a crash.
+// Integrity: Get verifies the payload checksum. A value that fails it (or whose
+// header is damaged) is deleted, counted in checksum_failures(), and reported
+// as DataLoss; from then on the expert is missing (Inventory omits it) until
+// it is ingested again.
+//
+// Thread-safety: all methods may be called concurrently.
+#ifndef COLIBRI_EXPERT_NODE_EXPERT_STORE_H_
+#define COLIBRI_EXPERT_NODE_EXPERT_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "expert_node/expert_record.h"
+
+namespace rocksdb {
+class DB;
+}  // namespace rocksdb
+
+namespace colibri::expert_node {
+
+class ExpertStore {
+ public:
+  struct Options {
+    // Folder of the RocksDB database; created when missing. Required.
+    std::string data_dir;
+    // Values at least this large go to blob files. Default: 4096.
+    uint64_t min_blob_size = 4096;
+    // Sync the WAL before acknowledging writes. Default: true. (Tests of
+    // speed may turn it off; durability then ends at the OS page cache.)
+    bool sync_writes = true;
+    // Read with O_DIRECT, bypassing the page cache (honest cold-cache
+    // measurements). Default: false.
+    bool direct_reads = false;
+  };
+
+  // Experts of one model held durably, by layer (ascending), experts ascending.
+  using Inventory = std::map<int32_t, std::vector<int32_t>>;
+
+  // Opens (or creates) the database. Internal/IOError-derived statuses when
+  // RocksDB cannot open it (e.g. Unavailable when another process holds it).
+  static absl::StatusOr<std::unique_ptr<ExpertStore>> Open(const Options& options);
+  ~ExpertStore();
+  ExpertStore(const ExpertStore&) = delete;
+  ExpertStore& operator=(const ExpertStore&) = delete;
+
+  // Stores the model record of `fingerprint` (replacing any previous one).
+  absl::Status PutModel(const std::string& fingerprint, const ModelInfo& info);
+  // Every model record: fingerprint -> info. Malformed records are skipped.
+  absl::StatusOr<std::map<std::string, ModelInfo>> ListModels() const;
+
+  // Stores an expert durably (replacing a previous value). `layout` must be
+  // valid (ValidateLayout) with the spans' sizes and layout.xxh64 set to
+  // PayloadChecksum(gate, up, down); InvalidArgument otherwise.
+  absl::Status Put(const ExpertId& id, const ExpertLayout& layout,
+                   absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
+                   absl::Span<const uint8_t> down);
+
+  // Reads and verifies an expert into an owned aligned buffer. NotFound when
+  // absent; DataLoss (after deleting it) when damaged.
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> Get(const ExpertId& id);
+
+  // True when the expert has an index entry (no value read).
+  absl::StatusOr<bool> Contains(const ExpertId& id) const;
+  absl::Status Delete(const ExpertId& id);
+
+  // Index entries of `fingerprint`, or of every model when empty: fp -> layers.
+  absl::StatusOr<std::map<std::string, Inventory>> List(const std::string& fingerprint) const;
+
+  uint64_t experts_stored() const;
+  uint64_t payload_bytes_stored() const;
+  uint64_t checksum_failures() const { return checksum_failures_.load(); }
+  const std::string& data_dir() const { return data_dir_; }
+
+  // Writes `value` under the raw key of `id`'s value, bypassing every check:
+  // for tests that simulate damaged disks.
+  absl::Status PutRawValueForTesting(const ExpertId& id, const std::string& value);
+
+ private:
+  ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options);
+  absl::Status RebuildCounters();
+  // Deletes both keys of a damaged expert and counts it.
+  void DropDamaged(const ExpertId& id, const absl::Status& why);
+
+  const std::string data_dir_;
+  const bool sync_writes_;
+  std::unique_ptr<rocksdb::DB> db_;
+
+  // Serialises writers so the counters below follow the index exactly.
+  mutable absl::Mutex write_mu_;
+  uint64_t experts_stored_ ABSL_GUARDED_BY(write_mu_) = 0;
+  uint64_t payload_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;
+  std::atomic<uint64_t> checksum_failures_{0};
+};
+
+}  // namespace colibri::expert_node
+
+#endif  // COLIBRI_EXPERT_NODE_EXPERT_STORE_H_

@@ -1,0 +1,137 @@
+#include "expert_node/layer_compute.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/moe/expert_backend.h"
+
+namespace colibri::expert_node {
+namespace {
+
+// Bytes of one request's per-route rows (gathered inputs, outputs) the node
+// accepts: 1 GiB.
+constexpr uint64_t kMaxRouteBytes = uint64_t{1} << 30;
+
+}  // namespace
+
+absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& request,
+                                            const ModelInfo& model) {
+  LayerWork work;
+  work.layer = request.layer();
+  if (work.layer < 0 || (model.n_layer > 0 && work.layer >= model.n_layer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", work.layer, " out of range [0, ", model.n_layer, ")"));
+  }
+  switch (request.path()) {
+    case v1::NUMERIC_PATH_UNSPECIFIED:
+    case v1::NUMERIC_PATH_FAST:
+      work.path = ops::NumericPath::kFast;
+      break;
+    case v1::NUMERIC_PATH_EXACT:
+      work.path = ops::NumericPath::kExact;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown numeric path ", static_cast<int>(request.path())));
+  }
+  work.reduce_per_token = request.reduce_per_token();
+
+  const v1::Tensor& hidden = request.hidden();
+  if (hidden.dtype() != v1::DTYPE_F32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden: dtype ", v1::DType_Name(hidden.dtype()), ", expected DTYPE_F32"));
+  }
+  if (hidden.shape_size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden: shape has ", hidden.shape_size(), " dims, expected [n_tokens, n_embd]"));
+  }
+  work.n_tokens = hidden.shape(0);
+  work.n_embd = hidden.shape(1);
+  if (work.n_embd != model.n_embd) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden: width ", work.n_embd, ", the model's n_embd is ", model.n_embd));
+  }
+  if (work.n_tokens < 0 || work.n_tokens > (int64_t{1} << 31) / std::max<int64_t>(1, work.n_embd)) {
+    return absl::InvalidArgumentError(absl::StrCat("hidden: bad n_tokens ", work.n_tokens));
+  }
+  const uint64_t expected_bytes = static_cast<uint64_t>(work.n_tokens * work.n_embd) * 4;
+  if (hidden.data().size() != expected_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("hidden: ", hidden.data().size(),
+                                                   " bytes, shape [", work.n_tokens, ", ",
+                                                   work.n_embd, "] needs ", expected_bytes));
+  }
+  work.hidden.resize(static_cast<size_t>(work.n_tokens * work.n_embd));
+  if (expected_bytes > 0) std::memcpy(work.hidden.data(), hidden.data().data(), expected_bytes);
+
+  const int n_routes = request.routes_size();
+  work.route_token.reserve(n_routes);
+  work.route_expert.reserve(n_routes);
+  work.route_weight.reserve(n_routes);
+  int32_t max_expert = -1;
+  for (int i = 0; i < n_routes; ++i) {
+    const v1::Route& r = request.routes(i);
+    if (r.token() < 0 || r.token() >= work.n_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat("routes[", i, "]: token ", r.token(),
+                                                     " out of range [0, ", work.n_tokens, ")"));
+    }
+    // 99999 is the largest index a store key holds.
+    if (r.expert() < 0 || r.expert() > 99999 ||
+        (model.n_expert > 0 && r.expert() >= model.n_expert)) {
+      return absl::InvalidArgumentError(absl::StrCat("routes[", i, "]: expert ", r.expert(),
+                                                     " out of range [0, ", model.n_expert, ")"));
+    }
+    max_expert = std::max(max_expert, r.expert());
+    work.route_token.push_back(r.token());
+    work.route_expert.push_back(r.expert());
+    work.route_weight.push_back(r.weight());
+  }
+  // The gathered inputs and the outputs are n_routes rows each.
+  if (static_cast<uint64_t>(n_routes) * static_cast<uint64_t>(work.n_embd) * 4 > kMaxRouteBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(n_routes, " routes of width ", work.n_embd,
+                                                   " exceed the node's per-request limit"));
+  }
+  work.n_expert = model.n_expert > 0 ? model.n_expert : max_expert + 1;
+  return work;
+}
+
+absl::Status ComputeLayerWork(const LayerWork& work,
+                              const moe::ExpertGroupRunner::ExpertLookup& lookup, ThreadPool* pool,
+                              std::vector<float>* out) {
+  const int64_t n_routes = work.n_routes();
+  const int64_t n_embd = work.n_embd;
+  // [n_routes][n_embd]: route i's token row.
+  std::vector<float> x(static_cast<size_t>(n_routes * n_embd));
+  for (int64_t i = 0; i < n_routes; ++i) {
+    std::memcpy(x.data() + i * n_embd, work.hidden.data() + work.route_token[i] * n_embd,
+                n_embd * sizeof(float));
+  }
+  std::vector<float> rows(static_cast<size_t>(n_routes * n_embd));  // [n_routes][n_embd]
+  if (n_routes > 0) {
+    moe::ExpertBatch batch;
+    batch.layer = work.layer;
+    batch.n_tokens = n_routes;
+    batch.n_embd = n_embd;
+    batch.k = 1;
+    batch.x = x.data();
+    batch.experts = work.route_expert.data();
+    batch.weights = work.route_weight.data();
+    moe::ExpertGroupRunner runner(work.n_expert, work.path, pool);
+    COLIBRI_RETURN_IF_ERROR(runner.Run(batch, lookup, nullptr, rows.data()));
+  }
+  if (!work.reduce_per_token) {
+    *out = std::move(rows);
+    return absl::OkStatus();
+  }
+  out->assign(static_cast<size_t>(work.n_tokens * n_embd), 0.0f);
+  for (int64_t i = 0; i < n_routes; ++i) {
+    float* dst = out->data() + work.route_token[i] * n_embd;
+    const float* src = rows.data() + i * n_embd;
+    const float w = work.route_weight[i];
+    for (int64_t c = 0; c < n_embd; ++c) dst[c] += w * src[c];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::expert_node

@@ -1,0 +1,126 @@
+// colibri-expert-node: serves colibri.v1.ExpertService from a RocksDB store
+// with a RAM tier in front. Flags are read here only.
+//
+// Prints "listening on HOST:PORT" on stdout once serving (so scripts can pass
+// --listen 127.0.0.1:0), logs significant events on stderr, and shuts down
+// gracefully on SIGTERM / SIGINT.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "expert_node/event_log.h"
+#include "expert_node/node_config.h"
+#include "expert_node/node_server.h"
+
+namespace {
+
+using colibri::expert_node::LogEvent;
+using colibri::expert_node::NodeServer;
+
+std::string DefaultNodeId() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "expert-node";
+  return host;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"colibri-expert-node: holds routed experts and computes them for a coordinator"};
+  NodeServer::Options options;
+  std::string ram_budget = "1G";
+  std::string disk_budget = "0";
+  std::string auth_token_file;
+  std::string import_gguf;
+  int threads = 0;
+  app.add_option("--listen", options.listen, "gRPC address, e.g. 127.0.0.1:0 or 0.0.0.0:7070")
+      ->capture_default_str();
+  app.add_option("--data-dir", options.store.data_dir, "RocksDB folder of the stored experts")
+      ->required();
+  app.add_option("--ram-budget", ram_budget, "RAM tier budget in bytes (suffixes K, M, G, T)")
+      ->capture_default_str();
+  app.add_option("--disk-budget", disk_budget,
+                 "disk capacity reported for placement (0: unknown)")
+      ->capture_default_str();
+  app.add_option("--threads", threads, "compute threads (0: physical cores)")
+      ->capture_default_str();
+  app.add_option("--auth-token-file", auth_token_file,
+                 "file holding the bearer token every call must carry");
+  app.add_option("--node-id", options.service.node_id, "name in inventory and stats (default: hostname)");
+  app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain (enables TLS)");
+  app.add_option("--tls-key", options.tls_key_file, "PEM private key");
+  app.add_option("--tls-ca", options.tls_ca_file, "PEM CA: require and verify client certificates");
+  app.add_flag("--insecure", options.insecure,
+               "allow listening beyond loopback without an auth token");
+  app.add_flag("--direct-io", options.store.direct_reads,
+               "read experts with O_DIRECT (bypass the page cache)");
+  app.add_option("--import-gguf", import_gguf,
+                 "import every expert of this GGUF file at start-up (skips stored ones)");
+  CLI11_PARSE(app, argc, argv);
+
+  absl::StatusOr<uint64_t> ram = colibri::expert_node::ParseByteSize(ram_budget);
+  absl::StatusOr<uint64_t> disk = colibri::expert_node::ParseByteSize(disk_budget);
+  if (!ram.ok() || !disk.ok()) {
+    std::cerr << "colibri-expert-node: " << (!ram.ok() ? ram.status() : disk.status()).message()
+              << "\n";
+    return 2;
+  }
+  options.ram.budget_bytes = *ram;
+  options.service.disk_budget_bytes = *disk;
+  options.service.compute_threads = threads;
+  if (options.service.node_id.empty()) options.service.node_id = DefaultNodeId();
+  if (!auth_token_file.empty()) {
+    absl::StatusOr<std::string> token = colibri::expert_node::ReadTokenFile(auth_token_file);
+    if (!token.ok()) {
+      std::cerr << "colibri-expert-node: " << token.status().message() << "\n";
+      return 2;
+    }
+    options.service.auth_token = *token;
+  }
+
+  // Block the shutdown signals in every thread (the ones gRPC and the
+  // executors start inherit the mask); this thread waits for them below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<NodeServer>> server = NodeServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "colibri-expert-node: " << server.status().message() << "\n";
+    return 1;
+  }
+  std::printf("listening on %s\n", (*server)->address().c_str());
+  std::fflush(stdout);
+  LogEvent(absl::StrCat("started: node ", options.service.node_id, " on ", (*server)->address(),
+                        ", data ", options.store.data_dir, ", ", (*server)->store()->experts_stored(),
+                        " experts stored, RAM budget ", options.ram.budget_bytes, " bytes",
+                        options.service.auth_token.empty() ? ", no auth" : ", token auth",
+                        options.tls_cert_file.empty() ? "" : ", TLS"));
+
+  if (!import_gguf.empty()) {
+    colibri::v1::ImportRequest request;
+    request.set_gguf_path(import_gguf);
+    colibri::v1::ImportReply reply;
+    absl::Status s = (*server)->service()->DoImport(request, &reply);
+    if (!s.ok()) {
+      LogEvent(absl::StrCat("import of ", import_gguf, " failed: ", s.message()));
+      (*server)->Shutdown(absl::Seconds(1));
+      return 1;
+    }
+  }
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  LogEvent(absl::StrCat("signal ", signal_number, ": shutting down"));
+  (*server)->Shutdown(absl::Seconds(5));
+  LogEvent("stopped");
+  return 0;
+}

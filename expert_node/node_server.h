@@ -1,0 +1,83 @@
+// A running expert node: store, RAM tier, ExpertService, gRPC server (with
+// health checking and reflection), assembled from one Options struct. main.cc
+// and the in-process tests both start nodes through this.
+//
+// Thread-safety: Start, Shutdown and the destructor from one thread; the
+// accessors from any.
+#ifndef COLIBRI_EXPERT_NODE_NODE_SERVER_H_
+#define COLIBRI_EXPERT_NODE_NODE_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "expert_node/expert_service.h"
+#include "expert_node/expert_store.h"
+#include "expert_node/ram_tier.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace colibri::expert_node {
+
+class NodeServer {
+ public:
+  struct Options {
+    // gRPC listen address; port 0 lets the OS choose. Default: "127.0.0.1:0".
+    std::string listen = "127.0.0.1:0";
+    // Beyond loopback without auth_token, Start refuses unless this is set.
+    // Default: false.
+    bool insecure = false;
+    // PEM files; TLS when cert and key are both set, client certificates
+    // required when ca is set too. Default: "" (plaintext).
+    std::string tls_cert_file;
+    std::string tls_key_file;
+    std::string tls_ca_file;
+    // Largest gRPC message received or sent. Default: 256 MiB.
+    int max_message_bytes = 256 << 20;
+    // Server keepalive ping interval / ack timeout. Default: 30 s / 10 s.
+    absl::Duration keepalive_time = absl::Seconds(30);
+    absl::Duration keepalive_timeout = absl::Seconds(10);
+    ExpertStore::Options store;     // store.data_dir is required
+    RamTier::Options ram;           // see ram_tier.h
+    ExpertServiceImpl::Options service;  // auth_token, node_id, threads, ...
+  };
+
+  // Opens the store and starts serving. FailedPrecondition when the address is
+  // beyond loopback with neither a token nor `insecure`; Unavailable when the
+  // address cannot be bound; store errors pass through.
+  static absl::StatusOr<std::unique_ptr<NodeServer>> Start(const Options& options);
+  // Shuts down (deadline 5 s) unless Shutdown was called.
+  ~NodeServer();
+  NodeServer(const NodeServer&) = delete;
+  NodeServer& operator=(const NodeServer&) = delete;
+
+  // Waits (until the deadline) for the service's calls in progress to finish,
+  // then stops the server, cancelling whatever is left, and drains the
+  // executors. Calls arriving meanwhile are cancelled. Idempotent.
+  void Shutdown(absl::Duration deadline);
+
+  int port() const { return port_; }
+  // "host:port" with the bound port, e.g. "127.0.0.1:40123".
+  const std::string& address() const { return address_; }
+  ExpertServiceImpl* service() { return service_.get(); }
+  ExpertStore* store() { return store_.get(); }
+  RamTier* ram_tier() { return tier_.get(); }
+
+ private:
+  NodeServer() = default;
+
+  int port_ = 0;
+  std::string address_;
+  std::unique_ptr<ExpertStore> store_;
+  std::unique_ptr<RamTier> tier_;
+  std::unique_ptr<ExpertServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace colibri::expert_node
+
+#endif  // COLIBRI_EXPERT_NODE_NODE_SERVER_H_

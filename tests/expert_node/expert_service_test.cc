@@ -1,0 +1,494 @@
+// The expert node in-process on 127.0.0.1:0, driven over a real gRPC channel.
+#include "expert_node/expert_service.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "expert_node/node_server.h"
+#include "gtest/gtest.h"
+#include "model/gguf/gguf_fingerprint.h"
+#include "tests/expert_node/expert_test_util.h"
+#include "tests/expert_node/node_test_client.h"
+#include "tests/support/paths.h"
+
+namespace colibri::expert_node {
+namespace {
+
+using testing::ConnectTo;
+using testing::IngestExperts;
+using testing::LocalOutputs;
+using testing::MakeContext;
+using testing::RandomRequest;
+using testing::TempDir;
+
+struct LoadedModel {
+  std::unique_ptr<arch::Model> model;
+  std::string fingerprint;
+  std::string path;
+};
+
+// Opens a fixture model, or sets *skip when the fixtures are absent.
+LoadedModel OpenFixture(const std::string& name, std::string* skip) {
+  LoadedModel m;
+  const std::string dir = colibri::testing::FixturesDir();
+  if (dir.empty()) {
+    *skip = "fixtures dir not found (set COLIBRI_FIXTURES_DIR)";
+    return m;
+  }
+  m.path = dir + "/models/" + name;
+  absl::StatusOr<std::unique_ptr<arch::Model>> model = arch::Model::Open(m.path);
+  if (!model.ok()) {
+    *skip = absl::StrCat("cannot open ", m.path, ": ", model.status().message());
+    return m;
+  }
+  m.model = std::move(*model);
+  m.fingerprint = *gguf::ModelFingerprint(m.model->file());
+  return m;
+}
+
+std::unique_ptr<NodeServer> StartNode(const std::string& data_dir, const std::string& token = "",
+                                      uint64_t ram_budget = 64 << 20) {
+  NodeServer::Options options;
+  options.listen = "127.0.0.1:0";
+  options.store.data_dir = data_dir;
+  options.ram.budget_bytes = ram_budget;
+  options.service.auth_token = token;
+  options.service.node_id = "test-node";
+  options.service.compute_threads = 2;
+  absl::StatusOr<std::unique_ptr<NodeServer>> node = NodeServer::Start(options);
+  EXPECT_TRUE(node.ok()) << node.status();
+  return node.ok() ? std::move(*node) : nullptr;
+}
+
+grpc::Status Compute(v1::ExpertService::Stub* stub, const v1::ComputeLayerRequest& request,
+                     v1::ComputeLayerReply* reply, const std::string& token = "") {
+  auto context = MakeContext(token);
+  return stub->ComputeLayer(context.get(), request, reply);
+}
+
+void ExpectBitwiseEqual(const v1::ComputeLayerReply& reply, const std::vector<float>& expected,
+                        int64_t rows, int64_t n_embd) {
+  ASSERT_EQ(reply.outputs().dtype(), v1::DTYPE_F32);
+  ASSERT_EQ(reply.outputs().shape_size(), 2);
+  EXPECT_EQ(reply.outputs().shape(0), rows);
+  EXPECT_EQ(reply.outputs().shape(1), n_embd);
+  ASSERT_EQ(reply.outputs().data().size(), expected.size() * sizeof(float));
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(std::memcmp(reply.outputs().data().data(), expected.data(),
+                        expected.size() * sizeof(float)),
+            0);
+}
+
+class ComputeMatchesLocalTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ComputeMatchesLocalTest, BitwiseEqualOnBothPaths) {
+  std::string skip;
+  LoadedModel m = OpenFixture(GetParam(), &skip);
+  if (m.model == nullptr) GTEST_SKIP() << skip;
+  TempDir dir;
+  auto node = StartNode(dir.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m.model, m.fingerprint, {}, &ingest, "", 1000).ok());
+  const arch::ModelConfig& config = m.model->config();
+  EXPECT_EQ(ingest.stored_size(), config.n_layer * config.n_expert);
+
+  uint32_t seed = 1;
+  for (v1::NumericPath path : {v1::NUMERIC_PATH_EXACT, v1::NUMERIC_PATH_FAST,
+                               v1::NUMERIC_PATH_UNSPECIFIED}) {
+    for (int layer = 0; layer < config.n_layer; ++layer) {
+      for (bool reduce : {false, true}) {
+        v1::ComputeLayerRequest request =
+            RandomRequest(*m.model, m.fingerprint, layer, 7, config.n_expert_used, seed++);
+        request.set_path(path);
+        request.set_reduce_per_token(reduce);
+        v1::ComputeLayerReply reply;
+        grpc::Status s = Compute(stub.get(), request, &reply);
+        ASSERT_TRUE(s.ok()) << s.error_message();
+        ExpectBitwiseEqual(reply, LocalOutputs(*m.model, request),
+                           reduce ? 7 : request.routes_size(), config.n_embd);
+      }
+    }
+  }
+  // The path reaches the kernels: quantized weights give (slightly) different
+  // bits on the two paths; float32 weights keep float32 activations on both.
+  {
+    v1::ComputeLayerRequest request =
+        RandomRequest(*m.model, m.fingerprint, 0, 3, config.n_expert_used, 1234);
+    v1::ComputeLayerReply exact, fast;
+    request.set_path(v1::NUMERIC_PATH_EXACT);
+    ASSERT_TRUE(Compute(stub.get(), request, &exact).ok());
+    request.set_path(v1::NUMERIC_PATH_FAST);
+    ASSERT_TRUE(Compute(stub.get(), request, &fast).ok());
+    const ops::TensorType type = m.model->experts()[0][0].gate.type;
+    const bool float_weights = type == ops::TensorType::kF32 || type == ops::TensorType::kF16 ||
+                               type == ops::TensorType::kBF16;
+    EXPECT_EQ(exact.outputs().data() == fast.outputs().data(), float_weights);
+  }
+  v1::NodeStatsReply stats;
+  auto context = MakeContext();
+  ASSERT_TRUE(stub->NodeStats(context.get(), v1::NodeStatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.experts_stored(), static_cast<uint64_t>(config.n_layer * config.n_expert));
+  EXPECT_GT(stats.compute_requests(), 0u);
+  EXPECT_GT(stats.ram_hits(), 0u);
+  EXPECT_LE(stats.ram_used_bytes(), stats.ram_budget_bytes());
+  EXPECT_EQ(stats.node_id(), "test-node");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ComputeMatchesLocalTest,
+                         ::testing::Values("qwen3moe-tiny-f32.gguf", "mixtral-tiny-q4_k_m.gguf",
+                                           "qwen2moe-tiny-q8_0.gguf", "olmoe-tiny-f16.gguf"));
+
+class ExpertServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string skip;
+    m_ = OpenFixture("qwen3moe-tiny-f32.gguf", &skip);
+    if (m_.model == nullptr) GTEST_SKIP() << skip;
+  }
+
+  v1::ComputeLayerRequest Valid(int layer = 0) {
+    return RandomRequest(*m_.model, m_.fingerprint, layer, 4, 2, 99);
+  }
+
+  LoadedModel m_;
+  TempDir dir_;
+};
+
+TEST_F(ExpertServiceTest, MalformedRequestsAreRejectedAndTheNodeKeepsServing) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  const arch::ModelConfig& config = m_.model->config();
+  // Every expert but layer 0 expert 0.
+  std::vector<std::pair<int, int>> most;
+  for (int l = 0; l < config.n_layer; ++l) {
+    for (int e = 0; e < config.n_expert; ++e) {
+      if (l != 0 || e != 0) most.emplace_back(l, e);
+    }
+  }
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, most, &ingest).ok());
+
+  struct Case {
+    const char* name;
+    std::function<void(v1::ComputeLayerRequest*)> damage;
+    grpc::StatusCode code;
+  };
+  const std::vector<Case> cases = {
+      {"unknown fingerprint", [](auto* r) { r->set_model_fingerprint("00ff"); },
+       grpc::StatusCode::NOT_FOUND},
+      {"bad fingerprint", [](auto* r) { r->set_model_fingerprint("../x"); },
+       grpc::StatusCode::NOT_FOUND},
+      {"layer out of range", [&](auto* r) { r->set_layer(config.n_layer); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"negative layer", [](auto* r) { r->set_layer(-1); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"expert out of range", [&](auto* r) { r->mutable_routes(1)->set_expert(config.n_expert); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"expert not held",
+       [](auto* r) {
+         r->set_layer(0);
+         r->mutable_routes(0)->set_expert(0);
+       },
+       grpc::StatusCode::NOT_FOUND},
+      {"wrong dtype", [](auto* r) { r->mutable_hidden()->set_dtype(v1::DTYPE_F16); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"wrong byte count", [](auto* r) { r->mutable_hidden()->mutable_data()->pop_back(); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"wrong width", [](auto* r) { r->mutable_hidden()->set_shape(1, 3); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"one-dim shape", [](auto* r) { r->mutable_hidden()->mutable_shape()->RemoveLast(); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"token out of range", [](auto* r) { r->mutable_routes(0)->set_token(4); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"negative token", [](auto* r) { r->mutable_routes(0)->set_token(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"unknown path", [](auto* r) { r->set_path(static_cast<v1::NumericPath>(17)); },
+       grpc::StatusCode::INVALID_ARGUMENT},
+  };
+  for (const Case& c : cases) {
+    v1::ComputeLayerRequest request = Valid(1);
+    c.damage(&request);
+    v1::ComputeLayerReply reply;
+    grpc::Status s = Compute(stub.get(), request, &reply);
+    EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
+    EXPECT_FALSE(s.error_message().empty()) << c.name;
+    // The next valid request works.
+    const v1::ComputeLayerRequest good = Valid(1);
+    v1::ComputeLayerReply good_reply;
+    ASSERT_TRUE(Compute(stub.get(), good, &good_reply).ok()) << "after " << c.name;
+    ExpectBitwiseEqual(good_reply, LocalOutputs(*m_.model, good), good.routes_size(),
+                       config.n_embd);
+  }
+
+  // An empty route list is valid and yields no rows.
+  v1::ComputeLayerRequest empty = Valid(1);
+  empty.clear_routes();
+  v1::ComputeLayerReply empty_reply;
+  ASSERT_TRUE(Compute(stub.get(), empty, &empty_reply).ok());
+  EXPECT_EQ(empty_reply.outputs().shape(0), 0);
+}
+
+TEST_F(ExpertServiceTest, MalformedIngestStreamsAreRejected) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  const moe::ExpertWeights& w = m_.model->experts()[0][0];
+
+  auto header = [&] {
+    v1::IngestChunk h;
+    h.mutable_key()->set_model_fingerprint(m_.fingerprint);
+    for (auto [m, t] : {std::pair{&w.gate, h.mutable_gate()}, std::pair{&w.up, h.mutable_up()},
+                        std::pair{&w.down, h.mutable_down()}}) {
+      t->set_ggml_type(static_cast<uint32_t>(m->type));
+      t->add_dims(m->cols);
+      t->add_dims(m->rows);
+    }
+    h.set_total_bytes(w.bytes());
+    h.set_xxh64(0);
+    return h;
+  };
+  auto run = [&](const std::vector<v1::IngestChunk>& chunks) {
+    v1::IngestReply reply;
+    auto context = MakeContext();
+    auto writer = stub->Ingest(context.get(), &reply);
+    for (const auto& c : chunks) {
+      if (!writer->Write(c)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  const std::string zeros(w.bytes(), '\0');
+  {
+    v1::IngestChunk h = header();
+    h.set_data(zeros);  // xxh64 0 does not match
+    EXPECT_EQ(run({h}).error_code(), grpc::StatusCode::DATA_LOSS);
+  }
+  {
+    v1::IngestChunk h = header();
+    h.set_total_bytes(w.bytes() + 1);
+    EXPECT_EQ(run({h}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    v1::IngestChunk data;
+    *data.mutable_key() = header().key();
+    data.set_data("abc");
+    EXPECT_EQ(run({data}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    v1::IngestChunk h = header();
+    h.mutable_gate()->set_ggml_type(99);
+    EXPECT_EQ(run({h}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    v1::IngestChunk h = header();
+    h.set_data(zeros.substr(0, 10));  // stream ends inside the expert
+    EXPECT_EQ(run({h}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    v1::IngestChunk h = header();
+    h.set_offset(5);
+    h.set_data("x");
+    EXPECT_EQ(run({h}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  v1::InventoryReply inventory;
+  auto context = MakeContext();
+  ASSERT_TRUE(stub->Inventory(context.get(), v1::InventoryRequest(), &inventory).ok());
+  EXPECT_EQ(inventory.entries_size(), 0);
+}
+
+TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
+  const std::string token = "s3cret-token";
+  auto node = StartNode(dir_.path(), token);
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  for (const std::string& bad : {std::string(), std::string("wrong"), token + "x"}) {
+    v1::NodeStatsReply stats;
+    auto context = MakeContext(bad);
+    EXPECT_EQ(stub->NodeStats(context.get(), v1::NodeStatsRequest(), &stats).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    v1::ComputeLayerReply reply;
+    EXPECT_EQ(Compute(stub.get(), Valid(), &reply, bad).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    v1::IngestReply ingest;
+    EXPECT_EQ(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {{0, 0}}, &ingest, bad)
+                  .error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest, token).ok());
+  v1::ComputeLayerReply reply;
+  const v1::ComputeLayerRequest request = Valid();
+  ASSERT_TRUE(Compute(stub.get(), request, &reply, token).ok());
+  ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
+                     m_.model->config().n_embd);
+}
+
+v1::InventoryReply GetInventory(v1::ExpertService::Stub* stub) {
+  v1::InventoryReply inventory;
+  auto context = MakeContext();
+  EXPECT_TRUE(stub->Inventory(context.get(), v1::InventoryRequest(), &inventory).ok());
+  return inventory;
+}
+
+TEST_F(ExpertServiceTest, RestartKeepsInventoryAndNeedsNoReingest) {
+  const arch::ModelConfig& config = m_.model->config();
+  std::string before;
+  {
+    auto node = StartNode(dir_.path());
+    ASSERT_NE(node, nullptr);
+    auto stub = ConnectTo(node->address());
+    v1::IngestReply ingest;
+    ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+    before = GetInventory(stub.get()).SerializeAsString();
+  }
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  const v1::InventoryReply after = GetInventory(stub.get());
+  EXPECT_EQ(after.SerializeAsString(), before);
+  ASSERT_EQ(after.entries_size(), config.n_layer);
+  for (const v1::InventoryEntry& e : after.entries()) {
+    EXPECT_EQ(e.model_fingerprint(), m_.fingerprint);
+    EXPECT_EQ(e.experts_size(), config.n_expert);
+  }
+  // Nothing is missing: computing every layer works without any ingest.
+  for (int layer = 0; layer < config.n_layer; ++layer) {
+    const v1::ComputeLayerRequest request = Valid(layer);
+    v1::ComputeLayerReply reply;
+    ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+    ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
+                       config.n_embd);
+  }
+  // Range checks survive the restart too (the model record is durable).
+  v1::ComputeLayerRequest bad = Valid();
+  bad.set_layer(config.n_layer);
+  v1::ComputeLayerReply reply;
+  EXPECT_EQ(Compute(stub.get(), bad, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ExpertServiceTest, ImportFromLocalGguf) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  const arch::ModelConfig& config = m_.model->config();
+  {
+    v1::ImportRequest request;
+    request.set_gguf_path(m_.path);
+    request.set_model_fingerprint("not-the-fingerprint");
+    v1::ImportReply reply;
+    auto context = MakeContext();
+    EXPECT_EQ(stub->Import(context.get(), request, &reply).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    v1::ImportRequest request;
+    request.set_gguf_path("/nonexistent.gguf");
+    v1::ImportReply reply;
+    auto context = MakeContext();
+    EXPECT_EQ(stub->Import(context.get(), request, &reply).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  v1::ImportRequest request;
+  request.set_gguf_path(m_.path);
+  request.set_model_fingerprint(m_.fingerprint);
+  v1::ExpertKey* key = request.add_experts();
+  key->set_model_fingerprint(m_.fingerprint);
+  key->set_layer(1);
+  key->set_expert(2);
+  v1::ImportReply reply;
+  {
+    auto context = MakeContext();
+    ASSERT_TRUE(stub->Import(context.get(), request, &reply).ok());
+  }
+  EXPECT_EQ(reply.imported(), 1);
+  request.clear_experts();  // all
+  {
+    auto context = MakeContext();
+    ASSERT_TRUE(stub->Import(context.get(), request, &reply).ok());
+  }
+  EXPECT_EQ(reply.imported(), config.n_layer * config.n_expert - 1);
+  {
+    auto context = MakeContext();
+    ASSERT_TRUE(stub->Import(context.get(), request, &reply).ok());
+  }
+  EXPECT_EQ(reply.imported(), 0);  // everything already stored
+  const v1::ComputeLayerRequest compute = Valid(1);
+  v1::ComputeLayerReply compute_reply;
+  ASSERT_TRUE(Compute(stub.get(), compute, &compute_reply).ok());
+  ExpectBitwiseEqual(compute_reply, LocalOutputs(*m_.model, compute), compute.routes_size(),
+                     config.n_embd);
+}
+
+TEST_F(ExpertServiceTest, CorruptStoredExpertIsReportedDroppedAndReingestable) {
+  // A RAM budget of 0: every compute reads the store.
+  auto node = StartNode(dir_.path(), "", 0);
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+
+  v1::ComputeLayerRequest request = Valid(0);
+  const int victim = request.routes(0).expert();
+  ASSERT_TRUE(node->store()
+                  ->PutRawValueForTesting(ExpertId{m_.fingerprint, 0, victim},
+                                          std::string(300, 'z'))
+                  .ok());
+  v1::ComputeLayerReply reply;
+  EXPECT_EQ(Compute(stub.get(), request, &reply).error_code(), grpc::StatusCode::DATA_LOSS);
+  const v1::InventoryReply inventory = GetInventory(stub.get());
+  for (const v1::InventoryEntry& e : inventory.entries()) {
+    if (e.layer() != 0) continue;
+    EXPECT_EQ(std::count(e.experts().begin(), e.experts().end(), victim), 0);
+    EXPECT_EQ(e.experts_size(), m_.model->config().n_expert - 1);
+  }
+  v1::NodeStatsReply stats;
+  {
+    auto context = MakeContext();
+    ASSERT_TRUE(stub->NodeStats(context.get(), v1::NodeStatsRequest(), &stats).ok());
+  }
+  EXPECT_EQ(stats.checksum_failures(), 1u);
+  EXPECT_EQ(Compute(stub.get(), request, &reply).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {{0, victim}}, &ingest).ok());
+  ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+  ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
+                     m_.model->config().n_embd);
+}
+
+TEST_F(ExpertServiceTest, PrefetchLoadsIntoRam) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+  v1::PrefetchRequest request;
+  for (int e = 0; e < m_.model->config().n_expert; ++e) {
+    v1::ExpertKey* key = request.add_experts();
+    key->set_model_fingerprint(m_.fingerprint);
+    key->set_layer(1);
+    key->set_expert(e);
+  }
+  v1::PrefetchReply reply;
+  auto context = MakeContext();
+  ASSERT_TRUE(stub->Prefetch(context.get(), request, &reply).ok());
+  EXPECT_GT(reply.accepted(), 0);
+  // Prefetch is asynchronous: wait (bounded) for the loads.
+  for (int i = 0; i < 200 && node->ram_tier()->resident_count() <
+                                 static_cast<uint64_t>(reply.accepted());
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(node->ram_tier()->resident_count(), static_cast<uint64_t>(reply.accepted()));
+  v1::ComputeLayerReply compute_reply;
+  ASSERT_TRUE(Compute(stub.get(), Valid(1), &compute_reply).ok());
+  EXPECT_EQ(compute_reply.ram_misses(), 0);
+  EXPECT_GT(compute_reply.ram_hits(), 0);
+}
+
+}  // namespace
+}  // namespace colibri::expert_node

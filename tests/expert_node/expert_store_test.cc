@@ -1,0 +1,201 @@
+#include "expert_node/expert_store.h"
+
+#include <cstring>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "tests/expert_node/expert_test_util.h"
+
+namespace colibri::expert_node {
+namespace {
+
+using testing::MakeExpert;
+using testing::SyntheticExpert;
+using testing::TempDir;
+
+constexpr char kFp[] = "0123456789abcdef0123456789abcdef";
+
+std::unique_ptr<ExpertStore> OpenStore(const std::string& dir) {
+  ExpertStore::Options options;
+  options.data_dir = dir;
+  absl::StatusOr<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(options);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+void ExpectSameBytes(const ExpertBlob& blob, const SyntheticExpert& e) {
+  const moe::ExpertWeights& w = blob.weights();
+  ASSERT_EQ(w.gate.rows * w.gate.row_bytes, e.gate.size());
+  EXPECT_EQ(std::memcmp(w.gate.data, e.gate.data(), e.gate.size()), 0);
+  EXPECT_EQ(std::memcmp(w.up.data, e.up.data(), e.up.size()), 0);
+  EXPECT_EQ(std::memcmp(w.down.data, e.down.data(), e.down.size()), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w.gate.data) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w.up.data) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w.down.data) % 64, 0u);
+}
+
+TEST(ExpertStoreTest, PutGetRoundTrip) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  const SyntheticExpert e = MakeExpert(16, 24, 1);
+  const ExpertId id{kFp, 3, 7};
+  ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(id);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  ExpectSameBytes(**blob, e);
+  EXPECT_EQ((*blob)->weights().n_embd(), 16);
+  EXPECT_EQ((*blob)->weights().n_ff(), 24);
+  EXPECT_EQ(store->experts_stored(), 1u);
+  EXPECT_EQ(store->payload_bytes_stored(), e.layout.payload_bytes());
+
+  EXPECT_EQ(store->Get(ExpertId{kFp, 3, 8}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(*store->Contains(id));
+  EXPECT_FALSE(*store->Contains(ExpertId{kFp, 4, 7}));
+}
+
+TEST(ExpertStoreTest, PutRejectsInconsistentInput) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  SyntheticExpert e = MakeExpert(16, 24, 2);
+  ExpertLayout bad = e.layout;
+  bad.down.rows = 15;  // not an FFN
+  EXPECT_EQ(store->Put(ExpertId{kFp, 0, 0}, bad, e.gate, e.up, e.down).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Put(ExpertId{"bad/fp", 0, 0}, e.layout, e.gate, e.up, e.down).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->experts_stored(), 0u);
+}
+
+TEST(ExpertStoreTest, EverythingSurvivesReopen) {
+  TempDir dir;
+  std::vector<SyntheticExpert> experts;
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->PutModel(kFp, ModelInfo{4, 8, 16}).ok());
+    for (int l = 0; l < 4; ++l) {
+      for (int x = 0; x < 8; x += 3) {
+        experts.push_back(MakeExpert(16, 32, l * 8 + x));
+        const SyntheticExpert& e = experts.back();
+        ASSERT_TRUE(store->Put(ExpertId{kFp, l, x}, e.layout, e.gate, e.up, e.down).ok());
+      }
+    }
+  }
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->experts_stored(), experts.size());
+  auto models = store->ListModels();
+  ASSERT_TRUE(models.ok());
+  ASSERT_EQ(models->count(kFp), 1u);
+  EXPECT_EQ(models->at(kFp).n_layer, 4);
+  EXPECT_EQ(models->at(kFp).n_expert, 8);
+  EXPECT_EQ(models->at(kFp).n_embd, 16);
+  auto inventory = store->List(kFp);
+  ASSERT_TRUE(inventory.ok());
+  ASSERT_EQ(inventory->size(), 1u);
+  const ExpertStore::Inventory& layers = inventory->at(kFp);
+  ASSERT_EQ(layers.size(), 4u);
+  for (const auto& [layer, ids] : layers) EXPECT_EQ(ids, (std::vector<int32_t>{0, 3, 6}));
+  size_t i = 0;
+  for (int l = 0; l < 4; ++l) {
+    for (int x = 0; x < 8; x += 3) {
+      auto blob = store->Get(ExpertId{kFp, l, x});
+      ASSERT_TRUE(blob.ok()) << blob.status();
+      ExpectSameBytes(**blob, experts[i++]);
+    }
+  }
+}
+
+TEST(ExpertStoreTest, CorruptValueIsDroppedAndReported) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  const SyntheticExpert e = MakeExpert(16, 24, 3);
+  const ExpertId id{kFp, 1, 2};
+  const ExpertId other{kFp, 1, 3};
+  ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+  ASSERT_TRUE(store->Put(other, e.layout, e.gate, e.up, e.down).ok());
+
+  // The same value with one payload bit flipped.
+  std::string value = EncodeHeader(id.layer, id.expert, e.layout);
+  value.append(reinterpret_cast<const char*>(e.gate.data()), e.gate.size());
+  value.append(reinterpret_cast<const char*>(e.up.data()), e.up.size());
+  value.append(reinterpret_cast<const char*>(e.down.data()), e.down.size());
+  value[kHeaderBytes + 100] ^= 0x10;
+  ASSERT_TRUE(store->PutRawValueForTesting(id, value).ok());
+
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(id);
+  EXPECT_EQ(blob.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(store->checksum_failures(), 1u);
+  EXPECT_FALSE(*store->Contains(id));
+  EXPECT_EQ(store->Get(id).status().code(), absl::StatusCode::kNotFound);
+  auto inventory = store->List(kFp);
+  ASSERT_TRUE(inventory.ok());
+  EXPECT_EQ(inventory->at(kFp).at(1), (std::vector<int32_t>{3}));
+  EXPECT_EQ(store->experts_stored(), 1u);
+  EXPECT_TRUE(store->Get(other).ok());
+}
+
+TEST(ExpertStoreTest, DamagedHeadersNeverCrash) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  const SyntheticExpert e = MakeExpert(8, 8, 4);
+  const std::string good = EncodeHeader(0, 0, e.layout);
+  std::mt19937 rng(42);
+  std::vector<std::string> values = {"", "x", std::string(kHeaderBytes - 1, '\0'),
+                                     std::string(kHeaderBytes, '\0'), good /* no payload */};
+  for (int i = 0; i < 200; ++i) {
+    std::string v = good + std::string(e.layout.payload_bytes(), 'a');
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) v[rng() % kHeaderBytes] = static_cast<char>(rng());
+    values.push_back(v);
+  }
+  int i = 0;
+  for (const std::string& v : values) {
+    const ExpertId id{kFp, 0, i++};
+    ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+    ASSERT_TRUE(store->PutRawValueForTesting(id, v).ok());
+    absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(id);
+    EXPECT_EQ(blob.status().code(), absl::StatusCode::kDataLoss) << "value " << i;
+  }
+  EXPECT_EQ(store->experts_stored(), 0u);
+}
+
+TEST(ExpertRecordTest, DecodeHeaderRejectsGarbage) {
+  std::mt19937 rng(7);
+  const SyntheticExpert e = MakeExpert(8, 8, 5);
+  const std::string good = EncodeHeader(2, 5, e.layout);
+  ASSERT_TRUE(DecodeHeader(good, 2, 5).ok());
+  EXPECT_FALSE(DecodeHeader(good, 2, 6).ok());
+  for (int i = 0; i < 2000; ++i) {
+    std::string v = good;
+    v[rng() % v.size()] = static_cast<char>(rng());
+    absl::StatusOr<ExpertLayout> layout = DecodeHeader(v, 2, 5);
+    if (!layout.ok()) {
+      EXPECT_EQ(layout.status().code(), absl::StatusCode::kDataLoss);
+    }
+  }
+  for (int n = 0; n < 200; ++n) {
+    std::string v(n, '\0');
+    for (char& c : v) c = static_cast<char>(rng());
+    (void)DecodeHeader(v, 0, 0);
+    (void)DecodeModelInfo(v);
+    (void)ParseExpertKey(v);
+  }
+}
+
+TEST(ExpertRecordTest, KeysRoundTrip) {
+  const ExpertId id{kFp, 12, 345};
+  EXPECT_EQ(ExpertValueKey(id), std::string("x/") + kFp + "/00012/00345");
+  absl::StatusOr<ExpertId> parsed = ParseExpertKey(ExpertIndexKey(id));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(*parsed, id);
+  EXPECT_FALSE(ParseExpertKey("i/fp/1/2").ok());
+  EXPECT_FALSE(ParseExpertKey("m/fp").ok());
+}
+
+}  // namespace
+}  // namespace colibri::expert_node

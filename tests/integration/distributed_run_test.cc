@@ -1,0 +1,291 @@
+// `colibri-coordinator run --nodes` against real colibri-expert-node processes
+// on loopback: bitwise equality with the local run, node crashes (fallback and
+// failover), durable experts across restarts, and one round trip per involved
+// node per layer.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/node_client.h"
+#include "gtest/gtest.h"
+#include "tests/integration/node_process.h"
+#include "tests/support/golden.h"
+#include "tests/support/subprocess.h"
+
+namespace colibri {
+namespace {
+
+using testing::CommandResult;
+using testing::NodeProcess;
+
+std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The integer after "key=" on the first line starting with `prefix`; -1 if absent.
+int64_t Counter(const std::string& text, const std::string& prefix, const std::string& key) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex(" " + key + "=([0-9]+)"))) {
+      return std::stoll(m[1]);
+    }
+  }
+  return -1;
+}
+
+class DistributedRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  }
+
+  void StartNodes(int n) {
+    for (int i = 0; i < n; ++i) {
+      dirs_.push_back(testing::MakeTempDir("node" + std::to_string(i)));
+      nodes_.push_back(std::make_unique<NodeProcess>(dirs_.back(), "node-" + std::to_string(i)));
+      std::string error;
+      ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
+    }
+  }
+  std::string Addresses() const {
+    std::vector<const NodeProcess*> nodes;
+    for (const auto& n : nodes_) nodes.push_back(n.get());
+    return testing::JoinAddresses(nodes);
+  }
+
+  static testing::GoldenCase Case(const std::string& model) {
+    testing::GoldenCase c;
+    std::string error;
+    EXPECT_TRUE(testing::LoadGoldenCase(model, "english", &c, &error)) << error;
+    return c;
+  }
+
+  static std::vector<std::string> RunArgs(const testing::GoldenCase& c, int n_predict) {
+    std::vector<int> ids(c.prompt_tokens.begin(), c.prompt_tokens.end());
+    return {Coordinator(),
+            "run",
+            "--model",
+            c.model_path,
+            "--prompt-tokens",
+            testing::JoinIds(ids),
+            "--n-predict",
+            std::to_string(n_predict),
+            "--temp",
+            "0",
+            "--threads",
+            "2",
+            "--print-token-ids",
+            "--ignore-eos"};
+  }
+
+  std::vector<std::string> dirs_;
+  std::vector<std::unique_ptr<NodeProcess>> nodes_;
+};
+
+TEST_F(DistributedRunTest, LogitsAreBitwiseEqualToTheLocalRun) {
+  StartNodes(3);
+  for (const std::string& model : testing::GoldenModels()) {
+    const testing::GoldenCase c = Case(model);
+    for (bool exact : {true, false}) {
+      SCOPED_TRACE(model + (exact ? " exact" : " fast"));
+      const std::string local_out = ::testing::TempDir() + "/local.f32";
+      const std::string remote_out = ::testing::TempDir() + "/remote.f32";
+      auto args = [&](const std::string& logits_out) {
+        std::vector<std::string> a = RunArgs(c, 4);
+        a.insert(a.end(), {"--all-logits", "--logits-out", logits_out});
+        if (exact) a.push_back("--exact");
+        return a;
+      };
+      const std::vector<std::string> local = args(local_out);
+      std::vector<std::string> remote = args(remote_out);
+      remote.insert(remote.end(), {"--nodes", Addresses()});
+      const CommandResult l = testing::RunCommand(local);
+      ASSERT_EQ(l.exit_code, 0) << l.err;
+      const CommandResult r = testing::RunCommand(remote);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(l.out, r.out);
+      const std::string a = ReadAll(local_out);
+      const std::string b = ReadAll(remote_out);
+      EXPECT_FALSE(a.empty());
+      EXPECT_TRUE(a == b) << "logits differ (" << a.size() << " vs " << b.size() << " bytes)";
+      EXPECT_EQ(Counter(r.err, "experts:", "fallback_routes"), 0) << r.err;
+      EXPECT_GT(Counter(r.err, "experts:", "round_trips"), 0) << r.err;
+    }
+  }
+}
+
+TEST_F(DistributedRunTest, OneRoundTripPerInvolvedNodePerLayer) {
+  StartNodes(3);
+  const testing::GoldenCase c = Case("qwen3moe-tiny-f32");
+  const int n_predict = 16;
+  std::vector<std::string> args = RunArgs(c, n_predict);
+  args.insert(args.end(), {"--nodes", Addresses()});
+  const CommandResult r = testing::RunCommand(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // n_predict - 1 tokens are fed back (the last is only sampled); 3 MoE layers.
+  const int64_t layers = Counter(r.err, "experts decode:", "layers");
+  const int64_t trips = Counter(r.err, "experts decode:", "round_trips");
+  const int64_t involved = Counter(r.err, "experts decode:", "involved_nodes");
+  EXPECT_EQ(layers, (n_predict - 1) * 3) << r.err;
+  EXPECT_EQ(trips, involved) << r.err;
+  // top-2 routing over 3 nodes: 1 or 2 nodes per layer and token.
+  EXPECT_GE(trips, layers);
+  EXPECT_LE(trips, 2 * layers);
+  int64_t requests = 0;
+  for (const auto& n : nodes_) requests += Counter(r.err, "node " + n->address(), "requests");
+  EXPECT_EQ(requests, Counter(r.err, "experts:", "round_trips")) << r.err;
+  std::cerr << "round trips per generated token: " << static_cast<double>(trips) / (n_predict - 1)
+            << " (3 MoE layers)\n";
+}
+
+TEST_F(DistributedRunTest, ARestartedNodeKeepsItsExperts) {
+  StartNodes(3);
+  const testing::GoldenCase c = Case("mixtral-tiny-q4_k_m");
+  std::vector<std::string> args = RunArgs(c, 2);
+  args.insert(args.end(), {"--nodes", Addresses()});
+  const CommandResult first = testing::RunCommand(args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.err.find("ingest: 0 bytes sent"), std::string::npos) << first.err;
+  for (auto& n : nodes_) {
+    const int port = n->port();
+    n->Stop(SIGKILL);
+    std::string error;
+    ASSERT_TRUE(n->Start(port, &error)) << error;
+  }
+  const CommandResult second = testing::RunCommand(args);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_NE(second.err.find("ingest: 0 bytes sent"), std::string::npos) << second.err;
+  EXPECT_EQ(first.out, second.out);
+}
+
+// Runs a long generation against the nodes and SIGKILLs nodes_[victim] once it
+// has served some of the decode; returns the coordinator's result.
+CommandResult RunAndKill(const std::vector<std::string>& argv, NodeProcess* victim,
+                         bool* killed_midway) {
+  const std::string out_path = ::testing::TempDir() + "/kill.out";
+  const std::string err_path = ::testing::TempDir() + "/kill.err";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(err, STDERR_FILENO);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  coordinator::NodeClientOptions options;
+  options.address = victim->address();
+  options.control_deadline = absl::Milliseconds(500);
+  auto client = coordinator::CreateGrpcNodeClient(options);
+  *killed_midway = false;
+  int status = 0;
+  while (client.ok()) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) break;  // finished before the kill
+    absl::StatusOr<v1::NodeStatsReply> stats = (*client)->NodeStats();
+    if (stats.ok() && stats->compute_requests() >= 20) {
+      victim->Stop(SIGKILL);
+      *killed_midway = true;
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadAll(out_path);
+  r.err = ReadAll(err_path);
+  return r;
+}
+
+void KillMidGeneration(std::vector<std::unique_ptr<NodeProcess>>* nodes,
+                       const std::string& addresses, int replicas) {
+  const testing::GoldenCase c = [] {
+    testing::GoldenCase g;
+    std::string error;
+    EXPECT_TRUE(testing::LoadGoldenCase("qwen3moe-tiny-f32", "english", &g, &error)) << error;
+    return g;
+  }();
+  std::vector<int> ids(c.prompt_tokens.begin(), c.prompt_tokens.end());
+  std::vector<std::string> local = {Coordinator(),
+                                    "run",
+                                    "--model",
+                                    c.model_path,
+                                    "--prompt-tokens",
+                                    testing::JoinIds(ids),
+                                    "--n-predict",
+                                    "300",
+                                    "--temp",
+                                    "0",
+                                    "--threads",
+                                    "2",
+                                    "--print-token-ids",
+                                    "--ignore-eos"};
+  const CommandResult expected = testing::RunCommand(local);
+  ASSERT_EQ(expected.exit_code, 0) << expected.err;
+  std::vector<std::string> remote = local;
+  remote.insert(remote.end(), {"--nodes", addresses, "--replicas", std::to_string(replicas)});
+  NodeProcess* victim = (*nodes)[1].get();
+  const std::string victim_address = victim->address();
+  bool killed_midway = false;
+  const CommandResult r = RunAndKill(remote, victim, &killed_midway);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(killed_midway) << "the generation ended before the node was killed\n" << r.err;
+  EXPECT_EQ(r.out, expected.out);
+  EXPECT_GE(Counter(r.err, "node " + victim_address, "failures"), 1) << r.err;
+  if (replicas == 1) {
+    EXPECT_GT(Counter(r.err, "experts:", "fallback_routes"), 0) << r.err;
+  } else {
+    EXPECT_GE(Counter(r.err, "node " + victim_address, "failovers"), 1) << r.err;
+    EXPECT_EQ(Counter(r.err, "experts:", "fallback_routes"), 0) << r.err;
+  }
+}
+
+TEST_F(DistributedRunTest, KilledNodeWithoutReplicaFallsBackLocally) {
+  StartNodes(3);
+  KillMidGeneration(&nodes_, Addresses(), 1);
+}
+
+TEST_F(DistributedRunTest, KilledNodeFailsOverToItsReplica) {
+  StartNodes(3);
+  KillMidGeneration(&nodes_, Addresses(), 2);
+}
+
+TEST_F(DistributedRunTest, PlanListsEveryExpertWithoutMovingAny) {
+  StartNodes(3);
+  const testing::GoldenCase c = Case("olmoe-tiny-f16");
+  const CommandResult r = testing::RunCommand(
+      {Coordinator(), "plan", "--model", c.model_path, "--nodes", Addresses(), "--replicas", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 2 layers x 16 experts, each listed with its 2 nodes.
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1 + 3 + 32) << r.out;
+  EXPECT_NE(r.out.find("id node-0"), std::string::npos) << r.out;
+  const CommandResult offline =
+      testing::RunCommand({Coordinator(), "plan", "--model", c.model_path, "--nodes", "a:1,b:2",
+                           "--assume-equal", "--summary"});
+  ASSERT_EQ(offline.exit_code, 0) << offline.err;
+  EXPECT_NE(offline.out.find("node a:1"), std::string::npos) << offline.out;
+}
+
+}  // namespace
+}  // namespace colibri

@@ -1,0 +1,48 @@
+// Real colibri-expert-node processes on loopback for integration tests.
+#ifndef COLIBRI_TESTS_INTEGRATION_NODE_PROCESS_H_
+#define COLIBRI_TESTS_INTEGRATION_NODE_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace colibri::testing {
+
+// Starts `colibri-expert-node --listen 127.0.0.1:<port> --data-dir <dir>
+// --node-id <id> --insecure` (port 0: the OS picks one) and reads its
+// "listening on HOST:PORT" line. The destructor kills it (SIGKILL).
+class NodeProcess {
+ public:
+  NodeProcess(std::string data_dir, std::string node_id);
+  ~NodeProcess();
+  NodeProcess(const NodeProcess&) = delete;
+  NodeProcess& operator=(const NodeProcess&) = delete;
+
+  // False with a message when the node did not come up within 20 s.
+  bool Start(int port, std::string* error);
+  // signal: SIGKILL for a crash, SIGTERM for an orderly stop. Waits for exit.
+  void Stop(int signal);
+
+  bool running() const { return pid_ > 0; }
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+ private:
+  const std::string data_dir_;
+  const std::string node_id_;
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  int port_ = 0;
+  std::string address_;
+};
+
+// A fresh directory below the test temp dir.
+std::string MakeTempDir(const std::string& name);
+
+// "a,b,c" of the nodes' addresses.
+std::string JoinAddresses(const std::vector<const NodeProcess*>& nodes);
+
+}  // namespace colibri::testing
+
+#endif  // COLIBRI_TESTS_INTEGRATION_NODE_PROCESS_H_
