@@ -1,10 +1,6 @@
 // The colibri-expert-node binary: start-up checks, the "listening on" line,
 // serving over a real socket, graceful SIGTERM.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -25,66 +21,19 @@ using testing::TempDir;
 
 std::string NodeBinary() { return colibri::testing::BinaryPath("expert_node/colibri-expert-node"); }
 
-// A node process started in the background; killed (SIGKILL) if still running
-// when destroyed.
-class NodeProcess {
+// The binary with `args`, started in the background.
+class NodeProcess : public colibri::testing::ServerProcess {
  public:
-  // Starts the binary and waits (at most 20 s) for its "listening on" line.
   bool Start(const std::vector<std::string>& args) {
-    int out[2];
-    if (::pipe(out) != 0) return false;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      std::vector<std::string> argv = {NodeBinary()};
-      argv.insert(argv.end(), args.begin(), args.end());
-      std::vector<char*> c_args;
-      for (std::string& a : argv) c_args.push_back(a.data());
-      c_args.push_back(nullptr);
-      ::execv(c_args[0], c_args.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    out_fd_ = out[0];
-    std::string line;
-    char c;
-    for (;;) {
-      pollfd p{out_fd_, POLLIN, 0};
-      if (::poll(&p, 1, 20000) <= 0) return false;
-      if (::read(out_fd_, &c, 1) != 1) return false;
-      if (c == '\n') break;
-      line.push_back(c);
-    }
-    absl::string_view rest = line;
-    if (!absl::ConsumePrefix(&rest, "listening on ")) return false;
-    address_ = std::string(rest);
-    return true;
+    std::vector<std::string> argv = {NodeBinary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string error;
+    const bool ok = ServerProcess::Start(argv, &error);
+    if (!ok) ADD_FAILURE() << error;
+    return ok;
   }
-
   // SIGTERM, then the exit code (or 128 + signal).
-  int Stop() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
-  ~NodeProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (out_fd_ >= 0) ::close(out_fd_);
-  }
-
-  const std::string& address() const { return address_; }
-
- private:
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  std::string address_;
+  int Stop() { return ServerProcess::Stop(SIGTERM); }
 };
 
 TEST(ExpertNodeBinaryTest, RefusesWildcardWithoutTokenUnlessInsecure) {

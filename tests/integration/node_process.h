@@ -2,20 +2,19 @@
 #ifndef COLIBRI_TESTS_INTEGRATION_NODE_PROCESS_H_
 #define COLIBRI_TESTS_INTEGRATION_NODE_PROCESS_H_
 
-#include <sys/types.h>
-
 #include <string>
 #include <vector>
+
+#include "tests/support/subprocess.h"
 
 namespace colibri::testing {
 
 // Starts `colibri-expert-node --listen 127.0.0.1:<port> --data-dir <dir>
-// --node-id <id> --insecure` (port 0: the OS picks one) and reads its
+// --node-id <id> --threads 1` (port 0: the OS picks one) and reads its
 // "listening on HOST:PORT" line. The destructor kills it (SIGKILL).
 class NodeProcess {
  public:
   NodeProcess(std::string data_dir, std::string node_id);
-  ~NodeProcess();
   NodeProcess(const NodeProcess&) = delete;
   NodeProcess& operator=(const NodeProcess&) = delete;
 
@@ -24,17 +23,14 @@ class NodeProcess {
   // signal: SIGKILL for a crash, SIGTERM for an orderly stop. Waits for exit.
   void Stop(int signal);
 
-  bool running() const { return pid_ > 0; }
-  const std::string& address() const { return address_; }
-  int port() const { return port_; }
+  bool running() const { return process_.running(); }
+  const std::string& address() const { return process_.address(); }
+  int port() const { return process_.port(); }
 
  private:
   const std::string data_dir_;
   const std::string node_id_;
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-  int port_ = 0;
-  std::string address_;
+  ServerProcess process_;
 };
 
 // A fresh directory below the test temp dir.

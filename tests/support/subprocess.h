@@ -2,6 +2,7 @@
 #ifndef COLIBRI_TESTS_SUPPORT_SUBPROCESS_H_
 #define COLIBRI_TESTS_SUPPORT_SUBPROCESS_H_
 
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,35 @@ struct CommandResult {
 
 // Runs argv (no shell) and captures both streams.
 CommandResult RunCommand(const std::vector<std::string>& argv);
+
+// A server started in the background that announces itself with a line
+// "listening on HOST:PORT" on stdout (colibri-expert-node does). Its stderr goes
+// to /dev/null; its stdout stays open so later writes do not kill it. The
+// destructor kills it (SIGKILL).
+class ServerProcess {
+ public:
+  ServerProcess() = default;
+  ~ServerProcess() { Stop(SIGKILL); }
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  // Runs argv (argv[0] is the binary) and waits at most 20 s for the line.
+  // False with a message when it does not come.
+  bool Start(const std::vector<std::string>& argv, std::string* error);
+  // Sends `signal`, waits for the exit; returns the exit code, 128 + the
+  // signal that ended it, or -1 when nothing was running.
+  int Stop(int signal);
+
+  bool running() const { return pid_ > 0; }
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+ private:
+  int pid_ = -1;
+  int stdout_fd_ = -1;
+  int port_ = 0;
+  std::string address_;
+};
 
 // "1,2,3"
 std::string JoinIds(const std::vector<int>& ids);
