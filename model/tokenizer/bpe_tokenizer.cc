@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "model/tokenizer/piece_cache.h"
 #include "model/tokenizer/unicode_util.h"
 
 namespace colibri::tokenizer {
@@ -90,9 +91,7 @@ absl::Status BpeTokenizer::Encode(absl::string_view text, std::vector<int32_t>* 
   if (absl::Status status = pre_->Split(scratch.cps, &scratch.word_lengths); !status.ok()) {
     return status;
   }
-  // Words repeat: each distinct word is merged once per call, later occurrences
-  // copy its tokens from where they were first written in `out`.
-  absl::flat_hash_map<absl::string_view, std::pair<size_t, size_t>> seen;  // word -> [begin, end)
+  PieceCache cache;
   size_t cp_pos = 0;
   size_t byte_pos = 0;
   for (const uint32_t n_cps : scratch.word_lengths) {
@@ -105,15 +104,9 @@ absl::Status BpeTokenizer::Encode(absl::string_view text, std::vector<int32_t>* 
       EncodeWord(word, scratch, out);
       continue;
     }
-    auto [it, inserted] = seen.try_emplace(word);
-    if (!inserted) {
-      const auto [begin, end] = it->second;
-      for (size_t i = begin; i < end; ++i) out->push_back((*out)[i]);
-      continue;
-    }
-    const size_t begin = out->size();
-    EncodeWord(word, scratch, out);
-    it->second = {begin, out->size()};
+    cache.Encode(word, out, [&](absl::string_view w, std::vector<int32_t>* ids) {
+      EncodeWord(w, scratch, ids);
+    });
   }
   return absl::OkStatus();
 }

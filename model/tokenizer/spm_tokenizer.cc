@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "model/tokenizer/piece_cache.h"
 #include "model/tokenizer/unicode_util.h"
 
 namespace colibri::tokenizer {
@@ -58,18 +59,11 @@ SpmTokenizer::SpmTokenizer(const Vocab& vocab) : vocab_(vocab) {
 
 void SpmTokenizer::Encode(absl::string_view text, std::vector<int32_t>* out) const {
   Scratch scratch;
-  // A segment's tokens, where they were first written in `out`.
-  absl::flat_hash_map<absl::string_view, std::pair<size_t, size_t>> seen;
+  PieceCache cache;
   auto encode = [&](absl::string_view segment) {
-    auto [it, inserted] = seen.try_emplace(segment);
-    if (!inserted) {
-      const auto [begin, end] = it->second;
-      for (size_t i = begin; i < end; ++i) out->push_back((*out)[i]);
-      return;
-    }
-    const size_t begin = out->size();
-    EncodeSegment(segment, scratch, out);
-    it->second = {begin, out->size()};
+    cache.Encode(segment, out, [&](absl::string_view s, std::vector<int32_t>* ids) {
+      EncodeSegment(s, scratch, ids);
+    });
   };
   size_t segment_start = 0;
   size_t prev_start = 0;  // start of the symbol before `offset`
