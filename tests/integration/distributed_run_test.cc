@@ -102,12 +102,13 @@ class DistributedRunTest : public ::testing::Test {
 
 TEST_F(DistributedRunTest, LogitsAreBitwiseEqualToTheLocalRun) {
   StartNodes(3);
+  const std::string dir = testing::MakeTempDir("logits");
   for (const std::string& model : testing::GoldenModels()) {
     const testing::GoldenCase c = Case(model);
     for (bool exact : {true, false}) {
       SCOPED_TRACE(model + (exact ? " exact" : " fast"));
-      const std::string local_out = ::testing::TempDir() + "/local.f32";
-      const std::string remote_out = ::testing::TempDir() + "/remote.f32";
+      const std::string local_out = dir + "/local.f32";
+      const std::string remote_out = dir + "/remote.f32";
       auto args = [&](const std::string& logits_out) {
         std::vector<std::string> a = RunArgs(c, 4);
         a.insert(a.end(), {"--all-logits", "--logits-out", logits_out});
@@ -180,8 +181,10 @@ TEST_F(DistributedRunTest, ARestartedNodeKeepsItsExperts) {
 // has served some of the decode; returns the coordinator's result.
 CommandResult RunAndKill(const std::vector<std::string>& argv, NodeProcess* victim,
                          bool* killed_midway) {
-  const std::string out_path = ::testing::TempDir() + "/kill.out";
-  const std::string err_path = ::testing::TempDir() + "/kill.err";
+  // Per-test paths: ctest runs the kill tests concurrently.
+  const std::string dir = testing::MakeTempDir("kill");
+  const std::string out_path = dir + "/out";
+  const std::string err_path = dir + "/err";
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
