@@ -1,5 +1,6 @@
 #include "coordinator/cluster.h"
 
+#include <algorithm>
 #include <iostream>
 #include <set>
 #include <utility>
@@ -69,19 +70,26 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(
   COLIBRI_ASSIGN_OR_RETURN(Placement placement,
                            Placement::Compute(PlacementNodesOf(nodes, options.assume_equal),
                                               experts_per_layer, options.replicas));
-  return std::unique_ptr<Cluster>(new Cluster(options, fingerprint, std::move(placement),
-                                              std::move(clients), std::move(nodes)));
+  return std::unique_ptr<Cluster>(new Cluster(options, fingerprint, experts_per_layer,
+                                              std::move(placement), std::move(clients),
+                                              std::move(nodes)));
 }
 
-Cluster::Cluster(const ClusterOptions& options, std::string fingerprint, Placement placement,
+Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
+                 std::vector<int> experts_per_layer, Placement placement,
                  std::vector<std::unique_ptr<NodeClient>> clients, std::vector<Node> nodes)
     : options_(options),
       fingerprint_(std::move(fingerprint)),
-      placement_(std::move(placement)),
+      experts_per_layer_(std::move(experts_per_layer)),
       clients_(std::move(clients)),
       nodes_(std::move(nodes)),
       healthy_(clients_.size(), true),
-      counters_(clients_.size()) {
+      unhealthy_since_(clients_.size(), absl::InfinitePast()),
+      counters_(clients_.size()),
+      available_(clients_.size(), true),
+      wanted_available_(clients_.size(), true) {
+  placements_.push_back(std::make_unique<const Placement>(std::move(placement)));
+  current_.store(placements_.back().get(), std::memory_order_release);
   prober_ = std::thread([this] { ProbeLoop(); });
 }
 
@@ -93,6 +101,31 @@ void Cluster::Shutdown() {
     stop_ = true;
   }
   if (prober_.joinable()) prober_.join();
+  if (rebalancer_thread_.joinable()) rebalancer_thread_.join();
+}
+
+bool Cluster::stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stop_;
+}
+
+void Cluster::SetRebalancer(Rebalancer rebalancer) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (rebalancer_ || stop_) return;
+    rebalancer_ = std::move(rebalancer);
+  }
+  rebalancer_thread_ = std::thread([this] { RebalanceLoop(); });
+}
+
+bool Cluster::excluded(int node) const {
+  absl::MutexLock lock(&mu_);
+  return !available_[node];
+}
+
+int64_t Cluster::replacements() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(placements_.size()) - 1;
 }
 
 void Cluster::Log(const std::string& line) const {
@@ -112,6 +145,7 @@ void Cluster::MarkUnhealthy(int node, const absl::Status& why) {
     absl::MutexLock lock(&mu_);
     was_healthy = healthy_[node];
     healthy_[node] = false;
+    if (was_healthy) unhealthy_since_[node] = absl::Now();
   }
   if (was_healthy) {
     Log(absl::StrCat("cluster: node ", nodes_[node].address, " unhealthy: ", why.message()));
@@ -156,6 +190,7 @@ void Cluster::ProbeLoop() {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.probe_interval);
       if (stop_) return;
+      UpdateWantedPlacement();
       for (int i = 0; i < n_nodes(); ++i) {
         if (!healthy_[i]) unhealthy.push_back(i);
       }
@@ -168,6 +203,92 @@ void Cluster::ProbeLoop() {
       }
       Log(absl::StrCat("cluster: node ", nodes_[i].address, " healthy again"));
     }
+  }
+}
+
+void Cluster::UpdateWantedPlacement() {
+  if (!rebalancer_) return;
+  const absl::Time now = absl::Now();
+  for (int i = 0; i < n_nodes(); ++i) {
+    if (healthy_[i]) {
+      wanted_available_[i] = true;
+    } else if (wanted_available_[i] && now - unhealthy_since_[i] > options_.replace_after &&
+               std::count(wanted_available_.begin(), wanted_available_.end(), true) > 1) {
+      // The last node is never excluded: there would be nowhere to place onto,
+      // and the coordinator's fallback serves its work meanwhile.
+      wanted_available_[i] = false;
+    }
+  }
+}
+
+namespace {
+
+// (layer, expert, node) assignments of `to` that `from` does not have.
+int64_t NewAssignments(const Placement& from, const Placement& to) {
+  int64_t n = 0;
+  for (int l = 0; l < to.n_layer(); ++l) {
+    for (int e = 0; e < to.n_expert(l); ++e) {
+      absl::Span<const int> before = from.Owners(l, e);
+      for (int node : to.Owners(l, e)) {
+        n += std::find(before.begin(), before.end(), node) == before.end() ? 1 : 0;
+      }
+    }
+  }
+  return n;
+}
+
+std::string NodeList(const std::vector<Cluster::Node>& nodes, const std::vector<bool>& available) {
+  std::string out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (available[i]) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", nodes[i].address);
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+void Cluster::RebalanceLoop() {
+  absl::Duration backoff = options_.probe_interval;
+  while (true) {
+    std::vector<bool> want;
+    Rebalancer rebalancer;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || wanted_available_ != available_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) return;
+      want = wanted_available_;
+      rebalancer = rebalancer_;
+    }
+    const int n_available = static_cast<int>(std::count(want.begin(), want.end(), true));
+    absl::StatusOr<Placement> next =
+        Placement::Compute(PlacementNodesOf(nodes_, options_.assume_equal), experts_per_layer_,
+                           std::min(options_.replicas, n_available), want);
+    absl::Status status = next.status();
+    if (status.ok()) {
+      Log(absl::StrCat("cluster: re-placing experts (excluded: ", NodeList(nodes_, want), "; ",
+                       NewAssignments(placement(), *next), " expert copies move)"));
+      status = rebalancer(*next);
+    }
+    if (!status.ok()) {
+      Log(absl::StrCat("cluster: re-placement failed, the current placement stays: ",
+                       status.message()));
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(30));
+      continue;
+    }
+    backoff = options_.probe_interval;
+    {
+      absl::MutexLock lock(&mu_);
+      placements_.push_back(std::make_unique<const Placement>(*std::move(next)));
+      available_ = want;
+      current_.store(placements_.back().get(), std::memory_order_release);
+    }
+    Log(absl::StrCat("cluster: new placement in force (excluded: ", NodeList(nodes_, want), ")"));
   }
 }
 

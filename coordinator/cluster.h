@@ -4,15 +4,26 @@
 //
 // Health: a node is marked unhealthy when a call to it fails; a background
 // thread probes unhealthy nodes with grpc.health.v1 every probe_interval and
-// marks them healthy again when they answer SERVING. Placement does not change
-// with health: work for an unhealthy node goes to the next replica, or is
-// computed by the coordinator itself.
+// marks them healthy again when they answer SERVING. Meanwhile work for an
+// unhealthy node goes to the next replica, or is computed by the coordinator
+// itself.
+//
+// Re-placement: a node unhealthy for longer than replace_after is excluded
+// and its experts are re-placed onto the others (rendezvous placement moves
+// only that node's experts). A second background thread hands the new
+// placement to the rebalancer (SetRebalancer: it makes the nodes hold what the
+// placement assigns them) and installs it once that succeeds; until then the
+// old placement stays in force. When an excluded node is healthy again it is
+// placed back the same way (it usually still holds its experts, so nothing is
+// sent). Without a rebalancer placement never changes.
 //
 // Thread-safety: thread-safe. Clients are used without holding mutex_.
 #ifndef COLIBRI_COORDINATOR_CLUSTER_H_
 #define COLIBRI_COORDINATOR_CLUSTER_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -40,6 +51,9 @@ struct ClusterOptions {
   NodeClientOptions client;
   // How often unhealthy nodes are probed. Default: 500 ms.
   absl::Duration probe_interval = absl::Milliseconds(500);
+  // A node unhealthy for longer than this has its experts re-placed onto the
+  // other nodes. absl::InfiniteDuration(): never. Default: 2 minutes.
+  absl::Duration replace_after = absl::Minutes(2);
   // Where significant events (a node lost, a node back) are logged, one line
   // each. Default: null, meaning std::cerr.
   std::ostream* log = nullptr;
@@ -84,8 +98,24 @@ class Cluster {
   int n_nodes() const { return static_cast<int>(clients_.size()); }
   NodeClient* client(int node) const { return clients_[node].get(); }
   const Node& node(int i) const { return nodes_[i]; }
-  const Placement& placement() const { return placement_; }
   const std::string& fingerprint() const { return fingerprint_; }
+  int replicas() const { return options_.replicas; }
+
+  // The placement in force. The reference stays valid for the cluster's
+  // lifetime, but a re-placement may install a newer one at any time: read it
+  // once per unit of work (a layer) and use that copy throughout.
+  const Placement& placement() const { return *current_.load(std::memory_order_acquire); }
+
+  // Makes every node hold what `placement` assigns it (called on the cluster's
+  // re-placement thread, never concurrently with itself). OK means the
+  // placement may be installed.
+  using Rebalancer = std::function<absl::Status(const Placement& placement)>;
+  // Enables re-placement. Call once, before work starts.
+  void SetRebalancer(Rebalancer rebalancer);
+  // True while node is excluded from the placement in force.
+  bool excluded(int node) const;
+  // Placements installed after the first.
+  int64_t replacements() const;
 
   bool healthy(int node) const;
   // Records a failed call; the first failure of a healthy node logs one line.
@@ -98,28 +128,43 @@ class Cluster {
   NodeCounters counters(int node) const;
   int64_t fallback_routes() const;
 
-  // Stops the prober early (the destructor does too).
+  // Stops the background threads early (the destructor does too). Waits for a
+  // re-placement in progress, which should poll stopping().
   void Shutdown();
+  bool stopping() const;
 
  private:
-  Cluster(const ClusterOptions& options, std::string fingerprint, Placement placement,
+  Cluster(const ClusterOptions& options, std::string fingerprint,
+          std::vector<int> experts_per_layer, Placement placement,
           std::vector<std::unique_ptr<NodeClient>> clients, std::vector<Node> nodes);
   void ProbeLoop();
+  // Updates wanted_available_ from health and how long nodes have been away.
+  void UpdateWantedPlacement() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RebalanceLoop();
   void Log(const std::string& line) const;
 
   const ClusterOptions options_;
   const std::string fingerprint_;
-  const Placement placement_;
+  const std::vector<int> experts_per_layer_;
   const std::vector<std::unique_ptr<NodeClient>> clients_;
   const std::vector<Node> nodes_;
+  // Points into placements_; written by the re-placement thread only.
+  std::atomic<const Placement*> current_{nullptr};
 
   mutable absl::Mutex mu_;
   std::vector<bool> healthy_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> unhealthy_since_ ABSL_GUARDED_BY(mu_);
   std::vector<NodeCounters> counters_ ABSL_GUARDED_BY(mu_);
   int64_t fallback_routes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Every placement ever installed (a handful), so references stay valid.
+  std::vector<std::unique_ptr<const Placement>> placements_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> available_ ABSL_GUARDED_BY(mu_);         // of the placement in force
+  std::vector<bool> wanted_available_ ABSL_GUARDED_BY(mu_);  // what health asks for
+  Rebalancer rebalancer_ ABSL_GUARDED_BY(mu_);
   mutable absl::Mutex log_mu_;
   std::thread prober_;
+  std::thread rebalancer_thread_;
 };
 
 // Placement weights of nodes: their disk budget in GiB (the RAM budget when no

@@ -30,6 +30,13 @@ absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& o
   out.replicas = options.replicas;
   out.assume_equal = options.assume_equal;
   if (options.replicas < 1) return absl::InvalidArgumentError("--replicas must be >= 1");
+  out.replace_after = options.replace_after_seconds > 0
+                          ? absl::Seconds(options.replace_after_seconds)
+                          : absl::InfiniteDuration();
+  if (!(options.probe_interval_seconds > 0)) {
+    return absl::InvalidArgumentError("--probe-interval must be > 0");
+  }
+  out.probe_interval = absl::Seconds(options.probe_interval_seconds);
   if (!options.auth_token_file.empty()) {
     COLIBRI_ASSIGN_OR_RETURN(std::string token, ReadFile(options.auth_token_file, "auth token"));
     out.client.auth_token = std::string(absl::StripAsciiWhitespace(token));
@@ -77,6 +84,20 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   err << "ingest: " << result.bytes_sent << " bytes sent (" << result.experts_sent << " experts), "
       << result.experts_imported << " experts imported\n";
   ReleaseExpertPages(model);
+  // Re-placement streams (or has nodes import) the moved experts, then drops
+  // the pages that reading them brought in.
+  Cluster* cluster = experts->cluster_.get();
+  ExpertSetupOptions replace = setup;
+  replace.refresh_inventory = true;
+  replace.cancelled = [cluster] { return cluster->stopping(); };
+  cluster->SetRebalancer([cluster, &model, replace, &err](const Placement& placement) {
+    absl::StatusOr<ExpertSetupResult> moved = EnsureExperts(*cluster, placement, model, replace);
+    ReleaseExpertPages(model);
+    if (!moved.ok()) return moved.status();
+    err << "re-placement: " << moved->bytes_sent << " bytes sent (" << moved->experts_sent
+        << " experts), " << moved->experts_imported << " experts imported\n";
+    return absl::OkStatus();
+  });
   experts->backend_ = std::make_unique<RemoteExpertBackend>(
       experts->cluster_.get(), &model.experts(), model.config().n_expert, path, pool);
   return experts;

@@ -35,6 +35,11 @@ struct ClusterCommandOptions {
   // Nodes import experts from their own copy of the GGUF at this path instead
   // of receiving them. Default: empty (stream them).
   std::string node_gguf;
+  // Seconds a node may stay unhealthy before its experts are re-placed onto
+  // the other nodes; 0 or less: never. Default: 120.
+  double replace_after_seconds = 120;
+  // Seconds between health probes of unhealthy nodes. Default: 0.5.
+  double probe_interval_seconds = 0.5;
   // Plan with every node weighted 1, without contacting nodes (plan only).
   // Default: false.
   bool assume_equal = false;

@@ -39,15 +39,27 @@ void FillTensor(const ops::WeightMatrix& m, v1::ExpertTensor* t) {
   t->add_dims(m.rows);
 }
 
-// What placement assigns node `i` and its inventory does not list.
-std::vector<ExpertId> MissingExperts(const Cluster& cluster, int i) {
+// What `placement` assigns node `i` and its inventory does not list.
+absl::StatusOr<std::vector<ExpertId>> MissingExperts(const Cluster& cluster,
+                                                     const Placement& placement, int i,
+                                                     bool refresh_inventory) {
+  std::vector<std::pair<int, int>> assigned = placement.ExpertsOf(i);
+  if (assigned.empty()) return std::vector<ExpertId>();
+  v1::InventoryReply fresh;
+  const v1::InventoryReply* inventory = &cluster.node(i).inventory;
+  if (refresh_inventory) {
+    v1::InventoryRequest request;
+    request.set_model_fingerprint(cluster.fingerprint());
+    COLIBRI_ASSIGN_OR_RETURN(fresh, cluster.client(i)->Inventory(request));
+    inventory = &fresh;
+  }
   std::set<ExpertId> held;
-  for (const v1::InventoryEntry& entry : cluster.node(i).inventory.entries()) {
+  for (const v1::InventoryEntry& entry : inventory->entries()) {
     if (entry.model_fingerprint() != cluster.fingerprint()) continue;
     for (int32_t e : entry.experts()) held.insert({entry.layer(), e});
   }
   std::vector<ExpertId> missing;
-  for (const auto& [layer, expert] : cluster.placement().ExpertsOf(i)) {
+  for (const auto& [layer, expert] : assigned) {
     if (held.count({layer, expert}) == 0) missing.push_back({layer, expert});
   }
   return missing;
@@ -113,6 +125,11 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
   const uint64_t chunk_bytes = std::max<uint64_t>(options.chunk_bytes, 4096);
   v1::IngestChunk chunk;
   for (const ExpertId& id : missing) {
+    if (options.cancelled && options.cancelled()) {
+      stream->Finish().status().IgnoreError();
+      return absl::CancelledError(
+          absl::StrCat("transfer to ", cluster.node(i).address, " cancelled"));
+    }
     const moe::ExpertWeights& w = experts[id.layer][id.expert];
     const ops::WeightMatrix* parts[3] = {&w.gate, &w.up, &w.down};
     const uint64_t expert_bytes = w.bytes();
@@ -213,17 +230,29 @@ uint64_t ExpertChecksum(const moe::ExpertWeights& w) {
 
 absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const arch::Model& model,
                                                 const ExpertSetupOptions& options) {
+  return EnsureExperts(cluster, cluster.placement(), model, options);
+}
+
+absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster,
+                                                const Placement& placement,
+                                                const arch::Model& model,
+                                                const ExpertSetupOptions& options) {
   ExpertSetupResult result;
   absl::Mutex mu;  // guards result and the progress stream
   std::vector<absl::Status> statuses(cluster.n_nodes());
   std::vector<std::thread> threads;
   for (int i = 0; i < cluster.n_nodes(); ++i) {
     threads.emplace_back([&, i] {
-      const std::vector<ExpertId> missing = MissingExperts(cluster, i);
-      if (missing.empty()) return;
+      absl::StatusOr<std::vector<ExpertId>> missing =
+          MissingExperts(cluster, placement, i, options.refresh_inventory);
+      if (!missing.ok()) {
+        statuses[i] = missing.status();
+        return;
+      }
+      if (missing->empty()) return;
       statuses[i] = options.node_gguf_path.empty()
-                        ? StreamExperts(cluster, i, model, missing, options, &mu, &result)
-                        : ImportExperts(cluster, i, missing, options, &mu, &result);
+                        ? StreamExperts(cluster, i, model, *missing, options, &mu, &result)
+                        : ImportExperts(cluster, i, *missing, options, &mu, &result);
     });
   }
   for (std::thread& t : threads) t.join();

@@ -6,6 +6,7 @@
 #define COLIBRI_COORDINATOR_CLUSTER_SETUP_H_
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -26,6 +27,13 @@ struct ExpertSetupOptions {
   std::ostream* progress = nullptr;
   // Time between progress lines of one node. Default: 1 s.
   absl::Duration progress_interval = absl::Seconds(1);
+  // Ask every node for its inventory again instead of using the one the
+  // cluster read at start-up (re-placement does, since nodes may have gained
+  // or lost experts since). Default: false.
+  bool refresh_inventory = false;
+  // Polled between experts; when it returns true the transfer stops with
+  // Cancelled. Default: empty (never).
+  std::function<bool()> cancelled;
 };
 
 struct ExpertSetupResult {
@@ -38,9 +46,15 @@ struct ExpertSetupResult {
 // bytes concatenated, as in IngestChunk.xxh64.
 uint64_t ExpertChecksum(const moe::ExpertWeights& w);
 
-// Sends or imports what is missing on every node, nodes in parallel.
-// Unavailable when a node fails mid-transfer; DataLoss when a node does not
-// acknowledge an expert as stored.
+// Sends or imports what is missing on every node for `placement`, nodes in
+// parallel. Unavailable when a node fails mid-transfer; DataLoss when a node
+// does not acknowledge an expert as stored; Cancelled when options.cancelled
+// says so.
+absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster,
+                                                const Placement& placement,
+                                                const arch::Model& model,
+                                                const ExpertSetupOptions& options);
+// The same for the placement in force.
 absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const arch::Model& model,
                                                 const ExpertSetupOptions& options);
 

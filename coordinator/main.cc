@@ -80,6 +80,12 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
   cmd->add_option("--tls-key", o->tls_key_file, "PEM key of --tls-cert");
   cmd->add_option("--node-gguf", o->node_gguf,
                   "nodes import experts from this GGUF path on their own disks");
+  cmd->add_option("--replace-after", o->replace_after_seconds,
+                  "seconds a node may be away before its experts are re-placed (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--probe-interval", o->probe_interval_seconds,
+                  "seconds between health probes of unhealthy nodes")
+      ->capture_default_str();
 }
 
 }  // namespace

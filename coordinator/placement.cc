@@ -49,10 +49,20 @@ double RendezvousScore(const PlacementNode& node, int layer, int expert) {
 absl::StatusOr<Placement> Placement::Compute(const std::vector<PlacementNode>& nodes,
                                              const std::vector<int>& experts_per_layer,
                                              int replicas) {
+  return Compute(nodes, experts_per_layer, replicas, std::vector<bool>(nodes.size(), true));
+}
+
+absl::StatusOr<Placement> Placement::Compute(const std::vector<PlacementNode>& nodes,
+                                             const std::vector<int>& experts_per_layer,
+                                             int replicas, const std::vector<bool>& available) {
   if (nodes.empty()) return absl::InvalidArgumentError("placement needs at least one node");
-  if (replicas < 1 || replicas > static_cast<int>(nodes.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("replicas must be in [1, ", nodes.size(), "], got ", replicas));
+  if (available.size() != nodes.size()) {
+    return absl::InvalidArgumentError("placement: one availability flag per node expected");
+  }
+  const int n_available = static_cast<int>(std::count(available.begin(), available.end(), true));
+  if (replicas < 1 || replicas > n_available) {
+    return absl::InvalidArgumentError(absl::StrCat("replicas must be in [1, ", n_available,
+                                                   "] (the available nodes), got ", replicas));
   }
   std::set<std::string> ids;
   std::vector<uint64_t> hashes;
@@ -70,14 +80,16 @@ absl::StatusOr<Placement> Placement::Compute(const std::vector<PlacementNode>& n
   p.replicas_ = replicas;
   p.n_nodes_ = static_cast<int>(nodes.size());
   p.owners_.resize(experts_per_layer.size());
-  std::vector<std::pair<double, int>> scored(nodes.size());
+  std::vector<std::pair<double, int>> scored(n_available);
   for (size_t l = 0; l < experts_per_layer.size(); ++l) {
     const int n_expert = experts_per_layer[l];
     p.owners_[l].resize(static_cast<size_t>(n_expert) * replicas);
     for (int e = 0; e < n_expert; ++e) {
+      size_t j = 0;
       for (size_t i = 0; i < nodes.size(); ++i) {
-        scored[i] = {Score(hashes[i], nodes[i].weight, static_cast<int>(l), e),
-                     static_cast<int>(i)};
+        if (!available[i]) continue;
+        scored[j++] = {Score(hashes[i], nodes[i].weight, static_cast<int>(l), e),
+                       static_cast<int>(i)};
       }
       // Highest score first; ties (practically impossible) by node index.
       std::partial_sort(scored.begin(), scored.begin() + replicas, scored.end(),

@@ -39,6 +39,13 @@ class Placement {
   // InvalidArgument for no nodes, duplicate ids, a weight <= 0 or a bad R.
   static absl::StatusOr<Placement> Compute(const std::vector<PlacementNode>& nodes,
                                            const std::vector<int>& experts_per_layer, int replicas);
+  // The same over the nodes with available[i] set only; owners still index
+  // `nodes`. Every expert keeps the owners it had among the available nodes,
+  // so excluding a node moves only that node's experts.
+  // InvalidArgument as above, or when replicas exceeds the available nodes.
+  static absl::StatusOr<Placement> Compute(const std::vector<PlacementNode>& nodes,
+                                           const std::vector<int>& experts_per_layer, int replicas,
+                                           const std::vector<bool>& available);
 
   Placement() = default;
 

@@ -85,7 +85,8 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
   attempt_.assign(n_expert_, 0);
   fallback_experts_.assign(n_expert_, false);
   submit_status_ = absl::OkStatus();
-  const Placement& placement = cluster_->placement();
+  placement_ = &cluster_->placement();
+  const Placement& placement = *placement_;
   const int64_t n_routes = batch.n_tokens * batch.k;
   for (int64_t i = 0; i < n_routes; ++i) {
     const int32_t e = batch.experts[i];
@@ -110,7 +111,7 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
 }
 
 void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes) {
-  const Placement& placement = cluster_->placement();
+  const Placement& placement = *placement_;
   const int replicas = placement.replicas();
   const int n_nodes = cluster_->n_nodes();
   std::vector<bool> healthy(n_nodes);
@@ -203,7 +204,7 @@ absl::Status RemoteExpertBackend::Scatter(const Call& call) {
 
 absl::Status RemoteExpertBackend::Wait() {
   if (!submit_status_.ok()) return std::exchange(submit_status_, absl::OkStatus());
-  const int replicas = cluster_->placement().replicas();
+  const int replicas = placement_->replicas();
   size_t first = 0;
   while (first < calls_.size()) {
     {
@@ -226,7 +227,7 @@ absl::Status RemoteExpertBackend::Wait() {
       bool moved = false;
       for (int64_t route : call.routes) {
         const int32_t e = batch_.experts[route];
-        absl::Span<const int> owners = cluster_->placement().Owners(batch_.layer, e);
+        absl::Span<const int> owners = placement_->Owners(batch_.layer, e);
         if (attempt_[e] < replicas && owners[attempt_[e]] == call.node) ++attempt_[e];
         moved = moved || attempt_[e] < replicas;
       }

@@ -73,6 +73,8 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   absl::Status Scatter(const Call& call);
 
   Cluster* const cluster_;
+  // The cluster's placement when the batch was submitted, used for all of it.
+  const Placement* placement_ = nullptr;
   const std::vector<std::vector<moe::ExpertWeights>>* const local_experts_;
   const int n_expert_;
   const ops::NumericPath path_;

@@ -221,8 +221,11 @@ CommandResult RunAndKill(const std::vector<std::string>& argv, NodeProcess* vict
   return r;
 }
 
-void KillMidGeneration(std::vector<std::unique_ptr<NodeProcess>>* nodes,
-                       const std::string& addresses, int replicas) {
+// Returns the coordinator's stderr.
+std::string KillMidGeneration(std::vector<std::unique_ptr<NodeProcess>>* nodes,
+                              const std::string& addresses, int replicas,
+                              const std::string& n_predict = "300",
+                              const std::vector<std::string>& extra = {}) {
   const testing::GoldenCase c = [] {
     testing::GoldenCase g;
     std::string error;
@@ -237,7 +240,7 @@ void KillMidGeneration(std::vector<std::unique_ptr<NodeProcess>>* nodes,
                                     "--prompt-tokens",
                                     testing::JoinIds(ids),
                                     "--n-predict",
-                                    "300",
+                                    n_predict,
                                     "--temp",
                                     "0",
                                     "--threads",
@@ -245,15 +248,16 @@ void KillMidGeneration(std::vector<std::unique_ptr<NodeProcess>>* nodes,
                                     "--print-token-ids",
                                     "--ignore-eos"};
   const CommandResult expected = testing::RunCommand(local);
-  ASSERT_EQ(expected.exit_code, 0) << expected.err;
+  EXPECT_EQ(expected.exit_code, 0) << expected.err;
   std::vector<std::string> remote = local;
   remote.insert(remote.end(), {"--nodes", addresses, "--replicas", std::to_string(replicas)});
+  remote.insert(remote.end(), extra.begin(), extra.end());
   NodeProcess* victim = (*nodes)[1].get();
   const std::string victim_address = victim->address();
   bool killed_midway = false;
   const CommandResult r = RunAndKill(remote, victim, &killed_midway);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  ASSERT_TRUE(killed_midway) << "the generation ended before the node was killed\n" << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(killed_midway) << "the generation ended before the node was killed\n" << r.err;
   EXPECT_EQ(r.out, expected.out);
   EXPECT_GE(Counter(r.err, "node " + victim_address, "failures"), 1) << r.err;
   if (replicas == 1) {
@@ -262,11 +266,27 @@ void KillMidGeneration(std::vector<std::unique_ptr<NodeProcess>>* nodes,
     EXPECT_GE(Counter(r.err, "node " + victim_address, "failovers"), 1) << r.err;
     EXPECT_EQ(Counter(r.err, "experts:", "fallback_routes"), 0) << r.err;
   }
+  return r.err;
 }
 
 TEST_F(DistributedRunTest, KilledNodeWithoutReplicaFallsBackLocally) {
   StartNodes(3);
   KillMidGeneration(&nodes_, Addresses(), 1);
+}
+
+// With a short --replace-after the dead node's experts move to the others
+// during the generation; the tokens stay the same.
+TEST_F(DistributedRunTest, ExpertsOfANodeAwayTooLongAreReplaced) {
+  StartNodes(3);
+  const std::string victim = nodes_[1]->address();
+  const std::string err =
+      KillMidGeneration(&nodes_, Addresses(), 1, "480",
+                        {"--replace-after", "0.05", "--probe-interval", "0.01"});
+  EXPECT_NE(err.find("new placement in force (excluded: " + victim + ")"), std::string::npos)
+      << err;
+  const size_t at = err.find("re-placement: ");
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_GT(std::stoll(err.substr(at + 14)), 0) << err;
 }
 
 TEST_F(DistributedRunTest, KilledNodeFailsOverToItsReplica) {

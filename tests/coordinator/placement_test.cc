@@ -131,6 +131,32 @@ TEST(PlacementTest, IsDeterministicAndSkipsDenseLayers) {
   }
 }
 
+// Marking a node unavailable (node indexes stay put) must give the same owners
+// as removing it from the list.
+TEST(PlacementTest, UnavailableNodeIsLikeARemovedOne) {
+  const std::vector<PlacementNode> all = Nodes({1, 2, 1, 3});
+  std::vector<PlacementNode> fewer = all;
+  fewer.erase(fewer.begin() + 1);
+  for (int replicas : {1, 2, 3}) {
+    absl::StatusOr<Placement> masked =
+        Placement::Compute(all, kGrid, replicas, {true, false, true, true});
+    absl::StatusOr<Placement> removed = Placement::Compute(fewer, kGrid, replicas);
+    ASSERT_TRUE(masked.ok() && removed.ok()) << masked.status() << removed.status();
+    EXPECT_EQ(masked->n_nodes(), 4);
+    EXPECT_TRUE(masked->ExpertsOf(1).empty());
+    for (int l = 0; l < static_cast<int>(kGrid.size()); l += 7) {
+      for (int e = 0; e < kGrid[l]; ++e) {
+        std::vector<std::string> a, b;
+        for (int n : masked->Owners(l, e)) a.push_back(all[n].id);
+        for (int n : removed->Owners(l, e)) b.push_back(fewer[n].id);
+        EXPECT_EQ(a, b) << "layer " << l << " expert " << e;
+      }
+    }
+  }
+  EXPECT_FALSE(Placement::Compute(all, kGrid, 2, {false, false, true, false}).ok());
+  EXPECT_FALSE(Placement::Compute(all, kGrid, 1, {true, true}).ok());
+}
+
 TEST(PlacementTest, RejectsBadInput) {
   EXPECT_FALSE(Placement::Compute({}, kGrid, 1).ok());
   EXPECT_FALSE(Placement::Compute(Nodes({1, 1}), kGrid, 3).ok());
