@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "coordinator/model_summary.h"
+#include "coordinator/node_discovery.h"
 #include "model/gguf/gguf_fingerprint.h"
 
 namespace colibri::coordinator {
@@ -27,6 +28,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& options) {
   ClusterOptions out;
   out.addresses = options.nodes;
+  if (!options.nodes_dns.empty()) {
+    if (!options.nodes.empty()) {
+      return absl::InvalidArgumentError("give either --nodes or --nodes-dns, not both");
+    }
+    COLIBRI_ASSIGN_OR_RETURN(out.addresses, ResolveNodeAddresses(options.nodes_dns));
+  }
   out.replicas = options.replicas;
   out.assume_equal = options.assume_equal;
   if (options.replicas < 1) return absl::InvalidArgumentError("--replicas must be >= 1");
@@ -125,14 +132,16 @@ void ClusterExperts::PrintStats(std::ostream& err) const {
 }
 
 absl::Status RunPlan(const PlanOptions& options, std::ostream& out) {
-  if (options.cluster.nodes.empty()) return absl::InvalidArgumentError("plan needs --nodes");
+  if (!options.cluster.enabled()) {
+    return absl::InvalidArgumentError("plan needs --nodes or --nodes-dns");
+  }
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Model> model,
                            arch::Model::Open(options.model_path));
   COLIBRI_ASSIGN_OR_RETURN(std::string fingerprint, gguf::ModelFingerprint(model->file()));
   COLIBRI_ASSIGN_OR_RETURN(ClusterOptions cluster_options, MakeClusterOptions(options.cluster));
   std::vector<Cluster::Node> nodes;
   if (options.cluster.assume_equal) {
-    for (const std::string& address : options.cluster.nodes) {
+    for (const std::string& address : cluster_options.addresses) {
       Cluster::Node node;
       node.address = address;
       node.node_id = address;

@@ -22,6 +22,9 @@ struct ClusterCommandOptions {
   // host:port of every expert node; empty means no cluster (local experts).
   // Default: empty.
   std::vector<std::string> nodes;
+  // Instead of `nodes`: NAME:PORT, every address NAME resolves to is a node
+  // (resolved once, at start-up). Default: empty.
+  std::string nodes_dns;
   // Copies of each expert on distinct nodes. Default: 1.
   int replicas = 1;
   // File holding the shared auth token (surrounding whitespace ignored).
@@ -43,9 +46,12 @@ struct ClusterCommandOptions {
   // Plan with every node weighted 1, without contacting nodes (plan only).
   // Default: false.
   bool assume_equal = false;
+
+  // True when nodes or nodes_dns names expert nodes.
+  bool enabled() const { return !nodes.empty() || !nodes_dns.empty(); }
 };
 
-// Reads the token and PEM files into cluster options. InvalidArgument /
+// Resolves nodes_dns and reads the token and PEM files into cluster options. InvalidArgument /
 // NotFound for unreadable files or bad values.
 absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& options);
 

@@ -70,8 +70,12 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
 
 // --nodes and the options every cluster command shares.
 void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions* o) {
-  cmd->add_option("--nodes", o->nodes, "expert nodes host:port,... (none: experts run here)")
-      ->delimiter(',');
+  CLI::Option* nodes =
+      cmd->add_option("--nodes", o->nodes, "expert nodes host:port,... (none: experts run here)")
+          ->delimiter(',');
+  cmd->add_option("--nodes-dns", o->nodes_dns,
+                  "NAME:PORT: every address NAME resolves to is an expert node")
+      ->excludes(nodes);
   cmd->add_option("--replicas", o->replicas, "copies of each expert on distinct nodes")
       ->capture_default_str();
   cmd->add_option("--auth-token-file", o->auth_token_file, "file holding the nodes' shared token");

@@ -109,7 +109,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   std::unique_ptr<moe::ExpertBackend> local_backend;
   std::unique_ptr<ClusterExperts> cluster;
   moe::ExpertBackend* backend = nullptr;
-  if (options.cluster.nodes.empty()) {
+  if (!options.cluster.enabled()) {
     local_backend = std::make_unique<moe::LocalExpertBackend>(&model->experts(), config.n_expert,
                                                               options.path, &pool);
     backend = local_backend.get();

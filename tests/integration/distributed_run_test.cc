@@ -310,5 +310,20 @@ TEST_F(DistributedRunTest, PlanListsEveryExpertWithoutMovingAny) {
   EXPECT_NE(offline.out.find("node a:1"), std::string::npos) << offline.out;
 }
 
+TEST_F(DistributedRunTest, NodesDnsFindsTheNodesOfAName) {
+  StartNodes(1);
+  const testing::GoldenCase c = Case("olmoe-tiny-f16");
+  const std::string port = std::to_string(nodes_[0]->port());
+  const CommandResult r =
+      testing::RunCommand({Coordinator(), "plan", "--model", c.model_path, "--nodes-dns",
+                           "127.0.0.1:" + port, "--summary"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("node 127.0.0.1:" + port), std::string::npos) << r.out;
+  const CommandResult both = testing::RunCommand({Coordinator(), "plan", "--model", c.model_path,
+                                                  "--nodes-dns", "127.0.0.1:" + port, "--nodes",
+                                                  "127.0.0.1:" + port});
+  EXPECT_NE(both.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace colibri
