@@ -16,18 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
+#include "expert_node/node_identity.h"
 #include "expert_node/node_server.h"
 
 namespace {
 
 using colibri::expert_node::LogEvent;
 using colibri::expert_node::NodeServer;
-
-std::string DefaultNodeId() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) return "expert-node";
-  return host;
-}
 
 }  // namespace
 
@@ -52,7 +47,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--auth-token-file", auth_token_file,
                  "file holding the bearer token every call must carry");
-  app.add_option("--node-id", options.service.node_id, "name in inventory and stats (default: hostname)");
+  app.add_option("--node-id", options.service.node_id, "name in placement, inventory and stats (default: recorded in DATA_DIR/NODE_ID, "
+                 "created as HOSTNAME-RANDOM on first start)");
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain (enables TLS)");
   app.add_option("--tls-key", options.tls_key_file, "PEM private key");
   app.add_option("--tls-ca", options.tls_ca_file, "PEM CA: require and verify client certificates");
@@ -74,7 +70,15 @@ int main(int argc, char** argv) {
   options.ram.budget_bytes = *ram;
   options.service.disk_budget_bytes = *disk;
   options.service.compute_threads = threads;
-  if (options.service.node_id.empty()) options.service.node_id = DefaultNodeId();
+  if (options.service.node_id.empty()) {
+    absl::StatusOr<std::string> id =
+        colibri::expert_node::LoadOrCreateNodeId(options.store.data_dir);
+    if (!id.ok()) {
+      std::cerr << "colibri-expert-node: " << id.status().message() << "\n";
+      return 1;
+    }
+    options.service.node_id = *id;
+  }
   if (!auth_token_file.empty()) {
     absl::StatusOr<std::string> token = colibri::expert_node::ReadTokenFile(auth_token_file);
     if (!token.ok()) {
