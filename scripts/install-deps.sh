@@ -15,6 +15,7 @@ packages=(
   libxxhash-dev                        # expert-node value checksums (XXH64)
   libcli11-dev                         # command lines with subcommands (header-only)
   nlohmann-json3-dev                   # reading the JSON golden files in tests
+  openssl                              # test certificates of the TLS tests
 )
 
 missing=()

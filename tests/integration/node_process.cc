@@ -7,14 +7,24 @@
 
 namespace colibri::testing {
 
-NodeProcess::NodeProcess(std::string data_dir, std::string node_id)
-    : data_dir_(std::move(data_dir)), node_id_(std::move(node_id)) {}
+NodeProcess::NodeProcess(std::string data_dir, std::string node_id,
+                         std::vector<std::string> extra_args)
+    : data_dir_(std::move(data_dir)),
+      node_id_(std::move(node_id)),
+      extra_args_(std::move(extra_args)) {}
 
 bool NodeProcess::Start(int port, std::string* error) {
-  return process_.Start({BinaryPath("expert_node/colibri-expert-node"), "--listen",
-                         "127.0.0.1:" + std::to_string(port), "--data-dir", data_dir_,
-                         "--node-id", node_id_, "--threads", "1"},
-                        error);
+  std::vector<std::string> argv = {BinaryPath("expert_node/colibri-expert-node"),
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(port),
+                                   "--data-dir",
+                                   data_dir_,
+                                   "--node-id",
+                                   node_id_,
+                                   "--threads",
+                                   "1"};
+  argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+  return process_.Start(argv, error);
 }
 
 void NodeProcess::Stop(int signal) { process_.Stop(signal); }

@@ -10,11 +10,12 @@
 namespace colibri::testing {
 
 // Starts `colibri-expert-node --listen 127.0.0.1:<port> --data-dir <dir>
-// --node-id <id> --threads 1` (port 0: the OS picks one) and reads its
-// "listening on HOST:PORT" line. The destructor kills it (SIGKILL).
+// --node-id <id> --threads 1 <extra_args>` (port 0: the OS picks one) and reads
+// its "listening on HOST:PORT" line. The destructor kills it (SIGKILL).
 class NodeProcess {
  public:
-  NodeProcess(std::string data_dir, std::string node_id);
+  NodeProcess(std::string data_dir, std::string node_id,
+              std::vector<std::string> extra_args = {});
   NodeProcess(const NodeProcess&) = delete;
   NodeProcess& operator=(const NodeProcess&) = delete;
 
@@ -30,6 +31,7 @@ class NodeProcess {
  private:
   const std::string data_dir_;
   const std::string node_id_;
+  const std::vector<std::string> extra_args_;
   ServerProcess process_;
 };
 
