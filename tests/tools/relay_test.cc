@@ -216,6 +216,57 @@ TEST(RelayBinaryTest, DownTargetClosesTheClientAndTheRelayKeepsServing) {
   EXPECT_EQ(relay.Stop(SIGINT), 0);
 }
 
+// A listening socket on 127.0.0.1 whose port is returned in *port.
+int ListenOnLoopback(int* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 4) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+TEST(RelayBinaryTest, StopsReadingWhenTheReceiverDoesNot) {
+  int port = 0;
+  const int server = ListenOnLoopback(&port);
+  ASSERT_GE(server, 0);
+  RelayProcess relay;
+  ASSERT_TRUE(relay.Start("127.0.0.1:" + std::to_string(port), {}));
+  const int fd = ConnectTo(relay.listen_address());
+  ASSERT_GE(fd, 0);
+  const int accepted = ::accept(server, nullptr, nullptr);  // and never read
+  ASSERT_GE(accepted, 0);
+
+  constexpr uint64_t kOffered = 256ull << 20;
+  std::atomic<uint64_t> sent{0};
+  std::thread sender([&] {
+    std::vector<char> buffer(64 * 1024, 'x');
+    while (sent < kOffered && SendAll(fd, buffer.data(), buffer.size())) sent += buffer.size();
+  });
+  // Wait until the sender stalls: no progress for 1 s (at most 30 s).
+  uint64_t last = 0;
+  for (int i = 0; i < 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (sent == last) break;
+    last = sent;
+  }
+  // The relay's queue (4 MiB) plus the sockets' buffers on both sides: far
+  // less than what was offered.
+  EXPECT_LT(sent.load(), 64ull << 20);
+  std::printf("the sender stalled after %.1f MiB\n", sent.load() / 1048576.0);
+  ::close(accepted);  // the relay's writes fail; it closes the client
+  sender.join();
+  ::close(fd);
+  ::close(server);
+  EXPECT_EQ(relay.Stop(SIGTERM), 0);
+}
+
 TEST(RelayBinaryTest, ExpertNodeAnswersGrpcThroughTheRelay) {
   char dir_template[] = "/tmp/colibri-relay-test-XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);

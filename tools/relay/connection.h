@@ -33,7 +33,9 @@ class Direction {
   Direction(const Direction&) = delete;
   Direction& operator=(const Direction&) = delete;
 
-  // Each loop returns at end of stream, on an error (false) or after Abort().
+  // ReadLoop reads `src` into the queue, WriteLoop writes the queue to `dst` as
+  // the link delivers it (a half-close for the end of stream). Each returns
+  // true at the end of the stream, false on an error or after Abort().
   bool ReadLoop();
   bool WriteLoop();
   // Wakes both loops; they return without delivering what is queued.
