@@ -7,8 +7,9 @@ function(colibri_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE colibri_warnings)
 endfunction()
 
-# colibri_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary whose
-# cases are discovered when ctest runs (no extra work at build time).
+# colibri_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [PREFIX p]): a
+# GoogleTest binary whose cases are discovered when ctest runs (no extra work at
+# build time). PREFIX is put before every case name (`ctest -R p` selects them).
 # Tests get the fixtures and build folders as the compile definitions
 # COLIBRI_TEST_FIXTURES_DIR and COLIBRI_TEST_BINARY_DIR; the environment
 # variables COLIBRI_FIXTURES_DIR and COLIBRI_BINARY_DIR override them at run time
@@ -17,7 +18,7 @@ endfunction()
 # "sanitize" also run in the ASan+UBSan pass of scripts/test.sh (parsers and
 # kernels: the code that meets hostile input); colibri_sanitize_tests builds them.
 function(colibri_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;PREFIX" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock colibri_warnings)
   if(NOT ARG_TIMEOUT)
@@ -33,5 +34,6 @@ function(colibri_test name)
   if(ARG_LABELS)
     list(APPEND props LABELS "${ARG_LABELS}")
   endif()
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES ${props})
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "${ARG_PREFIX}"
+                       PROPERTIES ${props})
 endfunction()

@@ -1,0 +1,254 @@
+# shellcheck shell=bash disable=SC2034
+# (The variables set here are read by the scripts that source this file.)
+#
+# Shared by scripts/bench-cluster.sh and scripts/bench-prefetch.sh (sourced, not
+# run): the binaries, the synthetic model, expert nodes and relays on loopback,
+# coordinator runs with their peak RSS, and the one parser of the coordinator's
+# stderr (bench_parse_run).
+#
+# Everything started here is recorded in BENCH_PIDS and stopped by bench_cleanup,
+# which the scripts install as an EXIT trap.
+
+BENCH_PIDS=()
+
+bench_die() {
+  echo "$(basename "$0"): $*" >&2
+  exit 1
+}
+
+# bench_init BUILD_DIR: the binaries' paths; fails when a required one is missing.
+bench_init() {
+  local build="$1"
+  COORD="$build/coordinator/colibri-coordinator"
+  NODE="$build/expert_node/colibri-expert-node"
+  MAKE_MODEL="$build/scripts/colibri-make-model"
+  RELAY="$build/tools/relay/colibri-relay"
+  OPS_BENCH="$build/model/ops/colibri_ops_bench"
+  local b
+  for b in "$COORD" "$NODE" "$MAKE_MODEL"; do
+    [ -x "$b" ] || bench_die "$b is missing; build it: cmake --build $build --target colibri-coordinator colibri-expert-node colibri-make-model colibri-relay"
+  done
+}
+
+bench_need_relay() {
+  [ -x "$RELAY" ] || bench_die "$RELAY is missing; build it: cmake --build <build> --target colibri-relay"
+}
+
+# bench_model PATH LAYERS: the synthetic Qwen3-30B-A3B-shaped model, made if missing.
+bench_model() {
+  local path="$1" layers="$2"
+  if [ ! -f "$path" ]; then
+    mkdir -p "$(dirname "$path")"
+    echo "making $path ($layers layers)..." >&2
+    "$MAKE_MODEL" --preset qwen3-30b-a3b --layers "$layers" --type q4_k --out "$path" >&2
+  fi
+}
+
+# "130.08 MiB" -> bytes (approximate: inspect rounds to 2 decimals).
+bench_to_bytes() {
+  awk -v v="$1" -v u="$2" 'BEGIN {
+    m = 1; if (u == "KiB") m = 1024; else if (u == "MiB") m = 1048576;
+    else if (u == "GiB") m = 1073741824; else if (u == "TiB") m = 1099511627776;
+    printf "%.0f\n", v * m }'
+}
+
+# bench_model_info MODEL: MODEL_LAYERS, MODEL_ACTIVE_BYTES (per token, from
+# inspect), MODEL_ROUTED_BYTES (exact, summed from plan --assume-equal).
+bench_model_info() {
+  local model="$1" inspect line
+  inspect=$("$COORD" inspect -m "$model")
+  MODEL_LAYERS=$(sed -n 's/^  layers \([0-9]*\),.*/\1/p' <<<"$inspect")
+  line=$(grep '^active weight bytes per token:' <<<"$inspect")
+  MODEL_ACTIVE_TEXT=$(awk '{print $6, $7}' <<<"$line")
+  local value unit
+  read -r value unit <<<"$MODEL_ACTIVE_TEXT"
+  MODEL_ACTIVE_BYTES=$(bench_to_bytes "$value" "$unit")
+  MODEL_ROUTED_BYTES=$("$COORD" plan -m "$model" --nodes a:1,b:1,c:1 --assume-equal --summary |
+    sed -n 's/.*(\([0-9]*\) bytes)$/\1/p' | awk '{s += $1} END {printf "%.0f\n", s}')
+}
+
+# bench_memory_bandwidth: MEM_READ_GBS, the parallel read bandwidth that
+# colibri_ops_bench measures over 1 GiB ($MEM_BW_GBS overrides; "n/a" when the
+# bench is not built).
+bench_memory_bandwidth() {
+  if [ -n "${MEM_BW_GBS:-}" ]; then
+    MEM_READ_GBS="$MEM_BW_GBS"
+  elif [ -x "$OPS_BENCH" ]; then
+    MEM_READ_GBS=$("$OPS_BENCH" --types=Q4_K --no_prefill --rows=256 --cols=256 |
+      sed -n 's/^memory: read \([0-9.]*\) GB\/s.*/\1/p')
+  else
+    MEM_READ_GBS="n/a"
+  fi
+}
+
+# bench_wait_listening FILE PID: the addresses of the "listening on HOST:PORT"
+# lines in FILE (one per line), waiting at most 30 s for them.
+bench_wait_listening() {
+  local file="$1" pid="$2" want="${3:-1}" i
+  for i in $(seq 300); do
+    if [ "$(grep -c '^listening on ' "$file" 2>/dev/null)" -ge "$want" ]; then
+      awk '/^listening on /{print $3}' "$file"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  return 1
+}
+
+# bench_start_nodes DIR COUNT [NODE FLAGS...]: COUNT expert nodes with data in
+# DIR/nodeI and logs in DIR/nodeI.{out,err}; sets NODE_PIDS, NODE_ADDRS, NODE_IDS.
+bench_start_nodes() {
+  local dir="$1" count="$2" i addr
+  shift 2
+  NODE_PIDS=()
+  NODE_ADDRS=()
+  NODE_IDS=()
+  for i in $(seq "$count"); do
+    "$NODE" --listen 127.0.0.1:0 --data-dir "$dir/node$i" --node-id "bench$i" "$@" \
+      >"$dir/node$i.out" 2>"$dir/node$i.err" &
+    NODE_PIDS+=($!)
+    BENCH_PIDS+=($!)
+    NODE_IDS+=("bench$i")
+  done
+  for i in $(seq "$count"); do
+    addr=$(bench_wait_listening "$dir/node$i.out" "${NODE_PIDS[$((i - 1))]}") ||
+      bench_die "node $i did not start: $(tail -3 "$dir/node$i.err")"
+    NODE_ADDRS+=("$addr")
+  done
+}
+
+# bench_vmhwm PID: peak resident set of a running process, in KiB (0 if gone).
+bench_vmhwm() {
+  awk '/^VmHWM:/ {print $2; found = 1} END {if (!found) print 0}' "/proc/$1/status" 2>/dev/null ||
+    echo 0
+}
+
+# bench_stop PID...: SIGTERM, then wait.
+bench_stop() {
+  local pid
+  for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+}
+
+# bench_stop_nodes: NODE_HWM_KB (read before stopping), then stops the nodes.
+bench_stop_nodes() {
+  local pid
+  NODE_HWM_KB=()
+  for pid in "${NODE_PIDS[@]}"; do NODE_HWM_KB+=("$(bench_vmhwm "$pid")"); done
+  bench_stop "${NODE_PIDS[@]}"
+}
+
+# bench_start_relay DIR DELAY_MS BANDWIDTH TARGET...: one colibri-relay with a
+# route per target; sets RELAY_PID and RELAY_ADDRS (in the order of the targets).
+bench_start_relay() {
+  local dir="$1" delay="$2" bandwidth="$3" target addrs
+  shift 3
+  local args=(--delay-ms "$delay")
+  [ -n "$bandwidth" ] && args+=(--bandwidth "$bandwidth")
+  for target in "$@"; do args+=(--route "127.0.0.1:0=$target"); done
+  "$RELAY" "${args[@]}" >"$dir/relay.out" 2>"$dir/relay.err" &
+  RELAY_PID=$!
+  BENCH_PIDS+=($!)
+  addrs=$(bench_wait_listening "$dir/relay.out" "$RELAY_PID" "$#") ||
+    bench_die "the relay did not start: $(cat "$dir/relay.err")"
+  mapfile -t RELAY_ADDRS <<<"$addrs"
+}
+
+# bench_run PREFIX ARGS...: colibri-coordinator ARGS with stdout in PREFIX.out
+# and stderr in PREFIX.err; RUN_HWM_KB is its peak RSS, polled from /proc
+# while it runs (VmHWM only grows, so the last reading is the peak to within
+# the 50 ms poll). Dies when the run fails.
+bench_run() {
+  local prefix="$1" pid state v rc=0
+  shift
+  "$COORD" "$@" >"$prefix.out" 2>"$prefix.err" &
+  pid=$!
+  RUN_HWM_KB=0
+  while true; do
+    state=$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    [ -z "$state" ] || [ "$state" = Z ] && break
+    v=$(bench_vmhwm "$pid")
+    [ "${v:-0}" -gt "$RUN_HWM_KB" ] && RUN_HWM_KB=$v
+    sleep 0.05
+  done
+  wait "$pid" || rc=$?
+  [ "$rc" -eq 0 ] || bench_die "colibri-coordinator $* failed ($rc): $(tail -5 "$prefix.err")"
+}
+
+# bench_parse_run FILE: the one parser of what `colibri-coordinator run` prints
+# on stderr. Fills the associative array STATS:
+#   layers          model layers ("colibri: ..., N layers, ...")
+#   gen_tokens gen_seconds gen_tps   ("generation: N tokens in S s (R tokens/s)")
+#   nodes requests bytes_sent bytes_received wait_s   (sums over "node ...:" lines)
+#   decode_layers decode_round_trips decode_failovers decode_fallback_routes
+#                                                      ("experts decode: ...")
+# Keys are absent when their line is (a local run has no node lines).
+declare -A STATS
+bench_parse_run() {
+  STATS=()
+  local key value
+  while IFS='=' read -r key value; do
+    [ -n "$key" ] && STATS[$key]=$value
+  done < <(awk '
+    /^colibri: / && match($0, /, [0-9]+ layers,/) {
+      s = substr($0, RSTART + 2, RLENGTH - 2); split(s, a, " "); print "layers=" a[1]
+    }
+    /^generation: / {
+      gsub(/\(/, "", $7); print "gen_tokens=" $2; print "gen_seconds=" $5; print "gen_tps=" $7
+    }
+    /^node .*requests=/ {
+      nodes++
+      for (i = 3; i <= NF; i++) { split($i, kv, "="); sum[kv[1]] += kv[2] }
+    }
+    /^experts decode: / {
+      for (i = 3; i <= NF; i++) { split($i, kv, "="); print "decode_" kv[1] "=" kv[2] }
+    }
+    END {
+      if (nodes > 0) {
+        print "nodes=" nodes
+        printf "requests=%d\nbytes_sent=%.0f\nbytes_received=%.0f\nwait_s=%.6f\n", \
+          sum["requests"], sum["bytes_sent"], sum["bytes_received"], sum["wait_s"]
+      }
+    }' "$1")
+}
+
+# bench_decode_stats FULL_ERR [BASE_ERR]: decode-only numbers of a run into
+# the associative array DECODE: tps, steps (decode evaluations), round_trips,
+# sent, received (bytes per step), wait_ms (per step, summed over nodes) and
+# failovers. With BASE_ERR, a prompt-only run of the same prompt, whose node
+# counters are subtracted (the node lines count the prompt too); without it
+# the network numbers are "-".
+declare -A DECODE
+bench_decode_stats() {
+  local full="$1" base="${2:-}"
+  bench_parse_run "$full"
+  DECODE=([tps]="${STATS[gen_tps]:-n/a}" [round_trips]="-" [sent]="-" [received]="-"
+    [wait_ms]="-" [failovers]="${STATS[decode_failovers]:-0}")
+  DECODE[steps]=$(bench_div "${STATS[decode_layers]:-}" "${STATS[layers]:-}" "%.0f")
+  [ -n "$base" ] || return 0
+  DECODE[round_trips]=$(bench_div "${STATS[decode_round_trips]:-}" "${DECODE[steps]}")
+  local sent="${STATS[bytes_sent]}" received="${STATS[bytes_received]}" wait="${STATS[wait_s]}"
+  bench_parse_run "$base"
+  DECODE[sent]=$(bench_div "$((sent - STATS[bytes_sent]))" "${DECODE[steps]}" "%.0f")
+  DECODE[received]=$(bench_div "$((received - STATS[bytes_received]))" "${DECODE[steps]}" "%.0f")
+  DECODE[wait_ms]=$(bench_div "$(awk -v f="$wait" -v b="${STATS[wait_s]}" \
+    'BEGIN { print (f - b) * 1000 }')" "${DECODE[steps]}" "%.3f")
+}
+
+# bench_cleanup: stops everything bench_start_* started (the EXIT trap).
+bench_cleanup() {
+  local pid
+  for pid in "${BENCH_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${BENCH_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+
+# bench_mib KIB -> "123.4 MiB"
+bench_mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
+
+# bench_div A B [FORMAT]: A / B, or "n/a" when either is missing or B is 0.
+bench_div() {
+  awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN {
+    if (a == "" || b == "" || a == "n/a" || b == "n/a" || b + 0 == 0) print "n/a";
+    else printf f "\n", a / b }'
+}

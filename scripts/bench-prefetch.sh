@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Expert prefetch on and off, for 3 expert nodes whose RAM tiers hold only about
+# a third of their experts (so decode reads experts from disk, with O_DIRECT),
+# on loopback and through relays emulating a LAN. Run from the repository root
+# after a build.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: scripts/bench-prefetch.sh [options]
+
+  -n N               tokens to generate per run (default 64)
+  --layers L         layers of the synthetic model (default $LAYERS or 4)
+  --model M          benchmark this GGUF instead of the synthetic model
+  --prompt TEXT      prompt (default "The small birds of the valley")
+  --threads T        coordinator threads (default 0: physical cores)
+  --node-threads T   compute threads per node (default 1)
+  --ram-fraction F   share of a node's experts its RAM tier holds (default 0.333)
+  --delay-ms X       one-way delay of the relayed runs (default 0.25; 0: no relayed runs)
+  --bandwidth R      bandwidth cap of the relayed runs (default 1Gbit; 0: none)
+  --build DIR        build folder (default build)
+  --fresh            delete the nodes' stored experts first (forces a new ingest)
+  -h, --help         this text
+
+Each node gets --ram-budget = routed expert bytes / 3 nodes * F and --direct-io.
+Prefetch is switched with the coordinator's --prefetch-depth 0 / 1; a
+coordinator without that flag is measured with prefetch off only. Node-side
+disk wait and RAM hit rates come from the NodeStats RPC, which no command
+prints yet: they are "n/a" until `colibri-client status` exists. Data and logs
+go to BUILD/bench-prefetch/.
+EOF
+}
+
+cd "$(dirname "$0")/.."
+source scripts/bench-common.sh
+
+n_predict=64
+layers="${LAYERS:-4}"
+model=""
+prompt="The small birds of the valley"
+threads=0
+node_threads=1
+ram_fraction=0.333
+delay_ms=0.25
+bandwidth=1Gbit
+build=build
+fresh=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -n) n_predict="$2"; shift 2 ;;
+    --layers) layers="$2"; shift 2 ;;
+    --model) model="$2"; shift 2 ;;
+    --prompt) prompt="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --node-threads) node_threads="$2"; shift 2 ;;
+    --ram-fraction) ram_fraction="$2"; shift 2 ;;
+    --delay-ms) delay_ms="$2"; shift 2 ;;
+    --bandwidth) bandwidth="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
+    --fresh) fresh=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+done
+[ "$n_predict" -ge 2 ] 2>/dev/null || bench_die "-n must be at least 2"
+relayed=1
+[ "$delay_ms" = 0 ] && relayed=0
+[ "$bandwidth" = 0 ] && bandwidth=""
+
+bench_init "$build"
+[ "$relayed" -eq 1 ] && bench_need_relay
+[ -n "$model" ] || model="$build/models/bench-qwen3-30b-a3b-L$layers.gguf"
+bench_model "$model" "$layers"
+work="$build/bench-prefetch"
+[ "$fresh" -eq 1 ] && rm -rf "$work"
+mkdir -p "$work"
+trap bench_cleanup EXIT
+
+bench_model_info "$model"
+ram_budget=$(awk -v b="$MODEL_ROUTED_BYTES" -v f="$ram_fraction" 'BEGIN { printf "%.0f\n", b / 3 * f }')
+run_args=(run -m "$model" -p "$prompt" --ignore-eos --threads "$threads")
+
+modes=(off)
+if "$COORD" run --help 2>&1 | grep -q -- --prefetch-depth; then
+  modes=(off on)
+  prefetch_note="prefetch switched with --prefetch-depth 0 / 1"
+else
+  prefetch_note="this colibri-coordinator has no --prefetch-depth: prefetch off only"
+fi
+prefetch_flags() {
+  if [ "${#modes[@]}" -eq 1 ]; then return 0; fi
+  if [ "$1" = on ]; then echo "--prefetch-depth 1"; else echo "--prefetch-depth 0"; fi
+}
+
+echo "starting 3 nodes, RAM budget $ram_budget bytes each, --direct-io..." >&2
+bench_start_nodes "$work" 3 --threads "$node_threads" --ram-budget "$ram_budget" --direct-io
+nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
+echo "nodes $nodes; ingest and warm-up run..." >&2
+bench_run "$work/warmup" "${run_args[@]}" -n "$n_predict" --nodes "$nodes"
+
+rows=()
+# measure NAME PREFIX NODES MODE: prompt-only baseline and full run; a row.
+measure() {
+  local name="$1" prefix="$2" addrs="$3" mode="$4" flags
+  read -r -a flags <<<"$(prefetch_flags "$mode")"
+  bench_run "$prefix.base" "${run_args[@]}" "${flags[@]}" -n 0 --nodes "$addrs"
+  bench_run "$prefix" "${run_args[@]}" "${flags[@]}" -n "$n_predict" --nodes "$addrs"
+  bench_decode_stats "$prefix.err" "$prefix.base.err"
+  rows+=("$(printf '%-36s %9s %12s %12s %10s %10s' "$name, prefetch $mode" "${DECODE[tps]}" \
+    "${DECODE[wait_ms]}" "n/a" "n/a" "n/a")")
+  [ "${DECODE[failovers]}" = 0 ] || rows+=("  (warning: ${DECODE[failovers]} failovers in decode)")
+}
+
+for mode in "${modes[@]}"; do
+  echo "loopback, prefetch $mode..." >&2
+  measure "loopback" "$work/loopback-$mode" "$nodes" "$mode"
+done
+if [ "$relayed" -eq 1 ]; then
+  bench_start_relay "$work" "$delay_ms" "$bandwidth" "${NODE_ADDRS[@]}"
+  relay_nodes=$(IFS=,; echo "${RELAY_ADDRS[*]}")
+  for mode in "${modes[@]}"; do
+    echo "relay $delay_ms ms, prefetch $mode..." >&2
+    measure "relay ${delay_ms} ms${bandwidth:+ $bandwidth}" "$work/relay-$mode" "$relay_nodes" "$mode"
+  done
+  bench_stop "$RELAY_PID"
+fi
+bench_stop_nodes
+
+echo
+echo "model: $model, $n_predict tokens per run; routed experts $MODEL_ROUTED_BYTES bytes;" \
+  "RAM budget $ram_budget bytes per node ($ram_fraction of a node's third), --direct-io"
+echo "$prefetch_note"
+printf '%-36s %9s %12s %12s %10s %10s\n' "config" "decode" "net wait" "disk wait" "RAM hit" \
+  "prefetch"
+printf '%-36s %9s %12s %12s %10s %10s\n' "" "tok/s" "ms/token" "ms/token" "rate" "used"
+printf '%s\n' "${rows[@]}"
+echo "net wait: the coordinator's wait for node replies per decode step, summed over nodes."
+echo "disk wait, RAM hit rate, prefetch used: node-side NodeStats, not printed by any command yet."
+for i in "${!NODE_IDS[@]}"; do
+  echo "node ${NODE_IDS[$i]} peak RSS: $(bench_mib "${NODE_HWM_KB[$i]}")"
+done
