@@ -91,7 +91,8 @@ class RamTier {
     absl::Duration prefetch_victim_min_idle = absl::Milliseconds(100);
   };
 
-  // Every counter is cumulative since construction except the last four.
+  // Cumulative since construction, except used_bytes, pinned_experts and
+  // pinned_bytes (now) and peak_used_bytes (maximum so far).
   struct Counters {
     uint64_t hits = 0;             // Acquires that found the expert resident
     uint64_t misses = 0;           // Acquires that did not (read or waited)
