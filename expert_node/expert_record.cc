@@ -135,10 +135,14 @@ std::string ModelKey(absl::string_view fingerprint) {
   return absl::StrCat(kModelKeyPrefix, fingerprint);
 }
 
+std::string UsageKey(const ExpertId& id) {
+  return absl::StrCat(kUsageKeyPrefix, id.fingerprint, LayerExpertSuffix(id.layer, id.expert));
+}
+
 absl::StatusOr<ExpertId> ParseExpertKey(absl::string_view key) {
   std::vector<absl::string_view> parts = absl::StrSplit(key, '/');
   ExpertId id;
-  if (parts.size() != 4 || (parts[0] != "i" && parts[0] != "x") || parts[2].size() != 5 ||
+  if (parts.size() != 4 || (parts[0] != "i" && parts[0] != "x" && parts[0] != "u") || parts[2].size() != 5 ||
       parts[3].size() != 5 || !absl::SimpleAtoi(parts[2], &id.layer) ||
       !absl::SimpleAtoi(parts[3], &id.expert) || id.layer < 0 || id.expert < 0) {
     return absl::DataLossError(absl::StrCat("malformed expert key '", key, "'"));
@@ -220,20 +224,28 @@ absl::StatusOr<ModelInfo> DecodeModelInfo(absl::string_view bytes) {
   return info;
 }
 
+namespace {
+constexpr uint64_t kBlobAlign = 64;
+uint64_t RoundUpToBlobAlign(uint64_t n) { return (n + kBlobAlign - 1) / kBlobAlign * kBlobAlign; }
+}  // namespace
+
+uint64_t ExpertBlob::SizeFor(const ExpertLayout& layout) {
+  return RoundUpToBlobAlign(layout.gate.bytes) + RoundUpToBlobAlign(layout.up.bytes) +
+         RoundUpToBlobAlign(layout.down.bytes);
+}
+
 std::unique_ptr<ExpertBlob> ExpertBlob::Copy(const ExpertLayout& layout,
                                              absl::Span<const uint8_t> gate,
                                              absl::Span<const uint8_t> up,
                                              absl::Span<const uint8_t> down) {
-  constexpr uint64_t kAlign = 64;
-  auto round_up = [](uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
-  const uint64_t up_offset = round_up(gate.size());
-  const uint64_t down_offset = up_offset + round_up(up.size());
-  const uint64_t total = down_offset + round_up(down.size());
+  const uint64_t up_offset = RoundUpToBlobAlign(gate.size());
+  const uint64_t down_offset = up_offset + RoundUpToBlobAlign(up.size());
+  const uint64_t total = down_offset + RoundUpToBlobAlign(down.size());
 
   std::unique_ptr<ExpertBlob> blob(new ExpertBlob());
   blob->layout_ = layout;
   blob->size_bytes_ = total;
-  blob->data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, total > 0 ? total : kAlign)));
+  blob->data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kBlobAlign, total > 0 ? total : kBlobAlign)));
   uint8_t* base = blob->data_.get();
   std::memcpy(base, gate.data(), gate.size());
   std::memcpy(base + up_offset, up.data(), up.size());

@@ -4,6 +4,7 @@
 //   "x/<fingerprint>/<LLLLL>/<EEEEE>"  the expert's value: header + gate|up|down
 //   "i/<fingerprint>/<LLLLL>/<EEEEE>"  its index entry: the same header alone
 //   "m/<fingerprint>"                  the model record (ModelInfo)
+//   "u/<fingerprint>/<LLLLL>/<EEEEE>"  the expert's usage count (usage_counts.h)
 // where LLLLL and EEEEE are the layer and expert as 5 decimal digits. Index
 // entries are small (inlined in SST files) so that inventory scans never read
 // the large values, which live in blob files.
@@ -107,7 +108,9 @@ std::string ExpertIndexKey(const ExpertId& id);
 std::string IndexKeyPrefix(absl::string_view fingerprint);
 std::string ModelKey(absl::string_view fingerprint);
 inline constexpr absl::string_view kModelKeyPrefix = "m/";
-// Parses an index or value key; DataLoss when it is not one.
+std::string UsageKey(const ExpertId& id);
+inline constexpr absl::string_view kUsageKeyPrefix = "u/";
+// Parses an index, value or usage key; DataLoss when it is not one.
 absl::StatusOr<ExpertId> ParseExpertKey(absl::string_view key);
 
 // Header of (layer, expert) with `layout`: kHeaderBytes bytes.
@@ -129,6 +132,9 @@ class ExpertBlob {
                                           absl::Span<const uint8_t> gate,
                                           absl::Span<const uint8_t> up,
                                           absl::Span<const uint8_t> down);
+
+  // Bytes a blob of `layout` holds in RAM (size_bytes() of its Copy).
+  static uint64_t SizeFor(const ExpertLayout& layout);
 
   ExpertBlob(const ExpertBlob&) = delete;
   ExpertBlob& operator=(const ExpertBlob&) = delete;

@@ -1,5 +1,6 @@
 #include "expert_node/expert_service.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -248,22 +249,25 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1
 };
 
 absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> ExpertServiceImpl::Create(
-    const Options& options, ExpertStore* store, RamTier* tier) {
-  std::unique_ptr<ExpertServiceImpl> service(new ExpertServiceImpl(options, store, tier));
+    const Options& options, ExpertStore* store, RamTier* tier, UsageCounts* usage) {
+  std::unique_ptr<ExpertServiceImpl> service(new ExpertServiceImpl(options, store, tier, usage));
   COLIBRI_ASSIGN_OR_RETURN(auto models, store->ListModels());
   absl::MutexLock lock(&service->mu_);
   for (const auto& [fp, info] : models) service->models_[fp] = info;
   return service;
 }
 
-ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier)
+ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier,
+                                     UsageCounts* usage)
     : options_(options),
       store_(store),
       tier_(tier),
+      usage_(usage),
       compute_pool_(options.compute_threads),
       io_queue_(std::make_unique<TaskQueue>(1, 0)),
       import_queue_(std::make_unique<TaskQueue>(1, 0)),
-      prefetch_queue_(std::make_unique<TaskQueue>(1, options.prefetch_queue_limit)),
+      prefetch_queue_(std::make_unique<TaskQueue>(std::max(options.io_threads, 1),
+                                                   options.prefetch_queue_limit)),
       compute_queue_(std::make_unique<TaskQueue>(options.compute_workers, 0)) {}
 
 ExpertServiceImpl::~ExpertServiceImpl() {
@@ -323,26 +327,59 @@ absl::Status ExpertServiceImpl::RegisterModel(const std::string& fingerprint,
   return absl::OkStatus();
 }
 
-bool ExpertServiceImpl::QueuePrefetch(const ExpertId& id) {
-  if (tier_->Contains(id)) return false;
+bool ExpertServiceImpl::QueuePrefetch(const v1::ExpertKey& key) {
+  prefetch_hints_.fetch_add(1);
+  absl::StatusOr<ExpertId> parsed = ParseKey(key);
+  if (!parsed.ok()) {
+    prefetch_ignored_.fetch_add(1);
+    return false;
+  }
+  ExpertId id = std::move(*parsed);
   {
     absl::MutexLock lock(&mu_);
-    if (!prefetch_pending_.insert(id).second) return false;
+    auto model = models_.find(id.fingerprint);
+    if (model == models_.end() ||
+        (model->second.n_layer > 0 && id.layer >= model->second.n_layer) ||
+        (model->second.n_expert > 0 && id.expert >= model->second.n_expert)) {
+      prefetch_ignored_.fetch_add(1);
+      return false;
+    }
   }
-  const bool queued = prefetch_queue_->Post([this, id] {
-    absl::Status s = tier_->Prefetch(id);
-    (void)s;  // advice: a prefetch that cannot be served is simply not done
+  if (tier_->Contains(id)) {
+    prefetch_resident_.fetch_add(1);
+    return false;
+  }
+  {
     absl::MutexLock lock(&mu_);
-    prefetch_pending_.erase(id);
-  });
-  if (!queued) {
-    prefetch_dropped_.fetch_add(1);
+    if (!prefetch_pending_.insert(id).second) {
+      prefetch_coalesced_.fetch_add(1);
+      return false;
+    }
+  }
+  // Counted before Post so that issued >= what the pool has seen.
+  prefetch_issued_.fetch_add(1);
+  if (!prefetch_queue_->Post([this, id] { RunPrefetch(id); })) {
+    prefetch_issued_.fetch_sub(1);
+    prefetch_queue_full_.fetch_add(1);
     absl::MutexLock lock(&mu_);
     prefetch_pending_.erase(id);
     return false;
   }
-  prefetch_issued_.fetch_add(1);
   return true;
+}
+
+void ExpertServiceImpl::RunPrefetch(const ExpertId& id) {
+  absl::StatusOr<uint64_t> bytes = store_->RamBytes(id);
+  if (absl::IsNotFound(bytes.status())) {
+    prefetch_ignored_.fetch_add(1);
+  } else if (bytes.ok()) {
+    // The tier counts resident / coalesced / no-room outcomes itself; a hint
+    // is advice, so a failure is simply not acted on.
+    const absl::Status s = tier_->Prefetch(id, *bytes);
+    if (absl::IsNotFound(s)) prefetch_ignored_.fetch_add(1);  // deleted meanwhile
+  }
+  absl::MutexLock lock(&mu_);
+  prefetch_pending_.erase(id);
 }
 
 void ExpertServiceImpl::Finish(grpc::ServerUnaryReactor* reactor, const grpc::Status& status) {
@@ -359,10 +396,7 @@ grpc::ServerUnaryReactor* ExpertServiceImpl::ComputeLayer(grpc::CallbackServerCo
     Finish(reactor, kUnauthenticated);
     return reactor;
   }
-  for (const v1::ExpertKey& key : request->prefetch()) {
-    absl::StatusOr<ExpertId> id = ParseKey(key);
-    if (id.ok()) QueuePrefetch(*id);
-  }
+  for (const v1::ExpertKey& key : request->prefetch()) QueuePrefetch(key);
   in_flight_.fetch_add(1);
   const bool queued = compute_queue_->Post([this, request, reply, reactor] {
     const absl::Status s = DoComputeLayer(*request, reply);
@@ -386,9 +420,11 @@ absl::Status ExpertServiceImpl::DoComputeLayer(const v1::ComputeLayerRequest& re
   int64_t disk_wait_micros = 0;
   int32_t hits = 0;
   int32_t misses = 0;
+  const absl::Time now = absl::Now();
   auto lookup = [&](int layer, int expert) -> absl::StatusOr<moe::ExpertWeights> {
-    COLIBRI_ASSIGN_OR_RETURN(PinnedExpert handle,
-                             tier_->Acquire(ExpertId{request.model_fingerprint(), layer, expert}));
+    ExpertId id{request.model_fingerprint(), layer, expert};
+    COLIBRI_ASSIGN_OR_RETURN(PinnedExpert handle, tier_->Acquire(id));
+    if (usage_ != nullptr) usage_->Record(id, now);
     if (handle.hit()) {
       ++hits;
     } else {
@@ -428,12 +464,7 @@ grpc::ServerUnaryReactor* ExpertServiceImpl::Prefetch(grpc::CallbackServerContex
   }
   int32_t accepted = 0;
   for (const v1::ExpertKey& key : request->experts()) {
-    absl::StatusOr<ExpertId> id = ParseKey(key);
-    if (!id.ok()) {
-      Finish(reactor, ToGrpc(id.status()));
-      return reactor;
-    }
-    if (QueuePrefetch(*id)) ++accepted;
+    if (QueuePrefetch(key)) ++accepted;
   }
   reply->set_accepted(accepted);
   Finish(reactor, grpc::Status::OK);
@@ -589,7 +620,7 @@ void ExpertServiceImpl::FillNodeStats(v1::NodeStatsReply* reply) const {
   const RamTier::Counters c = tier_->counters();
   reply->set_node_id(options_.node_id);
   reply->set_ram_budget_bytes(tier_->budget_bytes());
-  reply->set_ram_used_bytes(tier_->used_bytes());
+  reply->set_ram_used_bytes(c.used_bytes);
   reply->set_experts_stored(store_->experts_stored());
   reply->set_bytes_stored(store_->payload_bytes_stored());
   reply->set_experts_in_ram(tier_->resident_count());
@@ -603,8 +634,20 @@ void ExpertServiceImpl::FillNodeStats(v1::NodeStatsReply* reply) const {
   reply->set_prefetch_issued(prefetch_issued_.load());
   reply->set_prefetch_used(c.prefetch_used);
   reply->set_prefetch_wasted(c.prefetch_wasted);
-  reply->set_prefetch_dropped(prefetch_dropped_.load());
+  reply->set_prefetch_dropped(prefetch_queue_full_.load() + c.prefetch_no_room);
   reply->set_in_flight(in_flight_.load());
+  reply->set_ram_peak_used_bytes(c.peak_used_bytes);
+  reply->set_pinned_experts(c.pinned_experts);
+  reply->set_pinned_bytes(c.pinned_bytes);
+  reply->set_prefetch_hints(prefetch_hints_.load());
+  reply->set_prefetch_ignored(prefetch_ignored_.load());
+  reply->set_prefetch_resident(prefetch_resident_.load() + c.prefetch_resident);
+  reply->set_prefetch_coalesced(prefetch_coalesced_.load() + c.prefetch_coalesced);
+  reply->set_prefetch_loaded(c.prefetch_loaded);
+  reply->set_load_waits(c.load_waits);
+  reply->set_evictions(c.evictions);
+  reply->set_uncached(c.uncached);
+  reply->set_disk_read_micros(c.disk_read_micros);
 }
 
 }  // namespace colibri::expert_node

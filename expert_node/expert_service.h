@@ -7,8 +7,20 @@
 //            ThreadPool of Options::compute_threads for the matmuls;
 //   io       (1 thread)  Ingest writes, Inventory scans;
 //   import   (1 thread)  Import, which can run for minutes;
-//   prefetch (1 thread, bounded queue) Prefetch loads into the RAM tier.
+//   prefetch (the I/O pool: Options::io_threads, bounded queue) loads the
+//            prefetch hints of Prefetch and of ComputeLayerRequest.prefetch
+//            into the RAM tier.
 // NodeStats reads counters only and answers inline.
+//
+// Prefetch hints are advice and never fail a call nor block it: the callback
+// checks the key against the known models (in memory) and queues it unless
+// the expert is resident or already queued / being loaded (coalesced); a full
+// queue drops it. The I/O thread looks the expert's size up in the store's
+// index (not stored: ignored) and asks the RAM tier to prefetch it, which
+// drops it under memory pressure (ram_tier.h). The NodeStatsReply comment
+// (expert.proto) defines each prefetch counter. Prefetch never changes
+// results: outputs depend only on the expert bytes, whichever tier they come
+// from.
 //
 // Errors: unknown model NotFound; malformed requests InvalidArgument naming the
 // field (layer_compute.h); an expert the node does not hold NotFound; a damaged
@@ -40,6 +52,7 @@
 #include "expert_node/expert_store.h"
 #include "expert_node/ram_tier.h"
 #include "expert_node/task_queue.h"
+#include "expert_node/usage_counts.h"
 
 namespace colibri::expert_node {
 
@@ -57,6 +70,8 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
     int compute_workers = 2;
     // Prefetch loads waiting at most; more are dropped. Default: 256.
     size_t prefetch_queue_limit = 256;
+    // Threads of the I/O pool serving prefetch hints. Default: 2.
+    int io_threads = 2;
     // Largest expert (gate + up + down bytes) Ingest accepts. Default: 4 GiB.
     uint64_t max_expert_bytes = uint64_t{4} << 30;
     // Disk capacity offered for placement (Inventory); 0: unknown. Default: 0.
@@ -65,11 +80,12 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
     absl::Duration progress_interval = absl::Seconds(5);
   };
 
-  // store and tier are borrowed and must outlive the service. Reads the model
-  // records from the store.
+  // store, tier and usage are borrowed and must outlive the service; usage
+  // may be null (no usage counting). Reads the model records from the store.
   static absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> Create(const Options& options,
                                                                    ExpertStore* store,
-                                                                   RamTier* tier);
+                                                                   RamTier* tier,
+                                                                   UsageCounts* usage = nullptr);
   // Waits for queued work to finish. Call after the gRPC server has shut down.
   ~ExpertServiceImpl() override;
 
@@ -105,7 +121,8 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
  private:
   class IngestReactor;
 
-  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier);
+  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier,
+                    UsageCounts* usage);
 
   // True when the call carries the configured token (or none is configured).
   bool Authorized(const grpc::CallbackServerContext* context) const;
@@ -114,15 +131,18 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
   // Records (or completes) a model's shape durably; InvalidArgument when it
   // contradicts the known one. Zero fields of `shape` mean unknown.
   absl::Status RegisterModel(const std::string& fingerprint, const ModelInfo& shape);
-  // Queues a prefetch unless resident or already queued; false when dropped
-  // or not needed.
-  bool QueuePrefetch(const ExpertId& id);
+  // Counts a prefetch hint and queues it unless it is ignored, resident,
+  // coalesced or dropped; true when queued.
+  bool QueuePrefetch(const v1::ExpertKey& key);
+  // The I/O pool's work for one queued hint.
+  void RunPrefetch(const ExpertId& id);
   // Finishes a unary call and counts it done.
   void Finish(grpc::ServerUnaryReactor* reactor, const grpc::Status& status);
 
   const Options options_;
   ExpertStore* const store_;
   RamTier* const tier_;
+  UsageCounts* const usage_;  // may be null
   ThreadPool compute_pool_;
 
   mutable absl::Mutex mu_;
@@ -136,8 +156,13 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
   std::atomic<uint64_t> compute_routes_{0};
   std::atomic<int32_t> in_flight_{0};     // ComputeLayer calls
   std::atomic<int32_t> active_calls_{0};  // every call of this service
+  // Prefetch hint counters of the service (the tier keeps the others).
+  std::atomic<uint64_t> prefetch_hints_{0};
   std::atomic<uint64_t> prefetch_issued_{0};
-  std::atomic<uint64_t> prefetch_dropped_{0};
+  std::atomic<uint64_t> prefetch_ignored_{0};
+  std::atomic<uint64_t> prefetch_resident_{0};   // resident when hinted
+  std::atomic<uint64_t> prefetch_coalesced_{0};  // already queued or loading
+  std::atomic<uint64_t> prefetch_queue_full_{0};
 
   // Last members: destroyed (drained and joined) first, while everything the
   // tasks use is still alive.

@@ -191,6 +191,38 @@ absl::StatusOr<bool> ExpertStore::Contains(const ExpertId& id) const {
   return true;
 }
 
+absl::StatusOr<uint64_t> ExpertStore::RamBytes(const ExpertId& id) const {
+  std::string header;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ExpertIndexKey(id), &header);
+  if (s.IsNotFound()) return absl::NotFoundError(absl::StrCat("node does not hold ", ToString(id)));
+  COLIBRI_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("looking up ", ToString(id))));
+  COLIBRI_ASSIGN_OR_RETURN(const ExpertLayout layout, DecodeHeader(header, id.layer, id.expert));
+  return ExpertBlob::SizeFor(layout);
+}
+
+absl::Status ExpertStore::PutUsageRecords(
+    const std::vector<std::pair<ExpertId, std::string>>& records) {
+  rocksdb::WriteBatch batch;
+  for (const auto& [id, value] : records) {
+    COLIBRI_RETURN_IF_ERROR(FromRocks(batch.Put(UsageKey(id), value), "batch"));
+  }
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "writing usage counts");
+}
+
+absl::StatusOr<std::vector<std::pair<ExpertId, std::string>>> ExpertStore::ListUsageRecords()
+    const {
+  std::vector<std::pair<ExpertId, std::string>> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const rocksdb::Slice prefix(kUsageKeyPrefix.data(), kUsageKeyPrefix.size());
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it->key()));
+    if (!id.ok()) continue;
+    out.emplace_back(std::move(*id), std::string(View(it->value())));
+  }
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it->status(), "scanning usage counts"));
+  return out;
+}
+
 absl::Status ExpertStore::Delete(const ExpertId& id) {
   const std::string index_key = ExpertIndexKey(id);
   absl::MutexLock lock(&write_mu_);

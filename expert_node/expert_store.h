@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -44,8 +45,11 @@ class ExpertStore {
     // Sync the WAL before acknowledging writes. Default: true. (Tests of
     // speed may turn it off; durability then ends at the OS page cache.)
     bool sync_writes = true;
-    // Read with O_DIRECT, bypassing the page cache (honest cold-cache
-    // measurements). Default: false.
+    // Read SST and blob files with O_DIRECT (RocksDB use_direct_reads),
+    // bypassing the OS page cache, so every RAM-tier miss really reads the
+    // device (honest cold-cache measurements). RocksDB's own block cache still
+    // holds index blocks; expert values live in blob files, which have no
+    // cache. Cost: see README.md. Default: false.
     bool direct_reads = false;
   };
 
@@ -77,10 +81,19 @@ class ExpertStore {
 
   // True when the expert has an index entry (no value read).
   absl::StatusOr<bool> Contains(const ExpertId& id) const;
+  // The bytes Get's blob would hold in RAM (ExpertBlob::SizeFor), from the
+  // index entry alone. NotFound when absent; DataLoss when the entry is damaged.
+  absl::StatusOr<uint64_t> RamBytes(const ExpertId& id) const;
   absl::Status Delete(const ExpertId& id);
 
   // Index entries of `fingerprint`, or of every model when empty: fp -> layers.
   absl::StatusOr<std::map<std::string, Inventory>> List(const std::string& fingerprint) const;
+
+  // Usage records (usage_counts.h encodes the values): written in one batch
+  // without syncing the WAL (advisory data: a crash may lose the last batch).
+  absl::Status PutUsageRecords(const std::vector<std::pair<ExpertId, std::string>>& records);
+  // Every usage record; records under malformed keys are skipped.
+  absl::StatusOr<std::vector<std::pair<ExpertId, std::string>>> ListUsageRecords() const;
 
   uint64_t experts_stored() const;
   uint64_t payload_bytes_stored() const;

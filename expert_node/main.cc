@@ -14,6 +14,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
 #include "expert_node/node_identity.h"
@@ -31,6 +32,9 @@ int main(int argc, char** argv) {
   NodeServer::Options options;
   std::string ram_budget = "1G";
   std::string disk_budget = "0";
+  std::string pin_budget = "0";
+  int prefetch_protect_ms = static_cast<int>(
+      absl::ToInt64Milliseconds(options.ram.prefetch_protection));
   std::string auth_token_file;
   std::string import_gguf;
   int threads = 0;
@@ -56,18 +60,42 @@ int main(int argc, char** argv) {
                "allow listening beyond loopback without an auth token");
   app.add_flag("--direct-io", options.store.direct_reads,
                "read experts with O_DIRECT (bypass the page cache)");
+  app.add_option("--io-threads", options.service.io_threads,
+                 "threads loading prefetch hints from disk")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--prefetch-queue", options.service.prefetch_queue_limit,
+                 "prefetch hints waiting at most; more are dropped")
+      ->capture_default_str();
+  app.add_option("--prefetch-protect-ms", prefetch_protect_ms,
+                 "ms a prefetched, unused expert is protected from eviction")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--pin-budget", pin_budget,
+                 "bytes of the most used experts to load and keep resident at start-up "
+                 "(<= --ram-budget)")
+      ->capture_default_str();
   app.add_option("--import-gguf", import_gguf,
                  "import every expert of this GGUF file at start-up (skips stored ones)");
   CLI11_PARSE(app, argc, argv);
 
   absl::StatusOr<uint64_t> ram = colibri::expert_node::ParseByteSize(ram_budget);
   absl::StatusOr<uint64_t> disk = colibri::expert_node::ParseByteSize(disk_budget);
-  if (!ram.ok() || !disk.ok()) {
-    std::cerr << "colibri-expert-node: " << (!ram.ok() ? ram.status() : disk.status()).message()
-              << "\n";
+  absl::StatusOr<uint64_t> pin = colibri::expert_node::ParseByteSize(pin_budget);
+  for (const auto* size : {&ram, &disk, &pin}) {
+    if (!size->ok()) {
+      std::cerr << "colibri-expert-node: " << size->status().message() << "\n";
+      return 2;
+    }
+  }
+  if (*pin > *ram) {
+    std::cerr << "colibri-expert-node: --pin-budget " << pin_budget << " exceeds --ram-budget "
+              << ram_budget << "\n";
     return 2;
   }
   options.ram.budget_bytes = *ram;
+  options.pin_budget_bytes = *pin;
+  options.ram.prefetch_protection = absl::Milliseconds(prefetch_protect_ms);
   options.service.disk_budget_bytes = *disk;
   options.service.compute_threads = threads;
   if (options.service.node_id.empty()) {
@@ -106,6 +134,8 @@ int main(int argc, char** argv) {
   LogEvent(absl::StrCat("started: node ", options.service.node_id, " on ", (*server)->address(),
                         ", data ", options.store.data_dir, ", ", (*server)->store()->experts_stored(),
                         " experts stored, RAM budget ", options.ram.budget_bytes, " bytes",
+                        ", pinned ", (*server)->ram_tier()->counters().pinned_experts, " experts",
+                        options.store.direct_reads ? ", direct I/O" : "",
                         options.service.auth_token.empty() ? ", no auth" : ", token auth",
                         options.tls_cert_file.empty() ? "" : ", TLS"));
 

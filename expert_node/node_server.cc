@@ -4,8 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -44,13 +46,35 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
     credentials = grpc::InsecureServerCredentials();
   }
 
+  if (options.pin_budget_bytes > options.ram.budget_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pin budget of ", options.pin_budget_bytes, " bytes exceeds the RAM budget of ",
+        options.ram.budget_bytes, " bytes (--pin-budget must be <= --ram-budget)"));
+  }
+
   std::unique_ptr<NodeServer> node(new NodeServer());
   COLIBRI_ASSIGN_OR_RETURN(node->store_, ExpertStore::Open(options.store));
   ExpertStore* store = node->store_.get();
   node->tier_ = std::make_unique<RamTier>(
       options.ram, [store](const ExpertId& id) { return store->Get(id); });
+  COLIBRI_ASSIGN_OR_RETURN(node->usage_, UsageCounts::Open(options.usage, store));
+  if (options.pin_budget_bytes > 0) {
+    const absl::Time start = absl::Now();
+    const PinReport pinned =
+        PinHottestExperts(*node->usage_, store, node->tier_.get(), options.pin_budget_bytes);
+    std::string which;
+    for (size_t i = 0; i < pinned.pinned.size() && i < 8; ++i) {
+      absl::StrAppend(&which, i == 0 ? ": " : ", ", "L", pinned.pinned[i].layer, "E",
+                      pinned.pinned[i].expert);
+    }
+    if (pinned.pinned.size() > 8) absl::StrAppend(&which, ", ...");
+    LogEvent(absl::StrFormat("pinned %d experts (%d bytes of a %d-byte pin budget) in %.2f s%s",
+                             pinned.experts, pinned.bytes, options.pin_budget_bytes,
+                             absl::ToDoubleSeconds(absl::Now() - start), which));
+  }
   COLIBRI_ASSIGN_OR_RETURN(node->service_,
-                           ExpertServiceImpl::Create(options.service, store, node->tier_.get()));
+                           ExpertServiceImpl::Create(options.service, store, node->tier_.get(),
+                                                     node->usage_.get()));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -92,6 +116,7 @@ void NodeServer::Shutdown(absl::Duration deadline) {
     server_.reset();
   }
   service_.reset();
+  usage_.reset();  // flushes the usage counts
   tier_.reset();
   store_.reset();
 }

@@ -16,6 +16,7 @@
 #include "expert_node/expert_service.h"
 #include "expert_node/expert_store.h"
 #include "expert_node/ram_tier.h"
+#include "expert_node/usage_counts.h"
 
 namespace grpc {
 class Server;
@@ -44,11 +45,18 @@ class NodeServer {
     ExpertStore::Options store;     // store.data_dir is required
     RamTier::Options ram;           // see ram_tier.h
     ExpertServiceImpl::Options service;  // auth_token, node_id, threads, ...
+    UsageCounts::Options usage;     // see usage_counts.h
+    // Bytes of the hottest experts (by persisted usage) loaded and pinned
+    // resident before serving; must be <= ram.budget_bytes. Default: 0.
+    uint64_t pin_budget_bytes = 0;
   };
 
-  // Opens the store and starts serving. FailedPrecondition when the address is
-  // beyond loopback with neither a token nor `insecure`; Unavailable when the
-  // address cannot be bound; store errors pass through.
+  // Opens the store, pins the hottest experts (pin_budget_bytes; before
+  // listening, logging what was pinned) and starts serving.
+  // FailedPrecondition when the address is beyond loopback with neither a
+  // token nor `insecure`; InvalidArgument when pin_budget_bytes exceeds the RAM
+  // budget; Unavailable when the address cannot be bound; store errors pass
+  // through.
   static absl::StatusOr<std::unique_ptr<NodeServer>> Start(const Options& options);
   // Shuts down (deadline 5 s) unless Shutdown was called.
   ~NodeServer();
@@ -66,6 +74,7 @@ class NodeServer {
   ExpertServiceImpl* service() { return service_.get(); }
   ExpertStore* store() { return store_.get(); }
   RamTier* ram_tier() { return tier_.get(); }
+  UsageCounts* usage_counts() { return usage_.get(); }
 
  private:
   NodeServer() = default;
@@ -74,6 +83,7 @@ class NodeServer {
   std::string address_;
   std::unique_ptr<ExpertStore> store_;
   std::unique_ptr<RamTier> tier_;
+  std::unique_ptr<UsageCounts> usage_;
   std::unique_ptr<ExpertServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
 };

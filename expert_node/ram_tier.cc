@@ -1,10 +1,10 @@
 #include "expert_node/ram_tier.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "absl/time/time.h"
 
 namespace colibri::expert_node {
 
@@ -32,117 +32,201 @@ void PinnedExpert::Release() {
 }
 
 RamTier::RamTier(const Options& options, Loader loader)
-    : budget_bytes_(options.budget_bytes), loader_(std::move(loader)) {}
+    : options_(options), loader_(std::move(loader)) {}
 
 RamTier::~RamTier() = default;
 
-absl::StatusOr<std::unique_ptr<ExpertBlob>> RamTier::Load(const ExpertId& id,
-                                                          int64_t* wait_micros) {
+void RamTier::LoadAndFinish(const ExpertId& id, const std::shared_ptr<Flight>& flight) {
+  mu_.Unlock();
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = loader_(id);
-  *wait_micros = absl::ToInt64Microseconds(absl::Now() - start);
-  absl::MutexLock lock(&mu_);
-  counters_.disk_wait_micros += static_cast<uint64_t>(*wait_micros);
-  if (blob.ok()) counters_.disk_bytes_read += (*blob)->layout().payload_bytes();
-  return blob;
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> loaded = loader_(id);
+  const absl::Time end = absl::Now();
+  mu_.Lock();
+  counters_.disk_read_micros += static_cast<uint64_t>(absl::ToInt64Microseconds(end - start));
+  if (loaded.ok()) {
+    counters_.disk_bytes_read += (*loaded)->layout().payload_bytes();
+    std::shared_ptr<const ExpertBlob> blob(std::move(*loaded));
+    flight->blob = blob;
+    // Someone waits for it: it is demand now, and admitted as such.
+    const bool pure_prefetch = flight->prefetch && flight->waiters == 0;
+    const Admission admission = pure_prefetch ? Admission::kPrefetch : Admission::kDemand;
+    if (!entries_.contains(id) && MakeRoom(blob->size_bytes(), admission, end)) {
+      Entry& e = Admit(id, std::move(blob), end);
+      if (flight->prefetch) ++counters_.prefetch_loaded;
+      if (pure_prefetch) {
+        e.prefetched_unused = true;
+        e.protected_until = end + options_.prefetch_protection;
+      }
+    } else if (pure_prefetch && !entries_.contains(id)) {
+      ++counters_.prefetch_no_room;
+    }
+  } else {
+    flight->status = loaded.status();
+  }
+  flight->done = true;
+  loading_.erase(id);
+  load_done_.SignalAll();
 }
 
 absl::StatusOr<PinnedExpert> RamTier::Acquire(const ExpertId& id) {
-  PinnedExpert handle;
-  handle.id_ = id;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = entries_.find(id);
-    if (it != entries_.end()) {
-      Entry& e = it->second;
-      ++e.pins;
-      lru_.splice(lru_.begin(), lru_, e.lru_pos);
-      if (e.prefetched_unused) {
-        e.prefetched_unused = false;
-        ++counters_.prefetch_used;
-      }
-      ++counters_.hits;
-      handle.tier_ = this;
-      handle.blob_ = e.blob;
-      handle.hit_ = true;
-      return handle;
-    }
-    ++counters_.misses;
-  }
-
-  absl::StatusOr<std::unique_ptr<ExpertBlob>> loaded = Load(id, &handle.disk_wait_micros_);
-  if (!loaded.ok()) return loaded.status();
-  std::shared_ptr<const ExpertBlob> blob(std::move(*loaded));
-
   absl::MutexLock lock(&mu_);
+  const absl::Time start = absl::Now();
   auto it = entries_.find(id);
-  if (it != entries_.end()) {  // another miss admitted it meanwhile
-    Entry& e = it->second;
-    ++e.pins;
-    lru_.splice(lru_.begin(), lru_, e.lru_pos);
-    handle.tier_ = this;
-    handle.blob_ = e.blob;
+  if (it != entries_.end()) {
+    ++counters_.hits;
+    PinnedExpert handle = PinEntry(id, it->second, start);
+    handle.hit_ = true;
     return handle;
   }
-  if (!MakeRoom(blob->size_bytes())) {
+  ++counters_.misses;
+  std::shared_ptr<Flight> flight;
+  auto in_flight = loading_.find(id);
+  if (in_flight != loading_.end()) {
+    flight = in_flight->second;
+    ++counters_.load_waits;
+    if (flight->prefetch && flight->waiters == 0) ++counters_.prefetch_used;
+    ++flight->waiters;
+    while (!flight->done) load_done_.Wait(&mu_);
+  } else {
+    flight = std::make_shared<Flight>();
+    loading_[id] = flight;
+    LoadAndFinish(id, flight);
+  }
+  const absl::Time end = absl::Now();
+  const int64_t waited = absl::ToInt64Microseconds(end - start);
+  counters_.disk_wait_micros += static_cast<uint64_t>(waited);
+  if (!flight->status.ok()) return flight->status;
+  PinnedExpert handle;
+  it = entries_.find(id);
+  if (it != entries_.end()) {
+    handle = PinEntry(id, it->second, end);
+  } else {
     ++counters_.uncached;
-    handle.blob_ = std::move(blob);
-    return handle;
+    handle.id_ = id;
+    handle.blob_ = flight->blob;
   }
-  lru_.push_front(id);
-  Entry& e = entries_[id];
-  e.blob = blob;
-  e.pins = 1;
-  e.lru_pos = lru_.begin();
-  used_bytes_ += blob->size_bytes();
-  handle.tier_ = this;
-  handle.blob_ = std::move(blob);
+  handle.disk_wait_micros_ = waited;
   return handle;
 }
 
-absl::Status RamTier::Prefetch(const ExpertId& id) {
-  if (Contains(id)) return absl::OkStatus();
-  int64_t wait_micros = 0;
-  absl::StatusOr<std::unique_ptr<ExpertBlob>> loaded = Load(id, &wait_micros);
-  if (!loaded.ok()) return loaded.status();
-  std::shared_ptr<const ExpertBlob> blob(std::move(*loaded));
+absl::Status RamTier::Prefetch(const ExpertId& id, uint64_t expected_bytes) {
   absl::MutexLock lock(&mu_);
-  if (entries_.contains(id)) return absl::OkStatus();
-  if (!MakeRoom(blob->size_bytes())) {
+  if (entries_.contains(id)) {
+    ++counters_.prefetch_resident;
+    return absl::OkStatus();
+  }
+  if (loading_.contains(id)) {
+    ++counters_.prefetch_coalesced;
+    return absl::OkStatus();
+  }
+  if (expected_bytes > 0 && !CanMakeRoom(expected_bytes, Admission::kPrefetch, absl::Now())) {
+    ++counters_.prefetch_no_room;
     return absl::ResourceExhaustedError(
         absl::StrCat(ToString(id), ": no room in the RAM tier for a prefetch"));
   }
-  lru_.push_front(id);
-  Entry& e = entries_[id];
-  e.blob = blob;
-  e.prefetched_unused = true;
-  e.lru_pos = lru_.begin();
-  used_bytes_ += blob->size_bytes();
-  ++counters_.prefetch_loaded;
+  auto flight = std::make_shared<Flight>();
+  flight->prefetch = true;
+  loading_[id] = flight;
+  LoadAndFinish(id, flight);
+  if (!flight->status.ok()) return flight->status;
+  if (!entries_.contains(id)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(ToString(id), ": no room in the RAM tier for a prefetch"));
+  }
   return absl::OkStatus();
 }
 
-bool RamTier::MakeRoom(uint64_t bytes) {
-  if (bytes > budget_bytes_) return false;
-  // First check that evicting every unpinned entry would be enough, so that a
-  // failed admission does not empty the cache for nothing.
+absl::Status RamTier::PinResident(const ExpertId& id) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto it = entries_.find(id);
+    if (it != entries_.end()) {
+      Entry& e = it->second;
+      if (!e.resident) {
+        e.resident = true;
+        e.prefetched_unused = false;
+        ++counters_.pinned_experts;
+        counters_.pinned_bytes += e.blob->size_bytes();
+      }
+      return absl::OkStatus();
+    }
+    auto in_flight = loading_.find(id);
+    if (in_flight != loading_.end()) {
+      std::shared_ptr<Flight> flight = in_flight->second;
+      ++flight->waiters;
+      while (!flight->done) load_done_.Wait(&mu_);
+      if (!flight->status.ok()) return flight->status;
+      if (!entries_.contains(id)) break;
+      continue;
+    }
+    auto flight = std::make_shared<Flight>();
+    loading_[id] = flight;
+    LoadAndFinish(id, flight);
+    if (!flight->status.ok()) return flight->status;
+    if (!entries_.contains(id)) break;
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(ToString(id), ": no room in the RAM tier to pin it"));
+}
+
+bool RamTier::Evictable(const Entry& e, Admission admission, absl::Time now) const {
+  if (e.pins > 0 || e.resident) return false;
+  if (e.prefetched_unused && now < e.protected_until) return false;
+  return admission == Admission::kDemand || now - e.last_use >= options_.prefetch_victim_min_idle;
+}
+
+bool RamTier::CanMakeRoom(uint64_t bytes, Admission admission, absl::Time now) const {
+  if (bytes > options_.budget_bytes) return false;
+  if (used_bytes_ + bytes <= options_.budget_bytes) return true;
   uint64_t evictable = 0;
   for (const auto& [id, e] : entries_) {
-    if (e.pins == 0) evictable += e.blob->size_bytes();
+    if (Evictable(e, admission, now)) evictable += e.blob->size_bytes();
   }
-  if (used_bytes_ - evictable + bytes > budget_bytes_) return false;
+  return used_bytes_ - evictable + bytes <= options_.budget_bytes;
+}
+
+bool RamTier::MakeRoom(uint64_t bytes, Admission admission, absl::Time now) {
+  // Check first, so that a failed admission does not empty the cache for nothing.
+  if (!CanMakeRoom(bytes, admission, now)) return false;
   auto it = lru_.end();
-  while (used_bytes_ + bytes > budget_bytes_ && it != lru_.begin()) {
+  while (used_bytes_ + bytes > options_.budget_bytes && it != lru_.begin()) {
     --it;
     auto entry = entries_.find(*it);
-    if (entry->second.pins > 0) continue;
+    if (!Evictable(entry->second, admission, now)) continue;
     used_bytes_ -= entry->second.blob->size_bytes();
     if (entry->second.prefetched_unused) ++counters_.prefetch_wasted;
     ++counters_.evictions;
     entries_.erase(entry);
     it = lru_.erase(it);
   }
-  return used_bytes_ + bytes <= budget_bytes_;
+  return used_bytes_ + bytes <= options_.budget_bytes;
+}
+
+RamTier::Entry& RamTier::Admit(const ExpertId& id, std::shared_ptr<const ExpertBlob> blob,
+                               absl::Time now) {
+  lru_.push_front(id);
+  Entry& e = entries_[id];
+  used_bytes_ += blob->size_bytes();
+  counters_.peak_used_bytes = std::max(counters_.peak_used_bytes, used_bytes_);
+  e.blob = std::move(blob);
+  e.last_use = now;
+  e.lru_pos = lru_.begin();
+  return e;
+}
+
+PinnedExpert RamTier::PinEntry(const ExpertId& id, Entry& e, absl::Time now) {
+  ++e.pins;
+  e.last_use = now;
+  lru_.splice(lru_.begin(), lru_, e.lru_pos);
+  if (e.prefetched_unused) {
+    e.prefetched_unused = false;
+    ++counters_.prefetch_used;
+  }
+  PinnedExpert handle;
+  handle.tier_ = this;
+  handle.id_ = id;
+  handle.blob_ = e.blob;
+  return handle;
 }
 
 void RamTier::Unpin(const ExpertId& id) {
@@ -168,7 +252,9 @@ uint64_t RamTier::resident_count() const {
 
 RamTier::Counters RamTier::counters() const {
   absl::MutexLock lock(&mu_);
-  return counters_;
+  Counters c = counters_;
+  c.used_bytes = used_bytes_;
+  return c;
 }
 
 }  // namespace colibri::expert_node

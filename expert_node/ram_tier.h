@@ -2,19 +2,30 @@
 //
 // Experts come from a Loader (the disk tier, in production). Acquire returns a
 // PinnedExpert handle; while any handle of an expert is alive the expert is
-// pinned and never evicted. Resident bytes never exceed the budget: to admit an
-// expert the tier evicts unpinned experts from the least recently used end,
-// and when that cannot make room (the expert alone is larger than the budget,
-// or everything resident is pinned) the expert is served uncached — the handle
-// owns its bytes, which are freed when the handle goes, and are not counted
-// against the budget. So memory beyond the budget is bounded by what in-flight
-// requests hold.
+// pinned and never evicted.
 //
-// Two concurrent misses of the same expert may both read it; the second to
-// finish uses the copy the first admitted.
+// Budget: resident bytes never exceed Options::budget_bytes, at any instant
+// (every change of used_bytes() happens under the tier's lock after the room
+// was made; peak_used_bytes records the maximum). To admit an expert the tier
+// evicts victims from the least recently used end; when that cannot make room
+// the expert is served uncached: the handle owns its bytes, which are freed
+// when the handle goes and are not counted against the budget. So memory
+// beyond the budget is bounded by what in-flight requests hold.
 //
-// Prefetched experts are admitted like any other but are not pinned; the
-// counters say whether a prefetch was used (acquired before eviction) or wasted.
+// Which resident experts may be evicted:
+//   never          experts held by a handle; experts pinned by PinResident;
+//   not by demand  a prefetched expert not yet acquired, for
+//   loads          Options::prefetch_protection after its admission;
+//   not by         additionally, experts acquired within the last
+//   prefetches     Options::prefetch_victim_min_idle (a hint for a later
+//                  layer must not push out what the current layer uses).
+// A prefetch that cannot make room under its rule is dropped ("memory
+// pressure"); with an expected size it is dropped before reading the disk.
+//
+// Loads coalesce: while an expert's load is in flight (demand or prefetch), a
+// second Acquire of it waits for that load instead of reading again (counted
+// as a miss and as load_waits; when the load is a prefetch, it counts as
+// prefetch_used too), and a Prefetch of it returns at once (prefetch_coalesced).
 //
 // Thread-safety: all methods may be called concurrently. The loader runs
 // without the tier's lock held. Handles must not outlive the tier.
@@ -29,6 +40,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "expert_node/expert_record.h"
 
 namespace colibri::expert_node {
@@ -48,7 +60,8 @@ class PinnedExpert {
 
   const moe::ExpertWeights& weights() const { return blob_->weights(); }
   const ExpertBlob& blob() const { return *blob_; }
-  bool hit() const { return hit_; }                  // was resident when acquired
+  bool hit() const { return hit_; }  // was resident when acquired
+  // Time this Acquire waited for the disk (its own load or one in flight).
   int64_t disk_wait_micros() const { return disk_wait_micros_; }
   bool cached() const { return tier_ != nullptr; }  // false: served uncached
 
@@ -70,18 +83,35 @@ class RamTier {
   struct Options {
     // Bytes of expert data the tier may hold resident. Default: 1 GiB.
     uint64_t budget_bytes = uint64_t{1} << 30;
+    // A prefetched expert not yet acquired is not evicted by demand loads for
+    // this long after its admission. Default: 500 ms.
+    absl::Duration prefetch_protection = absl::Milliseconds(500);
+    // A prefetch evicts only experts not acquired for at least this long.
+    // Default: 100 ms.
+    absl::Duration prefetch_victim_min_idle = absl::Milliseconds(100);
   };
 
+  // Cumulative since construction, except used_bytes, pinned_experts and
+  // pinned_bytes (now) and peak_used_bytes (maximum so far).
   struct Counters {
-    uint64_t hits = 0;
-    uint64_t misses = 0;
-    uint64_t disk_bytes_read = 0;   // payload bytes the loader returned
-    uint64_t disk_wait_micros = 0;  // time spent in the loader
-    uint64_t uncached = 0;          // misses served without admission
+    uint64_t hits = 0;             // Acquires that found the expert resident
+    uint64_t misses = 0;           // Acquires that did not (read or waited)
+    uint64_t load_waits = 0;       // misses that waited for a load in flight
+    uint64_t disk_bytes_read = 0;  // payload bytes the loader returned (all loads)
+    uint64_t disk_read_micros = 0;  // time spent in the loader (all loads)
+    uint64_t disk_wait_micros = 0;  // time Acquires waited for the disk
+    uint64_t uncached = 0;         // misses served without admission
     uint64_t evictions = 0;
-    uint64_t prefetch_loaded = 0;   // experts a prefetch brought in
-    uint64_t prefetch_used = 0;
-    uint64_t prefetch_wasted = 0;   // evicted before any use
+    uint64_t prefetch_loaded = 0;     // experts a prefetch read and admitted
+    uint64_t prefetch_used = 0;       // of those (or in flight), later acquired
+    uint64_t prefetch_wasted = 0;     // of those, evicted before any Acquire
+    uint64_t prefetch_resident = 0;   // Prefetch of a resident expert: no-op
+    uint64_t prefetch_coalesced = 0;  // Prefetch of an expert whose load is in flight
+    uint64_t prefetch_no_room = 0;    // prefetches dropped under memory pressure
+    uint64_t peak_used_bytes = 0;     // most bytes ever resident (<= budget)
+    uint64_t used_bytes = 0;          // bytes resident now
+    uint64_t pinned_experts = 0;      // experts pinned by PinResident
+    uint64_t pinned_bytes = 0;        // their bytes (part of used_bytes)
   };
 
   RamTier(const Options& options, Loader loader);
@@ -91,36 +121,74 @@ class RamTier {
 
   // Pins the expert, loading it on a miss. Loader errors pass through.
   absl::StatusOr<PinnedExpert> Acquire(const ExpertId& id);
-  // Loads the expert (unpinned) unless resident. OK when resident afterwards or
-  // already; ResourceExhausted when it does not fit; loader errors pass through.
-  absl::Status Prefetch(const ExpertId& id);
+  // Loads the expert (unpinned, protected) unless resident or in flight. OK
+  // when resident afterwards, already, or being loaded; ResourceExhausted
+  // when it was dropped under memory pressure — before reading when
+  // expected_bytes (its ExpertBlob::SizeFor, 0: unknown) cannot be made room
+  // for; loader errors pass through.
+  absl::Status Prefetch(const ExpertId& id, uint64_t expected_bytes = 0);
+  // Loads the expert unless resident and keeps it resident for the tier's
+  // lifetime. ResourceExhausted when it does not fit (evicting only what a
+  // demand load may); loader errors pass through.
+  absl::Status PinResident(const ExpertId& id);
 
   bool Contains(const ExpertId& id) const;
-  uint64_t budget_bytes() const { return budget_bytes_; }
+  uint64_t budget_bytes() const { return options_.budget_bytes; }
   uint64_t used_bytes() const;
   uint64_t resident_count() const;
   Counters counters() const;
 
  private:
   friend class PinnedExpert;
+  enum class Admission { kDemand, kPrefetch };
+
   struct Entry {
     std::shared_ptr<const ExpertBlob> blob;
-    int pins = 0;
-    bool prefetched_unused = false;
+    int pins = 0;                    // live handles
+    bool resident = false;           // PinResident: never evicted
+    bool prefetched_unused = false;  // admitted by a prefetch, not yet acquired
+    absl::Time protected_until;      // while prefetched_unused
+    absl::Time last_use;             // admission or last Acquire
     std::list<ExpertId>::iterator lru_pos;  // in lru_ (front: most recent)
   };
+  // A load in flight; waiters block on load_done_ until `done`.
+  struct Flight {
+    bool prefetch = false;  // started by Prefetch
+    int waiters = 0;        // Acquires waiting for it
+    bool done = false;
+    absl::Status status;
+    std::shared_ptr<const ExpertBlob> blob;
+  };
 
-  // Calls the loader and charges its time and bytes to the counters.
-  absl::StatusOr<std::unique_ptr<ExpertBlob>> Load(const ExpertId& id, int64_t* wait_micros);
-  // Evicts unpinned LRU entries until `bytes` more fit; false if impossible.
-  bool MakeRoom(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the loader for `flight` (registered in loading_ under `id`) with the
+  // lock released, then admits the blob (by the demand rule unless it is a
+  // prefetch nobody waits for), unregisters the flight and wakes its waiters.
+  void LoadAndFinish(const ExpertId& id, const std::shared_ptr<Flight>& flight)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `bytes` more could fit after evicting what `admission` may evict.
+  bool CanMakeRoom(uint64_t bytes, Admission admission, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts LRU victims `admission` may evict until `bytes` more fit; false
+  // (evicting nothing) when impossible.
+  bool MakeRoom(uint64_t bytes, Admission admission, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Evictable(const Entry& e, Admission admission, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts a new entry (room already made) at the LRU front.
+  Entry& Admit(const ExpertId& id, std::shared_ptr<const ExpertBlob> blob, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A cached handle of the resident entry `e`, pinned and moved to the front.
+  PinnedExpert PinEntry(const ExpertId& id, Entry& e, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpin(const ExpertId& id);
 
-  const uint64_t budget_bytes_;
+  const Options options_;
   const Loader loader_;
 
   mutable absl::Mutex mu_;
+  absl::CondVar load_done_;
   absl::flat_hash_map<ExpertId, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ExpertId, std::shared_ptr<Flight>> loading_ ABSL_GUARDED_BY(mu_);
   std::list<ExpertId> lru_ ABSL_GUARDED_BY(mu_);
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   Counters counters_ ABSL_GUARDED_BY(mu_);

@@ -8,7 +8,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
+#include "expert_node/expert_record.h"
 #include "gtest/gtest.h"
+#include "model/arch/model.h"
+#include "model/gguf/gguf_fingerprint.h"
 #include "tests/expert_node/expert_test_util.h"
 #include "tests/expert_node/node_test_client.h"
 #include "tests/support/paths.h"
@@ -95,6 +98,77 @@ TEST(ExpertNodeBinaryTest, ServesWithTokenAndImportsAtStartup) {
   EXPECT_EQ(stub->NodeStats(context.get(), v1::NodeStatsRequest(), &stats).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   // Stops promptly although this client keeps its connection open.
+  EXPECT_EQ(node.Stop(), 0);
+}
+
+TEST(ExpertNodeBinaryTest, RefusesPinBudgetAboveRamBudget) {
+  TempDir dir;
+  const colibri::testing::CommandResult refused = colibri::testing::RunCommand(
+      {NodeBinary(), "--listen", "127.0.0.1:0", "--data-dir", dir.path(), "--ram-budget", "1M",
+       "--pin-budget", "2M"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(refused.err, "--pin-budget")) << refused.err;
+}
+
+v1::NodeStatsReply Stats(v1::ExpertService::Stub* stub) {
+  v1::NodeStatsReply stats;
+  auto context = testing::MakeContext();
+  EXPECT_TRUE(stub->NodeStats(context.get(), v1::NodeStatsRequest(), &stats).ok());
+  return stats;
+}
+
+// Layer `layer`, token t routed to experts[t % size] alone.
+v1::ComputeLayerRequest RequestFor(const arch::Model& model, const std::string& fingerprint,
+                                   int layer, const std::vector<int>& experts, uint32_t seed) {
+  v1::ComputeLayerRequest request = testing::RandomRequest(model, fingerprint, layer, 4, 1, seed);
+  for (v1::Route& r : *request.mutable_routes()) r.set_expert(experts[r.token() % experts.size()]);
+  return request;
+}
+
+TEST(ExpertNodeBinaryTest, PinnedExpertsSurviveARestart) {
+  const std::string fixtures = colibri::testing::FixturesDir();
+  if (fixtures.empty()) GTEST_SKIP() << "fixtures dir not found";
+  const std::string gguf = fixtures + "/models/qwen3moe-tiny-f32.gguf";
+  auto model = arch::Model::Open(gguf);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string fp = *gguf::ModelFingerprint((*model)->file());
+  const uint64_t size = ExpertBlob::SizeFor(LayoutOf((*model)->experts()[0][1]));
+  const int n_experts = (*model)->config().n_layer * (*model)->config().n_expert;
+  TempDir dir;
+  const std::string db = dir.path() + "/db";
+  {
+    NodeProcess node;
+    ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", db, "--import-gguf", gguf}));
+    auto stub = testing::ConnectTo(node.address());
+    for (int i = 0; i < 200 && Stats(stub.get()).experts_stored() < uint64_t(n_experts); ++i) {
+      ::usleep(50000);
+    }
+    ASSERT_EQ(Stats(stub.get()).experts_stored(), uint64_t(n_experts));
+    for (int i = 0; i < 5; ++i) {  // experts 1 and 2 of layer 0: hot
+      v1::ComputeLayerReply reply;
+      auto context = testing::MakeContext();
+      ASSERT_TRUE(
+          stub->ComputeLayer(context.get(), RequestFor(**model, fp, 0, {1, 2}, i), &reply).ok());
+    }
+    v1::ComputeLayerReply reply;  // expert 3 of layer 1: used once
+    auto context = testing::MakeContext();
+    ASSERT_TRUE(stub->ComputeLayer(context.get(), RequestFor(**model, fp, 1, {3}, 9), &reply).ok());
+    EXPECT_EQ(node.Stop(), 0);  // a clean shutdown saves the usage counts
+  }
+  NodeProcess node;
+  ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", db, "--ram-budget", "16M",
+                          "--pin-budget", std::to_string(2 * size)}));
+  auto stub = testing::ConnectTo(node.address());
+  const v1::NodeStatsReply stats = Stats(stub.get());
+  EXPECT_EQ(stats.pinned_experts(), 2u);
+  EXPECT_EQ(stats.pinned_bytes(), 2 * size);
+  EXPECT_EQ(stats.experts_in_ram(), 2u);
+  v1::ComputeLayerReply reply;
+  auto context = testing::MakeContext();
+  ASSERT_TRUE(stub->ComputeLayer(context.get(), RequestFor(**model, fp, 0, {1, 2}, 42), &reply)
+                  .ok());
+  EXPECT_EQ(reply.ram_hits(), 2);
+  EXPECT_EQ(reply.ram_misses(), 0);
   EXPECT_EQ(node.Stop(), 0);
 }
 

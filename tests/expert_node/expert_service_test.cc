@@ -49,8 +49,10 @@ LoadedModel OpenFixture(const std::string& name, std::string* skip) {
 }
 
 std::unique_ptr<NodeServer> StartNode(const std::string& data_dir, const std::string& token = "",
-                                      uint64_t ram_budget = 64 << 20) {
+                                      uint64_t ram_budget = 64 << 20,
+                                      uint64_t pin_budget = 0) {
   NodeServer::Options options;
+  options.pin_budget_bytes = pin_budget;
   options.listen = "127.0.0.1:0";
   options.store.data_dir = data_dir;
   options.ram.budget_bytes = ram_budget;
@@ -488,6 +490,207 @@ TEST_F(ExpertServiceTest, PrefetchLoadsIntoRam) {
   ASSERT_TRUE(Compute(stub.get(), Valid(1), &compute_reply).ok());
   EXPECT_EQ(compute_reply.ram_misses(), 0);
   EXPECT_GT(compute_reply.ram_hits(), 0);
+}
+
+v1::NodeStatsReply GetStats(v1::ExpertService::Stub* stub) {
+  v1::NodeStatsReply stats;
+  auto context = MakeContext();
+  EXPECT_TRUE(stub->NodeStats(context.get(), v1::NodeStatsRequest(), &stats).ok());
+  return stats;
+}
+
+v1::ExpertKey Key(const std::string& fingerprint, int layer, int expert) {
+  v1::ExpertKey key;
+  key.set_model_fingerprint(fingerprint);
+  key.set_layer(layer);
+  key.set_expert(expert);
+  return key;
+}
+
+// A request of n_tokens tokens, token t routed to experts[t % size] alone.
+v1::ComputeLayerRequest RequestFor(const arch::Model& model, const std::string& fingerprint,
+                                   int layer, const std::vector<int>& experts, int n_tokens,
+                                   uint32_t seed) {
+  v1::ComputeLayerRequest request = RandomRequest(model, fingerprint, layer, n_tokens, 1, seed);
+  for (v1::Route& r : *request.mutable_routes()) r.set_expert(experts[r.token() % experts.size()]);
+  return request;
+}
+
+uint64_t RamBytesOf(const moe::ExpertWeights& w) { return ExpertBlob::SizeFor(LayoutOf(w)); }
+
+TEST_F(ExpertServiceTest, PrefetchHintsForUnknownExpertsAreIgnoredAndCounted) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  const arch::ModelConfig& config = m_.model->config();
+  std::vector<std::pair<int, int>> most;  // every expert but layer 0 expert 0
+  for (int l = 0; l < config.n_layer; ++l) {
+    for (int e = 0; e < config.n_expert; ++e) {
+      if (l != 0 || e != 0) most.emplace_back(l, e);
+    }
+  }
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, most, &ingest).ok());
+  v1::PrefetchRequest request;
+  *request.add_experts() = Key("00ff", 0, 1);                        // unknown model
+  *request.add_experts() = Key("../x", 0, 1);                        // malformed
+  *request.add_experts() = Key(m_.fingerprint, config.n_layer, 0);   // layer out of range
+  *request.add_experts() = Key(m_.fingerprint, 0, config.n_expert);  // expert out of range
+  *request.add_experts() = Key(m_.fingerprint, -1, 0);               // negative
+  *request.add_experts() = Key(m_.fingerprint, 0, 0);                // not stored
+  v1::PrefetchReply reply;
+  {
+    auto context = MakeContext();
+    grpc::Status s = stub->Prefetch(context.get(), request, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(reply.accepted(), 1);  // only the not-stored one reaches the I/O pool
+  // The same hints riding on a ComputeLayer change nothing about its result.
+  v1::ComputeLayerRequest compute = Valid(1);
+  *compute.mutable_prefetch() = request.experts();
+  v1::ComputeLayerReply compute_reply;
+  ASSERT_TRUE(Compute(stub.get(), compute, &compute_reply).ok());
+  ExpectBitwiseEqual(compute_reply, LocalOutputs(*m_.model, compute), compute.routes_size(),
+                     config.n_embd);
+  v1::NodeStatsReply stats;
+  for (int i = 0; i < 500; ++i) {  // the not-stored ones are checked on the I/O pool
+    stats = GetStats(stub.get());
+    if (stats.prefetch_ignored() >= 12) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(stats.prefetch_hints(), 12u);
+  EXPECT_EQ(stats.prefetch_ignored(), 12u);
+  EXPECT_EQ(stats.prefetch_loaded(), 0u);
+  EXPECT_EQ(stats.prefetch_dropped(), 0u);
+  EXPECT_FALSE(node->ram_tier()->Contains(ExpertId{m_.fingerprint, 0, 0}));
+}
+
+TEST_F(ExpertServiceTest, DuplicateHintsCoalesceIntoOneDiskRead) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+  v1::PrefetchRequest request;
+  for (int i = 0; i < 10; ++i) *request.add_experts() = Key(m_.fingerprint, 1, 2);
+  v1::PrefetchReply reply;
+  {
+    auto context = MakeContext();
+    ASSERT_TRUE(stub->Prefetch(context.get(), request, &reply).ok());
+  }
+  EXPECT_EQ(reply.accepted(), 1);
+  // And once more while (or after) it loads, piggybacked on a ComputeLayer.
+  v1::ComputeLayerRequest compute = RequestFor(*m_.model, m_.fingerprint, 0, {0}, 2, 5);
+  for (int i = 0; i < 5; ++i) *compute.add_prefetch() = Key(m_.fingerprint, 1, 2);
+  v1::ComputeLayerReply compute_reply;
+  ASSERT_TRUE(Compute(stub.get(), compute, &compute_reply).ok());
+  const ExpertId id{m_.fingerprint, 1, 2};
+  for (int i = 0; i < 500 && !node->ram_tier()->Contains(id); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(node->ram_tier()->Contains(id));
+  const v1::NodeStatsReply stats = GetStats(stub.get());
+  const uint64_t expert_bytes = m_.model->experts()[1][2].bytes();
+  const uint64_t compute_bytes = m_.model->experts()[0][0].bytes();
+  EXPECT_EQ(stats.disk_bytes_read(), expert_bytes + compute_bytes);
+  EXPECT_EQ(stats.prefetch_hints(), 15u);
+  EXPECT_EQ(stats.prefetch_issued(), 1u);
+  EXPECT_EQ(stats.prefetch_loaded(), 1u);
+  EXPECT_EQ(stats.prefetch_coalesced() + stats.prefetch_resident(), 14u);
+  // The first use is a RAM hit and counts the prefetch as used.
+  const v1::ComputeLayerRequest use = RequestFor(*m_.model, m_.fingerprint, 1, {2}, 3, 6);
+  ASSERT_TRUE(Compute(stub.get(), use, &compute_reply).ok());
+  EXPECT_EQ(compute_reply.ram_misses(), 0);
+  EXPECT_EQ(GetStats(stub.get()).prefetch_used(), 1u);
+}
+
+// The same ComputeLayer sequence, with and without next-layer hints, on a
+// RAM tier that holds only three experts (so prefetches evict, are dropped or
+// protected): the outputs are bitwise identical.
+TEST_F(ExpertServiceTest, PrefetchNeverChangesOutputs) {
+  const arch::ModelConfig& config = m_.model->config();
+  const uint64_t budget = 3 * RamBytesOf(m_.model->experts()[0][0]);
+  std::vector<std::string> outputs[2];
+  for (const bool hints : {false, true}) {
+    TempDir dir;
+    auto node = StartNode(dir.path(), "", budget);
+    ASSERT_NE(node, nullptr);
+    auto stub = ConnectTo(node->address());
+    v1::IngestReply ingest;
+    ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+    uint32_t seed = 7;
+    for (int round = 0; round < 4; ++round) {
+      for (int layer = 0; layer < config.n_layer; ++layer) {
+        v1::ComputeLayerRequest request = RandomRequest(*m_.model, m_.fingerprint, layer, 3,
+                                                        config.n_expert_used, seed++);
+        if (hints) {
+          for (int e = 0; e < config.n_expert; e += 2) {
+            *request.add_prefetch() = Key(m_.fingerprint, (layer + 1) % config.n_layer, e);
+          }
+        }
+        v1::ComputeLayerReply reply;
+        ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+        outputs[hints].push_back(reply.outputs().data());
+      }
+    }
+    const v1::NodeStatsReply stats = GetStats(stub.get());
+    EXPECT_LE(stats.ram_peak_used_bytes(), budget);
+    EXPECT_EQ(stats.prefetch_hints() > 0, hints);
+  }
+  ASSERT_EQ(outputs[0].size(), outputs[1].size());
+  for (size_t i = 0; i < outputs[0].size(); ++i) {
+    EXPECT_TRUE(outputs[0][i] == outputs[1][i]) << "request " << i;
+  }
+}
+
+TEST_F(ExpertServiceTest, HotExpertsArePinnedAfterRestartAndOtherFingerprintsIgnored) {
+  const moe::ExpertWeights& w = m_.model->experts()[0][1];
+  const uint64_t size = RamBytesOf(w);
+  const std::string other = "0123456789abcdef";  // a model this node holds nothing of
+  {
+    auto node = StartNode(dir_.path());
+    ASSERT_NE(node, nullptr);
+    auto stub = ConnectTo(node->address());
+    v1::IngestReply ingest;
+    ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+    for (int i = 0; i < 5; ++i) {
+      v1::ComputeLayerReply reply;
+      ASSERT_TRUE(
+          Compute(stub.get(), RequestFor(*m_.model, m_.fingerprint, 0, {1, 2}, 4, i), &reply)
+              .ok());
+    }
+    v1::ComputeLayerReply reply;
+    ASSERT_TRUE(
+        Compute(stub.get(), RequestFor(*m_.model, m_.fingerprint, 1, {3}, 2, 9), &reply).ok());
+    // Hotter than anything real, but of another model: must be ignored.
+    for (int i = 0; i < 100; ++i) node->usage_counts()->Record(ExpertId{other, 0, 1});
+  }
+  // Room for two experts: the two hot ones, not the one used once.
+  auto node = StartNode(dir_.path(), "", 64 << 20, 2 * size);
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  const v1::NodeStatsReply stats = GetStats(stub.get());
+  EXPECT_EQ(stats.pinned_experts(), 2u);
+  EXPECT_EQ(stats.pinned_bytes(), 2 * size);
+  EXPECT_EQ(stats.ram_used_bytes(), 2 * size);
+  EXPECT_TRUE(node->ram_tier()->Contains(ExpertId{m_.fingerprint, 0, 1}));
+  EXPECT_TRUE(node->ram_tier()->Contains(ExpertId{m_.fingerprint, 0, 2}));
+  EXPECT_FALSE(node->ram_tier()->Contains(ExpertId{m_.fingerprint, 1, 3}));
+  const v1::ComputeLayerRequest request = RequestFor(*m_.model, m_.fingerprint, 0, {1, 2}, 4, 77);
+  v1::ComputeLayerReply reply;
+  ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+  EXPECT_EQ(reply.ram_misses(), 0);
+  EXPECT_EQ(reply.ram_hits(), 2);
+  ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
+                     m_.model->config().n_embd);
+}
+
+TEST_F(ExpertServiceTest, PinBudgetAboveRamBudgetIsRefused) {
+  NodeServer::Options options;
+  options.store.data_dir = dir_.path();
+  options.ram.budget_bytes = 1 << 20;
+  options.pin_budget_bytes = (1 << 20) + 1;
+  EXPECT_EQ(NodeServer::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,9 +1,14 @@
 #include "expert_node/ram_tier.h"
 
+#include <atomic>
+#include <cstring>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "tests/expert_node/expert_test_util.h"
 
@@ -31,12 +36,21 @@ class FakeDisk {
     const SyntheticExpert x = MakeExpert(16, n_ff_step_ * (1 + e % 3), e);
     return ExpertBlob::Copy(x.layout, x.gate, x.up, x.down)->size_bytes();
   }
-  int loads() const { return loads_; }
+  int loads() const { return loads_.load(); }
 
  private:
   const int64_t n_ff_step_;
-  int loads_ = 0;
+  std::atomic<int> loads_{0};
 };
+
+RamTier::Options TierOptions(uint64_t budget, absl::Duration protection = absl::ZeroDuration(),
+                             absl::Duration victim_min_idle = absl::ZeroDuration()) {
+  RamTier::Options options;
+  options.budget_bytes = budget;
+  options.prefetch_protection = protection;
+  options.prefetch_victim_min_idle = victim_min_idle;
+  return options;
+}
 
 ExpertId Id(int e) { return ExpertId{"fp", 0, e}; }
 
@@ -155,7 +169,7 @@ TEST(RamTierTest, BudgetNeverExceededUnderRandomWorkload) {
 TEST(RamTierTest, PrefetchUsedAndWastedAreCounted) {
   FakeDisk disk(16);
   const uint64_t size = disk.BlobBytes(0);
-  RamTier tier(RamTier::Options{2 * size}, disk.loader());
+  RamTier tier(TierOptions(2 * size), disk.loader());
   ASSERT_TRUE(tier.Prefetch(Id(0)).ok());
   ASSERT_TRUE(tier.Prefetch(Id(3)).ok());
   ASSERT_TRUE(tier.Acquire(Id(0)).ok());  // used
@@ -165,6 +179,179 @@ TEST(RamTierTest, PrefetchUsedAndWastedAreCounted) {
   EXPECT_EQ(c.prefetch_used, 1u);
   EXPECT_EQ(c.prefetch_wasted, 1u);
   EXPECT_EQ(disk.loads(), 3);
+}
+
+TEST(RamTierTest, ProtectionWindowKeepsAPrefetchedExpertWhenOtherVictimsExist) {
+  for (const bool protect : {true, false}) {
+    SCOPED_TRACE(protect ? "protected" : "unprotected");
+    FakeDisk disk(16);
+    const uint64_t size = disk.BlobBytes(0);  // experts 0, 3, 6, 9: same size
+    RamTier tier(
+        TierOptions(3 * size, protect ? absl::InfiniteDuration() : absl::ZeroDuration()),
+        disk.loader());
+    ASSERT_TRUE(tier.Prefetch(Id(0)).ok());  // the least recently used from here on
+    ASSERT_TRUE(tier.Acquire(Id(3)).ok());
+    ASSERT_TRUE(tier.Acquire(Id(6)).ok());
+    ASSERT_TRUE(tier.Acquire(Id(9)).ok());  // must evict one
+    EXPECT_EQ(tier.Contains(Id(0)), protect);
+    EXPECT_EQ(tier.Contains(Id(3)), !protect);
+    EXPECT_EQ(tier.counters().prefetch_wasted, protect ? 0u : 1u);
+    EXPECT_LE(tier.used_bytes(), tier.budget_bytes());
+  }
+}
+
+TEST(RamTierTest, DemandLoadWithOnlyProtectedVictimsIsServedUncached) {
+  FakeDisk disk(16);
+  const uint64_t size = disk.BlobBytes(0);
+  RamTier tier(TierOptions(2 * size, absl::InfiniteDuration()), disk.loader());
+  ASSERT_TRUE(tier.Prefetch(Id(0)).ok());
+  ASSERT_TRUE(tier.Prefetch(Id(3)).ok());
+  auto h = tier.Acquire(Id(6));
+  ASSERT_TRUE(h.ok());
+  EXPECT_FALSE(h->cached());
+  EXPECT_TRUE(tier.Contains(Id(0)) && tier.Contains(Id(3)));
+  EXPECT_EQ(tier.counters().peak_used_bytes, 2 * size);
+}
+
+TEST(RamTierTest, PrefetchDoesNotEvictRecentlyUsedExperts) {
+  for (const bool recent_protected : {true, false}) {
+    SCOPED_TRACE(recent_protected ? "min idle infinite" : "min idle 0");
+    FakeDisk disk(16);
+    const uint64_t size = disk.BlobBytes(0);
+    RamTier tier(TierOptions(2 * size, absl::ZeroDuration(),
+                             recent_protected ? absl::InfiniteDuration() : absl::ZeroDuration()),
+                 disk.loader());
+    ASSERT_TRUE(tier.Acquire(Id(0)).ok());
+    ASSERT_TRUE(tier.Acquire(Id(3)).ok());
+    const absl::Status s = tier.Prefetch(Id(6), size);
+    EXPECT_EQ(s.ok(), !recent_protected) << s;
+    // Dropped before reading the disk.
+    EXPECT_EQ(disk.loads(), recent_protected ? 2 : 3);
+    EXPECT_EQ(tier.counters().prefetch_no_room, recent_protected ? 1u : 0u);
+    EXPECT_EQ(tier.Contains(Id(0)), recent_protected);
+    EXPECT_TRUE(tier.Contains(Id(3)));
+  }
+}
+
+TEST(RamTierTest, ResidentPinsAreNeverEvictedAndCountWithinTheBudget) {
+  FakeDisk disk(16);
+  const uint64_t size = disk.BlobBytes(0);
+  RamTier tier(TierOptions(2 * size), disk.loader());
+  ASSERT_TRUE(tier.PinResident(Id(0)).ok());
+  ASSERT_TRUE(tier.PinResident(Id(0)).ok());  // idempotent
+  for (int e : {3, 6, 9, 3, 6}) ASSERT_TRUE(tier.Acquire(Id(e)).ok());
+  EXPECT_TRUE(tier.Contains(Id(0)));
+  RamTier::Counters c = tier.counters();
+  EXPECT_EQ(c.pinned_experts, 1u);
+  EXPECT_EQ(c.pinned_bytes, size);
+  EXPECT_LE(c.peak_used_bytes, 2 * size);
+  ASSERT_TRUE(tier.PinResident(Id(3)).ok());
+  EXPECT_EQ(tier.PinResident(Id(6)).code(), absl::StatusCode::kResourceExhausted);
+  auto h = tier.Acquire(Id(9));  // no evictable room left
+  ASSERT_TRUE(h.ok());
+  EXPECT_FALSE(h->cached());
+  EXPECT_TRUE(tier.Contains(Id(0)) && tier.Contains(Id(3)));
+  EXPECT_EQ(tier.PinResident(Id(-1)).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RamTierTest, LoadsInFlightAreSharedByPrefetchesAndMisses) {
+  FakeDisk disk(16);
+  absl::Notification started, release;
+  std::atomic<int> loads{0};
+  RamTier::Loader inner = disk.loader();
+  RamTier tier(TierOptions(1 << 20), [&](const ExpertId& id) {
+    ++loads;
+    started.Notify();
+    release.WaitForNotification();
+    return inner(id);
+  });
+  std::thread prefetcher([&] { EXPECT_TRUE(tier.Prefetch(Id(7)).ok()); });
+  started.WaitForNotification();
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(tier.Prefetch(Id(7)).ok());  // coalesced
+  std::vector<std::thread> readers;
+  std::vector<std::vector<uint8_t>> bytes(3);
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&, r] {
+      auto h = tier.Acquire(Id(7));
+      ASSERT_TRUE(h.ok());
+      const auto& w = h->weights();
+      bytes[r].assign(w.gate.data, w.gate.data + w.gate.rows * w.gate.row_bytes);
+    });
+  }
+  while (tier.counters().load_waits < 3) std::this_thread::yield();
+  release.Notify();
+  prefetcher.join();
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(loads.load(), 1);
+  const RamTier::Counters c = tier.counters();
+  EXPECT_EQ(c.prefetch_coalesced, 5u);
+  EXPECT_EQ(c.misses, 3u);
+  EXPECT_EQ(c.load_waits, 3u);
+  EXPECT_EQ(c.prefetch_used, 1u);
+  EXPECT_EQ(c.prefetch_loaded, 1u);
+  EXPECT_EQ(c.prefetch_wasted, 0u);
+  EXPECT_TRUE(tier.Contains(Id(7)));
+  const SyntheticExpert expected = MakeExpert(16, 16 * (1 + 7 % 3), 7);
+  for (const auto& b : bytes) EXPECT_EQ(b, expected.gate);
+}
+
+// Many threads acquire, hold and prefetch random experts (more than fit):
+// resident bytes never exceed the budget, at any instant, and every handle
+// sees its own expert's bytes.
+TEST(RamTierTest, BudgetNeverExceededUnderConcurrentEvictionWorkload) {
+  constexpr int kExperts = 30;
+  FakeDisk disk(16);
+  std::vector<SyntheticExpert> expected;
+  for (int e = 0; e < kExperts; ++e) expected.push_back(MakeExpert(16, 16 * (1 + e % 3), e));
+  const uint64_t budget = disk.BlobBytes(0) * 4 + disk.BlobBytes(2) * 2 + 100;
+  RamTier tier(TierOptions(budget, absl::Microseconds(200)), disk.loader());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> max_seen{0};
+  std::thread watcher([&] {
+    while (!stop.load()) {
+      const uint64_t used = tier.used_bytes();
+      uint64_t prev = max_seen.load();
+      while (used > prev && !max_seen.compare_exchange_weak(prev, used)) {
+      }
+    }
+  });
+  std::vector<std::thread> workers;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 6; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      std::vector<std::pair<int, PinnedExpert>> held;
+      for (int step = 0; step < 1500; ++step) {
+        const int e = static_cast<int>(rng() % kExperts);
+        if (rng() % 3 == 0) {
+          (void)tier.Prefetch(Id(e), rng() % 2 == 0 ? disk.BlobBytes(e) : 0);
+          continue;
+        }
+        auto h = tier.Acquire(Id(e));
+        if (!h.ok()) {
+          ++mismatches;
+          continue;
+        }
+        const moe::ExpertWeights& w = h->weights();
+        if (std::memcmp(w.down.data, expected[e].down.data(), expected[e].down.size()) != 0) {
+          ++mismatches;
+        }
+        held.emplace_back(e, std::move(*h));
+        if (held.size() > 2) held.erase(held.begin() + rng() % held.size());
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  stop = true;
+  watcher.join();
+  const RamTier::Counters c = tier.counters();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_LE(c.peak_used_bytes, budget);
+  EXPECT_LE(max_seen.load(), budget);
+  EXPECT_GT(c.evictions, 0u);
+  EXPECT_GT(c.hits, 0u);
+  EXPECT_GT(c.prefetch_loaded, 0u);
+  EXPECT_EQ(c.used_bytes, tier.used_bytes());
 }
 
 }  // namespace
