@@ -93,9 +93,15 @@ void LocalExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) 
     if (e < 0 || e >= static_cast<int>(in_layer.size())) continue;
     for (const ops::WeightMatrix* m : {&in_layer[e].gate, &in_layer[e].up, &in_layer[e].down}) {
       if (m->data == nullptr) continue;
-      // Advice only: whole pages around the matrix; a failure changes nothing.
+      // Advice only, and only for a matrix whose first page is not resident:
+      // advising resident pages costs a page-cache walk for nothing.
       const uintptr_t begin = reinterpret_cast<uintptr_t>(m->data) / page_size_ * page_size_;
       const uintptr_t end = reinterpret_cast<uintptr_t>(m->data) + m->rows * m->row_bytes;
+      unsigned char resident = 0;
+      if (::mincore(reinterpret_cast<void*>(begin), page_size_, &resident) == 0 &&
+          (resident & 1) != 0) {
+        continue;
+      }
       ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
     }
   }
