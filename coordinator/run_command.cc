@@ -70,12 +70,13 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
-// One line per predicted depth: the totals, then decode only.
+// One line per depth that predicted a layer: the totals, then decode only.
 void PrintPrediction(const arch::SessionStats& s, const arch::SessionStats& at_prompt_done,
                      int depth, std::ostream& err) {
   for (int d = 1; d <= depth; ++d) {
     const arch::PredictorStats& all = s.predictor[d - 1];
     const arch::PredictorStats& p = at_prompt_done.predictor[d - 1];
+    if (all.layers == 0) continue;
     arch::PredictorStats decode;
     decode.layers = all.layers - p.layers;
     decode.routed = all.routed - p.routed;
