@@ -141,7 +141,7 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
     }
     calls_[node_slot_[node]]->routes.push_back(route);
   }
-  if (send_hints) SendHints(healthy);
+  if (send_hints) SendHints(placement, healthy);
 
   const int64_t n_embd = batch_.n_embd;
   token_slot_.assign(batch_.n_tokens, -1);
@@ -275,9 +275,8 @@ void RemoteExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts)
   for (int32_t e : experts) hints_.emplace_back(layer, e);
 }
 
-void RemoteExpertBackend::SendHints(const std::vector<bool>& healthy) {
+void RemoteExpertBackend::SendHints(const Placement& placement, const std::vector<bool>& healthy) {
   if (hints_.empty()) return;
-  const Placement& placement = cluster_->placement();
   const int n_nodes = cluster_->n_nodes();
   std::vector<std::unique_ptr<v1::PrefetchRequest>> separate(n_nodes);
   int64_t riding = 0;

@@ -90,7 +90,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   // Adds the stashed hints to the requests of the calls just grouped
   // (node_slot_ maps nodes to them) or to one Prefetch call per other owner,
   // and empties the stash. Called before those requests are posted.
-  void SendHints(const std::vector<bool>& healthy);
+  void SendHints(const Placement& placement, const std::vector<bool>& healthy);
   absl::Status Scatter(const Call& call);
 
   Cluster* const cluster_;

@@ -143,7 +143,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   session_options.n_ctx = options.ctx_size;
   session_options.n_batch = options.batch_size;
   session_options.path = options.path;
-  session_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
+  session_options.prefetch.depth = options.prefetch_depth >= 0     ? options.prefetch_depth
                                    : options.cluster.nodes.empty() ? 0
                                                                    : 1;
   session_options.prefetch.count = options.prefetch_count;

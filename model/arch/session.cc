@@ -35,8 +35,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
         absl::StrCat("prefetch depth ", p.depth, " is not 0, 1 or 2"));
   }
   if (p.count < 0 || p.count > c.n_expert) {
-    return absl::InvalidArgumentError(absl::StrCat("prefetch count ", p.count,
-                                                   " is outside [0, ", c.n_expert, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefetch count ", p.count, " is outside [0, ", c.n_expert, "]"));
   }
   if (p.max_union < 0) return absl::InvalidArgumentError("prefetch max_union must be >= 0");
   return std::unique_ptr<Session>(new Session(model, experts, pool, options, n_ctx));
@@ -50,12 +50,12 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
       pool_(pool),
       options_(options),
       n_ctx_(n_ctx),
-      prefetch_count_(options.prefetch.depth == 0 ? 0
+      prefetch_count_(options.prefetch.depth == 0  ? 0
                       : options.prefetch.count > 0 ? options.prefetch.count
                                                    : model.config().n_expert_used),
-      prefetch_max_union_(std::min(
-          model.config().n_expert,
-          options.prefetch.max_union > 0 ? options.prefetch.max_union : 4 * prefetch_count_)) {
+      prefetch_max_union_(std::min(model.config().n_expert, options.prefetch.max_union > 0
+                                                                ? options.prefetch.max_union
+                                                                : 4 * prefetch_count_)) {
   const int64_t B = std::min(options.n_batch, n_ctx);
   const ModelConfig& c = c_;
   k_cache_.assign(static_cast<size_t>(c.n_layer) * n_ctx * c.kv_dim(), 0.0f);

@@ -72,9 +72,7 @@ struct PredictorStats {
   int64_t hits = 0;
   // hits / routed and hits / predicted; 0 when nothing was counted.
   double recall() const { return routed > 0 ? static_cast<double>(hits) / routed : 0.0; }
-  double precision() const {
-    return predicted > 0 ? static_cast<double>(hits) / predicted : 0.0;
-  }
+  double precision() const { return predicted > 0 ? static_cast<double>(hits) / predicted : 0.0; }
 };
 
 // Timing and work counters, cumulative since creation or ResetStats().

@@ -408,8 +408,8 @@ TEST_F(RemoteExpertBackendTest, HintsRideOnInvolvedNodesAndGoSeparatelyToTheOthe
 
   RemoteBackendStats stats;
   {
-    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                               ops::NumericPath::kFast, &pool_);
+    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                               &pool_);
     remote.Prefetch(1, hints);
     const int32_t stale = 3;
     remote.Prefetch(0, {&stale, 1});  // for the layer being submitted: dropped
@@ -466,8 +466,8 @@ TEST_F(RemoteExpertBackendTest, AtMostOnePrefetchCallPerNodeIsOutstanding) {
   nodes_[other]->set_hold_prefetch(true);
   RemoteBackendStats stats;
   {
-    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                               ops::NumericPath::kFast, &pool_);
+    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                               &pool_);
     std::vector<float> out(b.n_tokens * b.k * kEmbd);
     // The first call stays outstanding; Submit and Wait do not wait for it.
     for (int i = 0; i < 3; ++i) {

@@ -67,7 +67,8 @@ TEST(SessionPrefetchTest, LogitsAreBitwiseTheSameWithPredictionOnAndOff) {
     two.max_union = 3;
     for (ops::NumericPath path : {ops::NumericPath::kExact, ops::NumericPath::kFast}) {
       for (const char* prompt : {"english", "long"}) {
-        SCOPED_TRACE(name + " " + std::string(prompt) + (path == ops::NumericPath::kExact ? " exact" : " fast"));
+        SCOPED_TRACE(name + " " + std::string(prompt) +
+                     (path == ops::NumericPath::kExact ? " exact" : " fast"));
         const testing::GoldenCase c = LoadCase(name, prompt);
         const std::vector<float> off = RunLogits(**model, c, path, {}, &pool);
         ASSERT_FALSE(off.empty());
