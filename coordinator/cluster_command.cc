@@ -129,6 +129,10 @@ void ClusterExperts::PrintStats(std::ostream& err) const {
       "fallback_routes=%d\n",
       s.layers - p.layers, s.round_trips - p.round_trips, s.involved_nodes - p.involved_nodes,
       s.failovers - p.failovers, s.fallback_routes - p.fallback_routes);
+  if (s.hints_riding + s.hints_separate + s.hints_dropped > 0) {
+    err << absl::StrFormat("prefetch hints: riding=%d separate=%d dropped=%d prefetch_calls=%d\n",
+                           s.hints_riding, s.hints_separate, s.hints_dropped, s.prefetch_calls);
+  }
 }
 
 absl::Status RunPlan(const PlanOptions& options, std::ostream& out) {

@@ -75,7 +75,8 @@ class ClusterExperts {
   // Marks the end of prompt processing: later figures print as "decode".
   void MarkPromptDone() { at_prompt_done_ = backend_->stats(); }
   // One line per node (requests, failures, failovers, bytes, wait, health),
-  // then the backend totals and the decode-only totals, to `err`.
+  // then the backend totals and the decode-only totals, then the prefetch
+  // hints when any were given, to `err`.
   void PrintStats(std::ostream& err) const;
 
  private:

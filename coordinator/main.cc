@@ -66,6 +66,12 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
   cmd->add_flag("--all-logits", o->all_logits, "with --logits-out: a row per prompt position");
   cmd->add_flag("--print-token-ids", o->print_token_ids,
                 "print the generated ids on one line instead of the text");
+  cmd->add_option("--prefetch-depth", o->prefetch_depth,
+                  "layers ahead to predict experts for, 0-2 (default: 1 with --nodes, 0 without)")
+      ->check(CLI::Range(0, 2));
+  cmd->add_option("--prefetch-count", o->prefetch_count,
+                  "experts predicted per token (0: the model's top-k)")
+      ->capture_default_str();
 }
 
 // --nodes and the options every cluster command shares.

@@ -66,11 +66,18 @@ RemoteExpertBackend::RemoteExpertBackend(
       n_expert_(n_expert),
       path_(path),
       fallback_(n_expert, path, pool) {
-  for (int i = 0; i < cluster_->n_nodes(); ++i) workers_.push_back(std::make_unique<Worker>());
+  for (int i = 0; i < cluster_->n_nodes(); ++i) {
+    workers_.push_back(std::make_unique<Worker>());
+    prefetch_workers_.push_back(std::make_unique<Worker>());
+  }
+  absl::MutexLock lock(&mu_);
+  prefetch_outstanding_.assign(cluster_->n_nodes(), false);
 }
 
 RemoteExpertBackend::~RemoteExpertBackend() {
-  workers_.clear();  // drains queued calls before the members they use go
+  // Drains queued calls before the members they use go.
+  prefetch_workers_.clear();
+  workers_.clear();
 }
 
 RemoteBackendStats RemoteExpertBackend::stats() const {
@@ -104,13 +111,13 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
   }
   std::vector<int64_t> routes(n_routes);
   for (int64_t i = 0; i < n_routes; ++i) routes[i] = i;
-  Dispatch(routes);
+  Dispatch(routes, /*send_hints=*/true);
   absl::MutexLock lock(&mu_);
   ++stats_.layers;
   stats_.involved_nodes += static_cast<int64_t>(calls_.size());
 }
 
-void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes) {
+void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send_hints) {
   const Placement& placement = *placement_;
   const int replicas = placement.replicas();
   const int n_nodes = cluster_->n_nodes();
@@ -135,6 +142,7 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes) {
     }
     calls_[node_slot_[node]]->routes.push_back(route);
   }
+  if (send_hints) SendHints(placement, healthy);
 
   const int64_t n_embd = batch_.n_embd;
   token_slot_.assign(batch_.n_tokens, -1);
@@ -239,7 +247,7 @@ absl::Status RemoteExpertBackend::Wait() {
       retry.insert(retry.end(), call.routes.begin(), call.routes.end());
     }
     first = end;
-    if (!retry.empty()) Dispatch(retry);
+    if (!retry.empty()) Dispatch(retry, /*send_hints=*/false);
   }
 
   int64_t n_fallback = 0;
@@ -265,29 +273,75 @@ absl::Status RemoteExpertBackend::Wait() {
 }
 
 void RemoteExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) {
-  const Placement& placement = cluster_->placement();
-  if (layer < 0 || layer >= placement.n_layer()) return;
-  std::vector<std::unique_ptr<v1::PrefetchRequest>> requests(cluster_->n_nodes());
-  for (int32_t e : experts) {
-    if (e < 0 || e >= placement.n_expert(layer)) continue;
-    for (int node : placement.Owners(layer, e)) {
-      if (!cluster_->healthy(node)) continue;
-      if (requests[node] == nullptr) requests[node] = std::make_unique<v1::PrefetchRequest>();
-      v1::ExpertKey* key = requests[node]->add_experts();
-      key->set_model_fingerprint(cluster_->fingerprint());
-      key->set_layer(layer);
-      key->set_expert(e);
-      break;
+  for (int32_t e : experts) hints_.emplace_back(layer, e);
+}
+
+void RemoteExpertBackend::SendHints(const Placement& placement, const std::vector<bool>& healthy) {
+  if (hints_.empty()) return;
+  const int n_nodes = cluster_->n_nodes();
+  std::vector<std::unique_ptr<v1::PrefetchRequest>> separate(n_nodes);
+  int64_t riding = 0;
+  int64_t dropped = 0;
+  for (const auto& [layer, e] : hints_) {
+    if (layer <= batch_.layer || layer >= placement.n_layer() || e < 0 ||
+        e >= placement.n_expert(layer)) {
+      ++dropped;
+      continue;
     }
+    int owner = -1;
+    for (int node : placement.Owners(layer, e)) {
+      if (healthy[node]) {
+        owner = node;
+        break;
+      }
+    }
+    if (owner < 0) {
+      ++dropped;
+      continue;
+    }
+    v1::ExpertKey* key = nullptr;
+    const int slot = node_slot_[owner];
+    if (slot >= 0) {
+      key = calls_[slot]->request.add_prefetch();
+      ++riding;
+    } else {
+      if (separate[owner] == nullptr) separate[owner] = std::make_unique<v1::PrefetchRequest>();
+      key = separate[owner]->add_experts();
+    }
+    key->set_model_fingerprint(cluster_->fingerprint());
+    key->set_layer(layer);
+    key->set_expert(e);
   }
-  for (int node = 0; node < cluster_->n_nodes(); ++node) {
-    if (requests[node] == nullptr) continue;
-    std::shared_ptr<v1::PrefetchRequest> request(std::move(requests[node]));
+  hints_.clear();
+
+  int64_t sent = 0;
+  int64_t calls = 0;
+  for (int node = 0; node < n_nodes; ++node) {
+    if (separate[node] == nullptr) continue;
+    const int64_t n_keys = separate[node]->experts_size();
+    {
+      absl::MutexLock lock(&mu_);
+      if (prefetch_outstanding_[node]) {
+        dropped += n_keys;
+        continue;
+      }
+      prefetch_outstanding_[node] = true;
+    }
+    sent += n_keys;
+    ++calls;
+    std::shared_ptr<v1::PrefetchRequest> request(std::move(separate[node]));
     // Advice: a failure is ignored here and shows up on the next real call.
-    workers_[node]->Post([this, node, request] {
+    prefetch_workers_[node]->Post([this, node, request] {
       cluster_->client(node)->Prefetch(*request).status().IgnoreError();
+      absl::MutexLock lock(&mu_);
+      prefetch_outstanding_[node] = false;
     });
   }
+  absl::MutexLock lock(&mu_);
+  stats_.hints_riding += riding;
+  stats_.hints_separate += sent;
+  stats_.hints_dropped += dropped;
+  stats_.prefetch_calls += calls;
 }
 
 }  // namespace colibri::coordinator

@@ -11,6 +11,16 @@
 // (ExpertGroupRunner), so a generation completes, bit for bit the same: every
 // expert output depends only on its token's row, the weights and the path.
 //
+// Prefetch hints (moe::ExpertBackend::Prefetch) are stashed and sent with the
+// next Submit, each to its expert's first healthy replica: riding on that
+// node's ComputeLayer request when the node is involved in the submitted layer,
+// otherwise in one separate Prefetch call per node. Separate calls go out on a
+// thread per node and are never waited for; a node has at most one outstanding,
+// and hints for a node whose call is still outstanding are dropped. Hints for a
+// layer not after the submitted one are stale and dropped too. Hints given
+// without a following Submit (after the last layer) wait for the next Submit,
+// which drops them as stale. Hints never change results.
+//
 // Thread-safety: one forward pass at a time (moe::ExpertBackend's contract).
 // Several backends may share one Cluster.
 #ifndef COLIBRI_COORDINATOR_REMOTE_EXPERT_BACKEND_H_
@@ -19,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +48,11 @@ struct RemoteBackendStats {
   int64_t involved_nodes = 0;   // Σ over layers of nodes the first dispatch involved
   int64_t fallback_routes = 0;  // routes computed locally
   int64_t failovers = 0;        // calls re-sent to a replica
+  // Prefetch hints (one per layer and expert) by how they went.
+  int64_t hints_riding = 0;    // added to a ComputeLayer request
+  int64_t hints_separate = 0;  // sent in a separate Prefetch call
+  int64_t hints_dropped = 0;   // stale, no healthy owner, or the owner's call outstanding
+  int64_t prefetch_calls = 0;  // separate Prefetch calls made
 };
 
 class RemoteExpertBackend : public moe::ExpertBackend {
@@ -68,8 +84,13 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   };
 
   // Groups `routes` by each expert's current replica (attempt_) and sends the
-  // calls; routes without a healthy replica go to fallback_experts_.
-  void Dispatch(const std::vector<int64_t>& routes);
+  // calls; routes without a healthy replica go to fallback_experts_. With
+  // send_hints, the stashed hints go out with these calls (SendHints).
+  void Dispatch(const std::vector<int64_t>& routes, bool send_hints);
+  // Adds the stashed hints to the requests of the calls just grouped
+  // (node_slot_ maps nodes to them) or to one Prefetch call per other owner,
+  // and empties the stash. Called before those requests are posted.
+  void SendHints(const Placement& placement, const std::vector<bool>& healthy);
   absl::Status Scatter(const Call& call);
 
   Cluster* const cluster_;
@@ -79,7 +100,8 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   const int n_expert_;
   const ops::NumericPath path_;
   moe::ExpertGroupRunner fallback_;
-  std::vector<std::unique_ptr<Worker>> workers_;  // [n_nodes]
+  std::vector<std::unique_ptr<Worker>> workers_;           // [n_nodes]
+  std::vector<std::unique_ptr<Worker>> prefetch_workers_;  // [n_nodes]: Prefetch calls
 
   // The batch in progress (between Submit and Wait; touched by the caller only).
   moe::ExpertBatch batch_;
@@ -90,9 +112,12 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   std::vector<std::unique_ptr<Call>> calls_;
   std::vector<int> node_slot_;       // [n_nodes] scratch: call index or -1
   std::vector<int32_t> token_slot_;  // [n_tokens] scratch: row in a request or -1
+  // Stashed hints (layer, expert), touched by the caller only.
+  std::vector<std::pair<int, int32_t>> hints_;
 
   mutable absl::Mutex mu_;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<bool> prefetch_outstanding_ ABSL_GUARDED_BY(mu_);  // [n_nodes]
   RemoteBackendStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -70,6 +70,27 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
+// One line per depth that predicted a layer: the totals, then decode only.
+void PrintPrediction(const arch::SessionStats& s, const arch::SessionStats& at_prompt_done,
+                     int depth, std::ostream& err) {
+  for (int d = 1; d <= depth; ++d) {
+    const arch::PredictorStats& all = s.predictor[d - 1];
+    const arch::PredictorStats& p = at_prompt_done.predictor[d - 1];
+    if (all.layers == 0) continue;
+    arch::PredictorStats decode;
+    decode.layers = all.layers - p.layers;
+    decode.routed = all.routed - p.routed;
+    decode.predicted = all.predicted - p.predicted;
+    decode.hits = all.hits - p.hits;
+    err << absl::StrFormat(
+        "prediction L+%d: layers=%d routed=%d predicted=%d hits=%d recall=%.3f precision=%.3f; "
+        "decode: recall=%.3f precision=%.3f\n",
+        d, all.layers, all.routed, all.predicted, all.hits, all.recall(), all.precision(),
+        decode.recall(), decode.precision());
+  }
+  err << absl::StrFormat("prediction: %.3f s\n", s.predict_seconds);
+}
+
 }  // namespace
 
 absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostream& err) {
@@ -122,6 +143,10 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   session_options.n_ctx = options.ctx_size;
   session_options.n_batch = options.batch_size;
   session_options.path = options.path;
+  session_options.prefetch.depth = options.prefetch_depth >= 0     ? options.prefetch_depth
+                                   : options.cluster.nodes.empty() ? 0
+                                                                   : 1;
+  session_options.prefetch.count = options.prefetch_count;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Session> session,
                            arch::Session::Create(*model, backend, &pool, session_options));
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<sampling::Sampler> sampler,
@@ -143,6 +168,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   COLIBRI_RETURN_IF_ERROR(logits_out.Write(logits.data(), logits.size()));
   for (int32_t id : prompt) sampler->Accept(id);
   if (cluster != nullptr) cluster->MarkPromptDone();
+  const arch::SessionStats at_prompt_done = session->stats();
 
   const int64_t n_vocab = config.n_vocab;
   const float* last = logits.data() + (options.all_logits ? logits.size() - n_vocab : 0);
@@ -193,6 +219,9 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
     err << absl::StrFormat("generation: %zu tokens in %.3f s (%.1f tokens/s)\n",
                            generated.size(), gen_seconds,
                            generated.size() / std::max(gen_seconds, 1e-9));
+  }
+  if (session_options.prefetch.depth > 0) {
+    PrintPrediction(session->stats(), at_prompt_done, session_options.prefetch.depth, err);
   }
   if (cluster != nullptr) cluster->PrintStats(err);
   return absl::OkStatus();

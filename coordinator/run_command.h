@@ -43,6 +43,11 @@ struct RunOptions {
   // Print the generated ids on one line to stdout instead of the text.
   // Default: false.
   bool print_token_ids = false;
+  // Next-layer expert prediction (arch::PrefetchOptions): layers ahead, 0 to 2,
+  // or -1 for 1 with cluster.nodes and 0 without. Default: -1.
+  int prefetch_depth = -1;
+  // Experts predicted per token. Default: 0, meaning the model's top-k.
+  int prefetch_count = 0;
   // Expert nodes to run the routed experts on (cluster.nodes empty: this
   // process computes them). Default: none.
   ClusterCommandOptions cluster;

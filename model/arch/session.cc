@@ -29,6 +29,16 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
   if (n_ctx <= 0) return absl::InvalidArgumentError("context size must be > 0");
   if (options.n_batch <= 0) return absl::InvalidArgumentError("n_batch must be > 0");
   if (experts == nullptr) return absl::InvalidArgumentError("an expert backend is required");
+  const PrefetchOptions& p = options.prefetch;
+  if (p.depth < 0 || p.depth > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefetch depth ", p.depth, " is not 0, 1 or 2"));
+  }
+  if (p.count < 0 || p.count > c.n_expert) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefetch count ", p.count, " is outside [0, ", c.n_expert, "]"));
+  }
+  if (p.max_union < 0) return absl::InvalidArgumentError("prefetch max_union must be >= 0");
   return std::unique_ptr<Session>(new Session(model, experts, pool, options, n_ctx));
 }
 
@@ -39,7 +49,13 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
       experts_(experts),
       pool_(pool),
       options_(options),
-      n_ctx_(n_ctx) {
+      n_ctx_(n_ctx),
+      prefetch_count_(options.prefetch.depth == 0  ? 0
+                      : options.prefetch.count > 0 ? options.prefetch.count
+                                                   : model.config().n_expert_used),
+      prefetch_max_union_(std::min(model.config().n_expert, options.prefetch.max_union > 0
+                                                                ? options.prefetch.max_union
+                                                                : 4 * prefetch_count_)) {
   const int64_t B = std::min(options.n_batch, n_ctx);
   const ModelConfig& c = c_;
   k_cache_.assign(static_cast<size_t>(c.n_layer) * n_ctx * c.kv_dim(), 0.0f);
@@ -71,6 +87,16 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   if (c.shared_expert) shared_out_.resize(B * c.n_embd);
   const int n_threads = pool_ ? pool_->num_threads() : 1;
   scores_.resize(static_cast<size_t>(n_threads) * n_ctx);
+  if (options.prefetch.depth > 0) {
+    pred_xn_.resize(B * c.n_embd);
+    pred_router_.resize(B * c.n_expert);
+    pred_top_.resize(B * prefetch_count_);
+    pred_top_w_.resize(B * prefetch_count_);
+    pred_votes_.resize(c.n_expert);
+    pred_ids_.resize(c.n_expert);
+    predicted_.resize(static_cast<size_t>(options.prefetch.depth) * c.n_layer * c.n_expert);
+    routed_mask_.resize(c.n_expert);
+  }
 }
 
 void Session::Truncate(int n) { n_past_ = std::max(0, std::min(n, n_past_)); }
@@ -247,10 +273,12 @@ absl::Status Session::MoeBlock(int il, int n) {
   const LayerWeights& L = model_.layer(il);
   const int64_t d = c_.n_embd;
   const int k = c_.n_expert_used;
+  if (prefetch_count_ > 0) PredictExperts(il, n);
   ops::MatMul(L.router, xn_.data(), n, router_.data(), c_.n_expert, options_.path, pool_,
               &matmul_scratch_);
   moe::SelectExperts(router_.data(), n, c_.n_expert, k, c_.norm_topk, routes_.data(),
                      route_w_.data());
+  if (prefetch_count_ > 0) CountPrediction(il, n);
 
   moe::ExpertBatch batch;
   batch.layer = il;
@@ -295,6 +323,64 @@ absl::Status Session::MoeBlock(int il, int n) {
     AddInPlace(x, acc, d);
   }
   return absl::OkStatus();
+}
+
+void Session::PredictExperts(int il, int n) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t d = c_.n_embd;
+  const int n_expert = c_.n_expert;
+  const int count = prefetch_count_;
+  for (int depth = 1; depth <= options_.prefetch.depth; ++depth) {
+    const int target = il + depth;
+    if (target >= c_.n_layer) break;
+    const LayerWeights& T = model_.layer(target);
+    for (int i = 0; i < n; ++i) {
+      ops::RmsNorm(x_.data() + i * d, T.ffn_norm, c_.rms_eps, d, pred_xn_.data() + i * d);
+    }
+    ops::MatMul(T.router, pred_xn_.data(), n, pred_router_.data(), n_expert, options_.path, pool_,
+                &pred_scratch_);
+    // Softmax is monotonic, so the top `count` probabilities are the top logits;
+    // SelectExperts orders them as routing does (ties to the lower id).
+    moe::SelectExperts(pred_router_.data(), n, n_expert, count, false, pred_top_.data(),
+                       pred_top_w_.data());
+    std::fill(pred_votes_.begin(), pred_votes_.end(), 0);
+    for (int64_t i = 0; i < static_cast<int64_t>(n) * count; ++i) ++pred_votes_[pred_top_[i]];
+    int n_union = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      if (pred_votes_[e] > 0) pred_ids_[n_union++] = e;
+    }
+    // Most-voted first; std::sort on a total order does not allocate.
+    std::sort(pred_ids_.begin(), pred_ids_.begin() + n_union, [this](int32_t a, int32_t b) {
+      return pred_votes_[a] != pred_votes_[b] ? pred_votes_[a] > pred_votes_[b] : a < b;
+    });
+    const int n_hint = std::min(n_union, prefetch_max_union_);
+    uint8_t* mask =
+        predicted_.data() + (static_cast<size_t>(depth - 1) * c_.n_layer + target) * n_expert;
+    std::fill(mask, mask + n_expert, 0);
+    for (int j = 0; j < n_hint; ++j) mask[pred_ids_[j]] = 1;
+    experts_->Prefetch(target, absl::MakeConstSpan(pred_ids_.data(), n_hint));
+  }
+  stats_.predict_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Session::CountPrediction(int il, int n) {
+  const int n_expert = c_.n_expert;
+  std::fill(routed_mask_.begin(), routed_mask_.end(), 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(n) * c_.n_expert_used; ++i) {
+    routed_mask_[routes_[i]] = 1;
+  }
+  for (int depth = 1; depth <= options_.prefetch.depth && depth <= il; ++depth) {
+    const uint8_t* mask =
+        predicted_.data() + (static_cast<size_t>(depth - 1) * c_.n_layer + il) * n_expert;
+    PredictorStats& s = stats_.predictor[depth - 1];
+    ++s.layers;
+    for (int e = 0; e < n_expert; ++e) {
+      s.routed += routed_mask_[e];
+      s.predicted += mask[e];
+      s.hits += routed_mask_[e] & mask[e];
+    }
+  }
 }
 
 }  // namespace colibri::arch

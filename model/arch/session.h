@@ -8,6 +8,13 @@
 // After the first call of each batch size, Evaluate does not allocate: every
 // buffer is sized at creation for n_batch tokens and n_ctx positions.
 //
+// Next-layer prediction (SessionOptions::prefetch): once layer L's MoE input is
+// known, the session applies layer L+1's (and with depth 2 layer L+2's) FFN
+// norm and router to the same residual stream and hands the predicted experts
+// to ExpertBackend::Prefetch before submitting layer L. It works on its own
+// scratch and never changes a result: the tokens and logits are bitwise the
+// same with prediction on and off.
+//
 // Thread-safety: not thread-safe; one Evaluate at a time. The Model, backend and
 // pool are borrowed and must outlive the session.
 #ifndef COLIBRI_MODEL_ARCH_SESSION_H_
@@ -27,6 +34,22 @@
 
 namespace colibri::arch {
 
+// Next-layer expert prediction. Every family here routes by softmax top-k, so
+// the prediction is the top of layer L+d's router logits over the residual
+// stream at layer L's MoE input, normed with layer L+d's ffn_norm.
+struct PrefetchOptions {
+  // Layers ahead to predict: 0 off, 1 the next layer, 2 the next two.
+  // Default: 0.
+  int depth = 0;
+  // Experts predicted per token. Default: 0, meaning the model's n_expert_used.
+  int count = 0;
+  // Most experts hinted per layer and batch. Each token contributes its top
+  // `count`; when the union over the batch's tokens is larger (long prompt
+  // batches), the experts predicted by the most tokens are kept, ties to the
+  // lower id. Default: 0, meaning 4 * count.
+  int max_union = 0;
+};
+
 struct SessionOptions {
   // Positions the KV cache holds. Default: 0, meaning min(context_length, 4096).
   int n_ctx = 0;
@@ -34,6 +57,22 @@ struct SessionOptions {
   int n_batch = 512;
   // Numeric path of every matrix product. Default: kFast.
   ops::NumericPath path = ops::NumericPath::kFast;
+  // Next-layer expert prediction. Default: off.
+  PrefetchOptions prefetch;
+};
+
+// Accuracy of the expert prediction for one depth, summed over the layers that
+// were predicted (and the batches): per layer and batch, `routed` counts the
+// distinct experts the batch was routed to, `predicted` the distinct experts
+// hinted, `hits` those in both.
+struct PredictorStats {
+  int64_t layers = 0;
+  int64_t routed = 0;
+  int64_t predicted = 0;
+  int64_t hits = 0;
+  // hits / routed and hits / predicted; 0 when nothing was counted.
+  double recall() const { return routed > 0 ? static_cast<double>(hits) / routed : 0.0; }
+  double precision() const { return predicted > 0 ? static_cast<double>(hits) / predicted : 0.0; }
 };
 
 // Timing and work counters, cumulative since creation or ResetStats().
@@ -41,6 +80,8 @@ struct SessionStats {
   int64_t tokens_evaluated = 0;
   int64_t evaluate_calls = 0;
   double expert_wait_seconds = 0;  // time blocked in ExpertBackend::Wait
+  double predict_seconds = 0;      // time spent predicting experts (incl. Prefetch)
+  PredictorStats predictor[2];     // [depth - 1]: predictions of layer L+1, L+2
 };
 
 class Session {
@@ -80,6 +121,12 @@ class Session {
   absl::Status ForwardChunk(int n, bool all_logits, float* logits);
   void Attention(int il, int n);
   absl::Status MoeBlock(int il, int n);
+  // Predicts the experts of layers il+1 .. il+depth from the residual stream
+  // x_ at layer il's MoE input and passes them to experts_->Prefetch.
+  void PredictExperts(int il, int n);
+  // Adds layer il's routes (routes_) to stats_.predictor for every depth that
+  // predicted layer il.
+  void CountPrediction(int il, int n);
   void ApplyRope(float* v, int n_heads, int pos) const;
 
   const Model& model_;
@@ -88,6 +135,8 @@ class Session {
   ThreadPool* const pool_;
   const SessionOptions options_;
   const int n_ctx_;
+  const int prefetch_count_;      // experts predicted per token (0 when off)
+  const int prefetch_max_union_;  // most experts hinted per layer
   int n_past_ = 0;
   SessionStats stats_;
 
@@ -114,6 +163,19 @@ class Session {
   std::vector<float> scores_;       // [n_threads][n_ctx] attention scores
   ops::MatMulScratch matmul_scratch_;
   moe::ExpertFfnScratch shared_scratch_;
+
+  // Expert prediction, apart from every buffer above (empty when off).
+  std::vector<float> pred_xn_;       // [n][n_embd] x_ under layer L+d's ffn_norm
+  std::vector<float> pred_router_;   // [n][n_expert]
+  std::vector<int32_t> pred_top_;    // [n][prefetch_count_]
+  std::vector<float> pred_top_w_;    // [n][prefetch_count_], unused weights
+  std::vector<int32_t> pred_votes_;  // [n_expert] tokens predicting each expert
+  std::vector<int32_t> pred_ids_;    // [n_expert] experts by votes; a prefix is hinted
+  // [depth][n_layer][n_expert]: 1 when the prediction at that depth for this
+  // chunk hinted the expert. Valid for layer il at depth d once layer il - d ran.
+  std::vector<uint8_t> predicted_;
+  std::vector<uint8_t> routed_mask_;  // [n_expert] scratch of CountPrediction
+  ops::MatMulScratch pred_scratch_;
 };
 
 }  // namespace colibri::arch

@@ -1,5 +1,8 @@
 #include "model/moe/local_expert_backend.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -63,7 +66,9 @@ absl::Status ExpertGroupRunner::Run(const ExpertBatch& batch, const ExpertLookup
 
 LocalExpertBackend::LocalExpertBackend(const std::vector<std::vector<ExpertWeights>>* experts,
                                        int n_expert, ops::NumericPath path, ThreadPool* pool)
-    : experts_(experts), runner_(n_expert, path, pool) {}
+    : experts_(experts),
+      page_size_(static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE))),
+      runner_(n_expert, path, pool) {}
 
 void LocalExpertBackend::Submit(const ExpertBatch& batch, float* out) {
   auto lookup = [this](int layer, int expert) -> absl::StatusOr<ExpertWeights> {
@@ -79,6 +84,27 @@ absl::Status LocalExpertBackend::Wait() {
   absl::Status s = std::move(pending_);
   pending_ = absl::OkStatus();
   return s;
+}
+
+void LocalExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) {
+  if (layer < 0 || layer >= static_cast<int>(experts_->size())) return;
+  const std::vector<ExpertWeights>& in_layer = (*experts_)[layer];
+  for (int32_t e : experts) {
+    if (e < 0 || e >= static_cast<int>(in_layer.size())) continue;
+    for (const ops::WeightMatrix* m : {&in_layer[e].gate, &in_layer[e].up, &in_layer[e].down}) {
+      if (m->data == nullptr) continue;
+      // Advice only, and only for a matrix whose first page is not resident:
+      // advising resident pages costs a page-cache walk for nothing.
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(m->data) / page_size_ * page_size_;
+      const uintptr_t end = reinterpret_cast<uintptr_t>(m->data) + m->rows * m->row_bytes;
+      unsigned char resident = 0;
+      if (::mincore(reinterpret_cast<void*>(begin), page_size_, &resident) == 0 &&
+          (resident & 1) != 0) {
+        continue;
+      }
+      ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+    }
+  }
 }
 
 }  // namespace colibri::moe

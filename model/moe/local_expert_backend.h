@@ -51,9 +51,14 @@ class LocalExpertBackend : public ExpertBackend {
 
   void Submit(const ExpertBatch& batch, float* out) override;
   absl::Status Wait() override;
+  // madvise(MADV_WILLNEED) over the pages of each expert matrix whose first
+  // page is not resident (mincore), so that experts paged out of the mmapped
+  // GGUF are read ahead. Out-of-range layers and experts are ignored.
+  void Prefetch(int layer, absl::Span<const int32_t> experts) override;
 
  private:
   const std::vector<std::vector<ExpertWeights>>* const experts_;
+  const uintptr_t page_size_;
   ExpertGroupRunner runner_;
   absl::Status pending_;
 };

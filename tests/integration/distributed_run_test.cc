@@ -1,7 +1,7 @@
 // `colibri-coordinator run --nodes` against real colibri-expert-node processes
-// on loopback: bitwise equality with the local run, node crashes (fallback and
-// failover), durable experts across restarts, and one round trip per involved
-// node per layer.
+// on loopback: bitwise equality with the local run and with prefetch on and
+// off, node crashes (fallback and failover), durable experts across restarts,
+// and one round trip per involved node per layer.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -129,6 +129,41 @@ TEST_F(DistributedRunTest, LogitsAreBitwiseEqualToTheLocalRun) {
       EXPECT_TRUE(a == b) << "logits differ (" << a.size() << " vs " << b.size() << " bytes)";
       EXPECT_EQ(Counter(r.err, "experts:", "fallback_routes"), 0) << r.err;
       EXPECT_GT(Counter(r.err, "experts:", "round_trips"), 0) << r.err;
+    }
+  }
+}
+
+TEST_F(DistributedRunTest, PrefetchLeavesTheLogitsBitwiseTheSame) {
+  StartNodes(3);
+  const std::string dir = testing::MakeTempDir("prefetch");
+  for (const std::string& model : testing::GoldenModels()) {
+    const testing::GoldenCase c = Case(model);
+    for (bool exact : {true, false}) {
+      SCOPED_TRACE(model + (exact ? " exact" : " fast"));
+      auto run = [&](const std::string& depth) {
+        std::vector<std::string> a = RunArgs(c, 4);
+        a.insert(a.end(), {"--all-logits", "--logits-out", dir + "/depth" + depth + ".f32",
+                           "--nodes", Addresses(), "--prefetch-depth", depth});
+        if (exact) a.push_back("--exact");
+        return testing::RunCommand(a);
+      };
+      const CommandResult off = run("0");
+      ASSERT_EQ(off.exit_code, 0) << off.err;
+      const CommandResult on = run("2");
+      ASSERT_EQ(on.exit_code, 0) << on.err;
+      EXPECT_EQ(off.out, on.out);
+      const std::string a = ReadAll(dir + "/depth0.f32");
+      const std::string b = ReadAll(dir + "/depth2.f32");
+      EXPECT_FALSE(a.empty());
+      EXPECT_TRUE(a == b) << "logits differ (" << a.size() << " vs " << b.size() << " bytes)";
+      EXPECT_EQ(Counter(off.err, "prefetch hints:", "riding"), -1) << off.err;
+      EXPECT_EQ(off.err.find("prediction L+1:"), std::string::npos) << off.err;
+      EXPECT_GT(Counter(on.err, "prefetch hints:", "riding") +
+                    Counter(on.err, "prefetch hints:", "separate"),
+                0)
+          << on.err;
+      EXPECT_GT(Counter(on.err, "prediction L+1:", "layers"), 0) << on.err;
+      EXPECT_EQ(Counter(on.err, "experts:", "fallback_routes"), 0) << on.err;
     }
   }
 }

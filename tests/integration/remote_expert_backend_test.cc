@@ -1,6 +1,7 @@
 // RemoteExpertBackend against fake nodes that compute with the same kernels:
 // bitwise equality with LocalExpertBackend, one call per involved node,
-// failover to replicas, the local fallback and health probes.
+// failover to replicas, the local fallback, health probes and where prefetch
+// hints go.
 #include "coordinator/remote_expert_backend.h"
 
 #include <cstring>
@@ -98,7 +99,12 @@ class FakeNode : public NodeClient {
     }
     return reply;
   }
-  absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest&) override {
+  // Records the call; blocks while hold_prefetch is set.
+  absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    prefetches_.push_back(request);
+    auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !hold_prefetch_; };
+    mu_.Await(absl::Condition(&released));
     return v1::PrefetchReply();
   }
   absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() override {
@@ -128,6 +134,14 @@ class FakeNode : public NodeClient {
     absl::MutexLock lock(&mu_);
     return std::exchange(requests_, {});
   }
+  void set_hold_prefetch(bool hold) {
+    absl::MutexLock lock(&mu_);
+    hold_prefetch_ = hold;
+  }
+  std::vector<v1::PrefetchRequest> TakePrefetches() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(prefetches_, {});
+  }
 
  private:
   const std::string address_;
@@ -135,7 +149,9 @@ class FakeNode : public NodeClient {
   absl::Mutex mu_;
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   bool garbage_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_prefetch_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::ComputeLayerRequest> requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::PrefetchRequest> prefetches_ ABSL_GUARDED_BY(mu_);
 };
 
 struct Batch {
@@ -354,6 +370,119 @@ TEST_F(RemoteExpertBackendTest, RejectsAnExpertOutOfRange) {
   std::vector<float> out(b.n_tokens * b.k * kEmbd);
   remote.Submit(b.view(0), out.data());
   EXPECT_EQ(remote.Wait().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The experts of `keys` (all of layer `layer` and fingerprint "fp").
+std::set<int32_t> ExpertsOf(const google::protobuf::RepeatedPtrField<v1::ExpertKey>& keys,
+                            int layer) {
+  std::set<int32_t> out;
+  for (const v1::ExpertKey& key : keys) {
+    EXPECT_EQ(key.layer(), layer);
+    EXPECT_EQ(key.model_fingerprint(), "fp");
+    out.insert(key.expert());
+  }
+  EXPECT_EQ(out.size(), static_cast<size_t>(keys.size())) << "duplicate hints";
+  return out;
+}
+
+// A layer-0 batch routed only to experts whose primary is `node`.
+Batch BatchForOneNode(const Placement& placement, int node) {
+  std::vector<int32_t> mine;
+  for (int e = 0; e < kExperts; ++e) {
+    if (placement.Primary(0, e) == node) mine.push_back(e);
+  }
+  Batch b = RandomBatch(4, 1, 17);
+  for (int t = 0; t < b.n_tokens; ++t) b.experts[t] = mine[t % mine.size()];
+  return b;
+}
+
+TEST_F(RemoteExpertBackendTest, HintsRideOnInvolvedNodesAndGoSeparatelyToTheOthers) {
+  MakeCluster(3, 1);
+  const Placement& placement = cluster_->placement();
+  const int involved = placement.Primary(0, 0);
+  const Batch b = BatchForOneNode(placement, involved);
+  std::vector<int32_t> hints(kExperts);
+  for (int e = 0; e < kExperts; ++e) hints[e] = e;
+  std::vector<std::set<int32_t>> owned(3);  // hinted layer-1 experts by primary
+  for (int32_t e : hints) owned[placement.Primary(1, e)].insert(e);
+
+  RemoteBackendStats stats;
+  {
+    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                               &pool_);
+    remote.Prefetch(1, hints);
+    const int32_t stale = 3;
+    remote.Prefetch(0, {&stale, 1});  // for the layer being submitted: dropped
+    std::vector<float> out(b.n_tokens * b.k * kEmbd);
+    remote.Submit(b.view(0), out.data());
+    ASSERT_TRUE(remote.Wait().ok());
+    stats = remote.stats();
+  }  // the destructor drains the separate Prefetch calls
+
+  int64_t separate = 0, calls = 0;
+  for (int n = 0; n < 3; ++n) {
+    SCOPED_TRACE("node " + std::to_string(n));
+    const std::vector<v1::ComputeLayerRequest> reqs = nodes_[n]->TakeRequests();
+    const std::vector<v1::PrefetchRequest> prefetches = nodes_[n]->TakePrefetches();
+    if (n == involved) {
+      ASSERT_EQ(reqs.size(), 1u);
+      EXPECT_EQ(ExpertsOf(reqs[0].prefetch(), 1), owned[n]);
+      EXPECT_TRUE(prefetches.empty());
+      continue;
+    }
+    EXPECT_TRUE(reqs.empty());
+    if (owned[n].empty()) {
+      EXPECT_TRUE(prefetches.empty());
+      continue;
+    }
+    ASSERT_EQ(prefetches.size(), 1u);
+    EXPECT_EQ(ExpertsOf(prefetches[0].experts(), 1), owned[n]);
+    separate += static_cast<int64_t>(owned[n].size());
+    ++calls;
+  }
+  EXPECT_GT(separate, 0) << "the placement left no uninvolved owner to test";
+  EXPECT_EQ(stats.hints_riding, static_cast<int64_t>(owned[involved].size()));
+  EXPECT_EQ(stats.hints_separate, separate);
+  EXPECT_EQ(stats.prefetch_calls, calls);
+  EXPECT_EQ(stats.hints_dropped, 1);
+  EXPECT_EQ(stats.round_trips, 1);
+}
+
+TEST_F(RemoteExpertBackendTest, AtMostOnePrefetchCallPerNodeIsOutstanding) {
+  MakeCluster(3, 1);
+  const Placement& placement = cluster_->placement();
+  const int involved = placement.Primary(0, 0);
+  const Batch b = BatchForOneNode(placement, involved);
+  int other = -1;
+  std::vector<int32_t> hints;
+  for (int e = 0; e < kExperts && other < 0; ++e) {
+    if (placement.Primary(1, e) != involved) other = placement.Primary(1, e);
+  }
+  ASSERT_GE(other, 0);
+  for (int e = 0; e < kExperts; ++e) {
+    if (placement.Primary(1, e) == other) hints.push_back(e);
+  }
+  const int64_t n = static_cast<int64_t>(hints.size());
+  nodes_[other]->set_hold_prefetch(true);
+  RemoteBackendStats stats;
+  {
+    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                               &pool_);
+    std::vector<float> out(b.n_tokens * b.k * kEmbd);
+    // The first call stays outstanding; Submit and Wait do not wait for it.
+    for (int i = 0; i < 3; ++i) {
+      remote.Prefetch(1, hints);
+      remote.Submit(b.view(0), out.data());
+      ASSERT_TRUE(remote.Wait().ok());
+    }
+    stats = remote.stats();
+    nodes_[other]->set_hold_prefetch(false);
+  }
+  EXPECT_EQ(stats.prefetch_calls, 1);
+  EXPECT_EQ(stats.hints_separate, n);
+  EXPECT_EQ(stats.hints_dropped, 2 * n);
+  EXPECT_EQ(stats.hints_riding, 0);
+  EXPECT_EQ(nodes_[other]->TakePrefetches().size(), 1u);
 }
 
 }  // namespace

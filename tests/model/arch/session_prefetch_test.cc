@@ -1,0 +1,296 @@
+// Next-layer expert prediction in arch::Session: it never changes the logits,
+// its hints are the top of the next layers' routers (checked against a
+// reference computed here from the model's tensors), they reach the backend
+// before the layer that predicted them is submitted, and the recall/precision
+// counters agree with the routes the backend saw.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/arch/model.h"
+#include "model/arch/session.h"
+#include "model/moe/local_expert_backend.h"
+#include "tests/support/golden.h"
+
+namespace colibri {
+namespace {
+
+testing::GoldenCase LoadCase(const std::string& model, const std::string& prompt) {
+  testing::GoldenCase c;
+  std::string error;
+  EXPECT_TRUE(testing::LoadGoldenCase(model, prompt, &c, &error)) << error;
+  return c;
+}
+
+// Every logit of the prompt (all positions) and of 4 decode steps.
+std::vector<float> RunLogits(const arch::Model& model, const testing::GoldenCase& c,
+                             ops::NumericPath path, const arch::PrefetchOptions& prefetch,
+                             ThreadPool* pool) {
+  moe::LocalExpertBackend backend(&model.experts(), model.config().n_expert, path, pool);
+  arch::SessionOptions options;
+  options.path = path;
+  options.n_batch = 64;  // the long prompt runs in several chunks
+  options.prefetch = prefetch;
+  auto session = arch::Session::Create(model, &backend, pool, options);
+  EXPECT_TRUE(session.ok()) << session.status();
+  if (!session.ok()) return {};
+  std::vector<float> all, logits;
+  EXPECT_TRUE((*session)->Evaluate(c.prompt_tokens, true, &logits).ok());
+  all.insert(all.end(), logits.begin(), logits.end());
+  for (int g = 0; g < 4; ++g) {
+    EXPECT_TRUE((*session)->Evaluate({&c.greedy_tokens[g], 1}, false, &logits).ok());
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  if (prefetch.depth > 0) {
+    EXPECT_GT((*session)->stats().predictor[0].layers, 0);
+  }
+  return all;
+}
+
+TEST(SessionPrefetchTest, LogitsAreBitwiseTheSameWithPredictionOnAndOff) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  ThreadPool pool(2);
+  for (const std::string& name : testing::GoldenModels()) {
+    auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
+    ASSERT_TRUE(model.ok()) << model.status();
+    const int k = (*model)->config().n_expert_used;
+    arch::PrefetchOptions next;
+    next.depth = 1;
+    arch::PrefetchOptions two;  // wider than top-k, with a union cap that bites
+    two.depth = 2;
+    two.count = k + 1;
+    two.max_union = 3;
+    for (ops::NumericPath path : {ops::NumericPath::kExact, ops::NumericPath::kFast}) {
+      for (const char* prompt : {"english", "long"}) {
+        SCOPED_TRACE(name + " " + std::string(prompt) +
+                     (path == ops::NumericPath::kExact ? " exact" : " fast"));
+        const testing::GoldenCase c = LoadCase(name, prompt);
+        const std::vector<float> off = RunLogits(**model, c, path, {}, &pool);
+        ASSERT_FALSE(off.empty());
+        for (const arch::PrefetchOptions& on : {next, two}) {
+          const std::vector<float> with = RunLogits(**model, c, path, on, &pool);
+          ASSERT_EQ(off.size(), with.size());
+          EXPECT_EQ(0, std::memcmp(off.data(), with.data(), off.size() * sizeof(float)))
+              << "depth " << on.depth;
+        }
+      }
+    }
+  }
+}
+
+// A local backend that records what the session submits and hints, in order.
+class RecordingBackend : public moe::ExpertBackend {
+ public:
+  struct Submitted {
+    int layer = 0;
+    int n_tokens = 0;
+    std::vector<float> x;          // [n_tokens][n_embd]
+    std::vector<int32_t> experts;  // [n_tokens][k]
+    // Hints given since the previous Submit: layer -> experts, in order.
+    std::map<int, std::vector<int32_t>> hints_before;
+  };
+
+  RecordingBackend(const arch::Model& model, ops::NumericPath path)
+      : local_(&model.experts(), model.config().n_expert, path, nullptr) {}
+
+  void Submit(const moe::ExpertBatch& batch, float* out) override {
+    Submitted s;
+    s.layer = batch.layer;
+    s.n_tokens = static_cast<int>(batch.n_tokens);
+    s.x.assign(batch.x, batch.x + batch.n_tokens * batch.n_embd);
+    s.experts.assign(batch.experts, batch.experts + batch.n_tokens * batch.k);
+    s.hints_before = std::move(pending_);
+    pending_.clear();
+    submitted.push_back(std::move(s));
+    local_.Submit(batch, out);
+  }
+  absl::Status Wait() override { return local_.Wait(); }
+  void Prefetch(int layer, absl::Span<const int32_t> experts) override {
+    EXPECT_EQ(pending_.count(layer), 0u) << "layer " << layer << " hinted twice";
+    pending_[layer].assign(experts.begin(), experts.end());
+  }
+
+  std::vector<Submitted> submitted;
+
+ private:
+  moe::LocalExpertBackend local_;
+  std::map<int, std::vector<int32_t>> pending_;
+};
+
+// The top `count` experts of layer `target`'s router for each token whose
+// layer-`from` MoE input is x, computed in double from the tensors: the
+// residual stream is x / ffn_norm[from] (RMSNorm's scale is the same for
+// both layers), normed again with ffn_norm[target]. Returns false for a token
+// whose count-th and next logits are too close to call.
+bool ReferenceTop(const arch::Model& model, int from, int target, const float* x, int count,
+                  std::vector<int>* top) {
+  const arch::ModelConfig& c = model.config();
+  const arch::LayerWeights& F = model.layer(from);
+  const arch::LayerWeights& T = model.layer(target);
+  EXPECT_EQ(T.router.type, ops::TensorType::kF32);
+  const float* router = reinterpret_cast<const float*>(T.router.data);  // [n_expert][n_embd]
+  std::vector<double> logits(c.n_expert);
+  for (int e = 0; e < c.n_expert; ++e) {
+    double sum = 0.0;
+    for (int i = 0; i < c.n_embd; ++i) {
+      const double in = static_cast<double>(x[i]) / F.ffn_norm[i] * T.ffn_norm[i];
+      sum += in * router[static_cast<int64_t>(e) * c.n_embd + i];
+    }
+    logits[e] = sum;
+  }
+  std::vector<int> order(c.n_expert);
+  for (int e = 0; e < c.n_expert; ++e) order[e] = e;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  top->assign(order.begin(), order.begin() + count);
+  if (count == c.n_expert) return true;
+  const double gap = logits[order[count - 1]] - logits[order[count]];
+  return gap > 1e-4 * (1.0 + std::fabs(logits[order[0]]));
+}
+
+TEST(SessionPrefetchTest, HintsAreTheTopOfTheNextLayersRoutersAndCountersMatch) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  for (const std::string& name : testing::GoldenModels()) {
+    SCOPED_TRACE(name);
+    auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
+    ASSERT_TRUE(model.ok()) << model.status();
+    const arch::ModelConfig& c = (*model)->config();
+    for (int l = 0; l < c.n_layer; ++l) {
+      for (int i = 0; i < c.n_embd; ++i) ASSERT_NE((*model)->layer(l).ffn_norm[i], 0.0f);
+    }
+    const int count = std::min(c.n_expert, c.n_expert_used + 1);
+    RecordingBackend backend(**model, ops::NumericPath::kExact);
+    arch::SessionOptions options;
+    options.path = ops::NumericPath::kExact;
+    options.prefetch.depth = 2;
+    options.prefetch.count = count;
+    options.prefetch.max_union = c.n_expert;  // no cap: the hints are the whole union
+    auto session = arch::Session::Create(**model, &backend, nullptr, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    const testing::GoldenCase gc = LoadCase(name, "english");
+    std::vector<float> logits;
+    ASSERT_TRUE((*session)->Evaluate(gc.prompt_tokens, false, &logits).ok());
+    for (int g = 0; g < 4; ++g) {
+      ASSERT_TRUE((*session)->Evaluate({&gc.greedy_tokens[g], 1}, false, &logits).ok());
+    }
+
+    arch::PredictorStats want[2];
+    int checked = 0, ambiguous = 0;
+    // hinted[d - 1][layer]: the hints for `layer` made d layers before, this pass.
+    std::map<int, std::set<int32_t>> hinted[2];
+    for (const RecordingBackend::Submitted& s : backend.submitted) {
+      if (s.layer == 0) {
+        hinted[0].clear();
+        hinted[1].clear();
+      }
+      // Hints come before the Submit of the layer they were predicted from.
+      std::set<int> want_layers;
+      for (int d = 1; d <= 2 && s.layer + d < c.n_layer; ++d) want_layers.insert(s.layer + d);
+      std::set<int> got_layers;
+      for (const auto& [layer, experts] : s.hints_before) got_layers.insert(layer);
+      EXPECT_EQ(got_layers, want_layers) << "before layer " << s.layer;
+
+      for (const auto& [layer, experts] : s.hints_before) {
+        std::map<int, int> votes;
+        bool clear = true;
+        for (int t = 0; t < s.n_tokens; ++t) {
+          std::vector<int> top;
+          clear = ReferenceTop(**model, s.layer, layer, s.x.data() + t * c.n_embd, count, &top) &&
+                  clear;
+          for (int e : top) ++votes[e];
+        }
+        const std::set<int32_t> got(experts.begin(), experts.end());
+        EXPECT_EQ(got.size(), experts.size()) << "duplicate hints";
+        hinted[layer - s.layer - 1][layer] = got;
+        if (!clear) {
+          ++ambiguous;
+          continue;
+        }
+        ++checked;
+        std::set<int32_t> ref;
+        for (const auto& [e, n] : votes) ref.insert(e);
+        EXPECT_EQ(got, ref) << "layer " << layer << " predicted at layer " << s.layer;
+        // Most-voted first, ties to the lower id.
+        for (size_t j = 1; j < experts.size(); ++j) {
+          const int a = votes[experts[j - 1]], b = votes[experts[j]];
+          EXPECT_TRUE(a > b || (a == b && experts[j - 1] < experts[j])) << "hint order";
+        }
+      }
+
+      const std::set<int32_t> routed(s.experts.begin(), s.experts.end());
+      for (int d = 1; d <= 2; ++d) {
+        auto it = hinted[d - 1].find(s.layer);
+        if (it == hinted[d - 1].end()) continue;
+        ++want[d - 1].layers;
+        want[d - 1].routed += static_cast<int64_t>(routed.size());
+        want[d - 1].predicted += static_cast<int64_t>(it->second.size());
+        for (int32_t e : routed) want[d - 1].hits += it->second.count(e);
+      }
+    }
+    EXPECT_GE(checked, 4 * ambiguous) << "too few unambiguous predictions to check";
+    EXPECT_GT(checked, 0);
+    for (int d = 0; d < 2; ++d) {
+      const arch::PredictorStats& got = (*session)->stats().predictor[d];
+      EXPECT_EQ(got.layers, want[d].layers) << "depth " << d + 1;
+      EXPECT_EQ(got.routed, want[d].routed) << "depth " << d + 1;
+      EXPECT_EQ(got.predicted, want[d].predicted) << "depth " << d + 1;
+      EXPECT_EQ(got.hits, want[d].hits) << "depth " << d + 1;
+    }
+    // 5 evaluations, each predicting layers 1.. at depth 1 and 2.. at depth 2.
+    EXPECT_EQ(want[0].layers, 5 * (c.n_layer - 1));
+    EXPECT_EQ(want[1].layers, 5 * std::max(0, c.n_layer - 2));
+    std::printf("%s: L+1 recall %.3f precision %.3f; checked %d hint sets, %d ambiguous\n",
+                name.c_str(), want[0].routed ? double(want[0].hits) / want[0].routed : 0.0,
+                want[0].predicted ? double(want[0].hits) / want[0].predicted : 0.0, checked,
+                ambiguous);
+  }
+}
+
+TEST(SessionPrefetchTest, TheUnionCapKeepsTheMostPredictedExperts) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  auto model = arch::Model::Open(testing::FixturesDir() + "/models/olmoe-tiny-f16.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  RecordingBackend backend(**model, ops::NumericPath::kExact);
+  arch::SessionOptions options;
+  options.path = ops::NumericPath::kExact;
+  options.prefetch.depth = 1;
+  options.prefetch.max_union = 3;
+  auto session = arch::Session::Create(**model, &backend, nullptr, options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  const testing::GoldenCase gc = LoadCase("olmoe-tiny-f16", "long");
+  std::vector<float> logits;
+  ASSERT_TRUE((*session)->Evaluate(gc.prompt_tokens, false, &logits).ok());
+  int hinted = 0;
+  for (const RecordingBackend::Submitted& s : backend.submitted) {
+    for (const auto& [layer, experts] : s.hints_before) {
+      ++hinted;
+      EXPECT_EQ(experts.size(), 3u) << "a long prompt batch predicts more than the cap";
+    }
+  }
+  EXPECT_GT(hinted, 0);
+  EXPECT_EQ((*session)->stats().predictor[0].predicted,
+            3 * (*session)->stats().predictor[0].layers);
+}
+
+TEST(SessionPrefetchTest, RejectsBadOptions) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  auto model = arch::Model::Open(testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  moe::LocalExpertBackend backend(&(*model)->experts(), (*model)->config().n_expert,
+                                  ops::NumericPath::kExact, nullptr);
+  for (auto bad : {arch::PrefetchOptions{3, 0, 0}, arch::PrefetchOptions{1, -1, 0},
+                   arch::PrefetchOptions{1, (*model)->config().n_expert + 1, 0},
+                   arch::PrefetchOptions{1, 0, -1}}) {
+    arch::SessionOptions options;
+    options.prefetch = bad;
+    EXPECT_EQ(arch::Session::Create(**model, &backend, nullptr, options).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace colibri
