@@ -545,6 +545,15 @@ TEST_F(ExpertServiceTest, PrefetchHintsForUnknownExpertsAreIgnoredAndCounted) {
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   EXPECT_EQ(reply.accepted(), 1);  // only the not-stored one reaches the I/O pool
+  // Let the pool finish with it first: a second hint for it while it is still
+  // queued would coalesce instead of being ignored.
+  v1::NodeStatsReply stats;
+  for (int i = 0; i < 500; ++i) {
+    stats = GetStats(stub.get());
+    if (stats.prefetch_ignored() >= 6) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(stats.prefetch_ignored(), 6u);
   // The same hints riding on a ComputeLayer change nothing about its result.
   v1::ComputeLayerRequest compute = Valid(1);
   *compute.mutable_prefetch() = request.experts();
@@ -552,7 +561,6 @@ TEST_F(ExpertServiceTest, PrefetchHintsForUnknownExpertsAreIgnoredAndCounted) {
   ASSERT_TRUE(Compute(stub.get(), compute, &compute_reply).ok());
   ExpectBitwiseEqual(compute_reply, LocalOutputs(*m_.model, compute), compute.routes_size(),
                      config.n_embd);
-  v1::NodeStatsReply stats;
   for (int i = 0; i < 500; ++i) {  // the not-stored ones are checked on the I/O pool
     stats = GetStats(stub.get());
     if (stats.prefetch_ignored() >= 12) break;
