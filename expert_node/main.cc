@@ -17,6 +17,7 @@
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
 #include "expert_node/node_server.h"
+#include "rpc/server_support.h"
 
 namespace {
 
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
   options.service.compute_threads = threads;
   if (options.service.node_id.empty()) options.service.node_id = DefaultNodeId();
   if (!auth_token_file.empty()) {
-    absl::StatusOr<std::string> token = colibri::expert_node::ReadTokenFile(auth_token_file);
+    absl::StatusOr<std::string> token = colibri::rpc::ReadTokenFile(auth_token_file);
     if (!token.ok()) {
       std::cerr << "colibri-expert-node: " << token.status().message() << "\n";
       return 2;
