@@ -171,6 +171,7 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes) {
       absl::MutexLock lock(&mu_);
       ++in_flight_;
       ++stats_.round_trips;
+      stats_.bytes_sent += static_cast<int64_t>(call->request.ByteSizeLong());
     }
     workers_[call->node]->Post([this, call] {
       const auto start = std::chrono::steady_clock::now();
