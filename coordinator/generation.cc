@@ -28,17 +28,6 @@ bool EndsInStop(const std::string& text, size_t added, const std::vector<std::st
 
 }  // namespace
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kEndOfGeneration: return "eos";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kContextFull: return "context";
-    case FinishReason::kCancelled: return "cancelled";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Sampler& sampler,
                                           const tokenizer::Tokenizer* tokenizer,
                                           absl::Span<const int32_t> prompt,

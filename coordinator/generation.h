@@ -30,8 +30,6 @@ enum class FinishReason {
   kCancelled,         // on_token returned false
 };
 
-const char* FinishReasonName(FinishReason reason);
-
 struct GenerationOptions {
   // Tokens to generate; 0 evaluates the prompt only. Default: 64.
   int max_tokens = 64;
