@@ -7,9 +7,9 @@ function(colibri_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE colibri_warnings)
 endfunction()
 
-# colibri_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [PREFIX p]): a
-# GoogleTest binary whose cases are discovered when ctest runs (no extra work at
-# build time). PREFIX is put before every case name (`ctest -R p` selects them).
+# colibri_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary whose
+# cases are discovered when ctest runs (no extra work at build time), named
+# "NAME.Suite.Case" so that `ctest -R NAME` selects one binary's tests.
 # Tests get the fixtures and build folders as the compile definitions
 # COLIBRI_TEST_FIXTURES_DIR and COLIBRI_TEST_BINARY_DIR; the environment
 # variables COLIBRI_FIXTURES_DIR and COLIBRI_BINARY_DIR override them at run time
@@ -34,6 +34,5 @@ function(colibri_test name)
   if(ARG_LABELS)
     list(APPEND props LABELS "${ARG_LABELS}")
   endif()
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "${ARG_PREFIX}"
-                       PROPERTIES ${props})
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "${name}." PROPERTIES ${props})
 endfunction()

@@ -81,6 +81,8 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   cluster_options.log = &err;
   COLIBRI_ASSIGN_OR_RETURN(std::string fingerprint, gguf::ModelFingerprint(model.file()));
   std::unique_ptr<ClusterExperts> experts(new ClusterExperts());
+  experts->model_ = &model;
+  experts->pool_ = pool;
   COLIBRI_ASSIGN_OR_RETURN(experts->cluster_,
                            Cluster::Connect(cluster_options, fingerprint, ExpertsPerLayer(model)));
   ExpertSetupOptions setup;
@@ -105,9 +107,13 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
         << " experts), " << moved->experts_imported << " experts imported\n";
     return absl::OkStatus();
   });
-  experts->backend_ = std::make_unique<RemoteExpertBackend>(
-      experts->cluster_.get(), &model.experts(), model.config().n_expert, path, pool);
+  experts->backend_ = experts->NewBackend(path);
   return experts;
+}
+
+std::unique_ptr<RemoteExpertBackend> ClusterExperts::NewBackend(ops::NumericPath path) const {
+  return std::make_unique<RemoteExpertBackend>(cluster_.get(), &model_->experts(),
+                                               model_->config().n_expert, path, pool_);
 }
 
 void ClusterExperts::PrintStats(std::ostream& err) const {

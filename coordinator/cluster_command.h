@@ -70,7 +70,12 @@ class ClusterExperts {
                                                                ThreadPool* pool, std::ostream& err);
 
   moe::ExpertBackend* backend() { return backend_.get(); }
+  const RemoteExpertBackend& remote_backend() const { return *backend_; }
   Cluster& cluster() { return *cluster_; }
+  // Another backend over the same cluster, for one more session (`serve`
+  // runs one per concurrent generation and numeric path). The model and pool
+  // given to Start are borrowed by it too.
+  std::unique_ptr<RemoteExpertBackend> NewBackend(ops::NumericPath path) const;
 
   // Marks the end of prompt processing: later figures print as "decode".
   void MarkPromptDone() { at_prompt_done_ = backend_->stats(); }
@@ -81,6 +86,8 @@ class ClusterExperts {
 
  private:
   ClusterExperts() = default;
+  const arch::Model* model_ = nullptr;
+  ThreadPool* pool_ = nullptr;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<RemoteExpertBackend> backend_;
   RemoteBackendStats at_prompt_done_;

@@ -1,5 +1,8 @@
 // colibri-coordinator: the command line. Flags are read here only; each
 // subcommand is a library function taking an Options struct.
+#include <pthread.h>
+#include <signal.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
@@ -10,6 +13,7 @@
 #include "coordinator/cluster_command.h"
 #include "coordinator/inspect_command.h"
 #include "coordinator/run_command.h"
+#include "coordinator/serve_command.h"
 #include "coordinator/tokenize_command.h"
 
 namespace {
@@ -74,8 +78,11 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
       ->capture_default_str();
 }
 
-// --nodes and the options every cluster command shares.
-void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions* o) {
+// --nodes and the options every cluster command shares. For `serve`
+// (node_prefix "node-") the TLS flags to the nodes are --node-tls-*, since
+// --tls-cert/--tls-key are the server's own, and the token flags are serve's.
+void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions* o,
+                     const std::string& node_prefix = "") {
   CLI::Option* nodes =
       cmd->add_option("--nodes", o->nodes, "expert nodes host:port,... (none: experts run here)")
           ->delimiter(',');
@@ -84,10 +91,15 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
       ->excludes(nodes);
   cmd->add_option("--replicas", o->replicas, "copies of each expert on distinct nodes")
       ->capture_default_str();
-  cmd->add_option("--auth-token-file", o->auth_token_file, "file holding the nodes' shared token");
-  cmd->add_option("--tls-ca", o->tls_ca_file, "PEM CA certificate: talk TLS to the nodes");
-  cmd->add_option("--tls-cert", o->tls_cert_file, "PEM client certificate for the nodes");
-  cmd->add_option("--tls-key", o->tls_key_file, "PEM key of --tls-cert");
+  if (node_prefix.empty()) {
+    cmd->add_option("--auth-token-file", o->auth_token_file, "file holding the nodes' shared token");
+  }
+  cmd->add_option("--" + node_prefix + "tls-ca", o->tls_ca_file,
+                  "PEM CA certificate: talk TLS to the nodes");
+  cmd->add_option("--" + node_prefix + "tls-cert", o->tls_cert_file,
+                  "PEM client certificate for the nodes");
+  cmd->add_option("--" + node_prefix + "tls-key", o->tls_key_file,
+                  "PEM key of --" + node_prefix + "tls-cert");
   cmd->add_option("--node-gguf", o->node_gguf,
                   "nodes import experts from this GGUF path on their own disks");
   cmd->add_option("--replace-after", o->replace_after_seconds,
@@ -110,6 +122,39 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "one-shot generation or evaluation");
   AddRunFlags(run_cmd, &run, &prompt_tokens, &exact);
   AddClusterFlags(run_cmd, &run.cluster);
+
+  colibri::coordinator::ServeOptions serve;
+  CLI::App* serve_cmd = app.add_subcommand("serve", "serve colibri.v1.Inference over gRPC");
+  serve_cmd->add_option("--model,-m", serve.model_path, "GGUF model file")->required();
+  serve_cmd->add_option("--listen", serve.listen, "gRPC address (port 0: the OS picks one)")
+      ->capture_default_str();
+  serve_cmd->add_option("--threads,-t", serve.threads, "worker threads (0: physical cores)")
+      ->capture_default_str();
+  serve_cmd->add_option("--ctx-size,-c", serve.ctx_size, "context size (0: min(model, 4096))")
+      ->capture_default_str();
+  serve_cmd->add_option("--batch-size,-b", serve.batch_size, "prompt tokens per batch")
+      ->capture_default_str();
+  serve_cmd->add_option("--sessions", serve.sessions,
+                        "concurrent generations (more requests queue)")
+      ->capture_default_str();
+  serve_cmd->add_option("--tls-cert", serve.tls_cert_file,
+                        "PEM certificate chain of this server (enables TLS)");
+  serve_cmd->add_option("--tls-key", serve.tls_key_file, "PEM key of --tls-cert");
+  serve_cmd->add_flag("--insecure", serve.insecure,
+                      "allow listening beyond loopback without an auth token");
+  serve_cmd->add_option("--auth-token-file", serve.auth_token_file,
+                        "token clients must send; also sent to the nodes unless "
+                        "--node-auth-token-file is given");
+  serve_cmd->add_option("--node-auth-token-file", serve.node_auth_token_file,
+                        "the nodes' token when it differs from --auth-token-file");
+  serve_cmd->add_option("--prefetch-depth", serve.prefetch_depth,
+                        "layers ahead to predict experts for, 0-2 (default: 1 with nodes, 0 "
+                        "without)")
+      ->check(CLI::Range(0, 2));
+  serve_cmd->add_option("--prefetch-count", serve.prefetch_count,
+                        "experts predicted per token (0: the model's top-k)")
+      ->capture_default_str();
+  AddClusterFlags(serve_cmd, &serve.cluster, "node-");
 
   colibri::coordinator::PlanOptions plan;
   CLI::App* plan_cmd = app.add_subcommand("plan", "where every expert would go (moves nothing)");
@@ -148,7 +193,22 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
-  if (run_cmd->parsed()) {
+  if (serve_cmd->parsed()) {
+    // Block the shutdown signals in every thread (the ones gRPC and the
+    // workers start inherit the mask); this thread waits for them.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    status = colibri::coordinator::RunServe(
+        serve,
+        [&signals] {
+          int signal_number = 0;
+          sigwait(&signals, &signal_number);
+        },
+        std::cout, std::cerr);
+  } else if (run_cmd->parsed()) {
     if (run_cmd->count("--prompt-tokens") > 0) {
       std::string error;
       if (!ParseIdList(prompt_tokens, &run.prompt_tokens, &error)) {

@@ -180,6 +180,7 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
       absl::MutexLock lock(&mu_);
       ++in_flight_;
       ++stats_.round_trips;
+      stats_.bytes_sent += static_cast<int64_t>(call->request.ByteSizeLong());
     }
     workers_[call->node]->Post([this, call] {
       const auto start = std::chrono::steady_clock::now();

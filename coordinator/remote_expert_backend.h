@@ -48,6 +48,7 @@ struct RemoteBackendStats {
   int64_t involved_nodes = 0;   // Σ over layers of nodes the first dispatch involved
   int64_t fallback_routes = 0;  // routes computed locally
   int64_t failovers = 0;        // calls re-sent to a replica
+  int64_t bytes_sent = 0;       // ComputeLayer request bytes, including retries
   // Prefetch hints (one per layer and expert) by how they went.
   int64_t hints_riding = 0;    // added to a ComputeLayer request
   int64_t hints_separate = 0;  // sent in a separate Prefetch call

@@ -12,6 +12,7 @@
 #include "common/cpu_features.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
+#include "coordinator/generation.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/moe/local_expert_backend.h"
@@ -144,8 +145,8 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   session_options.n_batch = options.batch_size;
   session_options.path = options.path;
   session_options.prefetch.depth = options.prefetch_depth >= 0     ? options.prefetch_depth
-                                   : options.cluster.nodes.empty() ? 0
-                                                                   : 1;
+                                   : options.cluster.enabled()     ? 1
+                                                                   : 0;
   session_options.prefetch.count = options.prefetch_count;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Session> session,
                            arch::Session::Create(*model, backend, &pool, session_options));
@@ -161,57 +162,45 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
                          options.path == ops::NumericPath::kExact ? "exact" : "fast",
                          Seconds(load_start));
 
-  std::vector<float> logits;
-  const auto prompt_start = Clock::now();
-  COLIBRI_RETURN_IF_ERROR(session->Evaluate(prompt, options.all_logits, &logits));
-  const double prompt_seconds = Seconds(prompt_start);
-  COLIBRI_RETURN_IF_ERROR(logits_out.Write(logits.data(), logits.size()));
-  for (int32_t id : prompt) sampler->Accept(id);
-  if (cluster != nullptr) cluster->MarkPromptDone();
-  const arch::SessionStats at_prompt_done = session->stats();
-
-  const int64_t n_vocab = config.n_vocab;
-  const float* last = logits.data() + (options.all_logits ? logits.size() - n_vocab : 0);
-  std::vector<float> next(last, last + n_vocab);
-  std::vector<int32_t> generated;
-  generated.reserve(options.n_predict);
-  std::unique_ptr<tokenizer::StreamDecoder> decoder;
-  if (tok.ok() && !options.print_token_ids) {
-    decoder = std::make_unique<tokenizer::StreamDecoder>(**tok);
-  }
-
-  const auto gen_start = Clock::now();
-  for (int i = 0; i < options.n_predict; ++i) {
-    const int32_t id = sampler->Sample(next);
-    sampler->Accept(id);
-    generated.push_back(id);
-    const bool eog = tok.ok() && (*tok)->IsEndOfGeneration(id) && !options.ignore_eos;
-    if (decoder != nullptr && !eog) {
-      out << decoder->Push(id) << std::flush;
-    }
-    // The last token needs evaluating only to report its logits.
-    const bool want_logits = logits_out.enabled();
-    if (eog || (i + 1 == options.n_predict && !want_logits)) {
-      if (eog && want_logits) {
-        COLIBRI_RETURN_IF_ERROR(session->Evaluate({&id, 1}, false, &next));
-        COLIBRI_RETURN_IF_ERROR(logits_out.Write(next.data(), next.size()));
-      }
-      if (eog) break;
-      continue;
-    }
-    COLIBRI_RETURN_IF_ERROR(session->Evaluate({&id, 1}, false, &next));
-    COLIBRI_RETURN_IF_ERROR(logits_out.Write(next.data(), next.size()));
-  }
-  const double gen_seconds = Seconds(gen_start);
-  if (decoder != nullptr) out << decoder->Flush();
+  GenerationOptions generation;
+  generation.max_tokens = options.n_predict;
+  generation.ignore_eos = options.ignore_eos;
+  generation.decode_text = !options.print_token_ids;
+  generation.evaluate_every_token = logits_out.enabled();
+  generation.all_prompt_logits = options.all_logits;
+  GenerationCallbacks callbacks;
+  callbacks.on_logits = [&](absl::Span<const float> rows) {
+    return logits_out.Write(rows.data(), rows.size());
+  };
+  arch::SessionStats at_prompt_done;
+  callbacks.on_prompt_done = [&] {
+    if (cluster != nullptr) cluster->MarkPromptDone();
+    at_prompt_done = session->stats();
+  };
+  callbacks.on_token = [&](const GeneratedToken& token) {
+    if (!token.text.empty()) out << token.text << std::flush;
+    return true;
+  };
+  const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
+  COLIBRI_ASSIGN_OR_RETURN(
+      GenerationResult result,
+      Generate(*session, *sampler, tokenizer, prompt, generation, callbacks));
+  const std::vector<int32_t>& generated = result.tokens;
+  const bool printed_text = tokenizer != nullptr && !options.print_token_ids;
+  if (printed_text) out << result.trailing_text;
   if (options.print_token_ids) {
     for (size_t i = 0; i < generated.size(); ++i) out << (i ? " " : "") << generated[i];
     out << "\n";
-  } else if (decoder != nullptr) {
+  } else if (printed_text) {
     out << "\n";
   }
   out << std::flush;
   COLIBRI_RETURN_IF_ERROR(logits_out.Close());
+  if (result.finish_reason == FinishReason::kContextFull) {
+    err << "generation stopped: the context of " << session->n_ctx() << " positions is full\n";
+  }
+  const double prompt_seconds = result.prompt_seconds;
+  const double gen_seconds = result.generate_seconds;
 
   err << absl::StrFormat("prompt: %zu tokens in %.3f s (%.1f tokens/s)\n", prompt.size(),
                          prompt_seconds, prompt.size() / std::max(prompt_seconds, 1e-9));

@@ -13,6 +13,7 @@
 #include "expert_node/layer_compute.h"
 #include "model/arch/model.h"
 #include "model/gguf/gguf_fingerprint.h"
+#include "rpc/server_support.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -22,16 +23,7 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-const grpc::Status kUnauthenticated(grpc::StatusCode::UNAUTHENTICATED,
-                                    "missing or wrong authorization token");
-
-// a == b without an early exit on the first differing byte.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
+const grpc::Status kUnauthenticated = rpc::UnauthenticatedStatus();
 
 absl::StatusOr<ExpertId> ParseKey(const v1::ExpertKey& key) {
   COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(key.model_fingerprint()));
@@ -278,13 +270,7 @@ ExpertServiceImpl::~ExpertServiceImpl() {
 }
 
 bool ExpertServiceImpl::Authorized(const grpc::CallbackServerContext* context) const {
-  if (options_.auth_token.empty()) return true;
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) return false;
-  const absl::string_view got(it->second.data(), it->second.size());
-  const std::string expected = absl::StrCat("Bearer ", options_.auth_token);
-  return ConstantTimeEquals(got, expected);
+  return rpc::BearerTokenMatches(*context, options_.auth_token);
 }
 
 absl::StatusOr<ModelInfo> ExpertServiceImpl::FindModel(const std::string& fingerprint) const {

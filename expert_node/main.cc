@@ -19,6 +19,7 @@
 #include "expert_node/node_config.h"
 #include "expert_node/node_identity.h"
 #include "expert_node/node_server.h"
+#include "rpc/server_support.h"
 
 namespace {
 
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
     options.service.node_id = *id;
   }
   if (!auth_token_file.empty()) {
-    absl::StatusOr<std::string> token = colibri::expert_node::ReadTokenFile(auth_token_file);
+    absl::StatusOr<std::string> token = colibri::rpc::ReadTokenFile(auth_token_file);
     if (!token.ok()) {
       std::cerr << "colibri-expert-node: " << token.status().message() << "\n";
       return 2;

@@ -1,16 +1,11 @@
 #include "expert_node/node_config.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 
 namespace colibri::expert_node {
 
@@ -52,62 +47,6 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   const double bytes = value * static_cast<double>(multiplier);
   if (bytes >= 1.8e19) return bad();
   return static_cast<uint64_t>(bytes);
-}
-
-std::string ListenHost(absl::string_view address) {
-  if (absl::StartsWith(address, "[")) {
-    const size_t close = address.find(']');
-    return std::string(close == absl::string_view::npos ? address : address.substr(0, close + 1));
-  }
-  const size_t colon = address.rfind(':');
-  if (colon == absl::string_view::npos || address.find(':') != colon) {
-    return std::string(address);  // no port, or a bare IPv6 address
-  }
-  return std::string(address.substr(0, colon));
-}
-
-bool IsLoopbackListenAddress(absl::string_view address) {
-  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
-    return true;
-  }
-  absl::string_view rest = address;
-  absl::ConsumePrefix(&rest, "ipv4:");
-  absl::ConsumePrefix(&rest, "ipv6:");
-  const std::string host = absl::AsciiStrToLower(ListenHost(rest));
-  if (host == "localhost" || host == "[::1]" || host == "::1") return true;
-  // 127.0.0.0/8: four decimal octets, the first 127.
-  std::vector<std::string> octets;
-  size_t start = 0;
-  for (;;) {
-    const size_t dot = host.find('.', start);
-    octets.push_back(host.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-    if (dot == std::string::npos) break;
-    start = dot + 1;
-  }
-  if (octets.size() != 4) return false;
-  for (const std::string& o : octets) {
-    int v = 0;
-    if (o.empty() || o.size() > 3 || !absl::SimpleAtoi(o, &v) || v < 0 || v > 255) return false;
-  }
-  return octets[0] == "127";
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  absl::StatusOr<std::string> contents = ReadWholeFile(path);
-  if (!contents.ok()) return contents.status();
-  std::string token(absl::StripAsciiWhitespace(*contents));
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
-  return token;
 }
 
 }  // namespace colibri::expert_node

@@ -13,38 +13,19 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "rpc/server_support.h"
 
 namespace colibri::expert_node {
 
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& options) {
-  if (!IsLoopbackListenAddress(options.listen) && options.service.auth_token.empty() &&
-      !options.insecure) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "refusing to listen on ", options.listen,
-        " (beyond loopback) without an auth token; give --auth-token-file, or --insecure to "
-        "accept unauthenticated calls"));
-  }
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  const bool tls = !options.tls_cert_file.empty() || !options.tls_key_file.empty();
-  if (tls) {
-    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
-      return absl::InvalidArgumentError("TLS needs both a certificate and a key");
-    }
-    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    COLIBRI_ASSIGN_OR_RETURN(pair.private_key, ReadWholeFile(options.tls_key_file));
-    COLIBRI_ASSIGN_OR_RETURN(pair.cert_chain, ReadWholeFile(options.tls_cert_file));
-    ssl.pem_key_cert_pairs.push_back(std::move(pair));
-    if (!options.tls_ca_file.empty()) {
-      COLIBRI_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadWholeFile(options.tls_ca_file));
-      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-    }
-    credentials = grpc::SslServerCredentials(ssl);
-  } else if (!options.tls_ca_file.empty()) {
-    return absl::InvalidArgumentError("a TLS CA without a certificate and key");
-  } else {
-    credentials = grpc::InsecureServerCredentials();
-  }
+  COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(
+      options.listen, !options.service.auth_token.empty(), options.insecure));
+  rpc::ServerTlsFiles tls;
+  tls.cert_file = options.tls_cert_file;
+  tls.key_file = options.tls_key_file;
+  tls.ca_file = options.tls_ca_file;
+  COLIBRI_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                           rpc::MakeServerCredentials(tls));
 
   if (options.pin_budget_bytes > options.ram.budget_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -81,22 +62,16 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, credentials, &node->port_);
   builder.RegisterService(node->service_.get());
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(options.max_message_bytes);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
-                             static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
-  builder.AddChannelArgument(
-      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-      static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // Accept client keepalive pings as often as every 10 s, even between calls.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  rpc::ServerTransportOptions transport;
+  transport.max_message_bytes = options.max_message_bytes;
+  transport.keepalive_time = options.keepalive_time;
+  transport.keepalive_timeout = options.keepalive_timeout;
+  rpc::ConfigureServerBuilder(transport, &builder);
   node->server_ = builder.BuildAndStart();
   if (node->server_ == nullptr || node->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  node->address_ = absl::StrCat(ListenHost(options.listen), ":", node->port_);
+  node->address_ = absl::StrCat(rpc::ListenHost(options.listen), ":", node->port_);
   return node;
 }
 

@@ -1,0 +1,556 @@
+#include "coordinator/inference_service.h"
+
+#include <algorithm>
+#include <future>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/generation.h"
+#include "coordinator/model_summary.h"
+#include "model/gguf/gguf_fingerprint.h"
+#include "model/moe/local_expert_backend.h"
+#include "model/sampling/sampler.h"
+#include "rpc/server_support.h"
+
+namespace colibri::coordinator {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+const grpc::Status kCancelled(grpc::StatusCode::CANCELLED, "generation cancelled by the client");
+
+// The request's sampling parameters with the proto's "0 means off / default"
+// conventions resolved.
+sampling::SamplingOptions ToSamplingOptions(const v1::SamplingParams& p, int default_last_n) {
+  sampling::SamplingOptions o;
+  o.temperature = p.temperature();
+  o.top_k = p.top_k();
+  o.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  o.min_p = p.min_p();
+  o.repeat_penalty = p.repeat_penalty() == 0.0f ? 1.0f : p.repeat_penalty();
+  o.presence_penalty = p.presence_penalty();
+  o.frequency_penalty = p.frequency_penalty();
+  o.penalty_last_n = p.penalty_last_n() == 0 ? default_last_n : p.penalty_last_n();
+  if (p.has_seed()) {
+    o.seed = p.seed();
+  } else {
+    std::random_device device;
+    o.seed = (static_cast<uint64_t>(device()) << 32) | device();
+  }
+  return o;
+}
+
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEndOfGeneration: return v1::FINISH_REASON_EOS;
+    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case FinishReason::kContextFull: return v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kCancelled: break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+}  // namespace
+
+// One Generate call: what the worker and the reactor share. The worker sends
+// replies and finally the status; the reactor writes them one at a time and
+// calls Finish once the worker is done and no write is in flight, so the
+// reactor (which deletes itself in OnDone) never outlives a use of it.
+class InferenceServiceImpl::GenerateCall {
+ public:
+  class Reactor final : public grpc::ServerWriteReactor<v1::GenerateReply> {
+   public:
+    explicit Reactor(std::shared_ptr<GenerateCall> call) : call_(std::move(call)) {}
+    void OnWriteDone(bool ok) override { call_->WriteDone(ok); }
+    void OnCancel() override { call_->Cancel(); }
+    void OnDone() override { delete this; }
+
+   private:
+    const std::shared_ptr<GenerateCall> call_;
+  };
+
+  explicit GenerateCall(const v1::GenerateRequest& request) : request_(request) {}
+
+  // Creates the reactor that gRPC drives; borrowed here until Finish.
+  Reactor* MakeReactor(std::shared_ptr<GenerateCall> self) {
+    reactor_ = new Reactor(std::move(self));
+    return reactor_;
+  }
+
+  const v1::GenerateRequest& request() const { return request_; }
+  bool cancelled() const { return cancelled_.load(); }
+  void Cancel() { cancelled_.store(true); }
+
+  // Queues a reply; dropped once the stream broke.
+  void Send(v1::GenerateReply reply) {
+    const v1::GenerateReply* next = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (broken_ || done_) return;
+      pending_.push_back(std::move(reply));
+      if (writing_) return;
+      writing_ = true;
+      next = &pending_.front();
+    }
+    reactor_->StartWrite(next);
+  }
+
+  // Ends the call with `status` once the queued replies are written.
+  void Finish(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_) return;
+      done_ = true;
+      status_ = status;
+      if (writing_) return;
+    }
+    reactor_->Finish(status);
+  }
+
+ private:
+  void WriteDone(bool ok) {
+    const v1::GenerateReply* next = nullptr;
+    grpc::Status finish;
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.pop_front();
+      if (!ok) {
+        broken_ = true;
+        cancelled_.store(true);
+        pending_.clear();
+      }
+      if (!pending_.empty()) {
+        next = &pending_.front();
+      } else {
+        writing_ = false;
+        if (!done_) return;
+        finish = status_;
+      }
+    }
+    if (next != nullptr) {
+      reactor_->StartWrite(next);
+    } else {
+      reactor_->Finish(finish);
+    }
+  }
+
+  const v1::GenerateRequest request_;
+  Reactor* reactor_ = nullptr;
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex mu_;
+  // pending_.front() is being written while writing_; deque references stay
+  // valid across push_back.
+  std::deque<v1::GenerateReply> pending_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // Finish was asked for
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// A worker's sessions and backends, [0] fast path, [1] exact path.
+struct InferenceServiceImpl::Slot {
+  std::unique_ptr<moe::ExpertBackend> backend[2];
+  RemoteExpertBackend* remote[2] = {nullptr, nullptr};  // backend[i] when over nodes
+  std::unique_ptr<arch::Session> session[2];
+};
+
+InferenceServiceImpl::InferenceServiceImpl(const Options& options, const arch::Model& model,
+                                           const tokenizer::Tokenizer* tokenizer,
+                                           ClusterExperts* cluster, ThreadPool* pool)
+    : options_(options), model_(model), tokenizer_(tokenizer), cluster_(cluster), pool_(pool) {}
+
+absl::StatusOr<std::unique_ptr<InferenceServiceImpl>> InferenceServiceImpl::Create(
+    const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
+    ClusterExperts* cluster, ThreadPool* pool) {
+  if (options.sessions < 1) return absl::InvalidArgumentError("--sessions must be >= 1");
+  if (options.default_max_tokens < 1) {
+    return absl::InvalidArgumentError("default_max_tokens must be >= 1");
+  }
+  std::unique_ptr<InferenceServiceImpl> service(
+      new InferenceServiceImpl(options, model, tokenizer, cluster, pool));
+  for (int i = 0; i < options.sessions; ++i) service->slots_.push_back(std::make_unique<Slot>());
+  COLIBRI_ASSIGN_OR_RETURN(arch::Session * first,
+                           service->SessionFor(*service->slots_[0], ops::NumericPath::kFast));
+  service->n_ctx_ = first->n_ctx();
+
+  const arch::ModelConfig& config = model.config();
+  COLIBRI_ASSIGN_OR_RETURN(std::string fingerprint, gguf::ModelFingerprint(model.file()));
+  const ModelSummary summary = SummarizeModel(model.file(), config.n_expert_used);
+  v1::ModelInfoReply& info = service->model_info_;
+  info.set_architecture(config.arch);
+  info.set_name(config.name);
+  info.set_fingerprint(fingerprint);
+  info.set_n_layer(config.n_layer);
+  info.set_n_embd(config.n_embd);
+  info.set_n_vocab(config.n_vocab);
+  info.set_n_ctx(service->n_ctx_);
+  info.set_n_expert(config.n_expert);
+  info.set_n_expert_used(config.n_expert_used);
+  info.set_dense_bytes(summary.dense_bytes);
+  info.set_routed_expert_bytes(summary.routed_expert_bytes);
+
+  for (int i = 0; i < options.sessions; ++i) {
+    service->workers_.emplace_back([s = service.get(), i] { s->WorkerLoop(i); });
+  }
+  service->control_ = std::thread([s = service.get()] { s->ControlLoop(); });
+  return service;
+}
+
+InferenceServiceImpl::~InferenceServiceImpl() { Stop(); }
+
+void InferenceServiceImpl::BeginShutdown() {
+  std::deque<std::shared_ptr<GenerateCall>> queued;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    queued.swap(queue_);
+    for (const auto& call : running_) call->Cancel();
+  }
+  for (const auto& call : queued) call->Finish(kShuttingDown);
+}
+
+void InferenceServiceImpl::Stop() {
+  BeginShutdown();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  if (control_.joinable()) control_.join();
+}
+
+int InferenceServiceImpl::active_generations() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(running_.size());
+}
+
+absl::StatusOr<arch::Session*> InferenceServiceImpl::SessionFor(Slot& slot,
+                                                                ops::NumericPath path) {
+  const int k = path == ops::NumericPath::kExact ? 1 : 0;
+  if (slot.session[k] == nullptr) {
+    if (cluster_ != nullptr) {
+      std::unique_ptr<RemoteExpertBackend> remote = cluster_->NewBackend(path);
+      slot.remote[k] = remote.get();
+      slot.backend[k] = std::move(remote);
+    } else {
+      slot.backend[k] = std::make_unique<moe::LocalExpertBackend>(
+          &model_.experts(), model_.config().n_expert, path, pool_);
+    }
+    arch::SessionOptions session_options;
+    session_options.n_ctx = options_.ctx_size;
+    session_options.n_batch = options_.batch_size;
+    session_options.path = path;
+    session_options.prefetch = options_.prefetch;
+    COLIBRI_ASSIGN_OR_RETURN(slot.session[k], arch::Session::Create(model_, slot.backend[k].get(),
+                                                                    pool_, session_options));
+  }
+  return slot.session[k].get();
+}
+
+absl::Status InferenceServiceImpl::ValidateRequest(const v1::GenerateRequest& request) const {
+  const int n_vocab = model_.config().n_vocab;
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      return absl::InvalidArgumentError("empty prompt: give the prompt text or token ids");
+    case v1::GenerateRequest::kText:
+      if (request.text().empty()) return absl::InvalidArgumentError("the prompt text is empty");
+      if (tokenizer_ == nullptr) {
+        return absl::FailedPreconditionError("the model has no tokenizer: send token ids");
+      }
+      break;
+    case v1::GenerateRequest::kTokens: {
+      const auto& ids = request.tokens().ids();
+      if (ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+      for (int i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+          return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", ids[i],
+                                                         ", outside the vocabulary [0, ",
+                                                         n_vocab, ")"));
+        }
+      }
+      if (ids.size() > n_ctx_) {
+        return absl::InvalidArgumentError(absl::StrCat("the prompt has ", ids.size(),
+                                                       " tokens, more than the context of ",
+                                                       n_ctx_));
+      }
+      break;
+    }
+  }
+  if (request.max_tokens() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be >= 0, got ", request.max_tokens()));
+  }
+  sampling::SamplingOptions sampling =
+      ToSamplingOptions(request.sampling(), options_.default_penalty_last_n);
+  absl::Status s = sampling.Validate();
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("sampling: ", s.message()));
+  return absl::OkStatus();
+}
+
+grpc::ServerWriteReactor<v1::GenerateReply>* InferenceServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  auto call = std::make_shared<GenerateCall>(*request);
+  GenerateCall::Reactor* reactor = call->MakeReactor(call);
+  if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
+    call->Finish(rpc::UnauthenticatedStatus());
+    return reactor;
+  }
+  absl::Status valid = ValidateRequest(*request);
+  if (!valid.ok()) {
+    call->Finish(ToGrpc(valid));
+    return reactor;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutting_down_) {
+      queue_.push_back(call);
+      return reactor;
+    }
+  }
+  call->Finish(kShuttingDown);
+  return reactor;
+}
+
+void InferenceServiceImpl::WorkerLoop(int slot) {
+  for (;;) {
+    std::shared_ptr<GenerateCall> call;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;
+      call = queue_.front();
+      queue_.pop_front();
+      running_.push_back(call);
+    }
+    RunGeneration(*slots_[slot], *call);
+    absl::MutexLock lock(&mu_);
+    running_.erase(std::find(running_.begin(), running_.end(), call));
+  }
+}
+
+void InferenceServiceImpl::RunGeneration(Slot& slot, GenerateCall& call) {
+  if (call.cancelled()) return call.Finish(kCancelled);
+  const v1::GenerateRequest& request = call.request();
+  std::vector<int32_t> prompt;
+  if (request.has_tokens()) {
+    prompt.assign(request.tokens().ids().begin(), request.tokens().ids().end());
+  } else {
+    tokenizer::EncodeOptions enc;
+    enc.add_special = true;
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request.text(), enc);
+    if (!ids.ok()) return call.Finish(ToGrpc(ids.status()));
+    prompt = std::move(*ids);
+  }
+  if (prompt.empty()) {
+    return call.Finish(ToGrpc(absl::InvalidArgumentError("the prompt has no tokens")));
+  }
+  if (static_cast<int>(prompt.size()) > n_ctx_) {
+    return call.Finish(ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", prompt.size(), " tokens, more than the context of ", n_ctx_))));
+  }
+  const ops::NumericPath path = request.exact() ? ops::NumericPath::kExact : ops::NumericPath::kFast;
+  absl::StatusOr<arch::Session*> session = SessionFor(slot, path);
+  if (!session.ok()) return call.Finish(ToGrpc(session.status()));
+  (*session)->Reset();
+  absl::StatusOr<std::unique_ptr<sampling::Sampler>> sampler = sampling::Sampler::Create(
+      ToSamplingOptions(request.sampling(), options_.default_penalty_last_n),
+      model_.config().n_vocab);
+  if (!sampler.ok()) return call.Finish(ToGrpc(sampler.status()));
+
+  const RemoteExpertBackend* remote = slot.remote[path == ops::NumericPath::kExact ? 1 : 0];
+  const RemoteBackendStats remote_before = remote != nullptr ? remote->stats() : RemoteBackendStats();
+  const double wait_before = (*session)->stats().expert_wait_seconds;
+  const arch::PredictorStats predictor_before = (*session)->stats().predictor[0];
+
+  GenerationOptions generation;
+  generation.max_tokens = request.max_tokens() == 0 ? options_.default_max_tokens
+                                                    : request.max_tokens();
+  generation.ignore_eos = request.ignore_eos();
+  for (const std::string& s : request.stop()) {
+    if (!s.empty()) generation.stop.push_back(s);
+  }
+  GenerationCallbacks callbacks;
+  callbacks.on_token = [&call](const GeneratedToken& token) {
+    if (call.cancelled()) return false;
+    v1::GenerateReply reply;
+    reply.set_token(token.id);
+    reply.set_text(token.text);
+    call.Send(std::move(reply));
+    return !call.cancelled();
+  };
+  absl::StatusOr<GenerationResult> result =
+      coordinator::Generate(**session, **sampler, tokenizer_, prompt, generation, callbacks);
+  {
+    const arch::PredictorStats& p = (*session)->stats().predictor[0];
+    absl::MutexLock lock(&mu_);
+    predictor_.layers += p.layers - predictor_before.layers;
+    predictor_.routed += p.routed - predictor_before.routed;
+    predictor_.predicted += p.predicted - predictor_before.predicted;
+    predictor_.hits += p.hits - predictor_before.hits;
+  }
+  if (!result.ok()) return call.Finish(ToGrpc(result.status()));
+  if (result->finish_reason == FinishReason::kCancelled || call.cancelled()) {
+    return call.Finish(kCancelled);
+  }
+
+  v1::GenerateReply last;
+  last.set_done(true);
+  last.set_text(result->trailing_text);
+  last.set_finish_reason(ToProto(result->finish_reason));
+  v1::GenerateStats* stats = last.mutable_stats();
+  stats->set_prompt_tokens(static_cast<int32_t>(prompt.size()));
+  stats->set_generated_tokens(static_cast<int32_t>(result->tokens.size()));
+  stats->set_prompt_seconds(result->prompt_seconds);
+  stats->set_generate_seconds(result->generate_seconds);
+  stats->set_expert_wait_seconds((*session)->stats().expert_wait_seconds - wait_before);
+  if (remote != nullptr) {
+    const RemoteBackendStats after = remote->stats();
+    stats->set_expert_round_trips(after.round_trips - remote_before.round_trips);
+    stats->set_expert_bytes_sent(after.bytes_sent - remote_before.bytes_sent);
+    stats->set_fallback_routes(after.fallback_routes - remote_before.fallback_routes);
+  }
+  call.Send(std::move(last));
+  call.Finish(grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::Tokenize(grpc::CallbackServerContext* context,
+                                                         const v1::TokenizeRequest* request,
+                                                         v1::TokenizeReply* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
+    reactor->Finish(rpc::UnauthenticatedStatus());
+    return reactor;
+  }
+  if (tokenizer_ == nullptr) {
+    reactor->Finish(ToGrpc(absl::FailedPreconditionError("the model has no tokenizer")));
+    return reactor;
+  }
+  // Tokenizing is quick CPU work, done here rather than queued.
+  tokenizer::EncodeOptions enc;
+  enc.add_special = request->add_special();
+  enc.parse_special = request->parse_special();
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request->text(), enc);
+  if (!ids.ok()) {
+    reactor->Finish(ToGrpc(ids.status()));
+    return reactor;
+  }
+  for (int32_t id : *ids) reply->add_ids(id);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfo(grpc::CallbackServerContext* context,
+                                                          const v1::ModelInfoRequest*,
+                                                          v1::ModelInfoReply* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
+    reactor->Finish(rpc::UnauthenticatedStatus());
+    return reactor;
+  }
+  *reply = model_info_;
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ClusterStatus(
+    grpc::CallbackServerContext* context, const v1::ClusterStatusRequest*,
+    v1::ClusterStatusReply* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
+    reactor->Finish(rpc::UnauthenticatedStatus());
+    return reactor;
+  }
+  absl::MutexLock lock(&mu_);
+  if (stop_) {
+    reactor->Finish(kShuttingDown);
+    return reactor;
+  }
+  control_tasks_.push_back([this, reactor, reply] {
+    FillClusterStatus(reply);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+void InferenceServiceImpl::ControlLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !control_tasks_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (control_tasks_.empty()) return;
+      task = std::move(control_tasks_.front());
+      control_tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+void InferenceServiceImpl::FillClusterStatus(v1::ClusterStatusReply* reply) const {
+  reply->set_active_generations(active_generations());
+  {
+    absl::MutexLock lock(&mu_);
+    reply->set_predictor_recall(predictor_.recall());
+    reply->set_predictor_precision(predictor_.precision());
+  }
+  if (cluster_ == nullptr) return;
+  Cluster& cluster = cluster_->cluster();
+  const Placement& placement = cluster.placement();
+  const int n = cluster.n_nodes();
+  // Every healthy node at once; each call has the node client's control
+  // deadline, and a node that does not answer is shown unhealthy.
+  std::vector<std::future<absl::StatusOr<v1::NodeStatsReply>>> stats(n);
+  for (int i = 0; i < n; ++i) {
+    if (!cluster.healthy(i)) continue;
+    stats[i] = std::async(std::launch::async, [&cluster, i] { return cluster.client(i)->NodeStats(); });
+  }
+  for (int i = 0; i < n; ++i) {
+    v1::NodeStatus* node = reply->add_nodes();
+    node->set_address(cluster.node(i).address);
+    node->set_node_id(cluster.node(i).node_id);
+    node->set_experts_assigned(static_cast<int64_t>(placement.ExpertsOf(i).size()));
+    node->set_excluded(cluster.excluded(i));
+    const NodeCounters counters = cluster.counters(i);
+    node->set_requests(counters.requests);
+    node->set_failures(counters.failures);
+    node->set_failovers(counters.failovers);
+    bool healthy = false;
+    if (stats[i].valid()) {
+      absl::StatusOr<v1::NodeStatsReply> s = stats[i].get();
+      if (s.ok()) {
+        healthy = true;
+        node->set_experts_stored(static_cast<int64_t>(s->experts_stored()));
+        node->set_bytes_stored(s->bytes_stored());
+        node->set_ram_used_bytes(s->ram_used_bytes());
+        node->set_ram_budget_bytes(s->ram_budget_bytes());
+        node->set_ram_hits(s->ram_hits());
+        node->set_ram_misses(s->ram_misses());
+        node->set_disk_bytes_read(s->disk_bytes_read());
+        node->set_disk_wait_micros(s->disk_wait_micros());
+        node->set_prefetch_issued(s->prefetch_issued());
+        node->set_prefetch_used(s->prefetch_used());
+        node->set_prefetch_wasted(s->prefetch_wasted());
+        node->set_prefetch_dropped(s->prefetch_dropped());
+        node->set_in_flight(s->in_flight());
+      }
+    }
+    node->set_healthy(healthy);
+  }
+  reply->set_replicas(placement.replicas());
+  reply->set_replacements(cluster.replacements());
+  reply->set_fallback_routes(cluster.fallback_routes());
+}
+
+}  // namespace colibri::coordinator

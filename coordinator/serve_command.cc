@@ -1,0 +1,107 @@
+#include "coordinator/serve_command.h"
+
+#include <chrono>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "common/thread_pool.h"
+#include "coordinator/inference_service.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "model/arch/model.h"
+#include "model/tokenizer/tokenizer.h"
+#include "rpc/server_support.h"
+
+namespace colibri::coordinator {
+
+absl::Status RunServe(const ServeOptions& options, const std::function<void()>& wait_for_shutdown,
+                      std::ostream& out, std::ostream& err) {
+  std::string token;
+  if (!options.auth_token_file.empty()) {
+    COLIBRI_ASSIGN_OR_RETURN(token, rpc::ReadTokenFile(options.auth_token_file));
+  }
+  COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));
+  rpc::ServerTlsFiles tls;
+  tls.cert_file = options.tls_cert_file;
+  tls.key_file = options.tls_key_file;
+  COLIBRI_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                           rpc::MakeServerCredentials(tls));
+
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Model> model,
+                           arch::Model::Open(options.model_path));
+  absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
+      tokenizer::Tokenizer::FromGguf(model->file());
+  if (!tok.ok()) err << "serve: no tokenizer (" << tok.status().message() << "): id prompts only\n";
+
+  ThreadPool pool(options.threads);
+  std::unique_ptr<ClusterExperts> cluster;
+  if (options.cluster.enabled()) {
+    ClusterCommandOptions cluster_options = options.cluster;
+    cluster_options.auth_token_file = !options.node_auth_token_file.empty()
+                                          ? options.node_auth_token_file
+                                          : options.auth_token_file;
+    // Sessions pick their path per request; the backend Start makes is unused.
+    COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(cluster_options, *model,
+                                                            ops::NumericPath::kFast, &pool, err));
+  }
+
+  InferenceServiceImpl::Options service_options;
+  service_options.auth_token = token;
+  service_options.sessions = options.sessions;
+  service_options.ctx_size = options.ctx_size;
+  service_options.batch_size = options.batch_size;
+  service_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
+                                   : cluster != nullptr         ? 1
+                                                                : 0;
+  service_options.prefetch.count = options.prefetch_count;
+  COLIBRI_ASSIGN_OR_RETURN(
+      std::unique_ptr<InferenceServiceImpl> service,
+      InferenceServiceImpl::Create(service_options, *model, tok.ok() ? tok->get() : nullptr,
+                                   cluster.get(), &pool));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, credentials, &port);
+  builder.RegisterService(service.get());
+  rpc::ServerTransportOptions transport;
+  transport.max_message_bytes = options.max_message_bytes;
+  rpc::ConfigureServerBuilder(transport, &builder);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus(true);
+    health->SetServingStatus(v1::Inference::service_full_name(), true);
+  }
+  const arch::ModelConfig& config = model->config();
+  err << absl::StrFormat(
+      "serve: %s (%s), %d layers, %d experts top-%d, context %d, %d session(s), %s, %s%s\n",
+      config.arch, config.name, config.n_layer, config.n_expert, config.n_expert_used,
+      service->n_ctx(), options.sessions,
+      cluster != nullptr ? absl::StrCat(cluster->cluster().n_nodes(), " expert nodes")
+                         : std::string("local experts"),
+      token.empty() ? "no auth" : "token auth", options.tls_cert_file.empty() ? "" : ", TLS");
+  out << "listening on " << rpc::ListenHost(options.listen) << ":" << port << std::endl;
+
+  wait_for_shutdown();
+
+  err << "serve: shutting down\n";
+  if (health != nullptr) health->Shutdown();
+  // Calls in progress get the grace period to finish; then gRPC cancels them
+  // and the workers stop at their next token.
+  server->Shutdown(std::chrono::system_clock::now() +
+                   absl::ToChronoMilliseconds(options.shutdown_grace));
+  server->Wait();
+  service->Stop();
+  err << "serve: stopped\n";
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::coordinator
