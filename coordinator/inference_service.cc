@@ -12,6 +12,7 @@
 #include "model/gguf/gguf_fingerprint.h"
 #include "model/moe/local_expert_backend.h"
 #include "model/sampling/sampler.h"
+#include "model/tokenizer/unicode_util.h"
 #include "rpc/server_support.h"
 
 namespace colibri::coordinator {
@@ -383,7 +384,8 @@ void InferenceServiceImpl::RunGeneration(Slot& slot, GenerateCall& call) {
     if (call.cancelled()) return false;
     v1::GenerateReply reply;
     reply.set_token(token.id);
-    reply.set_text(token.text);
+    // Protobuf strings must be valid UTF-8; a model may emit any bytes.
+    reply.set_text(tokenizer::ToValidUtf8(token.text));
     call.Send(std::move(reply));
     return !call.cancelled();
   };
@@ -404,7 +406,7 @@ void InferenceServiceImpl::RunGeneration(Slot& slot, GenerateCall& call) {
 
   v1::GenerateReply last;
   last.set_done(true);
-  last.set_text(result->trailing_text);
+  last.set_text(tokenizer::ToValidUtf8(result->trailing_text));
   last.set_finish_reason(ToProto(result->finish_reason));
   v1::GenerateStats* stats = last.mutable_stats();
   stats->set_prompt_tokens(static_cast<int32_t>(prompt.size()));

@@ -142,6 +142,47 @@ void AppendUtf8(uint32_t cp, std::string* out) {
   }
 }
 
+namespace {
+
+// Length of the well-formed sequence at s[i..n), or 0 (RFC 3629 table 3-7).
+size_t WellFormedLength(const uint8_t* s, size_t i, size_t n) {
+  const uint8_t b0 = s[i];
+  if (b0 < 0x80) return 1;
+  auto in = [&](size_t j, uint8_t lo, uint8_t hi) { return j < n && s[j] >= lo && s[j] <= hi; };
+  if (b0 >= 0xC2 && b0 <= 0xDF) return in(i + 1, 0x80, 0xBF) ? 2 : 0;
+  if (b0 >= 0xE0 && b0 <= 0xEF) {
+    const uint8_t lo = b0 == 0xE0 ? 0xA0 : 0x80;  // no overlong forms
+    const uint8_t hi = b0 == 0xED ? 0x9F : 0xBF;  // no surrogates
+    return in(i + 1, lo, hi) && in(i + 2, 0x80, 0xBF) ? 3 : 0;
+  }
+  if (b0 >= 0xF0 && b0 <= 0xF4) {
+    const uint8_t lo = b0 == 0xF0 ? 0x90 : 0x80;  // no overlong forms
+    const uint8_t hi = b0 == 0xF4 ? 0x8F : 0xBF;  // nothing above U+10FFFF
+    return in(i + 1, lo, hi) && in(i + 2, 0x80, 0xBF) && in(i + 3, 0x80, 0xBF) ? 4 : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string ToValidUtf8(absl::string_view text) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  std::string out;
+  out.reserve(n);
+  for (size_t i = 0; i < n;) {
+    const size_t len = WellFormedLength(s, i, n);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    } else {
+      out.append(text.data() + i, len);
+      i += len;
+    }
+  }
+  return out;
+}
+
 bool DecodeUtf8(absl::string_view text, std::vector<uint32_t>* out) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const size_t n = text.size();

@@ -55,6 +55,12 @@ void AppendUtf8(uint32_t cp, std::string* out);
 // true when re-encoding `out` reproduces `text` byte for byte.
 bool DecodeUtf8(absl::string_view text, std::vector<uint32_t>* out);
 
+// `text` with every byte that does not belong to a well-formed UTF-8 sequence
+// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF)
+// replaced by U+FFFD, one replacement per such byte. Valid text comes back
+// unchanged. For protocols that require valid UTF-8 (protobuf strings, JSON).
+std::string ToValidUtf8(absl::string_view text);
+
 // GPT-2's reversible byte <-> code point mapping used by byte-level BPE.
 uint32_t ByteToCodepoint(uint8_t byte);
 // The byte whose image is `cp`, or -1.

@@ -3,6 +3,7 @@
 // through a GGUF image written in memory; the rest uses the fixture vocabularies
 // (skipped when the fixtures folder is absent).
 #include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/unicode_util.h"
 
 #include <memory>
 #include <string>
@@ -289,6 +290,20 @@ TEST(TokenizerFixtureTest, InvalidUtf8BecomesReplacementCharacter) {
                    "b",
                    false, false));
   EXPECT_EQ(gpt2.TokenToPiece(262, false), " the");
+}
+
+TEST(Utf8Test, ToValidUtf8KeepsValidTextAndReplacesEveryBadByte) {
+  const std::string valid = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xEF\xBF\xBF\xF4\x8F\xBF\xBF";
+  EXPECT_EQ(ToValidUtf8(valid), valid);
+  const std::string r = "\xEF\xBF\xBD";
+  EXPECT_EQ(ToValidUtf8("\x80"), r);                      // lone continuation byte
+  EXPECT_EQ(ToValidUtf8("x\xC3"), "x" + r);               // truncated sequence
+  EXPECT_EQ(ToValidUtf8("\xC0\xAF"), r + r);              // overlong '/'
+  EXPECT_EQ(ToValidUtf8("\xE0\x80\xAF"), r + r + r);      // overlong 3-byte
+  EXPECT_EQ(ToValidUtf8("\xED\xA0\x80"), r + r + r);      // surrogate U+D800
+  EXPECT_EQ(ToValidUtf8("\xF4\x90\x80\x80"), r + r + r + r);  // above U+10FFFF
+  EXPECT_EQ(ToValidUtf8("\xFF\xFEok"), r + r + "ok");
+  EXPECT_EQ(ToValidUtf8(""), "");
 }
 
 }  // namespace
