@@ -98,6 +98,13 @@ COLIBRI_INLINE __m128i K4ScalesMins(const uint8_t* packed) {
   return _mm_or_si128(low, high);
 }
 
+// [Σ of the int32 lanes of a, Σ of those of b, the same again] (exact).
+COLIBRI_INLINE __m128i SumPairVector(__m256i a, __m256i b) {
+  const __m256i h = _mm256_hadd_epi32(a, b);
+  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  return _mm_hadd_epi32(s, s);
+}
+
 // Tile driver: splits the tokens into groups of up to four and calls
 // Kernel::Run<T>(row, rows_of_activations, cols, out[T]) per row.
 template <typename Kernel>
