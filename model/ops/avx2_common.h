@@ -1,5 +1,11 @@
-// Helpers shared by the AVX2 translation units (compiled with -mavx2 -mfma
-// -mf16c only; never include this from portable code).
+// Helpers shared by the AVX2 and AVX-512 translation units (compiled with
+// -mavx2 -mfma -mf16c, the AVX-512 ones with more; never include this from
+// portable code).
+//
+// Every function here is forced inline: the translation units that include
+// this header are compiled for different instruction sets, and an out-of-line
+// copy of an inline function is shared by all of them at link time, so an
+// AVX-512 build of a helper could end up running on an AVX2-only machine.
 #ifndef COLIBRI_MODEL_OPS_AVX2_COMMON_H_
 #define COLIBRI_MODEL_OPS_AVX2_COMMON_H_
 
@@ -11,13 +17,14 @@
 #include "model/ops/activation_quant.h"
 #include "model/ops/vec_dot.h"
 
-// Forces inlining of the small decoders, so their vectors stay in registers.
+// Forces inlining: keeps the decoders' vectors in registers and keeps each
+// translation unit's helpers compiled for its own instruction set.
 #define COLIBRI_INLINE inline __attribute__((always_inline))
 
 namespace colibri::ops::internal::avx2 {
 
 // Canonical reduction of eight lanes: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
-inline float ReduceLanes(__m256 v) {
+COLIBRI_INLINE float ReduceLanes(__m256 v) {
   __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   r = _mm_add_ps(r, _mm_movehl_ps(r, r));
   r = _mm_add_ss(r, _mm_movehdup_ps(r));
@@ -25,7 +32,7 @@ inline float ReduceLanes(__m256 v) {
 }
 
 // Σ of the int32 lanes of a and of b (exact).
-inline void SumPair(__m256i a, __m256i b, int* sa, int* sb) {
+COLIBRI_INLINE void SumPair(__m256i a, __m256i b, int* sa, int* sb) {
   const __m256i h = _mm256_hadd_epi32(a, b);
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
   s = _mm_hadd_epi32(s, s);
@@ -33,17 +40,17 @@ inline void SumPair(__m256i a, __m256i b, int* sa, int* sb) {
   *sb = _mm_extract_epi32(s, 1);
 }
 
-inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+COLIBRI_INLINE float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 // 32 nibbles of 16 bytes: low nibbles in bytes 0..15, high nibbles in 16..31.
-inline __m256i Nibbles32(const uint8_t* p) {
+COLIBRI_INLINE __m256i Nibbles32(const uint8_t* p) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   const __m256i both = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
 // Byte j is 0xFF when bit j of the little-endian 32-bit word at p is set.
-inline __m256i BitsToBytes32(const uint8_t* p) {
+COLIBRI_INLINE __m256i BitsToBytes32(const uint8_t* p) {
   uint32_t bits;
   std::memcpy(&bits, p, sizeof(bits));
   const __m256i spread = _mm256_shuffle_epi8(
@@ -56,23 +63,46 @@ inline __m256i BitsToBytes32(const uint8_t* p) {
 
 // Σ over pairs of products of unsigned u8 u and signed s8 q, then pairs again:
 // int32 lane l = Σ of u*q over bytes 4l..4l+3.
-inline __m256i DotU8S8Quads(__m256i u, __m256i q) {
+COLIBRI_INLINE __m256i DotU8S8Quads(__m256i u, __m256i q) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
 }
 
 // The same for two signed vectors (|a| times b with a's sign).
-inline __m256i DotS8S8Quads(__m256i a, __m256i b) {
+COLIBRI_INLINE __m256i DotS8S8Quads(__m256i a, __m256i b) {
   return DotU8S8Quads(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
 // Converts the 32 int8 of v to float, multiplies by d and stores 32 floats.
-inline void StoreScaled32(__m256i v, __m256 d, float* out) {
+COLIBRI_INLINE void StoreScaled32(__m256i v, __m256 d, float* out) {
   const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
   const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
   for (int k = 0; k < 4; ++k) {
     const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k]));
     _mm256_storeu_ps(out + 8 * k, _mm256_mul_ps(f, d));
   }
+}
+
+// The 8 6-bit scales (bytes 0..7) and 8 6-bit mins (bytes 8..15) of a Q4_K /
+// Q5_K super-block, the values GetScaleMinK4 gives. With w0..w2 the three
+// packed words: [w0 & 0x3f.., (w2 & 0x0f..) | (w0 >> 2 & 0x30..), w1 & 0x3f..,
+// (w2 >> 4 & 0x0f..) | (w1 >> 2 & 0x30..)], in vector registers, since the
+// scales start the dependency chain of every super-block. Reads 16 bytes: the
+// 12 packed ones and 4 of the block's next field.
+COLIBRI_INLINE __m128i K4ScalesMins(const uint8_t* packed) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  __m128i low = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // w0 w2 w1 w2
+  low = _mm_srlv_epi32(low, _mm_setr_epi32(0, 0, 0, 4));
+  low = _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  __m128i high = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // w0 w0 w1 w1
+  high = _mm_and_si128(_mm_srli_epi32(high, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm_or_si128(low, high);
+}
+
+// [Σ of the int32 lanes of a, Σ of those of b, the same again] (exact).
+COLIBRI_INLINE __m128i SumPairVector(__m256i a, __m256i b) {
+  const __m256i h = _mm256_hadd_epi32(a, b);
+  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  return _mm_hadd_epi32(s, s);
 }
 
 // Tile driver: splits the tokens into groups of up to four and calls

@@ -18,8 +18,9 @@
 // distributed engine relies on this to give bitwise identical results whether
 // an expert runs locally or on a node.
 //
-// Kernels are chosen at run time (AVX2+FMA where available, else portable C++);
-// COLIBRI_CPU=portable forces the portable path (see common/cpu_features.h).
+// Kernels are chosen at run time (AVX-512 VNNI, else AVX2+FMA where available,
+// else portable C++); COLIBRI_CPU=avx2 or =portable caps the choice (see
+// common/cpu_features.h).
 #ifndef COLIBRI_MODEL_OPS_MATMUL_H_
 #define COLIBRI_MODEL_OPS_MATMUL_H_
 
@@ -63,14 +64,14 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, i
 // supports, honouring COLIBRI_CPU (common/cpu_features.h). All sets give
 // bitwise identical results (the canonical order of model/ops/vec_dot.h), so
 // the choice only affects speed.
-enum class KernelSetChoice { kAuto, kPortable, kAvx2 };
+enum class KernelSetChoice { kAuto, kPortable, kAvx2, kAvx512 };
 
 // For tests and benchmarks: makes MatMul use `choice` from now on, process-wide.
 // Returns false, changing nothing, when this build or CPU cannot run it. Must
 // not race with MatMul calls.
 bool ForceKernelSetForTesting(KernelSetChoice choice);
 
-// Name of the kernel set MatMul uses now: "avx2" or "portable".
+// Name of the kernel set MatMul uses now: "avx512", "avx2" or "portable".
 const char* ActiveKernelSetName();
 
 // Reference implementation of MatMul with plain loops (no SIMD, no threads),

@@ -1,14 +1,21 @@
 // colibri_ops_bench: memory bandwidth limits and MatMul throughput per type.
 //
-//   colibri_ops_bench [--threads=N] [--kernels=auto|portable|avx2]
+//   colibri_ops_bench [--threads=N] [--kernels=auto|portable|avx2|avx512|all]
 //                     [--types=Q4_K,Q8_0,...] [--rows=4096] [--cols=4096]
-//                     [--prefill_tokens=128] [--no_prefill]
+//                     [--prefill_tokens=128] [--no_prefill] [--fast_only] [--reps=1]
+//                     [--in_cache]
 //
 // Prints, for the chosen thread count:
 //  - STREAM-like read and triad bandwidth over 1 GiB (the "limit" for decode);
 //  - decode (n_tokens = 1) GB/s of weights streamed, per type and path, cycling
 //    through enough copies of the matrix to miss the last-level cache;
 //  - prefill GFLOP/s (2 * rows * cols * n_tokens per call) per type and path.
+// --kernels=all runs every kernel set this machine supports, one line per set
+// and type, the sets of a type one after the other on the same weights so that
+// their figures can be compared. --fast_only skips the kExact path. --reps=N
+// times decode N times and prints the best (the least disturbed by other load).
+// --in_cache keeps a single copy of the matrix, so that a small one (e.g.
+// --rows=256) stays in cache and decode measures the kernels, not the memory.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,6 +51,9 @@ struct Options {
   int64_t cols = 4096;
   int64_t prefill_tokens = 128;
   bool prefill = true;
+  bool exact = true;
+  int reps = 1;
+  bool in_cache = false;
 };
 
 bool ParseFlag(const char* arg, const char* name, std::string* value) {
@@ -107,7 +117,7 @@ struct Weights {
   uint64_t bytes = 0;
 };
 
-Weights MakeWeights(TensorType type, int64_t rows, int64_t cols) {
+Weights MakeWeights(TensorType type, int64_t rows, int64_t cols, bool in_cache) {
   Weights out;
   out.w.type = type;
   out.w.rows = rows;
@@ -124,13 +134,12 @@ Weights MakeWeights(TensorType type, int64_t rows, int64_t cols) {
   }
   // Enough copies to exceed the last-level cache several times over.
   const uint64_t target = uint64_t{256} << 20;
-  const size_t n_copies = std::max<size_t>(1, (target + out.bytes - 1) / out.bytes);
+  const size_t n_copies = in_cache ? 1 : std::max<size_t>(1, (target + out.bytes - 1) / out.bytes);
   out.copies.assign(n_copies, first);
   return out;
 }
 
-void BenchType(TensorType type, const Options& opt, ThreadPool* pool) {
-  Weights weights = MakeWeights(type, opt.rows, opt.cols);
+void BenchType(TensorType type, const Weights& weights, const Options& opt, ThreadPool* pool) {
   std::mt19937 rng(2);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t max_tokens = std::max<int64_t>(1, opt.prefill_tokens);
@@ -138,8 +147,10 @@ void BenchType(TensorType type, const Options& opt, ThreadPool* pool) {
   for (float& v : x) v = dist(rng);
   std::vector<float> y(max_tokens * opt.rows);
   MatMulScratch scratch;
-  std::printf("%-5s %7.2f MiB", TypeName(type), weights.bytes / 1048576.0);
+  std::printf("%-5s %7.2f MiB %-8s", TypeName(type), weights.bytes / 1048576.0,
+              ActiveKernelSetName());
   for (NumericPath path : {NumericPath::kFast, NumericPath::kExact}) {
+    if (path == NumericPath::kExact && !opt.exact) continue;
     // Decode: cycle through the copies so that every call reads from DRAM.
     WeightMatrix w = weights.w;
     const int calls = static_cast<int>(std::max<size_t>(20, 3 * weights.copies.size()));
@@ -147,12 +158,16 @@ void BenchType(TensorType type, const Options& opt, ThreadPool* pool) {
       w.data = weights.copies[i].data();
       MatMul(w, x.data(), 1, y.data(), opt.rows, path, pool, &scratch);
     }
-    const auto t0 = Clock::now();
-    for (int i = 0; i < calls; ++i) {
-      w.data = weights.copies[i % weights.copies.size()].data();
-      MatMul(w, x.data(), 1, y.data(), opt.rows, path, pool, &scratch);
+    double decode = 0;
+    for (int rep = 0; rep < std::max(1, opt.reps); ++rep) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < calls; ++i) {
+        w.data = weights.copies[i % weights.copies.size()].data();
+        MatMul(w, x.data(), 1, y.data(), opt.rows, path, pool, &scratch);
+      }
+      const double t = Seconds(t0, Clock::now()) / calls;
+      decode = rep == 0 ? t : std::min(decode, t);
     }
-    const double decode = Seconds(t0, Clock::now()) / calls;
     std::printf(" | %s decode %6.2f GB/s %7.3f ms", path == NumericPath::kFast ? "fast" : "exact",
                 weights.bytes / decode / 1e9, decode * 1e3);
     if (opt.prefill) {
@@ -192,23 +207,44 @@ int Main(int argc, char** argv) {
       opt.prefill_tokens = std::atoll(v.c_str());
     } else if (std::strcmp(argv[i], "--no_prefill") == 0) {
       opt.prefill = false;
+    } else if (ParseFlag(argv[i], "--reps", &v)) {
+      opt.reps = std::atoi(v.c_str());
+    } else if (std::strcmp(argv[i], "--in_cache") == 0) {
+      opt.in_cache = true;
+    } else if (std::strcmp(argv[i], "--fast_only") == 0) {
+      opt.exact = false;
     } else {
       std::fprintf(stderr, "unknown flag %s (see the header of model/ops/ops_bench.cc)\n", argv[i]);
       return 2;
     }
   }
-  const KernelSetChoice choice = opt.kernels == "portable" ? KernelSetChoice::kPortable
-                                 : opt.kernels == "avx2"   ? KernelSetChoice::kAvx2
-                                                           : KernelSetChoice::kAuto;
-  if (!ForceKernelSetForTesting(choice)) {
-    std::fprintf(stderr, "kernel set %s is not available on this machine\n", opt.kernels.c_str());
-    return 2;
+  std::vector<KernelSetChoice> choices;
+  std::string names;
+  if (opt.kernels == "all") {
+    for (KernelSetChoice c :
+         {KernelSetChoice::kPortable, KernelSetChoice::kAvx2, KernelSetChoice::kAvx512}) {
+      if (!ForceKernelSetForTesting(c)) continue;
+      choices.push_back(c);
+      names += std::string(names.empty() ? "" : ",") + ActiveKernelSetName();
+    }
+  } else {
+    const KernelSetChoice choice = opt.kernels == "portable" ? KernelSetChoice::kPortable
+                                   : opt.kernels == "avx2"   ? KernelSetChoice::kAvx2
+                                   : opt.kernels == "avx512" ? KernelSetChoice::kAvx512
+                                                             : KernelSetChoice::kAuto;
+    if (!ForceKernelSetForTesting(choice)) {
+      std::fprintf(stderr, "kernel set %s is not available on this machine\n",
+                   opt.kernels.c_str());
+      return 2;
+    }
+    choices.push_back(choice);
+    names = ActiveKernelSetName();
   }
   ThreadPool pool(opt.threads);
   std::printf("cpu: %s; kernels: %s; threads: %d; matrix %lld x %lld; prefill %lld tokens\n",
-              DescribeCpuFeatures(GetCpuFeatures()).c_str(), ActiveKernelSetName(),
-              pool.num_threads(), static_cast<long long>(opt.rows),
-              static_cast<long long>(opt.cols), static_cast<long long>(opt.prefill_tokens));
+              DescribeCpuFeatures(GetCpuFeatures()).c_str(), names.c_str(), pool.num_threads(),
+              static_cast<long long>(opt.rows), static_cast<long long>(opt.cols),
+              static_cast<long long>(opt.prefill_tokens));
   MemoryProbe(&pool);
   for (const std::string& name : opt.types) {
     auto type = ParseTensorType(name);
@@ -216,7 +252,11 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "skipping %s: not a supported type\n", name.c_str());
       continue;
     }
-    BenchType(*type, opt, &pool);
+    const Weights weights = MakeWeights(*type, opt.rows, opt.cols, opt.in_cache);
+    for (KernelSetChoice c : choices) {
+      ForceKernelSetForTesting(c);
+      BenchType(*type, weights, opt, &pool);
+    }
   }
   return 0;
 }

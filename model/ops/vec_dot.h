@@ -22,11 +22,11 @@
 // Because the float operations per output are a fixed sequence that depends
 // only on the row and the token, results are independent of tiling, batch
 // composition and threads (the batch invariance MatMul promises), and the AVX2
-// kernels equal the portable ones. The library is compiled with
+// and AVX-512 kernels equal the portable ones. The library is compiled with
 // -ffp-contract=off so the compiler keeps that sequence.
 //
-// A new instruction set (AVX-512, NEON) adds a KernelSet with the same
-// signatures and an entry in SelectKernels() (matmul.cc).
+// A new instruction set (NEON, ...) adds a KernelSet with the same signatures,
+// a KernelSetChoice (matmul.h) and a case in DefaultKernels().
 #ifndef COLIBRI_MODEL_OPS_VEC_DOT_H_
 #define COLIBRI_MODEL_OPS_VEC_DOT_H_
 
@@ -70,7 +70,11 @@ const KernelSet& PortableKernels();
 // Null when the build has no AVX2 kernels (non-x86 targets). Whether the CPU
 // can run them is GetCpuFeatures().avx2.
 const KernelSet* Avx2Kernels();
-// The set MatMul picks by default: AVX2 when built and supported, else portable.
+// Null when the build has no AVX-512 kernels. The CPU can run them when
+// GetCpuFeatures() has avx512f (with BW and VL), avx512_vnni and avx2.
+const KernelSet* Avx512Kernels();
+// The set MatMul picks by default: the best of AVX-512, AVX2 and portable that
+// is built and that the CPU supports (COLIBRI_CPU can hide features).
 const KernelSet& DefaultKernels();
 
 inline int Slot(TensorType type) { return static_cast<int>(type); }

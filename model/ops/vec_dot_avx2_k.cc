@@ -119,16 +119,7 @@ struct K4Scales {
 };
 
 COLIBRI_INLINE K4Scales UnpackK4(const uint8_t* packed) {
-  uint32_t w0, w1, w2;
-  std::memcpy(&w0, packed, 4);
-  std::memcpy(&w1, packed + 4, 4);
-  std::memcpy(&w2, packed + 8, 4);
-  const uint32_t s_lo = w0 & 0x3f3f3f3fu;
-  const uint32_t s_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
-  const uint32_t m_lo = w1 & 0x3f3f3f3fu;
-  const uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
-  const __m128i v = _mm_setr_epi32(static_cast<int>(s_lo), static_cast<int>(s_hi),
-                                   static_cast<int>(m_lo), static_cast<int>(m_hi));
+  const __m128i v = K4ScalesMins(packed);
   const __m128i m8 = _mm_unpackhi_epi8(v, v);  // m0 m0 m1 m1 ... m7 m7
   return K4Scales{_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(v)), _mm256_cvtepu8_epi16(m8)};
 }

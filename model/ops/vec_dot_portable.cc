@@ -288,10 +288,16 @@ const KernelSet& PortableKernels() {
 #if !defined(COLIBRI_OPS_HAVE_AVX2)
 const KernelSet* Avx2Kernels() { return nullptr; }
 #endif
+#if !defined(COLIBRI_OPS_HAVE_AVX512)
+const KernelSet* Avx512Kernels() { return nullptr; }
+#endif
 
 const KernelSet& DefaultKernels() {
+  const CpuFeatures& cpu = GetCpuFeatures();
+  const KernelSet* avx512 = Avx512Kernels();
+  if (avx512 != nullptr && cpu.avx512f && cpu.avx512_vnni && cpu.avx2) return *avx512;
   const KernelSet* avx2 = Avx2Kernels();
-  if (avx2 != nullptr && GetCpuFeatures().avx2) return *avx2;
+  if (avx2 != nullptr && cpu.avx2) return *avx2;
   return PortableKernels();
 }
 

@@ -1,12 +1,19 @@
 // The internal kernel tables directly: every set's decoders equal DequantizeRow
-// bit for bit, on random blocks and on blocks with extreme scale fields.
+// bit for bit, on random blocks and on blocks with extreme scale fields, and
+// every set's quantized tiles equal the portable ones bit for bit, on random
+// and extreme blocks, for every tile shape.
 #include <cmath>
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/cpu_features.h"
 #include "gtest/gtest.h"
+#include "model/ops/activation_quant.h"
+#include "model/ops/quant_blocks.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
 #include "model/ops/vec_dot.h"
@@ -14,9 +21,15 @@
 namespace colibri::ops::internal {
 namespace {
 
+bool CanRunAvx512() {
+  const CpuFeatures& cpu = GetCpuFeatures();
+  return Avx512Kernels() != nullptr && cpu.avx512f && cpu.avx512_vnni && cpu.avx2;
+}
+
 std::vector<const KernelSet*> RunnableSets() {
   std::vector<const KernelSet*> sets = {&PortableKernels()};
   if (Avx2Kernels() != nullptr && GetCpuFeatures().avx2) sets.push_back(Avx2Kernels());
+  if (CanRunAvx512()) sets.push_back(Avx512Kernels());
   return sets;
 }
 
@@ -61,6 +74,114 @@ TEST(KernelSetTest, DecodersMatchDequantizeRowOnRandomBytes) {
             ASSERT_EQ(std::memcmp(&want[i], &got[i], 4), 0)
                 << k->name << " " << TypeName(type) << " " << i << ": " << got[i] << " vs "
                 << want[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelSetTest, DefaultIsTheBestRunnableSet) {
+  if (!CanRunAvx512()) {
+    std::printf("note: no AVX-512 VNNI here (or COLIBRI_CPU hides it); AVX-512 set not tested\n");
+  }
+  EXPECT_EQ(&DefaultKernels(), RunnableSets().back());
+  const char* force = std::getenv("COLIBRI_CPU");
+  const std::string forced = force != nullptr ? force : "";
+  if (forced == "avx2") {
+    EXPECT_NE(&DefaultKernels(), Avx512Kernels());
+  } else if (forced == "portable") {
+    EXPECT_EQ(&DefaultKernels(), &PortableKernels());
+  }
+}
+
+// Byte offsets, within a block, of the fp16 scale fields of each quantized type.
+std::vector<size_t> HalfFields(TensorType type) {
+  switch (type) {
+    case TensorType::kQ4_0: return {offsetof(BlockQ4_0, d)};
+    case TensorType::kQ4_1: return {offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m)};
+    case TensorType::kQ5_0: return {offsetof(BlockQ5_0, d)};
+    case TensorType::kQ5_1: return {offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)};
+    case TensorType::kQ8_0: return {offsetof(BlockQ8_0, d)};
+    case TensorType::kQ2_K: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case TensorType::kQ3_K: return {offsetof(BlockQ3_K, d)};
+    case TensorType::kQ4_K: return {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)};
+    case TensorType::kQ5_K: return {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)};
+    case TensorType::kQ6_K: return {offsetof(BlockQ6_K, d)};
+    default: return {};
+  }
+}
+
+// Weight rows of `type`: every quant and packed scale byte is `fill` (random
+// when fill < 0), every fp16 field a random value of moderate magnitude, so
+// that the products stay finite and every bit of the result matters.
+std::vector<uint8_t> WeightRows(TensorType type, int64_t rows, int64_t cols, int fill,
+                                std::mt19937* rng) {
+  const uint64_t row_bytes = RowBytesUnchecked(type, cols);
+  const int64_t block = GetTraits(type).block_size;
+  const uint64_t block_bytes = row_bytes / (cols / block);
+  std::vector<uint8_t> w(rows * row_bytes);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(fill < 0 ? (*rng)() : fill);
+  std::uniform_real_distribution<float> mag(-4.0f, 4.0f);
+  for (uint64_t off = 0; off < w.size(); off += block_bytes) {
+    for (size_t field : HalfFields(type)) {
+      const uint16_t h = FloatToHalf(std::ldexp(mag(*rng), -6));
+      std::memcpy(&w[off + field], &h, sizeof(h));
+    }
+  }
+  return w;
+}
+
+// Activations: normal values with a few dominating ones, or (extreme) ±1 with
+// random signs, which quantize to ±127 everywhere.
+std::vector<float> Activations(int64_t n_tokens, int64_t cols, bool extreme, std::mt19937* rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n_tokens * cols);
+  for (float& v : x) v = extreme ? ((*rng)() & 1 ? 1.0f : -1.0f) : dist(*rng);
+  if (!extreme) {
+    for (int64_t t = 0; t < n_tokens; ++t) x[t * cols + (7 * t) % cols] = 40.0f;
+  }
+  return x;
+}
+
+TEST(KernelSetTest, QuantTilesMatchPortableBitwise) {
+  const std::vector<const KernelSet*> sets = RunnableSets();
+  if (sets.size() == 1) GTEST_SKIP() << "only the portable kernel set runs here";
+  const KernelSet& portable = PortableKernels();
+  std::mt19937 rng(77);
+  const int64_t n_rows = 5;  // odd: the AVX-512 row-pair kernels have a tail
+  for (TensorType type : kTypes) {
+    if (GetTraits(type).block_size == 1) continue;
+    const int64_t cols = GetTraits(type).block_size == 256 ? 3 * 256 : 7 * 32;
+    const uint64_t row_bytes = RowBytesUnchecked(type, cols);
+    const ActivationLayout layout = MakeActivationLayout(ActivationFormatFor(type), cols);
+    for (int fill : {-1, -1, 0xFF, 0x80, 0x7F, 0x00}) {
+      const std::vector<uint8_t> w = WeightRows(type, n_rows, cols, fill, &rng);
+      for (bool extreme : {false, true}) {
+        for (int64_t n_tokens = 1; n_tokens <= kMaxTokenTile; ++n_tokens) {
+          const std::vector<float> x = Activations(n_tokens, cols, extreme, &rng);
+          std::vector<uint8_t> act_buf(n_tokens * layout.row_bytes + 64);
+          uint8_t* act = act_buf.data() + (64 - reinterpret_cast<uintptr_t>(act_buf.data()) % 64);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            QuantizeActivationRow(layout, x.data() + t * cols, act + t * layout.row_bytes);
+          }
+          for (int64_t rows = 1; rows <= n_rows; rows += 2) {
+            const int64_t y_stride = rows + 1;
+            std::vector<float> want(n_tokens * y_stride, -3.0f);
+            portable.quant_tile[Slot(type)](w.data(), row_bytes, rows, act, layout, n_tokens,
+                                            want.data(), y_stride);
+            for (const KernelSet* k : sets) {
+              std::vector<float> got(n_tokens * y_stride, -3.0f);
+              k->quant_tile[Slot(type)](w.data(), row_bytes, rows, act, layout, n_tokens,
+                                        got.data(), y_stride);
+              for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_EQ(std::memcmp(&want[i], &got[i], 4), 0)
+                    << k->name << " " << TypeName(type) << " fill=" << fill
+                    << " extreme=" << extreme << " rows=" << rows << " n_tokens=" << n_tokens
+                    << " t=" << i / y_stride << " r=" << i % y_stride << ": " << got[i]
+                    << " vs portable " << want[i];
+              }
+            }
           }
         }
       }

@@ -69,12 +69,25 @@ std::string PathName(NumericPath p) { return p == NumericPath::kExact ? "exact" 
 
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
+std::string ChoiceName(KernelSetChoice c) {
+  switch (c) {
+    case KernelSetChoice::kPortable: return "portable";
+    case KernelSetChoice::kAvx2: return "avx2";
+    case KernelSetChoice::kAvx512: return "avx512";
+    case KernelSetChoice::kAuto: break;
+  }
+  return "auto";
+}
+
 // Runs the tests once per kernel set this machine can execute.
 class MatMulKernelTest : public ::testing::TestWithParam<KernelSetChoice> {
  protected:
   void SetUp() override {
-    if (!ForceKernelSetForTesting(GetParam())) GTEST_SKIP() << "kernel set not available here";
-    ASSERT_STREQ(ActiveKernelSetName(), GetParam() == KernelSetChoice::kPortable ? "portable" : "avx2");
+    if (!ForceKernelSetForTesting(GetParam())) {
+      GTEST_SKIP() << "kernel set " << ChoiceName(GetParam())
+                   << " not available in this build or on this CPU";
+    }
+    ASSERT_EQ(ActiveKernelSetName(), ChoiceName(GetParam()));
   }
   void TearDown() override { ForceKernelSetForTesting(KernelSetChoice::kAuto); }
 };
@@ -84,7 +97,7 @@ TEST_P(MatMulKernelTest, EqualsReferenceBitwise) {
   for (TensorType type : kAllTypes) {
     const int64_t cols = ColsFor(type);
     const Matrix m = RandomMatrix(type, rows, cols, 11);
-    for (int64_t n_tokens : {1, 3, 17}) {
+    for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 17}) {
       const std::vector<float> x = RandomActivations(n_tokens, cols, 5 + n_tokens);
       for (NumericPath path : {NumericPath::kExact, NumericPath::kFast}) {
         const int64_t y_stride = rows + 3;
@@ -146,10 +159,10 @@ TEST_P(MatMulKernelTest, BatchAndThreadInvariance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelSets, MatMulKernelTest,
-                         ::testing::Values(KernelSetChoice::kPortable, KernelSetChoice::kAvx2),
+                         ::testing::Values(KernelSetChoice::kPortable, KernelSetChoice::kAvx2,
+                                           KernelSetChoice::kAvx512),
                          [](const ::testing::TestParamInfo<KernelSetChoice>& info) {
-                           return std::string(info.param == KernelSetChoice::kPortable ? "portable"
-                                                                                       : "avx2");
+                           return ChoiceName(info.param);
                          });
 
 // The exact path against a float64 dot of the dequantized weights.

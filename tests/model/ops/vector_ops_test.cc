@@ -88,6 +88,11 @@ TEST(VectorOpsTest, DotIsCanonicalOnEveryKernelSet) {
       const float avx2 = internal::Avx2Kernels()->dot(a.data(), b.data(), n);
       EXPECT_EQ(std::memcmp(&avx2, &want, 4), 0) << n;
     }
+    const CpuFeatures& cpu = GetCpuFeatures();
+    if (internal::Avx512Kernels() != nullptr && cpu.avx512f && cpu.avx512_vnni && cpu.avx2) {
+      const float avx512 = internal::Avx512Kernels()->dot(a.data(), b.data(), n);
+      EXPECT_EQ(std::memcmp(&avx512, &want, 4), 0) << n;
+    }
   }
 }
 
