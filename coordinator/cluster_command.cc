@@ -116,6 +116,23 @@ std::unique_ptr<RemoteExpertBackend> ClusterExperts::NewBackend(ops::NumericPath
                                                model_->config().n_expert, path, pool_);
 }
 
+namespace {
+
+absl::StatusOr<v1::NodeStatsReply> TierStats(Cluster& cluster, int node) {
+  if (!cluster.healthy(node)) return absl::UnavailableError("unhealthy");
+  return cluster.client(node)->NodeStats();
+}
+
+}  // namespace
+
+void ClusterExperts::MarkPromptDone() {
+  at_prompt_done_ = backend_->stats();
+  tiers_at_prompt_done_.clear();
+  for (int i = 0; i < cluster_->n_nodes(); ++i) {
+    tiers_at_prompt_done_.push_back(TierStats(*cluster_, i));
+  }
+}
+
 void ClusterExperts::PrintStats(std::ostream& err) const {
   for (int i = 0; i < cluster_->n_nodes(); ++i) {
     const NodeCounters c = cluster_->counters(i);
@@ -138,6 +155,22 @@ void ClusterExperts::PrintStats(std::ostream& err) const {
   if (s.hints_riding + s.hints_separate + s.hints_dropped > 0) {
     err << absl::StrFormat("prefetch hints: riding=%d separate=%d dropped=%d prefetch_calls=%d\n",
                            s.hints_riding, s.hints_separate, s.hints_dropped, s.prefetch_calls);
+  }
+  for (int i = 0; i < static_cast<int>(tiers_at_prompt_done_.size()); ++i) {
+    const absl::StatusOr<v1::NodeStatsReply>& before = tiers_at_prompt_done_[i];
+    const absl::StatusOr<v1::NodeStatsReply> now = TierStats(*cluster_, i);
+    if (!before.ok() || !now.ok()) continue;
+    err << absl::StrFormat(
+        "node-tier %s decode: ram_hits=%d ram_misses=%d disk_bytes_read=%d disk_wait_us=%d "
+        "prefetch_issued=%d prefetch_used=%d prefetch_wasted=%d prefetch_dropped=%d\n",
+        cluster_->node(i).address, now->ram_hits() - before->ram_hits(),
+        now->ram_misses() - before->ram_misses(),
+        now->disk_bytes_read() - before->disk_bytes_read(),
+        now->disk_wait_micros() - before->disk_wait_micros(),
+        now->prefetch_issued() - before->prefetch_issued(),
+        now->prefetch_used() - before->prefetch_used(),
+        now->prefetch_wasted() - before->prefetch_wasted(),
+        now->prefetch_dropped() - before->prefetch_dropped());
   }
 }
 

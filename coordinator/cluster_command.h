@@ -78,10 +78,13 @@ class ClusterExperts {
   std::unique_ptr<RemoteExpertBackend> NewBackend(ops::NumericPath path) const;
 
   // Marks the end of prompt processing: later figures print as "decode".
-  void MarkPromptDone() { at_prompt_done_ = backend_->stats(); }
+  // Also reads every healthy node's NodeStats (one call each).
+  void MarkPromptDone();
   // One line per node (requests, failures, failovers, bytes, wait, health),
   // then the backend totals and the decode-only totals, then the prefetch
-  // hints when any were given, to `err`.
+  // hints when any were given, then per node the decode-only change of its
+  // tier counters (RAM hits and misses, disk bytes and wait, prefetches), to
+  // `err`.
   void PrintStats(std::ostream& err) const;
 
  private:
@@ -91,6 +94,7 @@ class ClusterExperts {
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<RemoteExpertBackend> backend_;
   RemoteBackendStats at_prompt_done_;
+  std::vector<absl::StatusOr<v1::NodeStatsReply>> tiers_at_prompt_done_;  // [n_nodes]
 };
 
 struct PlanOptions {

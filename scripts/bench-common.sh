@@ -183,6 +183,10 @@ bench_run() {
 #   nodes requests bytes_sent bytes_received wait_s   (sums over "node ...:" lines)
 #   decode_layers decode_round_trips decode_failovers decode_fallback_routes
 #                                                      ("experts decode: ...")
+#   tier_ram_hits tier_ram_misses tier_disk_bytes_read tier_disk_wait_us
+#   tier_prefetch_issued tier_prefetch_used tier_prefetch_wasted tier_prefetch_dropped
+#                     (decode only, sums over the "node-tier ... decode:" lines)
+#   predict_recall predict_precision   (decode, "prediction L+1: ... decode: ...")
 # Keys are absent when their line is (a local run has no node lines).
 declare -A STATS
 bench_parse_run() {
@@ -204,7 +208,15 @@ bench_parse_run() {
     /^experts decode: / {
       for (i = 3; i <= NF; i++) { split($i, kv, "="); print "decode_" kv[1] "=" kv[2] }
     }
+    /^node-tier .* decode: / {
+      for (i = 4; i <= NF; i++) { split($i, kv, "="); tier[kv[1]] += kv[2]; tiers++ }
+    }
+    /^prediction L\+1: / && match($0, /decode: recall=[0-9.]+ precision=[0-9.]+/) {
+      s = substr($0, RSTART, RLENGTH); split(s, a, /[= ]/)
+      print "predict_recall=" a[3]; print "predict_precision=" a[5]
+    }
     END {
+      if (tiers > 0) for (k in tier) printf "tier_%s=%.0f\n", k, tier[k]
       if (nodes > 0) {
         print "nodes=" nodes
         printf "requests=%d\nbytes_sent=%.0f\nbytes_received=%.0f\nwait_s=%.6f\n", \

@@ -23,11 +23,10 @@ usage: scripts/bench-prefetch.sh [options]
   -h, --help         this text
 
 Each node gets --ram-budget = routed expert bytes / 3 nodes * F and --direct-io.
-Prefetch is switched with the coordinator's --prefetch-depth 0 / 1; a
-coordinator without that flag is measured with prefetch off only. Node-side
-disk wait and RAM hit rates come from the NodeStats RPC, which no command
-prints yet: they are "n/a" until `colibri-client status` exists. Data and logs
-go to BUILD/bench-prefetch/.
+Prefetch is switched with the coordinator's --prefetch-depth 0 / 1. Node-side
+disk wait, RAM hit rates and prefetch use are the decode-only change of the
+nodes' NodeStats that `run` prints (node-tier lines). Data and logs go to
+BUILD/bench-prefetch/.
 EOF
 }
 
@@ -106,8 +105,16 @@ measure() {
   bench_run "$prefix.base" "${run_args[@]}" "${flags[@]}" -n 0 --nodes "$addrs"
   bench_run "$prefix" "${run_args[@]}" "${flags[@]}" -n "$n_predict" --nodes "$addrs"
   bench_decode_stats "$prefix.err" "$prefix.base.err"
-  rows+=("$(printf '%-36s %9s %12s %12s %10s %10s' "$name, prefetch $mode" "${DECODE[tps]}" \
-    "${DECODE[wait_ms]}" "n/a" "n/a" "n/a")")
+  bench_parse_run "$prefix.err"
+  local disk_ms hit_rate pf_used
+  disk_ms=$(bench_div "$(awk -v w="${STATS[tier_disk_wait_us]:-}" \
+    'BEGIN { if (w != "") print w / 1000 }')" "${DECODE[steps]}" "%.3f")
+  hit_rate=$(bench_div "${STATS[tier_ram_hits]:-}" \
+    "$((${STATS[tier_ram_hits]:-0} + ${STATS[tier_ram_misses]:-0}))" "%.3f")
+  pf_used=$(bench_div "${STATS[tier_prefetch_used]:-}" "${STATS[tier_prefetch_issued]:-}" "%.3f")
+  rows+=("$(printf '%-36s %9s %12s %12s %10s %10s %9s %9s' "$name, prefetch $mode" \
+    "${DECODE[tps]}" "${DECODE[wait_ms]}" "$disk_ms" "$hit_rate" "$pf_used" \
+    "${STATS[predict_recall]:--}" "${STATS[predict_precision]:--}")")
   [ "${DECODE[failovers]}" = 0 ] || rows+=("  (warning: ${DECODE[failovers]} failovers in decode)")
 }
 
@@ -130,12 +137,14 @@ echo
 echo "model: $model, $n_predict tokens per run; routed experts $MODEL_ROUTED_BYTES bytes;" \
   "RAM budget $ram_budget bytes per node ($ram_fraction of a node's third), --direct-io"
 echo "$prefetch_note"
-printf '%-36s %9s %12s %12s %10s %10s\n' "config" "decode" "net wait" "disk wait" "RAM hit" \
-  "prefetch"
-printf '%-36s %9s %12s %12s %10s %10s\n' "" "tok/s" "ms/token" "ms/token" "rate" "used"
+printf '%-36s %9s %12s %12s %10s %10s %9s %9s\n' "config" "decode" "net wait" "disk wait" \
+  "RAM hit" "prefetch" "predict" "predict"
+printf '%-36s %9s %12s %12s %10s %10s %9s %9s\n' "" "tok/s" "ms/token" "ms/token" "rate" \
+  "used" "recall" "precis."
 printf '%s\n' "${rows[@]}"
 echo "net wait: the coordinator's wait for node replies per decode step, summed over nodes."
-echo "disk wait, RAM hit rate, prefetch used: node-side NodeStats, not printed by any command yet."
+echo "disk wait (summed over nodes), RAM hit rate, prefetch used/issued: the nodes' decode-only"
+echo "NodeStats change (run's node-tier lines); predict: next-layer recall and precision in decode."
 for i in "${!NODE_IDS[@]}"; do
   echo "node ${NODE_IDS[$i]} peak RSS: $(bench_mib "${NODE_HWM_KB[$i]}")"
 done

@@ -188,6 +188,14 @@ TEST_F(DistributedRunTest, OneRoundTripPerInvolvedNodePerLayer) {
   int64_t requests = 0;
   for (const auto& n : nodes_) requests += Counter(r.err, "node " + n->address(), "requests");
   EXPECT_EQ(requests, Counter(r.err, "experts:", "round_trips")) << r.err;
+  // The nodes' own decode counters: every routed expert is looked up once in
+  // a RAM tier (top-2 experts of a token are distinct).
+  int64_t lookups = 0;
+  for (const auto& n : nodes_) {
+    const std::string tier = "node-tier " + n->address() + " decode:";
+    lookups += Counter(r.err, tier, "ram_hits") + Counter(r.err, tier, "ram_misses");
+  }
+  EXPECT_EQ(lookups, 2 * layers) << r.err;
   std::cerr << "round trips per generated token: " << static_cast<double>(trips) / (n_predict - 1)
             << " (3 MoE layers)\n";
 }
