@@ -4,18 +4,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "colibri/v1/inference.grpc.pb.h"
+#include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/client_support.h"
 
 namespace colibri::client {
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& address, const char* method) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat("coordinator ", address, " ", method, ": ", s.error_message()));
+  return rpc::FromGrpc(s, absl::StrCat("coordinator ", address), method);
 }
 
 }  // namespace
@@ -29,10 +28,7 @@ class Client::Impl {
         generic(this->channel) {}
 
   void Prepare(grpc::ClientContext* ctx, absl::Duration deadline) const {
-    ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
-    if (!options.auth_token.empty()) {
-      ctx->AddMetadata("authorization", "Bearer " + options.auth_token);
-    }
+    rpc::PrepareContext(ctx, deadline, options.auth_token);
   }
 
   const ClientOptions options;
@@ -48,26 +44,13 @@ Client::~Client() = default;
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.address.empty()) return absl::InvalidArgumentError("coordinator address is empty");
-  if (options.max_message_bytes <= 0) {
-    return absl::InvalidArgumentError("max_message_bytes must be positive");
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  args.SetMaxSendMessageSize(options.max_message_bytes);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (options.use_tls) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = options.tls_ca_pem;
-    creds = grpc::SslCredentials(ssl);
-  } else {
-    creds = grpc::InsecureChannelCredentials();
-  }
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.address, creds, args);
-  if (channel == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create a channel to ", options.address));
-  }
+  rpc::ChannelOptions channel_options;
+  channel_options.address = options.address;
+  channel_options.use_tls = options.use_tls;
+  channel_options.tls_ca_pem = options.tls_ca_pem;
+  channel_options.max_message_bytes = options.max_message_bytes;
+  COLIBRI_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                           rpc::CreateChannel(channel_options));
   return std::unique_ptr<Client>(
       new Client(options, std::make_unique<Impl>(options, std::move(channel))));
 }
@@ -140,41 +123,11 @@ absl::StatusOr<v1::ClusterStatusReply> Client::ClusterStatus() {
   return reply;
 }
 
-// grpc.health.v1.Health/Check through the generic stub, so that no health
-// proto needs generating: HealthCheckRequest{service} is field 1 (bytes), and
-// a SERVING reply is field 1 = 1, i.e. bytes 08 01.
 absl::StatusOr<bool> Client::Health(const std::string& service) {
-  if (service.size() > 127) return absl::InvalidArgumentError("health service name too long");
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx, options_.call_deadline);
-  std::string encoded;
-  if (!service.empty()) {
-    encoded.push_back('\x0a');
-    encoded.push_back(static_cast<char>(service.size()));
-    encoded += service;
-  }
-  grpc::Slice slice(encoded);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  absl::Notification done;
-  impl_->generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                           &response, [&](grpc::Status s) {
-                             status = std::move(s);
-                             done.Notify();
-                           });
-  done.WaitForNotification();
-  absl::Status s = FromGrpc(status, address(), "Health/Check");
-  if (!s.ok()) return s;
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) {
-    return absl::DataLossError(absl::StrCat("coordinator ", address(), " Health/Check: unreadable reply"));
-  }
-  std::string bytes;
-  for (const grpc::Slice& piece : slices) {
-    bytes.append(reinterpret_cast<const char*>(piece.begin()), piece.size());
-  }
-  return bytes == std::string("\x08\x01", 2);
+  return rpc::CheckHealth(&impl_->generic, &ctx, service,
+                          absl::StrCat("coordinator ", address()));
 }
 
 }  // namespace colibri::client

@@ -5,18 +5,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "colibri/v1/expert.grpc.pb.h"
+#include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/client_support.h"
 
 namespace colibri::coordinator {
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& address, const char* method) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(address, " ", method, ": ", s.error_message()));
+  return rpc::FromGrpc(s, address, method);
 }
 
 class GrpcIngestStream : public IngestStream {
@@ -130,45 +129,18 @@ class GrpcNodeClient : public NodeClient {
     return reply;
   }
 
-  // grpc.health.v1.Health/Check through the generic stub, so that no health
-  // proto needs generating: the request (service "") encodes to no bytes, and
-  // a SERVING reply to field 1 = 1, i.e. bytes 08 01.
   absl::Status CheckHealth() override {
     grpc::ClientContext ctx;
     Prepare(&ctx, options_.health_deadline);
-    grpc::Slice empty;
-    grpc::ByteBuffer request(&empty, 1);  // a ByteBuffer without slices is invalid
-    grpc::ByteBuffer response;
-    grpc::Status status;
-    absl::Notification done;
-    generic_.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                       &response, [&](grpc::Status s) {
-                         status = std::move(s);
-                         done.Notify();
-                       });
-    done.WaitForNotification();
-    absl::Status s = FromGrpc(status, address(), "Health/Check");
-    if (!s.ok()) return absl::UnavailableError(s.message());
-    std::vector<grpc::Slice> slices;
-    if (!response.Dump(&slices).ok()) {
-      return absl::UnavailableError(absl::StrCat(address(), " Health/Check: unreadable reply"));
-    }
-    std::string bytes;
-    for (const grpc::Slice& slice : slices) {
-      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-    }
-    if (bytes != std::string("\x08\x01", 2)) {
-      return absl::UnavailableError(absl::StrCat(address(), " is not serving"));
-    }
+    absl::StatusOr<bool> serving = rpc::CheckHealth(&generic_, &ctx, "", address());
+    if (!serving.ok()) return absl::UnavailableError(serving.status().message());
+    if (!*serving) return absl::UnavailableError(absl::StrCat(address(), " is not serving"));
     return absl::OkStatus();
   }
 
  private:
   void Prepare(grpc::ClientContext* ctx, absl::Duration deadline) const {
-    ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
-    if (!options_.auth_token.empty()) {
-      ctx->AddMetadata("authorization", "Bearer " + options_.auth_token);
-    }
+    rpc::PrepareContext(ctx, deadline, options_.auth_token);
   }
 
   const NodeClientOptions options_;
@@ -177,41 +149,23 @@ class GrpcNodeClient : public NodeClient {
   grpc::GenericStub generic_;
 };
 
-int Millis(absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); }
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NodeClient>> CreateGrpcNodeClient(const NodeClientOptions& options) {
   if (options.address.empty()) return absl::InvalidArgumentError("node address is empty");
-  if (options.max_message_bytes <= 0) {
-    return absl::InvalidArgumentError("max_message_bytes must be positive");
-  }
-  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
-    return absl::InvalidArgumentError("a TLS client certificate needs its key and vice versa");
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  args.SetMaxSendMessageSize(options.max_message_bytes);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(options.keepalive_time));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(options.keepalive_timeout));
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, Millis(options.min_reconnect_backoff));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, Millis(options.min_reconnect_backoff));
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, Millis(options.max_reconnect_backoff));
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (options.use_tls) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = options.tls_ca_pem;
-    ssl.pem_cert_chain = options.tls_cert_pem;
-    ssl.pem_private_key = options.tls_key_pem;
-    creds = grpc::SslCredentials(ssl);
-  } else {
-    creds = grpc::InsecureChannelCredentials();
-  }
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.address, creds, args);
-  if (channel == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create a channel to ", options.address));
-  }
+  rpc::ChannelOptions channel_options;
+  channel_options.address = options.address;
+  channel_options.use_tls = options.use_tls;
+  channel_options.tls_ca_pem = options.tls_ca_pem;
+  channel_options.tls_cert_pem = options.tls_cert_pem;
+  channel_options.tls_key_pem = options.tls_key_pem;
+  channel_options.max_message_bytes = options.max_message_bytes;
+  channel_options.keepalive_time = options.keepalive_time;
+  channel_options.keepalive_timeout = options.keepalive_timeout;
+  channel_options.min_reconnect_backoff = options.min_reconnect_backoff;
+  channel_options.max_reconnect_backoff = options.max_reconnect_backoff;
+  COLIBRI_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                           rpc::CreateChannel(channel_options));
   return std::unique_ptr<NodeClient>(new GrpcNodeClient(options, std::move(channel)));
 }
 
