@@ -8,45 +8,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/fake_node_client.h"
 
 namespace colibri::coordinator {
 namespace {
-
-// Answers health checks as told; every other call is unused here.
-class HealthOnlyNode : public NodeClient {
- public:
-  explicit HealthOnlyNode(std::string address) : address_(std::move(address)) {}
-  const std::string& address() const override { return address_; }
-  absl::StatusOr<v1::ComputeLayerReply> ComputeLayer(const v1::ComputeLayerRequest&) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest&) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<v1::ImportReply> Import(const v1::ImportRequest&) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<v1::InventoryReply> Inventory(const v1::InventoryRequest&) override {
-    return v1::InventoryReply();
-  }
-  absl::StatusOr<v1::NodeStatsReply> NodeStats() override { return v1::NodeStatsReply(); }
-  absl::Status CheckHealth() override {
-    absl::MutexLock lock(&mu_);
-    return down_ ? absl::UnavailableError("down") : absl::OkStatus();
-  }
-  void set_down(bool down) {
-    absl::MutexLock lock(&mu_);
-    down_ = down;
-  }
-
- private:
-  const std::string address_;
-  absl::Mutex mu_;
-  bool down_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 // Records every placement it is asked to realise; fails while told to.
 class RecordingRebalancer {
@@ -76,7 +41,7 @@ const std::vector<int> kExperts = {16, 0, 16, 16};
 
 struct TestCluster {
   std::unique_ptr<Cluster> cluster;
-  std::vector<HealthOnlyNode*> nodes;
+  std::vector<testing::FakeNodeClient*> nodes;
   std::ostringstream log;
 };
 
@@ -90,7 +55,7 @@ std::unique_ptr<TestCluster> MakeCluster(int n_nodes, int replicas, absl::Durati
   std::vector<std::unique_ptr<NodeClient>> clients;
   std::vector<Cluster::Node> nodes;
   for (int i = 0; i < n_nodes; ++i) {
-    auto node = std::make_unique<HealthOnlyNode>("node" + std::to_string(i) + ":1");
+    auto node = std::make_unique<testing::FakeNodeClient>("node" + std::to_string(i) + ":1");
     t->nodes.push_back(node.get());
     Cluster::Node n;
     n.address = node->address();

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "model/moe/expert_ffn.h"
 #include "model/moe/local_expert_backend.h"
+#include "tests/coordinator/fake_node_client.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -64,19 +65,17 @@ class FakeModel {
 
 // A node computing ComputeLayer with ExpertFfn, one route at a time (batch
 // invariance makes that equal to any grouping). Can be told to fail.
-class FakeNode : public NodeClient {
+class FakeNode : public testing::FakeNodeClient {
  public:
   FakeNode(std::string address, const FakeModel* model)
-      : address_(std::move(address)), model_(model) {}
-
-  const std::string& address() const override { return address_; }
+      : FakeNodeClient(std::move(address)), model_(model) {}
 
   absl::StatusOr<v1::ComputeLayerReply> ComputeLayer(
       const v1::ComputeLayerRequest& request) override {
     {
       absl::MutexLock lock(&mu_);
       requests_.push_back(request);
-      if (down_) return absl::UnavailableError(address_ + " is down");
+      if (down()) return absl::UnavailableError(address() + " is down");
       if (garbage_) return v1::ComputeLayerReply();
     }
     const ops::NumericPath path = request.path() == v1::NUMERIC_PATH_EXACT
@@ -107,25 +106,6 @@ class FakeNode : public NodeClient {
     mu_.Await(absl::Condition(&released));
     return v1::PrefetchReply();
   }
-  absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<v1::ImportReply> Import(const v1::ImportRequest&) override {
-    return absl::UnimplementedError("fake");
-  }
-  absl::StatusOr<v1::InventoryReply> Inventory(const v1::InventoryRequest&) override {
-    return v1::InventoryReply();
-  }
-  absl::StatusOr<v1::NodeStatsReply> NodeStats() override { return v1::NodeStatsReply(); }
-  absl::Status CheckHealth() override {
-    absl::MutexLock lock(&mu_);
-    return down_ ? absl::UnavailableError("down") : absl::OkStatus();
-  }
-
-  void set_down(bool down) {
-    absl::MutexLock lock(&mu_);
-    down_ = down;
-  }
   void set_garbage(bool garbage) {
     absl::MutexLock lock(&mu_);
     garbage_ = garbage;
@@ -144,10 +124,8 @@ class FakeNode : public NodeClient {
   }
 
  private:
-  const std::string address_;
   const FakeModel* const model_;
   absl::Mutex mu_;
-  bool down_ ABSL_GUARDED_BY(mu_) = false;
   bool garbage_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_prefetch_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::ComputeLayerRequest> requests_ ABSL_GUARDED_BY(mu_);
