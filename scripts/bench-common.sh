@@ -16,6 +16,27 @@ bench_die() {
   exit 1
 }
 
+# bench_common_option ARGS...: parses one option both scripts take (-n,
+# --layers, --model, --prompt, --threads, --node-threads, --delay-ms,
+# --bandwidth, --build, --fresh) into the variable of that name, and sets
+# BENCH_SHIFT to the arguments it used; returns 1 for any other option.
+bench_common_option() {
+  BENCH_SHIFT=2
+  case "$1" in
+    -n) n_predict="${2:?}" ;;
+    --layers) layers="${2:?}" ;;
+    --model) model="${2:?}" ;;
+    --prompt) prompt="${2:?}" ;;
+    --threads) threads="${2:?}" ;;
+    --node-threads) node_threads="${2:?}" ;;
+    --delay-ms) delay_ms="${2:?}" ;;
+    --bandwidth) bandwidth="${2:?}" ;;
+    --build) build="${2:?}" ;;
+    --fresh) fresh=1; BENCH_SHIFT=1 ;;
+    *) return 1 ;;
+  esac
+}
+
 # bench_init BUILD_DIR: the binaries' paths; fails when a required one is missing.
 bench_init() {
   local build="$1"

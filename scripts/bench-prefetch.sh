@@ -46,19 +46,9 @@ build=build
 fresh=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    -n) n_predict="$2"; shift 2 ;;
-    --layers) layers="$2"; shift 2 ;;
-    --model) model="$2"; shift 2 ;;
-    --prompt) prompt="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
-    --node-threads) node_threads="$2"; shift 2 ;;
-    --ram-fraction) ram_fraction="$2"; shift 2 ;;
-    --delay-ms) delay_ms="$2"; shift 2 ;;
-    --bandwidth) bandwidth="$2"; shift 2 ;;
-    --build) build="$2"; shift 2 ;;
-    --fresh) fresh=1; shift ;;
+    --ram-fraction) ram_fraction="${2:?}"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
-    *) usage >&2; exit 2 ;;
+    *) bench_common_option "$@" || { usage >&2; exit 2; }; shift "$BENCH_SHIFT" ;;
   esac
 done
 [ "$n_predict" -ge 2 ] 2>/dev/null || bench_die "-n must be at least 2"
