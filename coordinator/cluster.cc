@@ -118,6 +118,16 @@ void Cluster::SetRebalancer(Rebalancer rebalancer) {
   rebalancer_thread_ = std::thread([this] { RebalanceLoop(); });
 }
 
+void Cluster::RequestRepair() {
+  absl::MutexLock lock(&mu_);
+  if (rebalancer_) repair_requested_ = true;
+}
+
+int64_t Cluster::repairs() const {
+  absl::MutexLock lock(&mu_);
+  return repairs_;
+}
+
 bool Cluster::excluded(int node) const {
   absl::MutexLock lock(&mu_);
   return !available_[node];
@@ -252,39 +262,57 @@ void Cluster::RebalanceLoop() {
   absl::Duration backoff = options_.probe_interval;
   while (true) {
     std::vector<bool> want;
+    bool repair = false;
     Rebalancer rebalancer;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || wanted_available_ != available_;
+        return stop_ || wanted_available_ != available_ || repair_requested_;
       };
       mu_.Await(absl::Condition(&ready));
       if (stop_) return;
       want = wanted_available_;
+      repair = want == available_;
+      repair_requested_ = false;
       rebalancer = rebalancer_;
     }
-    const int n_available = static_cast<int>(std::count(want.begin(), want.end(), true));
-    absl::StatusOr<Placement> next =
-        Placement::Compute(PlacementNodesOf(nodes_, options_.assume_equal), experts_per_layer_,
-                           std::min(options_.replicas, n_available), want);
-    absl::Status status = next.status();
-    if (status.ok()) {
-      Log(absl::StrCat("cluster: re-placing experts (excluded: ", NodeList(nodes_, want), "; ",
-                       NewAssignments(placement(), *next), " expert copies move)"));
-      status = rebalancer(*next);
+    absl::Status status;
+    std::unique_ptr<Placement> next;
+    if (repair) {
+      Log("cluster: repairing: re-sending the experts nodes reported lost");
+      status = rebalancer(placement());
+    } else {
+      const int n_available = static_cast<int>(std::count(want.begin(), want.end(), true));
+      absl::StatusOr<Placement> computed =
+          Placement::Compute(PlacementNodesOf(nodes_, options_.assume_equal), experts_per_layer_,
+                             std::min(options_.replicas, n_available), want);
+      status = computed.status();
+      if (status.ok()) {
+        next = std::make_unique<Placement>(*std::move(computed));
+        Log(absl::StrCat("cluster: re-placing experts (excluded: ", NodeList(nodes_, want), "; ",
+                         NewAssignments(placement(), *next), " expert copies move)"));
+        status = rebalancer(*next);
+      }
     }
     if (!status.ok()) {
-      Log(absl::StrCat("cluster: re-placement failed, the current placement stays: ",
+      Log(absl::StrCat(repair ? "cluster: repair failed, will retry: "
+                              : "cluster: re-placement failed, the current placement stays: ",
                        status.message()));
       absl::MutexLock lock(&mu_);
+      if (repair) repair_requested_ = true;
       mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff);
       backoff = std::min(backoff * 2, absl::Seconds(30));
       continue;
     }
     backoff = options_.probe_interval;
+    if (repair) {
+      absl::MutexLock lock(&mu_);
+      ++repairs_;
+      continue;
+    }
     {
       absl::MutexLock lock(&mu_);
-      placements_.push_back(std::make_unique<const Placement>(*std::move(next)));
+      placements_.push_back(std::move(next));
       available_ = want;
       current_.store(placements_.back().get(), std::memory_order_release);
     }

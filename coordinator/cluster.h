@@ -17,6 +17,11 @@
 // placed back the same way (it usually still holds its experts, so nothing is
 // sent). Without a rebalancer placement never changes.
 //
+// Repair: a node that answers DataLoss or NotFound for an expert it should
+// hold (a stored value failed its checksum and was dropped) gets it back: the
+// same thread runs the rebalancer for the placement in force, which re-sends
+// what the nodes' inventories miss.
+//
 // Thread-safety: thread-safe. Clients are used without holding mutex_.
 #ifndef COLIBRI_COORDINATOR_CLUSTER_H_
 #define COLIBRI_COORDINATOR_CLUSTER_H_
@@ -112,6 +117,11 @@ class Cluster {
   using Rebalancer = std::function<absl::Status(const Placement& placement)>;
   // Enables re-placement. Call once, before work starts.
   void SetRebalancer(Rebalancer rebalancer);
+  // Asks the re-placement thread to re-send what nodes miss of the placement
+  // in force (no-op without a rebalancer). Cheap; repeated requests coalesce.
+  void RequestRepair();
+  // Repairs completed.
+  int64_t repairs() const;
   // True while node is excluded from the placement in force.
   bool excluded(int node) const;
   // Placements installed after the first.
@@ -162,6 +172,8 @@ class Cluster {
   std::vector<bool> available_ ABSL_GUARDED_BY(mu_);         // of the placement in force
   std::vector<bool> wanted_available_ ABSL_GUARDED_BY(mu_);  // what health asks for
   Rebalancer rebalancer_ ABSL_GUARDED_BY(mu_);
+  bool repair_requested_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t repairs_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::Mutex log_mu_;
   std::thread prober_;
   std::thread rebalancer_thread_;

@@ -231,6 +231,9 @@ absl::Status RemoteExpertBackend::Wait() {
                            call.wait_seconds, status.ok());
       if (status.ok()) continue;
       cluster_->MarkUnhealthy(call.node, status);
+      // The node lost an expert it should hold (a stored value failed its
+      // checksum): have it re-sent.
+      if (absl::IsDataLoss(status) || absl::IsNotFound(status)) cluster_->RequestRepair();
       // Move each expert of the call past this node; all its routes in this
       // layer went here, so one step per expert.
       bool moved = false;

@@ -161,5 +161,26 @@ TEST(ClusterTest, LastNodeIsNeverExcludedAndNoRebalancerMeansNoChange) {
   EXPECT_FALSE(plain->cluster->excluded(0));
 }
 
+TEST(ClusterTest, RepairRunsTheRebalancerForThePlacementInForce) {
+  auto t = MakeCluster(3, 1, absl::Hours(1));
+  ASSERT_NE(t->cluster, nullptr);
+  Cluster& cluster = *t->cluster;
+  cluster.RequestRepair();  // no rebalancer yet: nothing to do
+  RecordingRebalancer rebalancer;
+  const Placement* seen = nullptr;
+  cluster.SetRebalancer([&](const Placement& p) {
+    seen = &p;
+    return rebalancer(p);
+  });
+  EXPECT_EQ(rebalancer.calls(), 0);
+  cluster.RequestRepair();
+  cluster.RequestRepair();
+  ASSERT_TRUE(Eventually([&] { return cluster.repairs() >= 1; })) << t->log.str();
+  EXPECT_EQ(seen, &cluster.placement());
+  EXPECT_EQ(cluster.replacements(), 0);
+  EXPECT_LE(rebalancer.calls(), 2);
+  EXPECT_NE(t->log.str().find("repairing"), std::string::npos) << t->log.str();
+}
+
 }  // namespace
 }  // namespace colibri::coordinator

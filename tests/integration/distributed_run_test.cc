@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "coordinator/node_client.h"
+#include "expert_node/expert_store.h"
 #include "gtest/gtest.h"
 #include "tests/integration/node_process.h"
 #include "tests/support/golden.h"
@@ -218,6 +219,62 @@ TEST_F(DistributedRunTest, ARestartedNodeKeepsItsExperts) {
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_NE(second.err.find("ingest: 0 bytes sent"), std::string::npos) << second.err;
   EXPECT_EQ(first.out, second.out);
+}
+
+// A stored expert of node 0 is overwritten with garbage while it is down. The
+// next run meets the checksum failure, computes those routes itself, and has
+// the coordinator re-send the dropped expert: the run after it needs nothing
+// from the fallback and sends nothing at start-up.
+TEST_F(DistributedRunTest, CorruptedStoredExpertsAreHealedDuringTheRun) {
+  StartNodes(3);
+  const testing::GoldenCase c = Case("qwen3moe-tiny-f32");
+  std::vector<std::string> args = RunArgs(c, 64);
+  args.insert(args.end(), {"--nodes", Addresses()});
+  const CommandResult first = testing::RunCommand(args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+
+  const int port = nodes_[0]->port();
+  nodes_[0]->Stop(SIGTERM);
+  int corrupted = 0;
+  {
+    expert_node::ExpertStore::Options options;
+    options.data_dir = dirs_[0];
+    auto store = expert_node::ExpertStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto models = (*store)->List("");
+    ASSERT_TRUE(models.ok()) << models.status();
+    // One expert: corruption is found when a value is read, so one bad
+    // value is one failure, after which the node is healthy again.
+    for (const auto& [fingerprint, layers] : *models) {
+      for (const auto& [layer, experts] : layers) {
+        if (corrupted > 0 || experts.empty()) continue;
+        ASSERT_TRUE((*store)
+                        ->PutRawValueForTesting(
+                            expert_node::ExpertId{fingerprint, layer, experts[0]},
+                            std::string(300, 'z'))
+                        .ok());
+        ++corrupted;
+      }
+    }
+  }
+  ASSERT_GT(corrupted, 0);
+  std::string error;
+  ASSERT_TRUE(nodes_[0]->Start(port, &error)) << error;
+
+  const CommandResult healing = testing::RunCommand(args);
+  ASSERT_EQ(healing.exit_code, 0) << healing.err;
+  EXPECT_EQ(healing.out, first.out);
+  EXPECT_NE(healing.err.find("repairing"), std::string::npos) << healing.err;
+  const size_t at = healing.err.find("re-placement: ");
+  ASSERT_NE(at, std::string::npos) << healing.err;
+  EXPECT_GT(std::stoll(healing.err.substr(at + 14)), 0) << healing.err;
+
+  const CommandResult healed = testing::RunCommand(args);
+  ASSERT_EQ(healed.exit_code, 0) << healed.err;
+  EXPECT_EQ(healed.out, first.out);
+  EXPECT_NE(healed.err.find("ingest: 0 bytes sent"), std::string::npos) << healed.err;
+  EXPECT_EQ(Counter(healed.err, "node " + nodes_[0]->address(), "failures"), 0) << healed.err;
+  EXPECT_EQ(Counter(healed.err, "experts:", "fallback_routes"), 0) << healed.err;
 }
 
 // Runs a long generation against the nodes and SIGKILLs nodes_[victim] once it
