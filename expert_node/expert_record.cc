@@ -237,7 +237,8 @@ uint64_t ExpertBlob::SizeFor(const ExpertLayout& layout) {
 std::unique_ptr<ExpertBlob> ExpertBlob::Copy(const ExpertLayout& layout,
                                              absl::Span<const uint8_t> gate,
                                              absl::Span<const uint8_t> up,
-                                             absl::Span<const uint8_t> down) {
+                                             absl::Span<const uint8_t> down,
+                                             BlobBufferPool* pool) {
   const uint64_t up_offset = RoundUpToBlobAlign(gate.size());
   const uint64_t down_offset = up_offset + RoundUpToBlobAlign(up.size());
   const uint64_t total = down_offset + RoundUpToBlobAlign(down.size());
@@ -245,8 +246,9 @@ std::unique_ptr<ExpertBlob> ExpertBlob::Copy(const ExpertLayout& layout,
   std::unique_ptr<ExpertBlob> blob(new ExpertBlob());
   blob->layout_ = layout;
   blob->size_bytes_ = total;
-  blob->data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kBlobAlign, total > 0 ? total : kBlobAlign)));
-  uint8_t* base = blob->data_.get();
+  const uint64_t buffer_bytes = total > 0 ? total : kBlobAlign;
+  blob->data_ = pool != nullptr ? pool->Take(buffer_bytes) : BlobBuffer::Unpooled(buffer_bytes);
+  uint8_t* base = blob->data_.data();
   std::memcpy(base, gate.data(), gate.size());
   std::memcpy(base + up_offset, up.data(), up.size());
   std::memcpy(base + down_offset, down.data(), down.size());

@@ -23,7 +23,6 @@
 #define COLIBRI_EXPERT_NODE_EXPERT_RECORD_H_
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -32,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "expert_node/blob_buffer_pool.h"
 #include "model/moe/expert_ffn.h"
 #include "model/ops/tensor_type.h"
 
@@ -127,11 +127,14 @@ absl::StatusOr<ModelInfo> DecodeModelInfo(absl::string_view bytes);
 class ExpertBlob {
  public:
   // Copies gate, up and down (whose sizes must match `layout`, already
-  // validated) into one aligned allocation.
+  // validated) into one aligned buffer of SizeFor(layout) bytes, taken from
+  // `pool` (given back to it when the blob goes) or, when null, allocated
+  // for this blob alone.
   static std::unique_ptr<ExpertBlob> Copy(const ExpertLayout& layout,
                                           absl::Span<const uint8_t> gate,
                                           absl::Span<const uint8_t> up,
-                                          absl::Span<const uint8_t> down);
+                                          absl::Span<const uint8_t> down,
+                                          BlobBufferPool* pool = nullptr);
 
   // Bytes a blob of `layout` holds in RAM (size_bytes() of its Copy).
   static uint64_t SizeFor(const ExpertLayout& layout);
@@ -145,13 +148,10 @@ class ExpertBlob {
   uint64_t size_bytes() const { return size_bytes_; }
 
  private:
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
   ExpertBlob() = default;
 
   ExpertLayout layout_;
-  std::unique_ptr<uint8_t, FreeDeleter> data_;
+  BlobBuffer data_;
   uint64_t size_bytes_ = 0;
   moe::ExpertWeights weights_;
 };

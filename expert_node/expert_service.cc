@@ -634,6 +634,12 @@ void ExpertServiceImpl::FillNodeStats(v1::NodeStatsReply* reply) const {
   reply->set_evictions(c.evictions);
   reply->set_uncached(c.uncached);
   reply->set_disk_read_micros(c.disk_read_micros);
+  if (const BlobBufferPool* pool = store_->buffer_pool(); pool != nullptr) {
+    const BlobBufferPool::Counters b = pool->counters();
+    reply->set_buffer_allocations(b.allocations);
+    reply->set_buffer_reuses(b.reuses);
+    reply->set_free_buffer_bytes(b.free_bytes);
+  }
 }
 
 }  // namespace colibri::expert_node

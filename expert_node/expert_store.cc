@@ -58,7 +58,10 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Open(const Options& op
 }
 
 ExpertStore::ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options)
-    : data_dir_(options.data_dir), sync_writes_(options.sync_writes), db_(std::move(db)) {}
+    : data_dir_(options.data_dir),
+      sync_writes_(options.sync_writes),
+      buffer_pool_(options.buffer_pool),
+      db_(std::move(db)) {}
 
 ExpertStore::~ExpertStore() {
   if (db_ != nullptr) db_->Close().PermitUncheckedError();
@@ -173,7 +176,7 @@ absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id)
     DropDamaged(id, bad);
     return bad;
   }
-  return ExpertBlob::Copy(*layout, gate, up, down);
+  return ExpertBlob::Copy(*layout, gate, up, down, buffer_pool_.get());
 }
 
 void ExpertStore::DropDamaged(const ExpertId& id, const absl::Status& why) {

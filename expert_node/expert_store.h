@@ -51,6 +51,10 @@ class ExpertStore {
     // holds index blocks; expert values live in blob files, which have no
     // cache. Cost: see README.md. Default: false.
     bool direct_reads = false;
+    // Where Get takes its blobs' buffers (and where they go back when the
+    // blobs are destroyed), so that evict-and-load churn reuses buffers
+    // instead of allocating. Default: null (each blob allocates its own).
+    std::shared_ptr<BlobBufferPool> buffer_pool;
   };
 
   // Experts of one model held durably, by layer (ascending), experts ascending.
@@ -75,8 +79,9 @@ class ExpertStore {
                    absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
                    absl::Span<const uint8_t> down);
 
-  // Reads and verifies an expert into an owned aligned buffer. NotFound when
-  // absent; DataLoss (after deleting it) when damaged.
+  // Reads and verifies an expert into an owned aligned buffer (from
+  // Options::buffer_pool when set). NotFound when absent; DataLoss (after
+  // deleting it) when damaged.
   absl::StatusOr<std::unique_ptr<ExpertBlob>> Get(const ExpertId& id);
 
   // True when the expert has an index entry (no value read).
@@ -99,6 +104,8 @@ class ExpertStore {
   uint64_t payload_bytes_stored() const;
   uint64_t checksum_failures() const { return checksum_failures_.load(); }
   const std::string& data_dir() const { return data_dir_; }
+  // Options::buffer_pool (may be null).
+  BlobBufferPool* buffer_pool() const { return buffer_pool_.get(); }
 
   // Writes `value` under the raw key of `id`'s value, bypassing every check:
   // for tests that simulate damaged disks.
@@ -112,6 +119,7 @@ class ExpertStore {
 
   const std::string data_dir_;
   const bool sync_writes_;
+  const std::shared_ptr<BlobBufferPool> buffer_pool_;
   std::unique_ptr<rocksdb::DB> db_;
 
   // Serialises writers so the counters below follow the index exactly.

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   std::string ram_budget = "1G";
   std::string disk_budget = "0";
   std::string pin_budget = "0";
+  std::string free_buffers = "32M";
   int prefetch_protect_ms = static_cast<int>(
       absl::ToInt64Milliseconds(options.ram.prefetch_protection));
   std::string auth_token_file;
@@ -76,6 +77,9 @@ int main(int argc, char** argv) {
                  "bytes of the most used experts to load and keep resident at start-up "
                  "(<= --ram-budget)")
       ->capture_default_str();
+  app.add_option("--free-buffers", free_buffers,
+                 "bytes of freed expert buffers kept for reuse by later loads")
+      ->capture_default_str();
   app.add_option("--import-gguf", import_gguf,
                  "import every expert of this GGUF file at start-up (skips stored ones)");
   CLI11_PARSE(app, argc, argv);
@@ -83,7 +87,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<uint64_t> ram = colibri::expert_node::ParseByteSize(ram_budget);
   absl::StatusOr<uint64_t> disk = colibri::expert_node::ParseByteSize(disk_budget);
   absl::StatusOr<uint64_t> pin = colibri::expert_node::ParseByteSize(pin_budget);
-  for (const auto* size : {&ram, &disk, &pin}) {
+  absl::StatusOr<uint64_t> free_bytes = colibri::expert_node::ParseByteSize(free_buffers);
+  for (const auto* size : {&ram, &disk, &pin, &free_bytes}) {
     if (!size->ok()) {
       std::cerr << "colibri-expert-node: " << size->status().message() << "\n";
       return 2;
@@ -96,6 +101,7 @@ int main(int argc, char** argv) {
   }
   options.ram.budget_bytes = *ram;
   options.pin_budget_bytes = *pin;
+  options.buffer_pool.max_free_bytes = *free_bytes;
   options.ram.prefetch_protection = absl::Milliseconds(prefetch_protect_ms);
   options.service.disk_budget_bytes = *disk;
   options.service.compute_threads = threads;

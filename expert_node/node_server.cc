@@ -34,7 +34,9 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   }
 
   std::unique_ptr<NodeServer> node(new NodeServer());
-  COLIBRI_ASSIGN_OR_RETURN(node->store_, ExpertStore::Open(options.store));
+  ExpertStore::Options store_options = options.store;
+  store_options.buffer_pool = BlobBufferPool::Create(options.buffer_pool);
+  COLIBRI_ASSIGN_OR_RETURN(node->store_, ExpertStore::Open(store_options));
   ExpertStore* store = node->store_.get();
   node->tier_ = std::make_unique<RamTier>(
       options.ram, [store](const ExpertId& id) { return store->Get(id); });

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "expert_node/blob_buffer_pool.h"
 #include "expert_node/expert_service.h"
 #include "expert_node/expert_store.h"
 #include "expert_node/ram_tier.h"
@@ -43,6 +44,9 @@ class NodeServer {
     absl::Duration keepalive_time = absl::Seconds(30);
     absl::Duration keepalive_timeout = absl::Seconds(10);
     ExpertStore::Options store;     // store.data_dir is required
+    // The pool of expert buffers Start creates for the store (overrides
+    // store.buffer_pool); see blob_buffer_pool.h.
+    BlobBufferPool::Options buffer_pool;
     RamTier::Options ram;           // see ram_tier.h
     ExpertServiceImpl::Options service;  // auth_token, node_id, threads, ...
     UsageCounts::Options usage;     // see usage_counts.h

@@ -54,6 +54,34 @@ TEST(ExpertStoreTest, PutGetRoundTrip) {
   EXPECT_FALSE(*store->Contains(ExpertId{kFp, 4, 7}));
 }
 
+TEST(ExpertStoreTest, GetTakesBuffersFromThePoolAndGivesThemBack) {
+  TempDir dir;
+  ExpertStore::Options options;
+  options.data_dir = dir.path();
+  options.buffer_pool = BlobBufferPool::Create(BlobBufferPool::Options{});
+  absl::StatusOr<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  // [n_ff 2048][n_embd 64] F32: large enough for a mapped buffer.
+  const SyntheticExpert a = MakeExpert(64, 2048, 1);
+  const SyntheticExpert b = MakeExpert(64, 2048, 2);
+  ASSERT_TRUE((*store)->Put(ExpertId{kFp, 0, 1}, a.layout, a.gate, a.up, a.down).ok());
+  ASSERT_TRUE((*store)->Put(ExpertId{kFp, 0, 2}, b.layout, b.gate, b.up, b.down).ok());
+  const uint8_t* first = nullptr;
+  {
+    absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = (*store)->Get(ExpertId{kFp, 0, 1});
+    ASSERT_TRUE(blob.ok()) << blob.status();
+    ExpectSameBytes(**blob, a);
+    first = (*blob)->weights().gate.data;
+  }
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = (*store)->Get(ExpertId{kFp, 0, 2});
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  ExpectSameBytes(**blob, b);
+  EXPECT_EQ((*blob)->weights().gate.data, first);
+  const BlobBufferPool::Counters c = (*store)->buffer_pool()->counters();
+  EXPECT_EQ(c.allocations, 1u);
+  EXPECT_EQ(c.reuses, 1u);
+}
+
 TEST(ExpertStoreTest, PutRejectsInconsistentInput) {
   TempDir dir;
   auto store = OpenStore(dir.path());

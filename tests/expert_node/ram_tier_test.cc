@@ -54,6 +54,9 @@ RamTier::Options TierOptions(uint64_t budget, absl::Duration protection = absl::
 
 ExpertId Id(int e) { return ExpertId{"fp", 0, e}; }
 
+// Room for three experts of PooledDisk (768 KiB each) in the free list.
+uint64_t disk_free_bound() { return 3 * 3 * (uint64_t{256} << 10) + 100; }
+
 TEST(RamTierTest, HitAfterMissAndCounters) {
   FakeDisk disk(16);
   RamTier tier(RamTier::Options{1 << 20}, disk.loader());
@@ -352,6 +355,118 @@ TEST(RamTierTest, BudgetNeverExceededUnderConcurrentEvictionWorkload) {
   EXPECT_GT(c.hits, 0u);
   EXPECT_GT(c.prefetch_loaded, 0u);
   EXPECT_EQ(c.used_bytes, tier.used_bytes());
+}
+
+// Experts of one size, loaded into buffers of a pool, as ExpertStore::Get does.
+class PooledDisk {
+ public:
+  PooledDisk(int n_experts, uint64_t max_free_bytes) {
+    BlobBufferPool::Options options;
+    options.max_free_bytes = max_free_bytes;
+    pool_ = BlobBufferPool::Create(options);
+    // [n_ff 1024][n_embd 64] F32: 256 KiB per matrix, above kMapThreshold.
+    for (int e = 0; e < n_experts; ++e) experts_.push_back(MakeExpert(64, 1024, e));
+  }
+  RamTier::Loader loader() {
+    return [this](const ExpertId& id) -> absl::StatusOr<std::unique_ptr<ExpertBlob>> {
+      const SyntheticExpert& e = experts_.at(id.expert);
+      return ExpertBlob::Copy(e.layout, e.gate, e.up, e.down, pool_.get());
+    };
+  }
+  uint64_t BlobBytes() const { return ExpertBlob::SizeFor(experts_[0].layout); }
+  bool SameBytes(const PinnedExpert& h, int e) const {
+    const moe::ExpertWeights& w = h.weights();
+    return std::memcmp(w.gate.data, experts_[e].gate.data(), experts_[e].gate.size()) == 0 &&
+           std::memcmp(w.up.data, experts_[e].up.data(), experts_[e].up.size()) == 0 &&
+           std::memcmp(w.down.data, experts_[e].down.data(), experts_[e].down.size()) == 0;
+  }
+  BlobBufferPool& pool() { return *pool_; }
+
+ private:
+  std::shared_ptr<BlobBufferPool> pool_;
+  std::vector<SyntheticExpert> experts_;
+};
+
+// Cycling through twice as many experts as fit misses on every Acquire; after
+// the first eviction each load takes the buffer the previous eviction freed.
+TEST(RamTierTest, EvictionChurnReusesBuffersAndAllocatesNothingNew) {
+  constexpr int kExperts = 8;
+  PooledDisk disk(kExperts, 4 * (uint64_t{1} << 20));
+  RamTier tier(TierOptions(disk.BlobBytes() * 4), disk.loader());
+  for (int e = 0; e < kExperts; ++e) ASSERT_TRUE(tier.Acquire(Id(e)).ok());
+  // Four fill the budget; the fifth is loaded before the first eviction.
+  const BlobBufferPool::Counters warm = disk.pool().counters();
+  EXPECT_EQ(warm.allocations, 5u);
+  constexpr int kLoads = 40;
+  for (int i = 0; i < kLoads; ++i) {
+    const int e = i % kExperts;
+    auto h = tier.Acquire(Id(e));
+    ASSERT_TRUE(h.ok());
+    EXPECT_FALSE(h->hit());
+    EXPECT_TRUE(disk.SameBytes(*h, e)) << "expert " << e << " load " << i;
+  }
+  const BlobBufferPool::Counters c = disk.pool().counters();
+  EXPECT_EQ(c.allocations, warm.allocations);
+  EXPECT_EQ(c.reuses, warm.reuses + kLoads);
+  EXPECT_EQ(tier.counters().evictions, static_cast<uint64_t>(kExperts - 4 + kLoads));
+  EXPECT_LE(tier.counters().peak_used_bytes, tier.budget_bytes());
+}
+
+// An expert served uncached gives its buffer back when its handle goes.
+TEST(RamTierTest, UncachedBuffersAreRecycledToo) {
+  PooledDisk disk(3, 4 * (uint64_t{1} << 20));
+  RamTier tier(TierOptions(disk.BlobBytes() * 2), disk.loader());
+  auto a = tier.Acquire(Id(0));
+  auto b = tier.Acquire(Id(1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int i = 0; i < 3; ++i) {
+    auto c = tier.Acquire(Id(2));
+    ASSERT_TRUE(c.ok());
+    EXPECT_FALSE(c->cached());
+    EXPECT_TRUE(disk.SameBytes(*c, 2));
+  }
+  const BlobBufferPool::Counters c = disk.pool().counters();
+  EXPECT_EQ(c.allocations, 3u);
+  EXPECT_EQ(c.reuses, 2u);
+  EXPECT_EQ(c.free_bytes, disk.BlobBytes());
+  EXPECT_EQ(tier.counters().uncached, 3u);
+}
+
+// Concurrent acquires, holds and prefetches over pooled buffers: bytes stay
+// right, the free list stays within its bound and the budget holds.
+TEST(RamTierTest, PooledBuffersUnderConcurrentEvictionWorkload) {
+  constexpr int kExperts = 12;
+  PooledDisk disk(kExperts, disk_free_bound());
+  RamTier tier(TierOptions(disk.BlobBytes() * 4, absl::Microseconds(200)), disk.loader());
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(200 + t);
+      std::vector<PinnedExpert> held;
+      for (int step = 0; step < 300; ++step) {
+        const int e = static_cast<int>(rng() % kExperts);
+        if (rng() % 3 == 0) {
+          (void)tier.Prefetch(Id(e), disk.BlobBytes());
+          continue;
+        }
+        auto h = tier.Acquire(Id(e));
+        if (!h.ok() || !disk.SameBytes(*h, e)) {
+          ++mismatches;
+          continue;
+        }
+        held.push_back(std::move(*h));
+        if (held.size() > 1) held.erase(held.begin());
+        EXPECT_LE(disk.pool().counters().free_bytes, disk_free_bound());
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  const BlobBufferPool::Counters c = disk.pool().counters();
+  EXPECT_LE(c.peak_free_bytes, disk_free_bound());
+  EXPECT_GT(c.reuses, 0u);
+  EXPECT_LE(tier.counters().peak_used_bytes, tier.budget_bytes());
 }
 
 }  // namespace
