@@ -1,6 +1,5 @@
 // colibri-coordinator: the command line. Flags are read here only; each
 // subcommand is a library function taking an Options struct.
-#include <pthread.h>
 #include <signal.h>
 
 #include <iostream>
@@ -10,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/shutdown_signals.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/inspect_command.h"
 #include "coordinator/run_command.h"
@@ -194,20 +194,9 @@ int main(int argc, char** argv) {
 
   absl::Status status;
   if (serve_cmd->parsed()) {
-    // Block the shutdown signals in every thread (the ones gRPC and the
-    // workers start inherit the mask); this thread waits for them.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    const sigset_t signals = colibri::BlockShutdownSignals();
     status = colibri::coordinator::RunServe(
-        serve,
-        [&signals] {
-          int signal_number = 0;
-          sigwait(&signals, &signal_number);
-        },
-        std::cout, std::cerr);
+        serve, [&signals] { colibri::WaitForShutdownSignal(signals); }, std::cout, std::cerr);
   } else if (run_cmd->parsed()) {
     if (run_cmd->count("--prompt-tokens") > 0) {
       std::string error;

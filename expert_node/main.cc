@@ -5,7 +5,6 @@
 // --listen 127.0.0.1:0), logs significant events on stderr, and shuts down
 // gracefully on SIGTERM / SIGINT.
 #include <malloc.h>
-#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/shutdown_signals.h"
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
 #include "expert_node/node_identity.h"
@@ -133,13 +133,7 @@ int main(int argc, char** argv) {
     options.service.auth_token = *token;
   }
 
-  // Block the shutdown signals in every thread (the ones gRPC and the
-  // executors start inherit the mask); this thread waits for them below.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = colibri::BlockShutdownSignals();
 
   absl::StatusOr<std::unique_ptr<NodeServer>> server = NodeServer::Start(options);
   if (!server.ok()) {
@@ -168,8 +162,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = colibri::WaitForShutdownSignal(signals);
   LogEvent(absl::StrCat("signal ", signal_number, ": shutting down"));
   if (const auto* pool = (*server)->store()->buffer_pool(); pool != nullptr) {
     const colibri::expert_node::BlobBufferPool::Counters b = pool->counters();

@@ -5,7 +5,6 @@
 //
 // Prints "listening on HOST:PORT -> TARGET" on stdout for every route once all
 // of them listen, and exits cleanly on SIGTERM / SIGINT.
-#include <pthread.h>
 #include <signal.h>
 
 #include <chrono>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/shutdown_signals.h"
 #include "tools/relay/relay.h"
 #include "tools/relay/relay_flags.h"
 
@@ -57,13 +57,7 @@ int main(int argc, char** argv) {
   }
   options.link.bytes_per_second = *rate;
 
-  // Block the shutdown signals in every thread (the relay's threads inherit the
-  // mask); this thread waits for them below.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = colibri::BlockShutdownSignals();
   ::signal(SIGPIPE, SIG_IGN);
 
   absl::StatusOr<std::unique_ptr<colibri::relay::Relay>> relay =
@@ -78,8 +72,7 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  colibri::WaitForShutdownSignal(signals);
   (*relay)->Stop();
   return 0;
 }
