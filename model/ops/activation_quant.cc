@@ -35,6 +35,7 @@ ActivationFormat ActivationFormatFor(TensorType type) {
     case TensorType::kQ4_0:
     case TensorType::kQ5_0:
     case TensorType::kQ8_0:
+    case TensorType::kMXFP4:
       return ActivationFormat::kQ8_0;
     case TensorType::kQ4_1:
     case TensorType::kQ5_1:

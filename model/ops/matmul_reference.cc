@@ -1,5 +1,6 @@
 // MatMulReference: the canonical arithmetic of vec_dot.h written as directly as
 // possible, element by element, from the layout facts in quant_k.cc's header.
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -29,6 +30,23 @@ struct Block32 {
 
 Block32 DecodeBlock32(TensorType type, const uint8_t* b) {
   Block32 out{};
+  if (type == TensorType::kMXFP4) {
+    // The block's values are d * integer: recover the integers from the
+    // dequantized floats (exact, since the quotient is a small integer).
+    float v[32];
+    DequantizeRow(type, b, v, 32);
+    if (type == TensorType::kMXFP4) {
+      out.d = std::ldexp(1.0f, b[0] - 128);
+    } else {
+      uint16_t d;
+      std::memcpy(&d, b, 2);
+      out.d = Fp16ToFp32(d);
+    }
+    for (int e = 0; e < 32; ++e) {
+      out.q[e] = out.d != 0.0f ? static_cast<int>(std::lround(static_cast<double>(v[e]) / out.d)) : 0;
+    }
+    return out;
+  }
   uint16_t d, m = 0;
   std::memcpy(&d, b, 2);
   const uint8_t* qs = nullptr;

@@ -72,6 +72,15 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
+// MXFP4: e8m0 exponent E, value = kMxfp4Values[code] * 2^(E - 128) (the table
+// holds doubled e2m1 values, hence -128 rather than -127); element j < 16 is
+// the low nibble of qs[j], element j + 16 the high nibble.
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+
+static_assert(sizeof(BlockMXFP4) == 17, "MXFP4 layout");
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 layout");
 static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 layout");
 static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 layout");
@@ -171,6 +180,18 @@ inline void UnpackQ3KScales(const uint8_t* packed, int8_t out[16]) {
     out[j] = static_cast<int8_t>((low | (high << 4)) - 32);
   }
 }
+
+// 2^(e - 128), exactly (subnormal for e < 2): the scale of an MXFP4 block,
+// half the e8m0 value because the code table is doubled.
+inline float E8M0Half(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// The doubled e2m1 values of the MXFP4 codes.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // Round half to even for |v| < 2^22 (GGML's nearest_int).
 inline int NearestInt(float v) {

@@ -41,6 +41,10 @@ void QuantizeQ4_K(const float* src, void* dst, int64_t n);
 void QuantizeQ5_K(const float* src, void* dst, int64_t n);
 void QuantizeQ6_K(const float* src, void* dst, int64_t n);
 
+// quant_mxfp4.cc
+void DequantizeMXFP4(const void* src, float* dst, int64_t n);
+void QuantizeMXFP4(const float* src, void* dst, int64_t n);
+
 }  // namespace colibri::ops::internal
 
 #endif  // COLIBRI_MODEL_OPS_QUANT_REFERENCE_H_

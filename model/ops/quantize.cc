@@ -46,6 +46,7 @@ void DequantizeRow(TensorType type, const void* src, float* dst, int64_t n) {
     case TensorType::kQ4_K: return internal::DequantizeQ4_K(src, dst, n);
     case TensorType::kQ5_K: return internal::DequantizeQ5_K(src, dst, n);
     case TensorType::kQ6_K: return internal::DequantizeQ6_K(src, dst, n);
+    case TensorType::kMXFP4: return internal::DequantizeMXFP4(src, dst, n);
     default:
       // Unsupported types are rejected by the caller; zeros keep a bug visible
       // without reading past the row.
@@ -89,8 +90,10 @@ absl::Status QuantizeRow(TensorType type, const float* src, void* dst, int64_t n
     case TensorType::kQ4_K: internal::QuantizeQ4_K(src, dst, n); break;
     case TensorType::kQ5_K: internal::QuantizeQ5_K(src, dst, n); break;
     case TensorType::kQ6_K: internal::QuantizeQ6_K(src, dst, n); break;
+    case TensorType::kMXFP4: internal::QuantizeMXFP4(src, dst, n); break;
     default:
-      return absl::InternalError(absl::StrCat("QuantizeRow: no encoder for ", traits.name));
+      return absl::UnimplementedError(absl::StrCat("QuantizeRow: no encoder for ", traits.name,
+                                                   " (decoding and dot products only)"));
   }
   return absl::OkStatus();
 }

@@ -42,7 +42,7 @@ constexpr TensorTypeTraits kTypes[] = {
     {TensorType::kBF16, "BF16", 1, 2, true},
     {TensorType::kTQ1_0, "TQ1_0", 256, 54, false},
     {TensorType::kTQ2_0, "TQ2_0", 256, 66, false},
-    {TensorType::kMXFP4, "MXFP4", 32, 17, false},
+    {TensorType::kMXFP4, "MXFP4", 32, 17, true},
 };
 
 }  // namespace

@@ -9,7 +9,8 @@
 //    then a sum, never fused); the lanes are reduced as
 //    ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
 //
-//  32-element blocks against Q8_0 / Q8_1 activations (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0):
+//  32-element blocks against Q8_0 / Q8_1 activations (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
+//    MXFP4, whose dw_b is the block's power of two):
 //    eight float lanes; for block b, lane l adds (dw_b * da_b) * float(P_bl)
 //    where P_bl is the exact integer Σ of qw*qa over elements 4l..4l+3 of the
 //    block; the lanes reduce as above. For Q4_1/Q5_1 a scalar sum adds

@@ -2,6 +2,7 @@
 // every target; the compiler may vectorise it, which keeps the per-lane
 // operation order and therefore the results.
 #include <cstring>
+#include <type_traits>
 
 #include "common/cpu_features.h"
 #include "model/ops/quant_blocks.h"
@@ -83,6 +84,27 @@ struct Q8_0Traits {
   }
 };
 
+struct MXFP4Traits {
+  using Block = BlockMXFP4;
+  static constexpr bool kHasMin = false;
+  static void Decode(const Block& b, int q[32]) {
+    for (int j = 0; j < 16; ++j) {
+      q[j] = kMxfp4Values[b.qs[j] & 0x0F];
+      q[j + 16] = kMxfp4Values[b.qs[j] >> 4];
+    }
+  }
+};
+
+// The float scale of a 32-element block: fp16 d, or MXFP4's power of two.
+template <typename Block>
+float BlockScale(const Block& b) {
+  if constexpr (std::is_same_v<Block, BlockMXFP4>) {
+    return E8M0Half(b.e);
+  } else {
+    return HalfToFloat(b.d);
+  }
+}
+
 template <typename Traits>
 float DotBlocks32(const uint8_t* row, const QuantizedRow& a, int64_t cols) {
   const auto* x = reinterpret_cast<const typename Traits::Block*>(row);
@@ -92,7 +114,7 @@ float DotBlocks32(const uint8_t* row, const QuantizedRow& a, int64_t cols) {
     int q[32];
     Traits::Decode(x[b], q);
     const int8_t* qa = a.qs + b * kQK;
-    const float dd = HalfToFloat(x[b].d) * a.d[b];
+    const float dd = BlockScale(x[b]) * a.d[b];
     for (int l = 0; l < 8; ++l) {
       int p = 0;
       for (int k = 4 * l; k < 4 * l + 4; ++k) p += q[k] * qa[k];
@@ -275,6 +297,8 @@ KernelSet MakePortable() {
       &QuantTile<&DotSuperBlocks<&DecodeQ5_K, sizeof(BlockQ5_K), true>>;
   k.quant_tile[Slot(TensorType::kQ6_K)] =
       &QuantTile<&DotSuperBlocks<&DecodeQ6_K, sizeof(BlockQ6_K), false>>;
+  k.dequant[Slot(TensorType::kMXFP4)] = &DequantizeMXFP4;
+  k.quant_tile[Slot(TensorType::kMXFP4)] = &QuantTile<&DotBlocks32<MXFP4Traits>>;
   return k;
 }
 

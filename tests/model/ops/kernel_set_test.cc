@@ -37,6 +37,7 @@ const TensorType kTypes[] = {
     TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
     TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K,
     TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+    TensorType::kMXFP4,
 };
 
 TEST(KernelSetTest, EveryKernelSetFillsEveryType) {
@@ -108,7 +109,15 @@ std::vector<size_t> HalfFields(TensorType type) {
     case TensorType::kQ4_K: return {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)};
     case TensorType::kQ5_K: return {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)};
     case TensorType::kQ6_K: return {offsetof(BlockQ6_K, d)};
-    default: return {};
+    default: return {};  // MXFP4: see SetScale
+  }
+}
+
+// Sets the block scale of the types whose scale is not a plain fp16 field:
+// MXFP4's exponent byte.
+void SetScale(TensorType type, uint8_t* block, uint16_t /*half*/, int exponent) {
+  if (type == TensorType::kMXFP4) {
+    block[0] = static_cast<uint8_t>(exponent);
   }
 }
 
@@ -128,6 +137,8 @@ std::vector<uint8_t> WeightRows(TensorType type, int64_t rows, int64_t cols, int
       const uint16_t h = FloatToHalf(std::ldexp(mag(*rng), -6));
       std::memcpy(&w[off + field], &h, sizeof(h));
     }
+    SetScale(type, &w[off], FloatToHalf(std::ldexp(mag(*rng), -6)),
+             118 + static_cast<int>((*rng)() % 8));
   }
   return w;
 }

@@ -18,7 +18,7 @@ namespace {
 const TensorType kAllTypes[] = {
     TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
     TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K,
-    TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+    TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kMXFP4,
 };
 
 struct Matrix {

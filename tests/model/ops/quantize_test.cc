@@ -187,7 +187,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripCase{TensorType::kQ3_K, 0.25},
                       RoundTripCase{TensorType::kQ4_K, 0.11},
                       RoundTripCase{TensorType::kQ5_K, 0.055},
-                      RoundTripCase{TensorType::kQ6_K, 0.03}),
+                      RoundTripCase{TensorType::kQ6_K, 0.03},
+                      RoundTripCase{TensorType::kMXFP4, 0.17}),
     [](const ::testing::TestParamInfo<RoundTripCase>& info) {
       return std::string(TypeName(info.param.type));
     });
