@@ -146,7 +146,7 @@ struct Q8_0Avx2 {
   }
 };
 
-// MXFP4: table values looked up by nibble (vpshufb).
+// MXFP4 and IQ4_NL: table values looked up by nibble (vpshufb).
 COLIBRI_INLINE __m256i LookUp16(const int8_t table[16], __m256i codes) {
   const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table));
   return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), codes);
@@ -156,6 +156,12 @@ struct MXFP4Avx2 {
   using Block = BlockMXFP4;
   static constexpr bool kSigned = true;
   static __m256i Quants(const Block& b) { return LookUp16(kMxfp4Values, Nibbles32(b.qs)); }
+};
+
+struct IQ4_NLAvx2 {
+  using Block = BlockIQ4_NL;
+  static constexpr bool kSigned = true;
+  static __m256i Quants(const Block& b) { return LookUp16(kIq4nlValues, Nibbles32(b.qs)); }
 };
 
 // The float scale of a 32-element block: fp16 d, or MXFP4's power of two.
@@ -251,8 +257,11 @@ KernelSet MakeAvx2() {
   k.quant_tile[Slot(TensorType::kQ5_1)] = &QuantTile<Blocks32Kernel<Q5_1Avx2>>;
   k.quant_tile[Slot(TensorType::kQ8_0)] = &QuantTile<Blocks32Kernel<Q8_0Avx2>>;
   k.dequant[Slot(TensorType::kMXFP4)] = &DequantBlocks32<MXFP4Avx2>;
+  k.dequant[Slot(TensorType::kIQ4_NL)] = &DequantBlocks32<IQ4_NLAvx2>;
   k.quant_tile[Slot(TensorType::kMXFP4)] = &QuantTile<Blocks32Kernel<MXFP4Avx2>>;
+  k.quant_tile[Slot(TensorType::kIQ4_NL)] = &QuantTile<Blocks32Kernel<IQ4_NLAvx2>>;
   FillKQuantKernels(&k);
+  FillIqKernels(&k);
   return k;
 }
 

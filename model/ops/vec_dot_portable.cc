@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "common/cpu_features.h"
+#include "model/ops/iq_decode.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/quant_reference.h"
 #include "model/ops/vec_dot.h"
@@ -91,6 +92,17 @@ struct MXFP4Traits {
     for (int j = 0; j < 16; ++j) {
       q[j] = kMxfp4Values[b.qs[j] & 0x0F];
       q[j + 16] = kMxfp4Values[b.qs[j] >> 4];
+    }
+  }
+};
+
+struct IQ4_NLTraits {
+  using Block = BlockIQ4_NL;
+  static constexpr bool kHasMin = false;
+  static void Decode(const Block& b, int q[32]) {
+    for (int j = 0; j < 16; ++j) {
+      q[j] = kIq4nlValues[b.qs[j] & 0x0F];
+      q[j + 16] = kIq4nlValues[b.qs[j] >> 4];
     }
   }
 };
@@ -252,6 +264,26 @@ float DotSuperBlocks(const uint8_t* row, const QuantizedRow& a, int64_t cols) {
   return acc;
 }
 
+// The 256-element i-quants through their integer form (iq_decode.h).
+template <TensorType kType>
+float DotIqSuperBlocks(const uint8_t* row, const QuantizedRow& a, int64_t cols) {
+  const IqTypeInfo info = GetIqTypeInfo(kType);
+  float acc = 0.0f;
+  IqSuperBlock s;
+  for (int64_t b = 0; b < cols / kQK_K; ++b) {
+    info.decode(row + b * info.block_bytes, &s);
+    const int8_t* qa = a.qs + b * kQK_K;
+    int isum = 0;
+    for (int g = 0; g < 16; ++g) {
+      int gsum = 0;
+      for (int e = 16 * g; e < 16 * g + 16; ++e) gsum += s.q[e] * qa[e];
+      isum += s.scale[g] * gsum;
+    }
+    acc = acc + (s.d * a.d[b]) * static_cast<float>(isum);
+  }
+  return acc * info.final_scale;
+}
+
 template <float (*Dot)(const uint8_t*, const QuantizedRow&, int64_t)>
 void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
                const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
@@ -261,6 +293,29 @@ void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
       const QuantizedRow a = QuantizedRow::At(layout, act + t * layout.row_bytes);
       y[t * y_stride + r] = Dot(row, a, layout.cols);
     }
+  }
+}
+
+QuantTileFn IqPortableTile(TensorType type) {
+  switch (type) {
+    case TensorType::kIQ2_XXS:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ2_XXS>>;
+    case TensorType::kIQ2_XS:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ2_XS>>;
+    case TensorType::kIQ2_S:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ2_S>>;
+    case TensorType::kIQ3_XXS:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ3_XXS>>;
+    case TensorType::kIQ3_S:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ3_S>>;
+    case TensorType::kIQ1_S:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ1_S>>;
+    case TensorType::kIQ1_M:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ1_M>>;
+    case TensorType::kIQ4_XS:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ4_XS>>;
+    default:
+      return nullptr;
   }
 }
 
@@ -298,7 +353,22 @@ KernelSet MakePortable() {
   k.quant_tile[Slot(TensorType::kQ6_K)] =
       &QuantTile<&DotSuperBlocks<&DecodeQ6_K, sizeof(BlockQ6_K), false>>;
   k.dequant[Slot(TensorType::kMXFP4)] = &DequantizeMXFP4;
+  k.dequant[Slot(TensorType::kIQ4_NL)] = &DequantizeIQ4_NL;
+  k.dequant[Slot(TensorType::kIQ4_XS)] = &DequantizeIQ4_XS;
+  k.dequant[Slot(TensorType::kIQ2_XXS)] = &DequantizeIQ2_XXS;
+  k.dequant[Slot(TensorType::kIQ2_XS)] = &DequantizeIQ2_XS;
+  k.dequant[Slot(TensorType::kIQ2_S)] = &DequantizeIQ2_S;
+  k.dequant[Slot(TensorType::kIQ3_XXS)] = &DequantizeIQ3_XXS;
+  k.dequant[Slot(TensorType::kIQ3_S)] = &DequantizeIQ3_S;
+  k.dequant[Slot(TensorType::kIQ1_S)] = &DequantizeIQ1_S;
+  k.dequant[Slot(TensorType::kIQ1_M)] = &DequantizeIQ1_M;
   k.quant_tile[Slot(TensorType::kMXFP4)] = &QuantTile<&DotBlocks32<MXFP4Traits>>;
+  k.quant_tile[Slot(TensorType::kIQ4_NL)] = &QuantTile<&DotBlocks32<IQ4_NLTraits>>;
+  for (TensorType type :
+       {TensorType::kIQ2_XXS, TensorType::kIQ2_XS, TensorType::kIQ2_S, TensorType::kIQ3_XXS,
+        TensorType::kIQ3_S, TensorType::kIQ1_S, TensorType::kIQ1_M, TensorType::kIQ4_XS}) {
+    k.quant_tile[Slot(type)] = IqPortableTile(type);
+  }
   return k;
 }
 
