@@ -1,0 +1,25 @@
+// Small UTF-8 helpers of the template interpreter (code points as Python sees
+// them in str).
+#ifndef COLIBRI_MODEL_CHAT_TEMPLATE_UTF8_H_
+#define COLIBRI_MODEL_CHAT_TEMPLATE_UTF8_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace colibri::chat_template {
+
+// Decodes the code point at s[*pos] and advances *pos; an invalid byte decodes
+// as itself (one byte), so every input round-trips.
+uint32_t DecodeUtf8(absl::string_view s, size_t* pos);
+void AppendUtf8(uint32_t cp, std::string* out);
+std::vector<uint32_t> ToCodePoints(absl::string_view s);
+std::string FromCodePoints(const std::vector<uint32_t>& cps, size_t begin, size_t end);
+// Python's str.isspace() for one code point.
+bool IsSpace(uint32_t cp);
+
+}  // namespace colibri::chat_template
+
+#endif  // COLIBRI_MODEL_CHAT_TEMPLATE_UTF8_H_
