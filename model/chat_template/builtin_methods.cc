@@ -1,6 +1,7 @@
 // Python str/dict/list methods, Jinja tests and the global functions chat
 // templates call.
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -399,11 +400,18 @@ void AddGlobalFunctions(Value::Dict* globals) {
       return in.Fail("range() expects at least 1 argument");
     }
     if (step == 0) return in.Fail("range() arg 3 must not be zero");
-    Value::List items;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      COLIBRI_RETURN_IF_ERROR(in.CountIterations(1));
-      items.push_back(Value::Int(i));
+    // The list is built eagerly, so its length is capped by the loop budget.
+    const double span = (static_cast<double>(stop) - static_cast<double>(start)) / step;
+    const uint64_t n = span <= 0 ? 0 : static_cast<uint64_t>(std::ceil(span));
+    if (n > in.limits().max_loop_iterations) {
+      return absl::ResourceExhaustedError(absl::StrCat("range() of ", n, " items exceeds the ",
+                                                       in.limits().max_loop_iterations,
+                                                       " loop iterations limit"));
     }
+    Value::List items;
+    items.reserve(n);
+    for (uint64_t k = 0; k < n; ++k)
+      items.push_back(Value::Int(start + static_cast<int64_t>(k) * step));
     return Value::MakeList(std::move(items));
   });
   add("namespace", [](Interpreter& in, CallArgs& args) -> absl::StatusOr<Value> {

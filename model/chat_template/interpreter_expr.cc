@@ -277,9 +277,15 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
     return Value::Bool(found == (op == "in"));
   }
   if (op == "~") {
-    std::string s = a.ToString();
-    s += b.ToString();
-    COLIBRI_RETURN_IF_ERROR(Charge(s.size()));
+    const std::string left = a.is_string() ? std::string() : a.ToString();
+    const std::string right = b.is_string() ? std::string() : b.ToString();
+    const std::string& l = a.is_string() ? a.str() : left;
+    const std::string& r = b.is_string() ? b.str() : right;
+    COLIBRI_RETURN_IF_ERROR(Charge(l.size() + r.size()));
+    std::string s;
+    s.reserve(l.size() + r.size());
+    s += l;
+    s += r;
     return Value::String(std::move(s));
   }
   return Arithmetic(op, a, b);

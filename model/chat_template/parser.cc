@@ -106,7 +106,7 @@ class Parser {
       switch (t.type) {
         case T::kEnd:
           if (end_tags.size() > 0) {
-            return Error(t, absl::StrCat("missing {% ", *end_tags.begin(), " %}"));
+            return Error(t, absl::StrCat("missing {% ", *(end_tags.end() - 1), " %}"));
           }
           return absl::OkStatus();
         case T::kText: {

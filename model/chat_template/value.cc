@@ -9,9 +9,14 @@
 
 namespace colibri::chat_template {
 
+const std::string& Value::EmptyString() {
+  static const std::string* const kEmpty = new std::string();
+  return *kEmpty;
+}
+
 Value Value::Undefined(std::string name) {
   Value v;
-  v.s_ = std::move(name);
+  v.s_ = std::make_shared<const std::string>(std::move(name));
   return v;
 }
 
@@ -45,7 +50,7 @@ Value Value::Float(double f) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::move(s);
+  v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 
@@ -73,7 +78,7 @@ Value Value::MakeNamespace(Dict items) {
 Value Value::Function(std::string name, NativeFunction fn) {
   Value v;
   v.kind_ = Kind::kCallable;
-  v.s_ = std::move(name);
+  v.s_ = std::make_shared<const std::string>(std::move(name));
   v.fn_ = std::make_shared<const NativeFunction>(std::move(fn));
   return v;
 }
@@ -126,7 +131,7 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return f_ != 0;
     case Kind::kString:
-      return !s_.empty();
+      return !str().empty();
     case Kind::kList:
       return !list_->empty();
     case Kind::kDict:
@@ -205,7 +210,7 @@ std::string Value::ToString() const {
     case Kind::kUndefined:
       return "";
     case Kind::kString:
-      return s_;
+      return str();
     default:
       return Repr();
   }
@@ -224,7 +229,7 @@ std::string Value::Repr() const {
     case Kind::kFloat:
       return FormatFloat(f_);
     case Kind::kString:
-      return ReprString(s_);
+      return ReprString(str());
     case Kind::kList: {
       std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
@@ -244,7 +249,7 @@ std::string Value::Repr() const {
       return out + (namespace_ ? "}>" : "}");
     }
     case Kind::kCallable:
-      return "<function " + s_ + ">";
+      return "<function " + str() + ">";
   }
   return "";
 }

@@ -74,12 +74,12 @@ class Value {
   int64_t int_value() const { return is_bool() ? (b_ ? 1 : 0) : i_; }
   // int, bool or float as a double.
   double number() const { return is_float() ? f_ : static_cast<double>(int_value()); }
-  const std::string& str() const { return s_; }
+  const std::string& str() const { return s_ ? *s_ : EmptyString(); }
   // For Undefined: the name that was looked up (for messages).
-  const std::string& undefined_name() const { return s_; }
+  const std::string& undefined_name() const { return str(); }
   List& list() const { return *list_; }
   Dict& dict() const { return *dict_; }
-  const std::string& function_name() const { return s_; }
+  const std::string& function_name() const { return str(); }
   const NativeFunction& function() const { return *fn_; }
 
   // Python truthiness (Undefined is false).
@@ -104,7 +104,10 @@ class Value {
   bool namespace_ = false;
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;
+  static const std::string& EmptyString();
+
+  // Shared: values are copied often (lookups, loops) and strings can be long.
+  std::shared_ptr<const std::string> s_;
   std::shared_ptr<List> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const NativeFunction> fn_;
