@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -98,7 +99,7 @@ absl::StatusOr<Value> Map(Interpreter& in, const Value& seq, CallArgs& args) {
 // Sort key comparison honouring case_sensitive=false for strings.
 absl::StatusOr<bool> SortLess(const Value& a, const Value& b, bool case_sensitive) {
   if (!case_sensitive && a.is_string() && b.is_string()) {
-    return absl::AsciiStrToLower(a.str()) < absl::AsciiStrToLower(b.str());
+    return LowerString(a.str()) < LowerString(b.str());
   }
   return ValueLess(a, b);
 }
@@ -166,25 +167,49 @@ absl::StatusOr<Value> Format(Interpreter& in, const std::string& fmt, CallArgs& 
         out += fmt[i];
         continue;
       }
-      const char spec = fmt[++i];
+      // %[flags][width][.precision]conversion
+      size_t j = i + 1;
+      while (j < fmt.size() && std::strchr("-+ 0#", fmt[j]) != nullptr) ++j;
+      while (j < fmt.size() && absl::ascii_isdigit(static_cast<unsigned char>(fmt[j]))) ++j;
+      if (j < fmt.size() && fmt[j] == '.') {
+        ++j;
+        while (j < fmt.size() && absl::ascii_isdigit(static_cast<unsigned char>(fmt[j]))) ++j;
+      }
+      if (j >= fmt.size()) return in.Fail("incomplete format");
+      const std::string flags = fmt.substr(i + 1, j - i - 1);
+      const char spec = fmt[j];
+      i = j;
       if (spec == '%') {
         out += '%';
         continue;
       }
+      if (flags.size() > 8) return in.Fail("format width too long");
       if (next >= args.positional.size()) return in.Fail("not enough arguments for format string");
       const Value& a = args.positional[next++];
-      if (spec == 's') {
-        out += a.ToString();
-      } else if (spec == 'r') {
-        out += a.Repr();
-      } else if (spec == 'd' || spec == 'i') {
-        if (!a.is_number() && !a.is_bool()) return in.Fail("%d format: a number is required");
-        out += absl::StrCat(static_cast<int64_t>(a.number()));
-      } else if (spec == 'f') {
-        out += absl::StrFormat("%f", a.number());
+      char buf[512];
+      if (spec == 's' || spec == 'r') {
+        const std::string text = spec == 's' ? a.ToString() : a.Repr();
+        if (flags.empty()) {
+          out += text;
+          continue;
+        }
+        std::snprintf(buf, sizeof(buf), ("%" + flags + "s").c_str(), text.c_str());
+      } else if (spec == 'd' || spec == 'i' || spec == 'x' || spec == 'X' || spec == 'o') {
+        if (!a.is_number() && !a.is_bool()) {
+          return in.Fail(absl::StrCat("%", std::string(1, spec), " format: a number is required"));
+        }
+        const long long n = a.is_float() ? static_cast<long long>(a.number()) : a.int_value();
+        std::snprintf(buf, sizeof(buf), ("%" + flags + "ll" + (spec == 'i' ? 'd' : spec)).c_str(),
+                      n);
+      } else if (std::strchr("feEgGF", spec) != nullptr) {
+        if (!a.is_number() && !a.is_bool()) {
+          return in.Fail(absl::StrCat("%", std::string(1, spec), " format: a number is required"));
+        }
+        std::snprintf(buf, sizeof(buf), ("%" + flags + spec).c_str(), a.number());
       } else {
         return in.Fail(absl::StrCat("unsupported format character '", std::string(1, spec), "'"));
       }
+      out += buf;
     }
     return Value::String(std::move(out));
   }
@@ -383,7 +408,7 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
     for (const Value& item : items) {
       auto same = [&](const Value& o) {
         if (!case_sensitive && item.is_string() && o.is_string()) {
-          return absl::AsciiStrToLower(item.str()) == absl::AsciiStrToLower(o.str());
+          return LowerString(item.str()) == LowerString(o.str());
         }
         return ValuesEqual(item, o);
       };
@@ -443,6 +468,39 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
     return Arg(args, 0, "default", Value::Float(0));
   }
   if (name == "bool") return Value::Bool(v.Truthy());
+  if (name == "truncate") {
+    const std::vector<uint32_t> cps = ToCodePoints(v.ToString());
+    const int64_t length = Arg(args, 0, "length", Value::Int(255)).int_value();
+    const bool killwords = Arg(args, 1, "killwords", Value::Bool(false)).Truthy();
+    const std::string end = Arg(args, 2, "end", Value::String("...")).ToString();
+    const int64_t leeway = Arg(args, 3, "leeway", Value::Int(5)).int_value();
+    const int64_t n = static_cast<int64_t>(cps.size());
+    const int64_t end_len = static_cast<int64_t>(ToCodePoints(end).size());
+    if (length < end_len) return in.Fail("truncate: expected length >= the end marker");
+    if (n <= length + leeway) return Value::String(v.ToString());
+    std::string kept = FromCodePoints(cps, 0, static_cast<size_t>(length - end_len));
+    if (!killwords) {
+      const size_t space = kept.rfind(' ');
+      if (space != std::string::npos) kept.erase(space);
+    }
+    return Value::String(kept + end);
+  }
+  if (name == "batch") {
+    COLIBRI_ASSIGN_OR_RETURN(Value::List items, in.Iterate(v));
+    const int64_t size = Arg(args, 0, "linecount", Value::Int(1)).int_value();
+    if (size <= 0) return in.Fail("batch: size must be positive");
+    const Value fill = Arg(args, 1, "fill_with", Value::None());
+    Value::List out;
+    for (size_t i = 0; i < items.size(); i += size) {
+      Value::List chunk(items.begin() + i,
+                        items.begin() + std::min(items.size(), i + static_cast<size_t>(size)));
+      if (!Arg(args, 1, "fill_with").is_undefined()) {
+        while (static_cast<int64_t>(chunk.size()) < size) chunk.push_back(fill);
+      }
+      out.push_back(Value::MakeList(std::move(chunk)));
+    }
+    return Value::MakeList(std::move(out));
+  }
   if (name == "wordcount") {
     CallArgs none;
     COLIBRI_ASSIGN_OR_RETURN(Value words,

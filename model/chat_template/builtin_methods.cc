@@ -65,23 +65,6 @@ Value Split(const std::string& s, const Value& sep, int64_t maxsplit) {
   return Value::MakeList(std::move(parts));
 }
 
-std::string Title(const std::string& s) {
-  std::string out = s;
-  bool prev_cased = false;
-  for (char& c : out) {
-    const bool alpha = absl::ascii_isalpha(static_cast<unsigned char>(c));
-    if (alpha) c = prev_cased ? absl::ascii_tolower(c) : absl::ascii_toupper(c);
-    prev_cased = alpha;
-  }
-  return out;
-}
-
-std::string Capitalize(const std::string& s) {
-  std::string out = absl::AsciiStrToLower(s);
-  if (!out.empty()) out[0] = absl::ascii_toupper(out[0]);
-  return out;
-}
-
 std::string Replace(const std::string& s, const std::string& from, const std::string& to,
                     int64_t count) {
   std::string out;
@@ -165,10 +148,10 @@ absl::StatusOr<Value> StringMethod(Interpreter& in, const std::string& s, const 
     COLIBRI_RETURN_IF_ERROR(in.Charge(out.size()));
     return Value::String(std::move(out));
   }
-  if (name == "upper") return Value::String(absl::AsciiStrToUpper(s));
-  if (name == "lower") return Value::String(absl::AsciiStrToLower(s));
-  if (name == "title") return Value::String(Title(s));
-  if (name == "capitalize") return Value::String(Capitalize(s));
+  if (name == "upper") return Value::String(UpperString(s));
+  if (name == "lower") return Value::String(LowerString(s));
+  if (name == "title") return Value::String(TitleString(s));
+  if (name == "capitalize") return Value::String(CapitalizeString(s));
   if (name == "find" || name == "rfind" || name == "index" || name == "count") {
     const Value sub = Arg(args, 0, "sub");
     if (!sub.is_string()) return in.Fail(absl::StrCat(name, "() argument must be str"));
@@ -366,8 +349,7 @@ absl::StatusOr<bool> CallTest(Interpreter& in, const std::string& name, const Va
   }
   if (name == "lower" || name == "upper") {
     if (!v.is_string()) return false;
-    return v.str() ==
-           (name == "lower" ? absl::AsciiStrToLower(v.str()) : absl::AsciiStrToUpper(v.str()));
+    return v.str() == (name == "lower" ? LowerString(v.str()) : UpperString(v.str()));
   }
   if (name == "escaped") return false;
   return in.Fail(absl::StrCat("no test named '", name, "'"));

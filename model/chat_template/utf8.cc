@@ -70,4 +70,118 @@ bool IsSpace(uint32_t cp) {
          cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
+uint32_t ToUpper(uint32_t cp) {
+  if (cp >= 'a' && cp <= 'z') return cp - 32;
+  if (cp < 0x80) return cp;
+  if (cp == 0xB5) return 0x39C;
+  if (cp >= 0xE0 && cp <= 0xFE && cp != 0xF7) return cp - 32;
+  if (cp == 0xFF) return 0x178;
+  if (cp >= 0x100 && cp <= 0x17F) {
+    if (cp == 0x131) return 'I';
+    if (cp == 0x17F) return 'S';
+    const bool odd_lower = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E);
+    if (cp == 0x130 || cp == 0x138 || cp == 0x149 || cp == 0x178) return cp;
+    if (odd_lower) return (cp % 2 == 0) ? cp - 1 : cp;
+    return (cp % 2 == 1) ? cp - 1 : cp;
+  }
+  if (cp >= 0x3B1 && cp <= 0x3C9 && cp != 0x3C2) return cp - 32;
+  if (cp == 0x3C2) return 0x3A3;
+  if (cp >= 0x3AC && cp <= 0x3AF) {
+    static const uint32_t kTonos[] = {0x386, 0x388, 0x389, 0x38A};
+    return kTonos[cp - 0x3AC];
+  }
+  if (cp == 0x3CC) return 0x38C;
+  if (cp == 0x3CD) return 0x38E;
+  if (cp == 0x3CE) return 0x38F;
+  if (cp >= 0x430 && cp <= 0x44F) return cp - 32;
+  if (cp >= 0x450 && cp <= 0x45F) return cp - 80;
+  return cp;
+}
+
+uint32_t ToLower(uint32_t cp) {
+  if (cp >= 'A' && cp <= 'Z') return cp + 32;
+  if (cp < 0x80) return cp;
+  if (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) return cp + 32;
+  if (cp == 0x178) return 0xFF;
+  if (cp >= 0x100 && cp <= 0x17F) {
+    if (cp == 0x130) return 'i';
+    const bool odd_lower = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E);
+    if (cp == 0x131 || cp == 0x138 || cp == 0x149 || cp == 0x17F) return cp;
+    if (odd_lower) return (cp % 2 == 1) ? cp + 1 : cp;
+    return (cp % 2 == 0) ? cp + 1 : cp;
+  }
+  if (cp >= 0x391 && cp <= 0x3A9 && cp != 0x3A2) return cp + 32;
+  if (cp == 0x386) return 0x3AC;
+  if (cp >= 0x388 && cp <= 0x38A) return cp + 37;
+  if (cp == 0x38C) return 0x3CC;
+  if (cp == 0x38E || cp == 0x38F) return cp + 63;
+  if (cp >= 0x410 && cp <= 0x42F) return cp + 32;
+  if (cp >= 0x400 && cp <= 0x40F) return cp + 80;
+  return cp;
+}
+
+bool IsCased(uint32_t cp) {
+  return ToUpper(cp) != cp || ToLower(cp) != cp || cp == 0xDF || cp == 0x138 || cp == 0x149;
+}
+
+namespace {
+
+void AppendUpper(uint32_t cp, std::string* out) {
+  if (cp == 0xDF) {
+    *out += "SS";
+  } else {
+    AppendUtf8(ToUpper(cp), out);
+  }
+}
+
+}  // namespace
+
+std::string UpperString(absl::string_view s) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < s.size()) AppendUpper(DecodeUtf8(s, &pos), &out);
+  return out;
+}
+
+std::string LowerString(absl::string_view s) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < s.size()) AppendUtf8(ToLower(DecodeUtf8(s, &pos)), &out);
+  return out;
+}
+
+std::string TitleString(absl::string_view s) {
+  std::string out;
+  size_t pos = 0;
+  bool prev_cased = false;
+  while (pos < s.size()) {
+    const uint32_t cp = DecodeUtf8(s, &pos);
+    if (prev_cased) {
+      AppendUtf8(ToLower(cp), &out);
+    } else if (cp == 0xDF) {
+      out += "Ss";
+    } else {
+      AppendUtf8(ToUpper(cp), &out);
+    }
+    prev_cased = IsCased(cp);
+  }
+  return out;
+}
+
+std::string CapitalizeString(absl::string_view s) {
+  std::string out;
+  size_t pos = 0;
+  bool first = true;
+  while (pos < s.size()) {
+    const uint32_t cp = DecodeUtf8(s, &pos);
+    if (first && cp == 0xDF) {
+      out += "Ss";
+    } else {
+      AppendUtf8(first ? ToUpper(cp) : ToLower(cp), &out);
+    }
+    first = false;
+  }
+  return out;
+}
+
 }  // namespace colibri::chat_template
