@@ -157,6 +157,67 @@ absl::StatusOr<Value> ToJsonFilter(Interpreter& in, const Value& v, CallArgs& ar
   return Value::String(*std::move(json));
 }
 
+// One str.format field with a spec "[[fill]align][width][.precision][type]".
+absl::StatusOr<std::string> FormatSpec(Interpreter& in, const Value& v, const std::string& spec) {
+  if (spec.empty()) return v.ToString();
+  size_t i = 0;
+  std::string fill = " ";
+  char align = '\0';
+  if (spec.size() >= 2 && std::strchr("<>^", spec[1]) != nullptr) {
+    fill = spec.substr(0, 1);
+    align = spec[1];
+    i = 2;
+  } else if (std::strchr("<>^", spec[0]) != nullptr) {
+    align = spec[0];
+    i = 1;
+  }
+  size_t width = 0;
+  while (i < spec.size() && absl::ascii_isdigit(static_cast<unsigned char>(spec[i]))) {
+    width = width * 10 + (spec[i++] - '0');
+    if (width > 4096) return in.Fail("format: width too large");
+  }
+  int precision = -1;
+  if (i < spec.size() && spec[i] == '.') {
+    precision = 0;
+    while (++i < spec.size() && absl::ascii_isdigit(static_cast<unsigned char>(spec[i]))) {
+      precision = std::min(precision * 10 + (spec[i] - '0'), 100);
+    }
+  }
+  const char type = i < spec.size() ? spec[i++] : '\0';
+  if (i != spec.size()) return in.Fail(absl::StrCat("format: unsupported spec '", spec, "'"));
+  std::string text;
+  if (type == 'f' || type == 'e' || type == 'g' || type == '%') {
+    if (!v.is_number() && !v.is_bool()) return in.Fail("format: a number is required");
+    char buf[512];
+    const double x = type == '%' ? v.number() * 100 : v.number();
+    std::snprintf(buf, sizeof(buf),
+                  type == 'e'   ? "%.*e"
+                  : type == 'g' ? "%.*g"
+                                : "%.*f",
+                  precision < 0 ? 6 : precision, x);
+    text = buf;
+    if (type == '%') text += '%';
+  } else if (type == 'd') {
+    if (!v.is_int() && !v.is_bool()) return in.Fail("format: an integer is required");
+    text = absl::StrCat(v.int_value());
+  } else {
+    text = v.ToString();
+    if (precision >= 0)
+      text = FromCodePoints(ToCodePoints(text), 0,
+                            std::min<size_t>(precision, ToCodePoints(text).size()));
+  }
+  const size_t len = ToCodePoints(text).size();
+  if (len >= width) return text;
+  if (align == '\0') align = v.is_number() ? '>' : '<';
+  const size_t pad = width - len;
+  const size_t left = align == '>' ? pad : align == '^' ? pad / 2 : 0;
+  std::string out;
+  for (size_t k = 0; k < left; ++k) out += fill;
+  out += text;
+  for (size_t k = 0; k < pad - left; ++k) out += fill;
+  return out;
+}
+
 // Python's "%" string formatting and str.format, for the common cases.
 absl::StatusOr<Value> Format(Interpreter& in, const std::string& fmt, CallArgs& args) {
   std::string out;
@@ -228,20 +289,25 @@ absl::StatusOr<Value> Format(Interpreter& in, const std::string& fmt, CallArgs& 
     if (close == std::string::npos) return in.Fail("single '{' in format string");
     const std::string field = fmt.substr(i + 1, close - i - 1);
     i = close;
+    const size_t colon = field.find(':');
+    const std::string key = field.substr(0, colon);
+    const std::string spec = colon == std::string::npos ? "" : field.substr(colon + 1);
     int64_t index = 0;
-    if (field.empty()) {
+    Value arg;
+    if (key.empty()) {
       if (next >= args.positional.size()) return in.Fail("format: not enough arguments");
-      out += args.positional[next++].ToString();
-    } else if (absl::SimpleAtoi(field, &index)) {
+      arg = args.positional[next++];
+    } else if (absl::SimpleAtoi(key, &index)) {
       if (index < 0 || static_cast<size_t>(index) >= args.positional.size()) {
         return in.Fail("format: index out of range");
       }
-      out += args.positional[index].ToString();
+      arg = args.positional[index];
     } else {
-      const Value v = Arg(args, SIZE_MAX, field);
-      if (v.is_undefined()) return in.Fail(absl::StrCat("format: no argument '", field, "'"));
-      out += v.ToString();
+      arg = Arg(args, SIZE_MAX, key);
+      if (arg.is_undefined()) return in.Fail(absl::StrCat("format: no argument '", key, "'"));
     }
+    COLIBRI_ASSIGN_OR_RETURN(std::string piece, FormatSpec(in, arg, spec));
+    out += piece;
   }
   return Value::String(std::move(out));
 }
@@ -458,6 +524,7 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
                                    : std::nearbyint(x);
     return Value::Float(r / scale);
   }
+  if (name == "int" || name == "float") COLIBRI_RETURN_IF_ERROR(NeedDefined(in, name, v));
   if (name == "int") return ToInt(v, Arg(args, 0, "default", Value::Int(0)));
   if (name == "float") {
     if (v.is_number() || v.is_bool()) return Value::Float(v.number());
@@ -512,8 +579,7 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
   // String filters: Jinja applies them to str(value).
   if (name == "trim" || name == "upper" || name == "lower" || name == "capitalize" ||
       name == "title" || name == "replace" || name == "center") {
-    COLIBRI_RETURN_IF_ERROR(NeedDefined(in, name, v));
-    Value s = Value::String(v.ToString());
+    Value s = Value::String(v.ToString());  // Undefined is "" here, as in Jinja
     if (name == "trim") {
       CallArgs strip_args;
       strip_args.positional.push_back(Arg(args, 0, "chars", Value::None()));

@@ -219,7 +219,7 @@ std::string Value::ToString() const {
 std::string Value::Repr() const {
   switch (kind_) {
     case Kind::kUndefined:
-      return "";
+      return "Undefined";
     case Kind::kNone:
       return "None";
     case Kind::kBool:
