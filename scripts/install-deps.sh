@@ -14,7 +14,7 @@ packages=(
   librocksdb-dev                       # expert-node disk tier
   libxxhash-dev                        # expert-node value checksums (XXH64)
   libcli11-dev                         # command lines with subcommands (header-only)
-  nlohmann-json3-dev                   # reading the JSON golden files in tests
+  nlohmann-json3-dev                   # JSON: chat-template contexts, golden files in tests
   openssl                              # test certificates of the TLS tests
 )
 
