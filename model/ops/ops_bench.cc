@@ -152,6 +152,7 @@ Weights MakeWeights(TensorType type, int64_t rows, int64_t cols, bool in_cache) 
         }
       }
     } else if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
       std::abort();
     }
   }
