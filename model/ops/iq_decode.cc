@@ -193,6 +193,9 @@ void DecodeIQ4_XS(const uint8_t* p, IqSuperBlock* s) {
 
 }  // namespace
 
+const uint64_t* IqSignMasks() { return kSignMask.data(); }
+const uint64_t* Iq1Entries(bool negative_shift) { return Iq1().entry[negative_shift ? 1 : 0]; }
+
 IqTypeInfo GetIqTypeInfo(TensorType type) {
   switch (type) {
     case TensorType::kIQ2_XXS:

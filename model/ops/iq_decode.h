@@ -43,6 +43,12 @@ struct IqTypeInfo {
 // Null decode for types that are not 256-element i-quants.
 IqTypeInfo GetIqTypeInfo(TensorType type);
 
+// Tables the decoders use, for SIMD decoders that must give the same bytes:
+// byte j of IqSignMasks()[s] is 0xFF where bit j of s is set; byte j of
+// Iq1Entries(negative)[i] is 8 * iq1s_grid[i] byte j + (negative ? -1 : 1).
+const uint64_t* IqSignMasks();
+const uint64_t* Iq1Entries(bool negative_shift);
+
 }  // namespace colibri::ops::internal
 
 #endif  // COLIBRI_MODEL_OPS_IQ_DECODE_H_
