@@ -15,8 +15,9 @@
 //   result = acc * kFinal,
 // with exact int32 sums (|Σ| < 2^27 for every type).
 //
-// The decoders are plain functions compiled once (portable code) and shared
-// by every kernel set, so they cannot differ between sets.
+// The portable kernels use these decoders; the AVX2 kernels rebuild the same
+// integers in registers (vec_dot_avx2_iq.cc), and the kernel-set tests check
+// that every set's results are bitwise the portable ones.
 #ifndef COLIBRI_MODEL_OPS_IQ_DECODE_H_
 #define COLIBRI_MODEL_OPS_IQ_DECODE_H_
 
