@@ -1,5 +1,6 @@
 #include "model/ops/iq_decode.h"
 
+#include <array>
 #include <cstring>
 
 #include "model/ops/iq_grids.h"
@@ -8,18 +9,36 @@
 namespace colibri::ops::internal {
 namespace {
 
+// The decoders store eight int8 weights at a time from a uint64.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "little-endian target assumed");
+
 uint32_t Load32(const void* p) {
   uint32_t v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-// Eight magnitudes of a grid entry with the signs of `signs` applied.
-void PutSigned8(uint64_t entry, uint8_t signs, int8_t* q) {
-  for (int j = 0; j < 8; ++j) {
-    const int m = GridByte(entry, j);
-    q[j] = static_cast<int8_t>((signs >> j) & 1 ? -m : m);
+// Byte j is 0xFF where bit j of the index is set.
+constexpr std::array<uint64_t, 256> MakeSignMasks() {
+  std::array<uint64_t, 256> t{};
+  for (int s = 0; s < 256; ++s) {
+    uint64_t m = 0;
+    for (int j = 0; j < 8; ++j) {
+      if ((s >> j) & 1) m |= uint64_t{0xFF} << (8 * j);
+    }
+    t[s] = m;
   }
+  return t;
+}
+constexpr std::array<uint64_t, 256> kSignMask = MakeSignMasks();
+
+// Eight magnitudes of a grid entry with the signs of `signs` applied, eight
+// bytes at a time: -m = ~m + 1 per byte, and no byte carries into the next
+// because no grid magnitude is 0 (so ~m is at most 0xFE).
+inline void PutSigned8(uint64_t entry, uint8_t signs, int8_t* q) {
+  const uint64_t mask = kSignMask[signs];
+  const uint64_t v = (entry ^ mask) + (mask & 0x0101010101010101ull);
+  std::memcpy(q, &v, sizeof(v));
 }
 
 void DecodeIQ2_XXS(const uint8_t* p, IqSuperBlock* s) {
@@ -92,21 +111,45 @@ void DecodeIQ3_S(const uint8_t* p, IqSuperBlock* s) {
   }
 }
 
+// The IQ1 grid in units of 1/8 with the shift applied: byte j of entry i of
+// table[0] is 8 * grid_j + 1, of table[1] 8 * grid_j - 1.
+struct Iq1Tables {
+  uint64_t entry[2][2048];
+  Iq1Tables() {
+    for (int i = 0; i < 2048; ++i) {
+      for (int t = 0; t < 2; ++t) {
+        uint64_t v = 0;
+        for (int j = 0; j < 8; ++j) {
+          const int q = 8 * GridSignedByte(kIq1sGrid[i], j) + (t == 0 ? 1 : -1);
+          v |= static_cast<uint64_t>(static_cast<uint8_t>(q)) << (8 * j);
+        }
+        entry[t][i] = v;
+      }
+    }
+  }
+};
+
+const Iq1Tables& Iq1() {
+  static const Iq1Tables* const tables = new Iq1Tables();
+  return *tables;
+}
+
 // Eight IQ1 weights in units of 1/8: 8 * grid + shift (shift ±1).
-void PutIq1(uint64_t entry, int shift, int8_t* q) {
-  for (int j = 0; j < 8; ++j) q[j] = static_cast<int8_t>(8 * GridSignedByte(entry, j) + shift);
+inline void PutIq1(const Iq1Tables& t, int idx, bool negative_shift, int8_t* q) {
+  std::memcpy(q, &t.entry[negative_shift ? 1 : 0][idx], 8);
 }
 
 void DecodeIQ1_S(const uint8_t* p, IqSuperBlock* s) {
   const auto& b = *reinterpret_cast<const BlockIQ1_S*>(p);
+  const Iq1Tables& t = Iq1();
   s->d = HalfToFloat(b.d);
   for (int ib = 0; ib < 8; ++ib) {
     uint16_t qh;
     std::memcpy(&qh, reinterpret_cast<const uint8_t*>(b.qh) + 2 * ib, sizeof(qh));
-    const int shift = qh & 0x8000 ? -1 : 1;
+    const bool negative = (qh & 0x8000) != 0;
     for (int l = 0; l < 4; ++l) {
       const int idx = b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8);
-      PutIq1(kIq1sGrid[idx], shift, s->q + 32 * ib + 8 * l);
+      PutIq1(t, idx, negative, s->q + 32 * ib + 8 * l);
     }
     s->scale[2 * ib] = s->scale[2 * ib + 1] = static_cast<int16_t>(2 * ((qh >> 12) & 7) + 1);
   }
@@ -114,6 +157,7 @@ void DecodeIQ1_S(const uint8_t* p, IqSuperBlock* s) {
 
 void DecodeIQ1_M(const uint8_t* p, IqSuperBlock* s) {
   const auto& b = *reinterpret_cast<const BlockIQ1_M*>(p);
+  const Iq1Tables& t = Iq1();
   uint16_t sc[4];
   std::memcpy(sc, b.scales, sizeof(sc));
   const uint16_t d16 = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
@@ -125,7 +169,7 @@ void DecodeIQ1_M(const uint8_t* p, IqSuperBlock* s) {
     for (int l = 0; l < 4; ++l) {
       const int h = qh[l / 2] >> (4 * (l % 2));  // 3 index bits, then the shift sign
       const int idx = qs[l] | ((h & 7) << 8);
-      PutIq1(kIq1sGrid[idx], h & 8 ? -1 : 1, s->q + 32 * ib + 8 * l);
+      PutIq1(t, idx, (h & 8) != 0, s->q + 32 * ib + 8 * l);
     }
     const int word = sc[ib / 2] >> (6 * (ib % 2));
     s->scale[2 * ib] = static_cast<int16_t>(2 * (word & 7) + 1);
@@ -148,6 +192,9 @@ void DecodeIQ4_XS(const uint8_t* p, IqSuperBlock* s) {
 }
 
 }  // namespace
+
+const uint64_t* IqSignMasks() { return kSignMask.data(); }
+const uint64_t* Iq1Entries(bool negative_shift) { return Iq1().entry[negative_shift ? 1 : 0]; }
 
 IqTypeInfo GetIqTypeInfo(TensorType type) {
   switch (type) {

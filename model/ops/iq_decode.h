@@ -15,8 +15,9 @@
 //   result = acc * kFinal,
 // with exact int32 sums (|Σ| < 2^27 for every type).
 //
-// The decoders are plain functions compiled once (portable code) and shared
-// by every kernel set, so they cannot differ between sets.
+// The portable kernels use these decoders; the AVX2 kernels rebuild the same
+// integers in registers (vec_dot_avx2_iq.cc), and the kernel-set tests check
+// that every set's results are bitwise the portable ones.
 #ifndef COLIBRI_MODEL_OPS_IQ_DECODE_H_
 #define COLIBRI_MODEL_OPS_IQ_DECODE_H_
 
@@ -42,6 +43,12 @@ struct IqTypeInfo {
 
 // Null decode for types that are not 256-element i-quants.
 IqTypeInfo GetIqTypeInfo(TensorType type);
+
+// Tables the decoders use, for SIMD decoders that must give the same bytes:
+// byte j of IqSignMasks()[s] is 0xFF where bit j of s is set; byte j of
+// Iq1Entries(negative)[i] is 8 * iq1s_grid[i] byte j + (negative ? -1 : 1).
+const uint64_t* IqSignMasks();
+const uint64_t* Iq1Entries(bool negative_shift);
 
 }  // namespace colibri::ops::internal
 

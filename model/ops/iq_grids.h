@@ -24,11 +24,20 @@ inline int GridSignedByte(uint64_t entry, int j) {
 }
 
 // The 8 sign bits of a 7-bit sign field: bit 7 makes the number of negative
-// weights even (GGML's ksigns_iq2xs). Bit j set: weight j is negative.
-inline uint8_t SignsFrom7(uint32_t field) {
-  const uint32_t f = field & 127u;
-  return static_cast<uint8_t>(f | ((__builtin_popcount(f) & 1u) << 7));
-}
+// weights even (GGML's ksigns_iq2xs). Bit j set: weight j is negative. A
+// table, since a popcount compiled for baseline x86-64 is a library call.
+struct SignTable {
+  uint8_t v[128];
+  constexpr SignTable() : v() {
+    for (int f = 0; f < 128; ++f) {
+      int bits = 0;
+      for (int j = 0; j < 7; ++j) bits += (f >> j) & 1;
+      v[f] = static_cast<uint8_t>(f | ((bits & 1) << 7));
+    }
+  }
+};
+inline constexpr SignTable kSignsFrom7{};
+inline uint8_t SignsFrom7(uint32_t field) { return kSignsFrom7.v[field & 127u]; }
 
 }  // namespace colibri::ops::internal
 

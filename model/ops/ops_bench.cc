@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_split.h"
 #include "common/cpu_features.h"
 #include "common/thread_pool.h"
@@ -45,8 +46,10 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 struct Options {
   int threads = 0;
   std::string kernels = "auto";
-  std::vector<std::string> types = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
-                                    "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
+  std::vector<std::string> types = {"F32",    "F16",    "BF16",   "Q8_0",  "Q4_0",    "Q4_1",
+                                    "Q5_0",   "Q5_1",   "Q2_K",   "Q3_K",  "Q4_K",    "Q5_K",
+                                    "Q6_K",   "MXFP4",  "IQ4_NL", "IQ4_XS", "IQ3_S",  "IQ3_XXS",
+                                    "IQ2_S",  "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S"};
   int64_t rows = 4096;
   int64_t cols = 4096;
   int64_t prefill_tokens = 128;
@@ -130,7 +133,28 @@ Weights MakeWeights(TensorType type, int64_t rows, int64_t cols, bool in_cache) 
   std::vector<float> row(cols);
   for (int64_t r = 0; r < rows; ++r) {
     for (float& v : row) v = dist(rng);
-    if (!QuantizeRow(type, row.data(), first.data() + r * out.w.row_bytes, cols).ok()) std::abort();
+    uint8_t* dst = first.data() + r * out.w.row_bytes;
+    const absl::Status s = QuantizeRow(type, row.data(), dst, cols);
+    if (s.code() == absl::StatusCode::kUnimplemented) {
+      // Decode-only types (the grid i-quants): random blocks with a small fp16
+      // scale (IQ1_M keeps it in the top nibbles of its scale words at 48).
+      const TensorTypeTraits& t = GetTraits(type);
+      for (uint64_t i = 0; i < out.w.row_bytes; ++i) dst[i] = static_cast<uint8_t>(rng());
+      const uint16_t d = Fp32ToFp16(0.002f);
+      for (uint64_t off = 0; off < out.w.row_bytes; off += t.type_size) {
+        if (type == TensorType::kIQ1_M) {
+          for (int k = 0; k < 4; ++k) {
+            uint8_t& b = dst[off + 48 + 2 * k + 1];
+            b = static_cast<uint8_t>((b & 0x0F) | (((d >> (4 * k)) & 0xF) << 4));
+          }
+        } else {
+          std::memcpy(dst + off, &d, sizeof(d));
+        }
+      }
+    } else if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      std::abort();
+    }
   }
   // Enough copies to exceed the last-level cache several times over.
   const uint64_t target = uint64_t{256} << 20;

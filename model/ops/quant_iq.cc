@@ -271,4 +271,86 @@ void QuantizeIQ4_XS(const float* src, void* dst, int64_t n) {
   }
 }
 
+namespace {
+
+// IQ2_XXS encoding: each weight's magnitude is rounded to the nearest of the
+// grid's levels 8, 25, 43; the 3^8 level patterns of a group of 8 map to the
+// grid entry nearest to them (squared distance), precomputed once.
+struct Iq2xxsIndex {
+  uint8_t nearest[6561];
+  Iq2xxsIndex() {
+    static constexpr int kLevels[3] = {8, 25, 43};
+    for (int p = 0; p < 6561; ++p) {
+      int level[8];
+      for (int j = 0, v = p; j < 8; ++j, v /= 3) level[j] = kLevels[v % 3];
+      int best = 0, best_err = 1 << 30;
+      for (int g = 0; g < 256; ++g) {
+        int err = 0;
+        for (int j = 0; j < 8; ++j) {
+          const int diff = GridByte(kIq2xxsGrid[g], j) - level[j];
+          err += diff * diff;
+        }
+        if (err < best_err) {
+          best = g;
+          best_err = err;
+        }
+      }
+      nearest[p] = static_cast<uint8_t>(best);
+    }
+  }
+};
+
+const Iq2xxsIndex& Iq2xxsNearest() {
+  static const Iq2xxsIndex* const index = new Iq2xxsIndex();
+  return *index;
+}
+
+}  // namespace
+
+// Per 32-weight sub-block, db = d * (2s + 1) / 8 with one fp16 d per super-
+// block sized so that the largest sub-block uses s = 15 and its largest
+// weight lands on magnitude 43. Signs follow the weights; where a group of 8
+// has an odd number of negatives (the format stores only even parity), the
+// smallest weight's sign is flipped.
+void QuantizeIQ2_XXS(const float* src, void* dst, int64_t n) {
+  const Iq2xxsIndex& index = Iq2xxsNearest();
+  auto* y = static_cast<BlockIQ2_XXS*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float* x = src + i * kQK_K;
+    float sub_max[8];
+    float top = 0.0f;
+    for (int ib = 0; ib < 8; ++ib) {
+      sub_max[ib] = 0.0f;
+      for (int j = 0; j < 32; ++j) sub_max[ib] = std::fmax(sub_max[ib], std::fabs(x[32 * ib + j]));
+      top = std::fmax(top, sub_max[ib]);
+    }
+    // top / 43 = d * 31 / 8
+    y[i].d = FloatToHalf(top / 43.0f * 8.0f / 31.0f);
+    const float d = HalfToFloat(y[i].d);
+    auto* qs = reinterpret_cast<uint8_t*>(y[i].qs);
+    for (int ib = 0; ib < 8; ++ib) {
+      int s = 0;
+      if (d > 0.0f)
+        s = std::clamp(NearestInt((sub_max[ib] / 43.0f / d * 8.0f - 1.0f) / 2.0f), 0, 15);
+      const float db = d * static_cast<float>(2 * s + 1) / 8.0f;
+      const float idb = db > 0.0f ? 1.0f / db : 0.0f;
+      uint32_t aux = static_cast<uint32_t>(s) << 28;
+      for (int l = 0; l < 4; ++l) {
+        const float* g = x + 32 * ib + 8 * l;
+        int signs = 0, smallest = 0, pattern = 0;
+        for (int j = 7; j >= 0; --j) {
+          if (g[j] < 0.0f) signs |= 1 << j;
+          if (std::fabs(g[j]) < std::fabs(g[smallest])) smallest = j;
+          const float m = std::fabs(g[j]) * idb;
+          pattern = 3 * pattern + (m < 16.5f ? 0 : (m < 34.0f ? 1 : 2));
+        }
+        if (__builtin_popcount(static_cast<unsigned>(signs)) & 1) signs ^= 1 << smallest;
+        qs[8 * ib + l] = index.nearest[pattern];
+        aux |= static_cast<uint32_t>(signs & 127) << (7 * l);
+      }
+      std::memcpy(qs + 8 * ib + 4, &aux, sizeof(aux));
+    }
+  }
+}
+
 }  // namespace colibri::ops::internal

@@ -45,7 +45,7 @@ void QuantizeQ6_K(const float* src, void* dst, int64_t n);
 void DequantizeMXFP4(const void* src, float* dst, int64_t n);
 void QuantizeMXFP4(const float* src, void* dst, int64_t n);
 
-// quant_iq.cc. Only IQ4_NL and IQ4_XS have encoders.
+// quant_iq.cc. Only IQ4_NL, IQ4_XS and IQ2_XXS have encoders.
 void DequantizeIQ4_NL(const void* src, float* dst, int64_t n);
 void DequantizeIQ4_XS(const void* src, float* dst, int64_t n);
 void DequantizeIQ2_XXS(const void* src, float* dst, int64_t n);
@@ -57,6 +57,7 @@ void DequantizeIQ1_S(const void* src, float* dst, int64_t n);
 void DequantizeIQ1_M(const void* src, float* dst, int64_t n);
 void QuantizeIQ4_NL(const float* src, void* dst, int64_t n);
 void QuantizeIQ4_XS(const float* src, void* dst, int64_t n);
+void QuantizeIQ2_XXS(const float* src, void* dst, int64_t n);
 
 }  // namespace colibri::ops::internal
 

@@ -102,6 +102,7 @@ absl::Status QuantizeRow(TensorType type, const float* src, void* dst, int64_t n
     case TensorType::kMXFP4: internal::QuantizeMXFP4(src, dst, n); break;
     case TensorType::kIQ4_NL: internal::QuantizeIQ4_NL(src, dst, n); break;
     case TensorType::kIQ4_XS: internal::QuantizeIQ4_XS(src, dst, n); break;
+    case TensorType::kIQ2_XXS: internal::QuantizeIQ2_XXS(src, dst, n); break;
     default:
       return absl::UnimplementedError(absl::StrCat("QuantizeRow: no encoder for ", traits.name,
                                                    " (decoding and dot products only)"));

@@ -383,9 +383,9 @@ TEST(SyntheticModelErrorsTest, RejectsBadSpecsAndTypes) {
   EXPECT_EQ(spec.Validate().code(), absl::StatusCode::kInvalidArgument);
 
   absl::StatusOr<GenerateReport> report = GenerateModel(
-      Tiny(Architecture::kLlama), Options(TensorType::kIQ2_XXS), TempPath("bad.gguf"));
+      Tiny(Architecture::kLlama), Options(TensorType::kIQ2_XS), TempPath("bad.gguf"));
   EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(report.status().message(), HasSubstr("IQ2_XXS"));
+  EXPECT_THAT(report.status().message(), HasSubstr("IQ2_XS"));
 }
 
 TEST(ModelSpecTest, PresetsValidateAndQwen3HasItsShape) {

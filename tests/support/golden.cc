@@ -20,7 +20,8 @@ bool Exists(const std::string& path) {
 
 const std::vector<std::string>& GoldenModels() {
   static const std::vector<std::string> models = {"qwen3moe-tiny-f32", "qwen2moe-tiny-q8_0",
-                                                  "mixtral-tiny-q4_k_m", "olmoe-tiny-f16"};
+                                                  "mixtral-tiny-q4_k_m", "olmoe-tiny-f16",
+                                                  "qwen3moe-iq-mix"};
   return models;
 }
 

@@ -190,7 +190,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripCase{TensorType::kQ6_K, 0.03},
                       RoundTripCase{TensorType::kMXFP4, 0.17},
                       RoundTripCase{TensorType::kIQ4_NL, 0.12},
-                      RoundTripCase{TensorType::kIQ4_XS, 0.12}),
+                      RoundTripCase{TensorType::kIQ4_XS, 0.12},
+                      RoundTripCase{TensorType::kIQ2_XXS, 0.5}),
     [](const ::testing::TestParamInfo<RoundTripCase>& info) {
       return std::string(TypeName(info.param.type));
     });
@@ -201,7 +202,7 @@ TEST(QuantizeRowTest, RejectsUnsupportedTypeAndBadLength) {
   EXPECT_EQ(QuantizeRow(TensorType::kTQ1_0, x.data(), q.data(), 256).code(),
             absl::StatusCode::kInvalidArgument);
   // Decoded and dotted, but no encoder.
-  EXPECT_EQ(QuantizeRow(TensorType::kIQ2_XXS, x.data(), q.data(), 256).code(),
+  EXPECT_EQ(QuantizeRow(TensorType::kIQ2_XS, x.data(), q.data(), 256).code(),
             absl::StatusCode::kUnimplemented);
   EXPECT_EQ(QuantizeRow(TensorType::kQ8_K, x.data(), q.data(), 256).code(),
             absl::StatusCode::kInvalidArgument);
