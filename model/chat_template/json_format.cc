@@ -121,6 +121,7 @@ class JsonWriter {
         AppendEscaped(v.str(), format_.ensure_ascii, out);
         return absl::OkStatus();
       case Value::Kind::kList: {
+        if (v.is_generator()) break;
         if (v.list().empty()) {
           *out += "[]";
           return absl::OkStatus();

@@ -62,6 +62,12 @@ Value Value::MakeList(List items, bool tuple) {
   return v;
 }
 
+Value Value::MakeGenerator(List items) {
+  Value v = MakeList(std::move(items));
+  v.generator_ = true;
+  return v;
+}
+
 Value Value::MakeDict(Dict items) {
   Value v;
   v.kind_ = Kind::kDict;
@@ -133,7 +139,7 @@ bool Value::Truthy() const {
     case Kind::kString:
       return !str().empty();
     case Kind::kList:
-      return !list_->empty();
+      return generator_ || !list_->empty();
     case Kind::kDict:
       return namespace_ || !dict_->empty();
     case Kind::kCallable:
@@ -231,6 +237,7 @@ std::string Value::Repr() const {
     case Kind::kString:
       return ReprString(str());
     case Kind::kList: {
+      if (generator_) return "<generator object>";
       std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i > 0) out += ", ";
@@ -269,7 +276,7 @@ std::string Value::TypeName() const {
     case Kind::kString:
       return "str";
     case Kind::kList:
-      return tuple_ ? "tuple" : "list";
+      return generator_ ? "generator" : tuple_ ? "tuple" : "list";
     case Kind::kDict:
       return namespace_ ? "Namespace" : "dict";
     case Kind::kCallable:
@@ -317,6 +324,7 @@ bool ValuesEqual(const Value& a, const Value& b) {
     case Value::Kind::kString:
       return a.str() == b.str();
     case Value::Kind::kList: {
+      if (a.is_generator() || b.is_generator()) return &a.list() == &b.list();
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i) {
         if (!ValuesEqual(a.list()[i], b.list()[i])) return false;

@@ -50,6 +50,9 @@ class Value {
   static Value Float(double f);
   static Value String(std::string s);
   static Value MakeList(List items = {}, bool tuple = false);
+  // A list standing for a Python generator or iterator (what select, map,
+  // unique... return): always truthy, no len(), no indexing, not JSON.
+  static Value MakeGenerator(List items);
   static Value MakeDict(Dict items = {});
   static Value MakeNamespace(Dict items = {});
   static Value Function(std::string name, NativeFunction fn);
@@ -66,6 +69,7 @@ class Value {
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
+  bool is_generator() const { return kind_ == Kind::kList && generator_; }
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kDict && namespace_; }
   bool is_callable() const { return kind_ == Kind::kCallable; }
@@ -101,6 +105,7 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
   bool tuple_ = false;
+  bool generator_ = false;
   bool namespace_ = false;
   int64_t i_ = 0;
   double f_ = 0;
