@@ -151,6 +151,7 @@ absl::StatusOr<Value> ToJsonFilter(Interpreter& in, const Value& v, CallArgs& ar
     format.key_separator = separators.list()[1].ToString();
   }
   format.sort_keys = Arg(args, 3, "sort_keys", Value::Bool(false)).Truthy();
+  format.max_bytes = in.limits().max_output_bytes;
   absl::StatusOr<std::string> json = ToJson(v, format, in.limits().max_depth);
   if (!json.ok()) return in.Fail(json.status().message());
   COLIBRI_RETURN_IF_ERROR(in.Charge(json->size()));

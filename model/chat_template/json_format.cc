@@ -104,6 +104,9 @@ class JsonWriter {
     if (level > max_depth_) {
       return absl::ResourceExhaustedError("tojson: value nested deeper than the limit");
     }
+    if (out->size() > format_.max_bytes) {
+      return absl::ResourceExhaustedError("tojson: output longer than the limit");
+    }
     switch (v.kind()) {
       case Value::Kind::kNone:
         *out += "null";
