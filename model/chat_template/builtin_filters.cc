@@ -66,7 +66,7 @@ absl::StatusOr<Value> Select(Interpreter& in, const Value& seq, CallArgs& args, 
     }
     if (pass == keep) out.push_back(item);
   }
-  return Value::MakeList(std::move(out));
+  return Value::MakeGenerator(std::move(out));
 }
 
 absl::StatusOr<Value> Map(Interpreter& in, const Value& seq, CallArgs& args) {
@@ -80,7 +80,7 @@ absl::StatusOr<Value> Map(Interpreter& in, const Value& seq, CallArgs& args) {
       COLIBRI_ASSIGN_OR_RETURN(Value v, GetPath(in, item, attribute));
       out.push_back(v.is_undefined() && !fallback.is_undefined() ? fallback : v);
     }
-    return Value::MakeList(std::move(out));
+    return Value::MakeGenerator(std::move(out));
   }
   if (args.positional.empty()) return in.Fail("map() needs a filter name or attribute=");
   const std::string filter = args.positional[0].ToString();
@@ -93,7 +93,7 @@ absl::StatusOr<Value> Map(Interpreter& in, const Value& seq, CallArgs& args) {
     COLIBRI_ASSIGN_OR_RETURN(Value v, in.ApplyFilter(filter, item, a));
     out.push_back(std::move(v));
   }
-  return Value::MakeList(std::move(out));
+  return Value::MakeGenerator(std::move(out));
 }
 
 // Sort key comparison honouring case_sensitive=false for strings.
@@ -151,6 +151,7 @@ absl::StatusOr<Value> ToJsonFilter(Interpreter& in, const Value& v, CallArgs& ar
     format.key_separator = separators.list()[1].ToString();
   }
   format.sort_keys = Arg(args, 3, "sort_keys", Value::Bool(false)).Truthy();
+  format.max_bytes = in.limits().max_output_bytes;
   absl::StatusOr<std::string> json = ToJson(v, format, in.limits().max_depth);
   if (!json.ok()) return in.Fail(json.status().message());
   COLIBRI_RETURN_IF_ERROR(in.Charge(json->size()));
@@ -219,10 +220,11 @@ absl::StatusOr<std::string> FormatSpec(Interpreter& in, const Value& v, const st
 }
 
 // Python's "%" string formatting and str.format, for the common cases.
-absl::StatusOr<Value> Format(Interpreter& in, const std::string& fmt, CallArgs& args) {
+absl::StatusOr<Value> Format(Interpreter& in, const std::string& fmt, CallArgs& args,
+                             bool percent_style) {
   std::string out;
   size_t next = 0;
-  if (fmt.find('%') != std::string::npos && fmt.find('{') == std::string::npos) {
+  if (percent_style) {
     for (size_t i = 0; i < fmt.size(); ++i) {
       if (fmt[i] != '%' || i + 1 >= fmt.size()) {
         out += fmt[i];
@@ -271,6 +273,9 @@ absl::StatusOr<Value> Format(Interpreter& in, const std::string& fmt, CallArgs& 
         return in.Fail(absl::StrCat("unsupported format character '", std::string(1, spec), "'"));
       }
       out += buf;
+    }
+    if (next < args.positional.size()) {
+      return in.Fail("not all arguments converted during string formatting");
     }
     return Value::String(std::move(out));
   }
@@ -361,6 +366,7 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
   if (name == "tojson") return ToJsonFilter(in, v, args);
   if (name == "length" || name == "count") {
     if (v.is_string()) return Value::Int(ToCodePoints(v.str()).size());
+    if (v.is_generator()) return in.Fail("object of type 'generator' has no len()");
     if (v.is_list()) return Value::Int(v.list().size());
     if (v.is_dict() && !v.is_namespace()) return Value::Int(v.dict().size());
     if (v.is_undefined()) return Value::Int(0);
@@ -376,7 +382,7 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
   if (name == "safe" || name == "e" || name == "escape" || name == "forceescape") {
     // Autoescaping is off for chat templates: escape filters leave text alone... except
     // that escape really escapes in Jinja.
-    if (name == "safe") return v;
+    if (name == "safe") return v.is_string() ? v : Value::String(v.ToString());  // Markup(str)
     std::string out;
     for (char c : v.ToString()) {
       switch (c) {
@@ -407,10 +413,11 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
     return Value::MakeList(std::move(items));
   }
   if (name == "items") {
-    if (v.is_undefined()) return Value::MakeList();
+    if (v.is_undefined()) return Value::MakeGenerator({});
     if (!v.is_dict()) return in.Fail(absl::StrCat("items: expected a mapping, not ", v.TypeName()));
     CallArgs none;
-    return CallMethod(in, v, "items", none);
+    COLIBRI_ASSIGN_OR_RETURN(Value pairs, CallMethod(in, v, "items", none));
+    return Value::MakeGenerator(pairs.list());
   }
   if (name == "dictsort") {
     if (!v.is_dict()) return in.Fail("dictsort: expected a mapping");
@@ -447,6 +454,9 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
     }
     return Value::String(std::move(out));
   }
+  if (name == "last" && v.is_generator()) {
+    return in.Fail("'generator' object is not reversible");
+  }
   if (name == "first" || name == "last") {
     if (v.is_list()) {
       if (v.list().empty()) return Value::Undefined(name);
@@ -462,9 +472,10 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
       std::reverse(cps.begin(), cps.end());
       return Value::String(FromCodePoints(cps, 0, cps.size()));
     }
+    if (v.is_generator()) return in.Fail("'generator' object is not reversible");
     COLIBRI_ASSIGN_OR_RETURN(Value::List items, in.Iterate(v));
     std::reverse(items.begin(), items.end());
-    return Value::MakeList(std::move(items));
+    return Value::MakeGenerator(std::move(items));
   }
   if (name == "unique") {
     COLIBRI_ASSIGN_OR_RETURN(Value::List items, in.Iterate(v));
@@ -480,7 +491,7 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
       };
       if (std::none_of(out.begin(), out.end(), same)) out.push_back(item);
     }
-    return Value::MakeList(std::move(out));
+    return Value::MakeGenerator(std::move(out));
   }
   if (name == "sum") {
     COLIBRI_ASSIGN_OR_RETURN(Value::List items, in.Iterate(v));
@@ -500,10 +511,11 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
   if (name == "min" || name == "max") {
     COLIBRI_ASSIGN_OR_RETURN(Value::List items, in.Iterate(v));
     if (items.empty()) return Value::Undefined(name);
+    const bool case_sensitive = Arg(args, 0, "case_sensitive", Value::Bool(false)).Truthy();
     Value best = items[0];
     for (const Value& item : items) {
-      COLIBRI_ASSIGN_OR_RETURN(bool less,
-                               name == "min" ? ValueLess(item, best) : ValueLess(best, item));
+      COLIBRI_ASSIGN_OR_RETURN(bool less, name == "min" ? SortLess(item, best, case_sensitive)
+                                                        : SortLess(best, item, case_sensitive));
       if (less) best = item;
     }
     return best;
@@ -518,6 +530,7 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
     const int64_t precision = Arg(args, 0, "precision", Value::Int(0)).int_value();
     const std::string method = Arg(args, 1, "method", Value::String("common")).ToString();
     const double scale = std::pow(10.0, static_cast<double>(precision));
+    if (!v.is_float() && method == "common") return Value::Int(v.int_value());
     const double x = v.number() * scale;
     double r = method == "ceil"    ? std::ceil(x)
                : method == "floor" ? std::floor(x)
@@ -566,7 +579,7 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
       }
       out.push_back(Value::MakeList(std::move(chunk)));
     }
-    return Value::MakeList(std::move(out));
+    return Value::MakeGenerator(std::move(out));
   }
   if (name == "wordcount") {
     CallArgs none;
@@ -574,8 +587,37 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
                              CallMethod(in, Value::String(v.ToString()), "split", none));
     return Value::Int(words.list().size());
   }
-  if (name == "format") return Format(in, v.ToString(), args);
-  if (name == "indent") return Indent(in, v.ToString(), args);
+  // The format filter is Python's "%" operator; str.format is "{}" style.
+  if (name == "format") return Format(in, v.ToString(), args, /*percent_style=*/true);
+  if (name == "str.format") return Format(in, v.ToString(), args, /*percent_style=*/false);
+  if (name == "indent") {
+    if (!v.is_string() && !v.is_undefined()) {
+      return in.Fail(absl::StrCat("indent: expected a string, not ", v.TypeName()));
+    }
+    return Indent(in, v.str(), args);
+  }
+  if (name == "title") {
+    // Jinja's own rule (not str.title): words start after "-", "(", "{",
+    // "[", "<" or whitespace; their first character is upper-cased, the rest
+    // lower-cased.
+    const std::vector<uint32_t> cps = ToCodePoints(v.ToString());
+    std::string out;
+    bool word_start = true;
+    for (uint32_t cp : cps) {
+      const bool separator =
+          cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || IsSpace(cp);
+      if (separator) {
+        AppendUtf8(cp, &out);
+        word_start = true;
+        continue;
+      }
+      std::string one;
+      AppendUtf8(cp, &one);
+      out += word_start ? UpperString(one) : LowerString(one);
+      word_start = false;
+    }
+    return Value::String(std::move(out));
+  }
   // String filters: Jinja applies them to str(value).
   if (name == "trim" || name == "upper" || name == "lower" || name == "capitalize" ||
       name == "title" || name == "replace" || name == "center") {

@@ -176,7 +176,7 @@ absl::StatusOr<Value> StringMethod(Interpreter& in, const std::string& s, const 
     join_args.positional.push_back(Value::String(s));
     return CallFilter(in, "join", Arg(args, 0, "iterable"), join_args);
   }
-  if (name == "format") return CallFilter(in, "format", Value::String(s), args);
+  if (name == "format") return CallFilter(in, "str.format", Value::String(s), args);
   if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" ||
       name == "isupper" || name == "islower") {
     if (s.empty()) return Value::Bool(false);

@@ -36,10 +36,11 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& c
   if (!context.is_object()) {
     return absl::InvalidArgumentError("chat template context must be a JSON object");
   }
-  Value globals = Value::FromJson(context);
+  absl::StatusOr<Value> globals = Value::FromJson(context, limits_.max_depth);
+  if (!globals.ok()) return globals.status();
   const absl::Time now = options.now == absl::InfinitePast() ? absl::Now() : options.now;
   Interpreter interpreter(limits_, now, options.time_zone);
-  return interpreter.Render(*body_, std::move(globals.dict()));
+  return interpreter.Render(*body_, std::move(globals->dict()));
 }
 
 }  // namespace colibri::chat_template

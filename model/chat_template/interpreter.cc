@@ -124,7 +124,7 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& stmt) {
       if (v.is_string()) {
         COLIBRI_RETURN_IF_ERROR(Append(v.str()));
       } else {
-        COLIBRI_RETURN_IF_ERROR(Append(v.ToString()));
+        COLIBRI_RETURN_IF_ERROR(Append(v.ToString(limits_.max_output_bytes)));
       }
       return Flow::kNormal;
     }

@@ -48,6 +48,8 @@ absl::StatusOr<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
   if (obj.is_undefined()) return UndefinedError(*this, obj);
   if (obj.is_dict()) {
     if (const Value* v = obj.Find(key)) return *v;
+  } else if (obj.is_generator()) {
+    return Value::Undefined("generator item");
   } else if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t i = key.int_value();
     if (obj.is_list()) {
@@ -81,7 +83,9 @@ absl::StatusOr<Value> Interpreter::Slice(const Value& obj, const Expr& e) {
   if (step == 0) return Fail("slice step cannot be zero");
   std::vector<uint32_t> cps;
   int64_t n = 0;
-  if (obj.is_list()) {
+  if (obj.is_generator()) {
+    return Fail("'generator' object is not subscriptable");
+  } else if (obj.is_list()) {
     n = static_cast<int64_t>(obj.list().size());
   } else if (obj.is_string()) {
     cps = ToCodePoints(obj.str());
@@ -350,7 +354,8 @@ absl::StatusOr<Value> Interpreter::Arithmetic(const std::string& op, const Value
       COLIBRI_RETURN_IF_ERROR(Charge(a.str().size() + b.str().size()));
       return Value::String(a.str() + b.str());
     }
-    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_generator() &&
+        !b.is_generator()) {
       Value::List items = a.list();
       items.insert(items.end(), b.list().begin(), b.list().end());
       COLIBRI_RETURN_IF_ERROR(Charge(items.size() * sizeof(Value)));

@@ -104,6 +104,9 @@ class JsonWriter {
     if (level > max_depth_) {
       return absl::ResourceExhaustedError("tojson: value nested deeper than the limit");
     }
+    if (out->size() > format_.max_bytes) {
+      return absl::ResourceExhaustedError("tojson: output longer than the limit");
+    }
     switch (v.kind()) {
       case Value::Kind::kNone:
         *out += "null";
@@ -121,6 +124,7 @@ class JsonWriter {
         AppendEscaped(v.str(), format_.ensure_ascii, out);
         return absl::OkStatus();
       case Value::Kind::kList: {
+        if (v.is_generator()) break;
         if (v.list().empty()) {
           *out += "[]";
           return absl::OkStatus();

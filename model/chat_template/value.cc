@@ -62,6 +62,12 @@ Value Value::MakeList(List items, bool tuple) {
   return v;
 }
 
+Value Value::MakeGenerator(List items) {
+  Value v = MakeList(std::move(items));
+  v.generator_ = true;
+  return v;
+}
+
 Value Value::MakeDict(Dict items) {
   Value v;
   v.kind_ = Kind::kDict;
@@ -83,40 +89,93 @@ Value Value::Function(std::string name, NativeFunction fn) {
   return v;
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& json) {
+namespace {
+
+absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& json, int depth, int max_depth) {
+  using Type = nlohmann::ordered_json::value_t;
+  if (depth > max_depth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template context nests deeper than ", max_depth, " levels"));
+  }
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return None();
-    case nlohmann::ordered_json::value_t::boolean:
-      return Bool(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-      return Int(json.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: {
+    case Type::null:
+      return Value::None();
+    case Type::boolean:
+      return Value::Bool(json.get<bool>());
+    case Type::number_integer:
+      return Value::Int(json.get<int64_t>());
+    case Type::number_unsigned: {
       const uint64_t u = json.get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX)) return Float(static_cast<double>(u));
-      return Int(static_cast<int64_t>(u));
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value::Float(static_cast<double>(u));
+      return Value::Int(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float:
-      return Float(json.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return String(json.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
-      List items;
+    case Type::number_float:
+      return Value::Float(json.get<double>());
+    case Type::string:
+      return Value::String(json.get<std::string>());
+    case Type::array: {
+      Value::List items;
       items.reserve(json.size());
-      for (const auto& item : json) items.push_back(FromJson(item));
-      return MakeList(std::move(items));
+      for (const auto& item : json) {
+        absl::StatusOr<Value> v = FromJsonAt(item, depth + 1, max_depth);
+        if (!v.ok()) return v.status();
+        items.push_back(*std::move(v));
+      }
+      return Value::MakeList(std::move(items));
     }
-    case nlohmann::ordered_json::value_t::object: {
-      Dict items;
+    case Type::object: {
+      Value::Dict items;
       items.reserve(json.size());
       for (auto it = json.begin(); it != json.end(); ++it) {
-        items.emplace_back(String(it.key()), FromJson(it.value()));
+        absl::StatusOr<Value> v = FromJsonAt(it.value(), depth + 1, max_depth);
+        if (!v.ok()) return v.status();
+        items.emplace_back(Value::String(it.key()), *std::move(v));
       }
-      return MakeDict(std::move(items));
+      return Value::MakeDict(std::move(items));
     }
     default:
-      return None();  // binary and discarded values have no template meaning
+      return Value::None();  // binary and discarded values have no template meaning
   }
+}
+
+// Values whose containers are being torn down, per thread (see ~Value).
+thread_local std::vector<Value>* tl_graveyard = nullptr;
+
+}  // namespace
+
+absl::StatusOr<Value> Value::FromJson(const nlohmann::ordered_json& json, int max_depth) {
+  return FromJsonAt(json, 0, max_depth);
+}
+
+Value::~Value() {
+  const bool sole_list = list_ != nullptr && list_.use_count() == 1 && !list_->empty();
+  const bool sole_dict = dict_ != nullptr && dict_.use_count() == 1 && !dict_->empty();
+  if (!sole_list && !sole_dict && fn_ == nullptr) return;
+  // The outermost destructor drains; nested ones only hand their children
+  // over, so the depth of recursion stays constant.
+  std::vector<Value> local;
+  const bool outermost = tl_graveyard == nullptr;
+  if (outermost) tl_graveyard = &local;
+  if (sole_list) {
+    for (Value& v : *list_) tl_graveyard->push_back(std::move(v));
+    list_->clear();
+  }
+  if (sole_dict) {
+    for (auto& [k, v] : *dict_) {
+      tl_graveyard->push_back(std::move(k));
+      tl_graveyard->push_back(std::move(v));
+    }
+    dict_->clear();
+  }
+  if (!outermost) return;
+  // fn_ (a bound method holding a Value) is released inside the loop's scope.
+  std::shared_ptr<const NativeFunction> fn = std::move(fn_);
+  fn.reset();
+  while (!local.empty()) {
+    Value v = std::move(local.back());
+    local.pop_back();
+  }
+  tl_graveyard = nullptr;
 }
 
 bool Value::Truthy() const {
@@ -133,7 +192,7 @@ bool Value::Truthy() const {
     case Kind::kString:
       return !str().empty();
     case Kind::kList:
-      return !list_->empty();
+      return generator_ || !list_->empty();
     case Kind::kDict:
       return namespace_ || !dict_->empty();
     case Kind::kCallable:
@@ -205,53 +264,87 @@ std::string ReprString(const std::string& s) {
 
 }  // namespace
 
-std::string Value::ToString() const {
+std::string Value::ToString(size_t max_bytes) const {
   switch (kind_) {
     case Kind::kUndefined:
       return "";
     case Kind::kString:
       return str();
     default:
-      return Repr();
+      return Repr(max_bytes);
   }
 }
 
-std::string Value::Repr() const {
+std::string Value::Repr(size_t max_bytes) const {
+  std::string out;
+  AppendRepr(&out, max_bytes, 0);
+  return out;
+}
+
+void Value::AppendRepr(std::string* out, size_t max_bytes, int depth) const {
+  if (out->size() > max_bytes) return;
   switch (kind_) {
     case Kind::kUndefined:
-      return "Undefined";
+      *out += "Undefined";
+      return;
     case Kind::kNone:
-      return "None";
+      *out += "None";
+      return;
     case Kind::kBool:
-      return b_ ? "True" : "False";
+      *out += b_ ? "True" : "False";
+      return;
     case Kind::kInt:
-      return absl::StrCat(i_);
+      absl::StrAppend(out, i_);
+      return;
     case Kind::kFloat:
-      return FormatFloat(f_);
+      *out += FormatFloat(f_);
+      return;
     case Kind::kString:
-      return ReprString(str());
+      *out += ReprString(str());
+      return;
+    case Kind::kCallable:
+      *out += "<function " + str() + ">";
+      return;
     case Kind::kList: {
-      std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) {
-        if (i > 0) out += ", ";
-        out += (*list_)[i].Repr();
+      if (generator_) {
+        *out += "<generator object>";
+        return;
       }
-      if (tuple_ && list_->size() == 1) out += ",";
-      out += tuple_ ? ")" : "]";
-      return out;
+      if (depth >= kMaxReprDepth) {
+        *out += tuple_ ? "(...)" : "[...]";
+        return;
+      }
+      *out += tuple_ ? "(" : "[";
+      for (size_t i = 0; i < list_->size() && out->size() <= max_bytes; ++i) {
+        if (i > 0) *out += ", ";
+        (*list_)[i].AppendRepr(out, max_bytes, depth + 1);
+      }
+      if (tuple_ && list_->size() == 1) *out += ",";
+      *out += tuple_ ? ")" : "]";
+      return;
     }
     case Kind::kDict: {
-      std::string out = namespace_ ? "<Namespace {" : "{";
-      for (size_t i = 0; i < dict_->size(); ++i) {
-        if (i > 0) out += ", ";
-        out += (*dict_)[i].first.Repr() + ": " + (*dict_)[i].second.Repr();
+      // Namespaces are the only mutable containers, so only they can form
+      // cycles: their contents are shown at the top level only.
+      if (namespace_ && depth > 0) {
+        *out += "<Namespace>";
+        return;
       }
-      return out + (namespace_ ? "}>" : "}");
+      if (depth >= kMaxReprDepth) {
+        *out += "{...}";
+        return;
+      }
+      *out += namespace_ ? "<Namespace {" : "{";
+      for (size_t i = 0; i < dict_->size() && out->size() <= max_bytes; ++i) {
+        if (i > 0) *out += ", ";
+        (*dict_)[i].first.AppendRepr(out, max_bytes, depth + 1);
+        *out += ": ";
+        (*dict_)[i].second.AppendRepr(out, max_bytes, depth + 1);
+      }
+      *out += namespace_ ? "}>" : "}";
+      return;
     }
-    case Kind::kCallable:
-      return "<function " + str() + ">";
   }
-  return "";
 }
 
 std::string Value::TypeName() const {
@@ -269,7 +362,7 @@ std::string Value::TypeName() const {
     case Kind::kString:
       return "str";
     case Kind::kList:
-      return tuple_ ? "tuple" : "list";
+      return generator_ ? "generator" : tuple_ ? "tuple" : "list";
     case Kind::kDict:
       return namespace_ ? "Namespace" : "dict";
     case Kind::kCallable:
@@ -304,7 +397,8 @@ void Value::Set(const Value& key, Value value) const {
   dict_->emplace_back(key, std::move(value));
 }
 
-bool ValuesEqual(const Value& a, const Value& b) {
+bool ValuesEqual(const Value& a, const Value& b, int depth) {
+  if (depth > Value::kMaxReprDepth) return false;
   if ((a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool())) {
     if (a.is_float() || b.is_float()) return a.number() == b.number();
     return a.int_value() == b.int_value();
@@ -317,18 +411,21 @@ bool ValuesEqual(const Value& a, const Value& b) {
     case Value::Kind::kString:
       return a.str() == b.str();
     case Value::Kind::kList: {
+      if (&a.list() == &b.list()) return a.is_tuple() == b.is_tuple();
+      if (a.is_generator() || b.is_generator()) return false;
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i) {
-        if (!ValuesEqual(a.list()[i], b.list()[i])) return false;
+        if (!ValuesEqual(a.list()[i], b.list()[i], depth + 1)) return false;
       }
       return true;
     }
     case Value::Kind::kDict: {
       if (a.is_namespace() || b.is_namespace()) return &a.dict() == &b.dict();
+      if (&a.dict() == &b.dict()) return true;
       if (a.dict().size() != b.dict().size()) return false;
       for (const auto& [k, v] : a.dict()) {
         const Value* other = b.Find(k);
-        if (other == nullptr || !ValuesEqual(v, *other)) return false;
+        if (other == nullptr || !ValuesEqual(v, *other, depth + 1)) return false;
       }
       return true;
     }
@@ -339,7 +436,10 @@ bool ValuesEqual(const Value& a, const Value& b) {
   }
 }
 
-absl::StatusOr<bool> ValueLess(const Value& a, const Value& b) {
+absl::StatusOr<bool> ValueLess(const Value& a, const Value& b, int depth) {
+  if (depth > Value::kMaxReprDepth) {
+    return absl::InvalidArgumentError("comparison of values nested too deeply");
+  }
   if ((a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool())) {
     if (a.is_float() || b.is_float()) return a.number() < b.number();
     return a.int_value() < b.int_value();
@@ -348,8 +448,8 @@ absl::StatusOr<bool> ValueLess(const Value& a, const Value& b) {
   if (a.is_list() && b.is_list()) {
     const size_t n = std::min(a.list().size(), b.list().size());
     for (size_t i = 0; i < n; ++i) {
-      if (ValuesEqual(a.list()[i], b.list()[i])) continue;
-      return ValueLess(a.list()[i], b.list()[i]);
+      if (ValuesEqual(a.list()[i], b.list()[i], depth + 1)) continue;
+      return ValueLess(a.list()[i], b.list()[i], depth + 1);
     }
     return a.list().size() < b.list().size();
   }

@@ -43,6 +43,13 @@ class Value {
   using Dict = std::vector<std::pair<Value, Value>>;
 
   Value() = default;  // Undefined
+  Value(const Value&) = default;
+  Value(Value&&) = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) = default;
+  // Tears nested containers down iteratively: a template can nest lists a
+  // million deep, which recursive destruction would overflow the stack with.
+  ~Value();
   static Value Undefined(std::string name = "");
   static Value None();
   static Value Bool(bool b);
@@ -50,11 +57,15 @@ class Value {
   static Value Float(double f);
   static Value String(std::string s);
   static Value MakeList(List items = {}, bool tuple = false);
+  // A list standing for a Python generator or iterator (what select, map,
+  // unique... return): always truthy, no len(), no indexing, not JSON.
+  static Value MakeGenerator(List items);
   static Value MakeDict(Dict items = {});
   static Value MakeNamespace(Dict items = {});
   static Value Function(std::string name, NativeFunction fn);
-  // JSON -> Value, preserving object key order.
-  static Value FromJson(const nlohmann::ordered_json& json);
+  // JSON -> Value, preserving object key order; InvalidArgument when the
+  // JSON nests deeper than max_depth.
+  static absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& json, int max_depth);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -66,6 +77,7 @@ class Value {
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
+  bool is_generator() const { return kind_ == Kind::kList && generator_; }
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kDict && namespace_; }
   bool is_callable() const { return kind_ == Kind::kCallable; }
@@ -85,9 +97,13 @@ class Value {
   // Python truthiness (Undefined is false).
   bool Truthy() const;
   // Python str(): what `{{ value }}` prints. None -> "None", lists in repr form.
-  std::string ToString() const;
-  // Python repr(): strings quoted as Python does.
-  std::string Repr() const;
+  // Containers print at most ~max_bytes (shared sublists can make the full
+  // text exponentially long) and at most kMaxReprDepth levels deep.
+  std::string ToString(size_t max_bytes = kDefaultReprBytes) const;
+  // Python repr(): strings quoted as Python does. Same bounds as ToString.
+  std::string Repr(size_t max_bytes = kDefaultReprBytes) const;
+  static constexpr size_t kDefaultReprBytes = 64u << 20;
+  static constexpr int kMaxReprDepth = 256;
   // Type name for messages: "str", "int", "dict", "undefined"...
   std::string TypeName() const;
 
@@ -101,10 +117,12 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
   bool tuple_ = false;
+  bool generator_ = false;
   bool namespace_ = false;
   int64_t i_ = 0;
   double f_ = 0;
   static const std::string& EmptyString();
+  void AppendRepr(std::string* out, size_t max_bytes, int depth) const;
 
   // Shared: values are copied often (lookups, loops) and strings can be long.
   std::shared_ptr<const std::string> s_;
@@ -113,11 +131,12 @@ class Value {
   std::shared_ptr<const NativeFunction> fn_;
 };
 
-// Python ==: numbers compare by value (1 == 1.0 == true), containers deeply.
-bool ValuesEqual(const Value& a, const Value& b);
+// Python ==: numbers compare by value (1 == 1.0 == true), containers deeply
+// (up to kMaxReprDepth levels; deeper containers compare unequal).
+bool ValuesEqual(const Value& a, const Value& b, int depth = 0);
 // Python <: numbers, strings (by code point), lists lexicographically;
 // InvalidArgument for other mixes ("'<' not supported between str and int").
-absl::StatusOr<bool> ValueLess(const Value& a, const Value& b);
+absl::StatusOr<bool> ValueLess(const Value& a, const Value& b, int depth = 0);
 // Python's repr of a float ("1.0", "0.1", "1e+20", "inf").
 std::string FormatFloat(double f);
 
@@ -127,6 +146,7 @@ struct JsonFormat {
   bool sort_keys = false;
   std::string item_separator;  // empty: Python's default (", " or "," with indent)
   std::string key_separator = ": ";
+  size_t max_bytes = SIZE_MAX;  // ResourceExhausted past this many bytes
 };
 // json.dumps(value, ...) byte for byte; InvalidArgument for Undefined,
 // callables and namespaces (not JSON serializable).

@@ -290,6 +290,43 @@ TEST(ChatTemplateLimits, OutputAndWorkAreBounded) {
             absl::StatusCode::kResourceExhausted);
 }
 
+TEST(ChatTemplateLimits, DeeplyNestedValuesNeitherOverflowNorExplode) {
+  // A list nested 20,000 deep: printing is bounded, destruction iterative.
+  EXPECT_EQ(RenderText("{% set ns = namespace(x=[]) %}{% for i in range(20000) %}"
+                       "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | length }}"
+                       "{{ (ns.x | string)[:3] }}",
+                       "{}")
+                .value_or("?"),
+            "1[[[");
+  // Sharing makes the text 2^64 long: the output limit stops it.
+  const std::string doubling =
+      "{% set ns = namespace(x=[1]) %}{% for i in range(64) %}"
+      "{% set ns.x = [ns.x, ns.x] %}{% endfor %}";
+  EXPECT_EQ(RenderText(doubling + "{{ ns.x }}", "{}").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(RenderText(doubling + "{{ ns.x | tojson }}", "{}").ok());
+  // A namespace holding itself prints without recursing forever.
+  EXPECT_EQ(
+      RenderText("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}", "{}").value_or("?"),
+      "<Namespace {'a': 1, 'me': <Namespace>}>");
+}
+
+TEST(ChatTemplateLimits, DeeplyNestedContextIsRejected) {
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> t = ChatTemplate::Parse("{{ x | length }}");
+  ASSERT_TRUE(t.ok());
+  Json deep = Json::array();
+  for (int i = 0; i < 5000; ++i) {
+    Json outer = Json::array();
+    outer.push_back(std::move(deep));
+    deep = std::move(outer);
+  }
+  Json context = Json::object();
+  context["x"] = std::move(deep);
+  absl::StatusOr<std::string> out = (*t)->Render(context);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ChatTemplateThreads, ConcurrentRendersOfOneTemplate) {
   absl::StatusOr<std::unique_ptr<ChatTemplate>> t = ChatTemplate::Parse(
       "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
