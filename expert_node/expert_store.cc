@@ -37,6 +37,35 @@ absl::Span<const uint8_t> ToSpan(const char* p, size_t n) {
   return absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(p), n);
 }
 
+// An iterator over the keys starting with `prefix` alone. The upper bound
+// matters: without it, positioning past the last matching key would load the
+// next key's value, which may be an expert in a blob file (a read, and a
+// damaged blob would fail a scan that never needed it).
+class PrefixScan {
+ public:
+  PrefixScan(rocksdb::DB* db, absl::string_view prefix)
+      : prefix_(prefix), limit_(prefix), limit_slice_() {
+    // Every prefix here ends in '/', so bumping the last byte stays ASCII.
+    limit_.back() = static_cast<char>(limit_.back() + 1);
+    limit_slice_ = rocksdb::Slice(limit_);
+    rocksdb::ReadOptions options;
+    options.iterate_upper_bound = &limit_slice_;
+    it_.reset(db->NewIterator(options));
+    it_->Seek(prefix_);
+  }
+  bool Valid() const { return it_->Valid() && it_->key().starts_with(prefix_); }
+  void Next() { it_->Next(); }
+  rocksdb::Slice key() const { return it_->key(); }
+  rocksdb::Slice value() const { return it_->value(); }
+  rocksdb::Status status() const { return it_->status(); }
+
+ private:
+  const std::string prefix_;
+  std::string limit_;
+  rocksdb::Slice limit_slice_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Open(const Options& options) {
@@ -71,18 +100,16 @@ absl::Status ExpertStore::RebuildCounters() {
   absl::MutexLock lock(&write_mu_);
   experts_stored_ = 0;
   payload_bytes_ = 0;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const std::string prefix = IndexKeyPrefix("");
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it->key()));
+  PrefixScan it(db_.get(), IndexKeyPrefix(""));
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
     if (!id.ok()) continue;
-    absl::StatusOr<ExpertLayout> layout =
-        DecodeHeader(View(it->value()), id->layer, id->expert);
+    absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(it.value()), id->layer, id->expert);
     if (!layout.ok()) continue;
     ++experts_stored_;
     payload_bytes_ += layout->payload_bytes();
   }
-  return FromRocks(it->status(), "scanning expert index");
+  return FromRocks(it.status(), "scanning expert index");
 }
 
 absl::Status ExpertStore::PutModel(const std::string& fingerprint, const ModelInfo& info) {
@@ -95,14 +122,13 @@ absl::Status ExpertStore::PutModel(const std::string& fingerprint, const ModelIn
 
 absl::StatusOr<std::map<std::string, ModelInfo>> ExpertStore::ListModels() const {
   std::map<std::string, ModelInfo> models;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const rocksdb::Slice prefix(kModelKeyPrefix.data(), kModelKeyPrefix.size());
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    absl::StatusOr<ModelInfo> info = DecodeModelInfo(View(it->value()));
+  PrefixScan it(db_.get(), kModelKeyPrefix);
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ModelInfo> info = DecodeModelInfo(View(it.value()));
     if (!info.ok()) continue;
-    models[std::string(View(it->key()).substr(prefix.size()))] = *info;
+    models[std::string(View(it.key()).substr(kModelKeyPrefix.size()))] = *info;
   }
-  COLIBRI_RETURN_IF_ERROR(FromRocks(it->status(), "scanning model records"));
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning model records"));
   return models;
 }
 
@@ -134,7 +160,8 @@ absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
   rocksdb::Status old = db_->Get(rocksdb::ReadOptions(), index_key, &old_header);
   rocksdb::WriteOptions wo;
   wo.sync = sync_writes_;
-  COLIBRI_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), absl::StrCat("storing ", ToString(id))));
+  COLIBRI_RETURN_IF_ERROR(
+      FromRocks(db_->Write(wo, &batch), absl::StrCat("storing ", ToString(id))));
   if (old.ok()) {
     absl::StatusOr<ExpertLayout> old_layout = DecodeHeader(old_header, id.layer, id.expert);
     if (old_layout.ok()) {
@@ -154,6 +181,13 @@ absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id)
   if (s.IsNotFound()) {
     return absl::NotFoundError(absl::StrCat("node does not hold ", ToString(id)));
   }
+  if (s.IsCorruption()) {
+    // RocksDB's own checksum (blob record, block) caught the damage: the
+    // same treatment as a payload checksum failure.
+    absl::Status bad = absl::DataLossError(absl::StrCat(ToString(id), ": ", s.ToString()));
+    DropDamaged(id, bad);
+    return bad;
+  }
   COLIBRI_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("reading ", ToString(id))));
   absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(value), id.layer, id.expert);
   if (!layout.ok()) {
@@ -161,9 +195,9 @@ absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id)
     return absl::DataLossError(absl::StrCat(ToString(id), ": ", layout.status().message()));
   }
   if (value.size() != kHeaderBytes + layout->payload_bytes()) {
-    absl::Status bad = absl::DataLossError(absl::StrCat(
-        ToString(id), ": stored value has ", value.size(), " bytes, header says ",
-        kHeaderBytes + layout->payload_bytes()));
+    absl::Status bad = absl::DataLossError(absl::StrCat(ToString(id), ": stored value has ",
+                                                        value.size(), " bytes, header says ",
+                                                        kHeaderBytes + layout->payload_bytes()));
     DropDamaged(id, bad);
     return bad;
   }
@@ -215,14 +249,13 @@ absl::Status ExpertStore::PutUsageRecords(
 absl::StatusOr<std::vector<std::pair<ExpertId, std::string>>> ExpertStore::ListUsageRecords()
     const {
   std::vector<std::pair<ExpertId, std::string>> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const rocksdb::Slice prefix(kUsageKeyPrefix.data(), kUsageKeyPrefix.size());
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it->key()));
+  PrefixScan it(db_.get(), kUsageKeyPrefix);
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
     if (!id.ok()) continue;
-    out.emplace_back(std::move(*id), std::string(View(it->value())));
+    out.emplace_back(std::move(*id), std::string(View(it.value())));
   }
-  COLIBRI_RETURN_IF_ERROR(FromRocks(it->status(), "scanning usage counts"));
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning usage counts"));
   return out;
 }
 
@@ -251,14 +284,13 @@ absl::Status ExpertStore::Delete(const ExpertId& id) {
 absl::StatusOr<std::map<std::string, ExpertStore::Inventory>> ExpertStore::List(
     const std::string& fingerprint) const {
   std::map<std::string, Inventory> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const std::string prefix = IndexKeyPrefix(fingerprint);
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it->key()));
+  PrefixScan it(db_.get(), IndexKeyPrefix(fingerprint));
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
     if (!id.ok()) continue;
     out[id->fingerprint][id->layer].push_back(id->expert);
   }
-  COLIBRI_RETURN_IF_ERROR(FromRocks(it->status(), "scanning expert index"));
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning expert index"));
   return out;
 }
 

@@ -1,6 +1,8 @@
 #include "expert_node/expert_store.h"
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -164,6 +166,73 @@ TEST(ExpertStoreTest, CorruptValueIsDroppedAndReported) {
   EXPECT_EQ(inventory->at(kFp).at(1), (std::vector<int32_t>{3}));
   EXPECT_EQ(store->experts_stored(), 1u);
   EXPECT_TRUE(store->Get(other).ok());
+}
+
+// Flips one byte in the middle of every file of `dir` whose name ends with
+// `suffix`; returns how many files it damaged.
+int FlipByteInFiles(const std::string& dir, const std::string& suffix, double where = 0.5) {
+  int damaged = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() < suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = static_cast<std::streamoff>(entry.file_size());
+    if (!f || size == 0) continue;
+    const std::streamoff at = static_cast<std::streamoff>(size * where);
+    char c = 0;
+    f.seekg(at);
+    f.read(&c, 1);
+    c ^= 0x5a;
+    f.seekp(at);
+    f.write(&c, 1);
+    ++damaged;
+  }
+  return damaged;
+}
+
+// A byte flipped on disk inside a blob file: RocksDB's own checksum catches
+// it. The expert is counted, dropped and reported as DataLoss; the others
+// stay readable.
+TEST(ExpertStoreTest, DamagedBlobFileIsCountedAndDropped) {
+  TempDir dir;
+  const SyntheticExpert e = MakeExpert(64, 128, 5);
+  const ExpertId victim{kFp, 0, 0};
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Put(victim, e.layout, e.gate, e.up, e.down).ok());
+  }
+  const SyntheticExpert other_expert = MakeExpert(64, 128, 6);
+  const ExpertId other{kFp, 0, 1};
+  {
+    // Reopening flushes the first expert into its own blob file.
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_EQ(FlipByteInFiles(dir.path(), ".blob"), 1);
+    ASSERT_TRUE(
+        store
+            ->Put(other, other_expert.layout, other_expert.gate, other_expert.up, other_expert.down)
+            .ok());
+  }
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(victim);
+  EXPECT_EQ(blob.status().code(), absl::StatusCode::kDataLoss) << blob.status();
+  EXPECT_NE(blob.status().message().find("layer 0 expert 0"), std::string::npos) << blob.status();
+  EXPECT_EQ(store->checksum_failures(), 1u);
+  EXPECT_FALSE(*store->Contains(victim));
+  EXPECT_EQ(store->experts_stored(), 1u);
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> good = store->Get(other);
+  ASSERT_TRUE(good.ok()) << good.status();
+  ExpectSameBytes(**good, other_expert);
+  // Healed by storing it again.
+  ASSERT_TRUE(store->Put(victim, e.layout, e.gate, e.up, e.down).ok());
+  blob = store->Get(victim);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  ExpectSameBytes(**blob, e);
 }
 
 TEST(ExpertStoreTest, DamagedHeadersNeverCrash) {
