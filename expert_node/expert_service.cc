@@ -573,7 +573,7 @@ absl::Status ExpertServiceImpl::DoInventory(const v1::InventoryRequest& request,
   if (!request.model_fingerprint().empty()) {
     COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(request.model_fingerprint()));
   }
-  COLIBRI_ASSIGN_OR_RETURN(const auto models, store_->List(request.model_fingerprint()));
+  COLIBRI_ASSIGN_OR_RETURN(const auto models, store_->ListHashed(request.model_fingerprint()));
   reply->set_node_id(options_.node_id);
   reply->set_disk_budget_bytes(options_.disk_budget_bytes);
   reply->set_ram_budget_bytes(tier_->budget_bytes());
@@ -582,7 +582,10 @@ absl::Status ExpertServiceImpl::DoInventory(const v1::InventoryRequest& request,
       v1::InventoryEntry* entry = reply->add_entries();
       entry->set_model_fingerprint(fingerprint);
       entry->set_layer(layer);
-      for (int32_t e : experts) entry->add_experts(e);
+      for (const ExpertStore::HashedExpert& e : experts) {
+        entry->add_experts(e.expert);
+        entry->add_xxh64(e.xxh64);
+      }
     }
   }
   return absl::OkStatus();

@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "expert_node/event_log.h"
 #include "rocksdb/db.h"
@@ -156,8 +157,13 @@ absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
   COLIBRI_RETURN_IF_ERROR(FromRocks(batch.Put(index_key, header), "batch"));
 
   absl::MutexLock lock(&write_mu_);
+  COLIBRI_RETURN_IF_ERROR(CheckLayerLayout(id, layout));
   std::string old_header;
   rocksdb::Status old = db_->Get(rocksdb::ReadOptions(), index_key, &old_header);
+  if (old.ok()) {
+    COLIBRI_ASSIGN_OR_RETURN(const bool same, SameAsStored(id, header, gate, up, down));
+    if (same) return absl::OkStatus();  // already stored: nothing to write
+  }
   rocksdb::WriteOptions wo;
   wo.sync = sync_writes_;
   COLIBRI_RETURN_IF_ERROR(
@@ -211,6 +217,76 @@ absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id)
     return bad;
   }
   return ExpertBlob::Copy(*layout, gate, up, down, buffer_pool_.get());
+}
+
+absl::Status ExpertStore::CheckLayerLayout(const ExpertId& id, const ExpertLayout& layout) {
+  // All experts of a layer are slices of the same GGUF tensors: one type and
+  // one shape per matrix. The first expert stored in a layer fixes them.
+  const std::string prefix =
+      absl::StrCat(IndexKeyPrefix(id.fingerprint), absl::StrFormat("%05d/", id.layer));
+  for (PrefixScan it(db_.get(), prefix); it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> other = ParseExpertKey(View(it.key()));
+    if (!other.ok() || other->expert == id.expert) continue;
+    absl::StatusOr<ExpertLayout> known =
+        DecodeHeader(View(it.value()), other->layer, other->expert);
+    if (!known.ok()) continue;
+    const TensorLayout* mine[3] = {&layout.gate, &layout.up, &layout.down};
+    const TensorLayout* theirs[3] = {&known->gate, &known->up, &known->down};
+    const char* names[3] = {"gate", "up", "down"};
+    for (int m = 0; m < 3; ++m) {
+      if (mine[m]->type != theirs[m]->type || mine[m]->rows != theirs[m]->rows ||
+          mine[m]->cols != theirs[m]->cols) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            ToString(id), ": ", names[m], " is type ", static_cast<int>(mine[m]->type), " [",
+            mine[m]->rows, " x ", mine[m]->cols, "], the layer's stored experts are type ",
+            static_cast<int>(theirs[m]->type), " [", theirs[m]->rows, " x ", theirs[m]->cols, "]"));
+      }
+    }
+    return absl::OkStatus();  // one sibling is enough: they were checked alike
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ExpertStore::SameAsStored(const ExpertId& id, absl::string_view header,
+                                               absl::Span<const uint8_t> gate,
+                                               absl::Span<const uint8_t> up,
+                                               absl::Span<const uint8_t> down) {
+  rocksdb::PinnableSlice stored;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), ExpertValueKey(id), &stored);
+  absl::Status damage;
+  if (s.IsCorruption() || s.IsNotFound()) {
+    damage = absl::DataLossError(absl::StrCat(ToString(id), ": ", s.ToString()));
+  } else if (!s.ok()) {
+    return FromRocks(s, absl::StrCat("reading ", ToString(id)));
+  } else {
+    absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(stored), id.layer, id.expert);
+    if (!layout.ok()) {
+      damage = layout.status();
+    } else if (stored.size() != kHeaderBytes + layout->payload_bytes()) {
+      damage = absl::DataLossError(absl::StrCat(ToString(id), ": stored value has the wrong size"));
+    } else {
+      const char* p = stored.data() + kHeaderBytes;
+      const auto s_gate = ToSpan(p, layout->gate.bytes);
+      const auto s_up = ToSpan(p + layout->gate.bytes, layout->up.bytes);
+      const auto s_down = ToSpan(p + layout->gate.bytes + layout->up.bytes, layout->down.bytes);
+      if (PayloadChecksum(s_gate, s_up, s_down) != layout->xxh64) {
+        damage = absl::DataLossError(absl::StrCat(ToString(id), ": checksum mismatch"));
+      } else {
+        const bool same = View(stored).substr(0, kHeaderBytes) == header && s_gate == gate &&
+                          s_up == up && s_down == down;
+        if (same) return true;
+        return absl::AlreadyExistsError(
+            absl::StrCat(ToString(id), " is already stored with other bytes (stored xxh64 ",
+                         absl::StrFormat("%016x", layout->xxh64),
+                         "); a stored expert is immutable: the offered one is refused"));
+      }
+    }
+  }
+  // The stored copy is damaged (and so never served): the new one replaces it.
+  checksum_failures_.fetch_add(1);
+  LogEvent(absl::StrCat("corrupt expert replaced: ", damage.message()));
+  return false;
 }
 
 void ExpertStore::DropDamaged(const ExpertId& id, const absl::Status& why) {
@@ -289,6 +365,21 @@ absl::StatusOr<std::map<std::string, ExpertStore::Inventory>> ExpertStore::List(
     absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
     if (!id.ok()) continue;
     out[id->fingerprint][id->layer].push_back(id->expert);
+  }
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning expert index"));
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, ExpertStore::HashedInventory>> ExpertStore::ListHashed(
+    const std::string& fingerprint) const {
+  std::map<std::string, HashedInventory> out;
+  PrefixScan it(db_.get(), IndexKeyPrefix(fingerprint));
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
+    if (!id.ok()) continue;
+    absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(it.value()), id->layer, id->expert);
+    if (!layout.ok()) continue;
+    out[id->fingerprint][id->layer].push_back(HashedExpert{id->expert, layout->xxh64});
   }
   COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning expert index"));
   return out;

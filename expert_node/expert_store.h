@@ -72,12 +72,16 @@ class ExpertStore {
   // Every model record: fingerprint -> info. Malformed records are skipped.
   absl::StatusOr<std::map<std::string, ModelInfo>> ListModels() const;
 
-  // Stores an expert durably (replacing a previous value). `layout` must be
-  // valid (ValidateLayout) with the spans' sizes and layout.xxh64 set to
-  // PayloadChecksum(gate, up, down); InvalidArgument otherwise.
-  absl::Status Put(const ExpertId& id, const ExpertLayout& layout,
-                   absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
-                   absl::Span<const uint8_t> down);
+  // Stores an expert durably. `layout` must be valid (ValidateLayout) with the
+  // spans' sizes and layout.xxh64 set to PayloadChecksum(gate, up, down);
+  // InvalidArgument otherwise. Stored experts are immutable: storing the same
+  // bytes again is OK and writes nothing; other bytes for a stored expert are
+  // AlreadyExists (the stored ones stay), unless the stored copy is damaged
+  // (counted in checksum_failures and replaced). Every expert of a layer must
+  // have the types and shapes of the layer's experts already stored
+  // (FailedPrecondition otherwise).
+  absl::Status Put(const ExpertId& id, const ExpertLayout& layout, absl::Span<const uint8_t> gate,
+                   absl::Span<const uint8_t> up, absl::Span<const uint8_t> down);
 
   // Reads and verifies an expert into an owned aligned buffer (from
   // Options::buffer_pool when set). NotFound when absent; DataLoss (after
@@ -93,6 +97,19 @@ class ExpertStore {
 
   // Index entries of `fingerprint`, or of every model when empty: fp -> layers.
   absl::StatusOr<std::map<std::string, Inventory>> List(const std::string& fingerprint) const;
+
+  // One stored expert and its content hash: the XXH64 (seed 0) of its
+  // gate|up|down bytes, from its index entry (no value read).
+  struct HashedExpert {
+    int32_t expert = 0;
+    uint64_t xxh64 = 0;
+  };
+  // By layer (ascending), experts ascending.
+  using HashedInventory = std::map<int32_t, std::vector<HashedExpert>>;
+  // Like List, with each expert's content hash; index entries whose header
+  // does not decode are left out (the expert counts as missing).
+  absl::StatusOr<std::map<std::string, HashedInventory>> ListHashed(
+      const std::string& fingerprint) const;
 
   // Usage records (usage_counts.h encodes the values): written in one batch
   // without syncing the WAL (advisory data: a crash may lose the last batch).
@@ -114,6 +131,17 @@ class ExpertStore {
  private:
   ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options);
   absl::Status RebuildCounters();
+  // FailedPrecondition when another stored expert of id's layer has another
+  // type or shape than `layout`.
+  absl::Status CheckLayerLayout(const ExpertId& id, const ExpertLayout& layout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Whether id's stored value is exactly `header` + the payload: true; false
+  // when the stored value is damaged (counted; the caller replaces it);
+  // AlreadyExists when it is intact and different.
+  absl::StatusOr<bool> SameAsStored(const ExpertId& id, absl::string_view header,
+                                    absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
+                                    absl::Span<const uint8_t> down)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Deletes both keys of a damaged expert and counts it.
   void DropDamaged(const ExpertId& id, const absl::Status& why);
 

@@ -330,6 +330,8 @@ TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
                      m_.model->config().n_embd);
 }
 
+v1::NodeStatsReply GetStats(v1::ExpertService::Stub* stub);
+
 v1::InventoryReply GetInventory(v1::ExpertService::Stub* stub) {
   v1::InventoryReply inventory;
   auto context = MakeContext();
@@ -424,6 +426,102 @@ TEST_F(ExpertServiceTest, ImportFromLocalGguf) {
   ASSERT_TRUE(Compute(stub.get(), compute, &compute_reply).ok());
   ExpectBitwiseEqual(compute_reply, LocalOutputs(*m_.model, compute), compute.routes_size(),
                      config.n_embd);
+}
+
+// One expert's bytes as an ingest stream: a header chunk carrying them all,
+// with the xxh64 of exactly these bytes (so only immutability can refuse it).
+grpc::Status IngestRaw(v1::ExpertService::Stub* stub, const std::string& fingerprint, int layer,
+                       int expert, const moe::ExpertWeights& shape_of, const std::string& bytes,
+                       uint32_t gate_type) {
+  v1::IngestChunk h;
+  h.mutable_key()->set_model_fingerprint(fingerprint);
+  h.mutable_key()->set_layer(layer);
+  h.mutable_key()->set_expert(expert);
+  for (auto [m, t] :
+       {std::pair{&shape_of.gate, h.mutable_gate()}, std::pair{&shape_of.up, h.mutable_up()},
+        std::pair{&shape_of.down, h.mutable_down()}}) {
+    t->set_ggml_type(static_cast<uint32_t>(m->type));
+    t->add_dims(m->cols);
+    t->add_dims(m->rows);
+  }
+  h.mutable_gate()->set_ggml_type(gate_type);
+  h.set_total_bytes(bytes.size());
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  h.set_xxh64(PayloadChecksum(absl::Span<const uint8_t>(p, bytes.size()), {}, {}));
+  h.set_data(bytes);
+  v1::IngestReply reply;
+  auto context = MakeContext();
+  auto writer = stub->Ingest(context.get(), &reply);
+  writer->Write(h);
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+std::string BytesOfExpert(const moe::ExpertWeights& w) {
+  std::string bytes;
+  for (const ops::WeightMatrix* m : {&w.gate, &w.up, &w.down}) {
+    bytes.append(reinterpret_cast<const char*>(m->data), m->rows * m->row_bytes);
+  }
+  return bytes;
+}
+
+// Defects 1 and 2 of issue 9: replacement bytes (with their own valid xxh64)
+// or another tensor type for a stored expert are refused, the node keeps
+// serving the original bytes from RAM and, after a restart, from disk; the
+// inventory reports every expert's content hash.
+TEST_F(ExpertServiceTest, StoredExpertsCannotBePoisoned) {
+  const arch::ModelConfig& config = m_.model->config();
+  const v1::ComputeLayerRequest request = Valid(0);
+  const int victim = request.routes(0).expert();
+  const moe::ExpertWeights& w = m_.model->experts()[0][victim];
+  {
+    auto node = StartNode(dir_.path());
+    ASSERT_NE(node, nullptr);
+    auto stub = ConnectTo(node->address());
+    v1::IngestReply ingest;
+    ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+    v1::ComputeLayerReply reply;
+    ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());  // now resident in RAM
+
+    std::string poison = BytesOfExpert(w);
+    for (size_t i = 0; i < poison.size(); i += 4) poison[i] ^= 0x40;
+    grpc::Status s = IngestRaw(stub.get(), m_.fingerprint, 0, victim, w, poison,
+                               static_cast<uint32_t>(w.gate.type));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+    // The same bytes declared as another type: refused too.
+    s = IngestRaw(stub.get(), m_.fingerprint, 0, victim, w, BytesOfExpert(w),
+                  static_cast<uint32_t>(ops::TensorType::kF16));
+    EXPECT_NE(s.error_code(), grpc::StatusCode::OK);
+    // The same bytes again are acknowledged.
+    s = IngestRaw(stub.get(), m_.fingerprint, 0, victim, w, BytesOfExpert(w),
+                  static_cast<uint32_t>(w.gate.type));
+    EXPECT_TRUE(s.ok()) << s.error_message();
+
+    ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+    ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
+                       config.n_embd);
+    EXPECT_EQ(GetStats(stub.get()).experts_stored(),
+              static_cast<uint64_t>(config.n_layer * config.n_expert));
+  }
+  auto node = StartNode(dir_.path(), "", 0);  // no RAM tier: read the disk
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  v1::ComputeLayerReply reply;
+  ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+  ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(), config.n_embd);
+  const v1::InventoryReply inventory = GetInventory(stub.get());
+  ASSERT_EQ(inventory.entries_size(), config.n_layer);
+  for (const v1::InventoryEntry& e : inventory.entries()) {
+    ASSERT_EQ(e.xxh64_size(), e.experts_size());
+    for (int i = 0; i < e.experts_size(); ++i) {
+      const moe::ExpertWeights& x = m_.model->experts()[e.layer()][e.experts(i)];
+      const std::string bytes = BytesOfExpert(x);
+      EXPECT_EQ(e.xxh64(i),
+                PayloadChecksum(absl::Span<const uint8_t>(
+                                    reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                                {}, {}));
+    }
+  }
 }
 
 TEST_F(ExpertServiceTest, CorruptStoredExpertIsReportedDroppedAndReingestable) {

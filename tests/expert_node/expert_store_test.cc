@@ -235,6 +235,86 @@ TEST(ExpertStoreTest, DamagedBlobFileIsCountedAndDropped) {
   ExpectSameBytes(**blob, e);
 }
 
+// Defect 1 of issue 9: other bytes, another type or another width for a
+// stored expert are refused; the stored bytes stay, also after a reopen.
+TEST(ExpertStoreTest, StoredExpertsAreImmutable) {
+  TempDir dir;
+  const SyntheticExpert e = MakeExpert(16, 24, 3);
+  const ExpertId id{kFp, 1, 2};
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+    // The same bytes again: fine, nothing changes.
+    ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+    EXPECT_EQ(store->experts_stored(), 1u);
+
+    const SyntheticExpert other = MakeExpert(16, 24, 4);  // same shape, other bytes
+    absl::Status s = store->Put(id, other.layout, other.gate, other.up, other.down);
+    EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+    const SyntheticExpert wider = MakeExpert(32, 24, 5);  // another width
+    s = store->Put(id, wider.layout, wider.gate, wider.up, wider.down);
+    EXPECT_NE(s.code(), absl::StatusCode::kOk);
+    EXPECT_EQ(store->checksum_failures(), 0u);
+  }
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(id);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  ExpectSameBytes(**blob, e);
+  EXPECT_EQ(store->experts_stored(), 1u);
+  EXPECT_EQ(store->payload_bytes_stored(), e.layout.payload_bytes());
+}
+
+// Every expert of a layer has the layer's types and shapes.
+TEST(ExpertStoreTest, ALayersExpertsShareOneLayout) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  const SyntheticExpert e = MakeExpert(16, 24, 3);
+  ASSERT_TRUE(store->Put(ExpertId{kFp, 0, 0}, e.layout, e.gate, e.up, e.down).ok());
+  const SyntheticExpert wider = MakeExpert(32, 24, 5);
+  const SyntheticExpert longer = MakeExpert(16, 48, 6);
+  for (const SyntheticExpert* bad : {&wider, &longer}) {
+    absl::Status s = store->Put(ExpertId{kFp, 0, 1}, bad->layout, bad->gate, bad->up, bad->down);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  }
+  // Another type: the same bytes declared F16 (twice the elements per row).
+  SyntheticExpert f16 = MakeExpert(16, 24, 7);
+  for (TensorLayout* t : {&f16.layout.gate, &f16.layout.up, &f16.layout.down}) {
+    t->type = ops::TensorType::kF16;
+    t->cols *= 2;
+  }
+  f16.layout.gate.cols = f16.layout.up.cols = 32;
+  f16.layout.down.cols = 48;
+  f16.layout.down.rows = 16;
+  EXPECT_NE(store->Put(ExpertId{kFp, 0, 2}, f16.layout, f16.gate, f16.up, f16.down).code(),
+            absl::StatusCode::kOk);
+  // Another layer may differ (a GGUF may quantize layers differently).
+  ASSERT_TRUE(store->Put(ExpertId{kFp, 1, 0}, wider.layout, wider.gate, wider.up, wider.down).ok());
+  ASSERT_TRUE(store->Put(ExpertId{kFp, 0, 3}, e.layout, e.gate, e.up, e.down).ok());
+  EXPECT_EQ(store->experts_stored(), 3u);
+}
+
+// A damaged stored copy does not block healing: the new bytes replace it.
+TEST(ExpertStoreTest, ADamagedStoredCopyIsReplaced) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  const SyntheticExpert e = MakeExpert(16, 24, 3);
+  const ExpertId id{kFp, 1, 2};
+  ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+  std::string value = EncodeHeader(id.layer, id.expert, e.layout);
+  value.append(e.layout.payload_bytes(), 'z');
+  ASSERT_TRUE(store->PutRawValueForTesting(id, value).ok());
+  ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+  EXPECT_EQ(store->checksum_failures(), 1u);
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(id);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  ExpectSameBytes(**blob, e);
+  EXPECT_EQ(store->experts_stored(), 1u);
+}
+
 TEST(ExpertStoreTest, DamagedHeadersNeverCrash) {
   TempDir dir;
   auto store = OpenStore(dir.path());
