@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -262,6 +263,8 @@ ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store,
                                                    options.prefetch_queue_limit)),
       compute_queue_(std::make_unique<TaskQueue>(options.compute_workers, 0)) {}
 
+void ExpertServiceImpl::BeginShutdown() { shutting_down_.store(true); }
+
 ExpertServiceImpl::~ExpertServiceImpl() {
   compute_queue_.reset();
   prefetch_queue_.reset();
@@ -481,12 +484,21 @@ grpc::ServerUnaryReactor* ExpertServiceImpl::Import(grpc::CallbackServerContext*
 
 absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
                                          v1::ImportReply* reply) {
-  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Model> model,
-                           arch::Model::Open(request.gguf_path()));
+  if (shutting_down_.load()) return absl::UnavailableError("node is shutting down");
+  // The caller learns nothing about the path beyond "cannot import" (whether
+  // it exists, is readable, is a GGUF): the details go to the node's log.
+  const std::string shown_path = absl::CHexEscape(request.gguf_path());
+  absl::StatusOr<std::unique_ptr<arch::Model>> opened = arch::Model::Open(request.gguf_path());
+  if (!opened.ok()) {
+    LogEvent(absl::StrCat("import of ", shown_path,
+                          " failed: ", absl::CHexEscape(opened.status().message())));
+    return absl::NotFoundError(absl::StrCat("cannot import ", shown_path));
+  }
+  std::unique_ptr<arch::Model> model = std::move(*opened);
   COLIBRI_ASSIGN_OR_RETURN(const std::string fingerprint, gguf::ModelFingerprint(model->file()));
   if (!request.model_fingerprint().empty() && request.model_fingerprint() != fingerprint) {
-    return absl::InvalidArgumentError(absl::StrCat(request.gguf_path(), " has fingerprint ",
-                                                   fingerprint, ", the request names ",
+    return absl::InvalidArgumentError(absl::StrCat(shown_path, " has fingerprint ", fingerprint,
+                                                   ", the request names ",
                                                    request.model_fingerprint()));
   }
   const arch::ModelConfig& config = model->config();
@@ -504,7 +516,7 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
       if (id.fingerprint != fingerprint || id.layer >= static_cast<int>(experts.size()) ||
           id.expert >= static_cast<int>(experts[id.layer].size())) {
         return absl::InvalidArgumentError(
-            absl::StrCat(ToString(id), " is not an expert of ", request.gguf_path()));
+            absl::StrCat(ToString(id), " is not an expert of ", shown_path));
       }
       wanted.push_back(std::move(id));
     }
@@ -520,6 +532,11 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
   int32_t imported = 0;
   uint64_t stored_bytes = 0;
   for (const ExpertId& id : wanted) {
+    if (shutting_down_.load()) {
+      return absl::UnavailableError(absl::StrCat("node is shutting down: import of ", shown_path,
+                                                 " stopped after ", imported,
+                                                 " experts (they stay stored)"));
+    }
     const moe::ExpertWeights& w = experts[id.layer][id.expert];
     COLIBRI_ASSIGN_OR_RETURN(const bool present, store_->Contains(id));
     if (!present) {
@@ -537,15 +554,16 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
       const double seconds = absl::ToDoubleSeconds(now - start);
       const double rate = seconds > 0 ? done_bytes / seconds : 0;
       LogEvent(absl::StrFormat("import %s: %d / %d bytes (%.1f%%), %.1f MB/s, ETA %.0f s",
-                               request.gguf_path(), done_bytes, total_bytes,
+                               shown_path, done_bytes, total_bytes,
                                100.0 * done_bytes / std::max<uint64_t>(total_bytes, 1), rate / 1e6,
                                rate > 0 ? (total_bytes - done_bytes) / rate : 0.0));
     }
   }
-  LogEvent(absl::StrFormat("import done: %s: %d experts written (%d bytes), %d already stored, "
-                           "%.1f s",
-                           request.gguf_path(), imported, stored_bytes, wanted.size() - imported,
-                           absl::ToDoubleSeconds(absl::Now() - start)));
+  LogEvent(
+      absl::StrFormat("import done: %s: %d experts written (%d bytes), %d already stored, "
+                      "%.1f s",
+                      shown_path, imported, stored_bytes, wanted.size() - imported,
+                      absl::ToDoubleSeconds(absl::Now() - start)));
   reply->set_imported(imported);
   reply->set_bytes_stored(stored_bytes);
   return absl::OkStatus();

@@ -22,6 +22,10 @@
 // results: outputs depend only on the expert bytes, whichever tier they come
 // from.
 //
+// Import: opens only regular files (never blocks on a FIFO or a device); any
+// failure to open or parse the file is NotFound "cannot import PATH", details
+// in the node's log only, so a caller cannot probe which paths exist.
+//
 // Errors: unknown model NotFound; malformed requests InvalidArgument naming the
 // field (layer_compute.h); an expert the node does not hold NotFound; a damaged
 // stored expert DataLoss (it is dropped; see expert_store.h); a full executor
@@ -89,6 +93,12 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
   // Waits for queued work to finish. Call after the gRPC server has shut down.
   ~ExpertServiceImpl() override;
 
+  // Makes an Import in progress stop before its next expert, and later ones
+  // fail at once, with Unavailable (what was imported stays stored; a later
+  // Import skips it). Call when shutting down, so that a long Import does not
+  // hold the node up. Thread-safe.
+  void BeginShutdown();
+
   grpc::ServerUnaryReactor* ComputeLayer(grpc::CallbackServerContext* context,
                                          const v1::ComputeLayerRequest* request,
                                          v1::ComputeLayerReply* reply) override;
@@ -152,6 +162,7 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
   // executor threads only).
   absl::Mutex model_write_mu_;
 
+  std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> compute_requests_{0};
   std::atomic<uint64_t> compute_routes_{0};
   std::atomic<int32_t> in_flight_{0};     // ComputeLayer calls

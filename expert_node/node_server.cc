@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
 NodeServer::~NodeServer() { Shutdown(absl::Seconds(5)); }
 
 void NodeServer::Shutdown(absl::Duration deadline) {
+  if (service_ != nullptr) service_->BeginShutdown();
   if (server_ != nullptr) {
     // gRPC's graceful shutdown also waits for clients to close their idle
     // connections, which a coordinator never does; so wait for this node's

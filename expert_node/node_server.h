@@ -67,7 +67,8 @@ class NodeServer {
   NodeServer(const NodeServer&) = delete;
   NodeServer& operator=(const NodeServer&) = delete;
 
-  // Waits (until the deadline) for the service's calls in progress to finish,
+  // Stops an Import in progress (ExpertServiceImpl::BeginShutdown), waits
+  // (until the deadline) for the service's calls in progress to finish,
   // then stops the server, cancelling whatever is left, and drains the
   // executors. Calls arriving meanwhile are cancelled. Idempotent.
   void Shutdown(absl::Duration deadline);

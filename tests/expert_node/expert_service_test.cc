@@ -1,7 +1,11 @@
 // The expert node in-process on 127.0.0.1:0, driven over a real gRPC channel.
 #include "expert_node/expert_service.h"
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -522,6 +526,59 @@ TEST_F(ExpertServiceTest, StoredExpertsCannotBePoisoned) {
                                 {}, {}));
     }
   }
+}
+
+// Defect 5 of issue 9: Import of a FIFO hung the node; import errors told
+// which paths exist. Now every path that cannot be imported gets the same
+// answer, at once, and the node keeps serving.
+TEST_F(ExpertServiceTest, ImportOfWhatIsNotAModelSaysOnlyCannotImport) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  TempDir files;
+  const std::string fifo = files.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string text = files.path() + "/text";
+  { std::ofstream(text) << "not a model"; }
+  for (const std::string& path : {fifo, text, files.path(), std::string("/nonexistent.gguf"),
+                                  std::string("/dev/zero"), std::string("/proc/self/mem")}) {
+    v1::ImportRequest request;
+    request.set_gguf_path(path);
+    v1::ImportReply reply;
+    auto context = MakeContext();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    const grpc::Status s = stub->Import(context.get(), request, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << path << ": " << s.error_message();
+    EXPECT_EQ(s.error_message(), "cannot import " + path);
+  }
+  // A path with control bytes comes back escaped.
+  {
+    v1::ImportRequest request;
+    request.set_gguf_path("/x\n\x1b[31m");
+    v1::ImportReply reply;
+    auto context = MakeContext();
+    const grpc::Status s = stub->Import(context.get(), request, &reply);
+    EXPECT_EQ(s.error_message(), "cannot import /x\\n\\x1b[31m");
+  }
+  // The node still imports a real model afterwards.
+  v1::ImportRequest request;
+  request.set_gguf_path(m_.path);
+  v1::ImportReply reply;
+  auto context = MakeContext();
+  ASSERT_TRUE(stub->Import(context.get(), request, &reply).ok());
+  EXPECT_EQ(reply.imported(), m_.model->config().n_layer * m_.model->config().n_expert);
+}
+
+// Shutdown does not wait for a long Import: it stops before the next expert.
+TEST_F(ExpertServiceTest, ImportStopsWhenTheNodeShutsDown) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  node->service()->BeginShutdown();
+  v1::ImportRequest request;
+  request.set_gguf_path(m_.path);
+  v1::ImportReply reply;
+  EXPECT_TRUE(absl::IsUnavailable(node->service()->DoImport(request, &reply)));
+  EXPECT_EQ(node->store()->experts_stored(), 0u);
 }
 
 TEST_F(ExpertServiceTest, CorruptStoredExpertIsReportedDroppedAndReingestable) {
