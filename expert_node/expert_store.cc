@@ -1,10 +1,13 @@
 #include "expert_node/expert_store.h"
 
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "expert_node/event_log.h"
 #include "rocksdb/db.h"
@@ -67,24 +70,101 @@ class PrefixScan {
   std::unique_ptr<rocksdb::Iterator> it_;
 };
 
+rocksdb::Options DbOptions(uint64_t min_blob_size, bool direct_reads) {
+  rocksdb::Options db_options;
+  db_options.create_if_missing = true;
+  db_options.enable_blob_files = true;
+  db_options.min_blob_size = min_blob_size;
+  db_options.enable_blob_garbage_collection = true;
+  // Quantized weights do not compress; do not spend CPU trying.
+  db_options.blob_compression_type = rocksdb::kNoCompression;
+  db_options.use_direct_reads = direct_reads;
+  return db_options;
+}
+
+absl::Status DamagedStoreError(const std::string& data_dir, const absl::Status& why) {
+  return absl::DataLossError(absl::StrCat(
+      "expert store ", data_dir, " is damaged: ", why.message(),
+      ". Ways forward: --repair (RocksDB salvages what it can read, then every expert is "
+      "verified) or --reset-store (the store is moved aside, never deleted, and the node starts "
+      "empty; the coordinator re-sends its experts)"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Open(const Options& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("expert store: no data dir");
-  rocksdb::Options db_options;
-  db_options.create_if_missing = true;
-  db_options.enable_blob_files = true;
-  db_options.min_blob_size = options.min_blob_size;
-  db_options.enable_blob_garbage_collection = true;
-  // Quantized weights do not compress; do not spend CPU trying.
-  db_options.blob_compression_type = rocksdb::kNoCompression;
-  db_options.use_direct_reads = options.direct_reads;
+  const rocksdb::Options db_options = DbOptions(options.min_blob_size, options.direct_reads);
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.data_dir, &raw);
-  COLIBRI_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("opening expert store ", options.data_dir)));
+  absl::Status opened = FromRocks(s, absl::StrCat("opening expert store ", options.data_dir));
+  if (s.IsCorruption()) return DamagedStoreError(options.data_dir, opened);
+  COLIBRI_RETURN_IF_ERROR(opened);
   std::unique_ptr<ExpertStore> store(new ExpertStore(std::unique_ptr<rocksdb::DB>(raw), options));
-  COLIBRI_RETURN_IF_ERROR(store->RebuildCounters());
+  absl::Status counted = store->RebuildCounters();
+  if (absl::IsDataLoss(counted)) return DamagedStoreError(options.data_dir, counted);
+  COLIBRI_RETURN_IF_ERROR(counted);
   return store;
+}
+
+absl::Status ExpertStore::Repair(const std::string& data_dir) {
+  rocksdb::Options db_options = DbOptions(4096, false);
+  db_options.create_if_missing = false;
+  const rocksdb::Status s = rocksdb::RepairDB(data_dir, db_options);
+  return FromRocks(s, absl::StrCat("repairing expert store ", data_dir));
+}
+
+absl::StatusOr<std::string> ExpertStore::ResetStore(const std::string& data_dir) {
+  const std::string aside = absl::StrCat(
+      data_dir, ".damaged-", absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone()));
+  std::error_code ec;
+  if (std::filesystem::exists(aside, ec)) {
+    return absl::AlreadyExistsError(absl::StrCat("cannot move ", data_dir, " aside: ", aside,
+                                                 " exists (try again in a second)"));
+  }
+  std::filesystem::rename(data_dir, aside, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot move ", data_dir, " to ", aside, ": ", ec.message()));
+  }
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot create ", data_dir, ": ", ec.message()));
+  }
+  // The node keeps its identity (placement, the coordinator's view of it).
+  if (std::filesystem::is_regular_file(aside + "/NODE_ID", ec)) {
+    std::filesystem::copy_file(aside + "/NODE_ID", data_dir + "/NODE_ID", ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot copy ", aside, "/NODE_ID to ", data_dir, ": ", ec.message()));
+    }
+  }
+  return aside;
+}
+
+absl::StatusOr<int64_t> ExpertStore::VerifyAll() {
+  std::vector<ExpertId> ids;
+  {
+    PrefixScan it(db_.get(), IndexKeyPrefix(""));
+    for (; it.Valid(); it.Next()) {
+      absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
+      if (id.ok()) ids.push_back(std::move(*id));
+    }
+    COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning expert index"));
+  }
+  int64_t dropped = 0;
+  for (const ExpertId& id : ids) {
+    absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = Get(id);
+    if (absl::IsDataLoss(blob.status())) {
+      ++dropped;  // Get dropped and counted it
+    } else if (absl::IsNotFound(blob.status())) {
+      DropDamaged(id, absl::DataLossError(absl::StrCat(ToString(id), ": value missing")));
+      ++dropped;
+    } else if (!blob.ok()) {
+      return blob.status();
+    }
+  }
+  return dropped;
 }
 
 ExpertStore::ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options)

@@ -60,9 +60,26 @@ class ExpertStore {
   // Experts of one model held durably, by layer (ascending), experts ascending.
   using Inventory = std::map<int32_t, std::vector<int32_t>>;
 
-  // Opens (or creates) the database. Internal/IOError-derived statuses when
-  // RocksDB cannot open it (e.g. Unavailable when another process holds it).
+  // Opens (or creates) the database. DataLoss when it is damaged (a bad SST,
+  // MANIFEST, CURRENT, WAL...): the message names what RocksDB found and the
+  // ways forward (Repair, ResetStore); Unavailable when another process holds
+  // it; Internal for other I/O errors.
   static absl::StatusOr<std::unique_ptr<ExpertStore>> Open(const Options& options);
+
+  // Ways forward for a damaged store (the node's --repair / --reset-store).
+  // Repair runs RocksDB's RepairDB on data_dir (salvaging every readable
+  // record; what it cannot read is lost); open it afterwards and call
+  // VerifyAll so that no index entry outlives its value.
+  static absl::Status Repair(const std::string& data_dir);
+  // Moves data_dir aside to "<data_dir>.damaged-<UTC time>" (never deletes
+  // anything) and recreates data_dir empty, keeping its NODE_ID file so the
+  // node keeps its identity. Returns where the old store went.
+  static absl::StatusOr<std::string> ResetStore(const std::string& data_dir);
+
+  // Reads and verifies every stored expert (a full read of the store); drops
+  // (and counts in checksum_failures) the damaged ones and index entries
+  // whose value is missing. Returns how many were dropped.
+  absl::StatusOr<int64_t> VerifyAll();
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;

@@ -92,6 +92,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--import-gguf", import_gguf,
                  "import every expert of this GGUF file at start-up (skips stored ones)");
+  app.add_flag("--repair", options.repair_damaged_store,
+               "if the store is damaged: let RocksDB repair it, then verify every expert "
+               "(what fails is dropped and re-sent by the coordinator)");
+  app.add_flag("--reset-store", options.reset_damaged_store,
+               "if the store is (still) damaged: move it aside to DATA_DIR.damaged-TIME (never "
+               "deleted) and start empty; the coordinator re-sends the experts");
   CLI11_PARSE(app, argc, argv);
 
   absl::StatusOr<uint64_t> ram = colibri::expert_node::ParseByteSize(ram_budget);

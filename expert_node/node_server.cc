@@ -17,6 +17,44 @@
 
 namespace colibri::expert_node {
 
+namespace {
+
+// Opens the store, applying the ways forward the operator allowed when it is
+// damaged.
+absl::StatusOr<std::unique_ptr<ExpertStore>> OpenStore(const ExpertStore::Options& options,
+                                                       bool repair, bool reset) {
+  absl::StatusOr<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(options);
+  if (!absl::IsDataLoss(store.status())) return store;
+  LogEvent(std::string(store.status().message()));
+  if (repair) {
+    LogEvent(absl::StrCat("repairing ", options.data_dir, " (--repair)"));
+    absl::Status repaired = ExpertStore::Repair(options.data_dir);
+    if (repaired.ok()) {
+      store = ExpertStore::Open(options);
+      if (store.ok()) {
+        absl::StatusOr<int64_t> dropped = (*store)->VerifyAll();
+        if (dropped.ok()) {
+          LogEvent(absl::StrCat("repaired ", options.data_dir, ": ", (*store)->experts_stored(),
+                                " experts verified, ", *dropped,
+                                " dropped (the coordinator re-sends them)"));
+          return store;
+        }
+        store = dropped.status();
+      }
+    } else {
+      store = repaired;
+    }
+    LogEvent(absl::StrCat("repair failed: ", store.status().message()));
+  }
+  if (!reset) return store;
+  COLIBRI_ASSIGN_OR_RETURN(const std::string aside, ExpertStore::ResetStore(options.data_dir));
+  LogEvent(absl::StrCat("moved the damaged store to ", aside,
+                        " (--reset-store); starting empty: the coordinator re-sends the experts"));
+  return ExpertStore::Open(options);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& options) {
   COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(
       options.listen, !options.service.auth_token.empty(), options.insecure));
@@ -36,7 +74,8 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   std::unique_ptr<NodeServer> node(new NodeServer());
   ExpertStore::Options store_options = options.store;
   store_options.buffer_pool = BlobBufferPool::Create(options.buffer_pool);
-  COLIBRI_ASSIGN_OR_RETURN(node->store_, ExpertStore::Open(store_options));
+  COLIBRI_ASSIGN_OR_RETURN(node->store_, OpenStore(store_options, options.repair_damaged_store,
+                                                   options.reset_damaged_store));
   ExpertStore* store = node->store_.get();
   node->tier_ = std::make_unique<RamTier>(
       options.ram, [store](const ExpertId& id) { return store->Get(id); });

@@ -53,6 +53,15 @@ class NodeServer {
     // Bytes of the hottest experts (by persisted usage) loaded and pinned
     // resident before serving; must be <= ram.budget_bytes. Default: 0.
     uint64_t pin_budget_bytes = 0;
+    // When the store cannot be opened because it is damaged (DataLoss):
+    // run RocksDB's repair, then verify every expert, dropping what fails
+    // (--repair). Default: false.
+    bool repair_damaged_store = false;
+    // When the store is (still) damaged: move it aside (never deleted), start
+    // with an empty one and let the coordinator re-send (--reset-store). Both
+    // act only on a damaged store, so leaving them set is harmless.
+    // Default: false.
+    bool reset_damaged_store = false;
   };
 
   // Opens the store, pins the hottest experts (pin_budget_bytes; before
@@ -60,7 +69,7 @@ class NodeServer {
   // FailedPrecondition when the address is beyond loopback with neither a
   // token nor `insecure`; InvalidArgument when pin_budget_bytes exceeds the RAM
   // budget; Unavailable when the address cannot be bound; store errors pass
-  // through.
+  // through (DataLoss for a damaged store unless the flags above handle it).
   static absl::StatusOr<std::unique_ptr<NodeServer>> Start(const Options& options);
   // Shuts down (deadline 5 s) unless Shutdown was called.
   ~NodeServer();

@@ -2,6 +2,7 @@
 // serving over a real socket, graceful SIGTERM.
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -63,6 +64,48 @@ TEST(ExpertNodeBinaryTest, RejectsBadFlags) {
                                           dir.path(), "--auth-token-file", "/nonexistent"})
                 .exit_code,
             0);
+}
+
+// Defect 12 of issue 9: a node whose store is damaged says what is damaged
+// and how to go on; --reset-store moves the store aside and starts empty with
+// the same node id.
+TEST(ExpertNodeBinaryTest, ADamagedStoreOffersRepairAndReset) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/data";
+  {
+    NodeProcess node;
+    ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", dir}));
+    EXPECT_EQ(node.Stop(), 0);
+  }
+  std::string id;
+  std::ifstream(dir + "/NODE_ID") >> id;
+  ASSERT_FALSE(id.empty());
+  { std::ofstream(dir + "/CURRENT", std::ios::trunc) << "MANIFEST-999999"; }  // no newline
+
+  const colibri::testing::CommandResult refused =
+      colibri::testing::RunCommand({NodeBinary(), "--listen", "127.0.0.1:0", "--data-dir", dir});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(refused.err, "CURRENT")) << refused.err;
+  EXPECT_TRUE(absl::StrContains(refused.err, "--repair")) << refused.err;
+  EXPECT_TRUE(absl::StrContains(refused.err, "--reset-store")) << refused.err;
+
+  {
+    NodeProcess node;  // RocksDB rebuilds the MANIFEST and CURRENT
+    ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", dir, "--repair"}));
+    EXPECT_EQ(node.Stop(), 0);
+  }
+  { std::ofstream(dir + "/CURRENT", std::ios::trunc) << "MANIFEST-999999"; }
+  NodeProcess node;
+  ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", dir, "--reset-store"}));
+  EXPECT_EQ(node.Stop(), 0);
+  int aside = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+    if (absl::StrContains(entry.path().filename().string(), "data.damaged-")) ++aside;
+  }
+  EXPECT_EQ(aside, 1);
+  std::string id_after;
+  std::ifstream(dir + "/NODE_ID") >> id_after;
+  EXPECT_EQ(id_after, id);
 }
 
 TEST(ExpertNodeBinaryTest, ServesWithTokenAndImportsAtStartup) {

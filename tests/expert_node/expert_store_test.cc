@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -313,6 +314,105 @@ TEST(ExpertStoreTest, ADamagedStoredCopyIsReplaced) {
   ASSERT_TRUE(blob.ok()) << blob.status();
   ExpectSameBytes(**blob, e);
   EXPECT_EQ(store->experts_stored(), 1u);
+}
+
+// A store of `n` experts in layer 0, flushed into SST and blob files.
+std::vector<SyntheticExpert> FillStore(const std::string& dir, int n) {
+  std::vector<SyntheticExpert> experts;
+  {
+    auto store = OpenStore(dir);
+    EXPECT_NE(store, nullptr);
+    if (store == nullptr) return experts;
+    for (int x = 0; x < n; ++x) {
+      experts.push_back(MakeExpert(64, 128, 100 + x));
+      const SyntheticExpert& e = experts.back();
+      EXPECT_TRUE(store->Put(ExpertId{kFp, 0, x}, e.layout, e.gate, e.up, e.down).ok());
+    }
+  }
+  OpenStore(dir);  // reopening flushes the WAL into SST and blob files
+  return experts;
+}
+
+// Defect 12 of issue 9: a damaged MANIFEST, CURRENT or SST left the node
+// unable to start with no way forward. Open names the damage and the ways
+// forward; --repair's Repair + VerifyAll or --reset-store's ResetStore get a
+// store that opens, keeps only verified experts and loses nothing else.
+TEST(ExpertStoreTest, ADamagedStoreSaysSoAndCanBeRepairedOrReset) {
+  struct Case {
+    const char* name;
+    const char* suffix;  // of the file damaged
+    double where;        // where in it
+  };
+  for (const Case& c :
+       {Case{"CURRENT", "CURRENT", 0.0}, Case{"MANIFEST", "", 0.5}, Case{"SST", ".sst", 0.3}}) {
+    SCOPED_TRACE(c.name);
+    TempDir dir;
+    const std::vector<SyntheticExpert> experts = FillStore(dir.path(), 4);
+    { std::ofstream(dir.path() + "/NODE_ID") << "node-a\n"; }
+    int damaged = 0;
+    if (std::string(c.name) == "MANIFEST") {
+      for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("MANIFEST-", 0) == 0) {
+          std::filesystem::resize_file(entry.path(), entry.file_size() / 2);
+          ++damaged;
+        }
+      }
+    } else {
+      damaged = FlipByteInFiles(dir.path(), c.suffix, c.where);
+    }
+    ASSERT_GT(damaged, 0);
+
+    ExpertStore::Options options;
+    options.data_dir = dir.path();
+    {
+      absl::StatusOr<std::unique_ptr<ExpertStore>> opened = ExpertStore::Open(options);
+      if (!opened.ok()) {
+        EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
+        EXPECT_NE(opened.status().message().find("--repair"), std::string::npos);
+        EXPECT_NE(opened.status().message().find("--reset-store"), std::string::npos);
+      }
+    }
+
+    // --repair: what opens afterwards holds only experts that verify.
+    {
+      absl::Status repaired = ExpertStore::Repair(dir.path());
+      if (repaired.ok()) {
+        absl::StatusOr<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(options);
+        if (store.ok()) {
+          ASSERT_TRUE((*store)->VerifyAll().ok());
+          auto inventory = (*store)->List(kFp);
+          ASSERT_TRUE(inventory.ok());
+          for (const auto& [fp, layers] : *inventory) {
+            for (const auto& [layer, ids] : layers) {
+              for (int32_t x : ids) {
+                absl::StatusOr<std::unique_ptr<ExpertBlob>> blob =
+                    (*store)->Get(ExpertId{kFp, layer, x});
+                ASSERT_TRUE(blob.ok()) << blob.status();
+                ExpectSameBytes(**blob, experts[x]);
+              }
+            }
+          }
+        }
+      }
+    }
+    // --reset-store: always a way forward; the old store is kept aside.
+    absl::StatusOr<std::string> aside = ExpertStore::ResetStore(dir.path());
+    ASSERT_TRUE(aside.ok()) << aside.status();
+    EXPECT_TRUE(std::filesystem::is_directory(*aside));
+    EXPECT_FALSE(std::filesystem::is_empty(*aside));
+    std::ifstream id(dir.path() + "/NODE_ID");
+    std::string node_id;
+    id >> node_id;
+    EXPECT_EQ(node_id, "node-a");
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->experts_stored(), 0u);
+    const SyntheticExpert& e = experts[0];
+    ASSERT_TRUE(store->Put(ExpertId{kFp, 0, 0}, e.layout, e.gate, e.up, e.down).ok());
+    std::error_code ec;
+    std::filesystem::remove_all(*aside, ec);
+  }
 }
 
 TEST(ExpertStoreTest, DamagedHeadersNeverCrash) {
