@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -15,6 +14,7 @@
 #include "model/arch/model.h"
 #include "model/gguf/gguf_fingerprint.h"
 #include "rpc/server_support.h"
+#include "rpc/untrusted_text.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -280,7 +280,8 @@ absl::StatusOr<ModelInfo> ExpertServiceImpl::FindModel(const std::string& finger
   absl::MutexLock lock(&mu_);
   auto it = models_.find(fingerprint);
   if (it == models_.end()) {
-    return absl::NotFoundError(absl::StrCat("node holds no experts of model '", fingerprint, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("node holds no experts of model '", rpc::EscapeUntrusted(fingerprint), "'"));
   }
   return it->second;
 }
@@ -487,11 +488,11 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
   if (shutting_down_.load()) return absl::UnavailableError("node is shutting down");
   // The caller learns nothing about the path beyond "cannot import" (whether
   // it exists, is readable, is a GGUF): the details go to the node's log.
-  const std::string shown_path = absl::CHexEscape(request.gguf_path());
+  const std::string shown_path = rpc::EscapeUntrusted(request.gguf_path());
   absl::StatusOr<std::unique_ptr<arch::Model>> opened = arch::Model::Open(request.gguf_path());
   if (!opened.ok()) {
     LogEvent(absl::StrCat("import of ", shown_path,
-                          " failed: ", absl::CHexEscape(opened.status().message())));
+                          " failed: ", rpc::EscapeUntrusted(opened.status().message())));
     return absl::NotFoundError(absl::StrCat("cannot import ", shown_path));
   }
   std::unique_ptr<arch::Model> model = std::move(*opened);

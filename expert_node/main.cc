@@ -121,6 +121,13 @@ int main(int argc, char** argv) {
   options.ram.prefetch_protection = absl::Milliseconds(prefetch_protect_ms);
   options.service.disk_budget_bytes = *disk;
   options.service.compute_threads = threads;
+  if (!options.service.node_id.empty()) {
+    if (absl::Status valid = colibri::expert_node::ValidateNodeId(options.service.node_id);
+        !valid.ok()) {
+      std::cerr << "colibri-expert-node: --node-id: " << valid.message() << "\n";
+      return 2;
+    }
+  }
   if (options.service.node_id.empty()) {
     absl::StatusOr<std::string> id =
         colibri::expert_node::LoadOrCreateNodeId(options.store.data_dir);
@@ -134,6 +141,10 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::string> token = colibri::rpc::ReadTokenFile(auth_token_file);
     if (!token.ok()) {
       std::cerr << "colibri-expert-node: " << token.status().message() << "\n";
+      return 2;
+    }
+    if (absl::Status strong = colibri::rpc::CheckServerToken(*token); !strong.ok()) {
+      std::cerr << "colibri-expert-node: " << auth_token_file << ": " << strong.message() << "\n";
       return 2;
     }
     options.service.auth_token = *token;

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
+#include "expert_node/node_identity.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -58,6 +59,10 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> OpenStore(const ExpertStore::Option
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& options) {
   COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(
       options.listen, !options.service.auth_token.empty(), options.insecure));
+  if (!options.service.auth_token.empty()) {
+    COLIBRI_RETURN_IF_ERROR(rpc::CheckServerToken(options.service.auth_token));
+  }
+  COLIBRI_RETURN_IF_ERROR(ValidateNodeId(options.service.node_id));
   rpc::ServerTlsFiles tls;
   tls.cert_file = options.tls_cert_file;
   tls.key_file = options.tls_key_file;
@@ -112,7 +117,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   if (node->server_ == nullptr || node->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  node->address_ = absl::StrCat(rpc::ListenHost(options.listen), ":", node->port_);
+  node->address_ = rpc::BoundAddress(options.listen, node->port_);
   return node;
 }
 

@@ -67,9 +67,10 @@ class NodeServer {
   // Opens the store, pins the hottest experts (pin_budget_bytes; before
   // listening, logging what was pinned) and starts serving.
   // FailedPrecondition when the address is beyond loopback with neither a
-  // token nor `insecure`; InvalidArgument when pin_budget_bytes exceeds the RAM
-  // budget; Unavailable when the address cannot be bound; store errors pass
-  // through (DataLoss for a damaged store unless the flags above handle it).
+  // token nor `insecure`; InvalidArgument when the token is shorter than
+  // rpc::kMinServerTokenBytes, the node id breaks ValidateNodeId's rule or
+  // pin_budget_bytes exceeds the RAM budget; Unavailable when the address cannot be bound; store
+  // errors pass through (DataLoss for a damaged store unless the flags above handle it).
   static absl::StatusOr<std::unique_ptr<NodeServer>> Start(const Options& options);
   // Shuts down (deadline 5 s) unless Shutdown was called.
   ~NodeServer();
@@ -83,7 +84,8 @@ class NodeServer {
   void Shutdown(absl::Duration deadline);
 
   int port() const { return port_; }
-  // "host:port" with the bound port, e.g. "127.0.0.1:40123".
+  // "host:port" with the bound port, e.g. "127.0.0.1:40123"; for a unix
+  // socket the listen address itself ("unix:/run/node.sock").
   const std::string& address() const { return address_; }
   ExpertServiceImpl* service() { return service_.get(); }
   ExpertStore* store() { return store_.get(); }

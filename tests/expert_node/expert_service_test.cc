@@ -308,7 +308,7 @@ TEST_F(ExpertServiceTest, MalformedIngestStreamsAreRejected) {
 }
 
 TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
-  const std::string token = "s3cret-token";
+  const std::string token = "s3cret-token-0123456789";
   auto node = StartNode(dir_.path(), token);
   ASSERT_NE(node, nullptr);
   auto stub = ConnectTo(node->address());
@@ -558,7 +558,7 @@ TEST_F(ExpertServiceTest, ImportOfWhatIsNotAModelSaysOnlyCannotImport) {
     v1::ImportReply reply;
     auto context = MakeContext();
     const grpc::Status s = stub->Import(context.get(), request, &reply);
-    EXPECT_EQ(s.error_message(), "cannot import /x\\n\\x1b[31m");
+    EXPECT_EQ(s.error_message(), "cannot import /x\\x0a\\x1b[31m");
   }
   // The node still imports a real model afterwards.
   v1::ImportRequest request;
