@@ -72,19 +72,75 @@ absl::Span<const uint8_t> BytesOf(const ops::WeightMatrix& m) {
 // hands each complete expert to the io executor for verification and a durable
 // write, and reads on only after that write (backpressure). The first error
 // finishes the stream; experts acknowledged before it stay stored.
-class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1::IngestChunk> {
+class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   IngestReactor(ExpertServiceImpl* service, grpc::CallbackServerContext* context,
-                v1::IngestReply* reply)
-      : service_(service), context_(context), reply_(reply), start_(absl::Now()) {
+                grpc::ByteBuffer* response)
+      : service_(service),
+        context_(context),
+        response_(response),
+        reply_(&reply_storage_),
+        start_(absl::Now()) {
+    // The token is checked before any message of the stream is read.
     if (!service_->Authorized(context_)) {
       Finish(kUnauthenticated);
       return;
     }
-    StartRead(&chunk_);
+    StartRead(&raw_);
   }
 
   void OnReadDone(bool ok) override {
+    if (ok) {
+      ++messages_;
+      absl::Status parsed = ParseChunk();
+      if (!parsed.ok()) {
+        Finish(ToGrpc(parsed));
+        return;
+      }
+    }
+    OnChunk(ok);
+  }
+
+  void OnDone() override {
+    service_->active_calls_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  // raw_ -> chunk_, bounded before parsing.
+  absl::Status ParseChunk() {
+    const std::string partial =
+        assembling_ ? absl::StrCat("; nothing of ", ToString(id_), " was stored") : "";
+    const size_t size = raw_.Length();
+    if (size > service_->options_.max_ingest_chunk_bytes) {
+      raw_.Clear();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("ingest message ", messages_, " has ", size, " bytes, more than the node's ",
+                       service_->options_.max_ingest_chunk_bytes, partial));
+    }
+    chunk_.Clear();
+    if (!grpc::SerializationTraits<v1::IngestChunk>::Deserialize(&raw_, &chunk_).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("ingest message ", messages_, " (", size,
+                                                     " bytes) is not an IngestChunk", partial));
+    }
+    return absl::OkStatus();
+  }
+
+  // Finish, with the reply serialized when the stream succeeded.
+  void Finish(const grpc::Status& status) {
+    if (status.ok()) {
+      bool own = false;
+      grpc::Status serialized =
+          grpc::SerializationTraits<v1::IngestReply>::Serialize(reply_storage_, response_, &own);
+      if (!serialized.ok()) {
+        grpc::ServerReadReactor<grpc::ByteBuffer>::Finish(serialized);
+        return;
+      }
+    }
+    grpc::ServerReadReactor<grpc::ByteBuffer>::Finish(status);
+  }
+
+  void OnChunk(bool ok) {
     if (!ok) {
       if (context_->IsCancelled()) {
         Finish(grpc::Status(grpc::StatusCode::CANCELLED, "ingest cancelled"));
@@ -115,15 +171,9 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1
       }
       return;
     }
-    StartRead(&chunk_);
+    StartRead(&raw_);
   }
 
-  void OnDone() override {
-    service_->active_calls_.fetch_sub(1);
-    delete this;
-  }
-
- private:
   absl::Status Consume() {
     COLIBRI_ASSIGN_OR_RETURN(ExpertId id, ParseKey(chunk_.key()));
     if (chunk_.has_gate()) {
@@ -224,13 +274,17 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1
     key->set_layer(id_.layer);
     key->set_expert(id_.expert);
     reply_->set_bytes_stored(reply_->bytes_stored() + layout_.payload_bytes());
-    StartRead(&chunk_);
+    StartRead(&raw_);
   }
 
   ExpertServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_;  // the serialized reply_storage_
+  v1::IngestReply reply_storage_;
   v1::IngestReply* const reply_;
   const absl::Time start_;
+  grpc::ByteBuffer raw_;  // the message being read
+  int64_t messages_ = 0;  // read so far
   v1::IngestChunk chunk_;
   // The expert being assembled.
   bool assembling_ = false;
@@ -461,10 +515,10 @@ grpc::ServerUnaryReactor* ExpertServiceImpl::Prefetch(grpc::CallbackServerContex
   return reactor;
 }
 
-grpc::ServerReadReactor<v1::IngestChunk>* ExpertServiceImpl::Ingest(
-    grpc::CallbackServerContext* context, v1::IngestReply* reply) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* ExpertServiceImpl::Ingest(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   active_calls_.fetch_add(1);
-  return new IngestReactor(this, context, reply);
+  return new IngestReactor(this, context, response);
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Import(grpc::CallbackServerContext* context,

@@ -26,6 +26,10 @@
 // failure to open or parse the file is NotFound "cannot import PATH", details
 // in the node's log only, so a caller cannot probe which paths exist.
 //
+// Ingest: a chunk that does not parse ends the stream with INVALID_ARGUMENT;
+// nothing of the expert it belonged to is stored (experts acknowledged
+// before it stay).
+//
 // Errors: unknown model NotFound; malformed requests InvalidArgument naming the
 // field (layer_compute.h); an expert the node does not hold NotFound; a damaged
 // stored expert DataLoss (it is dropped; see expert_store.h); a full executor
@@ -60,7 +64,11 @@
 
 namespace colibri::expert_node {
 
-class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
+// Ingest is registered raw (ByteBuffer): the reactor parses each chunk
+// itself, so that a chunk that does not parse ends the stream with
+// INVALID_ARGUMENT instead of looking like the end of the stream.
+class ExpertServiceImpl final
+    : public v1::ExpertService::WithRawCallbackMethod_Ingest<v1::ExpertService::CallbackService> {
  public:
   struct Options {
     // Reported in Inventory and NodeStats. Default: "" (empty).
@@ -78,6 +86,9 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
     int io_threads = 2;
     // Largest expert (gate + up + down bytes) Ingest accepts. Default: 4 GiB.
     uint64_t max_expert_bytes = uint64_t{4} << 30;
+    // Largest serialized IngestChunk; a bigger one ends the stream with
+    // RESOURCE_EXHAUSTED before it is parsed. Default: 64 MiB.
+    uint64_t max_ingest_chunk_bytes = uint64_t{64} << 20;
     // Disk capacity offered for placement (Inventory); 0: unknown. Default: 0.
     uint64_t disk_budget_bytes = 0;
     // How often Import logs progress. Default: 5 s.
@@ -105,8 +116,9 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
   grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* context,
                                      const v1::PrefetchRequest* request,
                                      v1::PrefetchReply* reply) override;
-  grpc::ServerReadReactor<v1::IngestChunk>* Ingest(grpc::CallbackServerContext* context,
-                                                   v1::IngestReply* reply) override;
+  // Reads serialized IngestChunks; writes a serialized IngestReply.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Ingest(grpc::CallbackServerContext* context,
+                                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* context,
                                    const v1::ImportRequest* request,
                                    v1::ImportReply* reply) override;

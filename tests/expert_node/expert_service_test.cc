@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "expert_node/node_server.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "model/gguf/gguf_fingerprint.h"
 #include "tests/expert_node/expert_test_util.h"
@@ -86,6 +88,9 @@ void ExpectBitwiseEqual(const v1::ComputeLayerReply& reply, const std::vector<fl
                         expected.size() * sizeof(float)),
             0);
 }
+
+std::string BytesOfExpert(const moe::ExpertWeights& w);
+v1::InventoryReply GetInventory(v1::ExpertService::Stub* stub);
 
 class ComputeMatchesLocalTest : public ::testing::TestWithParam<const char*> {};
 
@@ -305,6 +310,81 @@ TEST_F(ExpertServiceTest, MalformedIngestStreamsAreRejected) {
   auto context = MakeContext();
   ASSERT_TRUE(stub->Inventory(context.get(), v1::InventoryRequest(), &inventory).ok());
   EXPECT_EQ(inventory.entries_size(), 0);
+}
+
+// Defect 9 of issue 9: a message that does not parse ended an Ingest stream
+// with OK. It must end it with INVALID_ARGUMENT and store nothing of the
+// expert it interrupted (a complete expert before it stays stored).
+TEST_F(ExpertServiceTest, AnUnparseableIngestMessageEndsTheStreamWithAnError) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  const moe::ExpertWeights& w0 = m_.model->experts()[0][0];
+  const moe::ExpertWeights& w1 = m_.model->experts()[0][1];
+  auto header_of = [&](int expert, const moe::ExpertWeights& w) {
+    v1::IngestChunk h;
+    h.mutable_key()->set_model_fingerprint(m_.fingerprint);
+    h.mutable_key()->set_expert(expert);
+    for (auto [m, t] : {std::pair{&w.gate, h.mutable_gate()}, std::pair{&w.up, h.mutable_up()},
+                        std::pair{&w.down, h.mutable_down()}}) {
+      t->set_ggml_type(static_cast<uint32_t>(m->type));
+      t->add_dims(m->cols);
+      t->add_dims(m->rows);
+    }
+    const std::string bytes = BytesOfExpert(w);
+    h.set_total_bytes(bytes.size());
+    h.set_xxh64(PayloadChecksum(
+        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), {},
+        {}));
+    return h;
+  };
+  v1::IngestChunk whole = header_of(0, w0);
+  whole.set_data(BytesOfExpert(w0));
+  v1::IngestChunk half = header_of(1, w1);
+  const std::string bytes1 = BytesOfExpert(w1);
+  half.set_data(bytes1.substr(0, bytes1.size() / 2));
+  // Field 1 (key) as a length-delimited field whose length runs past the end.
+  const std::string garbage("\x0a\x7f\x01\x02", 4);
+
+  auto channel = grpc::CreateChannel(node->address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  // Streams `messages` as they are (serialized or not); the final status.
+  auto send = [&](const std::vector<std::string>& messages) {
+    grpc::ClientContext context;
+    grpc::CompletionQueue cq;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        generic.PrepareCall(&context, "/colibri.v1.ExpertService/Ingest", &cq);
+    void* tag = nullptr;
+    bool ok = false;
+    call->StartCall(reinterpret_cast<void*>(1));
+    cq.Next(&tag, &ok);
+    for (const std::string& message : messages) {
+      grpc::Slice slice(message);
+      grpc::ByteBuffer buffer(&slice, 1);
+      call->Write(buffer, reinterpret_cast<void*>(2));
+      if (!cq.Next(&tag, &ok) || !ok) break;
+    }
+    call->WritesDone(reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+    grpc::Status status;
+    call->Finish(&status, reinterpret_cast<void*>(4));
+    cq.Next(&tag, &ok);
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return status;
+  };
+  // After a complete expert (this used to end the stream with OK).
+  grpc::Status status = send({whole.SerializeAsString(), garbage});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  // In the middle of an expert.
+  status = send({whole.SerializeAsString(), half.SerializeAsString(), garbage});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("nothing of"), std::string::npos) << status.error_message();
+  auto stub = ConnectTo(node->address());
+  const v1::InventoryReply inventory = GetInventory(stub.get());
+  ASSERT_EQ(inventory.entries_size(), 1);
+  EXPECT_EQ(inventory.entries(0).experts_size(), 1);
+  EXPECT_EQ(inventory.entries(0).experts(0), 0);
 }
 
 TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
