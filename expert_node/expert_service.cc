@@ -458,7 +458,8 @@ absl::Status ExpertServiceImpl::DoComputeLayer(const v1::ComputeLayerRequest& re
                                                v1::ComputeLayerReply* reply) {
   const absl::Time start = absl::Now();
   COLIBRI_ASSIGN_OR_RETURN(const ModelInfo model, FindModel(request.model_fingerprint()));
-  COLIBRI_ASSIGN_OR_RETURN(const LayerWork work, ParseLayerRequest(request, model));
+  COLIBRI_ASSIGN_OR_RETURN(const LayerWork work,
+                           ParseLayerRequest(request, model, options_.max_reply_bytes));
 
   std::vector<PinnedExpert> pinned;  // held until the outputs are computed
   int64_t disk_wait_micros = 0;

@@ -86,6 +86,10 @@ class ExpertServiceImpl final
     int io_threads = 2;
     // Largest expert (gate + up + down bytes) Ingest accepts. Default: 4 GiB.
     uint64_t max_expert_bytes = uint64_t{4} << 30;
+    // Largest ComputeLayer reply: a request whose outputs would be larger is
+    // refused by its shape (InvalidArgument) before any work. NodeServer sets
+    // it just under its max_message_bytes. Default: 256 MiB - 64 KiB.
+    uint64_t max_reply_bytes = (uint64_t{256} << 20) - (uint64_t{64} << 10);
     // Largest serialized IngestChunk; a bigger one ends the stream with
     // RESOURCE_EXHAUSTED before it is parsed. Default: 64 MiB.
     uint64_t max_ingest_chunk_bytes = uint64_t{64} << 20;

@@ -1,5 +1,6 @@
 #include "expert_node/node_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -62,7 +63,9 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   if (!options.service.auth_token.empty()) {
     COLIBRI_RETURN_IF_ERROR(rpc::CheckServerToken(options.service.auth_token));
   }
-  COLIBRI_RETURN_IF_ERROR(ValidateNodeId(options.service.node_id));
+  if (!options.service.node_id.empty()) {
+    COLIBRI_RETURN_IF_ERROR(ValidateNodeId(options.service.node_id));
+  }
   rpc::ServerTlsFiles tls;
   tls.cert_file = options.tls_cert_file;
   tls.key_file = options.tls_key_file;
@@ -99,9 +102,16 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
                              pinned.experts, pinned.bytes, options.pin_budget_bytes,
                              absl::ToDoubleSeconds(absl::Now() - start), which));
   }
-  COLIBRI_ASSIGN_OR_RETURN(node->service_,
-                           ExpertServiceImpl::Create(options.service, store, node->tier_.get(),
-                                                     node->usage_.get()));
+  ExpertServiceImpl::Options service_options = options.service;
+  // What a reply may hold besides the output rows (shape, counters): small.
+  constexpr uint64_t kReplyOverhead = 64 << 10;
+  const uint64_t max_message = static_cast<uint64_t>(std::max(options.max_message_bytes, 0));
+  service_options.max_reply_bytes =
+      std::min(service_options.max_reply_bytes,
+               max_message > kReplyOverhead ? max_message - kReplyOverhead : 0);
+  COLIBRI_ASSIGN_OR_RETURN(
+      node->service_,
+      ExpertServiceImpl::Create(service_options, store, node->tier_.get(), node->usage_.get()));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -91,6 +91,7 @@ void ExpectBitwiseEqual(const v1::ComputeLayerReply& reply, const std::vector<fl
 
 std::string BytesOfExpert(const moe::ExpertWeights& w);
 v1::InventoryReply GetInventory(v1::ExpertService::Stub* stub);
+v1::NodeStatsReply GetStats(v1::ExpertService::Stub* stub);
 
 class ComputeMatchesLocalTest : public ::testing::TestWithParam<const char*> {};
 
@@ -387,6 +388,38 @@ TEST_F(ExpertServiceTest, AnUnparseableIngestMessageEndsTheStreamWithAnError) {
   EXPECT_EQ(inventory.entries(0).experts(0), 0);
 }
 
+// Defect 8 of issue 9: a request whose reply cannot be sent (above the
+// message limit) was computed in full and only then failed with
+// RESOURCE_EXHAUSTED. It is refused by its shape before any work.
+TEST_F(ExpertServiceTest, ARequestWhoseReplyIsTooLargeIsRefusedByShape) {
+  NodeServer::Options options;
+  options.store.data_dir = dir_.path();
+  options.ram.budget_bytes = 64 << 20;
+  options.max_message_bytes = 1 << 20;
+  options.service.compute_threads = 2;
+  absl::StatusOr<std::unique_ptr<NodeServer>> node = NodeServer::Start(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto stub = ConnectTo((*node)->address());
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+  const int64_t n_embd = m_.model->config().n_embd;
+  // One token routed many times: a small request, a reply of > 1 MiB.
+  v1::ComputeLayerRequest request = Valid(0);
+  const int64_t routes = (int64_t{1} << 20) / (n_embd * 4) + 1;
+  v1::Route route = request.routes(0);
+  request.clear_routes();
+  for (int64_t i = 0; i < routes; ++i) *request.add_routes() = route;
+  ASSERT_LT(request.ByteSizeLong(), size_t{1} << 20);
+  v1::ComputeLayerReply reply;
+  const grpc::Status s = Compute(stub.get(), request, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("limit"), std::string::npos) << s.error_message();
+  EXPECT_EQ(GetStats(stub.get()).ram_misses(), 0u);  // no expert was even looked up
+  // Reduced per token the same request fits, and is served.
+  request.set_reduce_per_token(true);
+  ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+}
+
 TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
   const std::string token = "s3cret-token-0123456789";
   auto node = StartNode(dir_.path(), token);
@@ -413,8 +446,6 @@ TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
   ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
                      m_.model->config().n_embd);
 }
-
-v1::NodeStatsReply GetStats(v1::ExpertService::Stub* stub);
 
 v1::InventoryReply GetInventory(v1::ExpertService::Stub* stub) {
   v1::InventoryReply inventory;
