@@ -20,6 +20,7 @@
 #include "expert_node/node_config.h"
 #include "expert_node/node_identity.h"
 #include "expert_node/node_server.h"
+#include "rpc/protobuf_log.h"
 #include "rpc/server_support.h"
 
 namespace {
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   // thresholds also stops glibc from raising them on its own.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  colibri::rpc::InstallRateLimitedProtobufLog("colibri-expert-node");
   CLI::App app{"colibri-expert-node: holds routed experts and computes them for a coordinator"};
   NodeServer::Options options;
   std::string ram_budget = "1G";
