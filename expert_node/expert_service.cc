@@ -102,11 +102,19 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
   }
 
   void OnDone() override {
+    ReleaseBuffer();
     service_->active_calls_.fetch_sub(1);
     delete this;
   }
 
  private:
+  // Frees the expert being assembled and its share of the node's bound.
+  void ReleaseBuffer() {
+    buffer_.reset();
+    service_->ingest_buffered_.fetch_sub(reserved_);
+    reserved_ = 0;
+  }
+
   // raw_ -> chunk_, bounded before parsing.
   absl::Status ParseChunk() {
     const std::string partial =
@@ -241,6 +249,14 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
                                                        " layers x ", n_expert, " experts"));
       }
     }
+    ReleaseBuffer();
+    if (!service_->ReserveIngestBytes(layout_.payload_bytes())) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": the node's ingest streams already buffer ", service_->ingest_buffered_.load(),
+          " bytes; ", layout_.payload_bytes(), " more would exceed its limit of ",
+          service_->options_.max_ingest_buffer_bytes, " (retry later)"));
+    }
+    reserved_ = layout_.payload_bytes();
     buffer_.reset(new uint8_t[layout_.payload_bytes()]);
     received_ = 0;
     id_ = std::move(id);
@@ -264,7 +280,7 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
     }
     if (s.ok()) s = service_->RegisterModel(id_.fingerprint, shape_);
     if (s.ok()) s = service_->store_->Put(id_, layout_, gate, up, down);
-    buffer_.reset();
+    ReleaseBuffer();
     if (!s.ok()) {
       Finish(ToGrpc(s));
       return;
@@ -292,6 +308,7 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
   ExpertLayout layout_;
   ModelInfo shape_;
   std::unique_ptr<uint8_t[]> buffer_;  // [payload_bytes]
+  uint64_t reserved_ = 0;              // of service_->ingest_buffered_
   uint64_t received_ = 0;
 };
 
@@ -318,6 +335,18 @@ ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store,
       compute_queue_(std::make_unique<TaskQueue>(options.compute_workers, 0)) {}
 
 void ExpertServiceImpl::BeginShutdown() { shutting_down_.store(true); }
+
+bool ExpertServiceImpl::ReserveIngestBytes(uint64_t bytes) {
+  uint64_t now = ingest_buffered_.load();
+  do {
+    if (bytes > options_.max_ingest_buffer_bytes ||
+        now > options_.max_ingest_buffer_bytes - bytes) {
+      ingest_refused_.fetch_add(1);
+      return false;
+    }
+  } while (!ingest_buffered_.compare_exchange_weak(now, now + bytes));
+  return true;
+}
 
 ExpertServiceImpl::~ExpertServiceImpl() {
   compute_queue_.reset();
@@ -694,6 +723,8 @@ void ExpertServiceImpl::FillNodeStats(v1::NodeStatsReply* reply) const {
   reply->set_compute_requests(compute_requests_.load());
   reply->set_compute_routes(compute_routes_.load());
   reply->set_checksum_failures(store_->checksum_failures());
+  reply->set_ingest_buffered_bytes(ingest_buffered_.load());
+  reply->set_ingest_refused(ingest_refused_.load());
   reply->set_prefetch_issued(prefetch_issued_.load());
   reply->set_prefetch_used(c.prefetch_used);
   reply->set_prefetch_wasted(c.prefetch_wasted);

@@ -90,6 +90,11 @@ class ExpertServiceImpl final
     // refused by its shape (InvalidArgument) before any work. NodeServer sets
     // it just under its max_message_bytes. Default: 256 MiB - 64 KiB.
     uint64_t max_reply_bytes = (uint64_t{256} << 20) - (uint64_t{64} << 10);
+    // Bytes all Ingest streams together may hold in experts being assembled
+    // (each stream holds at most one); an expert that would go beyond ends
+    // its stream with RESOURCE_EXHAUSTED, counted in NodeStats
+    // ingest_refused. Default: 2 GiB.
+    uint64_t max_ingest_buffer_bytes = uint64_t{2} << 30;
     // Largest serialized IngestChunk; a bigger one ends the stream with
     // RESOURCE_EXHAUSTED before it is parsed. Default: 64 MiB.
     uint64_t max_ingest_chunk_bytes = uint64_t{64} << 20;
@@ -162,6 +167,9 @@ class ExpertServiceImpl final
   bool QueuePrefetch(const v1::ExpertKey& key);
   // The I/O pool's work for one queued hint.
   void RunPrefetch(const ExpertId& id);
+  // Takes `bytes` of Options::max_ingest_buffer_bytes; false (counted) when
+  // they are not available.
+  bool ReserveIngestBytes(uint64_t bytes);
   // Finishes a unary call and counts it done.
   void Finish(grpc::ServerUnaryReactor* reactor, const grpc::Status& status);
 
@@ -179,6 +187,8 @@ class ExpertServiceImpl final
   absl::Mutex model_write_mu_;
 
   std::atomic<bool> shutting_down_{false};
+  std::atomic<uint64_t> ingest_buffered_{0};  // bytes of experts being assembled
+  std::atomic<uint64_t> ingest_refused_{0};
   std::atomic<uint64_t> compute_requests_{0};
   std::atomic<uint64_t> compute_routes_{0};
   std::atomic<int32_t> in_flight_{0};     // ComputeLayer calls

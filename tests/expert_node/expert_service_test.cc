@@ -420,6 +420,69 @@ TEST_F(ExpertServiceTest, ARequestWhoseReplyIsTooLargeIsRefusedByShape) {
   ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
 }
 
+// Defect 7 of issue 9 (memory half): stalled Ingest streams held unbounded
+// memory. All streams together hold at most max_ingest_buffer_bytes; beyond,
+// RESOURCE_EXHAUSTED, counted; a cancelled stream gives its share back.
+TEST_F(ExpertServiceTest, IngestBufferingIsBoundedAcrossStreams) {
+  const moe::ExpertWeights& w = m_.model->experts()[0][0];
+  const std::string bytes = BytesOfExpert(w);
+  NodeServer::Options options;
+  options.store.data_dir = dir_.path();
+  options.ram.budget_bytes = 64 << 20;
+  options.service.max_ingest_buffer_bytes = bytes.size() * 3 / 2;
+  absl::StatusOr<std::unique_ptr<NodeServer>> node = NodeServer::Start(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto stub = ConnectTo((*node)->address());
+  auto header_of = [&](int expert) {
+    v1::IngestChunk h;
+    h.mutable_key()->set_model_fingerprint(m_.fingerprint);
+    h.mutable_key()->set_expert(expert);
+    for (auto [m, t] : {std::pair{&w.gate, h.mutable_gate()}, std::pair{&w.up, h.mutable_up()},
+                        std::pair{&w.down, h.mutable_down()}}) {
+      t->set_ggml_type(static_cast<uint32_t>(m->type));
+      t->add_dims(m->cols);
+      t->add_dims(m->rows);
+    }
+    h.set_total_bytes(bytes.size());
+    h.set_data(bytes.substr(0, 16));  // then the stream stalls
+    return h;
+  };
+  // Stream A stalls inside its expert.
+  v1::IngestReply reply_a;
+  auto context_a = MakeContext();
+  auto writer_a = stub->Ingest(context_a.get(), &reply_a);
+  ASSERT_TRUE(writer_a->Write(header_of(0)));
+  v1::NodeStatsReply stats;
+  for (int i = 0; i < 500; ++i) {
+    stats = GetStats(stub.get());
+    if (stats.ingest_buffered_bytes() > 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(stats.ingest_buffered_bytes(), bytes.size());
+  // Stream B cannot buffer a second expert.
+  {
+    v1::IngestReply reply_b;
+    auto context_b = MakeContext();
+    auto writer_b = stub->Ingest(context_b.get(), &reply_b);
+    writer_b->Write(header_of(1));
+    writer_b->WritesDone();
+    const grpc::Status s = writer_b->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  }
+  EXPECT_EQ(GetStats(stub.get()).ingest_refused(), 1u);
+  // Cancelling A gives its bytes back.
+  context_a->TryCancel();
+  (void)writer_a->Finish();
+  for (int i = 0; i < 500; ++i) {
+    stats = GetStats(stub.get());
+    if (stats.ingest_buffered_bytes() == 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(stats.ingest_buffered_bytes(), 0u);
+  v1::IngestReply ingest;
+  EXPECT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {{0, 1}}, &ingest).ok());
+}
+
 TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
   const std::string token = "s3cret-token-0123456789";
   auto node = StartNode(dir_.path(), token);
