@@ -15,7 +15,15 @@
 namespace colibri {
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Only regular files: a FIFO would block open() until a writer comes, a
+  // device could block reads. Checked before opening and again on the
+  // descriptor (the path may change in between), which is opened
+  // non-blocking so that even then open() returns at once.
+  struct stat before;
+  if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     const int err = errno;
     std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));

@@ -16,8 +16,9 @@ namespace colibri {
 class MappedFile {
  public:
   // Maps `path` read-only. NotFound if it does not exist, InvalidArgument if it is
-  // not a regular file, Internal for other OS errors. An empty file maps to
-  // size() == 0 and data() == nullptr.
+  // not a regular file (checked before opening; never blocks on a FIFO or a
+  // device), Internal for other OS errors. An empty file maps to size() == 0
+  // and data() == nullptr.
   static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

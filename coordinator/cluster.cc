@@ -162,6 +162,20 @@ void Cluster::MarkUnhealthy(int node, const absl::Status& why) {
   }
 }
 
+void Cluster::ReportExpertLoss(int node, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++expert_losses_;
+  }
+  Log(absl::StrCat("cluster: node ", nodes_[node].address, " lost an expert: ", why.message()));
+  RequestRepair();
+}
+
+int64_t Cluster::expert_losses() const {
+  absl::MutexLock lock(&mu_);
+  return expert_losses_;
+}
+
 void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
                          bool ok) {
   absl::MutexLock lock(&mu_);

@@ -20,7 +20,9 @@
 // Repair: a node that answers DataLoss or NotFound for an expert it should
 // hold (a stored value failed its checksum and was dropped) gets it back: the
 // same thread runs the rebalancer for the placement in force, which re-sends
-// what the nodes' inventories miss.
+// what the nodes' inventories miss. Such a loss is the expert's, not the
+// node's: ReportExpertLoss leaves the node healthy (its other experts keep
+// being served); only that call's routes move on.
 //
 // Thread-safety: thread-safe. Clients are used without holding mutex_.
 #ifndef COLIBRI_COORDINATOR_CLUSTER_H_
@@ -130,6 +132,12 @@ class Cluster {
   bool healthy(int node) const;
   // Records a failed call; the first failure of a healthy node logs one line.
   void MarkUnhealthy(int node, const absl::Status& why);
+  // A node answered that it lost (DataLoss) or does not hold (NotFound) an
+  // expert it should hold: logs it, counts it and requests a repair; the node
+  // stays healthy.
+  void ReportExpertLoss(int node, const absl::Status& why);
+  // Expert losses reported so far.
+  int64_t expert_losses() const;
 
   void RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
                   bool ok);
@@ -174,6 +182,7 @@ class Cluster {
   Rebalancer rebalancer_ ABSL_GUARDED_BY(mu_);
   bool repair_requested_ ABSL_GUARDED_BY(mu_) = false;
   int64_t repairs_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t expert_losses_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::Mutex log_mu_;
   std::thread prober_;
   std::thread rebalancer_thread_;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -40,8 +42,11 @@ void FillTensor(const ops::WeightMatrix& m, v1::ExpertTensor* t) {
 }
 
 // What `placement` assigns node `i` and its inventory does not list.
+// DataLoss when the node holds an assigned expert with other bytes than
+// `model`'s (its content hash differs): those must never be served.
 absl::StatusOr<std::vector<ExpertId>> MissingExperts(const Cluster& cluster,
                                                      const Placement& placement, int i,
+                                                     const arch::Model& model,
                                                      bool refresh_inventory) {
   std::vector<std::pair<int, int>> assigned = placement.ExpertsOf(i);
   if (assigned.empty()) return std::vector<ExpertId>();
@@ -53,14 +58,39 @@ absl::StatusOr<std::vector<ExpertId>> MissingExperts(const Cluster& cluster,
     COLIBRI_ASSIGN_OR_RETURN(fresh, cluster.client(i)->Inventory(request));
     inventory = &fresh;
   }
-  std::set<ExpertId> held;
+  std::map<ExpertId, std::optional<uint64_t>> held;  // with the content hash when reported
   for (const v1::InventoryEntry& entry : inventory->entries()) {
     if (entry.model_fingerprint() != cluster.fingerprint()) continue;
-    for (int32_t e : entry.experts()) held.insert({entry.layer(), e});
+    const bool hashed = entry.xxh64_size() == entry.experts_size();
+    for (int j = 0; j < entry.experts_size(); ++j) {
+      held[{entry.layer(), entry.experts(j)}] =
+          hashed ? std::optional<uint64_t>(entry.xxh64(j)) : std::nullopt;
+    }
   }
+  const auto& experts = model.experts();
   std::vector<ExpertId> missing;
+  std::string mismatched;
+  int n_mismatched = 0;
   for (const auto& [layer, expert] : assigned) {
-    if (held.count({layer, expert}) == 0) missing.push_back({layer, expert});
+    auto it = held.find({layer, expert});
+    if (it == held.end()) {
+      missing.push_back({layer, expert});
+      continue;
+    }
+    if (!it->second.has_value() || layer >= static_cast<int>(experts.size()) ||
+        expert >= static_cast<int>(experts[layer].size())) {
+      continue;
+    }
+    if (*it->second != ExpertChecksum(experts[layer][expert])) {
+      if (++n_mismatched <= 4) absl::StrAppend(&mismatched, " L", layer, "E", expert);
+    }
+  }
+  if (n_mismatched > 0) {
+    return absl::DataLossError(absl::StrCat(
+        cluster.node(i).address, " holds ", n_mismatched,
+        " expert(s) whose bytes differ from this model's (content hash mismatch:", mismatched,
+        n_mismatched > 4 ? " ..." : "",
+        "); they are never served: restart that node with --reset-store to have them re-sent"));
   }
   return missing;
 }
@@ -244,7 +274,7 @@ absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster,
   for (int i = 0; i < cluster.n_nodes(); ++i) {
     threads.emplace_back([&, i] {
       absl::StatusOr<std::vector<ExpertId>> missing =
-          MissingExperts(cluster, placement, i, options.refresh_inventory);
+          MissingExperts(cluster, placement, i, model, options.refresh_inventory);
       if (!missing.ok()) {
         statuses[i] = missing.status();
         return;

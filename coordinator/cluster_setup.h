@@ -47,9 +47,11 @@ struct ExpertSetupResult {
 uint64_t ExpertChecksum(const moe::ExpertWeights& w);
 
 // Sends or imports what is missing on every node for `placement`, nodes in
-// parallel. Unavailable when a node fails mid-transfer; DataLoss when a node
-// does not acknowledge an expert as stored; Cancelled when options.cancelled
-// says so.
+// parallel. The experts a node already holds are verified by the content
+// hash its inventory reports (InventoryEntry.xxh64) against `model`'s bytes.
+// Unavailable when a node fails mid-transfer; DataLoss when a node does not
+// acknowledge an expert as stored or holds other bytes than the model's for
+// an assigned expert; Cancelled when options.cancelled says so.
 absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster,
                                                 const Placement& placement,
                                                 const arch::Model& model,

@@ -230,10 +230,16 @@ absl::Status RemoteExpertBackend::Wait() {
                            call.reply.ok() ? static_cast<int64_t>(call.reply->ByteSizeLong()) : 0,
                            call.wait_seconds, status.ok());
       if (status.ok()) continue;
-      cluster_->MarkUnhealthy(call.node, status);
-      // The node lost an expert it should hold (a stored value failed its
-      // checksum): have it re-sent.
-      if (absl::IsDataLoss(status) || absl::IsNotFound(status)) cluster_->RequestRepair();
+      // DataLoss / NotFound answered by the node: it lost (a stored value
+      // failed its checksum and was dropped) or misses an expert of this
+      // call. That is the expert's loss, not the node's: have it re-sent and
+      // keep the node. A reply that does not parse (Scatter) is the node's.
+      if (!call.reply.ok() &&
+          (absl::IsDataLoss(call.reply.status()) || absl::IsNotFound(call.reply.status()))) {
+        cluster_->ReportExpertLoss(call.node, status);
+      } else {
+        cluster_->MarkUnhealthy(call.node, status);
+      }
       // Move each expert of the call past this node; all its routes in this
       // layer went here, so one step per expert.
       bool moved = false;

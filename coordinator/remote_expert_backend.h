@@ -6,7 +6,9 @@
 // of each route's expert, sends each involved node the hidden rows it needs
 // (each token once) and its routes, and returns. Wait collects the replies and
 // scatters them into out[t][r]. A call that fails or misses its deadline marks
-// its node unhealthy and its routes go to each expert's next healthy replica;
+// its node unhealthy (except DataLoss / NotFound from the node: an expert's
+// loss, Cluster::ReportExpertLoss) and its routes go to each expert's next
+// healthy replica;
 // routes with no replica left are computed here from the model's own experts
 // (ExpertGroupRunner), so a generation completes, bit for bit the same: every
 // expert output depends only on its token's row, the weights and the path.

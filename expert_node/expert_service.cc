@@ -14,6 +14,7 @@
 #include "model/arch/model.h"
 #include "model/gguf/gguf_fingerprint.h"
 #include "rpc/server_support.h"
+#include "rpc/untrusted_text.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -71,19 +72,83 @@ absl::Span<const uint8_t> BytesOf(const ops::WeightMatrix& m) {
 // hands each complete expert to the io executor for verification and a durable
 // write, and reads on only after that write (backpressure). The first error
 // finishes the stream; experts acknowledged before it stay stored.
-class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1::IngestChunk> {
+class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   IngestReactor(ExpertServiceImpl* service, grpc::CallbackServerContext* context,
-                v1::IngestReply* reply)
-      : service_(service), context_(context), reply_(reply), start_(absl::Now()) {
+                grpc::ByteBuffer* response)
+      : service_(service),
+        context_(context),
+        response_(response),
+        reply_(&reply_storage_),
+        start_(absl::Now()) {
+    // The token is checked before any message of the stream is read.
     if (!service_->Authorized(context_)) {
       Finish(kUnauthenticated);
       return;
     }
-    StartRead(&chunk_);
+    StartRead(&raw_);
   }
 
   void OnReadDone(bool ok) override {
+    if (ok) {
+      ++messages_;
+      absl::Status parsed = ParseChunk();
+      if (!parsed.ok()) {
+        Finish(ToGrpc(parsed));
+        return;
+      }
+    }
+    OnChunk(ok);
+  }
+
+  void OnDone() override {
+    ReleaseBuffer();
+    service_->active_calls_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  // Frees the expert being assembled and its share of the node's bound.
+  void ReleaseBuffer() {
+    buffer_.reset();
+    service_->ingest_buffered_.fetch_sub(reserved_);
+    reserved_ = 0;
+  }
+
+  // raw_ -> chunk_, bounded before parsing.
+  absl::Status ParseChunk() {
+    const std::string partial =
+        assembling_ ? absl::StrCat("; nothing of ", ToString(id_), " was stored") : "";
+    const size_t size = raw_.Length();
+    if (size > service_->options_.max_ingest_chunk_bytes) {
+      raw_.Clear();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("ingest message ", messages_, " has ", size, " bytes, more than the node's ",
+                       service_->options_.max_ingest_chunk_bytes, partial));
+    }
+    chunk_.Clear();
+    if (!grpc::SerializationTraits<v1::IngestChunk>::Deserialize(&raw_, &chunk_).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("ingest message ", messages_, " (", size,
+                                                     " bytes) is not an IngestChunk", partial));
+    }
+    return absl::OkStatus();
+  }
+
+  // Finish, with the reply serialized when the stream succeeded.
+  void Finish(const grpc::Status& status) {
+    if (status.ok()) {
+      bool own = false;
+      grpc::Status serialized =
+          grpc::SerializationTraits<v1::IngestReply>::Serialize(reply_storage_, response_, &own);
+      if (!serialized.ok()) {
+        grpc::ServerReadReactor<grpc::ByteBuffer>::Finish(serialized);
+        return;
+      }
+    }
+    grpc::ServerReadReactor<grpc::ByteBuffer>::Finish(status);
+  }
+
+  void OnChunk(bool ok) {
     if (!ok) {
       if (context_->IsCancelled()) {
         Finish(grpc::Status(grpc::StatusCode::CANCELLED, "ingest cancelled"));
@@ -114,15 +179,9 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1
       }
       return;
     }
-    StartRead(&chunk_);
+    StartRead(&raw_);
   }
 
-  void OnDone() override {
-    service_->active_calls_.fetch_sub(1);
-    delete this;
-  }
-
- private:
   absl::Status Consume() {
     COLIBRI_ASSIGN_OR_RETURN(ExpertId id, ParseKey(chunk_.key()));
     if (chunk_.has_gate()) {
@@ -190,6 +249,14 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1
                                                        " layers x ", n_expert, " experts"));
       }
     }
+    ReleaseBuffer();
+    if (!service_->ReserveIngestBytes(layout_.payload_bytes())) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": the node's ingest streams already buffer ", service_->ingest_buffered_.load(),
+          " bytes; ", layout_.payload_bytes(), " more would exceed its limit of ",
+          service_->options_.max_ingest_buffer_bytes, " (retry later)"));
+    }
+    reserved_ = layout_.payload_bytes();
     buffer_.reset(new uint8_t[layout_.payload_bytes()]);
     received_ = 0;
     id_ = std::move(id);
@@ -213,7 +280,7 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1
     }
     if (s.ok()) s = service_->RegisterModel(id_.fingerprint, shape_);
     if (s.ok()) s = service_->store_->Put(id_, layout_, gate, up, down);
-    buffer_.reset();
+    ReleaseBuffer();
     if (!s.ok()) {
       Finish(ToGrpc(s));
       return;
@@ -223,13 +290,17 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1
     key->set_layer(id_.layer);
     key->set_expert(id_.expert);
     reply_->set_bytes_stored(reply_->bytes_stored() + layout_.payload_bytes());
-    StartRead(&chunk_);
+    StartRead(&raw_);
   }
 
   ExpertServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_;  // the serialized reply_storage_
+  v1::IngestReply reply_storage_;
   v1::IngestReply* const reply_;
   const absl::Time start_;
+  grpc::ByteBuffer raw_;  // the message being read
+  int64_t messages_ = 0;  // read so far
   v1::IngestChunk chunk_;
   // The expert being assembled.
   bool assembling_ = false;
@@ -237,6 +308,7 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<v1
   ExpertLayout layout_;
   ModelInfo shape_;
   std::unique_ptr<uint8_t[]> buffer_;  // [payload_bytes]
+  uint64_t reserved_ = 0;              // of service_->ingest_buffered_
   uint64_t received_ = 0;
 };
 
@@ -262,6 +334,20 @@ ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store,
                                                    options.prefetch_queue_limit)),
       compute_queue_(std::make_unique<TaskQueue>(options.compute_workers, 0)) {}
 
+void ExpertServiceImpl::BeginShutdown() { shutting_down_.store(true); }
+
+bool ExpertServiceImpl::ReserveIngestBytes(uint64_t bytes) {
+  uint64_t now = ingest_buffered_.load();
+  do {
+    if (bytes > options_.max_ingest_buffer_bytes ||
+        now > options_.max_ingest_buffer_bytes - bytes) {
+      ingest_refused_.fetch_add(1);
+      return false;
+    }
+  } while (!ingest_buffered_.compare_exchange_weak(now, now + bytes));
+  return true;
+}
+
 ExpertServiceImpl::~ExpertServiceImpl() {
   compute_queue_.reset();
   prefetch_queue_.reset();
@@ -277,7 +363,8 @@ absl::StatusOr<ModelInfo> ExpertServiceImpl::FindModel(const std::string& finger
   absl::MutexLock lock(&mu_);
   auto it = models_.find(fingerprint);
   if (it == models_.end()) {
-    return absl::NotFoundError(absl::StrCat("node holds no experts of model '", fingerprint, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("node holds no experts of model '", rpc::EscapeUntrusted(fingerprint), "'"));
   }
   return it->second;
 }
@@ -400,7 +487,8 @@ absl::Status ExpertServiceImpl::DoComputeLayer(const v1::ComputeLayerRequest& re
                                                v1::ComputeLayerReply* reply) {
   const absl::Time start = absl::Now();
   COLIBRI_ASSIGN_OR_RETURN(const ModelInfo model, FindModel(request.model_fingerprint()));
-  COLIBRI_ASSIGN_OR_RETURN(const LayerWork work, ParseLayerRequest(request, model));
+  COLIBRI_ASSIGN_OR_RETURN(const LayerWork work,
+                           ParseLayerRequest(request, model, options_.max_reply_bytes));
 
   std::vector<PinnedExpert> pinned;  // held until the outputs are computed
   int64_t disk_wait_micros = 0;
@@ -457,10 +545,10 @@ grpc::ServerUnaryReactor* ExpertServiceImpl::Prefetch(grpc::CallbackServerContex
   return reactor;
 }
 
-grpc::ServerReadReactor<v1::IngestChunk>* ExpertServiceImpl::Ingest(
-    grpc::CallbackServerContext* context, v1::IngestReply* reply) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* ExpertServiceImpl::Ingest(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   active_calls_.fetch_add(1);
-  return new IngestReactor(this, context, reply);
+  return new IngestReactor(this, context, response);
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Import(grpc::CallbackServerContext* context,
@@ -481,12 +569,21 @@ grpc::ServerUnaryReactor* ExpertServiceImpl::Import(grpc::CallbackServerContext*
 
 absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
                                          v1::ImportReply* reply) {
-  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Model> model,
-                           arch::Model::Open(request.gguf_path()));
+  if (shutting_down_.load()) return absl::UnavailableError("node is shutting down");
+  // The caller learns nothing about the path beyond "cannot import" (whether
+  // it exists, is readable, is a GGUF): the details go to the node's log.
+  const std::string shown_path = rpc::EscapeUntrusted(request.gguf_path());
+  absl::StatusOr<std::unique_ptr<arch::Model>> opened = arch::Model::Open(request.gguf_path());
+  if (!opened.ok()) {
+    LogEvent(absl::StrCat("import of ", shown_path,
+                          " failed: ", rpc::EscapeUntrusted(opened.status().message())));
+    return absl::NotFoundError(absl::StrCat("cannot import ", shown_path));
+  }
+  std::unique_ptr<arch::Model> model = std::move(*opened);
   COLIBRI_ASSIGN_OR_RETURN(const std::string fingerprint, gguf::ModelFingerprint(model->file()));
   if (!request.model_fingerprint().empty() && request.model_fingerprint() != fingerprint) {
-    return absl::InvalidArgumentError(absl::StrCat(request.gguf_path(), " has fingerprint ",
-                                                   fingerprint, ", the request names ",
+    return absl::InvalidArgumentError(absl::StrCat(shown_path, " has fingerprint ", fingerprint,
+                                                   ", the request names ",
                                                    request.model_fingerprint()));
   }
   const arch::ModelConfig& config = model->config();
@@ -504,7 +601,7 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
       if (id.fingerprint != fingerprint || id.layer >= static_cast<int>(experts.size()) ||
           id.expert >= static_cast<int>(experts[id.layer].size())) {
         return absl::InvalidArgumentError(
-            absl::StrCat(ToString(id), " is not an expert of ", request.gguf_path()));
+            absl::StrCat(ToString(id), " is not an expert of ", shown_path));
       }
       wanted.push_back(std::move(id));
     }
@@ -520,6 +617,11 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
   int32_t imported = 0;
   uint64_t stored_bytes = 0;
   for (const ExpertId& id : wanted) {
+    if (shutting_down_.load()) {
+      return absl::UnavailableError(absl::StrCat("node is shutting down: import of ", shown_path,
+                                                 " stopped after ", imported,
+                                                 " experts (they stay stored)"));
+    }
     const moe::ExpertWeights& w = experts[id.layer][id.expert];
     COLIBRI_ASSIGN_OR_RETURN(const bool present, store_->Contains(id));
     if (!present) {
@@ -537,15 +639,16 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
       const double seconds = absl::ToDoubleSeconds(now - start);
       const double rate = seconds > 0 ? done_bytes / seconds : 0;
       LogEvent(absl::StrFormat("import %s: %d / %d bytes (%.1f%%), %.1f MB/s, ETA %.0f s",
-                               request.gguf_path(), done_bytes, total_bytes,
+                               shown_path, done_bytes, total_bytes,
                                100.0 * done_bytes / std::max<uint64_t>(total_bytes, 1), rate / 1e6,
                                rate > 0 ? (total_bytes - done_bytes) / rate : 0.0));
     }
   }
-  LogEvent(absl::StrFormat("import done: %s: %d experts written (%d bytes), %d already stored, "
-                           "%.1f s",
-                           request.gguf_path(), imported, stored_bytes, wanted.size() - imported,
-                           absl::ToDoubleSeconds(absl::Now() - start)));
+  LogEvent(
+      absl::StrFormat("import done: %s: %d experts written (%d bytes), %d already stored, "
+                      "%.1f s",
+                      shown_path, imported, stored_bytes, wanted.size() - imported,
+                      absl::ToDoubleSeconds(absl::Now() - start)));
   reply->set_imported(imported);
   reply->set_bytes_stored(stored_bytes);
   return absl::OkStatus();
@@ -573,7 +676,7 @@ absl::Status ExpertServiceImpl::DoInventory(const v1::InventoryRequest& request,
   if (!request.model_fingerprint().empty()) {
     COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(request.model_fingerprint()));
   }
-  COLIBRI_ASSIGN_OR_RETURN(const auto models, store_->List(request.model_fingerprint()));
+  COLIBRI_ASSIGN_OR_RETURN(const auto models, store_->ListHashed(request.model_fingerprint()));
   reply->set_node_id(options_.node_id);
   reply->set_disk_budget_bytes(options_.disk_budget_bytes);
   reply->set_ram_budget_bytes(tier_->budget_bytes());
@@ -582,7 +685,10 @@ absl::Status ExpertServiceImpl::DoInventory(const v1::InventoryRequest& request,
       v1::InventoryEntry* entry = reply->add_entries();
       entry->set_model_fingerprint(fingerprint);
       entry->set_layer(layer);
-      for (int32_t e : experts) entry->add_experts(e);
+      for (const ExpertStore::HashedExpert& e : experts) {
+        entry->add_experts(e.expert);
+        entry->add_xxh64(e.xxh64);
+      }
     }
   }
   return absl::OkStatus();
@@ -617,6 +723,8 @@ void ExpertServiceImpl::FillNodeStats(v1::NodeStatsReply* reply) const {
   reply->set_compute_requests(compute_requests_.load());
   reply->set_compute_routes(compute_routes_.load());
   reply->set_checksum_failures(store_->checksum_failures());
+  reply->set_ingest_buffered_bytes(ingest_buffered_.load());
+  reply->set_ingest_refused(ingest_refused_.load());
   reply->set_prefetch_issued(prefetch_issued_.load());
   reply->set_prefetch_used(c.prefetch_used);
   reply->set_prefetch_wasted(c.prefetch_wasted);

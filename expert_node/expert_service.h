@@ -22,6 +22,14 @@
 // results: outputs depend only on the expert bytes, whichever tier they come
 // from.
 //
+// Import: opens only regular files (never blocks on a FIFO or a device); any
+// failure to open or parse the file is NotFound "cannot import PATH", details
+// in the node's log only, so a caller cannot probe which paths exist.
+//
+// Ingest: a chunk that does not parse ends the stream with INVALID_ARGUMENT;
+// nothing of the expert it belonged to is stored (experts acknowledged
+// before it stay).
+//
 // Errors: unknown model NotFound; malformed requests InvalidArgument naming the
 // field (layer_compute.h); an expert the node does not hold NotFound; a damaged
 // stored expert DataLoss (it is dropped; see expert_store.h); a full executor
@@ -56,7 +64,11 @@
 
 namespace colibri::expert_node {
 
-class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
+// Ingest is registered raw (ByteBuffer): the reactor parses each chunk
+// itself, so that a chunk that does not parse ends the stream with
+// INVALID_ARGUMENT instead of looking like the end of the stream.
+class ExpertServiceImpl final
+    : public v1::ExpertService::WithRawCallbackMethod_Ingest<v1::ExpertService::CallbackService> {
  public:
   struct Options {
     // Reported in Inventory and NodeStats. Default: "" (empty).
@@ -74,6 +86,18 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
     int io_threads = 2;
     // Largest expert (gate + up + down bytes) Ingest accepts. Default: 4 GiB.
     uint64_t max_expert_bytes = uint64_t{4} << 30;
+    // Largest ComputeLayer reply: a request whose outputs would be larger is
+    // refused by its shape (InvalidArgument) before any work. NodeServer sets
+    // it just under its max_message_bytes. Default: 256 MiB - 64 KiB.
+    uint64_t max_reply_bytes = (uint64_t{256} << 20) - (uint64_t{64} << 10);
+    // Bytes all Ingest streams together may hold in experts being assembled
+    // (each stream holds at most one); an expert that would go beyond ends
+    // its stream with RESOURCE_EXHAUSTED, counted in NodeStats
+    // ingest_refused. Default: 2 GiB.
+    uint64_t max_ingest_buffer_bytes = uint64_t{2} << 30;
+    // Largest serialized IngestChunk; a bigger one ends the stream with
+    // RESOURCE_EXHAUSTED before it is parsed. Default: 64 MiB.
+    uint64_t max_ingest_chunk_bytes = uint64_t{64} << 20;
     // Disk capacity offered for placement (Inventory); 0: unknown. Default: 0.
     uint64_t disk_budget_bytes = 0;
     // How often Import logs progress. Default: 5 s.
@@ -89,14 +113,21 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
   // Waits for queued work to finish. Call after the gRPC server has shut down.
   ~ExpertServiceImpl() override;
 
+  // Makes an Import in progress stop before its next expert, and later ones
+  // fail at once, with Unavailable (what was imported stays stored; a later
+  // Import skips it). Call when shutting down, so that a long Import does not
+  // hold the node up. Thread-safe.
+  void BeginShutdown();
+
   grpc::ServerUnaryReactor* ComputeLayer(grpc::CallbackServerContext* context,
                                          const v1::ComputeLayerRequest* request,
                                          v1::ComputeLayerReply* reply) override;
   grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* context,
                                      const v1::PrefetchRequest* request,
                                      v1::PrefetchReply* reply) override;
-  grpc::ServerReadReactor<v1::IngestChunk>* Ingest(grpc::CallbackServerContext* context,
-                                                   v1::IngestReply* reply) override;
+  // Reads serialized IngestChunks; writes a serialized IngestReply.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Ingest(grpc::CallbackServerContext* context,
+                                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* context,
                                    const v1::ImportRequest* request,
                                    v1::ImportReply* reply) override;
@@ -136,6 +167,9 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
   bool QueuePrefetch(const v1::ExpertKey& key);
   // The I/O pool's work for one queued hint.
   void RunPrefetch(const ExpertId& id);
+  // Takes `bytes` of Options::max_ingest_buffer_bytes; false (counted) when
+  // they are not available.
+  bool ReserveIngestBytes(uint64_t bytes);
   // Finishes a unary call and counts it done.
   void Finish(grpc::ServerUnaryReactor* reactor, const grpc::Status& status);
 
@@ -152,6 +186,9 @@ class ExpertServiceImpl final : public v1::ExpertService::CallbackService {
   // executor threads only).
   absl::Mutex model_write_mu_;
 
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<uint64_t> ingest_buffered_{0};  // bytes of experts being assembled
+  std::atomic<uint64_t> ingest_refused_{0};
   std::atomic<uint64_t> compute_requests_{0};
   std::atomic<uint64_t> compute_routes_{0};
   std::atomic<int32_t> in_flight_{0};     // ComputeLayer calls

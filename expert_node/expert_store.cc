@@ -1,9 +1,13 @@
 #include "expert_node/expert_store.h"
 
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "expert_node/event_log.h"
 #include "rocksdb/db.h"
@@ -37,24 +41,130 @@ absl::Span<const uint8_t> ToSpan(const char* p, size_t n) {
   return absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(p), n);
 }
 
+// An iterator over the keys starting with `prefix` alone. The upper bound
+// matters: without it, positioning past the last matching key would load the
+// next key's value, which may be an expert in a blob file (a read, and a
+// damaged blob would fail a scan that never needed it).
+class PrefixScan {
+ public:
+  PrefixScan(rocksdb::DB* db, absl::string_view prefix)
+      : prefix_(prefix), limit_(prefix), limit_slice_() {
+    // Every prefix here ends in '/', so bumping the last byte stays ASCII.
+    limit_.back() = static_cast<char>(limit_.back() + 1);
+    limit_slice_ = rocksdb::Slice(limit_);
+    rocksdb::ReadOptions options;
+    options.iterate_upper_bound = &limit_slice_;
+    it_.reset(db->NewIterator(options));
+    it_->Seek(prefix_);
+  }
+  bool Valid() const { return it_->Valid() && it_->key().starts_with(prefix_); }
+  void Next() { it_->Next(); }
+  rocksdb::Slice key() const { return it_->key(); }
+  rocksdb::Slice value() const { return it_->value(); }
+  rocksdb::Status status() const { return it_->status(); }
+
+ private:
+  const std::string prefix_;
+  std::string limit_;
+  rocksdb::Slice limit_slice_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+};
+
+rocksdb::Options DbOptions(uint64_t min_blob_size, bool direct_reads) {
+  rocksdb::Options db_options;
+  db_options.create_if_missing = true;
+  db_options.enable_blob_files = true;
+  db_options.min_blob_size = min_blob_size;
+  db_options.enable_blob_garbage_collection = true;
+  // Quantized weights do not compress; do not spend CPU trying.
+  db_options.blob_compression_type = rocksdb::kNoCompression;
+  db_options.use_direct_reads = direct_reads;
+  return db_options;
+}
+
+absl::Status DamagedStoreError(const std::string& data_dir, const absl::Status& why) {
+  return absl::DataLossError(absl::StrCat(
+      "expert store ", data_dir, " is damaged: ", why.message(),
+      ". Ways forward: --repair (RocksDB salvages what it can read, then every expert is "
+      "verified) or --reset-store (the store is moved aside, never deleted, and the node starts "
+      "empty; the coordinator re-sends its experts)"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Open(const Options& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("expert store: no data dir");
-  rocksdb::Options db_options;
-  db_options.create_if_missing = true;
-  db_options.enable_blob_files = true;
-  db_options.min_blob_size = options.min_blob_size;
-  db_options.enable_blob_garbage_collection = true;
-  // Quantized weights do not compress; do not spend CPU trying.
-  db_options.blob_compression_type = rocksdb::kNoCompression;
-  db_options.use_direct_reads = options.direct_reads;
+  const rocksdb::Options db_options = DbOptions(options.min_blob_size, options.direct_reads);
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.data_dir, &raw);
-  COLIBRI_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("opening expert store ", options.data_dir)));
+  absl::Status opened = FromRocks(s, absl::StrCat("opening expert store ", options.data_dir));
+  if (s.IsCorruption()) return DamagedStoreError(options.data_dir, opened);
+  COLIBRI_RETURN_IF_ERROR(opened);
   std::unique_ptr<ExpertStore> store(new ExpertStore(std::unique_ptr<rocksdb::DB>(raw), options));
-  COLIBRI_RETURN_IF_ERROR(store->RebuildCounters());
+  absl::Status counted = store->RebuildCounters();
+  if (absl::IsDataLoss(counted)) return DamagedStoreError(options.data_dir, counted);
+  COLIBRI_RETURN_IF_ERROR(counted);
   return store;
+}
+
+absl::Status ExpertStore::Repair(const std::string& data_dir) {
+  rocksdb::Options db_options = DbOptions(4096, false);
+  db_options.create_if_missing = false;
+  const rocksdb::Status s = rocksdb::RepairDB(data_dir, db_options);
+  return FromRocks(s, absl::StrCat("repairing expert store ", data_dir));
+}
+
+absl::StatusOr<std::string> ExpertStore::ResetStore(const std::string& data_dir) {
+  const std::string aside = absl::StrCat(
+      data_dir, ".damaged-", absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone()));
+  std::error_code ec;
+  if (std::filesystem::exists(aside, ec)) {
+    return absl::AlreadyExistsError(absl::StrCat("cannot move ", data_dir, " aside: ", aside,
+                                                 " exists (try again in a second)"));
+  }
+  std::filesystem::rename(data_dir, aside, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot move ", data_dir, " to ", aside, ": ", ec.message()));
+  }
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot create ", data_dir, ": ", ec.message()));
+  }
+  // The node keeps its identity (placement, the coordinator's view of it).
+  if (std::filesystem::is_regular_file(aside + "/NODE_ID", ec)) {
+    std::filesystem::copy_file(aside + "/NODE_ID", data_dir + "/NODE_ID", ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot copy ", aside, "/NODE_ID to ", data_dir, ": ", ec.message()));
+    }
+  }
+  return aside;
+}
+
+absl::StatusOr<int64_t> ExpertStore::VerifyAll() {
+  std::vector<ExpertId> ids;
+  {
+    PrefixScan it(db_.get(), IndexKeyPrefix(""));
+    for (; it.Valid(); it.Next()) {
+      absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
+      if (id.ok()) ids.push_back(std::move(*id));
+    }
+    COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning expert index"));
+  }
+  int64_t dropped = 0;
+  for (const ExpertId& id : ids) {
+    absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = Get(id);
+    if (absl::IsDataLoss(blob.status())) {
+      ++dropped;  // Get dropped and counted it
+    } else if (absl::IsNotFound(blob.status())) {
+      DropDamaged(id, absl::DataLossError(absl::StrCat(ToString(id), ": value missing")));
+      ++dropped;
+    } else if (!blob.ok()) {
+      return blob.status();
+    }
+  }
+  return dropped;
 }
 
 ExpertStore::ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options)
@@ -71,18 +181,16 @@ absl::Status ExpertStore::RebuildCounters() {
   absl::MutexLock lock(&write_mu_);
   experts_stored_ = 0;
   payload_bytes_ = 0;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const std::string prefix = IndexKeyPrefix("");
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it->key()));
+  PrefixScan it(db_.get(), IndexKeyPrefix(""));
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
     if (!id.ok()) continue;
-    absl::StatusOr<ExpertLayout> layout =
-        DecodeHeader(View(it->value()), id->layer, id->expert);
+    absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(it.value()), id->layer, id->expert);
     if (!layout.ok()) continue;
     ++experts_stored_;
     payload_bytes_ += layout->payload_bytes();
   }
-  return FromRocks(it->status(), "scanning expert index");
+  return FromRocks(it.status(), "scanning expert index");
 }
 
 absl::Status ExpertStore::PutModel(const std::string& fingerprint, const ModelInfo& info) {
@@ -95,14 +203,13 @@ absl::Status ExpertStore::PutModel(const std::string& fingerprint, const ModelIn
 
 absl::StatusOr<std::map<std::string, ModelInfo>> ExpertStore::ListModels() const {
   std::map<std::string, ModelInfo> models;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const rocksdb::Slice prefix(kModelKeyPrefix.data(), kModelKeyPrefix.size());
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    absl::StatusOr<ModelInfo> info = DecodeModelInfo(View(it->value()));
+  PrefixScan it(db_.get(), kModelKeyPrefix);
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ModelInfo> info = DecodeModelInfo(View(it.value()));
     if (!info.ok()) continue;
-    models[std::string(View(it->key()).substr(prefix.size()))] = *info;
+    models[std::string(View(it.key()).substr(kModelKeyPrefix.size()))] = *info;
   }
-  COLIBRI_RETURN_IF_ERROR(FromRocks(it->status(), "scanning model records"));
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning model records"));
   return models;
 }
 
@@ -130,11 +237,17 @@ absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
   COLIBRI_RETURN_IF_ERROR(FromRocks(batch.Put(index_key, header), "batch"));
 
   absl::MutexLock lock(&write_mu_);
+  COLIBRI_RETURN_IF_ERROR(CheckLayerLayout(id, layout));
   std::string old_header;
   rocksdb::Status old = db_->Get(rocksdb::ReadOptions(), index_key, &old_header);
+  if (old.ok()) {
+    COLIBRI_ASSIGN_OR_RETURN(const bool same, SameAsStored(id, header, gate, up, down));
+    if (same) return absl::OkStatus();  // already stored: nothing to write
+  }
   rocksdb::WriteOptions wo;
   wo.sync = sync_writes_;
-  COLIBRI_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), absl::StrCat("storing ", ToString(id))));
+  COLIBRI_RETURN_IF_ERROR(
+      FromRocks(db_->Write(wo, &batch), absl::StrCat("storing ", ToString(id))));
   if (old.ok()) {
     absl::StatusOr<ExpertLayout> old_layout = DecodeHeader(old_header, id.layer, id.expert);
     if (old_layout.ok()) {
@@ -154,6 +267,13 @@ absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id)
   if (s.IsNotFound()) {
     return absl::NotFoundError(absl::StrCat("node does not hold ", ToString(id)));
   }
+  if (s.IsCorruption()) {
+    // RocksDB's own checksum (blob record, block) caught the damage: the
+    // same treatment as a payload checksum failure.
+    absl::Status bad = absl::DataLossError(absl::StrCat(ToString(id), ": ", s.ToString()));
+    DropDamaged(id, bad);
+    return bad;
+  }
   COLIBRI_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("reading ", ToString(id))));
   absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(value), id.layer, id.expert);
   if (!layout.ok()) {
@@ -161,9 +281,9 @@ absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id)
     return absl::DataLossError(absl::StrCat(ToString(id), ": ", layout.status().message()));
   }
   if (value.size() != kHeaderBytes + layout->payload_bytes()) {
-    absl::Status bad = absl::DataLossError(absl::StrCat(
-        ToString(id), ": stored value has ", value.size(), " bytes, header says ",
-        kHeaderBytes + layout->payload_bytes()));
+    absl::Status bad = absl::DataLossError(absl::StrCat(ToString(id), ": stored value has ",
+                                                        value.size(), " bytes, header says ",
+                                                        kHeaderBytes + layout->payload_bytes()));
     DropDamaged(id, bad);
     return bad;
   }
@@ -177,6 +297,76 @@ absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id)
     return bad;
   }
   return ExpertBlob::Copy(*layout, gate, up, down, buffer_pool_.get());
+}
+
+absl::Status ExpertStore::CheckLayerLayout(const ExpertId& id, const ExpertLayout& layout) {
+  // All experts of a layer are slices of the same GGUF tensors: one type and
+  // one shape per matrix. The first expert stored in a layer fixes them.
+  const std::string prefix =
+      absl::StrCat(IndexKeyPrefix(id.fingerprint), absl::StrFormat("%05d/", id.layer));
+  for (PrefixScan it(db_.get(), prefix); it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> other = ParseExpertKey(View(it.key()));
+    if (!other.ok() || other->expert == id.expert) continue;
+    absl::StatusOr<ExpertLayout> known =
+        DecodeHeader(View(it.value()), other->layer, other->expert);
+    if (!known.ok()) continue;
+    const TensorLayout* mine[3] = {&layout.gate, &layout.up, &layout.down};
+    const TensorLayout* theirs[3] = {&known->gate, &known->up, &known->down};
+    const char* names[3] = {"gate", "up", "down"};
+    for (int m = 0; m < 3; ++m) {
+      if (mine[m]->type != theirs[m]->type || mine[m]->rows != theirs[m]->rows ||
+          mine[m]->cols != theirs[m]->cols) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            ToString(id), ": ", names[m], " is type ", static_cast<int>(mine[m]->type), " [",
+            mine[m]->rows, " x ", mine[m]->cols, "], the layer's stored experts are type ",
+            static_cast<int>(theirs[m]->type), " [", theirs[m]->rows, " x ", theirs[m]->cols, "]"));
+      }
+    }
+    return absl::OkStatus();  // one sibling is enough: they were checked alike
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ExpertStore::SameAsStored(const ExpertId& id, absl::string_view header,
+                                               absl::Span<const uint8_t> gate,
+                                               absl::Span<const uint8_t> up,
+                                               absl::Span<const uint8_t> down) {
+  rocksdb::PinnableSlice stored;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), ExpertValueKey(id), &stored);
+  absl::Status damage;
+  if (s.IsCorruption() || s.IsNotFound()) {
+    damage = absl::DataLossError(absl::StrCat(ToString(id), ": ", s.ToString()));
+  } else if (!s.ok()) {
+    return FromRocks(s, absl::StrCat("reading ", ToString(id)));
+  } else {
+    absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(stored), id.layer, id.expert);
+    if (!layout.ok()) {
+      damage = layout.status();
+    } else if (stored.size() != kHeaderBytes + layout->payload_bytes()) {
+      damage = absl::DataLossError(absl::StrCat(ToString(id), ": stored value has the wrong size"));
+    } else {
+      const char* p = stored.data() + kHeaderBytes;
+      const auto s_gate = ToSpan(p, layout->gate.bytes);
+      const auto s_up = ToSpan(p + layout->gate.bytes, layout->up.bytes);
+      const auto s_down = ToSpan(p + layout->gate.bytes + layout->up.bytes, layout->down.bytes);
+      if (PayloadChecksum(s_gate, s_up, s_down) != layout->xxh64) {
+        damage = absl::DataLossError(absl::StrCat(ToString(id), ": checksum mismatch"));
+      } else {
+        const bool same = View(stored).substr(0, kHeaderBytes) == header && s_gate == gate &&
+                          s_up == up && s_down == down;
+        if (same) return true;
+        return absl::AlreadyExistsError(
+            absl::StrCat(ToString(id), " is already stored with other bytes (stored xxh64 ",
+                         absl::StrFormat("%016x", layout->xxh64),
+                         "); a stored expert is immutable: the offered one is refused"));
+      }
+    }
+  }
+  // The stored copy is damaged (and so never served): the new one replaces it.
+  checksum_failures_.fetch_add(1);
+  LogEvent(absl::StrCat("corrupt expert replaced: ", damage.message()));
+  return false;
 }
 
 void ExpertStore::DropDamaged(const ExpertId& id, const absl::Status& why) {
@@ -215,14 +405,13 @@ absl::Status ExpertStore::PutUsageRecords(
 absl::StatusOr<std::vector<std::pair<ExpertId, std::string>>> ExpertStore::ListUsageRecords()
     const {
   std::vector<std::pair<ExpertId, std::string>> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const rocksdb::Slice prefix(kUsageKeyPrefix.data(), kUsageKeyPrefix.size());
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it->key()));
+  PrefixScan it(db_.get(), kUsageKeyPrefix);
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
     if (!id.ok()) continue;
-    out.emplace_back(std::move(*id), std::string(View(it->value())));
+    out.emplace_back(std::move(*id), std::string(View(it.value())));
   }
-  COLIBRI_RETURN_IF_ERROR(FromRocks(it->status(), "scanning usage counts"));
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning usage counts"));
   return out;
 }
 
@@ -251,14 +440,28 @@ absl::Status ExpertStore::Delete(const ExpertId& id) {
 absl::StatusOr<std::map<std::string, ExpertStore::Inventory>> ExpertStore::List(
     const std::string& fingerprint) const {
   std::map<std::string, Inventory> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const std::string prefix = IndexKeyPrefix(fingerprint);
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it->key()));
+  PrefixScan it(db_.get(), IndexKeyPrefix(fingerprint));
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
     if (!id.ok()) continue;
     out[id->fingerprint][id->layer].push_back(id->expert);
   }
-  COLIBRI_RETURN_IF_ERROR(FromRocks(it->status(), "scanning expert index"));
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning expert index"));
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, ExpertStore::HashedInventory>> ExpertStore::ListHashed(
+    const std::string& fingerprint) const {
+  std::map<std::string, HashedInventory> out;
+  PrefixScan it(db_.get(), IndexKeyPrefix(fingerprint));
+  for (; it.Valid(); it.Next()) {
+    absl::StatusOr<ExpertId> id = ParseExpertKey(View(it.key()));
+    if (!id.ok()) continue;
+    absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(it.value()), id->layer, id->expert);
+    if (!layout.ok()) continue;
+    out[id->fingerprint][id->layer].push_back(HashedExpert{id->expert, layout->xxh64});
+  }
+  COLIBRI_RETURN_IF_ERROR(FromRocks(it.status(), "scanning expert index"));
   return out;
 }
 

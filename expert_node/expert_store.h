@@ -60,9 +60,26 @@ class ExpertStore {
   // Experts of one model held durably, by layer (ascending), experts ascending.
   using Inventory = std::map<int32_t, std::vector<int32_t>>;
 
-  // Opens (or creates) the database. Internal/IOError-derived statuses when
-  // RocksDB cannot open it (e.g. Unavailable when another process holds it).
+  // Opens (or creates) the database. DataLoss when it is damaged (a bad SST,
+  // MANIFEST, CURRENT, WAL...): the message names what RocksDB found and the
+  // ways forward (Repair, ResetStore); Unavailable when another process holds
+  // it; Internal for other I/O errors.
   static absl::StatusOr<std::unique_ptr<ExpertStore>> Open(const Options& options);
+
+  // Ways forward for a damaged store (the node's --repair / --reset-store).
+  // Repair runs RocksDB's RepairDB on data_dir (salvaging every readable
+  // record; what it cannot read is lost); open it afterwards and call
+  // VerifyAll so that no index entry outlives its value.
+  static absl::Status Repair(const std::string& data_dir);
+  // Moves data_dir aside to "<data_dir>.damaged-<UTC time>" (never deletes
+  // anything) and recreates data_dir empty, keeping its NODE_ID file so the
+  // node keeps its identity. Returns where the old store went.
+  static absl::StatusOr<std::string> ResetStore(const std::string& data_dir);
+
+  // Reads and verifies every stored expert (a full read of the store); drops
+  // (and counts in checksum_failures) the damaged ones and index entries
+  // whose value is missing. Returns how many were dropped.
+  absl::StatusOr<int64_t> VerifyAll();
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
@@ -72,12 +89,16 @@ class ExpertStore {
   // Every model record: fingerprint -> info. Malformed records are skipped.
   absl::StatusOr<std::map<std::string, ModelInfo>> ListModels() const;
 
-  // Stores an expert durably (replacing a previous value). `layout` must be
-  // valid (ValidateLayout) with the spans' sizes and layout.xxh64 set to
-  // PayloadChecksum(gate, up, down); InvalidArgument otherwise.
-  absl::Status Put(const ExpertId& id, const ExpertLayout& layout,
-                   absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
-                   absl::Span<const uint8_t> down);
+  // Stores an expert durably. `layout` must be valid (ValidateLayout) with the
+  // spans' sizes and layout.xxh64 set to PayloadChecksum(gate, up, down);
+  // InvalidArgument otherwise. Stored experts are immutable: storing the same
+  // bytes again is OK and writes nothing; other bytes for a stored expert are
+  // AlreadyExists (the stored ones stay), unless the stored copy is damaged
+  // (counted in checksum_failures and replaced). Every expert of a layer must
+  // have the types and shapes of the layer's experts already stored
+  // (FailedPrecondition otherwise).
+  absl::Status Put(const ExpertId& id, const ExpertLayout& layout, absl::Span<const uint8_t> gate,
+                   absl::Span<const uint8_t> up, absl::Span<const uint8_t> down);
 
   // Reads and verifies an expert into an owned aligned buffer (from
   // Options::buffer_pool when set). NotFound when absent; DataLoss (after
@@ -93,6 +114,19 @@ class ExpertStore {
 
   // Index entries of `fingerprint`, or of every model when empty: fp -> layers.
   absl::StatusOr<std::map<std::string, Inventory>> List(const std::string& fingerprint) const;
+
+  // One stored expert and its content hash: the XXH64 (seed 0) of its
+  // gate|up|down bytes, from its index entry (no value read).
+  struct HashedExpert {
+    int32_t expert = 0;
+    uint64_t xxh64 = 0;
+  };
+  // By layer (ascending), experts ascending.
+  using HashedInventory = std::map<int32_t, std::vector<HashedExpert>>;
+  // Like List, with each expert's content hash; index entries whose header
+  // does not decode are left out (the expert counts as missing).
+  absl::StatusOr<std::map<std::string, HashedInventory>> ListHashed(
+      const std::string& fingerprint) const;
 
   // Usage records (usage_counts.h encodes the values): written in one batch
   // without syncing the WAL (advisory data: a crash may lose the last batch).
@@ -114,6 +148,17 @@ class ExpertStore {
  private:
   ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options);
   absl::Status RebuildCounters();
+  // FailedPrecondition when another stored expert of id's layer has another
+  // type or shape than `layout`.
+  absl::Status CheckLayerLayout(const ExpertId& id, const ExpertLayout& layout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Whether id's stored value is exactly `header` + the payload: true; false
+  // when the stored value is damaged (counted; the caller replaces it);
+  // AlreadyExists when it is intact and different.
+  absl::StatusOr<bool> SameAsStored(const ExpertId& id, absl::string_view header,
+                                    absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
+                                    absl::Span<const uint8_t> down)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Deletes both keys of a damaged expert and counts it.
   void DropDamaged(const ExpertId& id, const absl::Status& why);
 

@@ -17,7 +17,7 @@ constexpr uint64_t kMaxRouteBytes = uint64_t{1} << 30;
 }  // namespace
 
 absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& request,
-                                            const ModelInfo& model) {
+                                            const ModelInfo& model, uint64_t max_reply_bytes) {
   LayerWork work;
   work.layer = request.layer();
   if (work.layer < 0 || (model.n_layer > 0 && work.layer >= model.n_layer)) {
@@ -62,6 +62,24 @@ absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& reque
                                                    " bytes, shape [", work.n_tokens, ", ",
                                                    work.n_embd, "] needs ", expected_bytes));
   }
+  // Refuse by shape what cannot be answered, before copying or computing:
+  // the reply (one row per route, or per token when reduced) and the
+  // gathered inputs (one row per route) are bounded.
+  const uint64_t n_routes_requested = static_cast<uint64_t>(request.routes_size());
+  const uint64_t row_bytes = static_cast<uint64_t>(work.n_embd) * 4;
+  const uint64_t reply_rows =
+      request.reduce_per_token() ? static_cast<uint64_t>(work.n_tokens) : n_routes_requested;
+  if (reply_rows * row_bytes > max_reply_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        n_routes_requested, " routes over ", work.n_tokens, " tokens of width ", work.n_embd,
+        " need a reply of ", reply_rows * row_bytes, " bytes, more than the node's limit of ",
+        max_reply_bytes, " bytes: split the request"));
+  }
+  if (n_routes_requested * row_bytes > kMaxRouteBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(n_routes_requested, " routes of width ",
+                                                   work.n_embd,
+                                                   " exceed the node's per-request limit"));
+  }
   work.hidden.resize(static_cast<size_t>(work.n_tokens * work.n_embd));
   if (expected_bytes > 0) std::memcpy(work.hidden.data(), hidden.data().data(), expected_bytes);
 
@@ -86,11 +104,6 @@ absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& reque
     work.route_token.push_back(r.token());
     work.route_expert.push_back(r.expert());
     work.route_weight.push_back(r.weight());
-  }
-  // The gathered inputs and the outputs are n_routes rows each.
-  if (static_cast<uint64_t>(n_routes) * static_cast<uint64_t>(work.n_embd) * 4 > kMaxRouteBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(n_routes, " routes of width ", work.n_embd,
-                                                   " exceed the node's per-request limit"));
   }
   work.n_expert = model.n_expert > 0 ? model.n_expert : max_expert + 1;
   return work;

@@ -42,9 +42,12 @@ struct LayerWork {
 // and builds its work. InvalidArgument with a message naming the field for
 // any malformed part: layer or expert outside the model's range (when known),
 // hidden not F32 [n_tokens, n_embd] with exactly n_tokens * n_embd * 4 bytes,
-// a route's token outside [0, n_tokens), an unknown numeric path.
+// a route's token outside [0, n_tokens), an unknown numeric path, or a reply
+// that would exceed `max_reply_bytes` (decided from the shape alone, before
+// anything is copied or computed).
 absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& request,
-                                            const ModelInfo& model);
+                                            const ModelInfo& model,
+                                            uint64_t max_reply_bytes = uint64_t{1} << 30);
 
 // Computes the work. out: [n_routes][n_embd] in request route order, or
 // [n_tokens][n_embd] when reduce_per_token (each token's routes weighted and

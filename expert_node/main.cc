@@ -20,6 +20,7 @@
 #include "expert_node/node_config.h"
 #include "expert_node/node_identity.h"
 #include "expert_node/node_server.h"
+#include "rpc/protobuf_log.h"
 #include "rpc/server_support.h"
 
 namespace {
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   // thresholds also stops glibc from raising them on its own.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  colibri::rpc::InstallRateLimitedProtobufLog("colibri-expert-node");
   CLI::App app{"colibri-expert-node: holds routed experts and computes them for a coordinator"};
   NodeServer::Options options;
   std::string ram_budget = "1G";
@@ -92,6 +94,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--import-gguf", import_gguf,
                  "import every expert of this GGUF file at start-up (skips stored ones)");
+  app.add_flag("--repair", options.repair_damaged_store,
+               "if the store is damaged: let RocksDB repair it, then verify every expert "
+               "(what fails is dropped and re-sent by the coordinator)");
+  app.add_flag("--reset-store", options.reset_damaged_store,
+               "if the store is (still) damaged: move it aside to DATA_DIR.damaged-TIME (never "
+               "deleted) and start empty; the coordinator re-sends the experts");
   CLI11_PARSE(app, argc, argv);
 
   absl::StatusOr<uint64_t> ram = colibri::expert_node::ParseByteSize(ram_budget);
@@ -115,6 +123,13 @@ int main(int argc, char** argv) {
   options.ram.prefetch_protection = absl::Milliseconds(prefetch_protect_ms);
   options.service.disk_budget_bytes = *disk;
   options.service.compute_threads = threads;
+  if (!options.service.node_id.empty()) {
+    if (absl::Status valid = colibri::expert_node::ValidateNodeId(options.service.node_id);
+        !valid.ok()) {
+      std::cerr << "colibri-expert-node: --node-id: " << valid.message() << "\n";
+      return 2;
+    }
+  }
   if (options.service.node_id.empty()) {
     absl::StatusOr<std::string> id =
         colibri::expert_node::LoadOrCreateNodeId(options.store.data_dir);
@@ -128,6 +143,10 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::string> token = colibri::rpc::ReadTokenFile(auth_token_file);
     if (!token.ok()) {
       std::cerr << "colibri-expert-node: " << token.status().message() << "\n";
+      return 2;
+    }
+    if (absl::Status strong = colibri::rpc::CheckServerToken(*token); !strong.ok()) {
+      std::cerr << "colibri-expert-node: " << auth_token_file << ": " << strong.message() << "\n";
       return 2;
     }
     options.service.auth_token = *token;

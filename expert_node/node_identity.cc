@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rpc/untrusted_text.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -21,10 +22,21 @@ absl::Status ErrnoError(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
+bool IdChar(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+// The host name cut to leave room for "-XXXXXXXX", other characters as '-'.
 std::string HostName() {
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return "expert-node";
-  return host;
+  std::string name(host);
+  if (name.size() > kMaxNodeIdBytes - 9) name.resize(kMaxNodeIdBytes - 9);
+  for (char& c : name) {
+    if (!IdChar(c)) c = '-';
+  }
+  return name;
 }
 
 absl::Status WriteDurably(const std::string& path, const std::string& contents) {
@@ -42,6 +54,20 @@ absl::Status WriteDurably(const std::string& path, const std::string& contents) 
 
 }  // namespace
 
+absl::Status ValidateNodeId(absl::string_view id) {
+  if (id.empty() || id.size() > kMaxNodeIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a node id has 1..", kMaxNodeIdBytes, " characters, this one ", id.size()));
+  }
+  for (char c : id) {
+    if (!IdChar(c)) {
+      return absl::InvalidArgumentError(absl::StrCat("node id '", rpc::EscapeUntrusted(id),
+                                                     "' has characters outside [A-Za-z0-9._-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> LoadOrCreateNodeId(const std::string& data_dir) {
   if (::mkdir(data_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return ErrnoError("cannot create data folder", data_dir);
@@ -49,12 +75,17 @@ absl::StatusOr<std::string> LoadOrCreateNodeId(const std::string& data_dir) {
   const std::string path = data_dir + "/NODE_ID";
   std::ifstream in(path);
   if (in) {
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    const std::string id(absl::StripAsciiWhitespace(ss.str()));
-    if (id.empty() || id.find_first_of(" \t\r\n") != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " does not hold a node id (one word expected)"));
+    // Read a little more than the longest id: a huge file is damage, not an id.
+    std::string contents(kMaxNodeIdBytes + 64, '\0');
+    in.read(contents.data(), static_cast<std::streamsize>(contents.size()));
+    contents.resize(static_cast<size_t>(in.gcount()));
+    const std::string id(absl::StripAsciiWhitespace(contents));
+    absl::Status valid = ValidateNodeId(id);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " is damaged: ", valid.message(),
+          ". Restore it (the coordinator knows this node by it), or delete it to get a new id, "
+          "or pass --node-id"));
     }
     return id;
   }

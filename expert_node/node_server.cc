@@ -1,5 +1,6 @@
 #include "expert_node/node_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "common/status_macros.h"
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
+#include "expert_node/node_identity.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -17,9 +19,53 @@
 
 namespace colibri::expert_node {
 
+namespace {
+
+// Opens the store, applying the ways forward the operator allowed when it is
+// damaged.
+absl::StatusOr<std::unique_ptr<ExpertStore>> OpenStore(const ExpertStore::Options& options,
+                                                       bool repair, bool reset) {
+  absl::StatusOr<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(options);
+  if (!absl::IsDataLoss(store.status())) return store;
+  LogEvent(std::string(store.status().message()));
+  if (repair) {
+    LogEvent(absl::StrCat("repairing ", options.data_dir, " (--repair)"));
+    absl::Status repaired = ExpertStore::Repair(options.data_dir);
+    if (repaired.ok()) {
+      store = ExpertStore::Open(options);
+      if (store.ok()) {
+        absl::StatusOr<int64_t> dropped = (*store)->VerifyAll();
+        if (dropped.ok()) {
+          LogEvent(absl::StrCat("repaired ", options.data_dir, ": ", (*store)->experts_stored(),
+                                " experts verified, ", *dropped,
+                                " dropped (the coordinator re-sends them)"));
+          return store;
+        }
+        store = dropped.status();
+      }
+    } else {
+      store = repaired;
+    }
+    LogEvent(absl::StrCat("repair failed: ", store.status().message()));
+  }
+  if (!reset) return store;
+  COLIBRI_ASSIGN_OR_RETURN(const std::string aside, ExpertStore::ResetStore(options.data_dir));
+  LogEvent(absl::StrCat("moved the damaged store to ", aside,
+                        " (--reset-store); starting empty: the coordinator re-sends the experts"));
+  return ExpertStore::Open(options);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& options) {
   COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(
       options.listen, !options.service.auth_token.empty(), options.insecure));
+  if (!options.service.auth_token.empty()) {
+    COLIBRI_RETURN_IF_ERROR(rpc::CheckServerToken(options.service.auth_token));
+  }
+  if (!options.service.node_id.empty()) {
+    COLIBRI_RETURN_IF_ERROR(ValidateNodeId(options.service.node_id));
+  }
   rpc::ServerTlsFiles tls;
   tls.cert_file = options.tls_cert_file;
   tls.key_file = options.tls_key_file;
@@ -36,7 +82,8 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   std::unique_ptr<NodeServer> node(new NodeServer());
   ExpertStore::Options store_options = options.store;
   store_options.buffer_pool = BlobBufferPool::Create(options.buffer_pool);
-  COLIBRI_ASSIGN_OR_RETURN(node->store_, ExpertStore::Open(store_options));
+  COLIBRI_ASSIGN_OR_RETURN(node->store_, OpenStore(store_options, options.repair_damaged_store,
+                                                   options.reset_damaged_store));
   ExpertStore* store = node->store_.get();
   node->tier_ = std::make_unique<RamTier>(
       options.ram, [store](const ExpertId& id) { return store->Get(id); });
@@ -55,9 +102,16 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
                              pinned.experts, pinned.bytes, options.pin_budget_bytes,
                              absl::ToDoubleSeconds(absl::Now() - start), which));
   }
-  COLIBRI_ASSIGN_OR_RETURN(node->service_,
-                           ExpertServiceImpl::Create(options.service, store, node->tier_.get(),
-                                                     node->usage_.get()));
+  ExpertServiceImpl::Options service_options = options.service;
+  // What a reply may hold besides the output rows (shape, counters): small.
+  constexpr uint64_t kReplyOverhead = 64 << 10;
+  const uint64_t max_message = static_cast<uint64_t>(std::max(options.max_message_bytes, 0));
+  service_options.max_reply_bytes =
+      std::min(service_options.max_reply_bytes,
+               max_message > kReplyOverhead ? max_message - kReplyOverhead : 0);
+  COLIBRI_ASSIGN_OR_RETURN(
+      node->service_,
+      ExpertServiceImpl::Create(service_options, store, node->tier_.get(), node->usage_.get()));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -73,13 +127,14 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   if (node->server_ == nullptr || node->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  node->address_ = absl::StrCat(rpc::ListenHost(options.listen), ":", node->port_);
+  node->address_ = rpc::BoundAddress(options.listen, node->port_);
   return node;
 }
 
 NodeServer::~NodeServer() { Shutdown(absl::Seconds(5)); }
 
 void NodeServer::Shutdown(absl::Duration deadline) {
+  if (service_ != nullptr) service_->BeginShutdown();
   if (server_ != nullptr) {
     // gRPC's graceful shutdown also waits for clients to close their idle
     // connections, which a coordinator never does; so wait for this node's

@@ -53,27 +53,39 @@ class NodeServer {
     // Bytes of the hottest experts (by persisted usage) loaded and pinned
     // resident before serving; must be <= ram.budget_bytes. Default: 0.
     uint64_t pin_budget_bytes = 0;
+    // When the store cannot be opened because it is damaged (DataLoss):
+    // run RocksDB's repair, then verify every expert, dropping what fails
+    // (--repair). Default: false.
+    bool repair_damaged_store = false;
+    // When the store is (still) damaged: move it aside (never deleted), start
+    // with an empty one and let the coordinator re-send (--reset-store). Both
+    // act only on a damaged store, so leaving them set is harmless.
+    // Default: false.
+    bool reset_damaged_store = false;
   };
 
   // Opens the store, pins the hottest experts (pin_budget_bytes; before
   // listening, logging what was pinned) and starts serving.
   // FailedPrecondition when the address is beyond loopback with neither a
-  // token nor `insecure`; InvalidArgument when pin_budget_bytes exceeds the RAM
-  // budget; Unavailable when the address cannot be bound; store errors pass
-  // through.
+  // token nor `insecure`; InvalidArgument when the token is shorter than
+  // rpc::kMinServerTokenBytes, the node id breaks ValidateNodeId's rule or
+  // pin_budget_bytes exceeds the RAM budget; Unavailable when the address cannot be bound; store
+  // errors pass through (DataLoss for a damaged store unless the flags above handle it).
   static absl::StatusOr<std::unique_ptr<NodeServer>> Start(const Options& options);
   // Shuts down (deadline 5 s) unless Shutdown was called.
   ~NodeServer();
   NodeServer(const NodeServer&) = delete;
   NodeServer& operator=(const NodeServer&) = delete;
 
-  // Waits (until the deadline) for the service's calls in progress to finish,
+  // Stops an Import in progress (ExpertServiceImpl::BeginShutdown), waits
+  // (until the deadline) for the service's calls in progress to finish,
   // then stops the server, cancelling whatever is left, and drains the
   // executors. Calls arriving meanwhile are cancelled. Idempotent.
   void Shutdown(absl::Duration deadline);
 
   int port() const { return port_; }
-  // "host:port" with the bound port, e.g. "127.0.0.1:40123".
+  // "host:port" with the bound port, e.g. "127.0.0.1:40123"; for a unix
+  // socket the listen address itself ("unix:/run/node.sock").
   const std::string& address() const { return address_; }
   ExpertServiceImpl* service() { return service_.get(); }
   ExpertStore* store() { return store_.get(); }

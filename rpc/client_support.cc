@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "rpc/untrusted_text.h"
 
 namespace colibri::rpc {
 namespace {
@@ -61,8 +62,9 @@ void PrepareContext(grpc::ClientContext* context, absl::Duration deadline,
 absl::Status FromGrpc(const grpc::Status& status, absl::string_view peer,
                       absl::string_view method) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(peer, " ", method, ": ", status.error_message()));
+  return absl::Status(
+      static_cast<absl::StatusCode>(status.error_code()),
+      absl::StrCat(peer, " ", method, ": ", EscapeUntrusted(status.error_message(), 1024)));
 }
 
 // No health proto needs generating: HealthCheckRequest{service} is field 1

@@ -95,6 +95,20 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
+absl::Status CheckServerToken(absl::string_view token) {
+  if (token.size() >= kMinServerTokenBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("the auth token has ", token.size(),
+                                                 " bytes; at least ", kMinServerTokenBytes,
+                                                 " are required (e.g. openssl rand -hex 16)"));
+}
+
+std::string BoundAddress(absl::string_view listen, int port) {
+  if (absl::StartsWith(listen, "unix:") || absl::StartsWith(listen, "unix-abstract:")) {
+    return std::string(listen);
+  }
+  return absl::StrCat(ListenHost(listen), ":", port);
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTlsFiles& tls) {
   if (tls.cert_file.empty() && tls.key_file.empty()) {

@@ -42,6 +42,17 @@ absl::Status CheckListenAllowed(absl::string_view listen, bool has_token, bool i
 // InvalidArgument when empty, NotFound when unreadable.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
+// Shortest token a server accepts: a guessable token is no protection.
+inline constexpr size_t kMinServerTokenBytes = 16;
+// InvalidArgument (naming the length, never the token) when a server's token
+// is shorter than kMinServerTokenBytes.
+absl::Status CheckServerToken(absl::string_view token);
+
+// The address a server bound: "host:port" for TCP listen addresses (with the
+// port the OS chose for port 0), the listen address itself for "unix:" and
+// "unix-abstract:" sockets (which have no port).
+std::string BoundAddress(absl::string_view listen, int port);
+
 // Reads a whole file (PEM certificates); NotFound when unreadable.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 

@@ -77,6 +77,7 @@ class FakeNode : public testing::FakeNodeClient {
       requests_.push_back(request);
       if (down()) return absl::UnavailableError(address() + " is down");
       if (garbage_) return v1::ComputeLayerReply();
+      if (!lose_.ok()) return lose_;
     }
     const ops::NumericPath path = request.path() == v1::NUMERIC_PATH_EXACT
                                       ? ops::NumericPath::kExact
@@ -106,6 +107,11 @@ class FakeNode : public testing::FakeNodeClient {
     mu_.Await(absl::Condition(&released));
     return v1::PrefetchReply();
   }
+  // Every ComputeLayer answers `status` (OK: computes again).
+  void set_lose(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    lose_ = std::move(status);
+  }
   void set_garbage(bool garbage) {
     absl::MutexLock lock(&mu_);
     garbage_ = garbage;
@@ -127,6 +133,7 @@ class FakeNode : public testing::FakeNodeClient {
   const FakeModel* const model_;
   absl::Mutex mu_;
   bool garbage_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status lose_ ABSL_GUARDED_BY(mu_);
   bool hold_prefetch_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::ComputeLayerRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::PrefetchRequest> prefetches_ ABSL_GUARDED_BY(mu_);
@@ -337,6 +344,38 @@ TEST_F(RemoteExpertBackendTest, AMalformedReplyCountsAsAFailure) {
   EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
   EXPECT_EQ(cluster_->counters(victim).failures, 1);
   EXPECT_FALSE(cluster_->healthy(victim));
+}
+
+// A node that reports one damaged or missing expert (DataLoss / NotFound)
+// loses that expert, not its health: the routes fall back, the loss is
+// counted and logged, and the node keeps getting work.
+TEST_F(RemoteExpertBackendTest, AnExpertLossKeepsTheNodeHealthy) {
+  MakeCluster(3, 1, absl::Hours(1));
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
+  const Batch b = RandomBatch(6, 2, 33);
+  const int victim = cluster_->placement().Primary(0, b.experts[0]);
+  int64_t losses = 0;
+  for (const absl::Status& loss : {absl::DataLossError("fp layer 0 expert 3: checksum mismatch"),
+                                   absl::NotFoundError("node does not hold fp layer 0 expert 3")}) {
+    nodes_[victim]->set_lose(loss);
+    std::vector<float> local_out, remote_out;
+    RunBoth(b, 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+    EXPECT_EQ(0,
+              std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+    EXPECT_TRUE(cluster_->healthy(victim)) << loss;
+    EXPECT_EQ(cluster_->expert_losses(), ++losses);
+    EXPECT_GT(remote.stats().fallback_routes, 0);
+  }
+  EXPECT_NE(log_.str().find("lost an expert: fp layer 0 expert 3"), std::string::npos)
+      << log_.str();
+  // Still called: the next layer's call reaches it and succeeds.
+  nodes_[victim]->set_lose(absl::OkStatus());
+  nodes_[victim]->TakeRequests();
+  std::vector<float> local_out, remote_out;
+  RunBoth(b, 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+  EXPECT_FALSE(nodes_[victim]->TakeRequests().empty());
 }
 
 TEST_F(RemoteExpertBackendTest, RejectsAnExpertOutOfRange) {

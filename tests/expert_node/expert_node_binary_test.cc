@@ -2,6 +2,7 @@
 // serving over a real socket, graceful SIGTERM.
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -65,13 +66,93 @@ TEST(ExpertNodeBinaryTest, RejectsBadFlags) {
             0);
 }
 
+// Defect 12 of issue 9: a node whose store is damaged says what is damaged
+// and how to go on; --reset-store moves the store aside and starts empty with
+// the same node id.
+TEST(ExpertNodeBinaryTest, ADamagedStoreOffersRepairAndReset) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/data";
+  {
+    NodeProcess node;
+    ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", dir}));
+    EXPECT_EQ(node.Stop(), 0);
+  }
+  std::string id;
+  std::ifstream(dir + "/NODE_ID") >> id;
+  ASSERT_FALSE(id.empty());
+  { std::ofstream(dir + "/CURRENT", std::ios::trunc) << "MANIFEST-999999"; }  // no newline
+
+  const colibri::testing::CommandResult refused =
+      colibri::testing::RunCommand({NodeBinary(), "--listen", "127.0.0.1:0", "--data-dir", dir});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(refused.err, "CURRENT")) << refused.err;
+  EXPECT_TRUE(absl::StrContains(refused.err, "--repair")) << refused.err;
+  EXPECT_TRUE(absl::StrContains(refused.err, "--reset-store")) << refused.err;
+
+  {
+    NodeProcess node;  // RocksDB rebuilds the MANIFEST and CURRENT
+    ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", dir, "--repair"}));
+    EXPECT_EQ(node.Stop(), 0);
+  }
+  { std::ofstream(dir + "/CURRENT", std::ios::trunc) << "MANIFEST-999999"; }
+  NodeProcess node;
+  ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", dir, "--reset-store"}));
+  EXPECT_EQ(node.Stop(), 0);
+  int aside = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) {
+    if (absl::StrContains(entry.path().filename().string(), "data.damaged-")) ++aside;
+  }
+  EXPECT_EQ(aside, 1);
+  std::string id_after;
+  std::ifstream(dir + "/NODE_ID") >> id_after;
+  EXPECT_EQ(id_after, id);
+}
+
+// Node parts of defect 14 of issue 9: a guessable token, a huge or
+// malformed node id are refused as usage errors; a unix socket is announced
+// as itself, not as "unix:1".
+TEST(ExpertNodeBinaryTest, RefusesWeakTokensAndBadIdsAndAnnouncesUnixSockets) {
+  TempDir dir;
+  const std::string token_file = dir.path() + "/token";
+  std::ofstream(token_file) << "x\n";
+  colibri::testing::CommandResult r =
+      colibri::testing::RunCommand({NodeBinary(), "--listen", "127.0.0.1:0", "--data-dir",
+                                    dir.path() + "/d", "--auth-token-file", token_file});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "at least 16")) << r.err;
+  EXPECT_FALSE(absl::StrContains(r.err, "x\n")) << r.err;
+  for (const std::string& id :
+       {std::string(100000, 'a'), std::string("a b"), std::string("\x1b[2Jnode")}) {
+    r = colibri::testing::RunCommand({NodeBinary(), "--listen", "127.0.0.1:0", "--data-dir",
+                                      dir.path() + "/d", "--node-id", id});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_TRUE(absl::StrContains(r.err, "node id")) << r.err.substr(0, 200);
+    EXPECT_FALSE(absl::StrContains(r.err, "\x1b")) << r.err.substr(0, 200);
+    EXPECT_LT(r.err.size(), 1000u);
+  }
+  // A 1 MB NODE_ID file is damage, with a clear way out.
+  {
+    std::ofstream(dir.path() + "/NODE_ID") << std::string(1 << 20, 'n');
+    r = colibri::testing::RunCommand(
+        {NodeBinary(), "--listen", "127.0.0.1:0", "--data-dir", dir.path()});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_TRUE(absl::StrContains(r.err, "NODE_ID is damaged")) << r.err.substr(0, 300);
+    EXPECT_LT(r.err.size(), 1000u);
+  }
+  const std::string socket = "unix:" + dir.path() + "/node.sock";
+  NodeProcess node;
+  ASSERT_TRUE(node.Start({"--listen", socket, "--data-dir", dir.path() + "/u"}));
+  EXPECT_EQ(node.address(), socket);
+  EXPECT_EQ(node.Stop(), 0);
+}
+
 TEST(ExpertNodeBinaryTest, ServesWithTokenAndImportsAtStartup) {
   const std::string fixtures = colibri::testing::FixturesDir();
   if (fixtures.empty()) GTEST_SKIP() << "fixtures dir not found";
   const std::string gguf = fixtures + "/models/qwen3moe-tiny-f32.gguf";
   TempDir dir;
   const std::string token_file = dir.path() + "/token";
-  std::ofstream(token_file) << "tok-123\n";
+  std::ofstream(token_file) << "tok-1234567890abcdef\n";
   NodeProcess node;
   ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", dir.path() + "/db",
                           "--auth-token-file", token_file, "--ram-budget", "16M",
@@ -81,11 +162,11 @@ TEST(ExpertNodeBinaryTest, ServesWithTokenAndImportsAtStartup) {
   v1::InventoryReply inventory;
   for (int i = 0; i < 100; ++i) {
     inventory.Clear();
-    auto context = testing::MakeContext("tok-123");
+    auto context = testing::MakeContext("tok-1234567890abcdef");
     ASSERT_TRUE(stub->Inventory(context.get(), v1::InventoryRequest(), &inventory).ok());
     if (inventory.entries_size() > 0 && inventory.entries(inventory.entries_size() - 1).experts_size() > 0) {
       v1::NodeStatsReply stats;
-      auto c2 = testing::MakeContext("tok-123");
+      auto c2 = testing::MakeContext("tok-1234567890abcdef");
       ASSERT_TRUE(stub->NodeStats(c2.get(), v1::NodeStatsRequest(), &stats).ok());
       if (stats.experts_stored() == 24) break;
     }

@@ -1,12 +1,18 @@
 // The expert node in-process on 127.0.0.1:0, driven over a real gRPC channel.
 #include "expert_node/expert_service.h"
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "expert_node/node_server.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "model/gguf/gguf_fingerprint.h"
 #include "tests/expert_node/expert_test_util.h"
@@ -82,6 +88,10 @@ void ExpectBitwiseEqual(const v1::ComputeLayerReply& reply, const std::vector<fl
                         expected.size() * sizeof(float)),
             0);
 }
+
+std::string BytesOfExpert(const moe::ExpertWeights& w);
+v1::InventoryReply GetInventory(v1::ExpertService::Stub* stub);
+v1::NodeStatsReply GetStats(v1::ExpertService::Stub* stub);
 
 class ComputeMatchesLocalTest : public ::testing::TestWithParam<const char*> {};
 
@@ -303,8 +313,178 @@ TEST_F(ExpertServiceTest, MalformedIngestStreamsAreRejected) {
   EXPECT_EQ(inventory.entries_size(), 0);
 }
 
+// Defect 9 of issue 9: a message that does not parse ended an Ingest stream
+// with OK. It must end it with INVALID_ARGUMENT and store nothing of the
+// expert it interrupted (a complete expert before it stays stored).
+TEST_F(ExpertServiceTest, AnUnparseableIngestMessageEndsTheStreamWithAnError) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  const moe::ExpertWeights& w0 = m_.model->experts()[0][0];
+  const moe::ExpertWeights& w1 = m_.model->experts()[0][1];
+  auto header_of = [&](int expert, const moe::ExpertWeights& w) {
+    v1::IngestChunk h;
+    h.mutable_key()->set_model_fingerprint(m_.fingerprint);
+    h.mutable_key()->set_expert(expert);
+    for (auto [m, t] : {std::pair{&w.gate, h.mutable_gate()}, std::pair{&w.up, h.mutable_up()},
+                        std::pair{&w.down, h.mutable_down()}}) {
+      t->set_ggml_type(static_cast<uint32_t>(m->type));
+      t->add_dims(m->cols);
+      t->add_dims(m->rows);
+    }
+    const std::string bytes = BytesOfExpert(w);
+    h.set_total_bytes(bytes.size());
+    h.set_xxh64(PayloadChecksum(
+        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), {},
+        {}));
+    return h;
+  };
+  v1::IngestChunk whole = header_of(0, w0);
+  whole.set_data(BytesOfExpert(w0));
+  v1::IngestChunk half = header_of(1, w1);
+  const std::string bytes1 = BytesOfExpert(w1);
+  half.set_data(bytes1.substr(0, bytes1.size() / 2));
+  // Field 1 (key) as a length-delimited field whose length runs past the end.
+  const std::string garbage("\x0a\x7f\x01\x02", 4);
+
+  auto channel = grpc::CreateChannel(node->address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  // Streams `messages` as they are (serialized or not); the final status.
+  auto send = [&](const std::vector<std::string>& messages) {
+    grpc::ClientContext context;
+    grpc::CompletionQueue cq;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        generic.PrepareCall(&context, "/colibri.v1.ExpertService/Ingest", &cq);
+    void* tag = nullptr;
+    bool ok = false;
+    call->StartCall(reinterpret_cast<void*>(1));
+    cq.Next(&tag, &ok);
+    for (const std::string& message : messages) {
+      grpc::Slice slice(message);
+      grpc::ByteBuffer buffer(&slice, 1);
+      call->Write(buffer, reinterpret_cast<void*>(2));
+      if (!cq.Next(&tag, &ok) || !ok) break;
+    }
+    call->WritesDone(reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+    grpc::Status status;
+    call->Finish(&status, reinterpret_cast<void*>(4));
+    cq.Next(&tag, &ok);
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return status;
+  };
+  // After a complete expert (this used to end the stream with OK).
+  grpc::Status status = send({whole.SerializeAsString(), garbage});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  // In the middle of an expert.
+  status = send({whole.SerializeAsString(), half.SerializeAsString(), garbage});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("nothing of"), std::string::npos) << status.error_message();
+  auto stub = ConnectTo(node->address());
+  const v1::InventoryReply inventory = GetInventory(stub.get());
+  ASSERT_EQ(inventory.entries_size(), 1);
+  EXPECT_EQ(inventory.entries(0).experts_size(), 1);
+  EXPECT_EQ(inventory.entries(0).experts(0), 0);
+}
+
+// Defect 8 of issue 9: a request whose reply cannot be sent (above the
+// message limit) was computed in full and only then failed with
+// RESOURCE_EXHAUSTED. It is refused by its shape before any work.
+TEST_F(ExpertServiceTest, ARequestWhoseReplyIsTooLargeIsRefusedByShape) {
+  NodeServer::Options options;
+  options.store.data_dir = dir_.path();
+  options.ram.budget_bytes = 64 << 20;
+  options.max_message_bytes = 1 << 20;
+  options.service.compute_threads = 2;
+  absl::StatusOr<std::unique_ptr<NodeServer>> node = NodeServer::Start(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto stub = ConnectTo((*node)->address());
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+  const int64_t n_embd = m_.model->config().n_embd;
+  // One token routed many times: a small request, a reply of > 1 MiB.
+  v1::ComputeLayerRequest request = Valid(0);
+  const int64_t routes = (int64_t{1} << 20) / (n_embd * 4) + 1;
+  v1::Route route = request.routes(0);
+  request.clear_routes();
+  for (int64_t i = 0; i < routes; ++i) *request.add_routes() = route;
+  ASSERT_LT(request.ByteSizeLong(), size_t{1} << 20);
+  v1::ComputeLayerReply reply;
+  const grpc::Status s = Compute(stub.get(), request, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("limit"), std::string::npos) << s.error_message();
+  EXPECT_EQ(GetStats(stub.get()).ram_misses(), 0u);  // no expert was even looked up
+  // Reduced per token the same request fits, and is served.
+  request.set_reduce_per_token(true);
+  ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+}
+
+// Defect 7 of issue 9 (memory half): stalled Ingest streams held unbounded
+// memory. All streams together hold at most max_ingest_buffer_bytes; beyond,
+// RESOURCE_EXHAUSTED, counted; a cancelled stream gives its share back.
+TEST_F(ExpertServiceTest, IngestBufferingIsBoundedAcrossStreams) {
+  const moe::ExpertWeights& w = m_.model->experts()[0][0];
+  const std::string bytes = BytesOfExpert(w);
+  NodeServer::Options options;
+  options.store.data_dir = dir_.path();
+  options.ram.budget_bytes = 64 << 20;
+  options.service.max_ingest_buffer_bytes = bytes.size() * 3 / 2;
+  absl::StatusOr<std::unique_ptr<NodeServer>> node = NodeServer::Start(options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto stub = ConnectTo((*node)->address());
+  auto header_of = [&](int expert) {
+    v1::IngestChunk h;
+    h.mutable_key()->set_model_fingerprint(m_.fingerprint);
+    h.mutable_key()->set_expert(expert);
+    for (auto [m, t] : {std::pair{&w.gate, h.mutable_gate()}, std::pair{&w.up, h.mutable_up()},
+                        std::pair{&w.down, h.mutable_down()}}) {
+      t->set_ggml_type(static_cast<uint32_t>(m->type));
+      t->add_dims(m->cols);
+      t->add_dims(m->rows);
+    }
+    h.set_total_bytes(bytes.size());
+    h.set_data(bytes.substr(0, 16));  // then the stream stalls
+    return h;
+  };
+  // Stream A stalls inside its expert.
+  v1::IngestReply reply_a;
+  auto context_a = MakeContext();
+  auto writer_a = stub->Ingest(context_a.get(), &reply_a);
+  ASSERT_TRUE(writer_a->Write(header_of(0)));
+  v1::NodeStatsReply stats;
+  for (int i = 0; i < 500; ++i) {
+    stats = GetStats(stub.get());
+    if (stats.ingest_buffered_bytes() > 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(stats.ingest_buffered_bytes(), bytes.size());
+  // Stream B cannot buffer a second expert.
+  {
+    v1::IngestReply reply_b;
+    auto context_b = MakeContext();
+    auto writer_b = stub->Ingest(context_b.get(), &reply_b);
+    writer_b->Write(header_of(1));
+    writer_b->WritesDone();
+    const grpc::Status s = writer_b->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  }
+  EXPECT_EQ(GetStats(stub.get()).ingest_refused(), 1u);
+  // Cancelling A gives its bytes back.
+  context_a->TryCancel();
+  (void)writer_a->Finish();
+  for (int i = 0; i < 500; ++i) {
+    stats = GetStats(stub.get());
+    if (stats.ingest_buffered_bytes() == 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(stats.ingest_buffered_bytes(), 0u);
+  v1::IngestReply ingest;
+  EXPECT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {{0, 1}}, &ingest).ok());
+}
+
 TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
-  const std::string token = "s3cret-token";
+  const std::string token = "s3cret-token-0123456789";
   auto node = StartNode(dir_.path(), token);
   ASSERT_NE(node, nullptr);
   auto stub = ConnectTo(node->address());
@@ -424,6 +604,155 @@ TEST_F(ExpertServiceTest, ImportFromLocalGguf) {
   ASSERT_TRUE(Compute(stub.get(), compute, &compute_reply).ok());
   ExpectBitwiseEqual(compute_reply, LocalOutputs(*m_.model, compute), compute.routes_size(),
                      config.n_embd);
+}
+
+// One expert's bytes as an ingest stream: a header chunk carrying them all,
+// with the xxh64 of exactly these bytes (so only immutability can refuse it).
+grpc::Status IngestRaw(v1::ExpertService::Stub* stub, const std::string& fingerprint, int layer,
+                       int expert, const moe::ExpertWeights& shape_of, const std::string& bytes,
+                       uint32_t gate_type) {
+  v1::IngestChunk h;
+  h.mutable_key()->set_model_fingerprint(fingerprint);
+  h.mutable_key()->set_layer(layer);
+  h.mutable_key()->set_expert(expert);
+  for (auto [m, t] :
+       {std::pair{&shape_of.gate, h.mutable_gate()}, std::pair{&shape_of.up, h.mutable_up()},
+        std::pair{&shape_of.down, h.mutable_down()}}) {
+    t->set_ggml_type(static_cast<uint32_t>(m->type));
+    t->add_dims(m->cols);
+    t->add_dims(m->rows);
+  }
+  h.mutable_gate()->set_ggml_type(gate_type);
+  h.set_total_bytes(bytes.size());
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  h.set_xxh64(PayloadChecksum(absl::Span<const uint8_t>(p, bytes.size()), {}, {}));
+  h.set_data(bytes);
+  v1::IngestReply reply;
+  auto context = MakeContext();
+  auto writer = stub->Ingest(context.get(), &reply);
+  writer->Write(h);
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+std::string BytesOfExpert(const moe::ExpertWeights& w) {
+  std::string bytes;
+  for (const ops::WeightMatrix* m : {&w.gate, &w.up, &w.down}) {
+    bytes.append(reinterpret_cast<const char*>(m->data), m->rows * m->row_bytes);
+  }
+  return bytes;
+}
+
+// Defects 1 and 2 of issue 9: replacement bytes (with their own valid xxh64)
+// or another tensor type for a stored expert are refused, the node keeps
+// serving the original bytes from RAM and, after a restart, from disk; the
+// inventory reports every expert's content hash.
+TEST_F(ExpertServiceTest, StoredExpertsCannotBePoisoned) {
+  const arch::ModelConfig& config = m_.model->config();
+  const v1::ComputeLayerRequest request = Valid(0);
+  const int victim = request.routes(0).expert();
+  const moe::ExpertWeights& w = m_.model->experts()[0][victim];
+  {
+    auto node = StartNode(dir_.path());
+    ASSERT_NE(node, nullptr);
+    auto stub = ConnectTo(node->address());
+    v1::IngestReply ingest;
+    ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+    v1::ComputeLayerReply reply;
+    ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());  // now resident in RAM
+
+    std::string poison = BytesOfExpert(w);
+    for (size_t i = 0; i < poison.size(); i += 4) poison[i] ^= 0x40;
+    grpc::Status s = IngestRaw(stub.get(), m_.fingerprint, 0, victim, w, poison,
+                               static_cast<uint32_t>(w.gate.type));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+    // The same bytes declared as another type: refused too.
+    s = IngestRaw(stub.get(), m_.fingerprint, 0, victim, w, BytesOfExpert(w),
+                  static_cast<uint32_t>(ops::TensorType::kF16));
+    EXPECT_NE(s.error_code(), grpc::StatusCode::OK);
+    // The same bytes again are acknowledged.
+    s = IngestRaw(stub.get(), m_.fingerprint, 0, victim, w, BytesOfExpert(w),
+                  static_cast<uint32_t>(w.gate.type));
+    EXPECT_TRUE(s.ok()) << s.error_message();
+
+    ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+    ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
+                       config.n_embd);
+    EXPECT_EQ(GetStats(stub.get()).experts_stored(),
+              static_cast<uint64_t>(config.n_layer * config.n_expert));
+  }
+  auto node = StartNode(dir_.path(), "", 0);  // no RAM tier: read the disk
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  v1::ComputeLayerReply reply;
+  ASSERT_TRUE(Compute(stub.get(), request, &reply).ok());
+  ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(), config.n_embd);
+  const v1::InventoryReply inventory = GetInventory(stub.get());
+  ASSERT_EQ(inventory.entries_size(), config.n_layer);
+  for (const v1::InventoryEntry& e : inventory.entries()) {
+    ASSERT_EQ(e.xxh64_size(), e.experts_size());
+    for (int i = 0; i < e.experts_size(); ++i) {
+      const moe::ExpertWeights& x = m_.model->experts()[e.layer()][e.experts(i)];
+      const std::string bytes = BytesOfExpert(x);
+      EXPECT_EQ(e.xxh64(i),
+                PayloadChecksum(absl::Span<const uint8_t>(
+                                    reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                                {}, {}));
+    }
+  }
+}
+
+// Defect 5 of issue 9: Import of a FIFO hung the node; import errors told
+// which paths exist. Now every path that cannot be imported gets the same
+// answer, at once, and the node keeps serving.
+TEST_F(ExpertServiceTest, ImportOfWhatIsNotAModelSaysOnlyCannotImport) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  TempDir files;
+  const std::string fifo = files.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string text = files.path() + "/text";
+  { std::ofstream(text) << "not a model"; }
+  for (const std::string& path : {fifo, text, files.path(), std::string("/nonexistent.gguf"),
+                                  std::string("/dev/zero"), std::string("/proc/self/mem")}) {
+    v1::ImportRequest request;
+    request.set_gguf_path(path);
+    v1::ImportReply reply;
+    auto context = MakeContext();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    const grpc::Status s = stub->Import(context.get(), request, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << path << ": " << s.error_message();
+    EXPECT_EQ(s.error_message(), "cannot import " + path);
+  }
+  // A path with control bytes comes back escaped.
+  {
+    v1::ImportRequest request;
+    request.set_gguf_path("/x\n\x1b[31m");
+    v1::ImportReply reply;
+    auto context = MakeContext();
+    const grpc::Status s = stub->Import(context.get(), request, &reply);
+    EXPECT_EQ(s.error_message(), "cannot import /x\\x0a\\x1b[31m");
+  }
+  // The node still imports a real model afterwards.
+  v1::ImportRequest request;
+  request.set_gguf_path(m_.path);
+  v1::ImportReply reply;
+  auto context = MakeContext();
+  ASSERT_TRUE(stub->Import(context.get(), request, &reply).ok());
+  EXPECT_EQ(reply.imported(), m_.model->config().n_layer * m_.model->config().n_expert);
+}
+
+// Shutdown does not wait for a long Import: it stops before the next expert.
+TEST_F(ExpertServiceTest, ImportStopsWhenTheNodeShutsDown) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  node->service()->BeginShutdown();
+  v1::ImportRequest request;
+  request.set_gguf_path(m_.path);
+  v1::ImportReply reply;
+  EXPECT_TRUE(absl::IsUnavailable(node->service()->DoImport(request, &reply)));
+  EXPECT_EQ(node->store()->experts_stored(), 0u);
 }
 
 TEST_F(ExpertServiceTest, CorruptStoredExpertIsReportedDroppedAndReingestable) {

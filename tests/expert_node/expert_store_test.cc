@@ -1,6 +1,9 @@
 #include "expert_node/expert_store.h"
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -164,6 +167,252 @@ TEST(ExpertStoreTest, CorruptValueIsDroppedAndReported) {
   EXPECT_EQ(inventory->at(kFp).at(1), (std::vector<int32_t>{3}));
   EXPECT_EQ(store->experts_stored(), 1u);
   EXPECT_TRUE(store->Get(other).ok());
+}
+
+// Flips one byte in the middle of every file of `dir` whose name ends with
+// `suffix`; returns how many files it damaged.
+int FlipByteInFiles(const std::string& dir, const std::string& suffix, double where = 0.5) {
+  int damaged = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() < suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = static_cast<std::streamoff>(entry.file_size());
+    if (!f || size == 0) continue;
+    const std::streamoff at = static_cast<std::streamoff>(size * where);
+    char c = 0;
+    f.seekg(at);
+    f.read(&c, 1);
+    c ^= 0x5a;
+    f.seekp(at);
+    f.write(&c, 1);
+    ++damaged;
+  }
+  return damaged;
+}
+
+// A byte flipped on disk inside a blob file: RocksDB's own checksum catches
+// it. The expert is counted, dropped and reported as DataLoss; the others
+// stay readable.
+TEST(ExpertStoreTest, DamagedBlobFileIsCountedAndDropped) {
+  TempDir dir;
+  const SyntheticExpert e = MakeExpert(64, 128, 5);
+  const ExpertId victim{kFp, 0, 0};
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Put(victim, e.layout, e.gate, e.up, e.down).ok());
+  }
+  const SyntheticExpert other_expert = MakeExpert(64, 128, 6);
+  const ExpertId other{kFp, 0, 1};
+  {
+    // Reopening flushes the first expert into its own blob file.
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_EQ(FlipByteInFiles(dir.path(), ".blob"), 1);
+    ASSERT_TRUE(
+        store
+            ->Put(other, other_expert.layout, other_expert.gate, other_expert.up, other_expert.down)
+            .ok());
+  }
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(victim);
+  EXPECT_EQ(blob.status().code(), absl::StatusCode::kDataLoss) << blob.status();
+  EXPECT_NE(blob.status().message().find("layer 0 expert 0"), std::string::npos) << blob.status();
+  EXPECT_EQ(store->checksum_failures(), 1u);
+  EXPECT_FALSE(*store->Contains(victim));
+  EXPECT_EQ(store->experts_stored(), 1u);
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> good = store->Get(other);
+  ASSERT_TRUE(good.ok()) << good.status();
+  ExpectSameBytes(**good, other_expert);
+  // Healed by storing it again.
+  ASSERT_TRUE(store->Put(victim, e.layout, e.gate, e.up, e.down).ok());
+  blob = store->Get(victim);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  ExpectSameBytes(**blob, e);
+}
+
+// Defect 1 of issue 9: other bytes, another type or another width for a
+// stored expert are refused; the stored bytes stay, also after a reopen.
+TEST(ExpertStoreTest, StoredExpertsAreImmutable) {
+  TempDir dir;
+  const SyntheticExpert e = MakeExpert(16, 24, 3);
+  const ExpertId id{kFp, 1, 2};
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+    // The same bytes again: fine, nothing changes.
+    ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+    EXPECT_EQ(store->experts_stored(), 1u);
+
+    const SyntheticExpert other = MakeExpert(16, 24, 4);  // same shape, other bytes
+    absl::Status s = store->Put(id, other.layout, other.gate, other.up, other.down);
+    EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+    const SyntheticExpert wider = MakeExpert(32, 24, 5);  // another width
+    s = store->Put(id, wider.layout, wider.gate, wider.up, wider.down);
+    EXPECT_NE(s.code(), absl::StatusCode::kOk);
+    EXPECT_EQ(store->checksum_failures(), 0u);
+  }
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(id);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  ExpectSameBytes(**blob, e);
+  EXPECT_EQ(store->experts_stored(), 1u);
+  EXPECT_EQ(store->payload_bytes_stored(), e.layout.payload_bytes());
+}
+
+// Every expert of a layer has the layer's types and shapes.
+TEST(ExpertStoreTest, ALayersExpertsShareOneLayout) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  const SyntheticExpert e = MakeExpert(16, 24, 3);
+  ASSERT_TRUE(store->Put(ExpertId{kFp, 0, 0}, e.layout, e.gate, e.up, e.down).ok());
+  const SyntheticExpert wider = MakeExpert(32, 24, 5);
+  const SyntheticExpert longer = MakeExpert(16, 48, 6);
+  for (const SyntheticExpert* bad : {&wider, &longer}) {
+    absl::Status s = store->Put(ExpertId{kFp, 0, 1}, bad->layout, bad->gate, bad->up, bad->down);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  }
+  // Another type: the same bytes declared F16 (twice the elements per row).
+  SyntheticExpert f16 = MakeExpert(16, 24, 7);
+  for (TensorLayout* t : {&f16.layout.gate, &f16.layout.up, &f16.layout.down}) {
+    t->type = ops::TensorType::kF16;
+    t->cols *= 2;
+  }
+  f16.layout.gate.cols = f16.layout.up.cols = 32;
+  f16.layout.down.cols = 48;
+  f16.layout.down.rows = 16;
+  EXPECT_NE(store->Put(ExpertId{kFp, 0, 2}, f16.layout, f16.gate, f16.up, f16.down).code(),
+            absl::StatusCode::kOk);
+  // Another layer may differ (a GGUF may quantize layers differently).
+  ASSERT_TRUE(store->Put(ExpertId{kFp, 1, 0}, wider.layout, wider.gate, wider.up, wider.down).ok());
+  ASSERT_TRUE(store->Put(ExpertId{kFp, 0, 3}, e.layout, e.gate, e.up, e.down).ok());
+  EXPECT_EQ(store->experts_stored(), 3u);
+}
+
+// A damaged stored copy does not block healing: the new bytes replace it.
+TEST(ExpertStoreTest, ADamagedStoredCopyIsReplaced) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  const SyntheticExpert e = MakeExpert(16, 24, 3);
+  const ExpertId id{kFp, 1, 2};
+  ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+  std::string value = EncodeHeader(id.layer, id.expert, e.layout);
+  value.append(e.layout.payload_bytes(), 'z');
+  ASSERT_TRUE(store->PutRawValueForTesting(id, value).ok());
+  ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+  EXPECT_EQ(store->checksum_failures(), 1u);
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(id);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  ExpectSameBytes(**blob, e);
+  EXPECT_EQ(store->experts_stored(), 1u);
+}
+
+// A store of `n` experts in layer 0, flushed into SST and blob files.
+std::vector<SyntheticExpert> FillStore(const std::string& dir, int n) {
+  std::vector<SyntheticExpert> experts;
+  {
+    auto store = OpenStore(dir);
+    EXPECT_NE(store, nullptr);
+    if (store == nullptr) return experts;
+    for (int x = 0; x < n; ++x) {
+      experts.push_back(MakeExpert(64, 128, 100 + x));
+      const SyntheticExpert& e = experts.back();
+      EXPECT_TRUE(store->Put(ExpertId{kFp, 0, x}, e.layout, e.gate, e.up, e.down).ok());
+    }
+  }
+  OpenStore(dir);  // reopening flushes the WAL into SST and blob files
+  return experts;
+}
+
+// Defect 12 of issue 9: a damaged MANIFEST, CURRENT or SST left the node
+// unable to start with no way forward. Open names the damage and the ways
+// forward; --repair's Repair + VerifyAll or --reset-store's ResetStore get a
+// store that opens, keeps only verified experts and loses nothing else.
+TEST(ExpertStoreTest, ADamagedStoreSaysSoAndCanBeRepairedOrReset) {
+  struct Case {
+    const char* name;
+    const char* suffix;  // of the file damaged
+    double where;        // where in it
+  };
+  for (const Case& c :
+       {Case{"CURRENT", "CURRENT", 0.0}, Case{"MANIFEST", "", 0.5}, Case{"SST", ".sst", 0.3}}) {
+    SCOPED_TRACE(c.name);
+    TempDir dir;
+    const std::vector<SyntheticExpert> experts = FillStore(dir.path(), 4);
+    { std::ofstream(dir.path() + "/NODE_ID") << "node-a\n"; }
+    int damaged = 0;
+    if (std::string(c.name) == "MANIFEST") {
+      for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("MANIFEST-", 0) == 0) {
+          std::filesystem::resize_file(entry.path(), entry.file_size() / 2);
+          ++damaged;
+        }
+      }
+    } else {
+      damaged = FlipByteInFiles(dir.path(), c.suffix, c.where);
+    }
+    ASSERT_GT(damaged, 0);
+
+    ExpertStore::Options options;
+    options.data_dir = dir.path();
+    {
+      absl::StatusOr<std::unique_ptr<ExpertStore>> opened = ExpertStore::Open(options);
+      if (!opened.ok()) {
+        EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
+        EXPECT_NE(opened.status().message().find("--repair"), std::string::npos);
+        EXPECT_NE(opened.status().message().find("--reset-store"), std::string::npos);
+      }
+    }
+
+    // --repair: what opens afterwards holds only experts that verify.
+    {
+      absl::Status repaired = ExpertStore::Repair(dir.path());
+      if (repaired.ok()) {
+        absl::StatusOr<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(options);
+        if (store.ok()) {
+          ASSERT_TRUE((*store)->VerifyAll().ok());
+          auto inventory = (*store)->List(kFp);
+          ASSERT_TRUE(inventory.ok());
+          for (const auto& [fp, layers] : *inventory) {
+            for (const auto& [layer, ids] : layers) {
+              for (int32_t x : ids) {
+                absl::StatusOr<std::unique_ptr<ExpertBlob>> blob =
+                    (*store)->Get(ExpertId{kFp, layer, x});
+                ASSERT_TRUE(blob.ok()) << blob.status();
+                ExpectSameBytes(**blob, experts[x]);
+              }
+            }
+          }
+        }
+      }
+    }
+    // --reset-store: always a way forward; the old store is kept aside.
+    absl::StatusOr<std::string> aside = ExpertStore::ResetStore(dir.path());
+    ASSERT_TRUE(aside.ok()) << aside.status();
+    EXPECT_TRUE(std::filesystem::is_directory(*aside));
+    EXPECT_FALSE(std::filesystem::is_empty(*aside));
+    std::ifstream id(dir.path() + "/NODE_ID");
+    std::string node_id;
+    id >> node_id;
+    EXPECT_EQ(node_id, "node-a");
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->experts_stored(), 0u);
+    const SyntheticExpert& e = experts[0];
+    ASSERT_TRUE(store->Put(ExpertId{kFp, 0, 0}, e.layout, e.gate, e.up, e.down).ok());
+    std::error_code ec;
+    std::filesystem::remove_all(*aside, ec);
+  }
 }
 
 TEST(ExpertStoreTest, DamagedHeadersNeverCrash) {

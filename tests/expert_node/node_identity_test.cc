@@ -45,5 +45,23 @@ TEST(NodeIdentityTest, RecordedIdIsUsedAndGarbageRejected) {
   EXPECT_EQ(LoadOrCreateNodeId(dir).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(NodeIdentityTest, IdsAreShortWordsOfASafeCharset) {
+  EXPECT_TRUE(ValidateNodeId("rack2-node7.a_b").ok());
+  EXPECT_TRUE(ValidateNodeId(std::string(kMaxNodeIdBytes, 'a')).ok());
+  for (const std::string& bad :
+       {std::string(), std::string(kMaxNodeIdBytes + 1, 'a'), std::string("a/b"),
+        std::string("a\x1b[0m"), std::string("caf\xc3\xa9")}) {
+    absl::Status s = ValidateNodeId(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(std::string(s.message()).find('\x1b'), std::string::npos);
+  }
+  TempDir tmp;
+  std::ofstream(tmp.path() + "/NODE_ID") << std::string(1 << 20, 'n');
+  absl::StatusOr<std::string> id = LoadOrCreateNodeId(tmp.path());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("NODE_ID is damaged"), std::string::npos) << id.status();
+  EXPECT_LT(id.status().message().size(), 500u);
+}
+
 }  // namespace
 }  // namespace colibri::expert_node

@@ -43,6 +43,20 @@ TEST(ServerSupportTest, ReadsTokenFilesWithoutSurroundingWhitespace) {
   EXPECT_EQ(ReadTokenFile(path).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(ServerSupportTest, ServerTokensHaveAMinimumLength) {
+  EXPECT_EQ(CheckServerToken("x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckServerToken("0123456789abcde").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckServerToken("0123456789abcdef").ok());
+  EXPECT_EQ(std::string(CheckServerToken("secret").message()).find("secret"), std::string::npos);
+}
+
+TEST(ServerSupportTest, BoundAddressOfUnixSocketsIsTheSocket) {
+  EXPECT_EQ(BoundAddress("127.0.0.1:0", 4242), "127.0.0.1:4242");
+  EXPECT_EQ(BoundAddress("[::1]:0", 4242), "[::1]:4242");
+  EXPECT_EQ(BoundAddress("unix:/tmp/n.sock", 1), "unix:/tmp/n.sock");
+  EXPECT_EQ(BoundAddress("unix-abstract:node", 1), "unix-abstract:node");
+}
+
 TEST(ServerSupportTest, RejectsHalfATlsKeyPair) {
   ServerTlsFiles tls;
   tls.cert_file = "cert.pem";
