@@ -65,6 +65,10 @@ class Model::Binder {
     return p;
   }
 
+  // The attention tensors of a layer with prefix p ("blk.N.").
+  absl::Status LoadStandardAttention(const ModelConfig& c, const std::string& p, LayerWeights* l);
+  absl::Status LoadMla(const ModelConfig& c, const std::string& p, LayerWeights* l);
+
   absl::StatusOr<const float*> OptionalVector(const std::string& name, int64_t n) {
     if (Find(name) == nullptr) return nullptr;
     return Vector(name, n);
@@ -90,6 +94,50 @@ class Model::Binder {
   Model* model_;
   const gguf::GgufFile& file_;
 };
+
+absl::Status Model::Binder::LoadStandardAttention(const ModelConfig& c, const std::string& p,
+                                                  LayerWeights* l) {
+  Binder& b = *this;
+  COLIBRI_ASSIGN_OR_RETURN(l->wq, b.Matrix(p + "attn_q.weight", c.n_embd, c.q_dim()));
+  COLIBRI_ASSIGN_OR_RETURN(l->wk, b.Matrix(p + "attn_k.weight", c.n_embd, c.kv_dim()));
+  COLIBRI_ASSIGN_OR_RETURN(l->wv, b.Matrix(p + "attn_v.weight", c.n_embd, c.v_dim()));
+  COLIBRI_ASSIGN_OR_RETURN(l->wo,
+                           b.Matrix(p + "attn_output.weight", c.n_head * c.head_dim_v, c.n_embd));
+  if (c.qkv_bias) {
+    COLIBRI_ASSIGN_OR_RETURN(l->bq, b.Vector(p + "attn_q.bias", c.q_dim()));
+    COLIBRI_ASSIGN_OR_RETURN(l->bk, b.Vector(p + "attn_k.bias", c.kv_dim()));
+    COLIBRI_ASSIGN_OR_RETURN(l->bv, b.Vector(p + "attn_v.bias", c.v_dim()));
+  }
+  if (c.qk_norm == QkNorm::kPerHead) {
+    COLIBRI_ASSIGN_OR_RETURN(l->q_norm, b.Vector(p + "attn_q_norm.weight", c.head_dim));
+    COLIBRI_ASSIGN_OR_RETURN(l->k_norm, b.Vector(p + "attn_k_norm.weight", c.head_dim));
+  } else if (c.qk_norm == QkNorm::kWhole) {
+    COLIBRI_ASSIGN_OR_RETURN(l->q_norm, b.Vector(p + "attn_q_norm.weight", c.q_dim()));
+    COLIBRI_ASSIGN_OR_RETURN(l->k_norm, b.Vector(p + "attn_k_norm.weight", c.kv_dim()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::Binder::LoadMla(const ModelConfig& c, const std::string& p, LayerWeights* l) {
+  Binder& b = *this;
+  if (c.q_lora_rank > 0) {
+    COLIBRI_ASSIGN_OR_RETURN(l->wq_a, b.Matrix(p + "attn_q_a.weight", c.n_embd, c.q_lora_rank));
+    COLIBRI_ASSIGN_OR_RETURN(l->q_a_norm, b.Vector(p + "attn_q_a_norm.weight", c.q_lora_rank));
+    COLIBRI_ASSIGN_OR_RETURN(l->wq_b, b.Matrix(p + "attn_q_b.weight", c.q_lora_rank, c.q_dim()));
+  } else {
+    COLIBRI_ASSIGN_OR_RETURN(l->wq, b.Matrix(p + "attn_q.weight", c.n_embd, c.q_dim()));
+  }
+  COLIBRI_ASSIGN_OR_RETURN(
+      l->wkv_a, b.Matrix(p + "attn_kv_a_mqa.weight", c.n_embd, c.kv_lora_rank + c.n_rot));
+  COLIBRI_ASSIGN_OR_RETURN(l->kv_a_norm, b.Vector(p + "attn_kv_a_norm.weight", c.kv_lora_rank));
+  COLIBRI_ASSIGN_OR_RETURN(
+      l->wk_b, b.ExpertMatrices(p + "attn_k_b.weight", c.qk_nope(), c.kv_lora_rank, c.n_head));
+  COLIBRI_ASSIGN_OR_RETURN(
+      l->wv_b, b.ExpertMatrices(p + "attn_v_b.weight", c.kv_lora_rank, c.head_dim_v, c.n_head));
+  COLIBRI_ASSIGN_OR_RETURN(l->wo,
+                           b.Matrix(p + "attn_output.weight", c.n_head * c.head_dim_v, c.n_embd));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Open(const std::string& path) {
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(path));
@@ -118,24 +166,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(std::unique_ptr<gguf::GgufFil
     LayerWeights& l = model->layers_[il];
     const std::string p = absl::StrCat("blk.", il, ".");
     COLIBRI_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(p + "attn_norm.weight", c.n_embd));
-    COLIBRI_ASSIGN_OR_RETURN(l.wq, b.Matrix(p + "attn_q.weight", c.n_embd, c.q_dim()));
-    COLIBRI_ASSIGN_OR_RETURN(l.wk, b.Matrix(p + "attn_k.weight", c.n_embd, c.kv_dim()));
-    COLIBRI_ASSIGN_OR_RETURN(l.wv, b.Matrix(p + "attn_v.weight", c.n_embd, c.v_dim()));
-    COLIBRI_ASSIGN_OR_RETURN(
-        l.wo, b.Matrix(p + "attn_output.weight", c.n_head * c.head_dim_v, c.n_embd));
-    if (c.qkv_bias) {
-      COLIBRI_ASSIGN_OR_RETURN(l.bq, b.Vector(p + "attn_q.bias", c.q_dim()));
-      COLIBRI_ASSIGN_OR_RETURN(l.bk, b.Vector(p + "attn_k.bias", c.kv_dim()));
-      COLIBRI_ASSIGN_OR_RETURN(l.bv, b.Vector(p + "attn_v.bias", c.v_dim()));
+    if (c.attention == AttentionKind::kMla) {
+      COLIBRI_RETURN_IF_ERROR(b.LoadMla(c, p, &l));
+    } else {
+      COLIBRI_RETURN_IF_ERROR(b.LoadStandardAttention(c, p, &l));
     }
-    if (c.qk_norm == QkNorm::kPerHead) {
-      COLIBRI_ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "attn_q_norm.weight", c.head_dim));
-      COLIBRI_ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "attn_k_norm.weight", c.head_dim));
-    } else if (c.qk_norm == QkNorm::kWhole) {
-      COLIBRI_ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "attn_q_norm.weight", c.q_dim()));
-      COLIBRI_ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "attn_k_norm.weight", c.kv_dim()));
+    const std::string ffn_norm =
+        b.Find(p + "ffn_norm.weight") == nullptr && b.Find(p + "post_attention_norm.weight")
+            ? "post_attention_norm.weight"
+            : "ffn_norm.weight";
+    COLIBRI_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(p + ffn_norm, c.n_embd));
+    if (c.is_dense_layer(il)) {
+      COLIBRI_ASSIGN_OR_RETURN(l.ffn.gate, b.Matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff));
+      COLIBRI_ASSIGN_OR_RETURN(l.ffn.up, b.Matrix(p + "ffn_up.weight", c.n_embd, c.n_ff));
+      COLIBRI_ASSIGN_OR_RETURN(l.ffn.down, b.Matrix(p + "ffn_down.weight", c.n_ff, c.n_embd));
+      continue;
     }
-    COLIBRI_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(p + "ffn_norm.weight", c.n_embd));
+    if (c.selection_bias) {
+      COLIBRI_ASSIGN_OR_RETURN(l.selection_bias, b.Vector(p + "exp_probs_b.bias", c.n_expert));
+    }
     COLIBRI_ASSIGN_OR_RETURN(l.router, b.Matrix(p + "ffn_gate_inp.weight", c.n_embd, c.n_expert));
 
     l.experts.resize(c.n_expert);

@@ -30,13 +30,15 @@
 #include "model/arch/model.h"
 #include "model/moe/expert_backend.h"
 #include "model/moe/expert_ffn.h"
+#include "model/moe/router.h"
 #include "model/ops/matmul.h"
 
 namespace colibri::arch {
 
-// Next-layer expert prediction. Every family here routes by softmax top-k, so
-// the prediction is the top of layer L+d's router logits over the residual
-// stream at layer L's MoE input, normed with layer L+d's ffn_norm.
+// Next-layer expert prediction: layer L+d's router (with that family's gating,
+// selection bias and groups) applied to the residual stream at layer L's MoE
+// input, normed with layer L+d's ffn_norm. Leading dense layers neither
+// predict nor are predicted.
 struct PrefetchOptions {
   // Layers ahead to predict: 0 off, 1 the next layer, 2 the next two.
   // Default: 0.
@@ -120,6 +122,15 @@ class Session {
   // n_past_ onwards.
   absl::Status ForwardChunk(int n, bool all_logits, float* logits);
   void Attention(int il, int n);
+  // Multi-head Latent Attention (deepseek2), absorbed form over the latent cache.
+  void AttentionMla(int il, int n);
+  // Softmax attention of one (head, token) item over n_keys cache rows:
+  // scores scale * q·keys[j] over dim floats, out = Σ p_j values[j][0..out_dim).
+  static void AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
+                        int64_t value_stride, int n_keys, int dim, int out_dim, float scale,
+                        float* scores, float* out);
+  // Routing options of layer il (its selection bias).
+  moe::RoutingOptions Routing(const LayerWeights& layer) const;
   absl::Status MoeBlock(int il, int n);
   // Predicts the experts of layers il+1 .. il+depth from the residual stream
   // x_ at layer il's MoE input and passes them to experts_->Prefetch.
@@ -127,7 +138,9 @@ class Session {
   // Adds layer il's routes (routes_) to stats_.predictor for every depth that
   // predicted layer il.
   void CountPrediction(int il, int n);
-  void ApplyRope(float* v, int n_heads, int pos) const;
+  // Rotates the first n_rot floats of each of n_heads heads of v (heads
+  // head_stride apart) for position pos.
+  void ApplyRope(float* v, int n_heads, int head_stride, int pos) const;
 
   const Model& model_;
   const ModelConfig& c_;
@@ -140,7 +153,9 @@ class Session {
   int n_past_ = 0;
   SessionStats stats_;
 
-  // KV cache: [n_layer][n_ctx][kv_dim] and [n_layer][n_ctx][v_dim].
+  // KV cache: [n_layer][n_ctx][kv_dim] and [n_layer][n_ctx][v_dim]; for MLA
+  // k_cache_ holds [n_layer][n_ctx][kv_lora_rank + n_rot] (the normed latent
+  // and the roped shared k_pe) and v_cache_ is empty.
   std::vector<float> k_cache_;
   std::vector<float> v_cache_;
   // RoPE table: [n_ctx][n_rot / 2] cosines and sines.
@@ -161,6 +176,16 @@ class Session {
   std::vector<float> expert_out_;   // [n][k][n_embd]
   std::vector<float> shared_out_;   // [n][n_embd]
   std::vector<float> scores_;       // [n_threads][n_ctx] attention scores
+  std::vector<float> route_scratch_;  // moe::RouteScratchSize(n_expert)
+
+  // MLA only (empty otherwise).
+  std::vector<float> q_a_;       // [n][q_lora_rank]
+  std::vector<float> kv_a_;      // [n][kv_lora_rank + n_rot]
+  std::vector<float> q_abs_;     // [n][n_head][kv_lora_rank + n_rot]: Kb q_nope | q_pe
+  std::vector<float> latent_;    // [n][n_head][kv_lora_rank] attention output, latent space
+  std::vector<float> head_in_;   // [n][max(qk_nope, kv_lora_rank)] one head, gathered
+  std::vector<float> head_out_;  // [n][max(kv_lora_rank, head_dim_v)]
+
   ops::MatMulScratch matmul_scratch_;
   moe::ExpertFfnScratch shared_scratch_;
 

@@ -24,6 +24,18 @@ const std::vector<std::string>& GoldenModels() {
   return models;
 }
 
+const std::vector<std::string>& FamilyGoldenModels() {
+  static const std::vector<std::string> models = {"glm4moe-tiny-q4_k_m", "deepseek2-tiny-q8_0",
+                                                  "deepseek2-lite-tiny-f32"};
+  return models;
+}
+
+std::vector<std::string> AllGoldenModels() {
+  std::vector<std::string> all = GoldenModels();
+  all.insert(all.end(), FamilyGoldenModels().begin(), FamilyGoldenModels().end());
+  return all;
+}
+
 const std::vector<std::string>& GoldenPrompts() {
   static const std::vector<std::string> prompts = {"english", "code_unicode", "long"};
   return prompts;

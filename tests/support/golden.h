@@ -22,6 +22,10 @@ namespace colibri::testing {
 // The four fixture models, without ".gguf".
 const std::vector<std::string>& GoldenModels();
 const std::vector<std::string>& GoldenPrompts();  // english, code_unicode, long
+// The models of the families added later (deepseek2, glm4moe), without ".gguf".
+const std::vector<std::string>& FamilyGoldenModels();
+// GoldenModels() then FamilyGoldenModels().
+std::vector<std::string> AllGoldenModels();
 
 using Row = std::vector<float>;
 
