@@ -104,7 +104,7 @@ class DistributedRunTest : public ::testing::Test {
 TEST_F(DistributedRunTest, LogitsAreBitwiseEqualToTheLocalRun) {
   StartNodes(3);
   const std::string dir = testing::MakeTempDir("logits");
-  for (const std::string& model : testing::GoldenModels()) {
+  for (const std::string& model : testing::AllGoldenModels()) {
     const testing::GoldenCase c = Case(model);
     for (bool exact : {true, false}) {
       SCOPED_TRACE(model + (exact ? " exact" : " fast"));
@@ -137,7 +137,7 @@ TEST_F(DistributedRunTest, LogitsAreBitwiseEqualToTheLocalRun) {
 TEST_F(DistributedRunTest, PrefetchLeavesTheLogitsBitwiseTheSame) {
   StartNodes(3);
   const std::string dir = testing::MakeTempDir("prefetch");
-  for (const std::string& model : testing::GoldenModels()) {
+  for (const std::string& model : testing::AllGoldenModels()) {
     const testing::GoldenCase c = Case(model);
     for (bool exact : {true, false}) {
       SCOPED_TRACE(model + (exact ? " exact" : " fast"));
@@ -325,11 +325,12 @@ CommandResult RunAndKill(const std::vector<std::string>& argv, NodeProcess* vict
 std::string KillMidGeneration(std::vector<std::unique_ptr<NodeProcess>>* nodes,
                               const std::string& addresses, int replicas,
                               const std::string& n_predict = "300",
-                              const std::vector<std::string>& extra = {}) {
-  const testing::GoldenCase c = [] {
+                              const std::vector<std::string>& extra = {},
+                              const std::string& model = "qwen3moe-tiny-f32") {
+  const testing::GoldenCase c = [&] {
     testing::GoldenCase g;
     std::string error;
-    EXPECT_TRUE(testing::LoadGoldenCase("qwen3moe-tiny-f32", "english", &g, &error)) << error;
+    EXPECT_TRUE(testing::LoadGoldenCase(model, "english", &g, &error)) << error;
     return g;
   }();
   std::vector<int> ids(c.prompt_tokens.begin(), c.prompt_tokens.end());
@@ -392,6 +393,12 @@ TEST_F(DistributedRunTest, ExpertsOfANodeAwayTooLongAreReplaced) {
 TEST_F(DistributedRunTest, KilledNodeFailsOverToItsReplica) {
   StartNodes(3);
   KillMidGeneration(&nodes_, Addresses(), 2);
+}
+
+// The same with MLA, a leading dense layer and group-limited sigmoid routing.
+TEST_F(DistributedRunTest, KilledNodeFallsBackLocallyOnDeepseek2) {
+  StartNodes(3);
+  KillMidGeneration(&nodes_, Addresses(), 1, "300", {}, "deepseek2-tiny-q8_0");
 }
 
 TEST_F(DistributedRunTest, PlanListsEveryExpertWithoutMovingAny) {
