@@ -69,6 +69,19 @@ class Model::Binder {
   absl::Status LoadStandardAttention(const ModelConfig& c, const std::string& p, LayerWeights* l);
   absl::Status LoadMla(const ModelConfig& c, const std::string& p, LayerWeights* l);
 
+  // A float32 copy of a tensor of any shape (e.g. per-expert biases).
+  absl::StatusOr<const float*> VectorDims(const std::string& name, std::vector<int64_t> dims) {
+    COLIBRI_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Require(name));
+    COLIBRI_RETURN_IF_ERROR(CheckDims(*t, dims));
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    auto v = std::make_unique<std::vector<float>>(n);
+    ops::DequantizeRow(t->type, t->data, v->data(), n);
+    const float* p = v->data();
+    model_->owned_vectors_.push_back(std::move(v));
+    return p;
+  }
+
   absl::StatusOr<const float*> OptionalVector(const std::string& name, int64_t n) {
     if (Find(name) == nullptr) return nullptr;
     return Vector(name, n);
@@ -114,6 +127,12 @@ absl::Status Model::Binder::LoadStandardAttention(const ModelConfig& c, const st
   } else if (c.qk_norm == QkNorm::kWhole) {
     COLIBRI_ASSIGN_OR_RETURN(l->q_norm, b.Vector(p + "attn_q_norm.weight", c.q_dim()));
     COLIBRI_ASSIGN_OR_RETURN(l->k_norm, b.Vector(p + "attn_k_norm.weight", c.kv_dim()));
+  }
+  if (c.attn_output_bias) {
+    COLIBRI_ASSIGN_OR_RETURN(l->bo, b.Vector(p + "attn_output.bias", c.n_embd));
+  }
+  if (c.attn_sinks) {
+    COLIBRI_ASSIGN_OR_RETURN(l->sinks, b.Vector(p + "attn_sinks.weight", c.n_head));
   }
   return absl::OkStatus();
 }
@@ -185,6 +204,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(std::unique_ptr<gguf::GgufFil
     if (c.selection_bias) {
       COLIBRI_ASSIGN_OR_RETURN(l.selection_bias, b.Vector(p + "exp_probs_b.bias", c.n_expert));
     }
+    if (c.router_bias) {
+      COLIBRI_ASSIGN_OR_RETURN(l.router_bias, b.Vector(p + "ffn_gate_inp.bias", c.n_expert));
+    }
     COLIBRI_ASSIGN_OR_RETURN(l.router, b.Matrix(p + "ffn_gate_inp.weight", c.n_embd, c.n_expert));
 
     l.experts.resize(c.n_expert);
@@ -196,7 +218,27 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(std::unique_ptr<gguf::GgufFil
       COLIBRI_ASSIGN_OR_RETURN(auto down, b.ExpertMatrices(p + "ffn_down_exps.weight",
                                                            c.n_ff_exp, c.n_embd, c.n_expert));
       for (int e = 0; e < c.n_expert; ++e) l.experts[e] = {gate[e], up[e], down[e]};
+      if (c.expert_bias) {
+        COLIBRI_ASSIGN_OR_RETURN(const float* bg,
+                                 b.VectorDims(p + "ffn_gate_exps.bias", {c.n_ff_exp, c.n_expert}));
+        COLIBRI_ASSIGN_OR_RETURN(const float* bu,
+                                 b.VectorDims(p + "ffn_up_exps.bias", {c.n_ff_exp, c.n_expert}));
+        COLIBRI_ASSIGN_OR_RETURN(const float* bd,
+                                 b.VectorDims(p + "ffn_down_exps.bias", {c.n_embd, c.n_expert}));
+        for (int e = 0; e < c.n_expert; ++e) {
+          l.experts[e].gate_bias = bg + static_cast<int64_t>(e) * c.n_ff_exp;
+          l.experts[e].up_bias = bu + static_cast<int64_t>(e) * c.n_ff_exp;
+          l.experts[e].down_bias = bd + static_cast<int64_t>(e) * c.n_embd;
+        }
+      }
+      if (c.swiglu_oai) {
+        for (moe::ExpertWeights& w : l.experts) w.activation = moe::Activation::kSwigluOai;
+      }
     } else {
+      if (c.expert_bias || c.swiglu_oai) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            model->file().path(), ": required tensor ", p, "ffn_gate_exps.weight is missing"));
+      }
       for (int e = 0; e < c.n_expert; ++e) {
         const std::string pe = absl::StrCat(".", e, ".weight");
         moe::ExpertWeights& w = l.experts[e];

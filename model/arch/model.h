@@ -46,6 +46,9 @@ struct LayerWeights {
   // router, experts and shared expert are empty then.
   moe::ExpertWeights ffn;
   const float* selection_bias = nullptr;    // [n_expert] exp_probs_b when selection_bias
+  const float* bo = nullptr;           // [n_embd] attn_output bias (gpt-oss)
+  const float* sinks = nullptr;        // [n_head] attention-sink logits (gpt-oss)
+  const float* router_bias = nullptr;  // [n_expert] (gpt-oss)
   ops::WeightMatrix router;                 // [n_expert][n_embd]
   std::vector<moe::ExpertWeights> experts;  // [n_expert]
   moe::ExpertWeights shared;                // when config.shared_expert

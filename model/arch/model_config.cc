@@ -12,7 +12,8 @@ namespace colibri::arch {
 namespace {
 
 const ArchSpec* const kArchSpecs[] = {&Qwen3MoeArch(), &Qwen2MoeArch(), &LlamaMoeArch(),
-                                      &OlmoeArch(),    &Glm4MoeArch(),  &Deepseek2Arch()};
+                                      &OlmoeArch(),    &Glm4MoeArch(),  &Deepseek2Arch(),
+                                      &GptOssArch()};
 
 absl::Status Invalid(const gguf::GgufFile& file, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", what));
@@ -165,6 +166,10 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
   }
   if (c.yarn && (!(c.yarn_factor >= 1.0f) || c.yarn_orig_ctx <= 0)) {
     return Invalid(file, "yarn needs rope.scaling.factor >= 1 and original_context_length > 0");
+  }
+  if (c.sliding_window < 0 || (c.sliding_window > 0 && c.swa_pattern <= 0)) {
+    return Invalid(file, absl::StrCat("attention.sliding_window ", c.sliding_window,
+                                      " must be >= 0 (with a layer pattern)"));
   }
   if (c.attention == AttentionKind::kMla &&
       (c.kv_lora_rank <= 0 || c.q_lora_rank < 0 || c.head_dim <= c.n_rot)) {

@@ -103,11 +103,25 @@ struct ModelConfig {
   int q_lora_rank = 0;  // 0: plain attn_q
   int kv_lora_rank = 0;
 
+  // gpt-oss. Layers with il % swa_pattern == 0 attend to the last
+  // sliding_window positions only (query t sees key j iff 0 <= t - j < window).
+  int sliding_window = 0;  // 0: every layer attends to the whole context
+  int swa_pattern = 0;
+  bool attn_output_bias = false;  // blk.N.attn_output.bias
+  bool attn_sinks = false;        // blk.N.attn_sinks.weight: one logit per head, no value
+  bool router_bias = false;       // blk.N.ffn_gate_inp.bias added to the router logits
+  bool softmax_topk = false;      // weights = softmax over the chosen k logits
+  bool expert_bias = false;       // blk.N.ffn_{gate,up,down}_exps.bias, per expert
+  bool swiglu_oai = false;        // clamped SwiGLU of gpt-oss (moe::Activation::kSwigluOai)
+
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
   int v_dim() const { return n_head_kv * head_dim_v; }
   int qk_nope() const { return head_dim - n_rot; }  // MLA: non-rotated part of a head
   bool is_dense_layer(int il) const { return il < n_layer_dense_lead; }
+  bool is_window_layer(int il) const {
+    return sliding_window > 0 && swa_pattern > 0 && il % swa_pattern == 0;
+  }
   float attention_scale() const;  // kq_scale, or 1 / sqrt(head_dim)
   // Floats the KV cache keeps per token and layer (K and V together): for MLA
   // the latent row, else kv_dim + v_dim.
@@ -130,6 +144,7 @@ const ArchSpec& LlamaMoeArch();
 const ArchSpec& OlmoeArch();
 const ArchSpec& Glm4MoeArch();
 const ArchSpec& Deepseek2Arch();
+const ArchSpec& GptOssArch();
 
 // Names of the supported architectures, for error messages and --help.
 std::vector<std::string> SupportedArchitectures();

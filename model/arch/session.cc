@@ -63,11 +63,21 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   const ModelConfig& c = c_;
   const bool mla = c.attention == AttentionKind::kMla;
   const int latent_row = c.kv_lora_rank + c.n_rot;
+  cache_rows_.resize(c.n_layer);
+  cache_offset_.resize(c.n_layer);
+  size_t total_rows = 0;
+  for (int il = 0; il < c.n_layer; ++il) {
+    cache_rows_[il] = c.is_window_layer(il)
+                          ? static_cast<int>(std::min<int64_t>(n_ctx, c.sliding_window + B - 1))
+                          : n_ctx;
+    cache_offset_[il] = total_rows;
+    total_rows += cache_rows_[il];
+  }
   if (mla) {
-    k_cache_.assign(static_cast<size_t>(c.n_layer) * n_ctx * latent_row, 0.0f);
+    k_cache_.assign(total_rows * latent_row, 0.0f);
   } else {
-    k_cache_.assign(static_cast<size_t>(c.n_layer) * n_ctx * c.kv_dim(), 0.0f);
-    v_cache_.assign(static_cast<size_t>(c.n_layer) * n_ctx * c.v_dim(), 0.0f);
+    k_cache_.assign(total_rows * c.kv_dim(), 0.0f);
+    v_cache_.assign(total_rows * c.v_dim(), 0.0f);
   }
 
   const int half = c.n_rot / 2;
@@ -138,7 +148,15 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   }
 }
 
-void Session::Truncate(int n) { n_past_ = std::max(0, std::min(n, n_past_)); }
+void Session::Truncate(int n) {
+  n = std::max(0, std::min(n, n_past_));
+  for (int il = 0; il < c_.n_layer; ++il) {
+    // Position n - window (the oldest the next token reads) must not have
+    // been overwritten by a dropped position.
+    if (c_.is_window_layer(il) && n_past_ - 1 >= n - c_.sliding_window + cache_rows_[il]) n = 0;
+  }
+  n_past_ = n;
+}
 
 absl::Status Session::Evaluate(absl::Span<const int32_t> tokens, bool all_logits,
                                std::vector<float>* logits) {
@@ -195,6 +213,9 @@ absl::Status Session::ForwardChunk(int n, bool all_logits, float* logits) {
       Attention(il, n);
     }
     ops::MatMul(L.wo, attn_.data(), n, proj_.data(), d, options_.path, pool_, &matmul_scratch_);
+    if (L.bo != nullptr) {
+      for (int i = 0; i < n; ++i) AddInPlace(proj_.data() + i * d, L.bo, d);
+    }
     AddInPlace(x_.data(), proj_.data(), n * d);
 
     for (int i = 0; i < n; ++i) {
@@ -248,8 +269,9 @@ void Session::Attention(int il, int n) {
   ops::MatMul(L.wk, xn_.data(), n, k_.data(), kv_dim, options_.path, pool_, &matmul_scratch_);
   ops::MatMul(L.wv, xn_.data(), n, v_.data(), v_dim, options_.path, pool_, &matmul_scratch_);
 
-  float* k_cache = k_cache_.data() + static_cast<size_t>(il) * n_ctx_ * kv_dim;
-  float* v_cache = v_cache_.data() + static_cast<size_t>(il) * n_ctx_ * v_dim;
+  float* k_cache = k_cache_.data() + cache_offset_[il] * kv_dim;
+  float* v_cache = v_cache_.data() + cache_offset_[il] * v_dim;
+  const int ring = cache_rows_[il];
   for (int i = 0; i < n; ++i) {
     float* q = q_.data() + i * q_dim;
     float* k = k_.data() + i * kv_dim;
@@ -271,13 +293,15 @@ void Session::Attention(int il, int n) {
     const int pos = n_past_ + i;
     ApplyRope(q, c_.n_head, hd, pos);
     ApplyRope(k, c_.n_head_kv, hd, pos);
-    std::memcpy(k_cache + static_cast<size_t>(pos) * kv_dim, k, kv_dim * sizeof(float));
-    std::memcpy(v_cache + static_cast<size_t>(pos) * v_dim, v, v_dim * sizeof(float));
+    const size_t slot = static_cast<size_t>(pos % ring);
+    std::memcpy(k_cache + slot * kv_dim, k, kv_dim * sizeof(float));
+    std::memcpy(v_cache + slot * v_dim, v, v_dim * sizeof(float));
   }
 
   // Causal attention, one (head, token) pair per work item.
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = c_.attention_scale();
+  const int window = c_.is_window_layer(il) ? c_.sliding_window : 0;
   const int64_t items = static_cast<int64_t>(c_.n_head) * n;
   const int n_threads = pool_ ? pool_->num_threads() : 1;
   const int64_t chunk = (items + n_threads - 1) / n_threads;
@@ -287,9 +311,11 @@ void Session::Attention(int il, int n) {
       const int h = static_cast<int>(item / n);
       const int i = static_cast<int>(item % n);
       const int kvh = h / group;
+      const int last = n_past_ + i;
+      const int first = window > 0 ? std::max(0, last - window + 1) : 0;
       AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
-                v_dim, n_past_ + i + 1, hd, hdv, scale, scores,
-                attn_.data() + i * c_.n_head * hdv + h * hdv);
+                v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr,
+                scores, attn_.data() + i * c_.n_head * hdv + h * hdv);
     }
   };
   if (pool_ != nullptr) {
@@ -299,25 +325,30 @@ void Session::Attention(int il, int n) {
   }
 }
 
-void Session::AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
-                        int64_t value_stride, int n_keys, int dim, int out_dim, float scale,
-                        float* scores, float* out) {
+void Session::AttendOne(const float* q, const float* keys, int64_t key_stride,
+                        const float* values, int64_t value_stride, int first, int last, int ring,
+                        int dim, int out_dim, float scale, const float* sink, float* scores,
+                        float* out) {
+  const int n_keys = last - first + 1;
   float max = -INFINITY;
   for (int j = 0; j < n_keys; ++j) {
-    const float s = ops::Dot(q, keys + static_cast<size_t>(j) * key_stride, dim) * scale;
+    const size_t row = static_cast<size_t>((first + j) % ring);
+    const float s = ops::Dot(q, keys + row * key_stride, dim) * scale;
     scores[j] = s;
     max = std::max(max, s);
   }
+  if (sink != nullptr) max = std::max(max, *sink);
   float sum = 0.0f;
   for (int j = 0; j < n_keys; ++j) {
     scores[j] = std::exp(scores[j] - max);
     sum += scores[j];
   }
+  if (sink != nullptr) sum += std::exp(*sink - max);
   const float inv = 1.0f / sum;
   std::fill(out, out + out_dim, 0.0f);
   for (int j = 0; j < n_keys; ++j) {
     const float p = scores[j] * inv;
-    const float* v = values + static_cast<size_t>(j) * value_stride;
+    const float* v = values + static_cast<size_t>((first + j) % ring) * value_stride;
     for (int e = 0; e < out_dim; ++e) out[e] += p * v[e];
   }
 }
@@ -340,7 +371,7 @@ void Session::AttentionMla(int il, int n) {
   }
   ops::MatMul(L.wkv_a, xn_.data(), n, kv_a_.data(), row, path, pool_, &matmul_scratch_);
 
-  float* cache = k_cache_.data() + static_cast<size_t>(il) * n_ctx_ * row;
+  float* cache = k_cache_.data() + cache_offset_[il] * row;
   for (int i = 0; i < n; ++i) {
     const int pos = n_past_ + i;
     float* a = kv_a_.data() + i * row;
@@ -376,8 +407,8 @@ void Session::AttentionMla(int il, int n) {
       const int h = static_cast<int>(item / n);
       const int i = static_cast<int>(item % n);
       const size_t at = static_cast<size_t>(i) * n_head + h;
-      AttendOne(q_abs_.data() + at * row, cache, row, cache, row, n_past_ + i + 1, row, rank, scale,
-                scores, latent_.data() + at * rank);
+      AttendOne(q_abs_.data() + at * row, cache, row, cache, row, 0, n_past_ + i, n_ctx_, row,
+                rank, scale, nullptr, scores, latent_.data() + at * rank);
     }
   };
   if (pool_ != nullptr) {
@@ -466,6 +497,8 @@ moe::RoutingOptions Session::Routing(const LayerWeights& layer) const {
   o.n_groups_used = c_.n_group_used;
   o.normalize = c_.norm_topk;
   o.scale = c_.expert_weights_scale;
+  o.logit_bias = layer.router_bias;
+  o.softmax_topk = c_.softmax_topk;
   return o;
 }
 

@@ -111,7 +111,10 @@ class Session {
 
   // Forgets every position (the cache is reused from position 0).
   void Reset() { n_past_ = 0; }
-  // Drops positions >= n (n <= n_past()).
+  // Drops positions >= n (n <= n_past()). With sliding-window layers, whose
+  // cache keeps only the last window + n_batch - 1 positions, a position
+  // older than that may already be overwritten: Truncate then drops
+  // everything (n_past() becomes 0) rather than keep a damaged cache.
   void Truncate(int n);
 
  private:
@@ -124,11 +127,13 @@ class Session {
   void Attention(int il, int n);
   // Multi-head Latent Attention (deepseek2), absorbed form over the latent cache.
   void AttentionMla(int il, int n);
-  // Softmax attention of one (head, token) item over n_keys cache rows:
-  // scores scale * q·keys[j] over dim floats, out = Σ p_j values[j][0..out_dim).
+  // Softmax attention of one (head, token) item over the cache rows of
+  // positions first .. last: row of position j is j % ring. Scores are
+  // scale * q·keys[row] over dim floats, out = Σ p_j values[row][0..out_dim).
+  // With sink (not NaN) the softmax denominator has an extra exp(sink) term.
   static void AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
-                        int64_t value_stride, int n_keys, int dim, int out_dim, float scale,
-                        float* scores, float* out);
+                        int64_t value_stride, int first, int last, int ring, int dim,
+                        int out_dim, float scale, const float* sink, float* scores, float* out);
   // Routing options of layer il (its selection bias).
   moe::RoutingOptions Routing(const LayerWeights& layer) const;
   absl::Status MoeBlock(int il, int n);
@@ -153,7 +158,12 @@ class Session {
   int n_past_ = 0;
   SessionStats stats_;
 
-  // KV cache: [n_layer][n_ctx][kv_dim] and [n_layer][n_ctx][v_dim]; for MLA
+  // Cache rows per layer: n_ctx, or for a sliding-window layer
+  // min(n_ctx, window + n_batch - 1) used as a ring (position p in row
+  // p % rows). [n_layer]
+  std::vector<int> cache_rows_;
+  std::vector<size_t> cache_offset_;  // [n_layer] first row of each layer
+  // KV cache: [n_layer][rows][kv_dim] and [n_layer][rows][v_dim]; for MLA
   // k_cache_ holds [n_layer][n_ctx][kv_lora_rank + n_rot] (the normed latent
   // and the roped shared k_pe) and v_cache_ is empty.
   std::vector<float> k_cache_;

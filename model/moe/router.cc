@@ -72,6 +72,21 @@ void RouteExperts(const float* logits, int64_t n_tokens, int n_expert, int k,
     const float* l = logits + t * n_expert;
     int32_t* e = experts + t * k;
     float* w = weights + t * k;
+    if (o.logit_bias != nullptr) {
+      for (int i = 0; i < n_expert; ++i) group[i] = l[i] + o.logit_bias[i];
+      l = group;  // the group scores are not needed before l is consumed below
+    }
+    if (o.softmax_topk) {
+      int filled = 0;
+      for (int i = 0; i < n_expert; ++i) InsertTop(l, i, k, e, &filled);
+      float sum = 0.0f;
+      for (int r = 0; r < k; ++r) {
+        w[r] = std::exp(l[e[r]] - l[e[0]]);
+        sum += w[r];
+      }
+      for (int r = 0; r < k; ++r) w[r] /= sum;
+      continue;
+    }
     if (o.sigmoid) {
       for (int i = 0; i < n_expert; ++i) p[i] = 1.0f / (1.0f + std::exp(-l[i]));
     } else {

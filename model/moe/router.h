@@ -36,12 +36,18 @@ struct RoutingOptions {
   bool normalize = false;
   // Weights multiplied by scale unless it is 0 or 1. Default: 1.
   float scale = 1.0f;
+  // gpt-oss: [n_expert] added to the logits before anything else. Default: none.
+  const float* logit_bias = nullptr;
+  // gpt-oss: choose the k largest (biased) logits and weight them by a softmax
+  // over those k only; sigmoid, selection_bias and groups are then ignored.
+  // Default: false.
+  bool softmax_topk = false;
 
   // True when the options reduce to SelectExperts (softmax, no bias, no
   // groups, no scale); RouteExperts then gives SelectExperts' exact bits.
   bool plain() const {
     return !sigmoid && selection_bias == nullptr && n_groups <= 1 &&
-           (scale == 0.0f || scale == 1.0f);
+           (scale == 0.0f || scale == 1.0f) && logit_bias == nullptr && !softmax_topk;
   }
 };
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -105,6 +106,7 @@ TEST_F(DistributedRunTest, LogitsAreBitwiseEqualToTheLocalRun) {
   StartNodes(3);
   const std::string dir = testing::MakeTempDir("logits");
   for (const std::string& model : testing::AllGoldenModels()) {
+    if (model == "gpt-oss-tiny-mxfp4") continue;  // refused with --nodes (see below)
     const testing::GoldenCase c = Case(model);
     for (bool exact : {true, false}) {
       SCOPED_TRACE(model + (exact ? " exact" : " fast"));
@@ -138,6 +140,7 @@ TEST_F(DistributedRunTest, PrefetchLeavesTheLogitsBitwiseTheSame) {
   StartNodes(3);
   const std::string dir = testing::MakeTempDir("prefetch");
   for (const std::string& model : testing::AllGoldenModels()) {
+    if (model == "gpt-oss-tiny-mxfp4") continue;  // refused with --nodes (see below)
     const testing::GoldenCase c = Case(model);
     for (bool exact : {true, false}) {
       SCOPED_TRACE(model + (exact ? " exact" : " fast"));
@@ -167,6 +170,21 @@ TEST_F(DistributedRunTest, PrefetchLeavesTheLogitsBitwiseTheSame) {
       EXPECT_EQ(Counter(on.err, "experts:", "fallback_routes"), 0) << on.err;
     }
   }
+}
+
+// Expert records do not carry gpt-oss's expert biases yet: the coordinator
+// refuses to serve it over nodes instead of computing wrong outputs.
+TEST_F(DistributedRunTest, GptOssIsRefusedOverNodes) {
+  const std::vector<std::string>& models = testing::FamilyGoldenModels();
+  if (std::find(models.begin(), models.end(), "gpt-oss-tiny-mxfp4") == models.end()) {
+    GTEST_SKIP() << "gpt-oss-tiny-mxfp4 needs MXFP4 support";
+  }
+  StartNodes(1);
+  std::vector<std::string> args = RunArgs(Case("gpt-oss-tiny-mxfp4"), 2);
+  args.insert(args.end(), {"--nodes", Addresses()});
+  const CommandResult r = testing::RunCommand(args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot be served by expert nodes yet"), std::string::npos) << r.err;
 }
 
 TEST_F(DistributedRunTest, OneRoundTripPerInvolvedNodePerLayer) {

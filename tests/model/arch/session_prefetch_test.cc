@@ -149,6 +149,9 @@ bool ReferenceTop(const arch::Model& model, int from, int target, const float* x
   }
   // The family's selection score: softmax is monotonic (the logits rank the
   // same); sigmoid plus the selection bias and the group limit do not.
+  if (T.router_bias != nullptr) {  // gpt-oss: the bias is part of the logits
+    for (int e = 0; e < c.n_expert; ++e) logits[e] += T.router_bias[e];
+  }
   std::vector<double> score = logits;
   bool clear = true;
   if (c.gating == arch::Gating::kSigmoid || T.selection_bias != nullptr) {
