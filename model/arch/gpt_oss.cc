@@ -34,8 +34,8 @@ absl::Status FinishGptOss(const gguf::GgufFile& file, ModelConfig* c) {
                                                    " must be > 0"));
   }
   if (file.FindTensor("output.weight") == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file.path(), ": gpt-oss needs tensor output.weight (it is missing)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.path(), ": required tensor output.weight is missing (gpt-oss does not tie it)"));
   }
   COLIBRI_RETURN_IF_ERROR(ReadRopeScaling(file, c));
   return absl::OkStatus();

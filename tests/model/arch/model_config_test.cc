@@ -421,5 +421,173 @@ TEST(Deepseek2ConfigTest, NextnLayersAreNotRun) {
   EXPECT_EQ((*model)->config().n_nextn_layer, 1);
 }
 
+// A gpt-oss model with F32 weights, `layers` layers (even ones sliding-window
+// of `window` positions), 4 experts top-2.
+class TinyGptOssBuilder {
+ public:
+  TinyGptOssBuilder(int layers, int window) : layers_(layers) {
+    const std::string a = "gpt-oss.";
+    Set("general.architecture", gguf::Value::String("gpt-oss"));
+    Set(a + "block_count", gguf::Value::Uint32(layers));
+    Set(a + "context_length", gguf::Value::Uint32(64));
+    Set(a + "embedding_length", gguf::Value::Uint32(kEmbd));
+    Set(a + "attention.head_count", gguf::Value::Uint32(kHeads));
+    Set(a + "attention.head_count_kv", gguf::Value::Uint32(kKv));
+    Set(a + "attention.key_length", gguf::Value::Uint32(kHeadDim));
+    Set(a + "attention.value_length", gguf::Value::Uint32(kHeadDim));
+    Set(a + "attention.sliding_window", gguf::Value::Uint32(window));
+    Set(a + "rope.scaling.type", gguf::Value::String("yarn"));
+    Set(a + "rope.scaling.factor", gguf::Value::Float32(32.0f));
+    Set(a + "rope.scaling.original_context_length", gguf::Value::Uint32(4096));
+    Set(a + "expert_count", gguf::Value::Uint32(kExperts));
+    Set(a + "expert_used_count", gguf::Value::Uint32(2));
+    Set(a + "expert_feed_forward_length", gguf::Value::Uint32(kFf));
+  }
+
+  void Set(const std::string& key, gguf::Value v) { values_[key] = std::move(v); }
+  void Erase(const std::string& key) { values_.erase(key); }
+  void Skip(const std::string& tensor) { skip_.push_back(tensor); }
+  void Reshape(const std::string& tensor, std::vector<int64_t> dims) { reshape_[tensor] = dims; }
+
+  absl::StatusOr<std::unique_ptr<Model>> Load() {
+    gguf::GgufWriter w;
+    for (const auto& [k, v] : values_) w.SetValue(k, v);
+    auto add = [&](const std::string& name, std::vector<int64_t> dims) {
+      for (const std::string& s : skip_) {
+        if (s == name) return;
+      }
+      if (reshape_.count(name)) dims = reshape_[name];
+      int64_t n = 1;
+      for (int64_t d : dims) n *= d;
+      std::vector<float> v(n);
+      std::normal_distribution<float> normal(0.0f, 0.5f);
+      for (float& x : v) x = normal(rng_);
+      EXPECT_TRUE(w.AddF32Tensor(name, dims, v).ok()) << name;
+    };
+    add("token_embd.weight", {kEmbd, kVocab});
+    add("output_norm.weight", {kEmbd});
+    add("output.weight", {kEmbd, kVocab});
+    for (int il = 0; il < layers_; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      add(p + "attn_norm.weight", {kEmbd});
+      add(p + "attn_q.weight", {kEmbd, kHeads * kHeadDim});
+      add(p + "attn_k.weight", {kEmbd, kKv * kHeadDim});
+      add(p + "attn_v.weight", {kEmbd, kKv * kHeadDim});
+      add(p + "attn_q.bias", {kHeads * kHeadDim});
+      add(p + "attn_k.bias", {kKv * kHeadDim});
+      add(p + "attn_v.bias", {kKv * kHeadDim});
+      add(p + "attn_output.weight", {kHeads * kHeadDim, kEmbd});
+      add(p + "attn_output.bias", {kEmbd});
+      add(p + "attn_sinks.weight", {kHeads});
+      add(p + "post_attention_norm.weight", {kEmbd});
+      add(p + "ffn_gate_inp.weight", {kEmbd, kExperts});
+      add(p + "ffn_gate_inp.bias", {kExperts});
+      add(p + "ffn_gate_exps.weight", {kEmbd, kFf, kExperts});
+      add(p + "ffn_up_exps.weight", {kEmbd, kFf, kExperts});
+      add(p + "ffn_down_exps.weight", {kFf, kEmbd, kExperts});
+      add(p + "ffn_gate_exps.bias", {kFf, kExperts});
+      add(p + "ffn_up_exps.bias", {kFf, kExperts});
+      add(p + "ffn_down_exps.bias", {kEmbd, kExperts});
+    }
+    bytes_ = w.Serialize();
+    auto file = gguf::GgufFile::FromBytes(bytes_, "tiny.gguf");
+    if (!file.ok()) return file.status();
+    return Model::Load(std::move(*file));
+  }
+
+ private:
+  int layers_;
+  std::map<std::string, gguf::Value> values_;
+  std::vector<std::string> skip_;
+  std::map<std::string, std::vector<int64_t>> reshape_;
+  std::mt19937 rng_{11};
+  std::vector<uint8_t> bytes_;
+};
+
+// Last-position logits of `tokens` evaluated in chunks of n_batch.
+std::vector<float> LastLogits(const Model& model, const std::vector<int32_t>& tokens,
+                              int n_batch) {
+  moe::LocalExpertBackend backend(&model.experts(), model.config().n_expert,
+                                  ops::NumericPath::kExact, nullptr);
+  SessionOptions options;
+  options.n_ctx = 32;
+  options.n_batch = n_batch;
+  auto session = Session::Create(model, &backend, nullptr, options);
+  EXPECT_TRUE(session.ok()) << session.status();
+  std::vector<float> logits;
+  for (size_t i = 0; i < tokens.size(); i += n_batch) {
+    const size_t n = std::min<size_t>(n_batch, tokens.size() - i);
+    EXPECT_TRUE((*session)->Evaluate({tokens.data() + i, n}, false, &logits).ok());
+  }
+  return logits;
+}
+
+TEST(GptOssConfigTest, LoadsWithWindowLayersSinksAndExpertBiases) {
+  TinyGptOssBuilder b(3, 4);
+  auto model = b.Load();
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  EXPECT_TRUE(c.is_window_layer(0));
+  EXPECT_FALSE(c.is_window_layer(1));
+  EXPECT_TRUE(c.is_window_layer(2));
+  EXPECT_NEAR(c.rope_magnitude, 1.0 + 0.1 * std::log(32.0), 1e-6);
+  EXPECT_NE((*model)->layer(1).sinks, nullptr);
+  EXPECT_NE((*model)->layer(1).bo, nullptr);
+  const moe::ExpertWeights& w = (*model)->experts()[2][3];
+  EXPECT_TRUE(w.has_bias());
+  EXPECT_EQ(w.activation, moe::Activation::kSwigluOai);
+  // Expert 3's gate bias is column 3 of the [n_ff, n_expert] tensor.
+  EXPECT_EQ(w.gate_bias, (*model)->experts()[2][0].gate_bias + 3 * kFf);
+}
+
+// One sliding-window layer of 3: the last position reads positions 7..9 only,
+// so replacing tokens 0..6 leaves its logits bitwise the same; changing token
+// 7 does not. Decoding one token at a time (the ring of window + n_batch - 1
+// = 3 rows wraps several times) gives the same bits as one batch.
+TEST(GptOssConfigTest, SlidingWindowSeesOnlyTheWindowAndTheRingWraps) {
+  TinyGptOssBuilder b(1, 3);
+  auto model = b.Load();
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  std::vector<int32_t> early = tokens;
+  for (int i = 0; i < 7; ++i) early[i] = 15 - i;
+  std::vector<int32_t> in_window = tokens;
+  in_window[7] = 0;
+  const std::vector<float> base = LastLogits(**model, tokens, 16);
+  EXPECT_EQ(LastLogits(**model, early, 16), base);
+  EXPECT_NE(LastLogits(**model, in_window, 16), base);
+  EXPECT_EQ(LastLogits(**model, tokens, 1), base);
+  EXPECT_EQ(LastLogits(**model, tokens, 4), base);
+}
+
+TEST(GptOssConfigTest, BadWindowSizes) {
+  TinyGptOssBuilder zero(2, 0);
+  auto model = zero.Load();
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("gpt-oss.attention.sliding_window 0 must be > 0"));
+  TinyGptOssBuilder missing(2, 4);
+  missing.Erase("gpt-oss.attention.sliding_window");
+  model = missing.Load();
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("gpt-oss.attention.sliding_window is missing"));
+}
+
+TEST(GptOssConfigTest, MissingOrMisshapenTensorsAreNamed) {
+  for (const char* name : {"blk.1.attn_sinks.weight", "blk.0.attn_output.bias",
+                           "blk.1.ffn_gate_inp.bias", "blk.0.ffn_down_exps.bias", "output.weight"}) {
+    TinyGptOssBuilder b(2, 4);
+    b.Skip(name);
+    auto model = b.Load();
+    ASSERT_FALSE(model.ok()) << name;
+    EXPECT_THAT(model.status().message(), HasSubstr(std::string(name) + " is missing"));
+  }
+  TinyGptOssBuilder b(2, 4);
+  b.Reshape("blk.0.ffn_up_exps.bias", {kExperts, kFf});
+  auto model = b.Load();
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(),
+              HasSubstr("tensor blk.0.ffn_up_exps.bias has shape (4, 8), expected (8, 4)"));
+}
+
 }  // namespace
 }  // namespace colibri::arch
