@@ -26,7 +26,8 @@ TEST(InspectCommandTest, Deepseek2ReportsMlaRoutingAndKvBytes) {
                            "weights scale 2.5\n"));
   EXPECT_THAT(s, HasSubstr("leading dense layers 1 (ffn 192)\n"));
   EXPECT_THAT(s, HasSubstr("yarn factor 40, original context 4096, log multiplier 0.1"));
-  EXPECT_THAT(s, HasSubstr("MLA: q_lora_rank 96, kv_lora_rank 64, qk nope 32 + rope 16, v head 24"));
+  EXPECT_THAT(s,
+              HasSubstr("MLA: q_lora_rank 96, kv_lora_rank 64, qk nope 32 + rope 16, v head 24"));
   EXPECT_THAT(s, HasSubstr("KV cache per token: 960 B (compressed latent; expanded K/V would be "
                            "3.38 KiB, 3.6x)\n"));
 }
