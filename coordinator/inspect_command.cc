@@ -25,6 +25,42 @@ const char* QkNormName(arch::QkNorm n) {
   return "?";
 }
 
+// The hyper-parameters of the deepseek2 / glm4moe families, and the KV cache
+// size per token (float32 cache).
+void PrintFamilyConfig(const arch::ModelConfig& c, std::ostream& out) {
+  const bool deepseek_routing = c.gating == arch::Gating::kSigmoid || c.selection_bias ||
+                                c.n_expert_groups > 1 || c.expert_weights_scale != 1.0f ||
+                                c.n_layer_dense_lead > 0;
+  if (deepseek_routing) {
+    out << absl::StrFormat("  routing %s%s, groups %d (use %d), weights scale %g\n",
+                           c.gating == arch::Gating::kSigmoid ? "sigmoid" : "softmax",
+                           c.selection_bias ? " + selection bias exp_probs_b" : "",
+                           c.n_expert_groups, c.n_group_used, c.expert_weights_scale);
+    out << absl::StrFormat("  leading dense layers %d (ffn %d)", c.n_layer_dense_lead, c.n_ff);
+    if (c.n_nextn_layer > 0) out << absl::StrFormat(", NextN layers %d (not run)", c.n_nextn_layer);
+    out << "\n";
+  }
+  if (c.yarn) {
+    out << absl::StrFormat(
+        "  yarn factor %g, original context %d, log multiplier %g, rope magnitude %g\n",
+        c.yarn_factor, c.yarn_orig_ctx, c.yarn_log_mul, c.rope_magnitude);
+  }
+  if (c.attention == arch::AttentionKind::kMla) {
+    out << absl::StrFormat(
+        "  MLA: q_lora_rank %d%s, kv_lora_rank %d, qk nope %d + rope %d, v head %d, kq scale %g\n",
+        c.q_lora_rank, c.q_lora_rank == 0 ? " (plain attn_q)" : "", c.kv_lora_rank,
+        c.qk_nope(), c.n_rot, c.head_dim_v, c.attention_scale());
+  }
+  const int64_t per_token = c.kv_cache_floats_per_token() * 4 * c.n_layer;
+  out << "  KV cache per token: " << FormatBytes(per_token);
+  if (c.kv_expanded_floats_per_token() != c.kv_cache_floats_per_token()) {
+    const int64_t expanded = c.kv_expanded_floats_per_token() * 4 * c.n_layer;
+    out << absl::StrFormat(" (compressed latent; expanded K/V would be %s, %.1fx)",
+                           FormatBytes(expanded), static_cast<double>(expanded) / per_token);
+  }
+  out << "\n";
+}
+
 void PrintConfig(const arch::ModelConfig& c, std::ostream& out) {
   out << absl::StrFormat("  layers %d, hidden %d, heads %d (kv %d), head dim %d (v %d)\n",
                          c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.head_dim_v);
@@ -40,6 +76,7 @@ void PrintConfig(const arch::ModelConfig& c, std::ostream& out) {
                            c.shared_expert_gate ? " (sigmoid gate)" : "");
   }
   out << "\n";
+  PrintFamilyConfig(c, out);
 }
 
 }  // namespace

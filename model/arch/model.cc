@@ -65,6 +65,23 @@ class Model::Binder {
     return p;
   }
 
+  // The attention tensors of a layer with prefix p ("blk.N.").
+  absl::Status LoadStandardAttention(const ModelConfig& c, const std::string& p, LayerWeights* l);
+  absl::Status LoadMla(const ModelConfig& c, const std::string& p, LayerWeights* l);
+
+  // A float32 copy of a tensor of any shape (e.g. per-expert biases).
+  absl::StatusOr<const float*> VectorDims(const std::string& name, std::vector<int64_t> dims) {
+    COLIBRI_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Require(name));
+    COLIBRI_RETURN_IF_ERROR(CheckDims(*t, dims));
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    auto v = std::make_unique<std::vector<float>>(n);
+    ops::DequantizeRow(t->type, t->data, v->data(), n);
+    const float* p = v->data();
+    model_->owned_vectors_.push_back(std::move(v));
+    return p;
+  }
+
   absl::StatusOr<const float*> OptionalVector(const std::string& name, int64_t n) {
     if (Find(name) == nullptr) return nullptr;
     return Vector(name, n);
@@ -90,6 +107,56 @@ class Model::Binder {
   Model* model_;
   const gguf::GgufFile& file_;
 };
+
+absl::Status Model::Binder::LoadStandardAttention(const ModelConfig& c, const std::string& p,
+                                                  LayerWeights* l) {
+  Binder& b = *this;
+  COLIBRI_ASSIGN_OR_RETURN(l->wq, b.Matrix(p + "attn_q.weight", c.n_embd, c.q_dim()));
+  COLIBRI_ASSIGN_OR_RETURN(l->wk, b.Matrix(p + "attn_k.weight", c.n_embd, c.kv_dim()));
+  COLIBRI_ASSIGN_OR_RETURN(l->wv, b.Matrix(p + "attn_v.weight", c.n_embd, c.v_dim()));
+  COLIBRI_ASSIGN_OR_RETURN(l->wo,
+                           b.Matrix(p + "attn_output.weight", c.n_head * c.head_dim_v, c.n_embd));
+  if (c.qkv_bias) {
+    COLIBRI_ASSIGN_OR_RETURN(l->bq, b.Vector(p + "attn_q.bias", c.q_dim()));
+    COLIBRI_ASSIGN_OR_RETURN(l->bk, b.Vector(p + "attn_k.bias", c.kv_dim()));
+    COLIBRI_ASSIGN_OR_RETURN(l->bv, b.Vector(p + "attn_v.bias", c.v_dim()));
+  }
+  if (c.qk_norm == QkNorm::kPerHead) {
+    COLIBRI_ASSIGN_OR_RETURN(l->q_norm, b.Vector(p + "attn_q_norm.weight", c.head_dim));
+    COLIBRI_ASSIGN_OR_RETURN(l->k_norm, b.Vector(p + "attn_k_norm.weight", c.head_dim));
+  } else if (c.qk_norm == QkNorm::kWhole) {
+    COLIBRI_ASSIGN_OR_RETURN(l->q_norm, b.Vector(p + "attn_q_norm.weight", c.q_dim()));
+    COLIBRI_ASSIGN_OR_RETURN(l->k_norm, b.Vector(p + "attn_k_norm.weight", c.kv_dim()));
+  }
+  if (c.attn_output_bias) {
+    COLIBRI_ASSIGN_OR_RETURN(l->bo, b.Vector(p + "attn_output.bias", c.n_embd));
+  }
+  if (c.attn_sinks) {
+    COLIBRI_ASSIGN_OR_RETURN(l->sinks, b.Vector(p + "attn_sinks.weight", c.n_head));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::Binder::LoadMla(const ModelConfig& c, const std::string& p, LayerWeights* l) {
+  Binder& b = *this;
+  if (c.q_lora_rank > 0) {
+    COLIBRI_ASSIGN_OR_RETURN(l->wq_a, b.Matrix(p + "attn_q_a.weight", c.n_embd, c.q_lora_rank));
+    COLIBRI_ASSIGN_OR_RETURN(l->q_a_norm, b.Vector(p + "attn_q_a_norm.weight", c.q_lora_rank));
+    COLIBRI_ASSIGN_OR_RETURN(l->wq_b, b.Matrix(p + "attn_q_b.weight", c.q_lora_rank, c.q_dim()));
+  } else {
+    COLIBRI_ASSIGN_OR_RETURN(l->wq, b.Matrix(p + "attn_q.weight", c.n_embd, c.q_dim()));
+  }
+  COLIBRI_ASSIGN_OR_RETURN(
+      l->wkv_a, b.Matrix(p + "attn_kv_a_mqa.weight", c.n_embd, c.kv_lora_rank + c.n_rot));
+  COLIBRI_ASSIGN_OR_RETURN(l->kv_a_norm, b.Vector(p + "attn_kv_a_norm.weight", c.kv_lora_rank));
+  COLIBRI_ASSIGN_OR_RETURN(
+      l->wk_b, b.ExpertMatrices(p + "attn_k_b.weight", c.qk_nope(), c.kv_lora_rank, c.n_head));
+  COLIBRI_ASSIGN_OR_RETURN(
+      l->wv_b, b.ExpertMatrices(p + "attn_v_b.weight", c.kv_lora_rank, c.head_dim_v, c.n_head));
+  COLIBRI_ASSIGN_OR_RETURN(l->wo,
+                           b.Matrix(p + "attn_output.weight", c.n_head * c.head_dim_v, c.n_embd));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Open(const std::string& path) {
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(path));
@@ -118,24 +185,28 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(std::unique_ptr<gguf::GgufFil
     LayerWeights& l = model->layers_[il];
     const std::string p = absl::StrCat("blk.", il, ".");
     COLIBRI_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(p + "attn_norm.weight", c.n_embd));
-    COLIBRI_ASSIGN_OR_RETURN(l.wq, b.Matrix(p + "attn_q.weight", c.n_embd, c.q_dim()));
-    COLIBRI_ASSIGN_OR_RETURN(l.wk, b.Matrix(p + "attn_k.weight", c.n_embd, c.kv_dim()));
-    COLIBRI_ASSIGN_OR_RETURN(l.wv, b.Matrix(p + "attn_v.weight", c.n_embd, c.v_dim()));
-    COLIBRI_ASSIGN_OR_RETURN(
-        l.wo, b.Matrix(p + "attn_output.weight", c.n_head * c.head_dim_v, c.n_embd));
-    if (c.qkv_bias) {
-      COLIBRI_ASSIGN_OR_RETURN(l.bq, b.Vector(p + "attn_q.bias", c.q_dim()));
-      COLIBRI_ASSIGN_OR_RETURN(l.bk, b.Vector(p + "attn_k.bias", c.kv_dim()));
-      COLIBRI_ASSIGN_OR_RETURN(l.bv, b.Vector(p + "attn_v.bias", c.v_dim()));
+    if (c.attention == AttentionKind::kMla) {
+      COLIBRI_RETURN_IF_ERROR(b.LoadMla(c, p, &l));
+    } else {
+      COLIBRI_RETURN_IF_ERROR(b.LoadStandardAttention(c, p, &l));
     }
-    if (c.qk_norm == QkNorm::kPerHead) {
-      COLIBRI_ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "attn_q_norm.weight", c.head_dim));
-      COLIBRI_ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "attn_k_norm.weight", c.head_dim));
-    } else if (c.qk_norm == QkNorm::kWhole) {
-      COLIBRI_ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "attn_q_norm.weight", c.q_dim()));
-      COLIBRI_ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "attn_k_norm.weight", c.kv_dim()));
+    const std::string ffn_norm =
+        b.Find(p + "ffn_norm.weight") == nullptr && b.Find(p + "post_attention_norm.weight")
+            ? "post_attention_norm.weight"
+            : "ffn_norm.weight";
+    COLIBRI_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(p + ffn_norm, c.n_embd));
+    if (c.is_dense_layer(il)) {
+      COLIBRI_ASSIGN_OR_RETURN(l.ffn.gate, b.Matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff));
+      COLIBRI_ASSIGN_OR_RETURN(l.ffn.up, b.Matrix(p + "ffn_up.weight", c.n_embd, c.n_ff));
+      COLIBRI_ASSIGN_OR_RETURN(l.ffn.down, b.Matrix(p + "ffn_down.weight", c.n_ff, c.n_embd));
+      continue;
     }
-    COLIBRI_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(p + "ffn_norm.weight", c.n_embd));
+    if (c.selection_bias) {
+      COLIBRI_ASSIGN_OR_RETURN(l.selection_bias, b.Vector(p + "exp_probs_b.bias", c.n_expert));
+    }
+    if (c.router_bias) {
+      COLIBRI_ASSIGN_OR_RETURN(l.router_bias, b.Vector(p + "ffn_gate_inp.bias", c.n_expert));
+    }
     COLIBRI_ASSIGN_OR_RETURN(l.router, b.Matrix(p + "ffn_gate_inp.weight", c.n_embd, c.n_expert));
 
     l.experts.resize(c.n_expert);
@@ -147,7 +218,27 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(std::unique_ptr<gguf::GgufFil
       COLIBRI_ASSIGN_OR_RETURN(auto down, b.ExpertMatrices(p + "ffn_down_exps.weight",
                                                            c.n_ff_exp, c.n_embd, c.n_expert));
       for (int e = 0; e < c.n_expert; ++e) l.experts[e] = {gate[e], up[e], down[e]};
+      if (c.expert_bias) {
+        COLIBRI_ASSIGN_OR_RETURN(const float* bg,
+                                 b.VectorDims(p + "ffn_gate_exps.bias", {c.n_ff_exp, c.n_expert}));
+        COLIBRI_ASSIGN_OR_RETURN(const float* bu,
+                                 b.VectorDims(p + "ffn_up_exps.bias", {c.n_ff_exp, c.n_expert}));
+        COLIBRI_ASSIGN_OR_RETURN(const float* bd,
+                                 b.VectorDims(p + "ffn_down_exps.bias", {c.n_embd, c.n_expert}));
+        for (int e = 0; e < c.n_expert; ++e) {
+          l.experts[e].gate_bias = bg + static_cast<int64_t>(e) * c.n_ff_exp;
+          l.experts[e].up_bias = bu + static_cast<int64_t>(e) * c.n_ff_exp;
+          l.experts[e].down_bias = bd + static_cast<int64_t>(e) * c.n_embd;
+        }
+      }
+      if (c.swiglu_oai) {
+        for (moe::ExpertWeights& w : l.experts) w.activation = moe::Activation::kSwigluOai;
+      }
     } else {
+      if (c.expert_bias || c.swiglu_oai) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            model->file().path(), ": required tensor ", p, "ffn_gate_exps.weight is missing"));
+      }
       for (int e = 0; e < c.n_expert; ++e) {
         const std::string pe = absl::StrCat(".", e, ".weight");
         moe::ExpertWeights& w = l.experts[e];

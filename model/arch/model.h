@@ -24,7 +24,7 @@ namespace colibri::arch {
 
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [n_embd]
-  ops::WeightMatrix wq;              // [q_dim][n_embd]
+  ops::WeightMatrix wq;              // [q_dim][n_embd]; MLA: when q_lora_rank == 0
   ops::WeightMatrix wk;              // [kv_dim][n_embd]
   ops::WeightMatrix wv;              // [v_dim][n_embd]
   ops::WeightMatrix wo;              // [n_embd][n_head * head_dim_v]
@@ -33,8 +33,23 @@ struct LayerWeights {
   const float* bv = nullptr;         // [v_dim]
   const float* q_norm = nullptr;     // [head_dim] or [q_dim], by QkNorm
   const float* k_norm = nullptr;     // [head_dim] or [kv_dim]
-  const float* ffn_norm = nullptr;   // [n_embd]
-  ops::WeightMatrix router;          // [n_expert][n_embd]
+  const float* ffn_norm = nullptr;   // [n_embd] (ffn_norm or post_attention_norm)
+  // MLA (AttentionKind::kMla); wk, wv, bq.. are unused then.
+  ops::WeightMatrix wq_a;               // [q_lora_rank][n_embd] when q_lora_rank > 0
+  const float* q_a_norm = nullptr;      // [q_lora_rank]
+  ops::WeightMatrix wq_b;               // [q_dim][q_lora_rank]
+  ops::WeightMatrix wkv_a;              // [kv_lora_rank + n_rot][n_embd]
+  const float* kv_a_norm = nullptr;     // [kv_lora_rank]
+  std::vector<ops::WeightMatrix> wk_b;  // [n_head] of [kv_lora_rank][qk_nope]
+  std::vector<ops::WeightMatrix> wv_b;  // [n_head] of [head_dim_v][kv_lora_rank]
+  // Dense FFN of a leading dense layer (ModelConfig::is_dense_layer); the
+  // router, experts and shared expert are empty then.
+  moe::ExpertWeights ffn;
+  const float* selection_bias = nullptr;    // [n_expert] exp_probs_b when selection_bias
+  const float* bo = nullptr;           // [n_embd] attn_output bias (gpt-oss)
+  const float* sinks = nullptr;        // [n_head] attention-sink logits (gpt-oss)
+  const float* router_bias = nullptr;  // [n_expert] (gpt-oss)
+  ops::WeightMatrix router;                 // [n_expert][n_embd]
   std::vector<moe::ExpertWeights> experts;  // [n_expert]
   moe::ExpertWeights shared;                // when config.shared_expert
   const float* shared_gate = nullptr;       // [n_embd] when shared_expert_gate
@@ -51,11 +66,12 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const gguf::GgufFile& file() const { return *file_; }
   const LayerWeights& layer(int i) const { return layers_[i]; }
-  // experts()[layer][expert], for moe::LocalExpertBackend.
+  // experts()[layer][expert], for moe::LocalExpertBackend. Empty for a
+  // leading dense layer.
   const std::vector<std::vector<moe::ExpertWeights>>& experts() const { return experts_; }
 
   const ops::WeightMatrix& token_embd() const { return token_embd_; }  // [n_vocab][n_embd]
-  const ops::WeightMatrix& output() const { return output_; }  // token_embd when tied
+  const ops::WeightMatrix& output() const { return output_; }          // token_embd when tied
   const float* output_norm() const { return output_norm_; }
   bool tied_embeddings() const { return tied_embeddings_; }
 

@@ -1,5 +1,6 @@
 #include "model/arch/model_config.h"
 
+#include <cmath>
 #include <limits>
 
 #include "absl/status/status.h"
@@ -11,7 +12,8 @@ namespace colibri::arch {
 namespace {
 
 const ArchSpec* const kArchSpecs[] = {&Qwen3MoeArch(), &Qwen2MoeArch(), &LlamaMoeArch(),
-                                      &OlmoeArch()};
+                                      &OlmoeArch(),    &Glm4MoeArch(),  &Deepseek2Arch(),
+                                      &GptOssArch()};
 
 absl::Status Invalid(const gguf::GgufFile& file, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", what));
@@ -48,6 +50,30 @@ absl::StatusOr<int> ReadOptionalInt(const gguf::GgufFile& file, const std::strin
   const std::string key = absl::StrCat(arch, ".", suffix);
   COLIBRI_ASSIGN_OR_RETURN(int64_t v, file.GetIntOr(key, fallback));
   return ToInt(file, key, v);
+}
+
+absl::StatusOr<float> ReadOptionalFloat(const gguf::GgufFile& file, const std::string& arch,
+                                        const char* suffix, float fallback) {
+  const std::string key = absl::StrCat(arch, ".", suffix);
+  COLIBRI_ASSIGN_OR_RETURN(double v, file.GetFloatOr(key, fallback));
+  if (!std::isfinite(v)) return Invalid(file, absl::StrCat(key, " = ", v, " is not finite"));
+  return static_cast<float>(v);
+}
+
+float ModelConfig::attention_scale() const {
+  return kq_scale > 0 ? kq_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+int64_t ModelConfig::kv_cache_floats_per_token() const {
+  if (attention == AttentionKind::kMla) return kv_lora_rank + n_rot;
+  return kv_dim() + v_dim();
+}
+
+int64_t ModelConfig::kv_expanded_floats_per_token() const {
+  if (attention == AttentionKind::kMla) {
+    return static_cast<int64_t>(n_head) * (head_dim + head_dim_v);
+  }
+  return kv_cache_floats_per_token();
 }
 
 absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
@@ -114,6 +140,43 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
                                       " must be in [1, expert_count ", c.n_expert, "]"));
   }
   if (c.n_ctx_train <= 0) return Invalid(file, "context_length must be > 0");
+  if (c.n_expert_groups <= 0 || c.n_expert % c.n_expert_groups != 0) {
+    return Invalid(file, absl::StrCat("expert_group_count ", c.n_expert_groups,
+                                      " does not divide expert_count ", c.n_expert));
+  }
+  if (c.n_group_used <= 0 || c.n_group_used > c.n_expert_groups) {
+    return Invalid(file,
+                   absl::StrCat("expert_group_used_count ", c.n_group_used,
+                                " must be in [1, expert_group_count ", c.n_expert_groups, "]"));
+  }
+  if (c.n_expert_groups > 1 &&
+      c.n_expert_used > c.n_group_used * (c.n_expert / c.n_expert_groups)) {
+    return Invalid(file, absl::StrCat("expert_used_count ", c.n_expert_used,
+                                      " exceeds the experts of ", c.n_group_used, " groups"));
+  }
+  if (!std::isfinite(c.expert_weights_scale) || c.expert_weights_scale < 0) {
+    return Invalid(file, "expert_weights_scale must be finite and >= 0");
+  }
+  if (c.n_layer_dense_lead < 0 || c.n_layer_dense_lead > c.n_layer) {
+    return Invalid(file, absl::StrCat("leading_dense_block_count ", c.n_layer_dense_lead,
+                                      " is outside [0, ", c.n_layer, "]"));
+  }
+  if (c.n_layer_dense_lead > 0 && c.n_ff <= 0) {
+    return Invalid(file, "leading dense layers need feed_forward_length > 0");
+  }
+  if (c.yarn && (!(c.yarn_factor >= 1.0f) || c.yarn_orig_ctx <= 0)) {
+    return Invalid(file, "yarn needs rope.scaling.factor >= 1 and original_context_length > 0");
+  }
+  if (c.sliding_window < 0 || (c.sliding_window > 0 && c.swa_pattern <= 0)) {
+    return Invalid(file, absl::StrCat("attention.sliding_window ", c.sliding_window,
+                                      " must be >= 0 (with a layer pattern)"));
+  }
+  if (c.attention == AttentionKind::kMla &&
+      (c.kv_lora_rank <= 0 || c.q_lora_rank < 0 || c.head_dim <= c.n_rot)) {
+    return Invalid(
+        file, absl::StrCat("MLA needs kv_lora_rank > 0 (", c.kv_lora_rank, "), q_lora_rank >= 0 (",
+                           c.q_lora_rank, ") and key_length_mla > rope.dimension_count"));
+  }
   if (!(c.rms_eps > 0) || !(c.rope_freq_base > 0)) {
     return Invalid(file, "layer_norm_rms_epsilon and rope.freq_base must be > 0");
   }

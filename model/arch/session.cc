@@ -15,6 +15,9 @@ namespace colibri::arch {
 namespace {
 
 constexpr int kDefaultMaxCtx = 4096;
+// YaRN's correction range, fixed by the GGUF families that use it.
+constexpr double kYarnBetaFast = 32.0;
+constexpr double kYarnBetaSlow = 1.0;
 
 void AddInPlace(float* dst, const float* src, int64_t n) { ops::Add(dst, src, dst, n); }
 
@@ -58,18 +61,55 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
                                                                 : 4 * prefetch_count_)) {
   const int64_t B = std::min(options.n_batch, n_ctx);
   const ModelConfig& c = c_;
-  k_cache_.assign(static_cast<size_t>(c.n_layer) * n_ctx * c.kv_dim(), 0.0f);
-  v_cache_.assign(static_cast<size_t>(c.n_layer) * n_ctx * c.v_dim(), 0.0f);
+  const bool mla = c.attention == AttentionKind::kMla;
+  const int latent_row = c.kv_lora_rank + c.n_rot;
+  cache_rows_.resize(c.n_layer);
+  cache_offset_.resize(c.n_layer);
+  size_t total_rows = 0;
+  for (int il = 0; il < c.n_layer; ++il) {
+    cache_rows_[il] = c.is_window_layer(il)
+                          ? static_cast<int>(std::min<int64_t>(n_ctx, c.sliding_window + B - 1))
+                          : n_ctx;
+    cache_offset_[il] = total_rows;
+    total_rows += cache_rows_[il];
+  }
+  if (mla) {
+    k_cache_.assign(total_rows * latent_row, 0.0f);
+  } else {
+    k_cache_.assign(total_rows * c.kv_dim(), 0.0f);
+    v_cache_.assign(total_rows * c.v_dim(), 0.0f);
+  }
 
   const int half = c.n_rot / 2;
   rope_cos_.resize(static_cast<size_t>(n_ctx) * half);
   rope_sin_.resize(static_cast<size_t>(n_ctx) * half);
+  // YaRN: pair i keeps its frequency below the ramp [low, high], is
+  // interpolated (divided by the factor) above it, and blended inside.
+  double yarn_low = 0, yarn_high = 0;
+  if (c.yarn) {
+    auto corr = [&](double beta) {
+      return c.n_rot * std::log(c.yarn_orig_ctx / (beta * 2 * M_PI)) /
+             (2 * std::log(static_cast<double>(c.rope_freq_base)));
+    };
+    yarn_low = std::max(0.0, std::floor(corr(kYarnBetaFast)));
+    yarn_high = std::min(c.n_rot - 1.0, std::ceil(corr(kYarnBetaSlow)));
+  }
   for (int pos = 0; pos < n_ctx; ++pos) {
     for (int i = 0; i < half; ++i) {
       const double freq = std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.n_rot);
-      const double theta = static_cast<double>(c.rope_freq_scale) * pos * freq;
-      rope_cos_[static_cast<size_t>(pos) * half + i] = static_cast<float>(std::cos(theta));
-      rope_sin_[static_cast<size_t>(pos) * half + i] = static_cast<float>(std::sin(theta));
+      double theta = static_cast<double>(c.rope_freq_scale) * pos * freq;
+      double magnitude = 1.0;
+      if (c.yarn) {
+        const double extrap = pos * freq;
+        const double ramp =
+            1.0 - std::clamp((i - yarn_low) / std::max(0.001, yarn_high - yarn_low), 0.0, 1.0);
+        theta = theta * (1.0 - ramp) + extrap * ramp;
+        magnitude = c.rope_magnitude;
+      }
+      rope_cos_[static_cast<size_t>(pos) * half + i] =
+          static_cast<float>(std::cos(theta) * magnitude);
+      rope_sin_[static_cast<size_t>(pos) * half + i] =
+          static_cast<float>(std::sin(theta) * magnitude);
     }
   }
 
@@ -87,6 +127,15 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   if (c.shared_expert) shared_out_.resize(B * c.n_embd);
   const int n_threads = pool_ ? pool_->num_threads() : 1;
   scores_.resize(static_cast<size_t>(n_threads) * n_ctx);
+  route_scratch_.resize(moe::RouteScratchSize(c.n_expert));
+  if (mla) {
+    q_a_.resize(B * std::max(c.q_lora_rank, 1));
+    kv_a_.resize(B * latent_row);
+    q_abs_.resize(B * c.n_head * latent_row);
+    latent_.resize(B * c.n_head * c.kv_lora_rank);
+    head_in_.resize(B * std::max(c.qk_nope(), c.kv_lora_rank));
+    head_out_.resize(B * std::max(c.kv_lora_rank, c.head_dim_v));
+  }
   if (options.prefetch.depth > 0) {
     pred_xn_.resize(B * c.n_embd);
     pred_router_.resize(B * c.n_expert);
@@ -99,7 +148,15 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   }
 }
 
-void Session::Truncate(int n) { n_past_ = std::max(0, std::min(n, n_past_)); }
+void Session::Truncate(int n) {
+  n = std::max(0, std::min(n, n_past_));
+  for (int il = 0; il < c_.n_layer; ++il) {
+    // Position n - window (the oldest the next token reads) must not have
+    // been overwritten by a dropped position.
+    if (c_.is_window_layer(il) && n_past_ - 1 >= n - c_.sliding_window + cache_rows_[il]) n = 0;
+  }
+  n_past_ = n;
+}
 
 absl::Status Session::Evaluate(absl::Span<const int32_t> tokens, bool all_logits,
                                std::vector<float>* logits) {
@@ -150,14 +207,26 @@ absl::Status Session::ForwardChunk(int n, bool all_logits, float* logits) {
     for (int i = 0; i < n; ++i) {
       ops::RmsNorm(x_.data() + i * d, L.attn_norm, c_.rms_eps, d, xn_.data() + i * d);
     }
-    Attention(il, n);
+    if (c_.attention == AttentionKind::kMla) {
+      AttentionMla(il, n);
+    } else {
+      Attention(il, n);
+    }
     ops::MatMul(L.wo, attn_.data(), n, proj_.data(), d, options_.path, pool_, &matmul_scratch_);
+    if (L.bo != nullptr) {
+      for (int i = 0; i < n; ++i) AddInPlace(proj_.data() + i * d, L.bo, d);
+    }
     AddInPlace(x_.data(), proj_.data(), n * d);
 
     for (int i = 0; i < n; ++i) {
       ops::RmsNorm(x_.data() + i * d, L.ffn_norm, c_.rms_eps, d, xn_.data() + i * d);
     }
-    COLIBRI_RETURN_IF_ERROR(MoeBlock(il, n));
+    if (c_.is_dense_layer(il)) {
+      moe::ExpertFfn(L.ffn, xn_.data(), n, proj_.data(), options_.path, pool_, &shared_scratch_);
+      AddInPlace(x_.data(), proj_.data(), n * d);
+    } else {
+      COLIBRI_RETURN_IF_ERROR(MoeBlock(il, n));
+    }
   }
   if (logits == nullptr) return absl::OkStatus();
   const int first = all_logits ? 0 : n - 1;
@@ -170,12 +239,12 @@ absl::Status Session::ForwardChunk(int n, bool all_logits, float* logits) {
   return absl::OkStatus();
 }
 
-void Session::ApplyRope(float* v, int n_heads, int pos) const {
+void Session::ApplyRope(float* v, int n_heads, int head_stride, int pos) const {
   const int half = c_.n_rot / 2;
   const float* cs = rope_cos_.data() + static_cast<size_t>(pos) * half;
   const float* sn = rope_sin_.data() + static_cast<size_t>(pos) * half;
   for (int h = 0; h < n_heads; ++h) {
-    float* x = v + h * c_.head_dim;
+    float* x = v + h * head_stride;
     if (c_.rope_type == RopeType::kNorm) {
       for (int i = 0; i < half; ++i) {
         const float x0 = x[2 * i], x1 = x[2 * i + 1];
@@ -200,8 +269,9 @@ void Session::Attention(int il, int n) {
   ops::MatMul(L.wk, xn_.data(), n, k_.data(), kv_dim, options_.path, pool_, &matmul_scratch_);
   ops::MatMul(L.wv, xn_.data(), n, v_.data(), v_dim, options_.path, pool_, &matmul_scratch_);
 
-  float* k_cache = k_cache_.data() + static_cast<size_t>(il) * n_ctx_ * kv_dim;
-  float* v_cache = v_cache_.data() + static_cast<size_t>(il) * n_ctx_ * v_dim;
+  float* k_cache = k_cache_.data() + cache_offset_[il] * kv_dim;
+  float* v_cache = v_cache_.data() + cache_offset_[il] * v_dim;
+  const int ring = cache_rows_[il];
   for (int i = 0; i < n; ++i) {
     float* q = q_.data() + i * q_dim;
     float* k = k_.data() + i * kv_dim;
@@ -221,15 +291,17 @@ void Session::Attention(int il, int n) {
       ops::RmsNorm(k, L.k_norm, c_.rms_eps, kv_dim, k);
     }
     const int pos = n_past_ + i;
-    ApplyRope(q, c_.n_head, pos);
-    ApplyRope(k, c_.n_head_kv, pos);
-    std::memcpy(k_cache + static_cast<size_t>(pos) * kv_dim, k, kv_dim * sizeof(float));
-    std::memcpy(v_cache + static_cast<size_t>(pos) * v_dim, v, v_dim * sizeof(float));
+    ApplyRope(q, c_.n_head, hd, pos);
+    ApplyRope(k, c_.n_head_kv, hd, pos);
+    const size_t slot = static_cast<size_t>(pos % ring);
+    std::memcpy(k_cache + slot * kv_dim, k, kv_dim * sizeof(float));
+    std::memcpy(v_cache + slot * v_dim, v, v_dim * sizeof(float));
   }
 
   // Causal attention, one (head, token) pair per work item.
   const int group = c_.n_head / c_.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c_.attention_scale();
+  const int window = c_.is_window_layer(il) ? c_.sliding_window : 0;
   const int64_t items = static_cast<int64_t>(c_.n_head) * n;
   const int n_threads = pool_ ? pool_->num_threads() : 1;
   const int64_t chunk = (items + n_threads - 1) / n_threads;
@@ -239,33 +311,125 @@ void Session::Attention(int il, int n) {
       const int h = static_cast<int>(item / n);
       const int i = static_cast<int>(item % n);
       const int kvh = h / group;
-      const int n_keys = n_past_ + i + 1;
-      const float* q = q_.data() + i * q_dim + h * hd;
-      float max = -INFINITY;
-      for (int j = 0; j < n_keys; ++j) {
-        const float s = ops::Dot(q, k_cache + static_cast<size_t>(j) * kv_dim + kvh * hd, hd) * scale;
-        scores[j] = s;
-        max = std::max(max, s);
-      }
-      float sum = 0.0f;
-      for (int j = 0; j < n_keys; ++j) {
-        scores[j] = std::exp(scores[j] - max);
-        sum += scores[j];
-      }
-      const float inv = 1.0f / sum;
-      float* out = attn_.data() + i * c_.n_head * hdv + h * hdv;
-      std::fill(out, out + hdv, 0.0f);
-      for (int j = 0; j < n_keys; ++j) {
-        const float p = scores[j] * inv;
-        const float* v = v_cache + static_cast<size_t>(j) * v_dim + kvh * hdv;
-        for (int e = 0; e < hdv; ++e) out[e] += p * v[e];
-      }
+      const int last = n_past_ + i;
+      const int first = window > 0 ? std::max(0, last - window + 1) : 0;
+      AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
+                v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr,
+                scores, attn_.data() + i * c_.n_head * hdv + h * hdv);
     }
   };
   if (pool_ != nullptr) {
     pool_->ParallelFor(items, chunk, body);
   } else {
     body(0, items);
+  }
+}
+
+void Session::AttendOne(const float* q, const float* keys, int64_t key_stride,
+                        const float* values, int64_t value_stride, int first, int last, int ring,
+                        int dim, int out_dim, float scale, const float* sink, float* scores,
+                        float* out) {
+  const int n_keys = last - first + 1;
+  float max = -INFINITY;
+  for (int j = 0; j < n_keys; ++j) {
+    const size_t row = static_cast<size_t>((first + j) % ring);
+    const float s = ops::Dot(q, keys + row * key_stride, dim) * scale;
+    scores[j] = s;
+    max = std::max(max, s);
+  }
+  if (sink != nullptr) max = std::max(max, *sink);
+  float sum = 0.0f;
+  for (int j = 0; j < n_keys; ++j) {
+    scores[j] = std::exp(scores[j] - max);
+    sum += scores[j];
+  }
+  if (sink != nullptr) sum += std::exp(*sink - max);
+  const float inv = 1.0f / sum;
+  std::fill(out, out + out_dim, 0.0f);
+  for (int j = 0; j < n_keys; ++j) {
+    const float p = scores[j] * inv;
+    const float* v = values + static_cast<size_t>((first + j) % ring) * value_stride;
+    for (int e = 0; e < out_dim; ++e) out[e] += p * v[e];
+  }
+}
+
+void Session::AttentionMla(int il, int n) {
+  const LayerWeights& L = model_.layer(il);
+  const int q_dim = c_.q_dim(), hd = c_.head_dim, hdv = c_.head_dim_v;
+  const int rank = c_.kv_lora_rank, nope = c_.qk_nope(), row = rank + c_.n_rot;
+  const int n_head = c_.n_head;
+  const ops::NumericPath path = options_.path;
+  if (c_.q_lora_rank > 0) {
+    const int ql = c_.q_lora_rank;
+    ops::MatMul(L.wq_a, xn_.data(), n, q_a_.data(), ql, path, pool_, &matmul_scratch_);
+    for (int i = 0; i < n; ++i) {
+      ops::RmsNorm(q_a_.data() + i * ql, L.q_a_norm, c_.rms_eps, ql, q_a_.data() + i * ql);
+    }
+    ops::MatMul(L.wq_b, q_a_.data(), n, q_.data(), q_dim, path, pool_, &matmul_scratch_);
+  } else {
+    ops::MatMul(L.wq, xn_.data(), n, q_.data(), q_dim, path, pool_, &matmul_scratch_);
+  }
+  ops::MatMul(L.wkv_a, xn_.data(), n, kv_a_.data(), row, path, pool_, &matmul_scratch_);
+
+  float* cache = k_cache_.data() + cache_offset_[il] * row;
+  for (int i = 0; i < n; ++i) {
+    const int pos = n_past_ + i;
+    float* a = kv_a_.data() + i * row;
+    ops::RmsNorm(a, L.kv_a_norm, c_.rms_eps, rank, a);
+    ApplyRope(a + rank, 1, 0, pos);
+    std::memcpy(cache + static_cast<size_t>(pos) * row, a, row * sizeof(float));
+    ApplyRope(q_.data() + i * q_dim + nope, n_head, hd, pos);
+  }
+
+  // Absorbed q: per head [Kb[h] q_nope | q_pe], dotted with the cache rows.
+  for (int h = 0; h < n_head; ++h) {
+    for (int i = 0; i < n; ++i) {
+      const float* q = q_.data() + i * q_dim + h * hd;
+      std::memcpy(head_in_.data() + i * nope, q, nope * sizeof(float));
+      std::memcpy(q_abs_.data() + (static_cast<size_t>(i) * n_head + h) * row + rank, q + nope,
+                  c_.n_rot * sizeof(float));
+    }
+    ops::MatMul(L.wk_b[h], head_in_.data(), n, head_out_.data(), rank, path, pool_,
+                &matmul_scratch_);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(q_abs_.data() + (static_cast<size_t>(i) * n_head + h) * row,
+                  head_out_.data() + i * rank, rank * sizeof(float));
+    }
+  }
+
+  const float scale = c_.attention_scale();
+  const int64_t items = static_cast<int64_t>(n_head) * n;
+  const int n_threads = pool_ ? pool_->num_threads() : 1;
+  const int64_t chunk = (items + n_threads - 1) / n_threads;
+  auto body = [&](int64_t begin, int64_t end) {
+    float* scores = scores_.data() + static_cast<size_t>(begin / chunk) * n_ctx_;
+    for (int64_t item = begin; item < end; ++item) {
+      const int h = static_cast<int>(item / n);
+      const int i = static_cast<int>(item % n);
+      const size_t at = static_cast<size_t>(i) * n_head + h;
+      AttendOne(q_abs_.data() + at * row, cache, row, cache, row, 0, n_past_ + i, n_ctx_, row,
+                rank, scale, nullptr, scores, latent_.data() + at * rank);
+    }
+  };
+  if (pool_ != nullptr) {
+    pool_->ParallelFor(items, chunk, body);
+  } else {
+    body(0, items);
+  }
+
+  // Back from the latent: o[h] = Vb[h] · latent[h].
+  for (int h = 0; h < n_head; ++h) {
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(head_in_.data() + i * rank,
+                  latent_.data() + (static_cast<size_t>(i) * n_head + h) * rank,
+                  rank * sizeof(float));
+    }
+    ops::MatMul(L.wv_b[h], head_in_.data(), n, head_out_.data(), hdv, path, pool_,
+                &matmul_scratch_);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(attn_.data() + static_cast<size_t>(i) * n_head * hdv + h * hdv,
+                  head_out_.data() + i * hdv, hdv * sizeof(float));
+    }
   }
 }
 
@@ -276,8 +440,8 @@ absl::Status Session::MoeBlock(int il, int n) {
   if (prefetch_count_ > 0) PredictExperts(il, n);
   ops::MatMul(L.router, xn_.data(), n, router_.data(), c_.n_expert, options_.path, pool_,
               &matmul_scratch_);
-  moe::SelectExperts(router_.data(), n, c_.n_expert, k, c_.norm_topk, routes_.data(),
-                     route_w_.data());
+  moe::RouteExperts(router_.data(), n, c_.n_expert, k, Routing(L), route_scratch_.data(),
+                    routes_.data(), route_w_.data());
   if (prefetch_count_ > 0) CountPrediction(il, n);
 
   moe::ExpertBatch batch;
@@ -325,6 +489,19 @@ absl::Status Session::MoeBlock(int il, int n) {
   return absl::OkStatus();
 }
 
+moe::RoutingOptions Session::Routing(const LayerWeights& layer) const {
+  moe::RoutingOptions o;
+  o.sigmoid = c_.gating == Gating::kSigmoid;
+  o.selection_bias = layer.selection_bias;
+  o.n_groups = c_.n_expert_groups;
+  o.n_groups_used = c_.n_group_used;
+  o.normalize = c_.norm_topk;
+  o.scale = c_.expert_weights_scale;
+  o.logit_bias = layer.router_bias;
+  o.softmax_topk = c_.softmax_topk;
+  return o;
+}
+
 void Session::PredictExperts(int il, int n) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t d = c_.n_embd;
@@ -333,16 +510,16 @@ void Session::PredictExperts(int il, int n) {
   for (int depth = 1; depth <= options_.prefetch.depth; ++depth) {
     const int target = il + depth;
     if (target >= c_.n_layer) break;
+    if (c_.is_dense_layer(target)) continue;
     const LayerWeights& T = model_.layer(target);
     for (int i = 0; i < n; ++i) {
       ops::RmsNorm(x_.data() + i * d, T.ffn_norm, c_.rms_eps, d, pred_xn_.data() + i * d);
     }
     ops::MatMul(T.router, pred_xn_.data(), n, pred_router_.data(), n_expert, options_.path, pool_,
                 &pred_scratch_);
-    // Softmax is monotonic, so the top `count` probabilities are the top logits;
-    // SelectExperts orders them as routing does (ties to the lower id).
-    moe::SelectExperts(pred_router_.data(), n, n_expert, count, false, pred_top_.data(),
-                       pred_top_w_.data());
+    // The layer's own selection (gating, bias, groups) with `count` experts.
+    moe::RouteExperts(pred_router_.data(), n, n_expert, count, Routing(T), route_scratch_.data(),
+                      pred_top_.data(), pred_top_w_.data());
     std::fill(pred_votes_.begin(), pred_votes_.end(), 0);
     for (int64_t i = 0; i < static_cast<int64_t>(n) * count; ++i) ++pred_votes_[pred_top_[i]];
     int n_union = 0;
@@ -371,6 +548,7 @@ void Session::CountPrediction(int il, int n) {
     routed_mask_[routes_[i]] = 1;
   }
   for (int depth = 1; depth <= options_.prefetch.depth && depth <= il; ++depth) {
+    if (c_.is_dense_layer(il - depth)) continue;  // dense layers predict nothing
     const uint8_t* mask =
         predicted_.data() + (static_cast<size_t>(depth - 1) * c_.n_layer + il) * n_expert;
     PredictorStats& s = stats_.predictor[depth - 1];

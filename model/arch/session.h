@@ -30,13 +30,15 @@
 #include "model/arch/model.h"
 #include "model/moe/expert_backend.h"
 #include "model/moe/expert_ffn.h"
+#include "model/moe/router.h"
 #include "model/ops/matmul.h"
 
 namespace colibri::arch {
 
-// Next-layer expert prediction. Every family here routes by softmax top-k, so
-// the prediction is the top of layer L+d's router logits over the residual
-// stream at layer L's MoE input, normed with layer L+d's ffn_norm.
+// Next-layer expert prediction: layer L+d's router (with that family's gating,
+// selection bias and groups) applied to the residual stream at layer L's MoE
+// input, normed with layer L+d's ffn_norm. Leading dense layers neither
+// predict nor are predicted.
 struct PrefetchOptions {
   // Layers ahead to predict: 0 off, 1 the next layer, 2 the next two.
   // Default: 0.
@@ -109,7 +111,10 @@ class Session {
 
   // Forgets every position (the cache is reused from position 0).
   void Reset() { n_past_ = 0; }
-  // Drops positions >= n (n <= n_past()).
+  // Drops positions >= n (n <= n_past()). With sliding-window layers, whose
+  // cache keeps only the last window + n_batch - 1 positions, a position
+  // older than that may already be overwritten: Truncate then drops
+  // everything (n_past() becomes 0) rather than keep a damaged cache.
   void Truncate(int n);
 
  private:
@@ -120,6 +125,17 @@ class Session {
   // n_past_ onwards.
   absl::Status ForwardChunk(int n, bool all_logits, float* logits);
   void Attention(int il, int n);
+  // Multi-head Latent Attention (deepseek2), absorbed form over the latent cache.
+  void AttentionMla(int il, int n);
+  // Softmax attention of one (head, token) item over the cache rows of
+  // positions first .. last: row of position j is j % ring. Scores are
+  // scale * q·keys[row] over dim floats, out = Σ p_j values[row][0..out_dim).
+  // With sink (not NaN) the softmax denominator has an extra exp(sink) term.
+  static void AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
+                        int64_t value_stride, int first, int last, int ring, int dim,
+                        int out_dim, float scale, const float* sink, float* scores, float* out);
+  // Routing options of layer il (its selection bias).
+  moe::RoutingOptions Routing(const LayerWeights& layer) const;
   absl::Status MoeBlock(int il, int n);
   // Predicts the experts of layers il+1 .. il+depth from the residual stream
   // x_ at layer il's MoE input and passes them to experts_->Prefetch.
@@ -127,7 +143,9 @@ class Session {
   // Adds layer il's routes (routes_) to stats_.predictor for every depth that
   // predicted layer il.
   void CountPrediction(int il, int n);
-  void ApplyRope(float* v, int n_heads, int pos) const;
+  // Rotates the first n_rot floats of each of n_heads heads of v (heads
+  // head_stride apart) for position pos.
+  void ApplyRope(float* v, int n_heads, int head_stride, int pos) const;
 
   const Model& model_;
   const ModelConfig& c_;
@@ -140,7 +158,14 @@ class Session {
   int n_past_ = 0;
   SessionStats stats_;
 
-  // KV cache: [n_layer][n_ctx][kv_dim] and [n_layer][n_ctx][v_dim].
+  // Cache rows per layer: n_ctx, or for a sliding-window layer
+  // min(n_ctx, window + n_batch - 1) used as a ring (position p in row
+  // p % rows). [n_layer]
+  std::vector<int> cache_rows_;
+  std::vector<size_t> cache_offset_;  // [n_layer] first row of each layer
+  // KV cache: [n_layer][rows][kv_dim] and [n_layer][rows][v_dim]; for MLA
+  // k_cache_ holds [n_layer][n_ctx][kv_lora_rank + n_rot] (the normed latent
+  // and the roped shared k_pe) and v_cache_ is empty.
   std::vector<float> k_cache_;
   std::vector<float> v_cache_;
   // RoPE table: [n_ctx][n_rot / 2] cosines and sines.
@@ -161,6 +186,16 @@ class Session {
   std::vector<float> expert_out_;   // [n][k][n_embd]
   std::vector<float> shared_out_;   // [n][n_embd]
   std::vector<float> scores_;       // [n_threads][n_ctx] attention scores
+  std::vector<float> route_scratch_;  // moe::RouteScratchSize(n_expert)
+
+  // MLA only (empty otherwise).
+  std::vector<float> q_a_;       // [n][q_lora_rank]
+  std::vector<float> kv_a_;      // [n][kv_lora_rank + n_rot]
+  std::vector<float> q_abs_;     // [n][n_head][kv_lora_rank + n_rot]: Kb q_nope | q_pe
+  std::vector<float> latent_;    // [n][n_head][kv_lora_rank] attention output, latent space
+  std::vector<float> head_in_;   // [n][max(qk_nope, kv_lora_rank)] one head, gathered
+  std::vector<float> head_out_;  // [n][max(kv_lora_rank, head_dim_v)]
+
   ops::MatMulScratch matmul_scratch_;
   moe::ExpertFfnScratch shared_scratch_;
 

@@ -1,5 +1,7 @@
 #include "model/moe/expert_ffn.h"
 
+#include <cmath>
+
 #include "model/ops/vector_ops.h"
 
 namespace colibri::moe {
@@ -16,8 +18,29 @@ void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out,
   float* up = scratch->up.data();      // [n][n_ff]
   ops::MatMul(w.gate, x, n, gate, n_ff, path, pool, &scratch->matmul);
   ops::MatMul(w.up, x, n, up, n_ff, path, pool, &scratch->matmul);
-  ops::SiluMul(gate, up, gate, static_cast<int64_t>(size));
+  if (w.gate_bias != nullptr || w.up_bias != nullptr) {
+    for (int64_t t = 0; t < n; ++t) {
+      if (w.gate_bias != nullptr) ops::Add(gate + t * n_ff, w.gate_bias, gate + t * n_ff, n_ff);
+      if (w.up_bias != nullptr) ops::Add(up + t * n_ff, w.up_bias, up + t * n_ff, n_ff);
+    }
+  }
+  if (w.activation == Activation::kSwigluOai) {
+    constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+    for (size_t i = 0; i < size; ++i) {
+      const float g = std::fmin(gate[i], kLimit);
+      const float u = std::fmax(std::fmin(up[i], kLimit), -kLimit);
+      gate[i] = g / (1.0f + std::exp(-kAlpha * g)) * (u + 1.0f);
+    }
+  } else {
+    ops::SiluMul(gate, up, gate, static_cast<int64_t>(size));
+  }
   ops::MatMul(w.down, gate, n, out, w.down.rows, path, pool, &scratch->matmul);
+  if (w.down_bias != nullptr) {
+    const int64_t n_embd = w.down.rows;
+    for (int64_t t = 0; t < n; ++t) {
+      ops::Add(out + t * n_embd, w.down_bias, out + t * n_embd, n_embd);
+    }
+  }
 }
 
 }  // namespace colibri::moe

@@ -1,6 +1,10 @@
 // The feed-forward network of one expert, batched over the tokens routed to it:
 //   out[t] = down · (silu(gate · x[t]) ⊙ (up · x[t]))
-// Used for routed experts (locally and on expert nodes) and for shared experts.
+// or, with biases and the gpt-oss activation (Activation::kSwigluOai):
+//   g = gate · x[t] + bg, u = up · x[t] + bu, g = min(g, 7), u = clamp(u, -7, 7)
+//   out[t] = down · (g ⊙ sigmoid(1.702 g) ⊙ (u + 1)) + bd
+// Used for routed experts (locally and on expert nodes), shared experts and the
+// dense FFN of leading dense layers.
 #ifndef COLIBRI_MODEL_MOE_EXPERT_FFN_H_
 #define COLIBRI_MODEL_MOE_EXPERT_FFN_H_
 
@@ -12,11 +16,25 @@
 
 namespace colibri::moe {
 
+enum class Activation {
+  kSilu,       // silu(gate) * up
+  kSwigluOai,  // gpt-oss: clamped, alpha 1.702, (up + 1)
+};
+
 // gate, up: [n_ff][n_embd]; down: [n_embd][n_ff] (rows × cols, GGML order).
 struct ExpertWeights {
   ops::WeightMatrix gate;
   ops::WeightMatrix up;
   ops::WeightMatrix down;
+  // Optional float32 biases (borrowed): [n_ff], [n_ff], [n_embd].
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
+  Activation activation = Activation::kSilu;
+
+  bool has_bias() const {
+    return gate_bias != nullptr || up_bias != nullptr || down_bias != nullptr;
+  }
 
   int64_t n_embd() const { return gate.cols; }
   int64_t n_ff() const { return gate.rows; }

@@ -95,7 +95,7 @@ TEST_P(RunGoldenTest, TeacherForcedLogitsMeetTheAcceptanceRule) {
 
 std::vector<Param> AllParams() {
   std::vector<Param> params;
-  for (const std::string& m : testing::GoldenModels()) {
+  for (const std::string& m : testing::AllGoldenModels()) {
     params.push_back({m, true});
     params.push_back({m, false});
   }
@@ -104,14 +104,16 @@ std::vector<Param> AllParams() {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RunGoldenTest, ::testing::ValuesIn(AllParams()), ParamName);
 
-// On the F32 model greedy generation must reproduce llama.cpp's tokens exactly.
-TEST(RunGreedyTest, F32ModelReproducesGreedyTokens) {
+// On the F32 models greedy generation must reproduce llama.cpp's tokens exactly.
+class RunGreedyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RunGreedyTest, F32ModelReproducesGreedyTokens) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
   for (bool exact : {true, false}) {
     for (const std::string& prompt : testing::GoldenPrompts()) {
       GoldenCase c;
       std::string error;
-      ASSERT_TRUE(testing::LoadGoldenCase("qwen3moe-tiny-f32", prompt, &c, &error)) << error;
+      ASSERT_TRUE(testing::LoadGoldenCase(GetParam(), prompt, &c, &error)) << error;
       std::vector<int> ids(c.prompt_tokens.begin(), c.prompt_tokens.end());
       std::vector<std::string> argv = {
           testing::BinaryPath("coordinator/colibri-coordinator"), "run", "--model", c.model_path,
@@ -129,6 +131,16 @@ TEST(RunGreedyTest, F32ModelReproducesGreedyTokens) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(F32, RunGreedyTest,
+                         ::testing::Values("qwen3moe-tiny-f32", "deepseek2-lite-tiny-f32"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& ch : name) {
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace colibri

@@ -22,6 +22,11 @@ namespace colibri::testing {
 // The four fixture models, without ".gguf".
 const std::vector<std::string>& GoldenModels();
 const std::vector<std::string>& GoldenPrompts();  // english, code_unicode, long
+// The models of the families added later (glm4moe, deepseek2, gpt-oss when MXFP4
+// is supported), without ".gguf".
+const std::vector<std::string>& FamilyGoldenModels();
+// GoldenModels() then FamilyGoldenModels().
+std::vector<std::string> AllGoldenModels();
 
 using Row = std::vector<float>;
 

@@ -31,7 +31,7 @@ namespace {
 
 TEST(DecodeAllocationTest, DecodeStepsAllocateNothing) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
-  for (const std::string& name : testing::GoldenModels()) {
+  for (const std::string& name : testing::AllGoldenModels()) {
     for (int depth : {0, 2}) {
       for (ops::NumericPath path : {ops::NumericPath::kExact, ops::NumericPath::kFast}) {
         auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");

@@ -92,7 +92,7 @@ TEST_P(DecodeGoldenTest, KvCacheDecodeMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, DecodeGoldenTest, ::testing::ValuesIn(testing::GoldenModels()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, DecodeGoldenTest, ::testing::ValuesIn(testing::AllGoldenModels()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& ch : name) {

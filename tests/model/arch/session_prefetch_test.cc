@@ -55,7 +55,11 @@ std::vector<float> RunLogits(const arch::Model& model, const testing::GoldenCase
 TEST(SessionPrefetchTest, LogitsAreBitwiseTheSameWithPredictionOnAndOff) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
   ThreadPool pool(2);
-  for (const std::string& name : testing::GoldenModels()) {
+  // The new families through deepseek2-tiny (sigmoid, bias, groups, dense
+  // layer, MLA): all of them would double the run time.
+  std::vector<std::string> models = testing::GoldenModels();
+  models.push_back("deepseek2-tiny-q8_0");
+  for (const std::string& name : models) {
     auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
     ASSERT_TRUE(model.ok()) << model.status();
     const int k = (*model)->config().n_expert_used;
@@ -143,18 +147,50 @@ bool ReferenceTop(const arch::Model& model, int from, int target, const float* x
     }
     logits[e] = sum;
   }
+  // The family's selection score: softmax is monotonic (the logits rank the
+  // same); sigmoid plus the selection bias and the group limit do not.
+  if (T.router_bias != nullptr) {  // gpt-oss: the bias is part of the logits
+    for (int e = 0; e < c.n_expert; ++e) logits[e] += T.router_bias[e];
+  }
+  std::vector<double> score = logits;
+  bool clear = true;
+  if (c.gating == arch::Gating::kSigmoid || T.selection_bias != nullptr) {
+    double max = *std::max_element(logits.begin(), logits.end()), sum = 0.0;
+    for (double l : logits) sum += std::exp(l - max);
+    for (int e = 0; e < c.n_expert; ++e) {
+      score[e] = c.gating == arch::Gating::kSigmoid ? 1.0 / (1.0 + std::exp(-logits[e]))
+                                                    : std::exp(logits[e] - max) / sum;
+      if (T.selection_bias != nullptr) score[e] += T.selection_bias[e];
+    }
+  }
+  if (c.n_expert_groups > 1) {
+    const int size = c.n_expert / c.n_expert_groups;
+    std::vector<std::pair<double, int>> groups;
+    for (int g = 0; g < c.n_expert_groups; ++g) {
+      std::vector<double> s(score.begin() + g * size, score.begin() + (g + 1) * size);
+      std::sort(s.rbegin(), s.rend());
+      groups.push_back({-(s[0] + (size > 1 ? s[1] : 0.0)), g});
+    }
+    std::sort(groups.begin(), groups.end());
+    const double gap = groups[c.n_group_used].first - groups[c.n_group_used - 1].first;
+    clear = gap > 1e-4;
+    for (int j = c.n_group_used; j < c.n_expert_groups; ++j) {
+      const int g = groups[j].second;
+      for (int e = g * size; e < (g + 1) * size; ++e) score[e] = -1e300;
+    }
+  }
   std::vector<int> order(c.n_expert);
   for (int e = 0; e < c.n_expert; ++e) order[e] = e;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
   top->assign(order.begin(), order.begin() + count);
-  if (count == c.n_expert) return true;
-  const double gap = logits[order[count - 1]] - logits[order[count]];
-  return gap > 1e-4 * (1.0 + std::fabs(logits[order[0]]));
+  if (count == c.n_expert) return clear;
+  const double gap = score[order[count - 1]] - score[order[count]];
+  return clear && gap > 1e-4 * (1.0 + std::fabs(score[order[0]]));
 }
 
 TEST(SessionPrefetchTest, HintsAreTheTopOfTheNextLayersRoutersAndCountersMatch) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
-  for (const std::string& name : testing::GoldenModels()) {
+  for (const std::string& name : testing::AllGoldenModels()) {
     SCOPED_TRACE(name);
     auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
     ASSERT_TRUE(model.ok()) << model.status();
@@ -183,7 +219,7 @@ TEST(SessionPrefetchTest, HintsAreTheTopOfTheNextLayersRoutersAndCountersMatch) 
     // hinted[d - 1][layer]: the hints for `layer` made d layers before, this pass.
     std::map<int, std::set<int32_t>> hinted[2];
     for (const RecordingBackend::Submitted& s : backend.submitted) {
-      if (s.layer == 0) {
+      if (s.layer == c.n_layer_dense_lead) {  // the first MoE layer
         hinted[0].clear();
         hinted[1].clear();
       }
@@ -240,9 +276,11 @@ TEST(SessionPrefetchTest, HintsAreTheTopOfTheNextLayersRoutersAndCountersMatch) 
       EXPECT_EQ(got.predicted, want[d].predicted) << "depth " << d + 1;
       EXPECT_EQ(got.hits, want[d].hits) << "depth " << d + 1;
     }
-    // 5 evaluations, each predicting layers 1.. at depth 1 and 2.. at depth 2.
-    EXPECT_EQ(want[0].layers, 5 * (c.n_layer - 1));
-    EXPECT_EQ(want[1].layers, 5 * std::max(0, c.n_layer - 2));
+    // 5 evaluations, each predicting the MoE layers after the first at depth
+    // 1 and those after the second at depth 2 (dense layers predict nothing).
+    const int moe_layers = c.n_layer - c.n_layer_dense_lead;
+    EXPECT_EQ(want[0].layers, 5 * (moe_layers - 1));
+    EXPECT_EQ(want[1].layers, 5 * std::max(0, moe_layers - 2));
     std::printf("%s: L+1 recall %.3f precision %.3f; checked %d hint sets, %d ambiguous\n",
                 name.c_str(), want[0].routed ? double(want[0].hits) / want[0].routed : 0.0,
                 want[0].predicted ? double(want[0].hits) / want[0].predicted : 0.0, checked,
