@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
+#include "common/cli_config.h"
 
 namespace {
 
@@ -172,6 +173,7 @@ int main(int argc, char** argv) {
   health_cmd->add_option("--service", health_service,
                          "health of this service (default: the whole server)");
   CLI::App* info_cmd = app.add_subcommand("info", "the model being served");
+  colibri::AddConfigFileOption(&app);
   CLI11_PARSE(app, argc, argv);
 
   if (!token_file.empty()) {

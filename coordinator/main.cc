@@ -9,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/cli_config.h"
 #include "common/shutdown_signals.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/inspect_command.h"
@@ -190,6 +191,7 @@ int main(int argc, char** argv) {
   detokenize_cmd->add_flag("--render-special", detokenize.render_special,
                            "render control tokens as text");
 
+  colibri::AddConfigFileOption(&app);
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;

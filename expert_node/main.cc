@@ -15,6 +15,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/cli_config.h"
 #include "common/shutdown_signals.h"
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
@@ -92,6 +93,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--import-gguf", import_gguf,
                  "import every expert of this GGUF file at start-up (skips stored ones)");
+  colibri::AddConfigFileOption(&app);
   CLI11_PARSE(app, argc, argv);
 
   absl::StatusOr<uint64_t> ram = colibri::expert_node::ParseByteSize(ram_budget);
