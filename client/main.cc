@@ -104,6 +104,11 @@ void PrintStatus(const v1::ClusterStatusReply& s) {
               static_cast<unsigned long long>(hits), static_cast<unsigned long long>(misses),
               static_cast<long long>(requests), static_cast<long long>(failures),
               static_cast<long long>(failovers));
+  for (const v1::NodeStatus& n : s.nodes()) {
+    if (!n.advertise_address().empty()) {
+      std::printf("%s advertises %s\n", n.address().c_str(), n.advertise_address().c_str());
+    }
+  }
   std::printf("replicas %d, fallback routes %lld, active generations %d, re-placements %lld\n",
               s.replicas(), static_cast<long long>(s.fallback_routes()), s.active_generations(),
               static_cast<long long>(s.replacements()));
