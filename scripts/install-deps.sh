@@ -15,7 +15,8 @@ packages=(
   libxxhash-dev                        # expert-node value checksums (XXH64)
   libcli11-dev                         # command lines with subcommands (header-only)
   nlohmann-json3-dev                   # reading the JSON golden files in tests
-  openssl                              # test certificates of the TLS tests
+  openssl                              # test certificates of the TLS tests; deploy/make-certs.sh
+  systemd                              # systemd-analyze verify of deploy/systemd units
 )
 
 missing=()
