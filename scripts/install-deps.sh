@@ -17,6 +17,7 @@ packages=(
   nlohmann-json3-dev                   # reading the JSON golden files in tests
   openssl                              # test certificates of the TLS tests; deploy/make-certs.sh
   systemd                              # systemd-analyze verify of deploy/systemd units
+  yamllint                             # lint of the deploy/ and k8s/ YAML
 )
 
 missing=()
