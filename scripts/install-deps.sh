@@ -18,6 +18,7 @@ packages=(
   openssl                              # test certificates of the TLS tests; deploy/make-certs.sh
   systemd                              # systemd-analyze verify of deploy/systemd units
   yamllint                             # lint of the deploy/ and k8s/ YAML
+  iproute2                             # network namespaces of the multi-host deploy test
 )
 
 missing=()
