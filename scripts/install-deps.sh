@@ -19,6 +19,7 @@ packages=(
   systemd                              # systemd-analyze verify of deploy/systemd units
   yamllint                             # lint of the deploy/ and k8s/ YAML
   iproute2                             # network namespaces of the multi-host deploy test
+  nftables                             # deploy/firewall/colibri.nft, loaded in the multi-host test
 )
 
 missing=()

@@ -13,7 +13,9 @@
 #   - the loopback-only rule: a node on 127.0.0.1 cannot be reached from the
 #     coordinator's namespace, and a node on 0.0.0.0 without a token refuses;
 #   - nodes importing their experts from their own GGUF copy (node-gguf) and
-#     tokens equal to a local run.
+#     tokens equal to a local run;
+#   - deploy/firewall/colibri.nft (when nft is installed): the cluster works
+#     behind it, and a node's port is closed to anyone but the coordinator.
 # Everything it creates (namespaces, veths, /etc/netns/*) is removed on exit,
 # also on failure. Usage: multihost_netns_test.sh SOURCE_DIR BUILD_DIR
 # FIXTURES_DIR. Exit 77: skipped (not root, no iproute2, no namespaces, no
@@ -127,8 +129,8 @@ in_ns "$ns_n1" "$client_bin" --coordinator 127.0.0.1:7071 health > /dev/null \
 # Two nodes from config files: TLS requiring the lab CA's client certificates.
 for n in 1 2; do
   cat > "$tmp/node$n.toml" << TOML
-listen = "0.0.0.0:7070"
-advertise = "node$n.lab:7070"
+listen = "0.0.0.0:7071"
+advertise = "node$n.lab:7071"
 data-dir = "$tmp/node$n"
 node-id = "node$n"
 auth-token-file = "$lab/token"
@@ -142,6 +144,23 @@ TOML
     || { fail "node$n did not start"; exit 1; }
 done
 
+# The firewall of HOMELAB.md: node ports open to the coordinator only.
+firewall() {  # NS COORDINATOR_ADDRESS
+  in_ns "$1" nft -D coordinator="$2" -D lan=10.77.0.0/16 -f "$src/deploy/firewall/colibri.nft"
+}
+can_connect() {  # NS HOST PORT
+  in_ns "$1" timeout 3 bash -c "exec 3<> /dev/tcp/$2/$3" 2> /dev/null
+}
+have_nft=0
+if command -v nft > /dev/null; then
+  have_nft=1
+  firewall "$ns_n1" 10.77.1.1 || fail "nft rules do not load"
+  firewall "$ns_n2" 10.77.2.1 || fail "nft rules do not load"
+  firewall "$ns_coord" 10.77.1.1 || fail "nft rules do not load"
+else
+  echo "note: nft not found (Debian package nftables): firewall not exercised"
+fi
+
 # The coordinator, nodes found by DNS name, experts imported from the nodes'
 # own copy of the GGUF.
 cat > "$tmp/coordinator.toml" << TOML
@@ -150,7 +169,7 @@ listen = "10.77.1.1:7070"
 auth-token-file = "$lab/token"
 tls-cert = "$lab/coord.lab/host.crt"
 tls-key = "$lab/coord.lab/host.key"
-nodes-dns = "nodes.lab:7070"
+nodes-dns = "nodes.lab:7071"
 node-gguf = "$model"
 node-tls-ca = "$lab/ca.crt"
 node-tls-cert = "$lab/coord.lab/host.crt"
@@ -174,9 +193,9 @@ want="$("$coord_bin" run --model "$model" --prompt-tokens 1,2,3 -n 6 --temp 0 --
 [ -n "$want" ] && [ "$got" = "$want" ] || fail "cluster tokens '$got' != local '$want'"
 client status > "$tmp/status" || fail "colibri-client status"
 for n in 1 2; do
-  grep -q "^10.77.$n.2:7070 advertises node$n.lab:7070$" "$tmp/status" \
+  grep -q "^10.77.$n.2:7071 advertises node$n.lab:7071$" "$tmp/status" \
     || fail "status does not show node$n's advertised address"
-  grep -Eq "^10.77.$n.2:7070 +node$n +ok " "$tmp/status" || fail "node$n not ok in status"
+  grep -Eq "^10.77.$n.2:7071 +node$n +ok " "$tmp/status" || fail "node$n not ok in status"
 done
 # Without the token, or without TLS, the coordinator refuses.
 if in_ns "$ns_coord" "$client_bin" --coordinator coord.lab:7070 --tls-ca "$lab/ca.crt" status \
@@ -190,10 +209,18 @@ fi
 
 # A static list of names, planned from the nodes' inventories (HOMELAB.md:
 # sizing), over the same TLS.
-in_ns "$ns_coord" "$coord_bin" plan --model "$model" --nodes node1.lab:7070,node2.lab:7070 \
+in_ns "$ns_coord" "$coord_bin" plan --model "$model" --nodes node1.lab:7071,node2.lab:7071 \
   --auth-token-file "$lab/token" --tls-ca "$lab/ca.crt" --tls-cert "$lab/coord.lab/host.crt" \
   --tls-key "$lab/coord.lab/host.key" --summary > "$tmp/plan" 2>&1 || fail "plan: $(cat "$tmp/plan")"
 grep -q "node1" "$tmp/plan" && grep -q "node2" "$tmp/plan" || fail "plan lacks a node: $(cat "$tmp/plan")"
+
+if [ "$have_nft" = 1 ]; then
+  can_connect "$ns_coord" 10.77.1.2 7071 || fail "the coordinator cannot reach node1 behind the firewall"
+  firewall "$ns_n1" 10.77.1.99 || fail "nft rules do not reload"
+  if can_connect "$ns_coord" 10.77.1.2 7071; then
+    fail "node1's port is open to an address that is not the coordinator"
+  fi
+fi
 
 if [ "$status" != 0 ]; then
   for f in "$tmp"/*.log "$tmp/status"; do echo "--- $f"; tail -20 "$f"; done
