@@ -214,6 +214,14 @@ in_ns "$ns_coord" "$coord_bin" plan --model "$model" --nodes node1.lab:7071,node
   --tls-key "$lab/coord.lab/host.key" --summary > "$tmp/plan" 2>&1 || fail "plan: $(cat "$tmp/plan")"
 grep -q "node1" "$tmp/plan" && grep -q "node2" "$tmp/plan" || fail "plan lacks a node: $(cat "$tmp/plan")"
 
+# Sizing before the nodes exist (HOMELAB.md, step 1).
+"$coord_bin" inspect --model "$model" > "$tmp/inspect" 2>&1 || fail "inspect"
+grep -q "dense part (coordinator)" "$tmp/inspect" || fail "inspect lacks the dense part's bytes"
+"$coord_bin" plan --model "$model" --nodes node1.lab:7071,node2.lab:7071,node3.lab:7071 \
+  --assume-equal --summary > "$tmp/plan-equal" 2>&1 || fail "plan --assume-equal"
+[ "$(grep -c '^node node[123].lab:7071' "$tmp/plan-equal")" = 3 ] \
+  || fail "plan --assume-equal: $(cat "$tmp/plan-equal")"
+
 if [ "$have_nft" = 1 ]; then
   can_connect "$ns_coord" 10.77.1.2 7071 || fail "the coordinator cannot reach node1 behind the firewall"
   firewall "$ns_n1" 10.77.1.99 || fail "nft rules do not reload"
