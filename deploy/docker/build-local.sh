@@ -34,6 +34,7 @@ podman import "$work/base.tar" localhost/debian:bookworm-slim > /dev/null
 
 echo "build-local: building the image"
 podman build --network=host --build-arg BASE_IMAGE=localhost/debian:bookworm-slim \
+  --build-arg BUILD_JOBS="${BUILD_JOBS:-2}" \
   -f deploy/docker/Dockerfile -t localhost/colibri:local .
 
 echo "build-local: running it"
