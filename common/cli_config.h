@@ -16,8 +16,9 @@ namespace colibri {
 // line; a key under `[name]` applies to subcommand `name`. A key that matches
 // no option, or a syntax error, fails the parse like any other command-line
 // error (CLI11_PARSE prints it and returns CLI::ExitCodes::ConfigError) with a
-// message naming the file, the line and the key. The values go through each option's own checks.
-// `--help` is handled after the file is read, so `--config F --help` checks F.
+// message naming the file, the line and the key. The values go through each
+// option's own checks. `--help` is handled after the file is read, so
+// `--config F --help` checks F. Not thread-safe (as CLI::App): call from main.
 void AddConfigFileOption(CLI::App* app);
 
 }  // namespace colibri
