@@ -9,7 +9,10 @@
 #
 # Needs root, podman and mmdebstrap (Debian packages podman, buildah,
 # mmdebstrap, uidmap) and a Debian mirror for the packages; takes as long as
-# a full build. Not part of CI. --keep leaves the images in podman's store.
+# a full build. Not part of CI. The base image stays in podman's store and is
+# reused; --keep also keeps localhost/colibri:local. Builds use chroot
+# isolation and containers run without cgroups, which also works inside a
+# container or on a host whose cgroups crun cannot use (hybrid v1/v2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 for tool in podman mmdebstrap; do
@@ -22,29 +25,32 @@ node=""
 cleanup() {
   [ -n "$node" ] && podman rm -f "$node" > /dev/null 2>&1
   if [ "$keep" = 0 ]; then
-    podman rmi -f localhost/colibri:local localhost/debian:bookworm-slim > /dev/null 2>&1 || true
+    podman rmi -f localhost/colibri:local > /dev/null 2>&1 || true
   fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-echo "build-local: making debian:bookworm-slim with mmdebstrap"
-mmdebstrap --variant=minbase --format=tar bookworm "$work/base.tar"
-podman import "$work/base.tar" localhost/debian:bookworm-slim > /dev/null
+if ! podman image exists localhost/debian:bookworm-slim; then
+  echo "build-local: making debian:bookworm-slim with mmdebstrap"
+  mmdebstrap --variant=minbase --format=tar bookworm "$work/base.tar"
+  podman import "$work/base.tar" localhost/debian:bookworm-slim > /dev/null
+fi
+run() { podman run --cgroups=disabled "$@"; }
 
 echo "build-local: building the image"
-podman build --network=host --build-arg BASE_IMAGE=localhost/debian:bookworm-slim \
+podman build --isolation=chroot --network=host --build-arg BASE_IMAGE=localhost/debian:bookworm-slim \
   --build-arg BUILD_JOBS="${BUILD_JOBS:-2}" \
   -f deploy/docker/Dockerfile -t localhost/colibri:local .
 
 echo "build-local: running it"
 for b in colibri-coordinator colibri-expert-node colibri-client; do
-  podman run --rm localhost/colibri:local "$b" --help > /dev/null
+  run --rm localhost/colibri:local "$b" --help > /dev/null
 done
-[ "$(podman run --rm localhost/colibri:local id -u)" != 0 ] || { echo "runs as root" >&2; exit 1; }
+[ "$(run --rm localhost/colibri:local id -u)" != 0 ] || { echo "runs as root" >&2; exit 1; }
 openssl rand -hex 32 > "$work/token"
 chmod 0644 "$work/token"
-node="$(podman run -d -v "$work/token:/run/secrets/colibri_token:ro" \
+node="$(run -d -v "$work/token:/run/secrets/colibri_token:ro" \
   -v "$PWD/deploy/docker/expert-node.toml:/etc/colibri/expert-node.toml:ro" \
   localhost/colibri:local colibri-expert-node --config /etc/colibri/expert-node.toml \
   --node-id smoke --advertise smoke:7070)"
