@@ -10,6 +10,7 @@ packages=(
   libopenblas-dev                      # batched matmuls of prompt processing
   libgtest-dev libgmock-dev            # unit and integration tests
   libpcre2-dev                         # Unicode-property regexes of the BPE pre-tokenizers
+  libicu-dev                           # icu-uc of the tokenizers (model/tokenizer/CMakeLists.txt)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # wire protocol
   librocksdb-dev                       # expert-node disk tier
   libxxhash-dev                        # expert-node value checksums (XXH64)
