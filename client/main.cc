@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
+#include "common/cli_config.h"
 
 namespace {
 
@@ -103,6 +104,11 @@ void PrintStatus(const v1::ClusterStatusReply& s) {
               static_cast<unsigned long long>(hits), static_cast<unsigned long long>(misses),
               static_cast<long long>(requests), static_cast<long long>(failures),
               static_cast<long long>(failovers));
+  for (const v1::NodeStatus& n : s.nodes()) {
+    if (!n.advertise_address().empty()) {
+      std::printf("%s advertises %s\n", n.address().c_str(), n.advertise_address().c_str());
+    }
+  }
   std::printf("replicas %d, fallback routes %lld, active generations %d, re-placements %lld\n",
               s.replicas(), static_cast<long long>(s.fallback_routes()), s.active_generations(),
               static_cast<long long>(s.replacements()));
@@ -172,6 +178,7 @@ int main(int argc, char** argv) {
   health_cmd->add_option("--service", health_service,
                          "health of this service (default: the whole server)");
   CLI::App* info_cmd = app.add_subcommand("info", "the model being served");
+  colibri::AddConfigFileOption(&app);
   CLI11_PARSE(app, argc, argv);
 
   if (!token_file.empty()) {

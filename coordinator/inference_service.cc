@@ -522,6 +522,9 @@ void InferenceServiceImpl::FillClusterStatus(v1::ClusterStatusReply* reply) cons
     v1::NodeStatus* node = reply->add_nodes();
     node->set_address(cluster.node(i).address);
     node->set_node_id(cluster.node(i).node_id);
+    if (cluster.node(i).inventory.advertise_address() != cluster.node(i).address) {
+      node->set_advertise_address(cluster.node(i).inventory.advertise_address());
+    }
     node->set_experts_assigned(static_cast<int64_t>(placement.ExpertsOf(i).size()));
     node->set_excluded(cluster.excluded(i));
     const NodeCounters counters = cluster.counters(i);

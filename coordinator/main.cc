@@ -9,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/cli_config.h"
 #include "common/shutdown_signals.h"
 #include "coordinator/chat_template_command.h"
 #include "coordinator/cluster_command.h"
@@ -205,6 +206,7 @@ int main(int argc, char** argv) {
   chat_template_cmd->add_option("--bos-token", chat_template.bos_token, "value of bos_token");
   chat_template_cmd->add_option("--eos-token", chat_template.eos_token, "value of eos_token");
 
+  colibri::AddConfigFileOption(&app);
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;

@@ -678,6 +678,7 @@ absl::Status ExpertServiceImpl::DoInventory(const v1::InventoryRequest& request,
   }
   COLIBRI_ASSIGN_OR_RETURN(const auto models, store_->ListHashed(request.model_fingerprint()));
   reply->set_node_id(options_.node_id);
+  reply->set_advertise_address(options_.advertise_address);
   reply->set_disk_budget_bytes(options_.disk_budget_bytes);
   reply->set_ram_budget_bytes(tier_->budget_bytes());
   for (const auto& [fingerprint, layers] : models) {

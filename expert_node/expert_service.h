@@ -73,6 +73,10 @@ class ExpertServiceImpl final
   struct Options {
     // Reported in Inventory and NodeStats. Default: "" (empty).
     std::string node_id;
+    // HOST:PORT others should dial to reach this node when that is not the
+    // listen address (a wildcard, NAT, a container's port mapping), reported
+    // in Inventory. Default: "" (the address the caller dialled).
+    std::string advertise_address;
     // Required bearer token; empty disables auth. Default: "".
     std::string auth_token;
     // Threads of the matmul pool; <= 0: physical cores. Default: 0.

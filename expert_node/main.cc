@@ -15,6 +15,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/cli_config.h"
 #include "common/shutdown_signals.h"
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
@@ -67,6 +68,14 @@ int main(int argc, char** argv) {
                  "file holding the bearer token every call must carry");
   app.add_option("--node-id", options.service.node_id, "name in placement, inventory and stats (default: recorded in DATA_DIR/NODE_ID, "
                  "created as HOSTNAME-RANDOM on first start)");
+  app.add_option("--advertise", options.service.advertise_address,
+                 "HOST:PORT others should dial when it is not --listen (reported to the "
+                 "coordinator)")
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            return std::string(colibri::expert_node::ValidateAdvertiseAddress(value).message());
+          },
+          "HOST:PORT", "advertise"));
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain (enables TLS)");
   app.add_option("--tls-key", options.tls_key_file, "PEM private key");
   app.add_option("--tls-ca", options.tls_ca_file, "PEM CA: require and verify client certificates");
@@ -100,6 +109,7 @@ int main(int argc, char** argv) {
   app.add_flag("--reset-store", options.reset_damaged_store,
                "if the store is (still) damaged: move it aside to DATA_DIR.damaged-TIME (never "
                "deleted) and start empty; the coordinator re-sends the experts");
+  colibri::AddConfigFileOption(&app);
   CLI11_PARSE(app, argc, argv);
 
   absl::StatusOr<uint64_t> ram = colibri::expert_node::ParseByteSize(ram_budget);
@@ -168,6 +178,9 @@ int main(int argc, char** argv) {
                         options.store.direct_reads ? ", direct I/O" : "",
                         options.service.auth_token.empty() ? ", no auth" : ", token auth",
                         options.tls_cert_file.empty() ? "" : ", TLS"));
+  if (!options.service.advertise_address.empty()) {
+    LogEvent(absl::StrCat("advertised as ", options.service.advertise_address));
+  }
 
   if (!import_gguf.empty()) {
     colibri::v1::ImportRequest request;

@@ -49,4 +49,26 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   return static_cast<uint64_t>(bytes);
 }
 
+absl::Status ValidateAdvertiseAddress(absl::string_view address) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--advertise '", address, "': ", why, " (expected HOST:PORT)"));
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return bad("no port");
+  absl::string_view host = address.substr(0, colon);
+  if (absl::StartsWith(host, "[")) {
+    if (!absl::EndsWith(host, "]") || host.size() < 3) return bad("bad IPv6 brackets");
+  } else if (host.find(':') != absl::string_view::npos) {
+    return bad("an IPv6 address needs brackets");
+  }
+  if (host.empty()) return bad("no host");
+  if (host == "0.0.0.0" || host == "[::]") return bad("a wildcard cannot be dialled");
+  int port = 0;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 || port > 65535) {
+    return bad("port must be 1-65535");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace colibri::expert_node

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -14,6 +15,11 @@ namespace colibri::expert_node {
 // "4096", "512K", "512M", "4G", "1T" (binary multiples, optional "B"/"iB",
 // case-insensitive; "1.5G" allowed). InvalidArgument otherwise or on overflow.
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
+
+// Checks an `--advertise` address: "host:port" or "[v6]:port" with a
+// non-empty host (a name or an address others can dial, so not a wildcard)
+// and a port in 1..65535. InvalidArgument naming the problem otherwise.
+absl::Status ValidateAdvertiseAddress(absl::string_view address);
 
 }  // namespace colibri::expert_node
 

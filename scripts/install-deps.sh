@@ -10,12 +10,17 @@ packages=(
   libopenblas-dev                      # batched matmuls of prompt processing
   libgtest-dev libgmock-dev            # unit and integration tests
   libpcre2-dev                         # Unicode-property regexes of the BPE pre-tokenizers
+  libicu-dev                           # icu-uc of the tokenizers (model/tokenizer/CMakeLists.txt)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # wire protocol
   librocksdb-dev                       # expert-node disk tier
   libxxhash-dev                        # expert-node value checksums (XXH64)
   libcli11-dev                         # command lines with subcommands (header-only)
   nlohmann-json3-dev                   # JSON: chat-template contexts, golden files in tests
-  openssl                              # test certificates of the TLS tests
+  openssl                              # test certificates of the TLS tests; deploy/make-certs.sh
+  systemd                              # systemd-analyze verify of deploy/systemd units
+  yamllint                             # lint of the deploy/ and k8s/ YAML
+  iproute2                             # network namespaces of the multi-host deploy test
+  nftables                             # deploy/firewall/colibri.nft, loaded in the multi-host test
 )
 
 missing=()

@@ -11,6 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
+# npm packages of the offline deploy/ and k8s/ checks, pinned by
+# tests/deploy/package-lock.json (those tests skip without them).
+if command -v npm > /dev/null; then
+  npm ci --prefix tests/deploy --no-audit --no-fund --loglevel=error
+else
+  echo "test: npm not found: the deploy checks that need Node.js will be skipped"
+fi
 
 build="${COLIBRI_BUILD_DIR:-build}"
 fixtures=()

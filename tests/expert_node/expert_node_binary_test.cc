@@ -54,6 +54,41 @@ TEST(ExpertNodeBinaryTest, RefusesWildcardWithoutTokenUnlessInsecure) {
   EXPECT_EQ(insecure.Stop(), 0);
 }
 
+// The settings come from --config; a flag given as well wins; Inventory
+// reports the advertised address.
+TEST(ExpertNodeBinaryTest, ConfigFileAndAdvertiseAddress) {
+  TempDir dir;
+  const std::string config = dir.path() + "/node.toml";
+  std::ofstream(config) << "# an expert node\n"
+                        << "listen = \"127.0.0.1:0\"\n"
+                        << "data-dir = \"" << dir.path() << "/db\"\n"
+                        << "node-id = \"from-file\"\n"
+                        << "ram-budget = \"16M\"\n"
+                        << "advertise = \"file.lab:7070\"\n";
+  NodeProcess node;
+  ASSERT_TRUE(node.Start({"--config", config, "--advertise", "node1.lab:7071"}));
+  auto stub = testing::ConnectTo(node.address());
+  v1::InventoryReply inventory;
+  auto context = testing::MakeContext();
+  ASSERT_TRUE(stub->Inventory(context.get(), v1::InventoryRequest(), &inventory).ok());
+  EXPECT_EQ(inventory.node_id(), "from-file");
+  EXPECT_EQ(inventory.advertise_address(), "node1.lab:7071");
+  EXPECT_EQ(inventory.ram_budget_bytes(), 16u << 20);
+  EXPECT_EQ(node.Stop(), 0);
+
+  std::ofstream(config, std::ios::app) << "ram-budgt = \"1G\"\n";
+  const colibri::testing::CommandResult unknown =
+      colibri::testing::RunCommand({NodeBinary(), "--config", config});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(unknown.err, config + ":7: unknown key 'ram-budgt'"))
+      << unknown.err;
+
+  const colibri::testing::CommandResult wildcard = colibri::testing::RunCommand(
+      {NodeBinary(), "--data-dir", dir.path(), "--advertise", "0.0.0.0:7070"});
+  EXPECT_NE(wildcard.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(wildcard.err, "wildcard")) << wildcard.err;
+}
+
 TEST(ExpertNodeBinaryTest, RejectsBadFlags) {
   TempDir dir;
   EXPECT_NE(colibri::testing::RunCommand({NodeBinary(), "--listen", "127.0.0.1:0", "--data-dir",

@@ -1,5 +1,6 @@
 #include "expert_node/node_config.h"
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace colibri::expert_node {
@@ -18,6 +19,19 @@ TEST(NodeConfigTest, ParsesByteSizes) {
   for (const char* bad : {"", "G", "-1", "4X", "1e3", "nan", "99999999999999999999",
                           "20000000T", "1.2.3M"}) {
     EXPECT_FALSE(ParseByteSize(bad).ok()) << bad;
+  }
+}
+
+TEST(NodeConfigTest, AdvertiseAddressNeedsADiallableHostAndPort) {
+  for (const char* good :
+       {"node1.lab:7070", "10.0.0.11:7070", "[fd00::11]:7070", "a:1", "b:65535"}) {
+    EXPECT_TRUE(ValidateAdvertiseAddress(good).ok()) << good;
+  }
+  for (const char* bad : {"", "node1", ":7070", "node1:", "node1:0", "node1:65536", "node1:x",
+                          "0.0.0.0:7070", "[::]:7070", "fd00::11:7070", "[fd00::11:7070"}) {
+    const absl::Status status = ValidateAdvertiseAddress(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(status.message(), "--advertise")) << bad;
   }
 }
 

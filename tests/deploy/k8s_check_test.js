@@ -1,0 +1,192 @@
+// Offline checks of k8s/: every overlay renders with `kubectl kustomize`,
+// every rendered object passes kubernetes-models' validate() (types,
+// required fields, formats) and has no field its Kubernetes type does not
+// declare (k8s_fields.js), yamllint passes on k8s/, and the structure the
+// deployment relies on holds. A copy of k8s/ with a misspelled field must
+// fail. Usage: node k8s_check_test.js SOURCE_DIR. kubectl and yamllint are
+// found on PATH; without one, its part is skipped with a message.
+'use strict';
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const {execFileSync} = require('child_process');
+const YAML = require('yaml');
+const {unknownFields, kindDts} = require('./k8s_fields.js');
+
+const src = process.argv[2];
+function onPath(tool) {
+  try {
+    return execFileSync('sh', ['-c', `command -v ${tool}`], {encoding: 'utf8'}).trim();
+  } catch (e) {
+    return '';
+  }
+}
+const kubectl = onPath('kubectl');
+const yamllint = onPath('yamllint');
+const k8s = path.join(src, 'k8s');
+let failures = 0;
+let checks = 0;
+function check(ok, what) {
+  checks++;
+  if (!ok) {
+    failures++;
+    console.log(`FAIL: ${what}`);
+  }
+  return ok;
+}
+
+function render(dir) {
+  const out = execFileSync(kubectl, ['kustomize', dir], {encoding: 'utf8'});
+  return YAML.parseAllDocuments(out).map((d) => d.toJS()).filter((o) => o);
+}
+
+// Schema problems of one object.
+function objectProblems(obj) {
+  const name = `${obj.kind}/${obj.metadata && obj.metadata.name}`;
+  let Model;
+  try {
+    Model = require(`kubernetes-models/${obj.apiVersion}/${obj.kind}`)[obj.kind];
+  } catch (e) {
+    return [`${name}: no model for ${obj.apiVersion} ${obj.kind}`];
+  }
+  const problems = [];
+  try {
+    new Model(obj).validate();
+  } catch (e) {
+    problems.push(`${name}: ${e.message}`);
+  }
+  return problems.concat(unknownFields(obj, kindDts(obj.apiVersion, obj.kind), name, []));
+}
+
+const byKind = (objs, kind) => objs.filter((o) => o.kind === kind);
+const matches = (selector, labels) =>
+  Object.entries(selector || {}).every(([k, v]) => (labels || {})[k] === v);
+
+function structureProblems(objs, overlay) {
+  const p = [];
+  const sts = byKind(objs, 'StatefulSet');
+  const deps = byKind(objs, 'Deployment');
+  if (sts.length !== 1 || deps.length !== 1) return ['expected one StatefulSet and one Deployment'];
+  const nodes = sts[0];
+  const coord = deps[0];
+  const nodePod = nodes.spec.template;
+  if (nodes.spec.podManagementPolicy !== 'Parallel') p.push('nodes: podManagementPolicy not Parallel');
+  // Every node pod has its own PVC, mounted where the node keeps its store.
+  const claims = (nodes.spec.volumeClaimTemplates || []).map((c) => c.metadata.name);
+  const node = nodePod.spec.containers[0];
+  const dataMount = (node.volumeMounts || []).find((m) => m.mountPath === '/var/lib/colibri/node');
+  if (!dataMount || !claims.includes(dataMount.name)) p.push('node store is not a volumeClaimTemplate');
+  // Probes: gRPC on the container's gRPC port.
+  for (const [what, pod] of [['node', nodePod], ['coordinator', coord.spec.template]]) {
+    const c = pod.spec.containers[0];
+    const grpcPort = (c.ports || []).find((x) => x.name === 'grpc');
+    for (const probe of ['livenessProbe', 'readinessProbe']) {
+      const g = c[probe] && c[probe].grpc;
+      if (!g || !grpcPort || g.port !== grpcPort.containerPort) {
+        p.push(`${what}: ${probe} is not gRPC health on the grpc port`);
+      }
+    }
+    if (!c.resources || !c.resources.requests || !c.resources.limits) {
+      p.push(`${what}: no resource requests and limits`);
+    }
+  }
+  // Spread over machines.
+  const spread = (nodePod.spec.topologySpreadConstraints || [])
+      .some((t) => t.topologyKey === 'kubernetes.io/hostname');
+  const anti = nodePod.spec.affinity && nodePod.spec.affinity.podAntiAffinity;
+  if (!spread && !anti) p.push('nodes: no topology spread or anti-affinity');
+  // The headless Service selects the node pods, and is the StatefulSet's.
+  const headless = byKind(objs, 'Service').find((s) => s.spec.clusterIP === 'None');
+  if (!headless) {
+    p.push('no headless Service');
+  } else {
+    if (!matches(headless.spec.selector, nodePod.metadata.labels)) p.push('headless Service does not select the node pods');
+    if (matches(headless.spec.selector, coord.spec.template.metadata.labels)) p.push('headless Service selects the coordinator');
+    if (nodes.spec.serviceName !== headless.metadata.name) p.push('StatefulSet serviceName is not the headless Service');
+  }
+  const front = byKind(objs, 'Service').find((s) => matches(s.spec.selector, coord.spec.template.metadata.labels) && s.spec.clusterIP !== 'None');
+  const frontPorts = front ? front.spec.ports.map((x) => x.name) : [];
+  if (!frontPorts.includes('grpc') || !frontPorts.includes('http')) p.push('no Service with grpc and http ports for the coordinator');
+  // A PDB over the nodes.
+  if (!byKind(objs, 'PodDisruptionBudget').some((b) => matches(b.spec.selector.matchLabels, nodePod.metadata.labels))) {
+    p.push('no PodDisruptionBudget over the nodes');
+  }
+  // The generated Secret and ConfigMap are used by both.
+  const secret = byKind(objs, 'Secret').find((s) => s.metadata.name.startsWith('colibri-token'));
+  const config = byKind(objs, 'ConfigMap').find((s) => s.metadata.name.startsWith('colibri-config'));
+  for (const [what, pod] of [['node', nodePod], ['coordinator', coord.spec.template]]) {
+    const vols = pod.spec.volumes || [];
+    if (!secret || !vols.some((v) => v.secret && v.secret.secretName === secret.metadata.name)) p.push(`${what} does not mount the token Secret`);
+    if (!config || !vols.some((v) => v.configMap && v.configMap.name === config.metadata.name)) p.push(`${what} does not mount the config ConfigMap`);
+    if (JSON.stringify(pod).match(/--auth-token[^-]|"value":"[0-9a-f]{64}"/)) p.push(`${what}: a secret on the command line or in env`);
+  }
+  if (secret && secret.metadata.name === 'colibri-token') p.push('Secret is not generated (no hash suffix)');
+  if (overlay === 'production') {
+    const np = byKind(objs, 'NetworkPolicy');
+    const ok = np.some((n) => matches(n.spec.podSelector.matchLabels, nodePod.metadata.labels) &&
+        (n.spec.policyTypes || []).includes('Ingress') &&
+        n.spec.ingress.length === 1 &&
+        n.spec.ingress[0].from.every((f) => f.podSelector && matches(f.podSelector.matchLabels, coord.spec.template.metadata.labels)));
+    if (!ok) p.push('production: no NetworkPolicy letting only the coordinator reach the nodes');
+    const ann = coord.spec.template.metadata.annotations || {};
+    if (ann['prometheus.io/scrape'] !== 'true' || ann['prometheus.io/path'] !== '/metrics') p.push('production: no scrape annotations');
+    if (nodes.spec.replicas <= 3) p.push('production: not more node replicas than the base');
+    if (!JSON.stringify(config).includes('tls-cert')) p.push('production: no TLS in the config');
+  }
+  return p;
+}
+
+if (!kubectl) {
+  console.log('SKIP (part): kubectl not found: overlays not rendered');
+} else {
+  const overlays = fs.readdirSync(path.join(k8s, 'overlays')).sort();
+  check(overlays.includes('homelab') && overlays.includes('production'), `overlays: ${overlays}`);
+  for (const overlay of overlays) {
+    let objs = [];
+    try {
+      objs = render(path.join(k8s, 'overlays', overlay));
+    } catch (e) {
+      check(false, `${overlay}: kubectl kustomize failed: ${e.message}`);
+      continue;
+    }
+    console.log(`${overlay}: ${objs.length} objects`);
+    for (const obj of objs) {
+      const problems = objectProblems(obj);
+      check(problems.length === 0, `${overlay}: ${problems.join('; ')}`);
+    }
+    const s = structureProblems(objs, overlay);
+    check(s.length === 0, `${overlay}: ${s.join('; ')}`);
+  }
+  // A broken copy: a misspelled field must fail.
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'colibri-k8s-'));
+  try {
+    fs.cpSync(k8s, path.join(tmp, 'k8s'), {recursive: true});
+    const file = path.join(tmp, 'k8s', 'base', 'nodes-statefulset.yaml');
+    const text = fs.readFileSync(file, 'utf8');
+    fs.writeFileSync(file, text.replace('          livenessProbe:', '          livenesProbe:'));
+    const objs = render(path.join(tmp, 'k8s', 'overlays', 'homelab'));
+    const problems = objs.flatMap(objectProblems);
+    check(problems.some((x) => x.includes("unknown field 'livenesProbe'")),
+          'a misspelled field in a copy was not reported: the check is blind');
+    const wrongType = YAML.parse(YAML.stringify(objs.find((o) => o.kind === 'StatefulSet')));
+    wrongType.spec.replicas = 'three';
+    check(objectProblems(wrongType).length > 0, 'a string replicas passed validate()');
+  } finally {
+    fs.rmSync(tmp, {recursive: true, force: true});
+  }
+}
+
+if (!yamllint) {
+  console.log('SKIP (part): yamllint not found (Debian package yamllint)');
+} else {
+  try {
+    execFileSync(yamllint, ['--strict', '-c', path.join(__dirname, 'yamllint.yaml'), k8s,
+                            path.join(src, 'deploy')], {encoding: 'utf8'});
+    check(true, '');
+  } catch (e) {
+    check(false, `yamllint:\n${e.stdout}`);
+  }
+}
+
+console.log(`${checks - failures} passed, ${failures} failed`);
+process.exit(failures ? 1 : 0);
