@@ -8,6 +8,7 @@
 #
 #   --steps N   training steps (default 300, what the committed model used)
 #   --work DIR  checkpoints, logs and the F32/F16 files (default build/demo-model)
+#   --note TEXT   a sentence for PROVENANCE.md on how this run differed
 #   --skip-train  reuse DIR's checkpoint of step N (a longer run's ckpt-N.pt is the
 #                 same as a --steps N run's final.pt: the schedule ignores --steps)
 #
@@ -18,11 +19,13 @@ cd "$(dirname "$0")/../.."
 steps=300
 work=build/demo-model
 skip_train=0
+note=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps="${2:?}"; shift 2 ;;
     --work) work="${2:?}"; shift 2 ;;
     --skip-train) skip_train=1; shift ;;
+    --note) note="${2:?}"; shift 2 ;;
     *) echo "make-demo-model: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -63,5 +66,5 @@ cp "$work/heldout.txt" "$out/heldout.txt"
 
 "$py" "$here/write_provenance.py" --work "$work" --out "$out" \
   --command "bash scripts/train-demo-model/make-demo-model.sh --steps $steps" \
-  --train-command "${train_cmd[*]}" --ckpt "$(basename "$ckpt")"
+  --train-command "${train_cmd[*]}" --ckpt "$(basename "$ckpt")" --note "$note"
 echo "make-demo-model: wrote $out"

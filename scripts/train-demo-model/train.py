@@ -40,7 +40,7 @@ def parse_args():
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--lr", type=float, default=4e-3)
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--balance-coef", type=float, default=0.01)
+    p.add_argument("--balance-coef", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--eval-every", type=int, default=50)

@@ -39,6 +39,7 @@ def main():
     ap.add_argument("--command", required=True)
     ap.add_argument("--train-command", required=True)
     ap.add_argument("--ckpt", default="final.pt")
+    ap.add_argument("--note", default="", help="a sentence on how this run differed")
     args = ap.parse_args()
 
     ckpt = torch.load(os.path.join(args.work, args.ckpt), map_location="cpu")
@@ -59,6 +60,7 @@ def main():
         "bytes": os.path.getsize(model_path),
         "command": args.command,
         "train_command": args.train_command,
+        "note": args.note,
         "packages": versions,
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -110,7 +112,8 @@ def main():
             prov["steps"], prov["batch"], cfg["n_ctx"], prov["tokens_seen"],
             prov["tokens_seen"] / 1129266.0, prov["seed"], prov["torch"],
             versions["python3-torch"]),
-        "- Reproduce: `%s` (training alone: `%s`)." % (args.command, args.train_command),
+        "- Reproduce: `%s` (training alone: `%s`).%s" % (
+            args.command, args.train_command, (" " + args.note) if args.note else ""),
         "",
         "Held-out loss (mean next-token negative log-likelihood, nats; %d tokens scored in "
         "windows of %d):" % (ho["scored_tokens"], ho["ctx"]),
