@@ -58,6 +58,8 @@ fi
 "$quantize" --in "$work/demo-f32.gguf" --out "$work/demo-q4_0.gguf" --type q4_0
 "$quantize" --in "$work/demo-f32.gguf" --out "$out/colibri-demo-kjv-q8_0.gguf" --type q8_0
 cp "$work/heldout.txt" "$out/heldout.txt"
+cp "$work/train.log" "$out/train.log"
+cp "$work/loss.tsv" "$out/loss.tsv"
 
 "$py" "$here/check_export.py" --ckpt "$ckpt" --tokenizer "$work/tokenizer.json" \
   --text "$work/heldout.txt" --coordinator "$coordinator" --f16 "$work/demo-f16.gguf" \
