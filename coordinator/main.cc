@@ -14,6 +14,7 @@
 #include "coordinator/chat_template_command.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/inspect_command.h"
+#include "coordinator/perplexity_command.h"
 #include "coordinator/run_command.h"
 #include "coordinator/serve_command.h"
 #include "coordinator/tokenize_command.h"
@@ -172,6 +173,24 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("--model,-m", inspect.model_path, "GGUF model file")->required();
   inspect_cmd->add_flag("--verbose,-v", inspect.verbose, "list every metadata key and tensor");
 
+  colibri::coordinator::PerplexityOptions perplexity;
+  bool perplexity_exact = false;
+  CLI::App* perplexity_cmd =
+      app.add_subcommand("perplexity", "mean next-token loss and perplexity over a text");
+  perplexity_cmd->add_option("--model,-m", perplexity.model_path, "GGUF model file")->required();
+  perplexity_cmd->add_option("--text-file", perplexity.text_file, "the text to score")->required();
+  perplexity_cmd->add_option("--ctx", perplexity.ctx,
+                             "tokens per window (0: the model's context, at most 512)")
+      ->capture_default_str();
+  perplexity_cmd->add_option("--max-windows", perplexity.max_windows,
+                             "score at most this many windows (0: all)")
+      ->capture_default_str();
+  perplexity_cmd->add_option("--threads,-t", perplexity.threads,
+                             "worker threads (0: physical cores)")
+      ->capture_default_str();
+  perplexity_cmd->add_flag("--exact", perplexity_exact,
+                           "keep activations in float32 (the reference path)");
+
   colibri::coordinator::TokenizeOptions tokenize;
   CLI::App* tokenize_cmd = app.add_subcommand("tokenize", "print the token ids of a text");
   tokenize_cmd->add_option("--model,-m", tokenize.model_path, "GGUF file (vocab-only is fine)")
@@ -230,6 +249,9 @@ int main(int argc, char** argv) {
     status = colibri::coordinator::RunPlan(plan, std::cout);
   } else if (inspect_cmd->parsed()) {
     status = colibri::coordinator::RunInspect(inspect, std::cout);
+  } else if (perplexity_cmd->parsed()) {
+    if (perplexity_exact) perplexity.path = colibri::ops::NumericPath::kExact;
+    status = colibri::coordinator::RunPerplexity(perplexity, std::cout, std::cerr);
   } else if (tokenize_cmd->parsed()) {
     tokenize.has_separator = tokenize_cmd->count("--separator") > 0;
     status = colibri::coordinator::RunTokenize(tokenize, std::cout);

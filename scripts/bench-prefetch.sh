@@ -16,6 +16,9 @@ usage: scripts/bench-prefetch.sh [options]
   --threads T        coordinator threads (default 0: physical cores)
   --node-threads T   compute threads per node (default 1)
   --ram-fraction F   share of a node's experts its RAM tier holds (default 0.333)
+  --pin-fraction P   pin the hottest experts in P of the RAM budget (default 0: no
+                     pinning); the nodes are restarted with --pin-budget after the
+                     warm-up run, whose usage counts choose what they pin
   --delay-ms X       one-way delay of the relayed runs (default 0.25; 0: no relayed runs)
   --bandwidth R      bandwidth cap of the relayed runs (default 1Gbit; 0: none)
   --build DIR        build folder (default build)
@@ -40,6 +43,7 @@ prompt="The small birds of the valley"
 threads=0
 node_threads=1
 ram_fraction=0.333
+pin_fraction=0
 delay_ms=0.25
 bandwidth=1Gbit
 build=build
@@ -47,6 +51,7 @@ fresh=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --ram-fraction) ram_fraction="${2:?}"; shift 2 ;;
+    --pin-fraction) pin_fraction="${2:?}"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) bench_common_option "$@" || { usage >&2; exit 2; }; shift "$BENCH_SHIFT" ;;
   esac
@@ -86,6 +91,15 @@ bench_start_nodes "$work" 3 --threads "$node_threads" --ram-budget "$ram_budget"
 nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
 echo "nodes $nodes; ingest and warm-up run..." >&2
 bench_run "$work/warmup" "${run_args[@]}" -n "$n_predict" --nodes "$nodes"
+pin_budget=$(awk -v b="$ram_budget" -v f="$pin_fraction" 'BEGIN { printf "%.0f\n", b * f }')
+if [ "$pin_budget" -gt 0 ]; then
+  echo "restarting the nodes with --pin-budget $pin_budget (usage counts of the warm-up)..." >&2
+  bench_stop_nodes
+  bench_start_nodes "$work" 3 --threads "$node_threads" --ram-budget "$ram_budget" --direct-io \
+    --pin-budget "$pin_budget"
+  nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
+  grep -h "pinned" "$work"/node*.err >&2 || true
+fi
 
 rows=()
 # measure NAME PREFIX NODES MODE: prompt-only baseline and full run; a row.
@@ -125,7 +139,8 @@ bench_stop_nodes
 
 echo
 echo "model: $model, $n_predict tokens per run; routed experts $MODEL_ROUTED_BYTES bytes;" \
-  "RAM budget $ram_budget bytes per node ($ram_fraction of a node's third), --direct-io"
+  "RAM budget $ram_budget bytes per node ($ram_fraction of a node's third), --direct-io," \
+  "pin budget $pin_budget bytes"
 echo "$prefetch_note"
 printf '%-36s %9s %12s %12s %10s %10s %9s %9s\n' "config" "decode" "net wait" "disk wait" \
   "RAM hit" "prefetch" "predict" "predict"

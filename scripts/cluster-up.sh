@@ -7,9 +7,10 @@
 #                              [--n-predict N]
 #
 #   --nodes N      expert nodes (default 3)
-#   --model M      GGUF model (default: the synthetic demo model scripts/demo.sh
-#                  makes, built here the same way when missing)
-#   --prompt TEXT  the prompt of the generation at the end
+#   --model M      GGUF model (default: models/demo/colibri-demo-kjv-q8_0.gguf,
+#                  the committed demo model trained on the King James Bible)
+#   --prompt TEXT  the prompt of the generation at the end (default: "And it
+#                  came to pass")
 #   --dir D        state folder: pids/, logs/, node data, addresses
 #                  (default: <build>/cluster)
 #   --n-predict N  tokens to generate (default 48)
@@ -32,10 +33,10 @@ cd "$(dirname "$0")/.."
 
 n_nodes=3
 model=""
-prompt="The small birds of the valley"
+prompt="And it came to pass"
 dir=""
 n_predict=48
-usage() { sed -n '6,14p' "$0" >&2; exit 2; }
+usage() { sed -n '6,16p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) n_nodes="${2:?}"; shift 2 ;;
@@ -56,8 +57,7 @@ threads="${COLIBRI_THREADS:-1}"
 if [ "${COLIBRI_SKIP_BUILD:-0}" != 1 ]; then
   bash scripts/install-deps.sh
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target colibri-coordinator colibri-expert-node colibri-client \
-    colibri-make-model
+  cmake --build "$build" --target colibri-coordinator colibri-expert-node colibri-client
 fi
 coordinator_bin="$build/coordinator/colibri-coordinator"
 node_bin="$build/expert_node/colibri-expert-node"
@@ -66,13 +66,7 @@ for b in "$coordinator_bin" "$node_bin" "$client_bin"; do
   [ -x "$b" ] || { echo "cluster-up: $b is not built" >&2; exit 1; }
 done
 
-if [ -z "$model" ]; then
-  model="$build/models/demo-qwen3moe-q4_k.gguf"
-  if [ ! -f "$model" ]; then
-    mkdir -p "$(dirname "$model")"
-    "$build/scripts/colibri-make-model" --preset demo --type q4_k --seed 7 --out "$model"
-  fi
-fi
+model="${model:-models/demo/colibri-demo-kjv-q8_0.gguf}"
 [ -f "$model" ] || { echo "cluster-up: no model file $model" >&2; exit 1; }
 
 if [ -d "$dir/pids" ] && [ -n "$(ls -A "$dir/pids" 2>/dev/null)" ]; then

@@ -1,13 +1,17 @@
 // scripts/cluster-up.sh and cluster-down.sh: a 2-node cluster from a fixture
 // model generates text, and cluster-down stops every process it recorded; the
-// README's default (3 nodes, the synthetic demo model) streams valid UTF-8.
+// README's default (3 nodes, the committed demo model trained on the King James
+// Bible) streams English: valid UTF-8 whose words are mostly words of the
+// training text.
 #include <signal.h>
 #include <stdlib.h>
 
+#include <cctype>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -74,12 +78,42 @@ TEST(ClusterScriptsTest, ClusterUpGeneratesTextAndClusterDownStopsEverything) {
   EXPECT_NE(again.out.find("nothing running"), std::string::npos) << again.out;
 }
 
-// What the README's first command runs. The demo model's random weights emit
-// byte tokens that are not UTF-8; the stream must still arrive, as valid text.
-TEST(ClusterScriptsTest, DefaultDemoClusterStreamsValidUtf8) {
+// The lower-cased runs of ASCII letters in text.
+std::vector<std::string> Words(const std::string& text) {
+  std::vector<std::string> words;
+  std::string word;
+  for (char c : text + " ") {
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else if (!word.empty()) {
+      words.push_back(word);
+      word.clear();
+    }
+  }
+  return words;
+}
+
+// What the README's first command runs: the committed demo model, so the text
+// must be recognisably English. models/demo/words.txt is the vocabulary of the
+// training text (written by scripts/train-demo-model/, not by colibri); a
+// random-weight model's output has far fewer than 80% of its words there.
+TEST(ClusterScriptsTest, DefaultDemoClusterStreamsEnglish) {
   const std::string dir = StateDir();
   const std::string text = ClusterUp({"--dir", dir});
   EXPECT_EQ(tokenizer::ToValidUtf8(text), text);
+
+  std::ifstream in(Scripts() + "../models/demo/words.txt");
+  ASSERT_TRUE(in) << "models/demo/words.txt is missing";
+  std::unordered_set<std::string> dictionary;
+  for (std::string w; in >> w;) dictionary.insert(w);
+  ASSERT_GT(dictionary.size(), 5000u);
+  std::vector<std::string> words = Words(text);
+  if (!words.empty()) words.pop_back();  // the last word may be cut off by -n
+  ASSERT_GE(words.size(), 15u) << text;
+  size_t known = 0;
+  for (const std::string& w : words) known += dictionary.count(w);
+  EXPECT_GE(known, words.size() * 8 / 10)
+      << known << " of " << words.size() << " words are English: " << text;
   const testing::CommandResult down =
       testing::RunCommand({"/bin/bash", Scripts() + "cluster-down.sh", "--dir", dir});
   EXPECT_EQ(down.exit_code, 0) << down.out << down.err;
