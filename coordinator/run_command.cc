@@ -142,6 +142,10 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   }
   arch::SessionOptions session_options;
   session_options.n_ctx = options.ctx_size;
+  if (options.ctx_size > config.n_ctx_train) {
+    err << "run: --ctx-size " << options.ctx_size << " is above the model's context length of "
+        << config.n_ctx_train << "; using " << config.n_ctx_train << "\n";
+  }
   session_options.n_batch = options.batch_size;
   session_options.path = options.path;
   session_options.prefetch.depth = options.prefetch_depth >= 0     ? options.prefetch_depth
