@@ -16,6 +16,7 @@ packages=(
   libcli11-dev                         # command lines with subcommands (header-only)
   nlohmann-json3-dev                   # reading the JSON golden files in tests
   openssl                              # test certificates of the TLS tests
+  clang libclang-rt-14-dev             # libFuzzer + ASan/UBSan runtimes of scripts/fuzz.sh
 )
 
 missing=()
