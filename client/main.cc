@@ -55,7 +55,8 @@ const char* FinishReasonName(v1::FinishReason reason) {
 }
 
 int Fail(const absl::Status& status) {
-  std::cerr << "colibri-client: " << status.message() << "\n";
+  std::cerr << "colibri-client: " << absl::StatusCodeToString(status.code()) << ": "
+            << status.message() << "\n";
   return 1;
 }
 
