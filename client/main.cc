@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "common/cli_config.h"
+#include "common/cli_checks.h"
 
 namespace {
 
@@ -55,7 +56,8 @@ const char* FinishReasonName(v1::FinishReason reason) {
 }
 
 int Fail(const absl::Status& status) {
-  std::cerr << "colibri-client: " << status.message() << "\n";
+  std::cerr << "colibri-client: " << absl::StatusCodeToString(status.code()) << ": "
+            << status.message() << "\n";
   return 1;
 }
 
@@ -135,7 +137,9 @@ int main(int argc, char** argv) {
   ClientOptions options;
   std::string token_file;
   std::string ca_file;
-  app.add_option("--coordinator", options.address, "coordinator host:port")->required();
+  app.add_option("--coordinator", options.address, "coordinator host:port")
+      ->required()
+      ->check(colibri::cli::ConnectAddress());
   app.add_option("--auth-token-file", token_file, "file holding the coordinator's token");
   app.add_option("--tls-ca", ca_file, "PEM CA certificate: talk TLS to the coordinator");
 
@@ -150,21 +154,34 @@ int main(int argc, char** argv) {
   gen->add_option("prompt", prompt, "the prompt text");
   gen->add_option("--prompt-tokens", prompt_tokens,
                   "comma-separated token ids, fed exactly as given (instead of the text)");
-  gen->add_option("--n-predict,-n", n_predict, "tokens to generate")->capture_default_str();
+  gen->add_option("--n-predict,-n", n_predict, "tokens to generate")
+      ->capture_default_str()
+      ->check(colibri::cli::kTokenCount);
   gen->add_option("--temp", sf.temperature, "sampling temperature (0: greedy)")
-      ->capture_default_str();
-  gen->add_option("--top-k", sf.top_k, "top-k (0: off)")->capture_default_str();
-  gen->add_option("--top-p", sf.top_p, "top-p (1: off)")->capture_default_str();
-  gen->add_option("--min-p", sf.min_p, "min-p (0: off)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-k", sf.top_k, "top-k (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-p", sf.top_p, "top-p (1: off)")
+      ->capture_default_str()
+      ->check(colibri::cli::kProbability);
+  gen->add_option("--min-p", sf.min_p, "min-p (0: off)")
+      ->capture_default_str()
+      ->check(colibri::cli::kProbability);
   gen->add_option("--repeat-penalty", sf.repeat_penalty, "repetition penalty (1: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   gen->add_option("--presence-penalty", sf.presence_penalty, "(0: off)")->capture_default_str();
   gen->add_option("--frequency-penalty", sf.frequency_penalty, "(0: off)")
       ->capture_default_str();
   gen->add_option("--repeat-last-n", sf.repeat_last_n,
                   "tokens the penalties look back over (-1: all, 0: penalties off)")
-      ->capture_default_str();
-  gen->add_option("--seed", sf.seed, "sampling seed")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 20));
+  gen->add_option("--seed", sf.seed, "sampling seed")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   gen->add_option("--stop", stop, "stop when the text contains this (repeatable)");
   gen->add_flag("--ignore-eos", ignore_eos, "keep generating after end-of-generation tokens");
   gen->add_flag("--exact", exact, "keep activations in float32 (the reference path)");
@@ -179,7 +196,7 @@ int main(int argc, char** argv) {
                          "health of this service (default: the whole server)");
   CLI::App* info_cmd = app.add_subcommand("info", "the model being served");
   colibri::AddConfigFileOption(&app);
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
 
   if (!token_file.empty()) {
     std::string token;

@@ -30,6 +30,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Connect(
   if (options.addresses.empty()) return absl::InvalidArgumentError("no expert nodes given");
   std::vector<std::unique_ptr<NodeClient>> clients;
   std::vector<Node> nodes;
+  std::vector<bool> reachable;
+  std::string unreachable;  // the first failure, for the error when none answers
   for (const std::string& address : options.addresses) {
     NodeClientOptions client_options = options.client;
     client_options.address = address;
@@ -38,26 +40,47 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Connect(
     v1::InventoryRequest request;
     request.set_model_fingerprint(fingerprint);
     absl::StatusOr<v1::InventoryReply> inventory = client->Inventory(request);
-    if (!inventory.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "expert node ", address, " does not answer: ", inventory.status().message()));
-    }
     Node node;
     node.address = address;
-    node.node_id = inventory->node_id().empty() ? address : inventory->node_id();
-    node.inventory = *std::move(inventory);
+    node.node_id = address;
+    if (inventory.ok()) {
+      if (!inventory->node_id().empty()) node.node_id = inventory->node_id();
+      node.inventory = *std::move(inventory);
+    } else if (absl::IsUnavailable(inventory.status()) ||
+               absl::IsDeadlineExceeded(inventory.status())) {
+      const std::string why = absl::StrCat("expert node ", address,
+                                           " does not answer: ", inventory.status().message());
+      if (unreachable.empty()) unreachable = why;
+      std::ostream& log = options.log != nullptr ? *options.log : std::cerr;
+      log << "cluster: " << why << "; starting without it, it is placed in once it answers\n";
+    } else {
+      // Answering with an error (wrong token, bad request) is not a node away.
+      return absl::Status(inventory.status().code(),
+                          absl::StrCat("expert node ", address, ": ",
+                                       inventory.status().message()));
+    }
+    reachable.push_back(inventory.ok());
     nodes.push_back(std::move(node));
     clients.push_back(std::move(client));
   }
-  return Create(options, fingerprint, experts_per_layer, std::move(clients), std::move(nodes));
+  if (std::find(reachable.begin(), reachable.end(), true) == reachable.end()) {
+    return absl::UnavailableError(unreachable);
+  }
+  return Create(options, fingerprint, experts_per_layer, std::move(clients), std::move(nodes),
+                std::move(reachable));
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(
     const ClusterOptions& options, const std::string& fingerprint,
     const std::vector<int>& experts_per_layer, std::vector<std::unique_ptr<NodeClient>> clients,
-    std::vector<Node> nodes) {
+    std::vector<Node> nodes, std::vector<bool> reachable) {
   if (clients.size() != nodes.size() || clients.empty()) {
     return absl::InvalidArgumentError("a cluster needs one client per node, and a node");
+  }
+  if (reachable.empty()) reachable.assign(nodes.size(), true);
+  const int n_reachable = static_cast<int>(std::count(reachable.begin(), reachable.end(), true));
+  if (reachable.size() != nodes.size() || n_reachable == 0) {
+    return absl::InvalidArgumentError("a cluster needs a reachable node");
   }
   std::set<std::string> ids;
   for (const Node& n : nodes) {
@@ -67,27 +90,33 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(
                                                      "): give each node its own --node-id"));
     }
   }
-  COLIBRI_ASSIGN_OR_RETURN(Placement placement,
-                           Placement::Compute(PlacementNodesOf(nodes, options.assume_equal),
-                                              experts_per_layer, options.replicas));
+  if (options.replicas < 1) return absl::InvalidArgumentError("replicas must be >= 1");
+  COLIBRI_ASSIGN_OR_RETURN(
+      Placement placement,
+      Placement::Compute(PlacementNodesOf(nodes, options.assume_equal), experts_per_layer,
+                         std::min(options.replicas, n_reachable), reachable));
   return std::unique_ptr<Cluster>(new Cluster(options, fingerprint, experts_per_layer,
                                               std::move(placement), std::move(clients),
-                                              std::move(nodes)));
+                                              std::move(nodes), std::move(reachable)));
 }
 
 Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
                  std::vector<int> experts_per_layer, Placement placement,
-                 std::vector<std::unique_ptr<NodeClient>> clients, std::vector<Node> nodes)
+                 std::vector<std::unique_ptr<NodeClient>> clients, std::vector<Node> nodes,
+                 std::vector<bool> reachable)
     : options_(options),
       fingerprint_(std::move(fingerprint)),
       experts_per_layer_(std::move(experts_per_layer)),
       clients_(std::move(clients)),
       nodes_(std::move(nodes)),
-      healthy_(clients_.size(), true),
+      healthy_(reachable),
       unhealthy_since_(clients_.size(), absl::InfinitePast()),
       counters_(clients_.size()),
-      available_(clients_.size(), true),
-      wanted_available_(clients_.size(), true) {
+      available_(reachable),
+      wanted_available_(std::move(reachable)) {
+  for (size_t i = 0; i < healthy_.size(); ++i) {
+    if (!healthy_[i]) unhealthy_since_[i] = absl::Now();
+  }
   placements_.push_back(std::make_unique<const Placement>(std::move(placement)));
   current_.store(placements_.back().get(), std::memory_order_release);
   prober_ = std::thread([this] { ProbeLoop(); });

@@ -86,17 +86,23 @@ class Cluster {
   };
 
   // Connects to every node of options.addresses, reads its inventory for
-  // `fingerprint` and places experts_per_layer[l] experts of each layer.
-  // Unavailable when a node does not answer; InvalidArgument for bad options.
+  // `fingerprint` and places experts_per_layer[l] experts of each layer over
+  // the nodes that answered. A node that does not answer starts unhealthy and
+  // excluded (its id is its address, its weight 1): work goes around it, and
+  // once it answers its health probe it is placed in like a node coming back
+  // (with a rebalancer). Unavailable when no node answers; InvalidArgument for
+  // bad options.
   static absl::StatusOr<std::unique_ptr<Cluster>> Connect(
       const ClusterOptions& options, const std::string& fingerprint,
       const std::vector<int>& experts_per_layer);
 
-  // The same from ready clients (tests pass mocks). clients[i] serves nodes[i].
+  // The same from ready clients (tests pass mocks). clients[i] serves nodes[i];
+  // reachable[i] false starts node i unhealthy and excluded (empty: every
+  // node reachable; at least one must be).
   static absl::StatusOr<std::unique_ptr<Cluster>> Create(
       const ClusterOptions& options, const std::string& fingerprint,
       const std::vector<int>& experts_per_layer, std::vector<std::unique_ptr<NodeClient>> clients,
-      std::vector<Node> nodes);
+      std::vector<Node> nodes, std::vector<bool> reachable = {});
 
   ~Cluster();
   Cluster(const Cluster&) = delete;
@@ -154,7 +160,8 @@ class Cluster {
  private:
   Cluster(const ClusterOptions& options, std::string fingerprint,
           std::vector<int> experts_per_layer, Placement placement,
-          std::vector<std::unique_ptr<NodeClient>> clients, std::vector<Node> nodes);
+          std::vector<std::unique_ptr<NodeClient>> clients, std::vector<Node> nodes,
+          std::vector<bool> reachable);
   void ProbeLoop();
   // Updates wanted_available_ from health and how long nodes have been away.
   void UpdateWantedPlacement() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -100,8 +100,17 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   ExpertSetupOptions setup;
   setup.node_gguf_path = options.node_gguf;
   setup.progress = &err;
+  setup.skip_failed_nodes = true;
   COLIBRI_ASSIGN_OR_RETURN(ExpertSetupResult result,
                            EnsureExperts(*experts->cluster_, model, setup));
+  // A node lost during the transfer does not stop the start-up: it is marked
+  // unhealthy (its work goes to a replica or is computed here), and once it
+  // answers again the repair path re-sends what it misses.
+  for (const auto& [node, why] : result.failed_nodes) {
+    experts->cluster_->MarkUnhealthy(node, why);
+    err << "ingest: " << experts->cluster_->node(node).address << " failed (" << why.message()
+        << "); going on without it until it is back\n";
+  }
   err << "ingest: " << result.bytes_sent << " bytes sent (" << result.experts_sent << " experts), "
       << result.experts_imported << " experts imported\n";
   ReleaseExpertPages(model);
@@ -110,6 +119,7 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   Cluster* cluster = experts->cluster_.get();
   ExpertSetupOptions replace = setup;
   replace.refresh_inventory = true;
+  replace.skip_failed_nodes = false;
   replace.cancelled = [cluster] { return cluster->stopping(); };
   cluster->SetRebalancer([cluster, &model, replace, &err](const Placement& placement) {
     absl::StatusOr<ExpertSetupResult> moved = EnsureExperts(*cluster, placement, model, replace);

@@ -286,7 +286,12 @@ absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster,
     });
   }
   for (std::thread& t : threads) t.join();
-  for (const absl::Status& s : statuses) COLIBRI_RETURN_IF_ERROR(s);
+  for (int i = 0; i < cluster.n_nodes(); ++i) {
+    const absl::Status& s = statuses[i];
+    if (s.ok()) continue;
+    if (!options.skip_failed_nodes || absl::IsCancelled(s)) return s;
+    result.failed_nodes.emplace_back(i, s);
+  }
   return result;
 }
 

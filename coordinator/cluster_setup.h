@@ -9,6 +9,8 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -34,12 +36,19 @@ struct ExpertSetupOptions {
   // Polled between experts; when it returns true the transfer stops with
   // Cancelled. Default: empty (never).
   std::function<bool()> cancelled;
+  // A node whose transfer fails is listed in ExpertSetupResult::failed_nodes
+  // instead of failing the whole call (start-up goes on without it: its
+  // experts are computed by the coordinator until it is back and repaired).
+  // Default: false.
+  bool skip_failed_nodes = false;
 };
 
 struct ExpertSetupResult {
   int64_t experts_sent = 0;      // streamed with Ingest
   uint64_t bytes_sent = 0;       // expert bytes streamed (gate + up + down)
   int64_t experts_imported = 0;  // imported by nodes from their own GGUF
+  // With skip_failed_nodes: each node whose transfer failed, and why.
+  std::vector<std::pair<int, absl::Status>> failed_nodes;
 };
 
 // The node-side checksum of an expert: xxh64 (seed 0) over gate, up and down
@@ -51,7 +60,8 @@ uint64_t ExpertChecksum(const moe::ExpertWeights& w);
 // hash its inventory reports (InventoryEntry.xxh64) against `model`'s bytes.
 // Unavailable when a node fails mid-transfer; DataLoss when a node does not
 // acknowledge an expert as stored or holds other bytes than the model's for
-// an assigned expert; Cancelled when options.cancelled says so.
+// an assigned expert; Cancelled when options.cancelled says so (with
+// skip_failed_nodes, only Cancelled; node failures are listed in the result).
 absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster,
                                                 const Placement& placement,
                                                 const arch::Model& model,

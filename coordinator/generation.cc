@@ -51,7 +51,10 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
   const size_t n_vocab = static_cast<size_t>(sampler.n_vocab());
   const float* last = logits.data() + (logits.size() - n_vocab);
   std::vector<float> next(last, last + n_vocab);  // [n_vocab]
-  result.tokens.reserve(options.max_tokens);
+  // max_tokens is the caller's; what can be generated is bounded by the
+  // positions left (plus the last token, sampled but never fed back).
+  const int room = std::max(0, session.n_ctx() - session.n_past()) + 1;
+  result.tokens.reserve(static_cast<size_t>(std::min(options.max_tokens, room)));
   std::unique_ptr<tokenizer::StreamDecoder> decoder;
   if (tokenizer != nullptr && options.decode_text) {
     decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer);

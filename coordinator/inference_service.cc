@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "coordinator/generation.h"
 #include "coordinator/model_summary.h"
+#include "coordinator/request_limits.h"
 #include "model/gguf/gguf_fingerprint.h"
 #include "model/moe/local_expert_backend.h"
 #include "model/sampling/sampler.h"
@@ -180,6 +181,10 @@ absl::StatusOr<std::unique_ptr<InferenceServiceImpl>> InferenceServiceImpl::Crea
   COLIBRI_ASSIGN_OR_RETURN(arch::Session * first,
                            service->SessionFor(*service->slots_[0], ops::NumericPath::kFast));
   service->n_ctx_ = first->n_ctx();
+  service->limits_ = options.limits;
+  service->limits_.n_ctx = service->n_ctx_;
+  service->limits_.n_vocab = model.config().n_vocab;
+  COLIBRI_RETURN_IF_ERROR(ValidateRequestLimits(service->limits_));
 
   const arch::ModelConfig& config = model.config();
   COLIBRI_ASSIGN_OR_RETURN(std::string fingerprint, gguf::ModelFingerprint(model.file()));
@@ -257,37 +262,9 @@ absl::StatusOr<arch::Session*> InferenceServiceImpl::SessionFor(Slot& slot,
 }
 
 absl::Status InferenceServiceImpl::ValidateRequest(const v1::GenerateRequest& request) const {
-  const int n_vocab = model_.config().n_vocab;
-  switch (request.prompt_case()) {
-    case v1::GenerateRequest::PROMPT_NOT_SET:
-      return absl::InvalidArgumentError("empty prompt: give the prompt text or token ids");
-    case v1::GenerateRequest::kText:
-      if (request.text().empty()) return absl::InvalidArgumentError("the prompt text is empty");
-      if (tokenizer_ == nullptr) {
-        return absl::FailedPreconditionError("the model has no tokenizer: send token ids");
-      }
-      break;
-    case v1::GenerateRequest::kTokens: {
-      const auto& ids = request.tokens().ids();
-      if (ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-      for (int i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0 || ids[i] >= n_vocab) {
-          return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", ids[i],
-                                                         ", outside the vocabulary [0, ",
-                                                         n_vocab, ")"));
-        }
-      }
-      if (ids.size() > n_ctx_) {
-        return absl::InvalidArgumentError(absl::StrCat("the prompt has ", ids.size(),
-                                                       " tokens, more than the context of ",
-                                                       n_ctx_));
-      }
-      break;
-    }
-  }
-  if (request.max_tokens() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_tokens must be >= 0, got ", request.max_tokens()));
+  COLIBRI_RETURN_IF_ERROR(CheckGenerateRequest(request, limits_));
+  if (request.has_text() && tokenizer_ == nullptr) {
+    return absl::FailedPreconditionError("the model has no tokenizer: send token ids");
   }
   sampling::SamplingOptions sampling =
       ToSamplingOptions(request.sampling(), options_.default_penalty_last_n);
@@ -436,7 +413,13 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Tokenize(grpc::CallbackServerCon
     reactor->Finish(ToGrpc(absl::FailedPreconditionError("the model has no tokenizer")));
     return reactor;
   }
-  // Tokenizing is quick CPU work, done here rather than queued.
+  absl::Status valid = CheckTokenizeRequest(*request, limits_);
+  if (!valid.ok()) {
+    reactor->Finish(ToGrpc(valid));
+    return reactor;
+  }
+  // Tokenizing is quick CPU work (the text is bounded), done here rather than
+  // queued.
   tokenizer::EncodeOptions enc;
   enc.add_special = request->add_special();
   enc.parse_special = request->parse_special();

@@ -33,6 +33,7 @@
 #include "colibri/v1/inference.grpc.pb.h"
 #include "common/thread_pool.h"
 #include "coordinator/cluster_command.h"
+#include "coordinator/request_limits.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/tokenizer/tokenizer.h"
@@ -56,6 +57,9 @@ class InferenceServiceImpl final : public v1::Inference::CallbackService {
     int default_penalty_last_n = 64;
     // Next-layer expert prediction of every session. Default: off.
     arch::PrefetchOptions prefetch;
+    // Request size limits (their n_ctx and n_vocab are filled in from the
+    // sessions and the model). Default: RequestLimits' defaults.
+    RequestLimits limits;
   };
 
   // model, tokenizer (null: id prompts only, no text), cluster (null: the
@@ -100,8 +104,9 @@ class InferenceServiceImpl final : public v1::Inference::CallbackService {
                        ThreadPool* pool);
   // Creates slot's session (and backend) for `path` if it has none yet.
   absl::StatusOr<arch::Session*> SessionFor(Slot& slot, ops::NumericPath path);
-  // Checks what needs no tokenizer or model work; InvalidArgument naming the
-  // problem.
+  // Checks what needs no tokenizer or model work: the sizes (request_limits.h,
+  // OutOfRange or InvalidArgument naming the limit) and the sampling
+  // parameters (InvalidArgument).
   absl::Status ValidateRequest(const v1::GenerateRequest& request) const;
   void WorkerLoop(int slot);
   void RunGeneration(Slot& slot, GenerateCall& call);
@@ -114,6 +119,7 @@ class InferenceServiceImpl final : public v1::Inference::CallbackService {
   ClusterExperts* const cluster_;
   ThreadPool* const pool_;
   int n_ctx_ = 0;
+  RequestLimits limits_;  // with n_ctx_ and the model's n_vocab
   v1::ModelInfoReply model_info_;
   std::vector<std::unique_ptr<Slot>> slots_;  // [sessions], each used by its worker only
 

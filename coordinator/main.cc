@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/cli_config.h"
+#include "common/cli_checks.h"
 #include "common/shutdown_signals.h"
 #include "coordinator/chat_template_command.h"
 #include "coordinator/cluster_command.h"
@@ -44,30 +45,47 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
   cmd->add_option("--prompt-file", o->prompt_file, "file holding the prompt text");
   cmd->add_option("--prompt-tokens", *prompt_tokens,
                   "comma-separated token ids, fed exactly as given (no BOS added)");
-  cmd->add_option("--n-predict,-n", o->n_predict, "tokens to generate (0: evaluate the prompt)")
-      ->capture_default_str();
+  cmd->add_option("--n-predict,-n", o->n_predict,
+                  "tokens to generate (0: evaluate the prompt; the context bounds it)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after end-of-generation tokens");
   cmd->add_option("--temp", o->sampling.temperature, "sampling temperature (0: greedy)")
-      ->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0: off)")->capture_default_str();
-  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1: off)")->capture_default_str();
-  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0: off)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1: off)")
+      ->capture_default_str()
+      ->check(colibri::cli::kProbability);
+  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0: off)")
+      ->capture_default_str()
+      ->check(colibri::cli::kProbability);
   cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1: off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "(0: off)")
       ->capture_default_str();
   cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "(0: off)")
       ->capture_default_str();
   cmd->add_option("--repeat-last-n", o->sampling.penalty_last_n,
                   "tokens the penalties look back over (-1: all)")
-      ->capture_default_str();
-  cmd->add_option("--seed", o->sampling.seed, "sampling seed")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(-1, colibri::sampling::SamplingOptions::kMaxPenaltyLastN));
+  cmd->add_option("--seed", o->sampling.seed, "sampling seed")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads,-t", o->threads, "worker threads (0: physical cores)")
-      ->capture_default_str();
-  cmd->add_option("--ctx-size,-c", o->ctx_size, "context size (0: min(model, 4096))")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kThreadCount);
+  cmd->add_option("--ctx-size,-c", o->ctx_size,
+                  "context size (0: min(model, 4096); at most the model's)")
+      ->capture_default_str()
+      ->check(colibri::cli::kContextSize);
   cmd->add_option("--batch-size,-b", o->batch_size, "prompt tokens per batch")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kBatchSize);
   cmd->add_flag("--exact", *exact, "keep activations in float32 (the reference path)");
   cmd->add_option("--logits-out", o->logits_out, "write float32 logits rows to this file");
   cmd->add_flag("--all-logits", o->all_logits, "with --logits-out: a row per prompt position");
@@ -78,7 +96,8 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
       ->check(CLI::Range(0, 2));
   cmd->add_option("--prefetch-count", o->prefetch_count,
                   "experts predicted per token (0: the model's top-k)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kExpertCount);
 }
 
 // --nodes and the options every cluster command shares. For `serve`
@@ -88,12 +107,15 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
                      const std::string& node_prefix = "") {
   CLI::Option* nodes =
       cmd->add_option("--nodes", o->nodes, "expert nodes host:port,... (none: experts run here)")
-          ->delimiter(',');
+          ->delimiter(',')
+          ->check(colibri::cli::ConnectAddress());
   cmd->add_option("--nodes-dns", o->nodes_dns,
                   "NAME:PORT: every address NAME resolves to is an expert node")
-      ->excludes(nodes);
+      ->excludes(nodes)
+      ->check(colibri::cli::ConnectAddress());
   cmd->add_option("--replicas", o->replicas, "copies of each expert on distinct nodes")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kReplicaCount);
   if (node_prefix.empty()) {
     cmd->add_option("--auth-token-file", o->auth_token_file, "file holding the nodes' shared token");
   }
@@ -107,10 +129,12 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
                   "nodes import experts from this GGUF path on their own disks");
   cmd->add_option("--replace-after", o->replace_after_seconds,
                   "seconds a node may be away before its experts are re-placed (0: never)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kSeconds);
   cmd->add_option("--probe-interval", o->probe_interval_seconds,
                   "seconds between health probes of unhealthy nodes")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 3600.0));
 }
 
 }  // namespace
@@ -130,16 +154,23 @@ int main(int argc, char** argv) {
   CLI::App* serve_cmd = app.add_subcommand("serve", "serve colibri.v1.Inference over gRPC");
   serve_cmd->add_option("--model,-m", serve.model_path, "GGUF model file")->required();
   serve_cmd->add_option("--listen", serve.listen, "gRPC address (port 0: the OS picks one)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::ListenAddress());
   serve_cmd->add_option("--threads,-t", serve.threads, "worker threads (0: physical cores)")
-      ->capture_default_str();
-  serve_cmd->add_option("--ctx-size,-c", serve.ctx_size, "context size (0: min(model, 4096))")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kThreadCount);
+  serve_cmd
+      ->add_option("--ctx-size,-c", serve.ctx_size,
+                   "context size (0: min(model, 4096); at most the model's)")
+      ->capture_default_str()
+      ->check(colibri::cli::kContextSize);
   serve_cmd->add_option("--batch-size,-b", serve.batch_size, "prompt tokens per batch")
-      ->capture_default_str();
-  serve_cmd->add_option("--sessions", serve.sessions,
-                        "concurrent generations (more requests queue)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kBatchSize);
+  serve_cmd
+      ->add_option("--sessions", serve.sessions, "concurrent generations (more requests queue)")
+      ->capture_default_str()
+      ->check(colibri::cli::kSessionCount);
   serve_cmd->add_option("--tls-cert", serve.tls_cert_file,
                         "PEM certificate chain of this server (enables TLS)");
   serve_cmd->add_option("--tls-key", serve.tls_key_file, "PEM key of --tls-cert");
@@ -154,9 +185,11 @@ int main(int argc, char** argv) {
                         "layers ahead to predict experts for, 0-2 (default: 1 with nodes, 0 "
                         "without)")
       ->check(CLI::Range(0, 2));
-  serve_cmd->add_option("--prefetch-count", serve.prefetch_count,
-                        "experts predicted per token (0: the model's top-k)")
-      ->capture_default_str();
+  serve_cmd
+      ->add_option("--prefetch-count", serve.prefetch_count,
+                   "experts predicted per token (0: the model's top-k)")
+      ->capture_default_str()
+      ->check(colibri::cli::kExpertCount);
   AddClusterFlags(serve_cmd, &serve.cluster, "node-");
 
   colibri::coordinator::PlanOptions plan;
@@ -226,7 +259,7 @@ int main(int argc, char** argv) {
   chat_template_cmd->add_option("--eos-token", chat_template.eos_token, "value of eos_token");
 
   colibri::AddConfigFileOption(&app);
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
 
   absl::Status status;
   if (serve_cmd->parsed()) {

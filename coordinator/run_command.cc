@@ -17,6 +17,7 @@
 #include "model/arch/session.h"
 #include "model/moe/local_expert_backend.h"
 #include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/unicode_util.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -142,6 +143,10 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   }
   arch::SessionOptions session_options;
   session_options.n_ctx = options.ctx_size;
+  if (options.ctx_size > config.n_ctx_train) {
+    err << "run: --ctx-size " << options.ctx_size << " is above the model's context length of "
+        << config.n_ctx_train << "; using " << config.n_ctx_train << "\n";
+  }
   session_options.n_batch = options.batch_size;
   session_options.path = options.path;
   session_options.prefetch.depth = options.prefetch_depth >= 0     ? options.prefetch_depth
@@ -178,7 +183,10 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
     at_prompt_done = session->stats();
   };
   callbacks.on_token = [&](const GeneratedToken& token) {
-    if (!token.text.empty()) out << token.text << std::flush;
+    // A model may emit bytes that are not UTF-8 on their own (a lone
+    // continuation byte, a character cut short): print them as serve sends
+    // them, with U+FFFD, so that stdout is always valid UTF-8.
+    if (!token.text.empty()) out << tokenizer::ToValidUtf8(token.text) << std::flush;
     return true;
   };
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
@@ -187,7 +195,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
       Generate(*session, *sampler, tokenizer, prompt, generation, callbacks));
   const std::vector<int32_t>& generated = result.tokens;
   const bool printed_text = tokenizer != nullptr && !options.print_token_ids;
-  if (printed_text) out << result.trailing_text;
+  if (printed_text) out << tokenizer::ToValidUtf8(result.trailing_text);
   if (options.print_token_ids) {
     for (size_t i = 0; i < generated.size(); ++i) out << (i ? " " : "") << generated[i];
     out << "\n";

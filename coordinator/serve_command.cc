@@ -36,6 +36,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       tokenizer::Tokenizer::FromGguf(model->file());
   if (!tok.ok()) err << "serve: no tokenizer (" << tok.status().message() << "): id prompts only\n";
 
+  if (options.ctx_size > model->config().n_ctx_train) {
+    err << "serve: --ctx-size " << options.ctx_size << " is above the model's context length of "
+        << model->config().n_ctx_train << "; using " << model->config().n_ctx_train << "\n";
+  }
+
   ThreadPool pool(options.threads);
   std::unique_ptr<ClusterExperts> cluster;
   if (options.cluster.enabled()) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/cli_config.h"
+#include "common/cli_checks.h"
 #include "common/shutdown_signals.h"
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
@@ -54,7 +55,8 @@ int main(int argc, char** argv) {
   std::string import_gguf;
   int threads = 0;
   app.add_option("--listen", options.listen, "gRPC address, e.g. 127.0.0.1:0 or 0.0.0.0:7070")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::ListenAddress());
   app.add_option("--data-dir", options.store.data_dir, "RocksDB folder of the stored experts")
       ->required();
   app.add_option("--ram-budget", ram_budget, "RAM tier budget in bytes (suffixes K, M, G, T)")
@@ -63,7 +65,8 @@ int main(int argc, char** argv) {
                  "disk capacity reported for placement (0: unknown)")
       ->capture_default_str();
   app.add_option("--threads", threads, "compute threads (0: physical cores)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kThreadCount);
   app.add_option("--auth-token-file", auth_token_file,
                  "file holding the bearer token every call must carry");
   app.add_option("--node-id", options.service.node_id, "name in placement, inventory and stats (default: recorded in DATA_DIR/NODE_ID, "
@@ -89,11 +92,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--prefetch-queue", options.service.prefetch_queue_limit,
                  "prefetch hints waiting at most; more are dropped")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--prefetch-protect-ms", prefetch_protect_ms,
                  "ms a prefetched, unused expert is protected from eviction")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 3600 * 1000));
   app.add_option("--pin-budget", pin_budget,
                  "bytes of the most used experts to load and keep resident at start-up "
                  "(<= --ram-budget)")
@@ -110,7 +114,7 @@ int main(int argc, char** argv) {
                "if the store is (still) damaged: move it aside to DATA_DIR.damaged-TIME (never "
                "deleted) and start empty; the coordinator re-sends the experts");
   colibri::AddConfigFileOption(&app);
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
 
   absl::StatusOr<uint64_t> ram = colibri::expert_node::ParseByteSize(ram_budget);
   absl::StatusOr<uint64_t> disk = colibri::expert_node::ParseByteSize(disk_budget);

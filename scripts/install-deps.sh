@@ -21,6 +21,7 @@ packages=(
   yamllint                             # lint of the deploy/ and k8s/ YAML
   iproute2                             # network namespaces of the multi-host deploy test
   nftables                             # deploy/firewall/colibri.nft, loaded in the multi-host test
+  clang libclang-rt-14-dev             # libFuzzer + ASan/UBSan runtimes of scripts/fuzz.sh
 )
 
 missing=()

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The test command: installs the Debian packages, builds Colibri (Release) and
 # runs the whole test suite with CTest, then builds the parser and kernel tests
-# with ASan+UBSan and runs them again.
+# with ASan+UBSan and runs them again, then runs each libFuzzer harness for
+# 20 s (scripts/fuzz.sh, its own clang build in build-fuzz).
 #
 # Environment:
 #   COLIBRI_BUILD_DIR       build folder (default: build)
 #   COLIBRI_SKIP_SANITIZE=1 skip the sanitizer pass
+#   COLIBRI_SKIP_FUZZ=1     skip the fuzzing pass
 #   COLIBRI_FIXTURES_DIR    test fixtures (default: ../shared/fixtures)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,4 +35,8 @@ if [ "${COLIBRI_SKIP_SANITIZE:-0}" != 1 ]; then
   cmake -S . -B "$build-asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOLIBRI_SANITIZE=ON "${fixtures[@]}"
   cmake --build "$build-asan" --target colibri_sanitize_tests
   ctest --test-dir "$build-asan" -L sanitize --output-on-failure -j2
+fi
+
+if [ "${COLIBRI_SKIP_FUZZ:-0}" != 1 ]; then
+  bash scripts/fuzz.sh --seconds 20
 fi

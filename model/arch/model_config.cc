@@ -88,9 +88,8 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
     if (c.arch == s->name) spec = s;
   }
   if (spec == nullptr) {
-    return Invalid(file, absl::StrCat("unsupported architecture '", c.arch,
-                                      "' (supported: ", absl::StrJoin(SupportedArchitectures(), ", "),
-                                      ")"));
+    return Invalid(file, absl::StrCat("unsupported architecture '", c.arch, "' (supported: ",
+                                      absl::StrJoin(SupportedArchitectures(), ", "), ")"));
   }
   COLIBRI_ASSIGN_OR_RETURN(c.name, file.GetStringOr("general.name", ""));
   const std::string& a = c.arch;
@@ -185,6 +184,15 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
     return Invalid(file, "tensor token_embd.weight is missing or not 2-D");
   }
   COLIBRI_ASSIGN_OR_RETURN(c.n_vocab, ToInt(file, "token_embd.weight rows", embd->dims[1]));
+  // Every token id the tokenizer can produce, and every id sampled from the
+  // logits, must have an embedding row and a tokenizer entry: the two sizes
+  // must agree (GGUF converters pad the token list to the embedding rows).
+  const gguf::Value* tokens = file.FindValue("tokenizer.ggml.tokens");
+  if (tokens != nullptr && tokens->type == gguf::ValueType::kArray &&
+      tokens->array_size() != static_cast<uint64_t>(c.n_vocab)) {
+    return Invalid(file, absl::StrCat("tokenizer.ggml.tokens has ", tokens->array_size(),
+                                      " tokens but token_embd.weight has ", c.n_vocab, " rows"));
+  }
   return c;
 }
 

@@ -23,12 +23,20 @@ void AddInPlace(float* dst, const float* src, int64_t n) { ops::Add(dst, src, ds
 
 }  // namespace
 
+int Session::ContextSize(const ModelConfig& config, int requested) {
+  if (requested <= 0) return std::min(config.n_ctx_train, kDefaultMaxCtx);
+  return std::min(requested, config.n_ctx_train);
+}
+
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
                                                          moe::ExpertBackend* experts,
                                                          ThreadPool* pool,
                                                          const SessionOptions& options) {
   const ModelConfig& c = model.config();
-  int n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, kDefaultMaxCtx);
+  if (options.n_ctx < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("context size ", options.n_ctx, " is < 0"));
+  }
+  const int n_ctx = ContextSize(c, options.n_ctx);
   if (n_ctx <= 0) return absl::InvalidArgumentError("context size must be > 0");
   if (options.n_batch <= 0) return absl::InvalidArgumentError("n_batch must be > 0");
   if (experts == nullptr) return absl::InvalidArgumentError("an expert backend is required");

@@ -53,7 +53,9 @@ struct PrefetchOptions {
 };
 
 struct SessionOptions {
-  // Positions the KV cache holds. Default: 0, meaning min(context_length, 4096).
+  // Positions the KV cache holds, at most the model's context_length (a larger
+  // value is capped: see Session::ContextSize). Default: 0, meaning
+  // min(context_length, 4096).
   int n_ctx = 0;
   // Tokens evaluated together during prompt processing. Default: 512.
   int n_batch = 512;
@@ -88,6 +90,12 @@ struct SessionStats {
 
 class Session {
  public:
+  // The positions a session created with n_ctx = `requested` holds: 0 gives
+  // min(context_length, 4096), a value above context_length gives
+  // context_length (the model was not trained for more, and the KV cache
+  // would be sized for positions it cannot use well).
+  static int ContextSize(const ModelConfig& config, int requested);
+
   static absl::StatusOr<std::unique_ptr<Session>> Create(const Model& model,
                                                          moe::ExpertBackend* experts,
                                                          ThreadPool* pool,

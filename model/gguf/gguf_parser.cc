@@ -87,9 +87,12 @@ class ImageParser {
     uint64_t tensor_count = 0;
     uint64_t kv_count = 0;
     COLIBRI_RETURN_IF_ERROR(ParseHeader(&tensor_count, &kv_count));
+    COLIBRI_RETURN_IF_ERROR(
+        Charge(kv_count * sizeof(std::pair<std::string, Value>), "metadata_kv_count"));
     out_.metadata.reserve(kv_count);
     for (uint64_t k = 0; k < kv_count; ++k) COLIBRI_RETURN_IF_ERROR(ParseKeyValue(k));
     COLIBRI_RETURN_IF_ERROR(ParseAlignment());
+    COLIBRI_RETURN_IF_ERROR(Charge(tensor_count * sizeof(TensorInfo), "tensor_count"));
     out_.tensors.reserve(tensor_count);
     for (uint64_t t = 0; t < tensor_count; ++t) COLIBRI_RETURN_IF_ERROR(ParseTensorInfo(t));
     COLIBRI_RETURN_IF_ERROR(PlaceTensors());
@@ -105,6 +108,15 @@ class ImageParser {
                               " of ", bytes_.size(), ")"));
   }
   static std::string Meta(absl::string_view key) { return absl::StrCat("metadata '", key, "'"); }
+
+  // Accounts for `bytes` more of parsed header memory (before allocating them).
+  absl::Status Charge(uint64_t bytes, absl::string_view what) {
+    header_memory_ += bytes;
+    if (header_memory_ <= kMaxHeaderMemory) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat(name_, ": ", what, ": the parsed header would take more than ",
+                     kMaxHeaderMemory >> 20, " MiB of memory"));
+  }
 
   absl::Status ParseHeader(uint64_t* tensor_count, uint64_t* kv_count) {
     char magic[4];
@@ -252,6 +264,10 @@ class ImageParser {
                                 " cannot fit in the remaining ", cursor_.remaining(),
                                 " bytes (limit ", kMaxArrayLength, " elements)"));
     }
+    const uint64_t element_memory = type == ValueType::kString  ? sizeof(std::string)
+                                    : type == ValueType::kArray ? sizeof(Value)
+                                                                : sizeof(int64_t);
+    COLIBRI_RETURN_IF_ERROR(Charge(count * element_memory, Meta(key)));
     switch (type) {
       case ValueType::kString:
         out->strings.resize(count);
@@ -415,6 +431,7 @@ class ImageParser {
   int split_index_;
   ParsedImage out_;
   absl::flat_hash_map<std::string, size_t> tensor_index_;
+  uint64_t header_memory_ = 0;  // see Charge
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // Error codes (see gguf_file.h): InvalidArgument for a file that is not a GGUF
 // file we read (bad magic, unsupported version), DataLoss for everything else
 // that is wrong inside the bytes (truncation, impossible counts, unknown types,
-// bad dims, offsets or alignment, duplicates).
+// bad dims, offsets or alignment, duplicates); ResourceExhausted for a header
+// whose parsed form would take more than kMaxHeaderMemory.
 #ifndef COLIBRI_MODEL_GGUF_GGUF_PARSER_H_
 #define COLIBRI_MODEL_GGUF_GGUF_PARSER_H_
 
@@ -25,6 +26,11 @@ namespace colibri::gguf {
 inline constexpr int kMaxArrayDepth = 8;                 // array of array of ...
 inline constexpr uint64_t kMaxArrayLength = 1ull << 28;  // elements per metadata array
 inline constexpr uint32_t kMaxDims = 4;
+// Memory the parsed header (metadata values and the tensor table) may take.
+// Parsed values are larger than their encoding (a nested array's 12 bytes
+// become a whole Value, a uint8 element an int64), so counts that fit the file
+// could still amplify it many times over; real vocabularies need tens of MiB.
+inline constexpr uint64_t kMaxHeaderMemory = uint64_t{256} << 20;
 
 struct ParsedImage {
   uint32_t version = 0;

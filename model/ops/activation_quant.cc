@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "model/ops/quant_blocks.h"
 
@@ -13,8 +14,24 @@ uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 inline float RoundedHalf(float v) { return HalfToFloat(FloatToHalf(v)); }
 
-// Q8_0 / Q8_1 block of 32: quants into q, returns the unrounded d.
+// True when x[0..n) holds a NaN or an infinity.
+bool HasNonFinite(const float* x, int n) {
+  bool bad = false;
+  for (int j = 0; j < n; ++j) bad |= !(std::fabs(x[j]) <= std::numeric_limits<float>::max());
+  return bad;
+}
+
+// Q8_0 / Q8_1 block of 32: quants into q, returns the unrounded d. A block
+// with a NaN or an infinity gets zero quants and d = NaN, so that every dot
+// product over it is NaN: quantizing would otherwise drop the NaN (std::max
+// skips it) or turn the block's other values into zeros (127 / inf), and the
+// result would be a silently different finite number.
 float QuantizeBlock32(const float* x, int8_t* q, int* sum) {
+  if (HasNonFinite(x, kQK)) {
+    std::memset(q, 0, kQK);
+    *sum = 0;
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   float amax = 0.0f;
   for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
   const float d = amax / 127.0f;
@@ -107,7 +124,7 @@ void QuantizeActivationRow(const ActivationLayout& layout, const float* x, uint8
         const float db = QuantizeBlock32(x + b * kQK, qs + b * kQK, &sum);
         d[b] = RoundedHalf(db);
         if (layout.format == ActivationFormat::kQ8_1) {
-          s[b] = RoundedHalf(db * static_cast<float>(sum));
+          s[b] = std::isnan(db) ? db : RoundedHalf(db * static_cast<float>(sum));
         }
       }
       return;
@@ -117,6 +134,12 @@ void QuantizeActivationRow(const ActivationLayout& layout, const float* x, uint8
       for (int64_t b = 0; b < nb; ++b) {
         const float* xb = x + b * kQK_K;
         int8_t* qb = qs + b * kQK_K;
+        if (HasNonFinite(xb, kQK_K)) {  // as in QuantizeBlock32: NaN propagates
+          d[b] = std::numeric_limits<float>::quiet_NaN();
+          std::memset(qb, 0, kQK_K);
+          std::memset(bsums + 16 * b, 0, 16 * sizeof(int16_t));
+          continue;
+        }
         float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < kQK_K; ++j) {
           if (std::fabs(xb[j]) > amax) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/arch/model.h"
@@ -129,6 +130,28 @@ TEST(ModelConfigTest, MissingTensorIsNamed) {
   auto model = b.Load();
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(), HasSubstr("blk.0.attn_k_norm.weight is missing"));
+}
+
+// A tokenizer with fewer (or more) tokens than embedding rows would produce
+// ids without a row, or sample ids without a token.
+TEST(ModelConfigTest, TokenizerSizeMustMatchTheEmbeddingRows) {
+  for (int n_tokens : {kVocab - 4, kVocab + 4}) {
+    TinyModelBuilder b;
+    b.AddTensors();
+    b.writer().SetValue("tokenizer.ggml.tokens",
+                        gguf::Value::StringArray(std::vector<std::string>(n_tokens, "t")));
+    auto model = b.Load();
+    ASSERT_FALSE(model.ok()) << n_tokens;
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(model.status().message(),
+                HasSubstr(absl::StrCat("tokenizer.ggml.tokens has ", n_tokens,
+                                       " tokens but token_embd.weight has 16 rows")));
+  }
+  TinyModelBuilder same;
+  same.AddTensors();
+  same.writer().SetValue("tokenizer.ggml.tokens",
+                         gguf::Value::StringArray(std::vector<std::string>(kVocab, "t")));
+  EXPECT_TRUE(same.Load().ok());
 }
 
 TEST(ModelConfigTest, WrongShapeIsNamed) {

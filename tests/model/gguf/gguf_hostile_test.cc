@@ -177,6 +177,44 @@ TEST(GgufHostileTest, NestingTooDeep) {
               "metadata 'deep': arrays nested deeper than 8");
 }
 
+void PutU64Or32(std::vector<uint8_t>& image, size_t offset, uint32_t v) {
+  PutU32(image, offset, v);
+}
+void PutU64Or32(std::vector<uint8_t>& image, size_t offset, uint64_t v) {
+  PutU64(image, offset, v);
+}
+
+// One metadata value: an array of n empty uint8 arrays (12 bytes each in the
+// file, a whole Value each once parsed).
+std::vector<uint8_t> NestedEmptyArrays(uint64_t n) {
+  std::vector<uint8_t> image = {'G', 'G', 'U', 'F'};
+  const auto append = [&image](auto v) {
+    image.resize(image.size() + sizeof(v));
+    PutU64Or32(image, image.size() - sizeof(v), v);
+  };
+  append(uint32_t{3});  // version
+  append(uint64_t{0});  // tensors
+  append(uint64_t{1});  // metadata values
+  const std::string key = "nested";
+  append(uint64_t{key.size()});
+  image.insert(image.end(), key.begin(), key.end());
+  append(static_cast<uint32_t>(ValueType::kArray));
+  append(static_cast<uint32_t>(ValueType::kArray));
+  append(n);
+  for (uint64_t k = 0; k < n; ++k) {
+    append(static_cast<uint32_t>(ValueType::kUint8));
+    append(uint64_t{0});
+  }
+  return image;
+}
+
+TEST(GgufHostileTest, NestedArraysCannotAmplifyMemory) {
+  EXPECT_TRUE(ParseStatus(NestedEmptyArrays(1000)).ok());
+  // 24 MB of file would become several hundred MB of parsed values.
+  ExpectError(NestedEmptyArrays(2'000'000), absl::StatusCode::kResourceExhausted,
+              "metadata 'nested': the parsed header would take more than 256 MiB");
+}
+
 TEST(GgufHostileTest, BadAlignment) {
   for (uint32_t bad : {0u, 3u, 48u}) {
     GgufWriter w = SmallModel();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -277,4 +278,28 @@ TEST(MatMulTest, ZeroTokensOrRowsIsANoOp) {
 }
 
 }  // namespace
+// A NaN or an infinity in an activation row must not become a finite, silently
+// different result on the fast path (which quantizes activations): the rows it
+// touches come out NaN, as on the exact path; the other tokens are unchanged.
+TEST(MatMulTest, NonFiniteActivationsPropagateOnEveryPath) {
+  MatMulScratch scratch;
+  for (TensorType type : kAllTypes) {
+    SCOPED_TRACE(TypeName(type));
+    const int64_t rows = 8, cols = 512;
+    const Matrix m = RandomMatrix(type, rows, cols, 3);
+    for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+      std::vector<float> x = RandomActivations(2, cols, 4);
+      x[cols + 100] = bad;  // token 1 only
+      for (NumericPath path : {NumericPath::kExact, NumericPath::kFast}) {
+        std::vector<float> y(2 * rows);
+        MatMul(m.w, x.data(), 2, y.data(), rows, path, nullptr, &scratch);
+        for (int64_t r = 0; r < rows; ++r) {
+          EXPECT_TRUE(std::isfinite(y[r])) << r;
+          EXPECT_FALSE(std::isfinite(y[rows + r])) << "row " << r << " = " << y[rows + r];
+        }
+      }
+    }
+  }
+}
+
 }  // namespace colibri::ops

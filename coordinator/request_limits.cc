@@ -1,0 +1,79 @@
+#include "coordinator/request_limits.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace colibri::coordinator {
+
+absl::Status ValidateRequestLimits(const RequestLimits& limits) {
+  if (limits.n_ctx < 1 || limits.n_vocab < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request limits: n_ctx ", limits.n_ctx, " and n_vocab ", limits.n_vocab, " must be > 0"));
+  }
+  if (limits.max_tokens < 1 || limits.max_text_bytes < 1 || limits.max_stop_strings < 0 ||
+      limits.max_stop_bytes < 1) {
+    return absl::InvalidArgumentError("request limits: every limit must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGenerateRequest(const v1::GenerateRequest& request, const RequestLimits& limits) {
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      return absl::InvalidArgumentError("empty prompt: give the prompt text or token ids");
+    case v1::GenerateRequest::kText:
+      if (request.text().empty()) return absl::InvalidArgumentError("the prompt text is empty");
+      if (static_cast<int64_t>(request.text().size()) > limits.max_text_bytes) {
+        return absl::OutOfRangeError(absl::StrCat("the prompt text has ", request.text().size(),
+                                                  " bytes, more than the limit of ",
+                                                  limits.max_text_bytes));
+      }
+      break;
+    case v1::GenerateRequest::kTokens: {
+      const auto& ids = request.tokens().ids();
+      if (ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+      if (ids.size() > limits.n_ctx) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the prompt has ", ids.size(), " tokens, more than the context of ", limits.n_ctx));
+      }
+      for (int i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= limits.n_vocab) {
+          return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", ids[i],
+                                                         ", outside the vocabulary [0, ",
+                                                         limits.n_vocab, ")"));
+        }
+      }
+      break;
+    }
+  }
+  if (request.max_tokens() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be >= 0, got ", request.max_tokens()));
+  }
+  if (request.max_tokens() > limits.max_tokens) {
+    return absl::OutOfRangeError(absl::StrCat("max_tokens ", request.max_tokens(),
+                                              " is above the limit of ", limits.max_tokens));
+  }
+  if (request.stop_size() > limits.max_stop_strings) {
+    return absl::OutOfRangeError(absl::StrCat(
+        request.stop_size(), " stop strings, more than the limit of ", limits.max_stop_strings));
+  }
+  for (int i = 0; i < request.stop_size(); ++i) {
+    if (static_cast<int64_t>(request.stop(i).size()) > limits.max_stop_bytes) {
+      return absl::OutOfRangeError(absl::StrCat("stop string ", i, " has ", request.stop(i).size(),
+                                                " bytes, more than the limit of ",
+                                                limits.max_stop_bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTokenizeRequest(const v1::TokenizeRequest& request, const RequestLimits& limits) {
+  if (static_cast<int64_t>(request.text().size()) > limits.max_text_bytes) {
+    return absl::OutOfRangeError(absl::StrCat("the text has ", request.text().size(),
+                                              " bytes, more than the limit of ",
+                                              limits.max_text_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::coordinator

@@ -1,0 +1,55 @@
+// Size limits of client requests (colibri.v1.Inference), checked before the
+// coordinator allocates anything whose size a request chooses: every field a
+// client controls that sizes a buffer, a loop or a search is bounded here by
+// the session's context or by a configured limit. The gRPC service calls
+// these; so can any other front end (an HTTP API) over the same generation
+// core.
+//
+// Thread-safety: stateless functions.
+#ifndef COLIBRI_COORDINATOR_REQUEST_LIMITS_H_
+#define COLIBRI_COORDINATOR_REQUEST_LIMITS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "colibri/v1/inference.pb.h"
+
+namespace colibri::coordinator {
+
+struct RequestLimits {
+  // Positions of a session's context: a token prompt may not be longer, and
+  // no generation keeps more tokens than this. Required (> 0).
+  int n_ctx = 0;
+  // Vocabulary size: prompt ids must be in [0, n_vocab). Required (> 0).
+  int n_vocab = 0;
+  // Largest max_tokens a request may ask for. A value above the context is
+  // accepted (the generation then ends with FINISH_REASON_CONTEXT) but never
+  // sizes a buffer beyond n_ctx. Default: 1 << 20.
+  int max_tokens = 1 << 20;
+  // Largest prompt text (Generate) or text (Tokenize), in bytes.
+  // Default: 1 MiB.
+  int64_t max_text_bytes = 1 << 20;
+  // Most stop strings in one request. Default: 16.
+  int max_stop_strings = 16;
+  // Longest stop string, in bytes. Default: 256.
+  int64_t max_stop_bytes = 256;
+};
+
+// InvalidArgument when `limits` itself is unusable (n_ctx or n_vocab not
+// positive, a limit below 1).
+absl::Status ValidateRequestLimits(const RequestLimits& limits);
+
+// Checks every size of a Generate request against `limits`: prompt text bytes,
+// prompt token count (against n_ctx) and ids (against n_vocab), max_tokens,
+// the number and length of stop strings. OutOfRange naming the limit for a
+// size beyond it; InvalidArgument for a negative max_tokens, an empty or
+// missing prompt and ids outside the vocabulary. Does not look at sampling
+// parameters or whether the text fits the context once tokenized.
+absl::Status CheckGenerateRequest(const v1::GenerateRequest& request, const RequestLimits& limits);
+
+// Checks a Tokenize request's text against max_text_bytes (OutOfRange).
+absl::Status CheckTokenizeRequest(const v1::TokenizeRequest& request, const RequestLimits& limits);
+
+}  // namespace colibri::coordinator
+
+#endif  // COLIBRI_COORDINATOR_REQUEST_LIMITS_H_

@@ -1,0 +1,97 @@
+// Request size checks (coordinator/request_limits.h).
+#include "coordinator/request_limits.h"
+
+#include <climits>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace colibri::coordinator {
+namespace {
+
+RequestLimits Limits() {
+  RequestLimits limits;
+  limits.n_ctx = 32;
+  limits.n_vocab = 100;
+  limits.max_tokens = 1000;
+  limits.max_text_bytes = 64;
+  limits.max_stop_strings = 2;
+  limits.max_stop_bytes = 8;
+  return limits;
+}
+
+v1::GenerateRequest TokenRequest(int n_tokens, int max_tokens) {
+  v1::GenerateRequest request;
+  for (int i = 0; i < n_tokens; ++i) request.mutable_tokens()->add_ids(i);
+  request.set_max_tokens(max_tokens);
+  return request;
+}
+
+void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string& part) {
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_NE(s.message().find(part), std::string::npos) << s;
+}
+
+TEST(RequestLimitsTest, AcceptsRequestsWithinEveryLimit) {
+  EXPECT_TRUE(ValidateRequestLimits(Limits()).ok());
+  v1::GenerateRequest request = TokenRequest(32, 1000);
+  request.add_stop("12345678");
+  request.add_stop("x");
+  EXPECT_TRUE(CheckGenerateRequest(request, Limits()).ok());
+  v1::GenerateRequest text;
+  text.set_text(std::string(64, 'a'));
+  EXPECT_TRUE(CheckGenerateRequest(text, Limits()).ok());
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text(std::string(64, 'a'));
+  EXPECT_TRUE(CheckTokenizeRequest(tokenize, Limits()).ok());
+}
+
+TEST(RequestLimitsTest, MaxTokensAboveTheLimitIsOutOfRange) {
+  ExpectError(CheckGenerateRequest(TokenRequest(4, 1001), Limits()), absl::StatusCode::kOutOfRange,
+              "limit of 1000");
+  ExpectError(CheckGenerateRequest(TokenRequest(4, INT_MAX), Limits()),
+              absl::StatusCode::kOutOfRange, "max_tokens 2147483647");
+  ExpectError(CheckGenerateRequest(TokenRequest(4, -1), Limits()),
+              absl::StatusCode::kInvalidArgument, "max_tokens");
+}
+
+TEST(RequestLimitsTest, PromptsAreBoundedByTheContextAndTheTextLimit) {
+  ExpectError(CheckGenerateRequest(TokenRequest(33, 1), Limits()),
+              absl::StatusCode::kInvalidArgument, "context of 32");
+  v1::GenerateRequest text;
+  text.set_text(std::string(65, 'a'));
+  ExpectError(CheckGenerateRequest(text, Limits()), absl::StatusCode::kOutOfRange, "limit of 64");
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text(std::string(65, 'a'));
+  ExpectError(CheckTokenizeRequest(tokenize, Limits()), absl::StatusCode::kOutOfRange,
+              "limit of 64");
+  v1::GenerateRequest outside = TokenRequest(2, 1);
+  outside.mutable_tokens()->set_ids(1, 100);
+  ExpectError(CheckGenerateRequest(outside, Limits()), absl::StatusCode::kInvalidArgument,
+              "outside the vocabulary");
+  ExpectError(CheckGenerateRequest(v1::GenerateRequest(), Limits()),
+              absl::StatusCode::kInvalidArgument, "empty prompt");
+}
+
+TEST(RequestLimitsTest, StopStringsAreBoundedInNumberAndLength) {
+  v1::GenerateRequest many = TokenRequest(1, 1);
+  for (int i = 0; i < 3; ++i) many.add_stop("s");
+  ExpectError(CheckGenerateRequest(many, Limits()), absl::StatusCode::kOutOfRange,
+              "3 stop strings");
+  v1::GenerateRequest long_stop = TokenRequest(1, 1);
+  long_stop.add_stop("123456789");
+  ExpectError(CheckGenerateRequest(long_stop, Limits()), absl::StatusCode::kOutOfRange,
+              "limit of 8");
+}
+
+TEST(RequestLimitsTest, UnusableLimitsAreInvalid) {
+  RequestLimits no_ctx = Limits();
+  no_ctx.n_ctx = 0;
+  EXPECT_EQ(ValidateRequestLimits(no_ctx).code(), absl::StatusCode::kInvalidArgument);
+  RequestLimits no_tokens = Limits();
+  no_tokens.max_tokens = 0;
+  EXPECT_EQ(ValidateRequestLimits(no_tokens).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace colibri::coordinator

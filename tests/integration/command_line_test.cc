@@ -1,0 +1,126 @@
+// Numeric command-line values of the three binaries: out-of-range, negative
+// and wrapped values are usage errors (exit 2, the flag named on stderr), never
+// an abort or a silently different value; the context is capped at the
+// model's context length with a message.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/integration/node_process.h"
+#include "tests/support/subprocess.h"
+
+namespace colibri {
+namespace {
+
+using testing::CommandResult;
+
+std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
+std::string Node() { return testing::BinaryPath("expert_node/colibri-expert-node"); }
+std::string Client() { return testing::BinaryPath("client/colibri-client"); }
+std::string Model() { return testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf"; }
+
+struct Case {
+  std::vector<std::string> argv;
+  std::string flag;  // named in the message
+};
+
+void ExpectUsageErrors(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    std::string line;
+    for (const std::string& a : c.argv) line += a + " ";
+    SCOPED_TRACE(line);
+    const CommandResult r = testing::RunCommand(c.argv);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(c.flag), std::string::npos) << r.err;
+  }
+}
+
+TEST(CommandLineTest, CoordinatorRejectsOutOfRangeNumbers) {
+  const std::string m = Model();
+  const std::vector<std::string> run = {Coordinator(), "run", "--model", m, "--prompt", "hi"};
+  auto with = [&run](std::vector<std::string> extra) {
+    std::vector<std::string> argv = run;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  ExpectUsageErrors({
+      {with({"--ctx-size", "100000000"}), "--ctx-size"},
+      {with({"--ctx-size", "-5"}), "--ctx-size"},
+      {with({"--threads", "100000"}), "--threads"},
+      {with({"--threads", "-1"}), "--threads"},
+      {with({"--n-predict", "-1"}), "--n-predict"},
+      {with({"--batch-size", "0"}), "--batch-size"},
+      {with({"--top-p", "1.5"}), "--top-p"},
+      {with({"--top-k", "-2"}), "--top-k"},
+      {with({"--temp", "-1"}), "--temp"},
+      {with({"--seed", "-1"}), "--seed"},
+      {with({"--repeat-last-n", "-7"}), "--repeat-last-n"},
+      {with({"--prefetch-count", "-1"}), "--prefetch-count"},
+      {with({"--nodes", "127.0.0.1:99999"}), "--nodes"},
+      {with({"--nodes", "127.0.0.1:7000,127.0.0.1:-1"}), "--nodes"},
+      {with({"--nodes", "127.0.0.1:7000", "--replicas", "0"}), "--replicas"},
+      {with({"--nodes", "127.0.0.1:7000", "--probe-interval", "-1"}), "--probe-interval"},
+      {with({"--nodes", "127.0.0.1:7000", "--replace-after", "-3"}), "--replace-after"},
+      {{Coordinator(), "serve", "--model", m, "--listen", "127.0.0.1:99999"}, "--listen"},
+      {{Coordinator(), "serve", "--model", m, "--listen", "127.0.0.1:"}, "--listen"},
+      {{Coordinator(), "serve", "--model", m, "--sessions", "0"}, "--sessions"},
+      {{Coordinator(), "serve", "--model", m, "--threads", "100000"}, "--threads"},
+      {{Coordinator(), "serve", "--model", m, "--ctx-size", "-1"}, "--ctx-size"},
+      {with({"--no-such-flag"}), "--no-such-flag"},
+  });
+}
+
+TEST(CommandLineTest, ExpertNodeRejectsOutOfRangeNumbers) {
+  const std::string dir = testing::MakeTempDir("cli-node");
+  const std::vector<std::string> node = {Node(), "--data-dir", dir};
+  auto with = [&node](std::vector<std::string> extra) {
+    std::vector<std::string> argv = node;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  ExpectUsageErrors({
+      {with({"--listen", "127.0.0.1:99999"}), "--listen"},
+      {with({"--listen", "127.0.0.1:65536"}), "--listen"},
+      {with({"--threads", "100000"}), "--threads"},
+      {with({"--threads", "-2"}), "--threads"},
+      {with({"--io-threads", "0"}), "--io-threads"},
+      {with({"--prefetch-queue", "-1"}), "--prefetch-queue"},
+      {with({"--prefetch-protect-ms", "-5"}), "--prefetch-protect-ms"},
+  });
+}
+
+TEST(CommandLineTest, ClientRejectsOutOfRangeNumbers) {
+  const std::vector<std::string> gen = {Client(), "--coordinator", "127.0.0.1:7070", "generate",
+                                        "hi"};
+  auto with = [&gen](std::vector<std::string> extra) {
+    std::vector<std::string> argv = gen;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  ExpectUsageErrors({
+      {{Client(), "--coordinator", "127.0.0.1:99999", "info"}, "--coordinator"},
+      {{Client(), "--coordinator", "localhost", "info"}, "--coordinator"},
+      {with({"--n-predict", "-1"}), "--n-predict"},
+      {with({"--temp", "-0.5"}), "--temp"},
+      {with({"--top-p", "2"}), "--top-p"},
+      {with({"--repeat-penalty", "0"}), "--repeat-penalty"},
+      {with({"--seed", "-1"}), "--seed"},
+  });
+}
+
+TEST(CommandLineTest, ContextAboveTheModelsIsCappedWithAMessage) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  const CommandResult r =
+      testing::RunCommand({Coordinator(), "run", "--model", Model(), "--prompt-tokens", "1,2,3",
+                           "--n-predict", "600", "--ctx-size", "1000000", "--temp", "0",
+                           "--ignore-eos", "--threads", "1", "--print-token-ids"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--ctx-size 1000000 is above the model's context length of 512; using 512"),
+            std::string::npos)
+      << r.err;
+  // The context of 512 fills: 3 prompt positions, 509 fed back, one more sampled.
+  EXPECT_NE(r.err.find("context of 512 positions is full"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace colibri

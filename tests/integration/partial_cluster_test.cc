@@ -1,0 +1,186 @@
+// Start-up is not all-or-nothing: `run` and `serve` with one of three nodes
+// unreachable start with the two they reach (the same tokens as the local
+// run), serve takes the third in once it comes up, and a run whose node dies
+// while experts are being sent to it completes.
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "tests/integration/node_process.h"
+#include "tests/support/golden.h"
+#include "tests/support/subprocess.h"
+
+namespace colibri {
+namespace {
+
+using client::Client;
+using client::ClientOptions;
+using client::GenerateResult;
+using testing::CommandResult;
+using testing::NodeProcess;
+using testing::ServerProcess;
+
+constexpr int kTokens = 8;
+
+std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
+std::string ModelPath(const std::string& model) {
+  return testing::FixturesDir() + "/models/" + model + ".gguf";
+}
+
+std::vector<int32_t> ParseIds(const std::string& line) {
+  std::vector<int32_t> ids;
+  for (absl::string_view piece : absl::StrSplit(line, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
+    ids.push_back(std::stoi(std::string(piece)));
+  }
+  return ids;
+}
+
+std::vector<int32_t> Prompt(const std::string& model) {
+  testing::GoldenCase c;
+  std::string error;
+  EXPECT_TRUE(testing::LoadGoldenCase(model, "english", &c, &error)) << error;
+  return c.prompt_tokens;
+}
+
+std::vector<std::string> RunArgs(const std::string& model, const std::vector<int32_t>& prompt) {
+  return {Coordinator(),     "run",
+          "--model",         ModelPath(model),
+          "--prompt-tokens", testing::JoinIds(std::vector<int>(prompt.begin(), prompt.end())),
+          "--n-predict",     std::to_string(kTokens),
+          "--temp",          "0",
+          "--ignore-eos",    "--print-token-ids",
+          "--threads",       "1"};
+}
+
+class PartialClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  }
+  // Starts three nodes, then stops the last; returns its port (free again).
+  int StartTwoOfThree() {
+    for (int i = 0; i < 3; ++i) {
+      nodes_.push_back(std::make_unique<NodeProcess>(testing::MakeTempDir("partial"),
+                                                     "node-" + std::to_string(i)));
+      std::string error;
+      EXPECT_TRUE(nodes_.back()->Start(0, &error)) << error;
+    }
+    const int port = nodes_[2]->port();
+    addresses_ = nodes_[0]->address() + "," + nodes_[1]->address() + "," + nodes_[2]->address();
+    nodes_[2]->Stop(SIGKILL);
+    return port;
+  }
+
+  std::vector<std::unique_ptr<NodeProcess>> nodes_;
+  std::string addresses_;
+};
+
+TEST_F(PartialClusterTest, RunAndServeStartWithoutAnUnreachableNodeAndServeTakesItInLater) {
+  const std::string model = "qwen3moe-tiny-f32";
+  const std::vector<int32_t> prompt = Prompt(model);
+  const CommandResult local = testing::RunCommand(RunArgs(model, prompt));
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const std::vector<int32_t> expected = ParseIds(local.out);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(kTokens));
+
+  const int port = StartTwoOfThree();
+  std::vector<std::string> args = RunArgs(model, prompt);
+  args.insert(args.end(), {"--nodes", addresses_});
+  const CommandResult partial = testing::RunCommand(args);
+  ASSERT_EQ(partial.exit_code, 0) << partial.err;
+  EXPECT_EQ(ParseIds(partial.out), expected);
+  EXPECT_NE(partial.err.find("starting without it"), std::string::npos) << partial.err;
+
+  ServerProcess serve;
+  std::string error;
+  ASSERT_TRUE(
+      serve.Start({Coordinator(), "serve", "--model", ModelPath(model), "--listen", "127.0.0.1:0",
+                   "--threads", "1", "--nodes", addresses_, "--probe-interval", "0.2"},
+                  &error))
+      << error;
+  ClientOptions options;
+  options.address = serve.address();
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::GenerateRequest request;
+  for (int32_t id : prompt) request.mutable_tokens()->add_ids(id);
+  request.set_max_tokens(kTokens);
+  request.set_ignore_eos(true);
+  request.mutable_sampling()->set_temperature(0);
+  absl::StatusOr<GenerateResult> before = (*client)->Generate(request);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->tokens, expected);
+  absl::StatusOr<v1::ClusterStatusReply> status = (*client)->ClusterStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->nodes_size(), 3);
+  EXPECT_FALSE(status->nodes(2).healthy());
+  EXPECT_TRUE(status->nodes(2).excluded());
+  EXPECT_EQ(status->nodes(2).experts_assigned(), 0);
+  EXPECT_EQ(status->fallback_routes(), 0);  // every expert placed on the two
+
+  // The third node comes up on its address: it is placed in and gets work.
+  ASSERT_TRUE(nodes_[2]->Start(port, &error)) << error;
+  bool placed = false;
+  for (int i = 0; i < 300 && !placed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    status = (*client)->ClusterStatus();
+    ASSERT_TRUE(status.ok()) << status.status();
+    placed = status->nodes(2).healthy() && !status->nodes(2).excluded() &&
+             status->nodes(2).experts_assigned() > 0;
+  }
+  ASSERT_TRUE(placed) << status->DebugString();
+  EXPECT_GE(status->nodes(2).experts_stored(), status->nodes(2).experts_assigned());
+  absl::StatusOr<GenerateResult> after = (*client)->Generate(request);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->tokens, expected);
+  status = (*client)->ClusterStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_GT(status->nodes(2).requests(), 0);
+  EXPECT_EQ(serve.Stop(SIGTERM), 0);
+}
+
+TEST_F(PartialClusterTest, ARunWhoseNodeDiesDuringIngestCompletes) {
+  // The third node behind a 400 kbit/s link (its 0.2 MiB of experts take
+  // about 4 s), killed 2 s into the run while its experts stream: the run
+  // goes on without it and its tokens are the local run's.
+  const std::string model = "qwen2moe-tiny-q8_0";
+  const std::vector<int32_t> prompt = Prompt(model);
+  const CommandResult local = testing::RunCommand(RunArgs(model, prompt));
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  for (int i = 0; i < 3; ++i) {
+    nodes_.push_back(
+        std::make_unique<NodeProcess>(testing::MakeTempDir("dying"), "node-" + std::to_string(i)));
+    std::string error;
+    ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
+  }
+  ServerProcess relay;
+  std::string error;
+  ASSERT_TRUE(relay.Start({testing::BinaryPath("tools/relay/colibri-relay"), "--route",
+                           "127.0.0.1:0=" + nodes_[2]->address(), "--bandwidth", "400kbit"},
+                          &error))
+      << error;
+  // "listening on HOST:PORT -> TARGET"
+  const std::string relayed = relay.address().substr(0, relay.address().find(' '));
+  std::vector<std::string> args = RunArgs(model, prompt);
+  args.insert(args.end(),
+              {"--nodes", nodes_[0]->address() + "," + nodes_[1]->address() + "," + relayed});
+  std::thread killer([this] {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    nodes_[2]->Stop(SIGKILL);
+  });
+  const CommandResult r = testing::RunCommand(args);
+  killer.join();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("going on without it"), std::string::npos) << r.err;
+  EXPECT_EQ(ParseIds(r.out), ParseIds(local.out));
+}
+
+}  // namespace
+}  // namespace colibri
