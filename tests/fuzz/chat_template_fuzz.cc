@@ -3,11 +3,10 @@
 // fail with a status, never crash, hang or read out of bounds. Tight limits
 // keep each input fast.
 //
-//   cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCOLIBRI_FUZZ=ON
-//   ninja -C build-fuzz chat_template_fuzz
-//   ./build-fuzz/tests/fuzz/chat_template_fuzz -max_len=16384 build-fuzz/chat_template_corpus
-// The build writes the fixture templates into build-fuzz/chat_template_corpus
-// as seeds (when the fixtures are present).
+//   scripts/fuzz.sh [--seconds N] chat_template_fuzz
+// The build writes the fixture templates into
+// build-fuzz/fuzz-corpus/seeds/chat_template as seeds (when the fixtures are
+// present).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
