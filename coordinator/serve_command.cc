@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
+#include "coordinator/generation_scheduler.h"
 #include "coordinator/inference_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -23,7 +24,8 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   if (!options.auth_token_file.empty()) {
     COLIBRI_ASSIGN_OR_RETURN(token, rpc::ReadTokenFile(options.auth_token_file));
   }
-  COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));
+  COLIBRI_RETURN_IF_ERROR(
+      rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));
   rpc::ServerTlsFiles tls;
   tls.cert_file = options.tls_cert_file;
   tls.key_file = options.tls_key_file;
@@ -48,19 +50,23 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                                                             ops::NumericPath::kFast, &pool, err));
   }
 
+  GenerationScheduler::Options scheduler_options;
+  scheduler_options.sessions = options.sessions;
+  scheduler_options.ctx_size = options.ctx_size;
+  scheduler_options.batch_size = options.batch_size;
+  scheduler_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
+                                     : cluster != nullptr        ? 1
+                                                                 : 0;
+  scheduler_options.prefetch.count = options.prefetch_count;
+  const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
+  COLIBRI_ASSIGN_OR_RETURN(
+      std::unique_ptr<GenerationScheduler> scheduler,
+      GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
   InferenceServiceImpl::Options service_options;
   service_options.auth_token = token;
-  service_options.sessions = options.sessions;
-  service_options.ctx_size = options.ctx_size;
-  service_options.batch_size = options.batch_size;
-  service_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
-                                   : cluster != nullptr         ? 1
-                                                                : 0;
-  service_options.prefetch.count = options.prefetch_count;
-  COLIBRI_ASSIGN_OR_RETURN(
-      std::unique_ptr<InferenceServiceImpl> service,
-      InferenceServiceImpl::Create(service_options, *model, tok.ok() ? tok->get() : nullptr,
-                                   cluster.get(), &pool));
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<InferenceServiceImpl> service,
+                           InferenceServiceImpl::Create(service_options, *model, tokenizer,
+                                                        cluster.get(), scheduler.get()));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -84,7 +90,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   err << absl::StrFormat(
       "serve: %s (%s), %d layers, %d experts top-%d, context %d, %d session(s), %s, %s%s\n",
       config.arch, config.name, config.n_layer, config.n_expert, config.n_expert_used,
-      service->n_ctx(), options.sessions,
+      scheduler->n_ctx(), options.sessions,
       cluster != nullptr ? absl::StrCat(cluster->cluster().n_nodes(), " expert nodes")
                          : std::string("local experts"),
       token.empty() ? "no auth" : "token auth", options.tls_cert_file.empty() ? "" : ", TLS");
@@ -99,6 +105,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoMilliseconds(options.shutdown_grace));
   server->Wait();
+  scheduler->Stop();
   service->Stop();
   err << "serve: stopped\n";
   return absl::OkStatus();
