@@ -132,6 +132,8 @@ class GenerationScheduler {
 
   // The context size every session has.
   int n_ctx() const { return n_ctx_; }
+  // Concurrent generations (Options::sessions).
+  int sessions() const { return options_.sessions; }
   // Jobs running now / waiting for a worker.
   int active_generations() const;
   int queued() const;

@@ -3,11 +3,13 @@
 #include <chrono>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "coordinator/generation_scheduler.h"
+#include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -17,6 +19,16 @@
 #include "rpc/server_support.h"
 
 namespace colibri::coordinator {
+namespace {
+
+// The model's name in the HTTP API: the file name without ".gguf".
+std::string ModelId(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (absl::EndsWith(name, ".gguf")) name.resize(name.size() - 5);
+  return name.empty() ? "colibri" : name;
+}
+
+}  // namespace
 
 absl::Status RunServe(const ServeOptions& options, const std::function<void()>& wait_for_shutdown,
                       std::ostream& out, std::ostream& err) {
@@ -26,6 +38,10 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   }
   COLIBRI_RETURN_IF_ERROR(
       rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));
+  if (!options.http_listen.empty()) {
+    COLIBRI_RETURN_IF_ERROR(
+        rpc::CheckListenAllowed(options.http_listen, !token.empty(), options.insecure));
+  }
   rpc::ServerTlsFiles tls;
   tls.cert_file = options.tls_cert_file;
   tls.key_file = options.tls_key_file;
@@ -96,6 +112,19 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       token.empty() ? "no auth" : "token auth", options.tls_cert_file.empty() ? "" : ", TLS");
   out << "listening on " << rpc::ListenHost(options.listen) << ":" << port << std::endl;
 
+  std::unique_ptr<HttpServer> http;
+  if (!options.http_listen.empty()) {
+    HttpServer::Options http_options;
+    http_options.listen = options.http_listen;
+    http_options.auth_token = token;
+    http_options.threads = options.http_threads;
+    http_options.model_id = ModelId(options.model_path);
+    COLIBRI_ASSIGN_OR_RETURN(http, HttpServer::Start(http_options, *model, tokenizer,
+                                                     scheduler.get(), cluster.get(), nullptr));
+    out << "http listening on " << rpc::ListenHost(options.http_listen) << ":" << http->port()
+        << std::endl;
+  }
+
   wait_for_shutdown();
 
   err << "serve: shutting down\n";
@@ -105,6 +134,9 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoMilliseconds(options.shutdown_grace));
   server->Wait();
+  // Running HTTP streams end with the cancellation of their generations.
+  scheduler->BeginShutdown();
+  if (http != nullptr) http->Stop();
   scheduler->Stop();
   service->Stop();
   err << "serve: stopped\n";

@@ -16,6 +16,8 @@ packages=(
   libcli11-dev                         # command lines with subcommands (header-only)
   nlohmann-json3-dev                   # reading the JSON golden files in tests
   openssl                              # test certificates of the TLS tests
+  libcpp-httplib-dev                   # serve's OpenAI-compatible HTTP API (cpp-httplib 0.11)
+  curl                                 # the HTTP API's integration test drives it with curl
 )
 
 missing=()
