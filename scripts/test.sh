@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs the Debian packages, builds Colibri (Release) and
+# The test command: installs the Debian packages and the pinned npm packages
+# of tests/clients, builds Colibri (Release) and
 # runs the whole test suite with CTest, then builds the parser and kernel tests
 # with ASan+UBSan and runs them again.
 #
@@ -11,6 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
+# The official client libraries the HTTP API is tested with (pinned).
+if command -v npm >/dev/null 2>&1; then
+  npm ci --prefix tests/clients --no-audit --no-fund
+else
+  echo "test.sh: npm not found: the client-library tests will skip"
+fi
 
 build="${COLIBRI_BUILD_DIR:-build}"
 fixtures=()
