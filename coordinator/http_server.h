@@ -47,7 +47,8 @@ namespace colibri::coordinator {
 // Turns chat messages into the prompt text (the chat template). Returns
 // InvalidArgument for messages the template rejects.
 using ChatRenderer = std::function<absl::StatusOr<std::string>(
-    const nlohmann::json& messages, const nlohmann::json& tools, bool add_generation_prompt)>;
+    const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+    bool add_generation_prompt)>;
 
 class HttpServer {
  public:

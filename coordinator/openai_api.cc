@@ -11,6 +11,7 @@ namespace colibri::coordinator::openai {
 namespace {
 
 using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 constexpr char kParamPayload[] = "colibri.openai/param";
 // Most stop strings a request may give.
@@ -27,29 +28,29 @@ absl::Status FieldError(absl::string_view param, absl::string_view message) {
 }
 
 // The field's value, or null when it is absent or JSON null.
-const json* Field(const json& object, const char* name) {
+const ojson* Field(const ojson& object, const char* name) {
   auto it = object.find(name);
   if (it == object.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
-absl::StatusOr<json> ParseObject(absl::string_view body) {
-  json value = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+absl::StatusOr<ojson> ParseObject(absl::string_view body) {
+  ojson value = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) return FieldError("", "the request body is not valid JSON");
   if (!value.is_object()) return FieldError("", "the request body must be a JSON object");
   return value;
 }
 
-absl::StatusOr<bool> GetBool(const json& object, const char* name, bool fallback) {
-  const json* v = Field(object, name);
+absl::StatusOr<bool> GetBool(const ojson& object, const char* name, bool fallback) {
+  const ojson* v = Field(object, name);
   if (v == nullptr) return fallback;
   if (!v->is_boolean()) return FieldError(name, absl::StrCat("'", name, "' must be a boolean"));
   return v->get<bool>();
 }
 
 // An integer field (an integral float such as 5.0 is accepted too).
-absl::StatusOr<std::optional<int64_t>> GetInt(const json& object, const char* name) {
-  const json* v = Field(object, name);
+absl::StatusOr<std::optional<int64_t>> GetInt(const ojson& object, const char* name) {
+  const ojson* v = Field(object, name);
   if (v == nullptr) return std::optional<int64_t>();
   if (v->is_number_unsigned()) {
     const uint64_t u = v->get<uint64_t>();
@@ -68,8 +69,8 @@ absl::StatusOr<std::optional<int64_t>> GetInt(const json& object, const char* na
   return FieldError(name, absl::StrCat("'", name, "' must be an integer"));
 }
 
-absl::StatusOr<std::optional<double>> GetNumber(const json& object, const char* name) {
-  const json* v = Field(object, name);
+absl::StatusOr<std::optional<double>> GetNumber(const ojson& object, const char* name) {
+  const ojson* v = Field(object, name);
   if (v == nullptr) return std::optional<double>();
   if (!v->is_number()) return FieldError(name, absl::StrCat("'", name, "' must be a number"));
   const double d = v->get<double>();
@@ -79,7 +80,7 @@ absl::StatusOr<std::optional<double>> GetNumber(const json& object, const char* 
 
 // Sets *out from the number field when given, checking [lo, hi] (lo
 // excluded when lo_open).
-absl::Status ReadRange(const json& object, const char* name, double lo, double hi, bool lo_open,
+absl::Status ReadRange(const ojson& object, const char* name, double lo, double hi, bool lo_open,
                        float* out) {
   absl::StatusOr<std::optional<double>> v = GetNumber(object, name);
   if (!v.ok()) return v.status();
@@ -95,32 +96,32 @@ absl::Status ReadRange(const json& object, const char* name, double lo, double h
 
 // messages: a non-empty array of objects with a string role and a content
 // that is a string, null, or an array of text parts (joined).
-absl::StatusOr<json> NormalizeMessages(const json& request) {
-  const json* messages = Field(request, "messages");
+absl::StatusOr<ojson> NormalizeMessages(const ojson& request) {
+  const ojson* messages = Field(request, "messages");
   if (messages == nullptr) return FieldError("messages", "'messages' is required");
   if (!messages->is_array() || messages->empty()) {
     return FieldError("messages", "'messages' must be a non-empty array");
   }
-  json out = json::array();
+  ojson out = ojson::array();
   for (size_t i = 0; i < messages->size(); ++i) {
-    const json& m = (*messages)[i];
+    const ojson& m = (*messages)[i];
     const std::string where = absl::StrCat("messages[", i, "]");
     if (!m.is_object()) return FieldError(where, absl::StrCat("'", where, "' must be an object"));
-    const json* role = Field(m, "role");
+    const ojson* role = Field(m, "role");
     if (role == nullptr || !role->is_string()) {
       return FieldError(where + ".role", absl::StrCat("'", where, ".role' must be a string"));
     }
-    json normalized = m;
-    const json* content = Field(m, "content");
+    ojson normalized = m;
+    const ojson* content = Field(m, "content");
     if (content == nullptr) {
       normalized["content"] = nullptr;
     } else if (content->is_array()) {
       std::string text;
       for (size_t j = 0; j < content->size(); ++j) {
-        const json& part = (*content)[j];
+        const ojson& part = (*content)[j];
         const std::string part_where = absl::StrCat(where, ".content[", j, "]");
-        const json* type = part.is_object() ? Field(part, "type") : nullptr;
-        const json* part_text = part.is_object() ? Field(part, "text") : nullptr;
+        const ojson* type = part.is_object() ? Field(part, "type") : nullptr;
+        const ojson* part_text = part.is_object() ? Field(part, "text") : nullptr;
         if (type == nullptr || !type->is_string() || *type != "text" || part_text == nullptr ||
             !part_text->is_string()) {
           return FieldError(part_where, absl::StrCat("'", part_where,
@@ -139,17 +140,17 @@ absl::StatusOr<json> NormalizeMessages(const json& request) {
   return out;
 }
 
-absl::StatusOr<json> Tools(const json& request) {
-  const json* tools = Field(request, "tools");
-  if (tools == nullptr) return json(nullptr);
+absl::StatusOr<ojson> Tools(const ojson& request) {
+  const ojson* tools = Field(request, "tools");
+  if (tools == nullptr) return ojson(nullptr);
   if (!tools->is_array()) return FieldError("tools", "'tools' must be an array");
   return *tools;
 }
 
-absl::Status ParsePrompt(const json& request, const ApiLimits& limits, ApiRequest* out) {
-  const json* prompt = Field(request, "prompt");
+absl::Status ParsePrompt(const ojson& request, const ApiLimits& limits, ApiRequest* out) {
+  const ojson* prompt = Field(request, "prompt");
   if (prompt == nullptr) return FieldError("prompt", "'prompt' is required");
-  const json* p = prompt;
+  const ojson* p = prompt;
   // A batch of one prompt is the same as the prompt.
   if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
     p = &(*p)[0];
@@ -164,7 +165,7 @@ absl::Status ParsePrompt(const json& request, const ApiLimits& limits, ApiReques
   }
   if (p->empty()) return FieldError("prompt", "'prompt' has no tokens");
   for (size_t i = 0; i < p->size(); ++i) {
-    const json& id = (*p)[i];
+    const ojson& id = (*p)[i];
     if (!id.is_number_integer()) {
       return FieldError("prompt",
                         "'prompt' must be a string or an array of token ids (one prompt only)");
@@ -185,8 +186,8 @@ absl::Status ParsePrompt(const json& request, const ApiLimits& limits, ApiReques
   return absl::OkStatus();
 }
 
-absl::Status ParseStop(const json& request, ApiRequest* out) {
-  const json* stop = Field(request, "stop");
+absl::Status ParseStop(const ojson& request, ApiRequest* out) {
+  const ojson* stop = Field(request, "stop");
   if (stop == nullptr) return absl::OkStatus();
   if (stop->is_string()) {
     if (!stop->get<std::string>().empty()) out->stop.push_back(stop->get<std::string>());
@@ -198,14 +199,14 @@ absl::Status ParseStop(const json& request, ApiRequest* out) {
     return FieldError(
         "stop", absl::StrCat("'stop' has ", stop->size(), " strings, more than ", kMaxStopStrings));
   }
-  for (const json& s : *stop) {
+  for (const ojson& s : *stop) {
     if (!s.is_string()) return FieldError("stop", "'stop' must be a string or an array of strings");
     if (!s.get<std::string>().empty()) out->stop.push_back(s.get<std::string>());
   }
   return absl::OkStatus();
 }
 
-absl::Status ParseLogprobs(Endpoint endpoint, const json& request, ApiRequest* out) {
+absl::Status ParseLogprobs(Endpoint endpoint, const ojson& request, ApiRequest* out) {
   if (endpoint == Endpoint::kChatCompletions) {
     absl::StatusOr<bool> logprobs = GetBool(request, "logprobs", false);
     if (!logprobs.ok()) return logprobs.status();
@@ -224,7 +225,7 @@ absl::Status ParseLogprobs(Endpoint endpoint, const json& request, ApiRequest* o
     }
     return absl::OkStatus();
   }
-  const json* v = Field(request, "logprobs");
+  const ojson* v = Field(request, "logprobs");
   if (v == nullptr) return absl::OkStatus();
   if (v->is_boolean()) {
     out->logprobs = v->get<bool>();
@@ -241,7 +242,7 @@ absl::Status ParseLogprobs(Endpoint endpoint, const json& request, ApiRequest* o
   return absl::OkStatus();
 }
 
-absl::Status ParseSampling(const json& request, ApiRequest* out) {
+absl::Status ParseSampling(const ojson& request, ApiRequest* out) {
   sampling::SamplingOptions& s = out->sampling;
   s.temperature = 1.0f;
   s.top_p = 1.0f;
@@ -289,18 +290,18 @@ std::string ParamOf(const absl::Status& status) {
 
 absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view body,
                                         const ApiLimits& limits) {
-  absl::StatusOr<json> parsed = ParseObject(body);
+  absl::StatusOr<ojson> parsed = ParseObject(body);
   if (!parsed.ok()) return parsed.status();
-  const json& request = *parsed;
+  const ojson& request = *parsed;
   ApiRequest out;
   out.endpoint = endpoint;
   out.sampling.penalty_last_n = limits.penalty_last_n;
 
   if (endpoint == Endpoint::kChatCompletions) {
-    absl::StatusOr<json> messages = NormalizeMessages(request);
+    absl::StatusOr<ojson> messages = NormalizeMessages(request);
     if (!messages.ok()) return messages.status();
     out.messages = std::move(*messages);
-    absl::StatusOr<json> tools = Tools(request);
+    absl::StatusOr<ojson> tools = Tools(request);
     if (!tools.ok()) return tools.status();
     out.tools = std::move(*tools);
   } else {
@@ -331,7 +332,7 @@ absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view bod
   absl::StatusOr<bool> stream = GetBool(request, "stream", false);
   if (!stream.ok()) return stream.status();
   out.stream = *stream;
-  if (const json* options = Field(request, "stream_options"); options != nullptr) {
+  if (const ojson* options = Field(request, "stream_options"); options != nullptr) {
     if (!options->is_object()) {
       return FieldError("stream_options", "'stream_options' must be an object");
     }
@@ -345,20 +346,20 @@ absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view bod
   absl::StatusOr<bool> ignore_eos = GetBool(request, "ignore_eos", false);
   if (!ignore_eos.ok()) return ignore_eos.status();
   out.ignore_eos = *ignore_eos;
-  if (const json* user = Field(request, "user"); user != nullptr && !user->is_string()) {
+  if (const ojson* user = Field(request, "user"); user != nullptr && !user->is_string()) {
     return FieldError("user", "'user' must be a string");
   }
-  if (const json* model = Field(request, "model"); model != nullptr && !model->is_string()) {
+  if (const ojson* model = Field(request, "model"); model != nullptr && !model->is_string()) {
     return FieldError("model", "'model' must be a string");
   }
   return out;
 }
 
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {
-  absl::StatusOr<json> parsed = ParseObject(body);
+  absl::StatusOr<ojson> parsed = ParseObject(body);
   if (!parsed.ok()) return parsed.status();
   TokenizeRequest out;
-  const json* content = Field(*parsed, "content");
+  const ojson* content = Field(*parsed, "content");
   if (content == nullptr || !content->is_string()) {
     return FieldError("content", "'content' must be a string");
   }
@@ -373,15 +374,15 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(absl::string_view body, int n_vocab) {
-  absl::StatusOr<json> parsed = ParseObject(body);
+  absl::StatusOr<ojson> parsed = ParseObject(body);
   if (!parsed.ok()) return parsed.status();
-  const json* tokens = Field(*parsed, "tokens");
+  const ojson* tokens = Field(*parsed, "tokens");
   if (tokens == nullptr || !tokens->is_array()) {
     return FieldError("tokens", "'tokens' must be an array of token ids");
   }
   std::vector<int32_t> ids;
   for (size_t i = 0; i < tokens->size(); ++i) {
-    const json& id = (*tokens)[i];
+    const ojson& id = (*tokens)[i];
     if (!id.is_number_integer()) return FieldError("tokens", "'tokens' must hold integers");
     const int64_t v = id.get<int64_t>();
     if (v < 0 || v >= n_vocab) {
@@ -394,13 +395,13 @@ absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(absl::string_view bo
 }
 
 absl::StatusOr<TemplateRequest> ParseTemplateRequest(absl::string_view body) {
-  absl::StatusOr<json> parsed = ParseObject(body);
+  absl::StatusOr<ojson> parsed = ParseObject(body);
   if (!parsed.ok()) return parsed.status();
   TemplateRequest out;
-  absl::StatusOr<json> messages = NormalizeMessages(*parsed);
+  absl::StatusOr<ojson> messages = NormalizeMessages(*parsed);
   if (!messages.ok()) return messages.status();
   out.messages = std::move(*messages);
-  absl::StatusOr<json> tools = Tools(*parsed);
+  absl::StatusOr<ojson> tools = Tools(*parsed);
   if (!tools.ok()) return tools.status();
   out.tools = std::move(*tools);
   absl::StatusOr<bool> add = GetBool(*parsed, "add_generation_prompt", true);

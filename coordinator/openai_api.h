@@ -51,9 +51,10 @@ struct ApiRequest {
   std::vector<int32_t> prompt_ids;
   bool prompt_is_ids = false;
   // Chat: the messages with every `content` made a string (text parts
-  // joined), and `tools` when given (else null).
-  nlohmann::json messages;
-  nlohmann::json tools;
+  // joined), and `tools` when given (else null). Ordered as the client sent
+  // them: templates print them with tojson.
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;
   // The tokens asked for; nullopt when the request gave none.
   std::optional<int> max_tokens;
   // temperature defaults to 1 and top_p to 1 as in OpenAI's API; an absent
@@ -94,8 +95,8 @@ absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(absl::string_view bo
 // "add_generation_prompt": bool (default true)}; messages normalised as in
 // ApiRequest.
 struct TemplateRequest {
-  nlohmann::json messages;
-  nlohmann::json tools;
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;
   bool add_generation_prompt = true;
 };
 absl::StatusOr<TemplateRequest> ParseTemplateRequest(absl::string_view body);

@@ -165,6 +165,17 @@ TEST(ParseRequestTest, ChatMessagesAreNormalised) {
   EXPECT_TRUE(r->logprobs);
   EXPECT_EQ(r->top_logprobs, 2);
 
+  // Key order survives (templates print tools and messages with tojson).
+  absl::StatusOr<ApiRequest> ordered =
+      ParseRequest(Endpoint::kChatCompletions,
+                   R"({"messages": [{"role": "user", "content": "x", "b": 1, "a": 2}],
+          "tools": [{"type": "function", "function": {"name": "f", "description": "d"}}]})",
+                   Limits());
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  EXPECT_EQ(ordered->messages.dump(), R"([{"role":"user","content":"x","b":1,"a":2}])");
+  EXPECT_EQ(ordered->tools.dump(),
+            R"([{"type":"function","function":{"name":"f","description":"d"}}])");
+
   ExpectBad(Chat(json::object()), "messages");
   ExpectBad(Chat({{"messages", json::array()}}), "messages");
   ExpectBad(Chat({{"messages", {1}}}), "messages[0]");
