@@ -103,38 +103,24 @@ openai::TokenReport Report(const tokenizer::Tokenizer* tokenizer, const Generate
 
 }  // namespace
 
-HttpServer::HttpServer(const Options& options, const arch::Model& model,
-                       const tokenizer::Tokenizer* tokenizer, GenerationScheduler* scheduler,
-                       ClusterExperts* cluster, ChatRenderer chat)
-    : options_(options),
-      model_(model),
-      tokenizer_(tokenizer),
-      scheduler_(scheduler),
-      cluster_(cluster),
-      chat_(std::move(chat)),
-      created_(absl::ToUnixSeconds(absl::Now())) {}
+HttpServer::HttpServer(const Options& options)
+    : options_(options), created_(absl::ToUnixSeconds(absl::Now())) {}
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
-    GenerationScheduler* scheduler, ClusterExperts* cluster, ChatRenderer chat) {
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options) {
   std::string host;
   int port = 0;
   if (absl::Status s = SplitListen(options.listen, &host, &port); !s.ok()) return s;
-  Options resolved = options;
-  resolved.limits.n_ctx = scheduler->n_ctx();
-  resolved.limits.n_vocab = model.config().n_vocab;
-  if (resolved.threads <= 0) resolved.threads = 4 * scheduler->sessions() + 4;
-  std::unique_ptr<HttpServer> server(
-      new HttpServer(resolved, model, tokenizer, scheduler, cluster, std::move(chat)));
+  if (options.threads < 1) return absl::InvalidArgumentError("--http-threads must be >= 1");
+  std::unique_ptr<HttpServer> server(new HttpServer(options));
   server->server_ = std::make_unique<httplib::Server>();
   httplib::Server& http = *server->server_;
-  const size_t threads = static_cast<size_t>(resolved.threads);
+  const size_t threads = static_cast<size_t>(options.threads);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_read_timeout(resolved.read_timeout_seconds, 0);
-  http.set_write_timeout(resolved.write_timeout_seconds, 0);
-  http.set_keep_alive_timeout(resolved.keep_alive_seconds);
-  http.set_keep_alive_max_count(static_cast<size_t>(resolved.keep_alive_max_requests));
-  http.set_payload_max_length(resolved.max_body_bytes);
+  http.set_read_timeout(options.read_timeout_seconds, 0);
+  http.set_write_timeout(options.write_timeout_seconds, 0);
+  http.set_keep_alive_timeout(options.keep_alive_seconds);
+  http.set_keep_alive_max_count(static_cast<size_t>(options.keep_alive_max_requests));
+  http.set_payload_max_length(options.max_body_bytes);
   server->Route();
   server->port_ =
       port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
@@ -143,6 +129,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   }
   server->listener_ = std::thread([s = server.get()] { s->server_->listen_after_bind(); });
   return server;
+}
+
+void HttpServer::Attach(Backend backend) {
+  backend.limits = options_.limits;
+  backend.limits.n_ctx = backend.scheduler->n_ctx();
+  backend.limits.n_vocab = backend.model->config().n_vocab;
+  backend_owned_ = std::make_unique<Backend>(std::move(backend));
+  backend_.store(backend_owned_.get(), std::memory_order_release);
 }
 
 HttpServer::~HttpServer() { Stop(); }
@@ -162,27 +156,43 @@ bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res)
 
 void HttpServer::Route() {
   httplib::Server& http = *server_;
-  http.Get("/health",
-           [this](const httplib::Request&, httplib::Response& res) { HandleHealth(res); });
-  http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res)) return;
-    SendJson(res, openai::ModelsResponse(options_.model_id, created_));
-  });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    if (Authorized(req, res)) HandleGenerate(openai::Endpoint::kCompletions, req, res);
-  });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    if (Authorized(req, res)) HandleGenerate(openai::Endpoint::kChatCompletions, req, res);
-  });
-  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    if (Authorized(req, res)) HandleTokenize(req, res);
-  });
-  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    if (Authorized(req, res)) HandleDetokenize(req, res);
-  });
-  http.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
-    if (Authorized(req, res)) HandleApplyTemplate(req, res);
-  });
+  // Every endpoint but /health needs the token, and the model: until Attach
+  // the answer is 503.
+  using Handler = std::function<void(const Backend&, const httplib::Request&, httplib::Response&)>;
+  const auto serve = [this](bool auth, Handler handler) {
+    return [this, auth, handler](const httplib::Request& req, httplib::Response& res) {
+      if (auth && !Authorized(req, res)) return;
+      const Backend* backend = backend_.load(std::memory_order_acquire);
+      if (backend == nullptr) {
+        return SendError(res, openai::MakeError(503, "the model is still loading"));
+      }
+      handler(*backend, req, res);
+    };
+  };
+  http.Get("/health", serve(false, [this](const Backend& b, const httplib::Request&,
+                                          httplib::Response& res) { HandleHealth(b, res); }));
+  http.Get("/v1/models",
+           serve(true, [this](const Backend&, const httplib::Request&, httplib::Response& res) {
+             SendJson(res, openai::ModelsResponse(options_.model_id, created_));
+           }));
+  http.Post("/v1/completions", serve(true, [this](const Backend& b, const httplib::Request& req,
+                                                  httplib::Response& res) {
+              HandleGenerate(b, openai::Endpoint::kCompletions, req, res);
+            }));
+  http.Post(
+      "/v1/chat/completions",
+      serve(true, [this](const Backend& b, const httplib::Request& req, httplib::Response& res) {
+        HandleGenerate(b, openai::Endpoint::kChatCompletions, req, res);
+      }));
+  http.Post("/tokenize",
+            serve(true, [this](const Backend& b, const httplib::Request& req,
+                               httplib::Response& res) { HandleTokenize(b, req, res); }));
+  http.Post("/detokenize",
+            serve(true, [this](const Backend& b, const httplib::Request& req,
+                               httplib::Response& res) { HandleDetokenize(b, req, res); }));
+  http.Post("/apply-template",
+            serve(true, [this](const Backend& b, const httplib::Request& req,
+                               httplib::Response& res) { HandleApplyTemplate(b, req, res); }));
   // Errors cpp-httplib answers itself (no route, body too large, bad
   // request line) get the OpenAI envelope too.
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -201,10 +211,10 @@ void HttpServer::Route() {
   });
 }
 
-void HttpServer::HandleHealth(httplib::Response& res) const {
+void HttpServer::HandleHealth(const Backend& b, httplib::Response& res) const {
   bool usable = true;
-  if (cluster_ != nullptr) {
-    Cluster& cluster = cluster_->cluster();
+  if (b.cluster != nullptr) {
+    Cluster& cluster = b.cluster->cluster();
     usable = false;
     for (int i = 0; i < cluster.n_nodes() && !usable; ++i) usable = cluster.healthy(i);
   }
@@ -215,8 +225,9 @@ void HttpServer::HandleHealth(httplib::Response& res) const {
   SendJson(res, {{"status", "ok"}});
 }
 
-void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
-  if (tokenizer_ == nullptr) {
+void HttpServer::HandleTokenize(const Backend& b, const httplib::Request& req,
+                                httplib::Response& res) {
+  if (b.tokenizer == nullptr) {
     return SendError(res, openai::MakeError(400, "the model has no tokenizer"));
   }
   absl::StatusOr<openai::TokenizeRequest> request = openai::ParseTokenizeRequest(req.body);
@@ -224,35 +235,36 @@ void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& 
   tokenizer::EncodeOptions enc;
   enc.add_special = request->add_special;
   enc.parse_special = request->parse_special;
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request->content, enc);
+  absl::StatusOr<std::vector<int32_t>> ids = b.tokenizer->Encode(request->content, enc);
   if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));
   SendJson(res, {{"tokens", *ids}});
 }
 
-void HttpServer::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
-  if (tokenizer_ == nullptr) {
+void HttpServer::HandleDetokenize(const Backend& b, const httplib::Request& req,
+                                  httplib::Response& res) {
+  if (b.tokenizer == nullptr) {
     return SendError(res, openai::MakeError(400, "the model has no tokenizer"));
   }
   absl::StatusOr<std::vector<int32_t>> ids =
-      openai::ParseDetokenizeRequest(req.body, model_.config().n_vocab);
+      openai::ParseDetokenizeRequest(req.body, b.model->config().n_vocab);
   if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));
-  SendJson(res, {{"content", tokenizer_->Decode(*ids, false)}});
+  SendJson(res, {{"content", b.tokenizer->Decode(*ids, false)}});
 }
 
-void HttpServer::HandleApplyTemplate(const httplib::Request& req, httplib::Response& res) {
-  if (!chat_) return SendError(res, openai::MakeError(501, "this server has no chat template"));
+void HttpServer::HandleApplyTemplate(const Backend& b, const httplib::Request& req,
+                                     httplib::Response& res) {
+  if (!b.chat) return SendError(res, openai::MakeError(501, "this server has no chat template"));
   absl::StatusOr<openai::TemplateRequest> request = openai::ParseTemplateRequest(req.body);
   if (!request.ok()) return SendError(res, openai::ErrorFromStatus(request.status()));
   absl::StatusOr<std::string> prompt =
-      chat_(request->messages, request->tools, request->add_generation_prompt);
+      b.chat(request->messages, request->tools, request->add_generation_prompt);
   if (!prompt.ok()) return SendError(res, openai::ErrorFromStatus(prompt.status()));
   SendJson(res, {{"prompt", *prompt}});
 }
 
-void HttpServer::HandleGenerate(openai::Endpoint endpoint, const httplib::Request& req,
-                                httplib::Response& res) {
-  absl::StatusOr<openai::ApiRequest> parsed =
-      openai::ParseRequest(endpoint, req.body, options_.limits);
+void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
+                                const httplib::Request& req, httplib::Response& res) {
+  absl::StatusOr<openai::ApiRequest> parsed = openai::ParseRequest(endpoint, req.body, b.limits);
   if (!parsed.ok()) return SendError(res, openai::ErrorFromStatus(parsed.status()));
   openai::ApiRequest& request = *parsed;
 
@@ -264,7 +276,7 @@ void HttpServer::HandleGenerate(openai::Endpoint endpoint, const httplib::Reques
   if (request.prompt_is_ids) {
     spec.prompt_ids = std::move(request.prompt_ids);
   } else {
-    if (tokenizer_ == nullptr) {
+    if (b.tokenizer == nullptr) {
       return SendError(
           res, openai::MakeError(400, "the model has no tokenizer: send token ids", prompt_param));
     }
@@ -272,8 +284,9 @@ void HttpServer::HandleGenerate(openai::Endpoint endpoint, const httplib::Reques
     tokenizer::EncodeOptions enc;
     enc.add_special = true;
     if (chat) {
-      if (!chat_) return SendError(res, openai::MakeError(501, "this server has no chat template"));
-      absl::StatusOr<std::string> rendered = chat_(request.messages, request.tools, true);
+      if (!b.chat)
+        return SendError(res, openai::MakeError(501, "this server has no chat template"));
+      absl::StatusOr<std::string> rendered = b.chat(request.messages, request.tools, true);
       if (!rendered.ok()) return SendError(res, openai::ErrorFromStatus(rendered.status()));
       text = std::move(*rendered);
       // The template writes its special tokens as text, BOS included when the
@@ -281,11 +294,11 @@ void HttpServer::HandleGenerate(openai::Endpoint endpoint, const httplib::Reques
       enc.parse_special = true;
       enc.add_special = false;
     }
-    absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(text, enc);
+    absl::StatusOr<std::vector<int32_t>> ids = b.tokenizer->Encode(text, enc);
     if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));
     spec.prompt_ids = std::move(*ids);
   }
-  const int n_ctx = options_.limits.n_ctx;
+  const int n_ctx = b.limits.n_ctx;
   const int n_prompt = static_cast<int>(spec.prompt_ids.size());
   if (n_prompt == 0) {
     return SendError(res, openai::MakeError(400, "the prompt has no tokens", prompt_param));
@@ -302,17 +315,17 @@ void HttpServer::HandleGenerate(openai::Endpoint endpoint, const httplib::Reques
   spec.generation.max_tokens =
       request.max_tokens.has_value()
           ? *request.max_tokens
-          : std::max(1, std::min(options_.limits.default_max_tokens, n_ctx - n_prompt));
+          : std::max(1, std::min(b.limits.default_max_tokens, n_ctx - n_prompt));
   spec.generation.ignore_eos = request.ignore_eos;
   spec.generation.stop = request.stop;
   spec.generation.logprobs = request.logprobs;
   spec.generation.top_logprobs = request.top_logprobs;
 
-  if (scheduler_->queued() >= options_.max_queued) {
+  if (b.scheduler->queued() >= options_.max_queued) {
     return SendError(res, openai::MakeError(429, "too many requests are waiting; retry later"));
   }
   auto job = std::make_shared<HttpJob>(std::move(spec));
-  if (absl::Status s = scheduler_->Submit(job); !s.ok()) {
+  if (absl::Status s = b.scheduler->Submit(job); !s.ok()) {
     return SendError(res, openai::ErrorFromStatus(s));
   }
   openai::ResponseId id;
@@ -320,7 +333,7 @@ void HttpServer::HandleGenerate(openai::Endpoint endpoint, const httplib::Reques
   id.created = absl::ToUnixSeconds(absl::Now());
   id.model = options_.model_id;
   const bool logprobs = request.logprobs;
-  const tokenizer::Tokenizer* tokenizer = tokenizer_;
+  const tokenizer::Tokenizer* tokenizer = b.tokenizer;
 
   if (!request.stream) {
     std::vector<GeneratedToken> tokens;

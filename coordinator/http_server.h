@@ -17,7 +17,7 @@
 // Auth: with Options::auth_token set, every endpoint except /health needs
 // "Authorization: Bearer <token>" (401 otherwise).
 //
-// Thread-safety: Start and Stop from the owning thread; requests are served
+// Thread-safety: Start, Attach and Stop from the owning thread; requests are served
 // on the pool's threads.
 #ifndef COLIBRI_COORDINATOR_HTTP_SERVER_H_
 #define COLIBRI_COORDINATOR_HTTP_SERVER_H_
@@ -61,9 +61,9 @@ class HttpServer {
     std::string auth_token;
     // The id /v1/models lists and responses carry. Default: "colibri".
     std::string model_id = "colibri";
-    // Connection threads (each open connection holds one while it lasts).
-    // Default: 0, meaning 4 * sessions + 4.
-    int threads = 0;
+    // Connection threads (each open connection holds one while it lasts;
+    // serve makes it 4 * sessions + 4 unless --http-threads). Default: 12.
+    int threads = 12;
     // Generation requests waiting for a session beyond which new ones get
     // 429. Default: 64.
     int max_queued = 64;
@@ -77,19 +77,31 @@ class HttpServer {
     int keep_alive_max_requests = 100;
     // Largest request body (413 beyond). Default: 8 MiB.
     size_t max_body_bytes = 8 << 20;
-    // Parsing defaults and limits (n_ctx and n_vocab are filled by Start).
+    // Parsing defaults and limits (n_ctx and n_vocab are filled by Attach).
     openai::ApiLimits limits;
   };
 
-  // Binds and starts serving. model, tokenizer (null: token-id prompts only),
-  // scheduler and cluster (null: local experts; else /health is 503 while no
-  // node is healthy) are borrowed and must outlive the server; chat renders
-  // chat prompts (null: the chat endpoints answer 501).
-  // Unavailable when the address cannot be bound, InvalidArgument for a bad
-  // address.
-  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
-      GenerationScheduler* scheduler, ClusterExperts* cluster, ChatRenderer chat);
+  // What the API serves; all borrowed, and they must outlive the server
+  // (Stop it first).
+  struct Backend {
+    const arch::Model* model = nullptr;
+    // Null: token-id prompts only.
+    const tokenizer::Tokenizer* tokenizer = nullptr;
+    GenerationScheduler* scheduler = nullptr;
+    // Null: local experts; else /health is 503 while no node is healthy.
+    ClusterExperts* cluster = nullptr;
+    // Renders chat prompts (null: the chat endpoints answer 501).
+    ChatRenderer chat;
+    // Filled by Attach: Options::limits with the model's n_ctx and n_vocab.
+    openai::ApiLimits limits;
+  };
+
+  // Binds and starts serving; every endpoint answers 503 until Attach (so
+  // that probes see the model loading). InvalidArgument for a bad address or
+  // thread count, Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const Options& options);
+  // Serves `backend` from now on. Call once.
+  void Attach(Backend backend);
   // Calls Stop.
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -102,25 +114,20 @@ class HttpServer {
   void Stop();
 
  private:
-  HttpServer(const Options& options, const arch::Model& model,
-             const tokenizer::Tokenizer* tokenizer, GenerationScheduler* scheduler,
-             ClusterExperts* cluster, ChatRenderer chat);
+  explicit HttpServer(const Options& options);
   void Route();
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
-  void HandleGenerate(openai::Endpoint endpoint, const httplib::Request& req,
+  void HandleGenerate(const Backend& b, openai::Endpoint endpoint, const httplib::Request& req,
                       httplib::Response& res);
-  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
-  void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
-  void HandleApplyTemplate(const httplib::Request& req, httplib::Response& res);
-  void HandleHealth(httplib::Response& res) const;
+  void HandleTokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
+  void HandleDetokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
+  void HandleApplyTemplate(const Backend& b, const httplib::Request& req, httplib::Response& res);
+  void HandleHealth(const Backend& b, httplib::Response& res) const;
 
   const Options options_;
-  const arch::Model& model_;
-  const tokenizer::Tokenizer* const tokenizer_;
-  GenerationScheduler* const scheduler_;
-  ClusterExperts* const cluster_;
-  const ChatRenderer chat_;
   const int64_t created_;  // Unix seconds of start, the model's "created"
+  std::unique_ptr<Backend> backend_owned_;
+  std::atomic<const Backend*> backend_{nullptr};  // null until Attach
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
   int port_ = 0;

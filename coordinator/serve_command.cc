@@ -1,8 +1,10 @@
 #include "coordinator/serve_command.h"
 
 #include <chrono>
+#include <algorithm>
 #include <memory>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,6 +43,17 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   if (!options.http_listen.empty()) {
     COLIBRI_RETURN_IF_ERROR(
         rpc::CheckListenAllowed(options.http_listen, !token.empty(), options.insecure));
+  }
+  // The HTTP API listens while the model loads, answering 503 until then.
+  std::unique_ptr<HttpServer> http;
+  if (!options.http_listen.empty()) {
+    HttpServer::Options http_options;
+    http_options.listen = options.http_listen;
+    http_options.auth_token = token;
+    http_options.threads =
+        options.http_threads > 0 ? options.http_threads : 4 * std::max(options.sessions, 1) + 4;
+    http_options.model_id = ModelId(options.model_path);
+    COLIBRI_ASSIGN_OR_RETURN(http, HttpServer::Start(http_options));
   }
   rpc::ServerTlsFiles tls;
   tls.cert_file = options.tls_cert_file;
@@ -112,15 +125,17 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       token.empty() ? "no auth" : "token auth", options.tls_cert_file.empty() ? "" : ", TLS");
   out << "listening on " << rpc::ListenHost(options.listen) << ":" << port << std::endl;
 
-  std::unique_ptr<HttpServer> http;
-  if (!options.http_listen.empty()) {
-    HttpServer::Options http_options;
-    http_options.listen = options.http_listen;
-    http_options.auth_token = token;
-    http_options.threads = options.http_threads;
-    http_options.model_id = ModelId(options.model_path);
-    COLIBRI_ASSIGN_OR_RETURN(http, HttpServer::Start(http_options, *model, tokenizer,
-                                                     scheduler.get(), cluster.get(), nullptr));
+  // Stopped before what it serves is destroyed, on every return.
+  absl::Cleanup stop_http = [&http] {
+    if (http != nullptr) http->Stop();
+  };
+  if (http != nullptr) {
+    HttpServer::Backend backend;
+    backend.model = model.get();
+    backend.tokenizer = tokenizer;
+    backend.scheduler = scheduler.get();
+    backend.cluster = cluster.get();
+    http->Attach(std::move(backend));
     out << "http listening on " << rpc::ListenHost(options.http_listen) << ":" << http->port()
         << std::endl;
   }
