@@ -455,6 +455,7 @@ ApiError ErrorFromStatus(const absl::Status& status) {
       http = 429;
       break;
     case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:  // only a shutting-down server cancels a live request
       http = 503;
       break;
     default:

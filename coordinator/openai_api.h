@@ -110,7 +110,8 @@ struct ApiError {
   nlohmann::json body;
 };
 // InvalidArgument/OutOfRange 400, Unauthenticated 401, NotFound 404,
-// ResourceExhausted 429, FailedPrecondition 400, Unavailable 503, others 500.
+// ResourceExhausted 429, FailedPrecondition 400, Unavailable and Cancelled
+// 503, others 500.
 ApiError ErrorFromStatus(const absl::Status& status);
 ApiError MakeError(int http_status, absl::string_view message, absl::string_view param = "");
 

@@ -219,6 +219,7 @@ TEST(ErrorTest, StatusCodesMapToHttpAndTheEnvelope) {
   EXPECT_EQ(ErrorFromStatus(absl::NotFoundError("x")).http_status, 404);
   EXPECT_EQ(ErrorFromStatus(absl::ResourceExhaustedError("x")).http_status, 429);
   EXPECT_EQ(ErrorFromStatus(absl::UnavailableError("x")).http_status, 503);
+  EXPECT_EQ(ErrorFromStatus(absl::CancelledError("x")).http_status, 503);
   EXPECT_EQ(ErrorFromStatus(absl::InternalError("x")).http_status, 500);
   const ApiError e = MakeError(413, "too big");
   EXPECT_EQ(e.http_status, 413);
