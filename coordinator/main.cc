@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/shutdown_signals.h"
+#include "coordinator/chat_template_command.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/inspect_command.h"
 #include "coordinator/run_command.h"
@@ -196,6 +197,20 @@ int main(int argc, char** argv) {
   detokenize_cmd->add_flag("--render-special", detokenize.render_special,
                            "render control tokens as text");
 
+  colibri::coordinator::ChatTemplateOptions chat_template;
+  CLI::App* chat_template_cmd =
+      app.add_subcommand("chat-template", "render a Jinja chat template for one conversation");
+  chat_template_cmd->add_option("--template-file", chat_template.template_file, "Jinja template")
+      ->required();
+  chat_template_cmd
+      ->add_option("--conversation-file", chat_template.conversation_file,
+                   "JSON object with messages and optional tools")
+      ->required();
+  chat_template_cmd->add_flag("--add-generation-prompt", chat_template.add_generation_prompt,
+                              "end with the assistant turn's opening");
+  chat_template_cmd->add_option("--bos-token", chat_template.bos_token, "value of bos_token");
+  chat_template_cmd->add_option("--eos-token", chat_template.eos_token, "value of eos_token");
+
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -222,6 +237,8 @@ int main(int argc, char** argv) {
   } else if (tokenize_cmd->parsed()) {
     tokenize.has_separator = tokenize_cmd->count("--separator") > 0;
     status = colibri::coordinator::RunTokenize(tokenize, std::cout);
+  } else if (chat_template_cmd->parsed()) {
+    status = colibri::coordinator::RunChatTemplate(chat_template, std::cout);
   } else if (detokenize_cmd->parsed()) {
     std::string error;
     if (!ParseIdList(detokenize_ids, &detokenize.ids, &error)) {

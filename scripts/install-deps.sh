@@ -14,7 +14,7 @@ packages=(
   librocksdb-dev                       # expert-node disk tier
   libxxhash-dev                        # expert-node value checksums (XXH64)
   libcli11-dev                         # command lines with subcommands (header-only)
-  nlohmann-json3-dev                   # reading the JSON golden files in tests
+  nlohmann-json3-dev                   # JSON: chat-template contexts, golden files in tests
   openssl                              # test certificates of the TLS tests
   libcpp-httplib-dev                   # serve's OpenAI-compatible HTTP API (cpp-httplib 0.11)
   curl                                 # the HTTP API's integration test drives it with curl

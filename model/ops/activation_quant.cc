@@ -35,6 +35,8 @@ ActivationFormat ActivationFormatFor(TensorType type) {
     case TensorType::kQ4_0:
     case TensorType::kQ5_0:
     case TensorType::kQ8_0:
+    case TensorType::kMXFP4:
+    case TensorType::kIQ4_NL:
       return ActivationFormat::kQ8_0;
     case TensorType::kQ4_1:
     case TensorType::kQ5_1:
@@ -44,6 +46,14 @@ ActivationFormat ActivationFormatFor(TensorType type) {
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K:
+    case TensorType::kIQ2_XXS:
+    case TensorType::kIQ2_XS:
+    case TensorType::kIQ2_S:
+    case TensorType::kIQ3_XXS:
+    case TensorType::kIQ3_S:
+    case TensorType::kIQ1_S:
+    case TensorType::kIQ1_M:
+    case TensorType::kIQ4_XS:
       return ActivationFormat::kQ8_K;
     default:
       return ActivationFormat::kFloat;

@@ -130,6 +130,8 @@ void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
 
 // K-quant tables, filled by vec_dot_avx2_k.cc.
 void FillKQuantKernels(KernelSet* k);
+// 256-element i-quant tables, filled by vec_dot_avx2_iq.cc.
+void FillIqKernels(KernelSet* k);
 
 }  // namespace colibri::ops::internal::avx2
 

@@ -9,9 +9,9 @@
 //  - kExact: activations stay float32; weights are dequantized to float32 and
 //    the products accumulate in float32. The reference path.
 //  - kFast: activations are quantized the way llama.cpp does for the weight
-//    type (Q8_0 blocks for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the
-//    K-quants; F32/F16/BF16 weights keep float32 activations), then integer dot
-//    products run on SIMD.
+//    type (Q8_0 blocks for Q4_0/Q5_0/Q8_0/MXFP4/IQ4_NL, Q8_1 for Q4_1/Q5_1,
+//    Q8_K for the K-quants and the other i-quants; F32/F16/BF16 weights keep
+//    float32 activations), then integer dot products run on SIMD.
 //
 // Batch invariance: y[t][·] depends only on x[t][·], W and the path: never on
 // which other tokens are in the batch, on n_tokens, or on the thread count. The

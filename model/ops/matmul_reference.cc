@@ -1,5 +1,6 @@
 // MatMulReference: the canonical arithmetic of vec_dot.h written as directly as
 // possible, element by element, from the layout facts in quant_k.cc's header.
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -29,6 +30,23 @@ struct Block32 {
 
 Block32 DecodeBlock32(TensorType type, const uint8_t* b) {
   Block32 out{};
+  if (type == TensorType::kMXFP4 || type == TensorType::kIQ4_NL) {
+    // The block's values are d * integer: recover the integers from the
+    // dequantized floats (exact, since the quotient is a small integer).
+    float v[32];
+    DequantizeRow(type, b, v, 32);
+    if (type == TensorType::kMXFP4) {
+      out.d = std::ldexp(1.0f, b[0] - 128);
+    } else {
+      uint16_t d;
+      std::memcpy(&d, b, 2);
+      out.d = Fp16ToFp32(d);
+    }
+    for (int e = 0; e < 32; ++e) {
+      out.q[e] = out.d != 0.0f ? static_cast<int>(std::lround(static_cast<double>(v[e]) / out.d)) : 0;
+    }
+    return out;
+  }
   uint16_t d, m = 0;
   std::memcpy(&d, b, 2);
   const uint8_t* qs = nullptr;
@@ -162,6 +180,54 @@ float ReferenceDotK(TensorType type, const uint8_t* row, uint64_t block_bytes,
   return acc;
 }
 
+// The 256-element i-quants: every weight is d * kFinal * (an integer w), with
+// d the block's fp16 scale and kFinal = 1/8 (IQ1_*, IQ2_*), 1/4 (IQ3_XXS) or 1
+// (IQ3_S, IQ4_XS); w is recovered exactly from the dequantized floats, and the
+// dot is acc += (d * da) * float(Σ w * qa) per block, times kFinal at the end.
+bool IsIqSuperBlock(TensorType type) {
+  switch (type) {
+    case TensorType::kIQ2_XXS: case TensorType::kIQ2_XS: case TensorType::kIQ2_S:
+    case TensorType::kIQ3_XXS: case TensorType::kIQ3_S: case TensorType::kIQ1_S:
+    case TensorType::kIQ1_M: case TensorType::kIQ4_XS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+float ReferenceDotIq(TensorType type, const uint8_t* row, uint64_t block_bytes,
+                     const QuantizedRow& a, int64_t cols) {
+  float final_scale = 1.0f;
+  if (type == TensorType::kIQ3_XXS) final_scale = 0.25f;
+  if (type != TensorType::kIQ3_XXS && type != TensorType::kIQ3_S && type != TensorType::kIQ4_XS) {
+    final_scale = 0.125f;
+  }
+  float acc = 0.0f;
+  float v[256];
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    const uint8_t* blk = row + b * block_bytes;
+    uint16_t d16;
+    if (type == TensorType::kIQ1_M) {  // the top nibbles of the four scale words at 48
+      uint16_t sc[4];
+      std::memcpy(sc, blk + 48, 8);
+      d16 = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 12) << 4) | ((sc[2] >> 12) << 8) |
+                                  ((sc[3] >> 12) << 12));
+    } else {
+      std::memcpy(&d16, blk, 2);
+    }
+    const float d = Fp16ToFp32(d16);
+    DequantizeRow(type, blk, v, 256);
+    const double unit = static_cast<double>(d) * final_scale;
+    int isum = 0;
+    for (int e = 0; e < 256; ++e) {
+      const int w = unit != 0.0 ? static_cast<int>(std::lround(v[e] / unit)) : 0;
+      isum += w * a.qs[256 * b + e];
+    }
+    acc = acc + (d * a.d[b]) * static_cast<float>(isum);
+  }
+  return acc * final_scale;
+}
+
 }  // namespace
 
 void MatMulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
@@ -184,6 +250,8 @@ void MatMulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, fl
       if (!quantized) {
         DequantizeRow(w.type, row, wrow.data(), w.cols);
         v = ReferenceFloatDot(wrow.data(), xt, w.cols);
+      } else if (IsIqSuperBlock(w.type)) {
+        v = ReferenceDotIq(w.type, row, block_bytes, a, w.cols);
       } else if (layout.block == 32) {
         v = ReferenceDot32(w.type, row, block_bytes, a, w.cols);
       } else {

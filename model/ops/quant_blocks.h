@@ -72,6 +72,90 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
+// MXFP4: e8m0 exponent E, value = kMxfp4Values[code] * 2^(E - 128) (the table
+// holds doubled e2m1 values, hence -128 rather than -127); element j < 16 is
+// the low nibble of qs[j], element j + 16 the high nibble.
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+// IQ4_NL: value = d * kIq4nlValues[code], nibbles as in Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];
+};
+// IQ4_XS: 8 sub-blocks of 32 with 6-bit scales ls (low 4 bits in scales_l, two
+// per byte; high 2 bits in scales_h, two bits per sub-block); value =
+// d * (ls - 32) * kIq4nlValues[code], nibbles per sub-block as in Q4_0.
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+};
+// IQ2_XXS: per 32 elements two uint32: four 8-bit grid indices, then four
+// 7-bit sign fields and a 4-bit scale (top bits) of the sub-block.
+struct BlockIQ2_XXS {
+  uint16_t d;
+  uint16_t qs[32];
+};
+// IQ2_XS: per 8 elements a 9-bit grid index and a 7-bit sign field; a 4-bit
+// scale per 16 elements.
+struct BlockIQ2_XS {
+  uint16_t d;
+  uint16_t qs[32];
+  uint8_t scales[8];
+};
+// IQ2_S: 10-bit grid indices (low 8 bits in qs[0..31], high 2 in qh), 8 full
+// sign bytes (qs[32..63]), a 4-bit scale per 16 elements.
+struct BlockIQ2_S {
+  uint16_t d;
+  uint8_t qs[64];
+  uint8_t qh[8];
+  uint8_t scales[8];
+};
+// IQ3_XXS: 64 8-bit grid indices (4 elements each), then per 32 elements a
+// uint32 of four 7-bit sign fields and a 4-bit scale.
+struct BlockIQ3_XXS {
+  uint16_t d;
+  uint8_t qs[96];
+};
+// IQ3_S: 9-bit grid indices (low 8 in qs, high bit in qh), sign bytes, a
+// 4-bit scale per 32 elements.
+struct BlockIQ3_S {
+  uint16_t d;
+  uint8_t qs[64];
+  uint8_t qh[8];
+  uint8_t signs[32];
+  uint8_t scales[4];
+};
+// IQ1_S: 11-bit indices into a ternary grid (low 8 in qs, high 3 in qh), per
+// 32 elements a 3-bit scale (qh bits 12..14) and the sign of a +-1/8 shift
+// (bit 15).
+struct BlockIQ1_S {
+  uint16_t d;
+  uint8_t qs[32];
+  uint16_t qh[8];
+};
+// IQ1_M: like IQ1_S with a 3-bit scale per 16 elements, a shift sign per 8
+// elements (qh bits 3 and 7), and the fp16 super-block scale spread over the
+// top nibbles of the four scale words.
+struct BlockIQ1_M {
+  uint8_t qs[32];
+  uint8_t qh[16];
+  uint8_t scales[8];
+};
+
+static_assert(sizeof(BlockMXFP4) == 17, "MXFP4 layout");
+static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL layout");
+static_assert(sizeof(BlockIQ4_XS) == 136, "IQ4_XS layout");
+static_assert(sizeof(BlockIQ2_XXS) == 66, "IQ2_XXS layout");
+static_assert(sizeof(BlockIQ2_XS) == 74, "IQ2_XS layout");
+static_assert(sizeof(BlockIQ2_S) == 82, "IQ2_S layout");
+static_assert(sizeof(BlockIQ3_XXS) == 98, "IQ3_XXS layout");
+static_assert(sizeof(BlockIQ3_S) == 110, "IQ3_S layout");
+static_assert(sizeof(BlockIQ1_S) == 50, "IQ1_S layout");
+static_assert(sizeof(BlockIQ1_M) == 56, "IQ1_M layout");
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 layout");
 static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 layout");
 static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 layout");
@@ -171,6 +255,21 @@ inline void UnpackQ3KScales(const uint8_t* packed, int8_t out[16]) {
     out[j] = static_cast<int8_t>((low | (high << 4)) - 32);
   }
 }
+
+// 2^(e - 128), exactly (subnormal for e < 2): the scale of an MXFP4 block,
+// half the e8m0 value because the code table is doubled.
+inline float E8M0Half(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// The doubled e2m1 values of the MXFP4 codes.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// The non-linear 4-bit values of IQ4_NL and IQ4_XS.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
 
 // Round half to even for |v| < 2^22 (GGML's nearest_int).
 inline int NearestInt(float v) {

@@ -41,6 +41,23 @@ void QuantizeQ4_K(const float* src, void* dst, int64_t n);
 void QuantizeQ5_K(const float* src, void* dst, int64_t n);
 void QuantizeQ6_K(const float* src, void* dst, int64_t n);
 
+// quant_mxfp4.cc
+void DequantizeMXFP4(const void* src, float* dst, int64_t n);
+void QuantizeMXFP4(const float* src, void* dst, int64_t n);
+
+// quant_iq.cc. Only IQ4_NL and IQ4_XS have encoders.
+void DequantizeIQ4_NL(const void* src, float* dst, int64_t n);
+void DequantizeIQ4_XS(const void* src, float* dst, int64_t n);
+void DequantizeIQ2_XXS(const void* src, float* dst, int64_t n);
+void DequantizeIQ2_XS(const void* src, float* dst, int64_t n);
+void DequantizeIQ2_S(const void* src, float* dst, int64_t n);
+void DequantizeIQ3_XXS(const void* src, float* dst, int64_t n);
+void DequantizeIQ3_S(const void* src, float* dst, int64_t n);
+void DequantizeIQ1_S(const void* src, float* dst, int64_t n);
+void DequantizeIQ1_M(const void* src, float* dst, int64_t n);
+void QuantizeIQ4_NL(const float* src, void* dst, int64_t n);
+void QuantizeIQ4_XS(const float* src, void* dst, int64_t n);
+
 }  // namespace colibri::ops::internal
 
 #endif  // COLIBRI_MODEL_OPS_QUANT_REFERENCE_H_

@@ -46,6 +46,16 @@ void DequantizeRow(TensorType type, const void* src, float* dst, int64_t n) {
     case TensorType::kQ4_K: return internal::DequantizeQ4_K(src, dst, n);
     case TensorType::kQ5_K: return internal::DequantizeQ5_K(src, dst, n);
     case TensorType::kQ6_K: return internal::DequantizeQ6_K(src, dst, n);
+    case TensorType::kMXFP4: return internal::DequantizeMXFP4(src, dst, n);
+    case TensorType::kIQ4_NL: return internal::DequantizeIQ4_NL(src, dst, n);
+    case TensorType::kIQ4_XS: return internal::DequantizeIQ4_XS(src, dst, n);
+    case TensorType::kIQ2_XXS: return internal::DequantizeIQ2_XXS(src, dst, n);
+    case TensorType::kIQ2_XS: return internal::DequantizeIQ2_XS(src, dst, n);
+    case TensorType::kIQ2_S: return internal::DequantizeIQ2_S(src, dst, n);
+    case TensorType::kIQ3_XXS: return internal::DequantizeIQ3_XXS(src, dst, n);
+    case TensorType::kIQ3_S: return internal::DequantizeIQ3_S(src, dst, n);
+    case TensorType::kIQ1_S: return internal::DequantizeIQ1_S(src, dst, n);
+    case TensorType::kIQ1_M: return internal::DequantizeIQ1_M(src, dst, n);
     default:
       // Unsupported types are rejected by the caller; zeros keep a bug visible
       // without reading past the row.
@@ -89,8 +99,12 @@ absl::Status QuantizeRow(TensorType type, const float* src, void* dst, int64_t n
     case TensorType::kQ4_K: internal::QuantizeQ4_K(src, dst, n); break;
     case TensorType::kQ5_K: internal::QuantizeQ5_K(src, dst, n); break;
     case TensorType::kQ6_K: internal::QuantizeQ6_K(src, dst, n); break;
+    case TensorType::kMXFP4: internal::QuantizeMXFP4(src, dst, n); break;
+    case TensorType::kIQ4_NL: internal::QuantizeIQ4_NL(src, dst, n); break;
+    case TensorType::kIQ4_XS: internal::QuantizeIQ4_XS(src, dst, n); break;
     default:
-      return absl::InternalError(absl::StrCat("QuantizeRow: no encoder for ", traits.name));
+      return absl::UnimplementedError(absl::StrCat("QuantizeRow: no encoder for ", traits.name,
+                                                   " (decoding and dot products only)"));
   }
   return absl::OkStatus();
 }

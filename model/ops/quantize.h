@@ -20,7 +20,8 @@ namespace colibri::ops {
 void DequantizeRow(TensorType type, const void* src, float* dst, int64_t n);
 
 // src: [n]; dst: RowBytes(type, n) bytes. InvalidArgument for an unsupported type
-// or a bad n.
+// or a bad n; Unimplemented for the grid-based i-quants (IQ1_*, IQ2_*, IQ3_*),
+// which are decoded but not encoded here.
 absl::Status QuantizeRow(TensorType type, const float* src, void* dst, int64_t n);
 
 // IEEE half and bfloat16 conversions (round to nearest even).

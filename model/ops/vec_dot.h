@@ -9,7 +9,8 @@
 //    then a sum, never fused); the lanes are reduced as
 //    ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
 //
-//  32-element blocks against Q8_0 / Q8_1 activations (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0):
+//  32-element blocks against Q8_0 / Q8_1 activations (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
+//    IQ4_NL, and MXFP4, whose dw_b is the block's power of two):
 //    eight float lanes; for block b, lane l adds (dw_b * da_b) * float(P_bl)
 //    where P_bl is the exact integer Σ of qw*qa over elements 4l..4l+3 of the
 //    block; the lanes reduce as above. For Q4_1/Q5_1 a scalar sum adds
@@ -18,6 +19,12 @@
 //  K-quants against Q8_K activations: one float accumulator; for each
 //    super-block it adds (dw * da) * float(Σ sc*q*qa), then, for the types with
 //    mins, subtracts (dminw * da) * float(Σ m*qa). Integer sums are exact.
+//
+//  The 256-element i-quants (IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S
+//    IQ4_XS) against Q8_K activations: one float accumulator; per super-block
+//    it adds (dw * da) * float(Σ_g s_g * Σ q*qa) over the integer form of
+//    iq_decode.h, and the result is the accumulator times the type's power of
+//    two kFinal.
 //
 // Because the float operations per output are a fixed sequence that depends
 // only on the row and the token, results are independent of tiling, batch

@@ -3,6 +3,8 @@
 // portable set (vec_dot.h): products and sums stay separate instructions.
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "model/ops/avx2_common.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/quant_reference.h"
@@ -144,6 +146,34 @@ struct Q8_0Avx2 {
   }
 };
 
+// MXFP4 and IQ4_NL: table values looked up by nibble (vpshufb).
+COLIBRI_INLINE __m256i LookUp16(const int8_t table[16], __m256i codes) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table));
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), codes);
+}
+
+struct MXFP4Avx2 {
+  using Block = BlockMXFP4;
+  static constexpr bool kSigned = true;
+  static __m256i Quants(const Block& b) { return LookUp16(kMxfp4Values, Nibbles32(b.qs)); }
+};
+
+struct IQ4_NLAvx2 {
+  using Block = BlockIQ4_NL;
+  static constexpr bool kSigned = true;
+  static __m256i Quants(const Block& b) { return LookUp16(kIq4nlValues, Nibbles32(b.qs)); }
+};
+
+// The float scale of a 32-element block: fp16 d, or MXFP4's power of two.
+template <typename Block>
+COLIBRI_INLINE float BlockScale(const Block& b) {
+  if constexpr (std::is_same_v<Block, BlockMXFP4>) {
+    return E8M0Half(b.e);
+  } else {
+    return Half(b.d);
+  }
+}
+
 template <typename D>
 struct Blocks32Kernel {
   static constexpr bool kHasMin = !D::kSigned;
@@ -159,7 +189,7 @@ struct Blocks32Kernel {
     }
     for (int64_t b = 0; b < cols / kQK; ++b) {
       const __m256i qx = D::Quants(x[b]);
-      const __m256 dw = _mm256_set1_ps(Half(x[b].d));
+      const __m256 dw = _mm256_set1_ps(BlockScale(x[b]));
       __m256i ax = qx;
       if constexpr (D::kSigned) ax = _mm256_sign_epi8(qx, qx);
       for (int t = 0; t < T; ++t) {
@@ -186,7 +216,7 @@ template <typename D>
 void DequantBlocks32(const void* src, float* dst, int64_t n) {
   const auto* x = static_cast<const typename D::Block*>(src);
   for (int64_t b = 0; b < n / kQK; ++b, dst += kQK) {
-    const __m256 d = _mm256_set1_ps(Half(x[b].d));
+    const __m256 d = _mm256_set1_ps(BlockScale(x[b]));
     if constexpr (D::kSigned) {
       StoreScaled32(D::Quants(x[b]), d, dst);
     } else {
@@ -226,7 +256,12 @@ KernelSet MakeAvx2() {
   k.quant_tile[Slot(TensorType::kQ5_0)] = &QuantTile<Blocks32Kernel<Q5_0Avx2>>;
   k.quant_tile[Slot(TensorType::kQ5_1)] = &QuantTile<Blocks32Kernel<Q5_1Avx2>>;
   k.quant_tile[Slot(TensorType::kQ8_0)] = &QuantTile<Blocks32Kernel<Q8_0Avx2>>;
+  k.dequant[Slot(TensorType::kMXFP4)] = &DequantBlocks32<MXFP4Avx2>;
+  k.dequant[Slot(TensorType::kIQ4_NL)] = &DequantBlocks32<IQ4_NLAvx2>;
+  k.quant_tile[Slot(TensorType::kMXFP4)] = &QuantTile<Blocks32Kernel<MXFP4Avx2>>;
+  k.quant_tile[Slot(TensorType::kIQ4_NL)] = &QuantTile<Blocks32Kernel<IQ4_NLAvx2>>;
   FillKQuantKernels(&k);
+  FillIqKernels(&k);
   return k;
 }
 

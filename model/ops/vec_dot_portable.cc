@@ -2,8 +2,10 @@
 // every target; the compiler may vectorise it, which keeps the per-lane
 // operation order and therefore the results.
 #include <cstring>
+#include <type_traits>
 
 #include "common/cpu_features.h"
+#include "model/ops/iq_decode.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/quant_reference.h"
 #include "model/ops/vec_dot.h"
@@ -83,6 +85,38 @@ struct Q8_0Traits {
   }
 };
 
+struct MXFP4Traits {
+  using Block = BlockMXFP4;
+  static constexpr bool kHasMin = false;
+  static void Decode(const Block& b, int q[32]) {
+    for (int j = 0; j < 16; ++j) {
+      q[j] = kMxfp4Values[b.qs[j] & 0x0F];
+      q[j + 16] = kMxfp4Values[b.qs[j] >> 4];
+    }
+  }
+};
+
+struct IQ4_NLTraits {
+  using Block = BlockIQ4_NL;
+  static constexpr bool kHasMin = false;
+  static void Decode(const Block& b, int q[32]) {
+    for (int j = 0; j < 16; ++j) {
+      q[j] = kIq4nlValues[b.qs[j] & 0x0F];
+      q[j + 16] = kIq4nlValues[b.qs[j] >> 4];
+    }
+  }
+};
+
+// The float scale of a 32-element block: fp16 d, or MXFP4's power of two.
+template <typename Block>
+float BlockScale(const Block& b) {
+  if constexpr (std::is_same_v<Block, BlockMXFP4>) {
+    return E8M0Half(b.e);
+  } else {
+    return HalfToFloat(b.d);
+  }
+}
+
 template <typename Traits>
 float DotBlocks32(const uint8_t* row, const QuantizedRow& a, int64_t cols) {
   const auto* x = reinterpret_cast<const typename Traits::Block*>(row);
@@ -92,7 +126,7 @@ float DotBlocks32(const uint8_t* row, const QuantizedRow& a, int64_t cols) {
     int q[32];
     Traits::Decode(x[b], q);
     const int8_t* qa = a.qs + b * kQK;
-    const float dd = HalfToFloat(x[b].d) * a.d[b];
+    const float dd = BlockScale(x[b]) * a.d[b];
     for (int l = 0; l < 8; ++l) {
       int p = 0;
       for (int k = 4 * l; k < 4 * l + 4; ++k) p += q[k] * qa[k];
@@ -230,6 +264,26 @@ float DotSuperBlocks(const uint8_t* row, const QuantizedRow& a, int64_t cols) {
   return acc;
 }
 
+// The 256-element i-quants through their integer form (iq_decode.h).
+template <TensorType kType>
+float DotIqSuperBlocks(const uint8_t* row, const QuantizedRow& a, int64_t cols) {
+  const IqTypeInfo info = GetIqTypeInfo(kType);
+  float acc = 0.0f;
+  IqSuperBlock s;
+  for (int64_t b = 0; b < cols / kQK_K; ++b) {
+    info.decode(row + b * info.block_bytes, &s);
+    const int8_t* qa = a.qs + b * kQK_K;
+    int isum = 0;
+    for (int g = 0; g < 16; ++g) {
+      int gsum = 0;
+      for (int e = 16 * g; e < 16 * g + 16; ++e) gsum += s.q[e] * qa[e];
+      isum += s.scale[g] * gsum;
+    }
+    acc = acc + (s.d * a.d[b]) * static_cast<float>(isum);
+  }
+  return acc * info.final_scale;
+}
+
 template <float (*Dot)(const uint8_t*, const QuantizedRow&, int64_t)>
 void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
                const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
@@ -239,6 +293,29 @@ void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
       const QuantizedRow a = QuantizedRow::At(layout, act + t * layout.row_bytes);
       y[t * y_stride + r] = Dot(row, a, layout.cols);
     }
+  }
+}
+
+QuantTileFn IqPortableTile(TensorType type) {
+  switch (type) {
+    case TensorType::kIQ2_XXS:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ2_XXS>>;
+    case TensorType::kIQ2_XS:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ2_XS>>;
+    case TensorType::kIQ2_S:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ2_S>>;
+    case TensorType::kIQ3_XXS:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ3_XXS>>;
+    case TensorType::kIQ3_S:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ3_S>>;
+    case TensorType::kIQ1_S:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ1_S>>;
+    case TensorType::kIQ1_M:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ1_M>>;
+    case TensorType::kIQ4_XS:
+      return &QuantTile<&DotIqSuperBlocks<TensorType::kIQ4_XS>>;
+    default:
+      return nullptr;
   }
 }
 
@@ -275,6 +352,23 @@ KernelSet MakePortable() {
       &QuantTile<&DotSuperBlocks<&DecodeQ5_K, sizeof(BlockQ5_K), true>>;
   k.quant_tile[Slot(TensorType::kQ6_K)] =
       &QuantTile<&DotSuperBlocks<&DecodeQ6_K, sizeof(BlockQ6_K), false>>;
+  k.dequant[Slot(TensorType::kMXFP4)] = &DequantizeMXFP4;
+  k.dequant[Slot(TensorType::kIQ4_NL)] = &DequantizeIQ4_NL;
+  k.dequant[Slot(TensorType::kIQ4_XS)] = &DequantizeIQ4_XS;
+  k.dequant[Slot(TensorType::kIQ2_XXS)] = &DequantizeIQ2_XXS;
+  k.dequant[Slot(TensorType::kIQ2_XS)] = &DequantizeIQ2_XS;
+  k.dequant[Slot(TensorType::kIQ2_S)] = &DequantizeIQ2_S;
+  k.dequant[Slot(TensorType::kIQ3_XXS)] = &DequantizeIQ3_XXS;
+  k.dequant[Slot(TensorType::kIQ3_S)] = &DequantizeIQ3_S;
+  k.dequant[Slot(TensorType::kIQ1_S)] = &DequantizeIQ1_S;
+  k.dequant[Slot(TensorType::kIQ1_M)] = &DequantizeIQ1_M;
+  k.quant_tile[Slot(TensorType::kMXFP4)] = &QuantTile<&DotBlocks32<MXFP4Traits>>;
+  k.quant_tile[Slot(TensorType::kIQ4_NL)] = &QuantTile<&DotBlocks32<IQ4_NLTraits>>;
+  for (TensorType type :
+       {TensorType::kIQ2_XXS, TensorType::kIQ2_XS, TensorType::kIQ2_S, TensorType::kIQ3_XXS,
+        TensorType::kIQ3_S, TensorType::kIQ1_S, TensorType::kIQ1_M, TensorType::kIQ4_XS}) {
+    k.quant_tile[Slot(type)] = IqPortableTile(type);
+  }
   return k;
 }
 

@@ -206,12 +206,12 @@ TEST(GgufHostileTest, UnknownTensorTypeNamesTheTensor) {
 TEST(GgufHostileTest, KnownButUnsupportedTensorTypeIsAccepted) {
   GgufWriter w;
   ASSERT_TRUE(
-      w.AddTensor("iq", ops::TensorType::kIQ2_XXS, {256, 2}, std::vector<uint8_t>(2 * 66)).ok());
+      w.AddTensor("tq", ops::TensorType::kTQ1_0, {256, 2}, std::vector<uint8_t>(2 * 54)).ok());
   const std::vector<uint8_t> image = w.Serialize();
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::FromBytes(image, "x");
   ASSERT_TRUE(file.ok()) << file.status();
-  EXPECT_EQ((*file)->tensors()[0].type, ops::TensorType::kIQ2_XXS);
-  EXPECT_EQ((*file)->tensors()[0].n_bytes, 132u);
+  EXPECT_EQ((*file)->tensors()[0].type, ops::TensorType::kTQ1_0);
+  EXPECT_EQ((*file)->tensors()[0].n_bytes, 108u);
 }
 
 TEST(GgufHostileTest, NDimsOutOfRange) {
@@ -254,6 +254,38 @@ TEST(GgufHostileTest, RowNotMultipleOfBlockSize) {
   std::vector<uint8_t> image = w.Serialize();
   PutU64(image, NDimsAt(image, "q") + 4, 128);
   ExpectError(image, absl::StatusCode::kDataLoss, "tensor 'q': row length 128");
+}
+
+// MXFP4 (32-element blocks of 17 bytes) and the 256-element i-quants: a row
+// that is not a whole number of blocks is rejected, naming the type.
+TEST(GgufHostileTest, Mxfp4AndIQuantRowsMustBeWholeBlocks) {
+  struct Case {
+    ops::TensorType type;
+    int64_t good_row, block_bytes, bad_row;
+    const char* name;
+  };
+  for (const Case& c : {Case{ops::TensorType::kMXFP4, 64, 17, 48, "MXFP4"},
+                        Case{ops::TensorType::kMXFP4, 32, 17, 16, "MXFP4"},
+                        Case{ops::TensorType::kIQ2_XXS, 256, 66, 128, "IQ2_XXS"},
+                        Case{ops::TensorType::kIQ1_S, 512, 50, 384, "IQ1_S"},
+                        Case{ops::TensorType::kIQ4_NL, 32, 18, 40, "IQ4_NL"},
+                        Case{ops::TensorType::kIQ4_XS, 256, 136, 320, "IQ4_XS"}}) {
+    GgufWriter w;
+    const int64_t bytes = c.good_row / (c.block_bytes == 17 || c.block_bytes == 18 ? 32 : 256) *
+                          c.block_bytes * 3;
+    ASSERT_TRUE(w.AddTensor("blk.0.ffn_down_exps.weight", c.type, {c.good_row, 3},
+                            std::vector<uint8_t>(bytes))
+                    .ok())
+        << c.name;
+    std::vector<uint8_t> image = w.Serialize();
+    ASSERT_TRUE(ParseStatus(image).ok()) << c.name;
+    PutU64(image, NDimsAt(image, "blk.0.ffn_down_exps.weight") + 4, c.bad_row);
+    const absl::Status s = ParseStatus(image);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << c.name;
+    EXPECT_THAT(s.message(), HasSubstr("tensor 'blk.0.ffn_down_exps.weight': row length " +
+                                       std::to_string(c.bad_row)));
+    EXPECT_THAT(s.message(), HasSubstr(c.name));
+  }
 }
 
 TEST(GgufHostileTest, OffsetsOutOfRangeMisalignedOrOverlapping) {

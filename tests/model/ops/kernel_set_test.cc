@@ -13,6 +13,7 @@
 #include "common/cpu_features.h"
 #include "gtest/gtest.h"
 #include "model/ops/activation_quant.h"
+#include "model/ops/iq_decode.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
@@ -37,6 +38,10 @@ const TensorType kTypes[] = {
     TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
     TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K,
     TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+    // MXFP4 and the i-quants.
+    TensorType::kMXFP4,   TensorType::kIQ4_NL, TensorType::kIQ4_XS, TensorType::kIQ2_XXS,
+    TensorType::kIQ2_XS,  TensorType::kIQ2_S,  TensorType::kIQ3_XXS, TensorType::kIQ3_S,
+    TensorType::kIQ1_S,   TensorType::kIQ1_M,
 };
 
 TEST(KernelSetTest, EveryKernelSetFillsEveryType) {
@@ -108,7 +113,29 @@ std::vector<size_t> HalfFields(TensorType type) {
     case TensorType::kQ4_K: return {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)};
     case TensorType::kQ5_K: return {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)};
     case TensorType::kQ6_K: return {offsetof(BlockQ6_K, d)};
-    default: return {};
+    case TensorType::kIQ4_NL: return {offsetof(BlockIQ4_NL, d)};
+    case TensorType::kIQ4_XS: return {offsetof(BlockIQ4_XS, d)};
+    case TensorType::kIQ2_XXS: return {offsetof(BlockIQ2_XXS, d)};
+    case TensorType::kIQ2_XS: return {offsetof(BlockIQ2_XS, d)};
+    case TensorType::kIQ2_S: return {offsetof(BlockIQ2_S, d)};
+    case TensorType::kIQ3_XXS: return {offsetof(BlockIQ3_XXS, d)};
+    case TensorType::kIQ3_S: return {offsetof(BlockIQ3_S, d)};
+    case TensorType::kIQ1_S: return {offsetof(BlockIQ1_S, d)};
+    default: return {};  // MXFP4 and IQ1_M: see SetScale
+  }
+}
+
+// Sets the block scale of the types whose scale is not a plain fp16 field:
+// MXFP4's exponent byte, IQ1_M's fp16 spread over the top nibbles of its four
+// scale words.
+void SetScale(TensorType type, uint8_t* block, uint16_t half, int exponent) {
+  if (type == TensorType::kMXFP4) {
+    block[0] = static_cast<uint8_t>(exponent);
+  } else if (type == TensorType::kIQ1_M) {
+    uint8_t* sc = block + offsetof(BlockIQ1_M, scales);
+    for (int k = 0; k < 4; ++k) {
+      sc[2 * k + 1] = static_cast<uint8_t>((sc[2 * k + 1] & 0x0F) | (((half >> (4 * k)) & 0xF) << 4));
+    }
   }
 }
 
@@ -128,6 +155,8 @@ std::vector<uint8_t> WeightRows(TensorType type, int64_t rows, int64_t cols, int
       const uint16_t h = FloatToHalf(std::ldexp(mag(*rng), -6));
       std::memcpy(&w[off + field], &h, sizeof(h));
     }
+    SetScale(type, &w[off], FloatToHalf(std::ldexp(mag(*rng), -6)),
+             118 + static_cast<int>((*rng)() % 8));
   }
   return w;
 }
@@ -184,6 +213,30 @@ TEST(KernelSetTest, QuantTilesMatchPortableBitwise) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The integer form the i-quant dot products use (iq_decode.h) is the
+// reference decoder's value exactly: d * scale * q * kFinal, on random blocks.
+TEST(KernelSetTest, IqIntegerFormEqualsDequantizeRow) {
+  std::mt19937 rng(99);
+  for (TensorType type : kTypes) {
+    const IqTypeInfo info = GetIqTypeInfo(type);
+    if (info.decode == nullptr) continue;
+    ASSERT_EQ(info.block_bytes, GetTraits(type).type_size) << TypeName(type);
+    for (int fill : {-1, -1, -1, 0xFF, 0x00, 0x80}) {
+      const std::vector<uint8_t> w = WeightRows(type, 1, 256, fill, &rng);
+      std::vector<float> want(256);
+      DequantizeRow(type, w.data(), want.data(), 256);
+      IqSuperBlock s;
+      info.decode(w.data(), &s);
+      for (int e = 0; e < 256; ++e) {
+        const double v = static_cast<double>(s.d) * s.scale[e / 16] * s.q[e] * info.final_scale;
+        ASSERT_EQ(static_cast<double>(want[e]), v)
+            << TypeName(type) << " fill=" << fill << " e=" << e << " q=" << int{s.q[e]}
+            << " scale=" << s.scale[e / 16];
       }
     }
   }

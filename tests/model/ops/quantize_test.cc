@@ -187,7 +187,10 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripCase{TensorType::kQ3_K, 0.25},
                       RoundTripCase{TensorType::kQ4_K, 0.11},
                       RoundTripCase{TensorType::kQ5_K, 0.055},
-                      RoundTripCase{TensorType::kQ6_K, 0.03}),
+                      RoundTripCase{TensorType::kQ6_K, 0.03},
+                      RoundTripCase{TensorType::kMXFP4, 0.17},
+                      RoundTripCase{TensorType::kIQ4_NL, 0.12},
+                      RoundTripCase{TensorType::kIQ4_XS, 0.12}),
     [](const ::testing::TestParamInfo<RoundTripCase>& info) {
       return std::string(TypeName(info.param.type));
     });
@@ -195,8 +198,11 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(QuantizeRowTest, RejectsUnsupportedTypeAndBadLength) {
   std::vector<float> x(256, 1.0f);
   std::vector<uint8_t> q(1024);
-  EXPECT_EQ(QuantizeRow(TensorType::kIQ2_XXS, x.data(), q.data(), 256).code(),
+  EXPECT_EQ(QuantizeRow(TensorType::kTQ1_0, x.data(), q.data(), 256).code(),
             absl::StatusCode::kInvalidArgument);
+  // Decoded and dotted, but no encoder.
+  EXPECT_EQ(QuantizeRow(TensorType::kIQ2_XXS, x.data(), q.data(), 256).code(),
+            absl::StatusCode::kUnimplemented);
   EXPECT_EQ(QuantizeRow(TensorType::kQ8_K, x.data(), q.data(), 256).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(QuantizeRow(TensorType::kQ4_K, x.data(), q.data(), 128).code(),
