@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -284,15 +285,18 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     tokenizer::EncodeOptions enc;
     enc.add_special = true;
     if (chat) {
-      if (!b.chat)
+      if (!b.chat) {
         return SendError(res, openai::MakeError(501, "this server has no chat template"));
+      }
       absl::StatusOr<std::string> rendered = b.chat(request.messages, request.tools, true);
       if (!rendered.ok()) return SendError(res, openai::ErrorFromStatus(rendered.status()));
       text = std::move(*rendered);
-      // The template writes its special tokens as text, BOS included when the
-      // model wants one, so they are parsed and none is added twice.
+      // The template writes its special tokens as text, so they are parsed;
+      // BOS is added only when the template did not write it already.
       enc.parse_special = true;
-      enc.add_special = false;
+      const int32_t bos = b.tokenizer->bos_id();
+      const std::string bos_text = bos >= 0 ? b.tokenizer->TokenText(bos) : std::string();
+      enc.add_special = bos_text.empty() || !absl::StartsWith(text, bos_text);
     }
     absl::StatusOr<std::vector<int32_t>> ids = b.tokenizer->Encode(text, enc);
     if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));

@@ -132,6 +132,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve_cmd->add_option("--http-listen", serve.http_listen,
                         "OpenAI-compatible HTTP API address HOST:PORT (port 0: the OS picks one)");
+  serve_cmd->add_option("--chat-template-file", serve.chat_template_file,
+                        "Jinja chat template for the chat endpoints (default: the GGUF's, else "
+                        "ChatML)");
   serve_cmd->add_option("--http-threads", serve.http_threads,
                         "HTTP connection threads (0: 4 * --sessions + 4)")
       ->capture_default_str();

@@ -1,7 +1,7 @@
 #include "coordinator/serve_command.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include "absl/cleanup/cleanup.h"
@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
+#include "coordinator/chat_prompt.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
@@ -88,6 +89,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                                                                  : 0;
   scheduler_options.prefetch.count = options.prefetch_count;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
+  ChatRenderer chat;
+  if (http != nullptr) {
+    COLIBRI_ASSIGN_OR_RETURN(
+        chat, LoadChatRenderer(model->file(), tokenizer, options.chat_template_file, err));
+  }
   COLIBRI_ASSIGN_OR_RETURN(
       std::unique_ptr<GenerationScheduler> scheduler,
       GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
@@ -135,6 +141,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     backend.tokenizer = tokenizer;
     backend.scheduler = scheduler.get();
     backend.cluster = cluster.get();
+    backend.chat = std::move(chat);
     http->Attach(std::move(backend));
     out << "http listening on " << rpc::ListenHost(options.http_listen) << ":" << http->port()
         << std::endl;

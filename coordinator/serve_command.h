@@ -23,6 +23,9 @@ struct ServeOptions {
   // Connection threads of the HTTP API (each open connection holds one).
   // Default: 0, meaning 4 * sessions + 4.
   int http_threads = 0;
+  // Jinja chat template of the chat endpoints, overriding the GGUF's
+  // tokenizer.chat_template. Default: "" (the GGUF's, else ChatML).
+  std::string chat_template_file;
   // File holding the token clients must send as "authorization: Bearer
   // <token>". Unless node_auth_token_file is set, the same token also
   // authenticates the coordinator to the nodes. Default: "" (no auth; then

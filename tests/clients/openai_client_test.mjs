@@ -1,6 +1,6 @@
 // The official `openai` npm client (pinned in package.json) against
-// `colibri-coordinator serve --http-listen`: completions and chat, streamed
-// and not, stop strings, seed reproducibility, an auth failure and malformed
+// `colibri-coordinator serve --http-listen`: completions and chat (the
+// ChatML default template), streamed and not, stop strings, seed reproducibility, an auth failure and malformed
 // requests. Run by CTest through run_openai_client_test.sh:
 //
 //   node openai_client_test.mjs COORDINATOR MODEL.gguf
@@ -90,6 +90,40 @@ test('a completion, whole and streamed, gives the same text and usage', async ()
     }
   }
   assert.equal(text, whole.choices[0].text);
+  assert.equal(finish, 'length');
+  assert.deepEqual(usage, whole.usage);
+});
+
+test('a chat completion, whole and streamed, gives the same message', async () => {
+  const request = {
+    model: modelId,
+    messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi there' }],
+    max_completion_tokens: 10, temperature: 0, ignore_eos: true,
+  };
+  const whole = await client().chat.completions.create(request);
+  assert.equal(whole.object, 'chat.completion');
+  assert.equal(whole.choices[0].message.role, 'assistant');
+  assert.ok(whole.choices[0].message.content.length > 0);
+  assert.equal(whole.choices[0].finish_reason, 'length');
+  assert.equal(whole.usage.completion_tokens, 10);
+
+  const stream = await client().chat.completions.create({
+    ...request, stream: true, stream_options: { include_usage: true },
+  });
+  let role = null;
+  let content = '';
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      if (choice.delta.role) role ??= choice.delta.role;
+      content += choice.delta.content ?? '';
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(content, whole.choices[0].message.content);
   assert.equal(finish, 'length');
   assert.deepEqual(usage, whole.usage);
 });

@@ -1,11 +1,13 @@
 // The OpenAI-compatible HTTP API of `colibri-coordinator serve`, driven with
 // curl against a real process on loopback: every endpoint, the same text as
 // `run` and gRPC Generate, streaming with usage, stop strings held back,
-// logprobs, the error envelope for bad requests, auth, and a client that
-// disconnects mid-stream. Expected text always comes from `run`.
+// logprobs, chat with the default and a given template, the error envelope
+// for bad requests, auth, and a client that disconnects mid-stream. Expected text always comes from
+// `run`.
 #include <signal.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -258,6 +260,79 @@ TEST_F(HttpApiTest, StopStringsNeverAppearStreamedOrNot) {
     }
   }
   EXPECT_EQ(text, expected);
+}
+
+TEST_F(HttpApiTest, ChatRendersChatMlWithoutATemplateAndStreamsRoleContentFinish) {
+  StartServe();
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}},
+                         {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi"}}}}}};
+  const std::string prompt =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  HttpReply rendered = Post("/apply-template", {{"messages", messages}});
+  ASSERT_EQ(rendered.status, 200) << rendered.body;
+  EXPECT_EQ(rendered.value["prompt"], prompt);
+
+  // The reply is the completion of the rendered prompt, special tokens parsed.
+  HttpReply ids = Post("/tokenize", {{"content", prompt}, {"add_special", true}});
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  const json sampling = {{"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}};
+  json completion = sampling;
+  completion["prompt"] = ids.value["tokens"];
+  HttpReply reference = Post("/v1/completions", completion);
+  ASSERT_EQ(reference.status, 200) << reference.body;
+  const std::string expected = reference.value["choices"][0]["text"];
+
+  json chat = sampling;
+  chat["messages"] = messages;
+  HttpReply whole = Post("/v1/chat/completions", chat);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(whole.value["object"], "chat.completion");
+  EXPECT_EQ(whole.value["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(whole.value["choices"][0]["message"]["content"], expected);
+  EXPECT_EQ(whole.value["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(whole.value["usage"]["prompt_tokens"], ids.value["tokens"].size());
+
+  chat["stream"] = true;
+  chat["stream_options"] = {{"include_usage", true}};
+  const std::vector<std::string> data = SseData(Post("/v1/chat/completions", chat, {"-N"}).body);
+  ASSERT_GE(data.size(), 5u);
+  const json first = json::parse(data[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (size_t i = 1; i + 3 < data.size(); ++i) {
+    text += json::parse(data[i])["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, expected);
+  const json finish = json::parse(data[data.size() - 3]);
+  EXPECT_EQ(finish["choices"][0]["delta"], json::object());
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(json::parse(data[data.size() - 2])["usage"]["completion_tokens"], 10);
+  EXPECT_EQ(data.back(), "[DONE]");
+}
+
+TEST_F(HttpApiTest, AChatTemplateFileOverridesAndItsErrorsAreBadRequests) {
+  const std::string dir = testing::MakeTempDir("http-template");
+  const std::string path = dir + "/template.jinja";
+  {
+    std::ofstream file(path);
+    file << "{% if messages|length > 2 %}{{ raise_exception('too many messages') }}{% endif %}"
+            "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+            "{% if add_generation_prompt %}[assistant]{% endif %}";
+  }
+  StartServe({"--chat-template-file", path});
+  const json hi = {{"role", "user"}, {"content", "Hi"}};
+  HttpReply plain = Post("/apply-template", {{"messages", {hi}}, {"add_generation_prompt", false}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(plain.value["prompt"], "[user] Hi\n");
+  EXPECT_EQ(Post("/apply-template", {{"messages", {hi}}}).value["prompt"],
+            "[user] Hi\n[assistant]");
+
+  HttpReply raised = Post("/v1/chat/completions", {{"messages", {hi, hi, hi}}});
+  ExpectError(raised, 400, "");
+  EXPECT_NE(raised.body.find("too many messages"), std::string::npos) << raised.body;
+  EXPECT_EQ(Post("/v1/chat/completions", {{"messages", {hi}}, {"max_tokens", 2}}).status, 200);
 }
 
 TEST_F(HttpApiTest, LogprobsReportTheChosenTokenAndTheTopOnes) {
