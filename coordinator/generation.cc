@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace colibri::coordinator {
@@ -15,18 +18,97 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// True when a stop string ends within the last `added` bytes of `text` (or
-// started before them): only those positions are new since the last check.
-bool EndsInStop(const std::string& text, size_t added, const std::vector<std::string>& stop) {
-  for (const std::string& s : stop) {
-    if (s.empty() || text.size() < s.size()) continue;
-    const size_t from = text.size() - std::min(text.size(), added + s.size() - 1);
-    if (text.find(s, from) != std::string::npos) return true;
-  }
-  return false;
-}
+float Logit(float x) { return std::isnan(x) ? -std::numeric_limits<float>::infinity() : x; }
 
 }  // namespace
+
+StopStringFilter::StopStringFilter(std::vector<std::string> stop) {
+  for (std::string& s : stop) {
+    if (!s.empty()) stop_.push_back(std::move(s));
+  }
+}
+
+size_t StopStringFilter::FindStop() const {
+  size_t first = std::string::npos;
+  for (const std::string& s : stop_) first = std::min(first, text_.find(s, released_));
+  return first;
+}
+
+size_t StopStringFilter::HeldBack() const {
+  size_t held = 0;
+  for (const std::string& s : stop_) {
+    const size_t longest = std::min(s.size() - 1, text_.size() - released_);
+    for (size_t len = longest; len > held; --len) {
+      if (text_.compare(text_.size() - len, len, s, 0, len) == 0) {
+        held = len;
+        break;
+      }
+    }
+  }
+  return held;
+}
+
+std::string StopStringFilter::Push(absl::string_view piece) {
+  if (stopped_) return "";
+  text_.append(piece.data(), piece.size());
+  // No stop string can start before released_: the text there was released
+  // only once no suffix of it was a prefix of one.
+  const size_t at = FindStop();
+  if (at != std::string::npos) {
+    text_.resize(at);
+    stopped_ = true;
+  }
+  const size_t held = stopped_ ? 0 : HeldBack();
+  std::string out = text_.substr(released_, text_.size() - held - released_);
+  released_ = text_.size() - held;
+  return out;
+}
+
+std::string StopStringFilter::Flush() {
+  std::string out = text_.substr(released_);
+  released_ = text_.size();
+  return out;
+}
+
+float LogSoftmaxAt(absl::Span<const float> logits, int32_t id, int top,
+                   std::vector<TokenLogprob>* top_out) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (float x : logits) max = std::max(max, Logit(x));
+  double sum = 0;
+  if (std::isfinite(max)) {
+    for (float x : logits) sum += std::exp(static_cast<double>(Logit(x)) - max);
+  }
+  // log p(i) = logit(i) - (max + log(sum exp(logit - max)))
+  const double log_norm = std::isfinite(max) ? max + std::log(sum) : 0.0;
+  const auto logprob = [&](int32_t i) {
+    return static_cast<float>(static_cast<double>(Logit(logits[i])) - log_norm);
+  };
+  if (top_out != nullptr) {
+    top_out->clear();
+    // A min-heap (by rank) of the best `top` seen so far: its front is the
+    // worst kept, replaced by anything better.
+    const auto better = [&](int32_t a, int32_t b) {
+      const float la = Logit(logits[a]), lb = Logit(logits[b]);
+      return la > lb || (la == lb && a < b);
+    };
+    std::vector<int32_t> heap;
+    const size_t keep = std::min<size_t>(std::max(top, 0), logits.size());
+    heap.reserve(keep + 1);
+    for (int32_t i = 0; keep > 0 && i < static_cast<int32_t>(logits.size()); ++i) {
+      if (heap.size() < keep) {
+        heap.push_back(i);
+        std::push_heap(heap.begin(), heap.end(), better);
+      } else if (better(i, heap.front())) {
+        std::pop_heap(heap.begin(), heap.end(), better);
+        heap.back() = i;
+        std::push_heap(heap.begin(), heap.end(), better);
+      }
+    }
+    std::sort(heap.begin(), heap.end(), better);
+    for (int32_t i : heap) top_out->push_back({i, logprob(i)});
+  }
+  return logprob(id);
+}
 
 absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Sampler& sampler,
                                           const tokenizer::Tokenizer* tokenizer,
@@ -35,6 +117,10 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
                                           const GenerationCallbacks& callbacks) {
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   if (options.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
+  if (options.top_logprobs < 0 || options.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
+  }
   const auto report = [&](absl::Span<const float> logits) {
     return callbacks.on_logits ? callbacks.on_logits(logits) : absl::OkStatus();
   };
@@ -62,16 +148,21 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
 
   const auto gen_start = Clock::now();
   result.finish_reason = FinishReason::kLength;
+  StopStringFilter filter(options.stop);
   for (int i = 0; i < options.max_tokens; ++i) {
     GeneratedToken token;
     token.id = sampler.Sample(next);
+    if (options.logprobs) {
+      token.logprob = LogSoftmaxAt(next, token.id, options.top_logprobs, &token.top_logprobs);
+    }
     sampler.Accept(token.id);
     result.tokens.push_back(token.id);
     token.end_of_generation =
         tokenizer != nullptr && tokenizer->IsEndOfGeneration(token.id) && !options.ignore_eos;
-    if (decoder != nullptr && !token.end_of_generation) token.text = decoder->Push(token.id);
-    result.text += token.text;
-    const bool stop = EndsInStop(result.text, token.text.size(), options.stop);
+    if (decoder != nullptr && !token.end_of_generation) {
+      token.text = filter.Push(decoder->Push(token.id));
+    }
+    const bool stop = filter.stopped();
     const bool keep_going = callbacks.on_token ? callbacks.on_token(token) : true;
 
     if (token.end_of_generation) {
@@ -101,8 +192,11 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
   }
   result.generate_seconds = Seconds(gen_start);
   if (decoder != nullptr) {
-    result.trailing_text = decoder->Flush();
-    result.text += result.trailing_text;
+    // After a stop string the decoder's remaining bytes come after it too.
+    result.trailing_text = filter.Push(decoder->Flush());
+    if (filter.stopped()) result.finish_reason = FinishReason::kStop;
+    result.trailing_text += filter.Flush();
+    result.text = filter.text();
   }
   return result;
 }

@@ -1,8 +1,12 @@
 // The generation loop shared by `run` and `serve`: evaluate the prompt, then
 // sample, stream and feed back one token at a time until a limit, an
 // end-of-generation token, a stop string, a full context or the caller says
-// stop. Both commands call this, so they produce the same tokens by
-// construction.
+// stop. `run`, the gRPC service and the HTTP API all call this, so they
+// produce the same tokens by construction.
+//
+// Stop strings never reach the output: text that could be the start of a stop
+// string is held back until it is known not to be one, and a stop string ends
+// the text just before it.
 //
 // Thread-safety: one Generate per session and sampler at a time.
 #ifndef COLIBRI_COORDINATOR_GENERATION_H_
@@ -15,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "model/arch/session.h"
 #include "model/sampling/sampler.h"
@@ -23,22 +28,32 @@
 namespace colibri::coordinator {
 
 enum class FinishReason {
-  kLength,            // max_tokens generated
-  kEndOfGeneration,   // an end-of-generation token (not with ignore_eos)
-  kStop,              // the generated text contains a stop string
-  kContextFull,       // no position left in the session's context
-  kCancelled,         // on_token returned false
+  kLength,           // max_tokens generated
+  kEndOfGeneration,  // an end-of-generation token (not with ignore_eos)
+  kStop,             // the generated text reached a stop string
+  kContextFull,      // no position left in the session's context
+  kCancelled,        // on_token returned false
 };
+
+// Most top_logprobs a request may ask for.
+inline constexpr int kMaxTopLogprobs = 20;
 
 struct GenerationOptions {
   // Tokens to generate; 0 evaluates the prompt only. Default: 64.
   int max_tokens = 64;
   // Keep generating past end-of-generation tokens. Default: false.
   bool ignore_eos = false;
-  // Stop once the generated text contains one of these (the text then ends
-  // with the token that completed it, stop string included). Needs a
-  // tokenizer and decode_text. Default: none.
+  // Stop once the generated text contains one of these. The text then ends
+  // just before the first stop string (which is never reported); the tokens
+  // include the one that completed it. Needs a tokenizer and decode_text.
+  // Default: none.
   std::vector<std::string> stop;
+  // Report GeneratedToken::logprob (and top_logprobs) for every token.
+  // Costs a pass over the vocabulary per token. Default: false.
+  bool logprobs = false;
+  // With logprobs: this many most likely tokens at each step, 0 to 20.
+  // Default: 0.
+  int top_logprobs = 0;
   // Decode tokens into UTF-8-safe text pieces (needs a tokenizer).
   // Default: true.
   bool decode_text = true;
@@ -50,12 +65,53 @@ struct GenerationOptions {
   bool all_prompt_logits = false;
 };
 
+// Cuts streamed text at the first stop string and holds back its possible
+// beginnings: Push returns only text that can no longer be part of a stop
+// string. Thread-safety: none (one generation's state).
+class StopStringFilter {
+ public:
+  // Empty strings are ignored.
+  explicit StopStringFilter(std::vector<std::string> stop);
+
+  // Appends `piece` to the text and returns what is now safe to release
+  // (nothing once stopped).
+  std::string Push(absl::string_view piece);
+  // Releases what is still held back (at the end of the generation).
+  std::string Flush();
+  // True once the text reached a stop string.
+  bool stopped() const { return stopped_; }
+  // All text so far, ending just before the stop string once stopped.
+  const std::string& text() const { return text_; }
+
+ private:
+  size_t FindStop() const;
+  size_t HeldBack() const;
+
+  std::vector<std::string> stop_;
+  std::string text_;
+  size_t released_ = 0;  // text_[0, released_) was returned
+  bool stopped_ = false;
+};
+
+// A token and its natural-log probability under the model (the log-softmax
+// of the raw logits, before any sampling transformation).
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+
 struct GeneratedToken {
   int32_t id = 0;
-  // The text this token completed (empty inside a multi-byte character, for
-  // an end-of-generation token and without decode_text).
+  // The text released with this token: what it completed, plus text held back
+  // from earlier tokens that turned out not to start a stop string, minus what
+  // may start one now. Empty inside a multi-byte character, for an
+  // end-of-generation token and without decode_text.
   std::string text;
   bool end_of_generation = false;
+  // With GenerationOptions::logprobs: this token's log-probability and the
+  // top_logprobs most likely tokens, most likely first.
+  float logprob = 0;
+  std::vector<TokenLogprob> top_logprobs;
 };
 
 struct GenerationCallbacks {
@@ -73,8 +129,9 @@ struct GenerationCallbacks {
 struct GenerationResult {
   std::vector<int32_t> tokens;  // every generated id, end-of-generation included
   std::string text;             // the concatenated pieces, trailing_text included
-  // Bytes the decoder still held at the end (an incomplete character); not
-  // reported through on_token.
+  // Text not reported through on_token: what was still held back as a
+  // possible stop string when the generation ended, and the bytes the decoder
+  // still held (an incomplete character).
   std::string trailing_text;
   FinishReason finish_reason = FinishReason::kLength;
   double prompt_seconds = 0;
@@ -84,7 +141,13 @@ struct GenerationResult {
 // Runs `prompt` (non-empty; evaluated at the session's next positions) and
 // generates. tokenizer may be null (then no text, no end-of-generation
 // detection). Session and backend errors are returned as they are;
-// InvalidArgument for an empty prompt or a negative max_tokens.
+// InvalidArgument for an empty prompt, a negative max_tokens or top_logprobs
+// outside [0, 20].
+// Log-softmax of `logits` ([n_vocab]; NaN counts as -inf) at `id`, and the
+// `top` most likely tokens (most likely first, ties by lower id) into *top.
+float LogSoftmaxAt(absl::Span<const float> logits, int32_t id, int top,
+                   std::vector<TokenLogprob>* top_out);
+
 absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Sampler& sampler,
                                           const tokenizer::Tokenizer* tokenizer,
                                           absl::Span<const int32_t> prompt,

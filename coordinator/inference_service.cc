@@ -1,17 +1,14 @@
 #include "coordinator/inference_service.h"
 
-#include <algorithm>
 #include <future>
 #include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/generation.h"
 #include "coordinator/model_summary.h"
 #include "coordinator/request_limits.h"
 #include "model/gguf/gguf_fingerprint.h"
-#include "model/moe/local_expert_backend.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/unicode_util.h"
 #include "rpc/server_support.h"
@@ -25,7 +22,6 @@ grpc::Status ToGrpc(const absl::Status& s) {
 }
 
 const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
-const grpc::Status kCancelled(grpc::StatusCode::CANCELLED, "generation cancelled by the client");
 
 // The request's sampling parameters with the proto's "0 means off / default"
 // conventions resolved.
@@ -50,22 +46,28 @@ sampling::SamplingOptions ToSamplingOptions(const v1::SamplingParams& p, int def
 
 v1::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kEndOfGeneration: return v1::FINISH_REASON_EOS;
-    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case FinishReason::kContextFull: return v1::FINISH_REASON_CONTEXT;
-    case FinishReason::kCancelled: break;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEndOfGeneration:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kContextFull:
+      return v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kCancelled:
+      break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
 }  // namespace
 
-// One Generate call: what the worker and the reactor share. The worker sends
-// replies and finally the status; the reactor writes them one at a time and
-// calls Finish once the worker is done and no write is in flight, so the
-// reactor (which deletes itself in OnDone) never outlives a use of it.
-class InferenceServiceImpl::GenerateCall {
+// One Generate call: the scheduler's job and what the worker and the reactor
+// share. The worker sends replies and finally the status; the reactor writes
+// them one at a time and calls Finish once the worker is done and no write is
+// in flight, so the reactor (which deletes itself in OnDone) never outlives a
+// use of it.
+class InferenceServiceImpl::GenerateCall final : public GenerationJob {
  public:
   class Reactor final : public grpc::ServerWriteReactor<v1::GenerateReply> {
    public:
@@ -78,7 +80,7 @@ class InferenceServiceImpl::GenerateCall {
     const std::shared_ptr<GenerateCall> call_;
   };
 
-  explicit GenerateCall(const v1::GenerateRequest& request) : request_(request) {}
+  explicit GenerateCall(GenerationSpec spec) : GenerationJob(std::move(spec)) {}
 
   // Creates the reactor that gRPC drives; borrowed here until Finish.
   Reactor* MakeReactor(std::shared_ptr<GenerateCall> self) {
@@ -86,9 +88,34 @@ class InferenceServiceImpl::GenerateCall {
     return reactor_;
   }
 
-  const v1::GenerateRequest& request() const { return request_; }
-  bool cancelled() const { return cancelled_.load(); }
-  void Cancel() { cancelled_.store(true); }
+  bool OnToken(const GeneratedToken& token) override {
+    v1::GenerateReply reply;
+    reply.set_token(token.id);
+    // Protobuf strings must be valid UTF-8; a model may emit any bytes.
+    reply.set_text(tokenizer::ToValidUtf8(token.text));
+    Send(std::move(reply));
+    return true;
+  }
+
+  void OnFinish(absl::StatusOr<GenerationOutcome> outcome) override {
+    if (!outcome.ok()) return Finish(ToGrpc(outcome.status()));
+    const GenerationResult& result = outcome->result;
+    v1::GenerateReply last;
+    last.set_done(true);
+    last.set_text(tokenizer::ToValidUtf8(result.trailing_text));
+    last.set_finish_reason(ToProto(result.finish_reason));
+    v1::GenerateStats* stats = last.mutable_stats();
+    stats->set_prompt_tokens(outcome->prompt_tokens);
+    stats->set_generated_tokens(static_cast<int32_t>(result.tokens.size()));
+    stats->set_prompt_seconds(result.prompt_seconds);
+    stats->set_generate_seconds(result.generate_seconds);
+    stats->set_expert_wait_seconds(outcome->expert_wait_seconds);
+    stats->set_expert_round_trips(outcome->expert_round_trips);
+    stats->set_expert_bytes_sent(outcome->expert_bytes_sent);
+    stats->set_fallback_routes(outcome->fallback_routes);
+    Send(std::move(last));
+    Finish(grpc::Status::OK);
+  }
 
   // Queues a reply; dropped once the stream broke.
   void Send(v1::GenerateReply reply) {
@@ -125,7 +152,7 @@ class InferenceServiceImpl::GenerateCall {
       pending_.pop_front();
       if (!ok) {
         broken_ = true;
-        cancelled_.store(true);
+        Cancel();
         pending_.clear();
       }
       if (!pending_.empty()) {
@@ -143,9 +170,7 @@ class InferenceServiceImpl::GenerateCall {
     }
   }
 
-  const v1::GenerateRequest request_;
   Reactor* reactor_ = nullptr;
-  std::atomic<bool> cancelled_{false};
   absl::Mutex mu_;
   // pending_.front() is being written while writing_; deque references stay
   // valid across push_back.
@@ -156,33 +181,25 @@ class InferenceServiceImpl::GenerateCall {
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-// A worker's sessions and backends, [0] fast path, [1] exact path.
-struct InferenceServiceImpl::Slot {
-  std::unique_ptr<moe::ExpertBackend> backend[2];
-  RemoteExpertBackend* remote[2] = {nullptr, nullptr};  // backend[i] when over nodes
-  std::unique_ptr<arch::Session> session[2];
-};
-
 InferenceServiceImpl::InferenceServiceImpl(const Options& options, const arch::Model& model,
                                            const tokenizer::Tokenizer* tokenizer,
-                                           ClusterExperts* cluster, ThreadPool* pool)
-    : options_(options), model_(model), tokenizer_(tokenizer), cluster_(cluster), pool_(pool) {}
+                                           ClusterExperts* cluster, GenerationScheduler* scheduler)
+    : options_(options),
+      model_(model),
+      tokenizer_(tokenizer),
+      cluster_(cluster),
+      scheduler_(scheduler) {}
 
 absl::StatusOr<std::unique_ptr<InferenceServiceImpl>> InferenceServiceImpl::Create(
     const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
-    ClusterExperts* cluster, ThreadPool* pool) {
-  if (options.sessions < 1) return absl::InvalidArgumentError("--sessions must be >= 1");
+    ClusterExperts* cluster, GenerationScheduler* scheduler) {
   if (options.default_max_tokens < 1) {
     return absl::InvalidArgumentError("default_max_tokens must be >= 1");
   }
   std::unique_ptr<InferenceServiceImpl> service(
-      new InferenceServiceImpl(options, model, tokenizer, cluster, pool));
-  for (int i = 0; i < options.sessions; ++i) service->slots_.push_back(std::make_unique<Slot>());
-  COLIBRI_ASSIGN_OR_RETURN(arch::Session * first,
-                           service->SessionFor(*service->slots_[0], ops::NumericPath::kFast));
-  service->n_ctx_ = first->n_ctx();
+      new InferenceServiceImpl(options, model, tokenizer, cluster, scheduler));
   service->limits_ = options.limits;
-  service->limits_.n_ctx = service->n_ctx_;
+  service->limits_.n_ctx = scheduler->n_ctx();
   service->limits_.n_vocab = model.config().n_vocab;
   COLIBRI_RETURN_IF_ERROR(ValidateRequestLimits(service->limits_));
 
@@ -196,69 +213,23 @@ absl::StatusOr<std::unique_ptr<InferenceServiceImpl>> InferenceServiceImpl::Crea
   info.set_n_layer(config.n_layer);
   info.set_n_embd(config.n_embd);
   info.set_n_vocab(config.n_vocab);
-  info.set_n_ctx(service->n_ctx_);
+  info.set_n_ctx(scheduler->n_ctx());
   info.set_n_expert(config.n_expert);
   info.set_n_expert_used(config.n_expert_used);
   info.set_dense_bytes(summary.dense_bytes);
   info.set_routed_expert_bytes(summary.routed_expert_bytes);
-
-  for (int i = 0; i < options.sessions; ++i) {
-    service->workers_.emplace_back([s = service.get(), i] { s->WorkerLoop(i); });
-  }
   service->control_ = std::thread([s = service.get()] { s->ControlLoop(); });
   return service;
 }
 
 InferenceServiceImpl::~InferenceServiceImpl() { Stop(); }
 
-void InferenceServiceImpl::BeginShutdown() {
-  std::deque<std::shared_ptr<GenerateCall>> queued;
-  {
-    absl::MutexLock lock(&mu_);
-    shutting_down_ = true;
-    queued.swap(queue_);
-    for (const auto& call : running_) call->Cancel();
-  }
-  for (const auto& call : queued) call->Finish(kShuttingDown);
-}
-
 void InferenceServiceImpl::Stop() {
-  BeginShutdown();
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  for (std::thread& t : workers_) t.join();
-  workers_.clear();
   if (control_.joinable()) control_.join();
-}
-
-int InferenceServiceImpl::active_generations() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(running_.size());
-}
-
-absl::StatusOr<arch::Session*> InferenceServiceImpl::SessionFor(Slot& slot,
-                                                                ops::NumericPath path) {
-  const int k = path == ops::NumericPath::kExact ? 1 : 0;
-  if (slot.session[k] == nullptr) {
-    if (cluster_ != nullptr) {
-      std::unique_ptr<RemoteExpertBackend> remote = cluster_->NewBackend(path);
-      slot.remote[k] = remote.get();
-      slot.backend[k] = std::move(remote);
-    } else {
-      slot.backend[k] = std::make_unique<moe::LocalExpertBackend>(
-          &model_.experts(), model_.config().n_expert, path, pool_);
-    }
-    arch::SessionOptions session_options;
-    session_options.n_ctx = options_.ctx_size;
-    session_options.n_batch = options_.batch_size;
-    session_options.path = path;
-    session_options.prefetch = options_.prefetch;
-    COLIBRI_ASSIGN_OR_RETURN(slot.session[k], arch::Session::Create(model_, slot.backend[k].get(),
-                                                                    pool_, session_options));
-  }
-  return slot.session[k].get();
 }
 
 absl::Status InferenceServiceImpl::ValidateRequest(const v1::GenerateRequest& request) const {
@@ -273,132 +244,34 @@ absl::Status InferenceServiceImpl::ValidateRequest(const v1::GenerateRequest& re
   return absl::OkStatus();
 }
 
+GenerationSpec InferenceServiceImpl::ToSpec(const v1::GenerateRequest& request) const {
+  GenerationSpec spec;
+  if (request.has_tokens()) {
+    spec.prompt_ids.assign(request.tokens().ids().begin(), request.tokens().ids().end());
+  } else {
+    spec.text = request.text();
+  }
+  spec.path = request.exact() ? ops::NumericPath::kExact : ops::NumericPath::kFast;
+  spec.sampling = ToSamplingOptions(request.sampling(), options_.default_penalty_last_n);
+  spec.generation.max_tokens =
+      request.max_tokens() == 0 ? options_.default_max_tokens : request.max_tokens();
+  spec.generation.ignore_eos = request.ignore_eos();
+  spec.generation.stop.assign(request.stop().begin(), request.stop().end());
+  return spec;
+}
+
 grpc::ServerWriteReactor<v1::GenerateReply>* InferenceServiceImpl::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  auto call = std::make_shared<GenerateCall>(*request);
+  auto call = std::make_shared<GenerateCall>(ToSpec(*request));
   GenerateCall::Reactor* reactor = call->MakeReactor(call);
   if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
     call->Finish(rpc::UnauthenticatedStatus());
     return reactor;
   }
-  absl::Status valid = ValidateRequest(*request);
-  if (!valid.ok()) {
-    call->Finish(ToGrpc(valid));
-    return reactor;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (!shutting_down_) {
-      queue_.push_back(call);
-      return reactor;
-    }
-  }
-  call->Finish(kShuttingDown);
+  absl::Status status = ValidateRequest(*request);
+  if (status.ok()) status = scheduler_->Submit(call);
+  if (!status.ok()) call->Finish(ToGrpc(status));
   return reactor;
-}
-
-void InferenceServiceImpl::WorkerLoop(int slot) {
-  for (;;) {
-    std::shared_ptr<GenerateCall> call;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
-      mu_.Await(absl::Condition(&ready));
-      if (queue_.empty()) return;
-      call = queue_.front();
-      queue_.pop_front();
-      running_.push_back(call);
-    }
-    RunGeneration(*slots_[slot], *call);
-    absl::MutexLock lock(&mu_);
-    running_.erase(std::find(running_.begin(), running_.end(), call));
-  }
-}
-
-void InferenceServiceImpl::RunGeneration(Slot& slot, GenerateCall& call) {
-  if (call.cancelled()) return call.Finish(kCancelled);
-  const v1::GenerateRequest& request = call.request();
-  std::vector<int32_t> prompt;
-  if (request.has_tokens()) {
-    prompt.assign(request.tokens().ids().begin(), request.tokens().ids().end());
-  } else {
-    tokenizer::EncodeOptions enc;
-    enc.add_special = true;
-    absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request.text(), enc);
-    if (!ids.ok()) return call.Finish(ToGrpc(ids.status()));
-    prompt = std::move(*ids);
-  }
-  if (prompt.empty()) {
-    return call.Finish(ToGrpc(absl::InvalidArgumentError("the prompt has no tokens")));
-  }
-  if (static_cast<int>(prompt.size()) > n_ctx_) {
-    return call.Finish(ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-        "the prompt has ", prompt.size(), " tokens, more than the context of ", n_ctx_))));
-  }
-  const ops::NumericPath path = request.exact() ? ops::NumericPath::kExact : ops::NumericPath::kFast;
-  absl::StatusOr<arch::Session*> session = SessionFor(slot, path);
-  if (!session.ok()) return call.Finish(ToGrpc(session.status()));
-  (*session)->Reset();
-  absl::StatusOr<std::unique_ptr<sampling::Sampler>> sampler = sampling::Sampler::Create(
-      ToSamplingOptions(request.sampling(), options_.default_penalty_last_n),
-      model_.config().n_vocab);
-  if (!sampler.ok()) return call.Finish(ToGrpc(sampler.status()));
-
-  const RemoteExpertBackend* remote = slot.remote[path == ops::NumericPath::kExact ? 1 : 0];
-  const RemoteBackendStats remote_before = remote != nullptr ? remote->stats() : RemoteBackendStats();
-  const double wait_before = (*session)->stats().expert_wait_seconds;
-  const arch::PredictorStats predictor_before = (*session)->stats().predictor[0];
-
-  GenerationOptions generation;
-  generation.max_tokens = request.max_tokens() == 0 ? options_.default_max_tokens
-                                                    : request.max_tokens();
-  generation.ignore_eos = request.ignore_eos();
-  for (const std::string& s : request.stop()) {
-    if (!s.empty()) generation.stop.push_back(s);
-  }
-  GenerationCallbacks callbacks;
-  callbacks.on_token = [&call](const GeneratedToken& token) {
-    if (call.cancelled()) return false;
-    v1::GenerateReply reply;
-    reply.set_token(token.id);
-    // Protobuf strings must be valid UTF-8; a model may emit any bytes.
-    reply.set_text(tokenizer::ToValidUtf8(token.text));
-    call.Send(std::move(reply));
-    return !call.cancelled();
-  };
-  absl::StatusOr<GenerationResult> result =
-      coordinator::Generate(**session, **sampler, tokenizer_, prompt, generation, callbacks);
-  {
-    const arch::PredictorStats& p = (*session)->stats().predictor[0];
-    absl::MutexLock lock(&mu_);
-    predictor_.layers += p.layers - predictor_before.layers;
-    predictor_.routed += p.routed - predictor_before.routed;
-    predictor_.predicted += p.predicted - predictor_before.predicted;
-    predictor_.hits += p.hits - predictor_before.hits;
-  }
-  if (!result.ok()) return call.Finish(ToGrpc(result.status()));
-  if (result->finish_reason == FinishReason::kCancelled || call.cancelled()) {
-    return call.Finish(kCancelled);
-  }
-
-  v1::GenerateReply last;
-  last.set_done(true);
-  last.set_text(tokenizer::ToValidUtf8(result->trailing_text));
-  last.set_finish_reason(ToProto(result->finish_reason));
-  v1::GenerateStats* stats = last.mutable_stats();
-  stats->set_prompt_tokens(static_cast<int32_t>(prompt.size()));
-  stats->set_generated_tokens(static_cast<int32_t>(result->tokens.size()));
-  stats->set_prompt_seconds(result->prompt_seconds);
-  stats->set_generate_seconds(result->generate_seconds);
-  stats->set_expert_wait_seconds((*session)->stats().expert_wait_seconds - wait_before);
-  if (remote != nullptr) {
-    const RemoteBackendStats after = remote->stats();
-    stats->set_expert_round_trips(after.round_trips - remote_before.round_trips);
-    stats->set_expert_bytes_sent(after.bytes_sent - remote_before.bytes_sent);
-    stats->set_fallback_routes(after.fallback_routes - remote_before.fallback_routes);
-  }
-  call.Send(std::move(last));
-  call.Finish(grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::Tokenize(grpc::CallbackServerContext* context,
@@ -446,9 +319,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfo(grpc::CallbackServerCo
   return reactor;
 }
 
-grpc::ServerUnaryReactor* InferenceServiceImpl::ClusterStatus(
-    grpc::CallbackServerContext* context, const v1::ClusterStatusRequest*,
-    v1::ClusterStatusReply* reply) {
+grpc::ServerUnaryReactor* InferenceServiceImpl::ClusterStatus(grpc::CallbackServerContext* context,
+                                                              const v1::ClusterStatusRequest*,
+                                                              v1::ClusterStatusReply* reply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
     reactor->Finish(rpc::UnauthenticatedStatus());
@@ -484,12 +357,10 @@ void InferenceServiceImpl::ControlLoop() {
 }
 
 void InferenceServiceImpl::FillClusterStatus(v1::ClusterStatusReply* reply) const {
-  reply->set_active_generations(active_generations());
-  {
-    absl::MutexLock lock(&mu_);
-    reply->set_predictor_recall(predictor_.recall());
-    reply->set_predictor_precision(predictor_.precision());
-  }
+  reply->set_active_generations(scheduler_->active_generations());
+  const arch::PredictorStats predictor = scheduler_->predictor();
+  reply->set_predictor_recall(predictor.recall());
+  reply->set_predictor_precision(predictor.precision());
   if (cluster_ == nullptr) return;
   Cluster& cluster = cluster_->cluster();
   const Placement& placement = cluster.placement();
@@ -499,7 +370,8 @@ void InferenceServiceImpl::FillClusterStatus(v1::ClusterStatusReply* reply) cons
   std::vector<std::future<absl::StatusOr<v1::NodeStatsReply>>> stats(n);
   for (int i = 0; i < n; ++i) {
     if (!cluster.healthy(i)) continue;
-    stats[i] = std::async(std::launch::async, [&cluster, i] { return cluster.client(i)->NodeStats(); });
+    stats[i] =
+        std::async(std::launch::async, [&cluster, i] { return cluster.client(i)->NodeStats(); });
   }
   for (int i = 0; i < n; ++i) {
     v1::NodeStatus* node = reply->add_nodes();

@@ -151,11 +151,22 @@ int main(int argc, char** argv) {
   AddClusterFlags(run_cmd, &run.cluster);
 
   colibri::coordinator::ServeOptions serve;
-  CLI::App* serve_cmd = app.add_subcommand("serve", "serve colibri.v1.Inference over gRPC");
+  CLI::App* serve_cmd = app.add_subcommand(
+      "serve", "serve colibri.v1.Inference over gRPC and the OpenAI API over HTTP");
   serve_cmd->add_option("--model,-m", serve.model_path, "GGUF model file")->required();
   serve_cmd->add_option("--listen", serve.listen, "gRPC address (port 0: the OS picks one)")
       ->capture_default_str()
       ->check(colibri::cli::ListenAddress());
+  serve_cmd->add_option("--http-listen", serve.http_listen,
+                        "OpenAI-compatible HTTP API address HOST:PORT (port 0: the OS picks one)")
+      ->check(colibri::cli::ListenAddress());
+  serve_cmd->add_option("--chat-template-file", serve.chat_template_file,
+                        "Jinja chat template for the chat endpoints (default: the GGUF's, else "
+                        "ChatML)");
+  serve_cmd->add_option("--http-threads", serve.http_threads,
+                        "HTTP connection threads (0: 4 * --sessions + 4)")
+      ->capture_default_str()
+      ->check(colibri::cli::kThreadCount);
   serve_cmd->add_option("--threads,-t", serve.threads, "worker threads (0: physical cores)")
       ->capture_default_str()
       ->check(colibri::cli::kThreadCount);

@@ -1,12 +1,18 @@
 #include "coordinator/serve_command.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
+#include "coordinator/chat_prompt.h"
+#include "coordinator/generation_scheduler.h"
+#include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -16,6 +22,16 @@
 #include "rpc/server_support.h"
 
 namespace colibri::coordinator {
+namespace {
+
+// The model's name in the HTTP API: the file name without ".gguf".
+std::string ModelId(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (absl::EndsWith(name, ".gguf")) name.resize(name.size() - 5);
+  return name.empty() ? "colibri" : name;
+}
+
+}  // namespace
 
 absl::Status RunServe(const ServeOptions& options, const std::function<void()>& wait_for_shutdown,
                       std::ostream& out, std::ostream& err) {
@@ -23,7 +39,23 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   if (!options.auth_token_file.empty()) {
     COLIBRI_ASSIGN_OR_RETURN(token, rpc::ReadTokenFile(options.auth_token_file));
   }
-  COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));
+  COLIBRI_RETURN_IF_ERROR(
+      rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));
+  if (!options.http_listen.empty()) {
+    COLIBRI_RETURN_IF_ERROR(
+        rpc::CheckListenAllowed(options.http_listen, !token.empty(), options.insecure));
+  }
+  // The HTTP API listens while the model loads, answering 503 until then.
+  std::unique_ptr<HttpServer> http;
+  if (!options.http_listen.empty()) {
+    HttpServer::Options http_options;
+    http_options.listen = options.http_listen;
+    http_options.auth_token = token;
+    http_options.threads =
+        options.http_threads > 0 ? options.http_threads : 4 * std::max(options.sessions, 1) + 4;
+    http_options.model_id = ModelId(options.model_path);
+    COLIBRI_ASSIGN_OR_RETURN(http, HttpServer::Start(http_options));
+  }
   rpc::ServerTlsFiles tls;
   tls.cert_file = options.tls_cert_file;
   tls.key_file = options.tls_key_file;
@@ -53,19 +85,28 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                                                             ops::NumericPath::kFast, &pool, err));
   }
 
+  GenerationScheduler::Options scheduler_options;
+  scheduler_options.sessions = options.sessions;
+  scheduler_options.ctx_size = options.ctx_size;
+  scheduler_options.batch_size = options.batch_size;
+  scheduler_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
+                                     : cluster != nullptr        ? 1
+                                                                 : 0;
+  scheduler_options.prefetch.count = options.prefetch_count;
+  const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
+  ChatRenderer chat;
+  if (http != nullptr) {
+    COLIBRI_ASSIGN_OR_RETURN(
+        chat, LoadChatRenderer(model->file(), tokenizer, options.chat_template_file, err));
+  }
+  COLIBRI_ASSIGN_OR_RETURN(
+      std::unique_ptr<GenerationScheduler> scheduler,
+      GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
   InferenceServiceImpl::Options service_options;
   service_options.auth_token = token;
-  service_options.sessions = options.sessions;
-  service_options.ctx_size = options.ctx_size;
-  service_options.batch_size = options.batch_size;
-  service_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
-                                   : cluster != nullptr         ? 1
-                                                                : 0;
-  service_options.prefetch.count = options.prefetch_count;
-  COLIBRI_ASSIGN_OR_RETURN(
-      std::unique_ptr<InferenceServiceImpl> service,
-      InferenceServiceImpl::Create(service_options, *model, tok.ok() ? tok->get() : nullptr,
-                                   cluster.get(), &pool));
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<InferenceServiceImpl> service,
+                           InferenceServiceImpl::Create(service_options, *model, tokenizer,
+                                                        cluster.get(), scheduler.get()));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -89,11 +130,27 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   err << absl::StrFormat(
       "serve: %s (%s), %d layers, %d experts top-%d, context %d, %d session(s), %s, %s%s\n",
       config.arch, config.name, config.n_layer, config.n_expert, config.n_expert_used,
-      service->n_ctx(), options.sessions,
+      scheduler->n_ctx(), options.sessions,
       cluster != nullptr ? absl::StrCat(cluster->cluster().n_nodes(), " expert nodes")
                          : std::string("local experts"),
       token.empty() ? "no auth" : "token auth", options.tls_cert_file.empty() ? "" : ", TLS");
   out << "listening on " << rpc::ListenHost(options.listen) << ":" << port << std::endl;
+
+  // Stopped before what it serves is destroyed, on every return.
+  absl::Cleanup stop_http = [&http] {
+    if (http != nullptr) http->Stop();
+  };
+  if (http != nullptr) {
+    HttpServer::Backend backend;
+    backend.model = model.get();
+    backend.tokenizer = tokenizer;
+    backend.scheduler = scheduler.get();
+    backend.cluster = cluster.get();
+    backend.chat = std::move(chat);
+    http->Attach(std::move(backend));
+    out << "http listening on " << rpc::ListenHost(options.http_listen) << ":" << http->port()
+        << std::endl;
+  }
 
   wait_for_shutdown();
 
@@ -104,6 +161,10 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoMilliseconds(options.shutdown_grace));
   server->Wait();
+  // Running HTTP streams end with the cancellation of their generations.
+  scheduler->BeginShutdown();
+  if (http != nullptr) http->Stop();
+  scheduler->Stop();
   service->Stop();
   err << "serve: stopped\n";
   return absl::OkStatus();

@@ -17,6 +17,15 @@ struct ServeOptions {
   std::string model_path;
   // gRPC listen address; port 0 lets the OS choose. Default: "127.0.0.1:7070".
   std::string listen = "127.0.0.1:7070";
+  // OpenAI-compatible HTTP API address ("HOST:PORT", port 0 lets the OS
+  // choose), same token and loopback rule as `listen`. Default: "" (off).
+  std::string http_listen;
+  // Connection threads of the HTTP API (each open connection holds one).
+  // Default: 0, meaning 4 * sessions + 4.
+  int http_threads = 0;
+  // Jinja chat template of the chat endpoints, overriding the GGUF's
+  // tokenizer.chat_template. Default: "" (the GGUF's, else ChatML).
+  std::string chat_template_file;
   // File holding the token clients must send as "authorization: Bearer
   // <token>". Unless node_auth_token_file is set, the same token also
   // authenticates the coordinator to the nodes. Default: "" (no auth; then
@@ -56,7 +65,8 @@ struct ServeOptions {
 };
 
 // Loads the model, connects the cluster, serves, prints "listening on
-// HOST:PORT" to `out` (flushed) and then calls wait_for_shutdown (main.cc
+// HOST:PORT" (and "http listening on HOST:PORT" with http_listen) to `out`
+// (flushed) and then calls wait_for_shutdown (main.cc
 // waits there for SIGINT / SIGTERM), then shuts down cleanly. Start-up
 // errors are returned: FailedPrecondition for a non-loopback listen without a
 // token or --insecure, Unavailable when the address cannot be bound.

@@ -151,6 +151,11 @@ bool BearerTokenMatches(const grpc::CallbackServerContext& context, absl::string
   return ConstantTimeEquals(got, absl::StrCat("Bearer ", token));
 }
 
+bool AuthorizationMatches(absl::string_view authorization, absl::string_view token) {
+  if (token.empty()) return true;
+  return ConstantTimeEquals(authorization, absl::StrCat("Bearer ", token));
+}
+
 grpc::Status UnauthenticatedStatus() {
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong authorization token");
 }

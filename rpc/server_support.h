@@ -88,6 +88,10 @@ void ConfigureServerBuilder(const ServerTransportOptions& options, grpc::ServerB
 // <token>" (compared in constant time). The token is never logged.
 bool BearerTokenMatches(const grpc::CallbackServerContext& context, absl::string_view token);
 
+// True when `token` is empty or `authorization` (an HTTP Authorization
+// header's value) is "Bearer <token>" (compared in constant time).
+bool AuthorizationMatches(absl::string_view authorization, absl::string_view token);
+
 // The status servers answer a call whose token is missing or wrong.
 grpc::Status UnauthenticatedStatus();
 

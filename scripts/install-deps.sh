@@ -22,6 +22,8 @@ packages=(
   iproute2                             # network namespaces of the multi-host deploy test
   nftables                             # deploy/firewall/colibri.nft, loaded in the multi-host test
   clang libclang-rt-14-dev             # libFuzzer + ASan/UBSan runtimes of scripts/fuzz.sh
+  libcpp-httplib-dev                   # serve's OpenAI-compatible HTTP API (cpp-httplib 0.11)
+  curl                                 # the HTTP API's integration test drives it with curl
 )
 
 missing=()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: installs the Debian packages, builds Colibri (Release) and
+# The test command: installs the Debian packages and the pinned npm packages
+# of tests/clients, builds Colibri (Release) and
 # runs the whole test suite with CTest, then builds the parser and kernel tests
 # with ASan+UBSan and runs them again, then runs each libFuzzer harness for
 # 20 s (scripts/fuzz.sh, its own clang build in build-fuzz).
@@ -13,12 +14,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
-# npm packages of the offline deploy/ and k8s/ checks, pinned by
-# tests/deploy/package-lock.json (those tests skip without them).
-if command -v npm > /dev/null; then
+# npm packages, pinned by their package-lock.json files: the official client
+# libraries the HTTP API is tested with (tests/clients) and the offline
+# deploy/ and k8s/ checks (tests/deploy). The tests that need them skip
+# without them.
+if command -v npm > /dev/null 2>&1; then
+  npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
   npm ci --prefix tests/deploy --no-audit --no-fund --loglevel=error
 else
-  echo "test: npm not found: the deploy checks that need Node.js will be skipped"
+  echo "test.sh: npm not found: the client-library and deploy checks will skip"
 fi
 
 build="${COLIBRI_BUILD_DIR:-build}"

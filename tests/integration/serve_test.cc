@@ -342,10 +342,8 @@ TEST_F(ServeTest, FinishReasonsStopStringsAndContext) {
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ(stopped->finish_reason, v1::FINISH_REASON_STOP);
   EXPECT_LT(stopped->tokens.size(), 16u);
-  EXPECT_EQ(text.compare(0, stopped->text.size(), stopped->text), 0)
-      << stopped->text << " vs " << text;
-  EXPECT_NE(stopped->text.find(stop), std::string::npos);
-  EXPECT_EQ(stopped->text.find(stop), text.find(stop));
+  // The text ends just before the stop string, which never appears.
+  EXPECT_EQ(stopped->text, text.substr(0, text.find(stop)));
 
   // 64 positions: the prompt and the fed-back tokens fill it.
   absl::StatusOr<GenerateResult> full = client->Generate(GreedyRequest(prompt, false, 200));

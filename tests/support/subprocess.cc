@@ -100,7 +100,31 @@ bool ServerProcess::Start(const std::vector<std::string>& argv, std::string* err
   }
   address_ = text.substr(at + prefix.size(), end - at - prefix.size());
   port_ = std::atoi(address_.substr(address_.rfind(':') + 1).c_str());
+  pending_ = text.substr(end + 1);
   return true;
+}
+
+std::string ServerProcess::WaitForLine(const std::string& prefix, std::string* error) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    for (size_t start = 0, end; (end = pending_.find('\n', start)) != std::string::npos;
+         start = end + 1) {
+      if (pending_.compare(start, prefix.size(), prefix) == 0) {
+        std::string value = pending_.substr(start + prefix.size(), end - start - prefix.size());
+        pending_.erase(0, end + 1);
+        return value;
+      }
+    }
+    if (stdout_fd_ < 0 || std::chrono::steady_clock::now() >= deadline) break;
+    pollfd p{stdout_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[256];
+    const ssize_t n = ::read(stdout_fd_, buf, sizeof(buf));
+    if (n <= 0) break;
+    pending_.append(buf, n);
+  }
+  *error = "no '" + prefix + "' line: '" + pending_ + "'";
+  return "";
 }
 
 int ServerProcess::Stop(int signal) {

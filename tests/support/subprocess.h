@@ -37,6 +37,9 @@ class ServerProcess {
   // signal that ended it, or -1 when nothing was running.
   int Stop(int signal);
 
+  // Waits at most 20 s for a later stdout line starting with `prefix` and
+  // returns the rest of it; "" with *error set when it does not come.
+  std::string WaitForLine(const std::string& prefix, std::string* error);
   bool running() const { return pid_ > 0; }
   const std::string& address() const { return address_; }
   int port() const { return port_; }
@@ -46,6 +49,7 @@ class ServerProcess {
   int stdout_fd_ = -1;
   int port_ = 0;
   std::string address_;
+  std::string pending_;  // stdout read after the "listening on" line
 };
 
 // "1,2,3"

@@ -1,0 +1,30 @@
+// The chat template `serve` renders chat requests with: the file given by
+// --chat-template-file, else the GGUF's `tokenizer.chat_template`, else
+// ChatML (chat_template::kDefaultChatMlTemplate, with a warning), rendered
+// with the model's BOS and EOS token texts.
+//
+// Thread-safety: the returned renderer is thread-safe.
+#ifndef COLIBRI_COORDINATOR_CHAT_PROMPT_H_
+#define COLIBRI_COORDINATOR_CHAT_PROMPT_H_
+
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/http_server.h"
+#include "model/gguf/gguf_file.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace colibri::coordinator {
+
+// Loads and parses the template. template_file "" means none given;
+// tokenizer may be null (then bos_token and eos_token are ""). Writes which
+// template it uses (and the ChatML warning) to `err`. NotFound for an
+// unreadable file, InvalidArgument for a template that does not parse.
+absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
+                                              const tokenizer::Tokenizer* tokenizer,
+                                              const std::string& template_file, std::ostream& err);
+
+}  // namespace colibri::coordinator
+
+#endif  // COLIBRI_COORDINATOR_CHAT_PROMPT_H_

@@ -1,0 +1,173 @@
+// The generation core of `serve`, shared by its front ends (the gRPC
+// Inference service and the OpenAI-compatible HTTP API): a fixed set of
+// sessions, one worker thread each, and a FIFO queue of jobs in front of them.
+//
+// A front end describes a request as a GenerationSpec, wraps it in its own
+// GenerationJob (which receives the tokens and the outcome) and submits it.
+// A worker takes the oldest job, tokenizes a text prompt, resets its session
+// for the job's numeric path, runs coordinator::Generate and reports through
+// the job. The job's callbacks run on the worker: they must not block (queue
+// the output for the client; never wait for it).
+//
+// Thread-safety: Submit, Cancel (on a job), n_ctx, active_generations, queued
+// and predictor are thread-safe; BeginShutdown and Stop are called by the
+// owner.
+#ifndef COLIBRI_COORDINATOR_GENERATION_SCHEDULER_H_
+#define COLIBRI_COORDINATOR_GENERATION_SCHEDULER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
+#include "coordinator/cluster_command.h"
+#include "coordinator/generation.h"
+#include "model/arch/model.h"
+#include "model/arch/session.h"
+#include "model/sampling/sampler.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace colibri::coordinator {
+
+// One request, as the scheduler runs it.
+struct GenerationSpec {
+  // The prompt's token ids, fed exactly as given; when empty, `text` is
+  // tokenized on the worker. Default: none.
+  std::vector<int32_t> prompt_ids;
+  // The prompt text, tokenized with BOS/EOS as the vocabulary asks.
+  // Default: "".
+  std::string text;
+  // Recognise special-token text (e.g. "<|im_start|>") in `text`.
+  // Default: false.
+  bool parse_special = false;
+  // Numeric path of the session used. Default: fast.
+  ops::NumericPath path = ops::NumericPath::kFast;
+  // Sampling, validated by the front end (the sampler's errors are returned
+  // otherwise). Default: greedy.
+  sampling::SamplingOptions sampling;
+  // Limits, stop strings and logprobs (decode_text is always on).
+  GenerationOptions generation;
+};
+
+// What a finished generation reports besides its tokens.
+struct GenerationOutcome {
+  GenerationResult result;
+  int prompt_tokens = 0;
+  double expert_wait_seconds = 0;
+  int64_t expert_round_trips = 0;  // 0 with local experts
+  int64_t expert_bytes_sent = 0;
+  int64_t fallback_routes = 0;
+};
+
+// A submitted request and where its output goes; a front end derives from it.
+// The scheduler calls OnToken for every token and then OnFinish exactly once,
+// both on a worker thread (OnFinish may also come from BeginShutdown's
+// caller for a job still queued), never concurrently.
+class GenerationJob {
+ public:
+  explicit GenerationJob(GenerationSpec spec) : spec_(std::move(spec)) {}
+  virtual ~GenerationJob() = default;
+  GenerationJob(const GenerationJob&) = delete;
+  GenerationJob& operator=(const GenerationJob&) = delete;
+
+  const GenerationSpec& spec() const { return spec_; }
+  // Stops the generation at its next token (or before it starts); OnFinish
+  // then gets CANCELLED. Thread-safe.
+  void Cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+  // A generated token; false cancels the generation.
+  virtual bool OnToken(const GeneratedToken& token) = 0;
+  // The outcome: CANCELLED after Cancel, UNAVAILABLE when the scheduler shut
+  // down before the job ran, InvalidArgument for a prompt that does not fit,
+  // or the session's and backend's errors.
+  virtual void OnFinish(absl::StatusOr<GenerationOutcome> outcome) = 0;
+
+ private:
+  const GenerationSpec spec_;
+  std::atomic<bool> cancelled_{false};
+};
+
+class GenerationScheduler {
+ public:
+  struct Options {
+    // Concurrent generations (worker threads, one session each per numeric
+    // path). Default: 1.
+    int sessions = 1;
+    // Context size of every session. Default: 0, meaning min(model, 4096).
+    int ctx_size = 0;
+    // Prompt tokens per batch. Default: 512.
+    int batch_size = 512;
+    // Next-layer expert prediction of every session. Default: off.
+    arch::PrefetchOptions prefetch;
+  };
+
+  // model, tokenizer (null: id prompts only), cluster (null: experts computed
+  // here) and pool are borrowed and must outlive the scheduler. Creates the
+  // first session, so session errors show here; InvalidArgument for
+  // sessions < 1.
+  static absl::StatusOr<std::unique_ptr<GenerationScheduler>> Create(
+      const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
+      ClusterExperts* cluster, ThreadPool* pool);
+  // Calls Stop.
+  ~GenerationScheduler();
+  GenerationScheduler(const GenerationScheduler&) = delete;
+  GenerationScheduler& operator=(const GenerationScheduler&) = delete;
+
+  // Queues `job`; Unavailable (and no callback) once shutting down.
+  absl::Status Submit(std::shared_ptr<GenerationJob> job);
+  // Cancels running jobs and finishes queued ones with UNAVAILABLE; later
+  // Submits fail. Idempotent.
+  void BeginShutdown();
+  // BeginShutdown, then joins the workers. Idempotent.
+  void Stop();
+
+  // The context size every session has.
+  int n_ctx() const { return n_ctx_; }
+  // Concurrent generations (Options::sessions).
+  int sessions() const { return options_.sessions; }
+  // Jobs running now / waiting for a worker.
+  int active_generations() const;
+  int queued() const;
+  // Depth-1 expert prediction over every generation so far.
+  arch::PredictorStats predictor() const;
+
+ private:
+  struct Slot;
+
+  GenerationScheduler(const Options& options, const arch::Model& model,
+                      const tokenizer::Tokenizer* tokenizer, ClusterExperts* cluster,
+                      ThreadPool* pool);
+  // Creates slot's session (and backend) for `path` if it has none yet.
+  absl::StatusOr<arch::Session*> SessionFor(Slot& slot, ops::NumericPath path);
+  void WorkerLoop(int slot);
+  absl::StatusOr<GenerationOutcome> Run(Slot& slot, GenerationJob& job);
+
+  const Options options_;
+  const arch::Model& model_;
+  const tokenizer::Tokenizer* const tokenizer_;
+  ClusterExperts* const cluster_;
+  ThreadPool* const pool_;
+  int n_ctx_ = 0;
+  std::vector<std::unique_ptr<Slot>> slots_;  // [sessions], each used by its worker only
+
+  mutable absl::Mutex mu_;
+  std::deque<std::shared_ptr<GenerationJob>> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<GenerationJob>> running_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  arch::PredictorStats predictor_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace colibri::coordinator
+
+#endif  // COLIBRI_COORDINATOR_GENERATION_SCHEDULER_H_

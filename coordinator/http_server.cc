@@ -1,0 +1,429 @@
+#include "coordinator/http_server.h"
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "httplib.h"
+#include "rpc/server_support.h"
+
+namespace colibri::coordinator {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr char kJson[] = "application/json";
+// How long a streaming connection waits for output before it writes an SSE
+// comment, which both keeps proxies from timing out and notices a client
+// that went away.
+constexpr absl::Duration kStreamPing = absl::Seconds(1);
+
+void SendError(httplib::Response& res, const openai::ApiError& error) {
+  res.status = error.http_status;
+  res.set_content(openai::Dump(error.body), kJson);
+}
+
+void SendJson(httplib::Response& res, const json& body) {
+  res.status = 200;
+  res.set_content(openai::Dump(body), kJson);
+}
+
+// One HTTP generation: the scheduler's worker queues tokens and the outcome
+// here without ever waiting; the connection's thread takes them out.
+class HttpJob final : public GenerationJob {
+ public:
+  explicit HttpJob(GenerationSpec spec) : GenerationJob(std::move(spec)) {}
+
+  bool OnToken(const GeneratedToken& token) override {
+    absl::MutexLock lock(&mu_);
+    tokens_.push_back(token);
+    return true;
+  }
+  void OnFinish(absl::StatusOr<GenerationOutcome> outcome) override {
+    absl::MutexLock lock(&mu_);
+    outcome_ = std::move(outcome);
+  }
+
+  // Waits up to `timeout` for tokens or the end; moves the tokens into
+  // *tokens and, once finished, the outcome into *outcome.
+  void Wait(absl::Duration timeout, std::vector<GeneratedToken>* tokens,
+            std::optional<absl::StatusOr<GenerationOutcome>>* outcome) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !tokens_.empty() || outcome_.has_value();
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    tokens->insert(tokens->end(), std::make_move_iterator(tokens_.begin()),
+                   std::make_move_iterator(tokens_.end()));
+    tokens_.clear();
+    if (outcome_.has_value()) *outcome = std::move(outcome_);
+    outcome_.reset();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<GeneratedToken> tokens_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::StatusOr<GenerationOutcome>> outcome_ ABSL_GUARDED_BY(mu_);
+};
+
+// Splits "host:port" / "[v6]:port"; InvalidArgument otherwise.
+absl::Status SplitListen(const std::string& listen, std::string* host, int* port) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), port) ||
+      *port < 0 || *port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-listen: '", listen, "' is not HOST:PORT"));
+  }
+  *host = listen.substr(0, colon);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  if (host->empty()) return absl::InvalidArgumentError("--http-listen: the host is empty");
+  return absl::OkStatus();
+}
+
+// The report of one token for logprobs.
+openai::TokenReport Report(const tokenizer::Tokenizer* tokenizer, const GeneratedToken& token) {
+  const auto piece = [tokenizer](int32_t id) {
+    return tokenizer != nullptr ? tokenizer->TokenToPiece(id, false) : absl::StrCat(id);
+  };
+  openai::TokenReport report;
+  report.piece = piece(token.id);
+  report.logprob = token.logprob;
+  for (const TokenLogprob& t : token.top_logprobs) report.top.emplace_back(piece(t.id), t.logprob);
+  return report;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(const Options& options)
+    : options_(options), created_(absl::ToUnixSeconds(absl::Now())) {}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options) {
+  std::string host;
+  int port = 0;
+  if (absl::Status s = SplitListen(options.listen, &host, &port); !s.ok()) return s;
+  if (options.threads < 1) return absl::InvalidArgumentError("--http-threads must be >= 1");
+  std::unique_ptr<HttpServer> server(new HttpServer(options));
+  server->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& http = *server->server_;
+  const size_t threads = static_cast<size_t>(options.threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_read_timeout(options.read_timeout_seconds, 0);
+  http.set_write_timeout(options.write_timeout_seconds, 0);
+  http.set_keep_alive_timeout(options.keep_alive_seconds);
+  http.set_keep_alive_max_count(static_cast<size_t>(options.keep_alive_max_requests));
+  http.set_payload_max_length(options.max_body_bytes);
+  server->Route();
+  server->port_ =
+      port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  if (server->port_ <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen, " (HTTP)"));
+  }
+  server->listener_ = std::thread([s = server.get()] { s->server_->listen_after_bind(); });
+  return server;
+}
+
+void HttpServer::Attach(Backend backend) {
+  backend.limits = options_.limits;
+  backend.limits.n_ctx = backend.scheduler->n_ctx();
+  backend.limits.n_vocab = backend.model->config().n_vocab;
+  backend_owned_ = std::make_unique<Backend>(std::move(backend));
+  backend_.store(backend_owned_.get(), std::memory_order_release);
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Stop() {
+  if (server_ != nullptr) server_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res) const {
+  if (rpc::AuthorizationMatches(req.get_header_value("Authorization"), options_.auth_token)) {
+    return true;
+  }
+  SendError(res, openai::MakeError(401, "missing or wrong API key (Authorization: Bearer ...)"));
+  return false;
+}
+
+void HttpServer::Route() {
+  httplib::Server& http = *server_;
+  // Every endpoint but /health needs the token, and the model: until Attach
+  // the answer is 503.
+  using Handler = std::function<void(const Backend&, const httplib::Request&, httplib::Response&)>;
+  const auto serve = [this](bool auth, Handler handler) {
+    return [this, auth, handler](const httplib::Request& req, httplib::Response& res) {
+      if (auth && !Authorized(req, res)) return;
+      const Backend* backend = backend_.load(std::memory_order_acquire);
+      if (backend == nullptr) {
+        return SendError(res, openai::MakeError(503, "the model is still loading"));
+      }
+      handler(*backend, req, res);
+    };
+  };
+  http.Get("/health", serve(false, [this](const Backend& b, const httplib::Request&,
+                                          httplib::Response& res) { HandleHealth(b, res); }));
+  http.Get("/v1/models",
+           serve(true, [this](const Backend&, const httplib::Request&, httplib::Response& res) {
+             SendJson(res, openai::ModelsResponse(options_.model_id, created_));
+           }));
+  http.Post("/v1/completions", serve(true, [this](const Backend& b, const httplib::Request& req,
+                                                  httplib::Response& res) {
+              HandleGenerate(b, openai::Endpoint::kCompletions, req, res);
+            }));
+  http.Post(
+      "/v1/chat/completions",
+      serve(true, [this](const Backend& b, const httplib::Request& req, httplib::Response& res) {
+        HandleGenerate(b, openai::Endpoint::kChatCompletions, req, res);
+      }));
+  http.Post("/tokenize",
+            serve(true, [this](const Backend& b, const httplib::Request& req,
+                               httplib::Response& res) { HandleTokenize(b, req, res); }));
+  http.Post("/detokenize",
+            serve(true, [this](const Backend& b, const httplib::Request& req,
+                               httplib::Response& res) { HandleDetokenize(b, req, res); }));
+  http.Post("/apply-template",
+            serve(true, [this](const Backend& b, const httplib::Request& req,
+                               httplib::Response& res) { HandleApplyTemplate(b, req, res); }));
+  // Errors cpp-httplib answers itself (no route, body too large, bad
+  // request line) get the OpenAI envelope too.
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    switch (res.status) {
+      case 404:
+        SendError(res,
+                  openai::MakeError(404, absl::StrCat("no route for ", req.method, " ", req.path)));
+        break;
+      case 413:
+        SendError(res, openai::MakeError(413, "the request body is too large"));
+        break;
+      default:
+        SendError(res, openai::MakeError(res.status, absl::StrCat("HTTP ", res.status)));
+    }
+  });
+}
+
+void HttpServer::HandleHealth(const Backend& b, httplib::Response& res) const {
+  bool usable = true;
+  if (b.cluster != nullptr) {
+    Cluster& cluster = b.cluster->cluster();
+    usable = false;
+    for (int i = 0; i < cluster.n_nodes() && !usable; ++i) usable = cluster.healthy(i);
+  }
+  if (!usable) {
+    SendError(res, openai::MakeError(503, "no expert node is healthy"));
+    return;
+  }
+  SendJson(res, {{"status", "ok"}});
+}
+
+void HttpServer::HandleTokenize(const Backend& b, const httplib::Request& req,
+                                httplib::Response& res) {
+  if (b.tokenizer == nullptr) {
+    return SendError(res, openai::MakeError(400, "the model has no tokenizer"));
+  }
+  absl::StatusOr<openai::TokenizeRequest> request = openai::ParseTokenizeRequest(req.body);
+  if (!request.ok()) return SendError(res, openai::ErrorFromStatus(request.status()));
+  tokenizer::EncodeOptions enc;
+  enc.add_special = request->add_special;
+  enc.parse_special = request->parse_special;
+  absl::StatusOr<std::vector<int32_t>> ids = b.tokenizer->Encode(request->content, enc);
+  if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));
+  SendJson(res, {{"tokens", *ids}});
+}
+
+void HttpServer::HandleDetokenize(const Backend& b, const httplib::Request& req,
+                                  httplib::Response& res) {
+  if (b.tokenizer == nullptr) {
+    return SendError(res, openai::MakeError(400, "the model has no tokenizer"));
+  }
+  absl::StatusOr<std::vector<int32_t>> ids =
+      openai::ParseDetokenizeRequest(req.body, b.model->config().n_vocab);
+  if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));
+  SendJson(res, {{"content", b.tokenizer->Decode(*ids, false)}});
+}
+
+void HttpServer::HandleApplyTemplate(const Backend& b, const httplib::Request& req,
+                                     httplib::Response& res) {
+  if (!b.chat) return SendError(res, openai::MakeError(501, "this server has no chat template"));
+  absl::StatusOr<openai::TemplateRequest> request = openai::ParseTemplateRequest(req.body);
+  if (!request.ok()) return SendError(res, openai::ErrorFromStatus(request.status()));
+  absl::StatusOr<std::string> prompt =
+      b.chat(request->messages, request->tools, request->add_generation_prompt);
+  if (!prompt.ok()) return SendError(res, openai::ErrorFromStatus(prompt.status()));
+  SendJson(res, {{"prompt", *prompt}});
+}
+
+void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
+                                const httplib::Request& req, httplib::Response& res) {
+  absl::StatusOr<openai::ApiRequest> parsed = openai::ParseRequest(endpoint, req.body, b.limits);
+  if (!parsed.ok()) return SendError(res, openai::ErrorFromStatus(parsed.status()));
+  openai::ApiRequest& request = *parsed;
+
+  // The prompt is tokenized here, so that a prompt too long for the context
+  // is a 400 before any streaming starts.
+  GenerationSpec spec;
+  const bool chat = endpoint == openai::Endpoint::kChatCompletions;
+  const char* prompt_param = chat ? "messages" : "prompt";
+  if (request.prompt_is_ids) {
+    spec.prompt_ids = std::move(request.prompt_ids);
+  } else {
+    if (b.tokenizer == nullptr) {
+      return SendError(
+          res, openai::MakeError(400, "the model has no tokenizer: send token ids", prompt_param));
+    }
+    std::string text = std::move(request.prompt);
+    tokenizer::EncodeOptions enc;
+    enc.add_special = true;
+    if (chat) {
+      if (!b.chat) {
+        return SendError(res, openai::MakeError(501, "this server has no chat template"));
+      }
+      absl::StatusOr<std::string> rendered = b.chat(request.messages, request.tools, true);
+      if (!rendered.ok()) return SendError(res, openai::ErrorFromStatus(rendered.status()));
+      text = std::move(*rendered);
+      // The template writes its special tokens as text, so they are parsed;
+      // BOS is added only when the template did not write it already.
+      enc.parse_special = true;
+      const int32_t bos = b.tokenizer->bos_id();
+      const std::string bos_text = bos >= 0 ? b.tokenizer->TokenText(bos) : std::string();
+      enc.add_special = bos_text.empty() || !absl::StartsWith(text, bos_text);
+    }
+    absl::StatusOr<std::vector<int32_t>> ids = b.tokenizer->Encode(text, enc);
+    if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));
+    spec.prompt_ids = std::move(*ids);
+  }
+  const int n_ctx = b.limits.n_ctx;
+  const int n_prompt = static_cast<int>(spec.prompt_ids.size());
+  if (n_prompt == 0) {
+    return SendError(res, openai::MakeError(400, "the prompt has no tokens", prompt_param));
+  }
+  if (n_prompt > n_ctx) {
+    return SendError(res,
+                     openai::MakeError(400,
+                                       absl::StrCat("the prompt has ", n_prompt,
+                                                    " tokens, more than the context of ", n_ctx),
+                                       prompt_param));
+  }
+  spec.sampling = request.sampling;
+  if (!request.has_seed) spec.sampling.seed = absl::ToUnixNanos(absl::Now()) ^ next_id_.load();
+  spec.generation.max_tokens =
+      request.max_tokens.has_value()
+          ? *request.max_tokens
+          : std::max(1, std::min(b.limits.default_max_tokens, n_ctx - n_prompt));
+  spec.generation.ignore_eos = request.ignore_eos;
+  spec.generation.stop = request.stop;
+  spec.generation.logprobs = request.logprobs;
+  spec.generation.top_logprobs = request.top_logprobs;
+
+  if (b.scheduler->queued() >= options_.max_queued) {
+    return SendError(res, openai::MakeError(429, "too many requests are waiting; retry later"));
+  }
+  auto job = std::make_shared<HttpJob>(std::move(spec));
+  if (absl::Status s = b.scheduler->Submit(job); !s.ok()) {
+    return SendError(res, openai::ErrorFromStatus(s));
+  }
+  openai::ResponseId id;
+  id.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", created_, "-", next_id_.fetch_add(1));
+  id.created = absl::ToUnixSeconds(absl::Now());
+  id.model = options_.model_id;
+  const bool logprobs = request.logprobs;
+  const tokenizer::Tokenizer* tokenizer = b.tokenizer;
+
+  if (!request.stream) {
+    std::vector<GeneratedToken> tokens;
+    std::optional<absl::StatusOr<GenerationOutcome>> outcome;
+    while (!outcome.has_value()) job->Wait(absl::Seconds(1), &tokens, &outcome);
+    if (!outcome->ok()) return SendError(res, openai::ErrorFromStatus(outcome->status()));
+    const GenerationResult& result = (*outcome)->result;
+    json logprobs_json = nullptr;
+    if (logprobs) {
+      std::vector<openai::TokenReport> reports;
+      for (const GeneratedToken& t : tokens) reports.push_back(Report(tokenizer, t));
+      logprobs_json = chat ? openai::ChatLogprobs(reports) : openai::CompletionLogprobs(reports, 0);
+    }
+    openai::Usage usage;
+    usage.prompt_tokens = (*outcome)->prompt_tokens;
+    usage.completion_tokens = static_cast<int>(result.tokens.size());
+    return SendJson(res, openai::CompletionResponse(endpoint, id, result.text, result.finish_reason,
+                                                    usage, logprobs_json));
+  }
+
+  // Streaming: the provider runs on this connection's thread until it
+  // returns false or calls done; a failed write means the client is gone.
+  struct StreamState {
+    bool started = false;
+    size_t text_offset = 0;  // of the completions logprobs
+  };
+  auto state = std::make_shared<StreamState>();
+  const bool include_usage = request.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job, state, id, endpoint, chat, logprobs, include_usage, tokenizer](
+          size_t, httplib::DataSink& sink) {
+        const auto write = [&sink, &job](const std::string& data) {
+          if (sink.write(data.data(), data.size())) return true;
+          job->Cancel();
+          return false;
+        };
+        if (!state->started) {
+          state->started = true;
+          if (chat && !write(openai::SseEvent(openai::RoleChunk(id)))) return false;
+        }
+        std::vector<GeneratedToken> tokens;
+        std::optional<absl::StatusOr<GenerationOutcome>> outcome;
+        job->Wait(kStreamPing, &tokens, &outcome);
+        if (tokens.empty() && !outcome.has_value()) return write(": ping\n\n");
+        std::string out;
+        for (const GeneratedToken& t : tokens) {
+          if (t.text.empty() && !logprobs) continue;
+          json lp = nullptr;
+          if (logprobs) {
+            const std::vector<openai::TokenReport> one = {Report(tokenizer, t)};
+            lp = chat ? openai::ChatLogprobs(one)
+                      : openai::CompletionLogprobs(one, state->text_offset);
+          }
+          state->text_offset += t.text.size();
+          out += openai::SseEvent(openai::TextChunk(endpoint, id, t.text, lp));
+        }
+        if (outcome.has_value()) {
+          if (!outcome->ok()) {
+            out += openai::SseEvent(openai::ErrorFromStatus(outcome->status()).body);
+          } else {
+            const GenerationResult& result = (*outcome)->result;
+            if (!result.trailing_text.empty()) {
+              out +=
+                  openai::SseEvent(openai::TextChunk(endpoint, id, result.trailing_text, nullptr));
+            }
+            out += openai::SseEvent(openai::FinishChunk(endpoint, id, result.finish_reason));
+            if (include_usage) {
+              openai::Usage usage;
+              usage.prompt_tokens = (*outcome)->prompt_tokens;
+              usage.completion_tokens = static_cast<int>(result.tokens.size());
+              out += openai::SseEvent(openai::UsageChunk(endpoint, id, usage));
+            }
+            out += openai::SseDone();
+          }
+        }
+        if (!out.empty() && !write(out)) return false;
+        if (outcome.has_value()) sink.done();
+        return true;
+      },
+      [job](bool) {
+        // Whatever ended the response (done, a write error, a server stop),
+        // a generation still running has nobody to go to.
+        job->Cancel();
+      });
+}
+
+}  // namespace colibri::coordinator

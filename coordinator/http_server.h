@@ -1,0 +1,139 @@
+// The OpenAI-compatible HTTP API of `serve` (cpp-httplib): GET /v1/models,
+// POST /v1/completions and /v1/chat/completions (JSON or SSE streaming),
+// GET /health, POST /tokenize, /detokenize and /apply-template. Generations
+// go through the same GenerationScheduler as gRPC Generate, so they share its
+// sessions and queue and give the same tokens.
+//
+// Connections: cpp-httplib serves each connection on one thread of a fixed
+// pool (Options::threads); a connection waiting for a thread waits in the
+// pool's queue. The scheduler's workers never wait for a client: a job
+// queues its tokens and the connection's thread writes them, so a slow or
+// vanished client only holds its own thread. A streaming client that
+// disconnects is noticed at the next write (a token or the keep-alive
+// comment sent every second while it waits) and its generation is cancelled,
+// which frees its session. Idle keep-alive connections close after
+// Options::keep_alive_seconds.
+//
+// Auth: with Options::auth_token set, every endpoint except /health needs
+// "Authorization: Bearer <token>" (401 otherwise).
+//
+// Thread-safety: Start, Attach and Stop from the owning thread; requests are served
+// on the pool's threads.
+#ifndef COLIBRI_COORDINATOR_HTTP_SERVER_H_
+#define COLIBRI_COORDINATOR_HTTP_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/generation_scheduler.h"
+#include "coordinator/openai_api.h"
+#include "model/arch/model.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace colibri::coordinator {
+
+// Turns chat messages into the prompt text (the chat template). Returns
+// InvalidArgument for messages the template rejects.
+using ChatRenderer = std::function<absl::StatusOr<std::string>(
+    const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+    bool add_generation_prompt)>;
+
+class HttpServer {
+ public:
+  struct Options {
+    // "HOST:PORT" (port 0: the OS picks one). Beyond loopback it needs
+    // auth_token or the caller's --insecure (checked by the caller).
+    // Default: "127.0.0.1:8080".
+    std::string listen = "127.0.0.1:8080";
+    // Required bearer token; empty disables auth. Never logged. Default: "".
+    std::string auth_token;
+    // The id /v1/models lists and responses carry. Default: "colibri".
+    std::string model_id = "colibri";
+    // Connection threads (each open connection holds one while it lasts;
+    // serve makes it 4 * sessions + 4 unless --http-threads). Default: 12.
+    int threads = 12;
+    // Generation requests waiting for a session beyond which new ones get
+    // 429. Default: 64.
+    int max_queued = 64;
+    // Seconds a request may take to arrive / a write may block before the
+    // connection is dropped. Default: 30 / 30.
+    int read_timeout_seconds = 30;
+    int write_timeout_seconds = 30;
+    // Seconds an idle keep-alive connection stays open, and the most requests
+    // one connection serves. Default: 5 / 100.
+    int keep_alive_seconds = 5;
+    int keep_alive_max_requests = 100;
+    // Largest request body (413 beyond). Default: 8 MiB.
+    size_t max_body_bytes = 8 << 20;
+    // Parsing defaults and limits (n_ctx and n_vocab are filled by Attach).
+    openai::ApiLimits limits;
+  };
+
+  // What the API serves; all borrowed, and they must outlive the server
+  // (Stop it first).
+  struct Backend {
+    const arch::Model* model = nullptr;
+    // Null: token-id prompts only.
+    const tokenizer::Tokenizer* tokenizer = nullptr;
+    GenerationScheduler* scheduler = nullptr;
+    // Null: local experts; else /health is 503 while no node is healthy.
+    ClusterExperts* cluster = nullptr;
+    // Renders chat prompts (null: the chat endpoints answer 501).
+    ChatRenderer chat;
+    // Filled by Attach: Options::limits with the model's n_ctx and n_vocab.
+    openai::ApiLimits limits;
+  };
+
+  // Binds and starts serving; every endpoint answers 503 until Attach (so
+  // that probes see the model loading). InvalidArgument for a bad address or
+  // thread count, Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const Options& options);
+  // Serves `backend` from now on. Call once.
+  void Attach(Backend backend);
+  // Calls Stop.
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // The bound port.
+  int port() const { return port_; }
+  // Stops accepting, ends the connections and joins the threads (streams in
+  // progress end when the scheduler cancels their jobs). Idempotent.
+  void Stop();
+
+ private:
+  explicit HttpServer(const Options& options);
+  void Route();
+  bool Authorized(const httplib::Request& req, httplib::Response& res) const;
+  void HandleGenerate(const Backend& b, openai::Endpoint endpoint, const httplib::Request& req,
+                      httplib::Response& res);
+  void HandleTokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
+  void HandleDetokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
+  void HandleApplyTemplate(const Backend& b, const httplib::Request& req, httplib::Response& res);
+  void HandleHealth(const Backend& b, httplib::Response& res) const;
+
+  const Options options_;
+  const int64_t created_;  // Unix seconds of start, the model's "created"
+  std::unique_ptr<Backend> backend_owned_;
+  std::atomic<const Backend*> backend_{nullptr};  // null until Attach
+  std::unique_ptr<httplib::Server> server_;
+  std::thread listener_;
+  int port_ = 0;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace colibri::coordinator
+
+#endif  // COLIBRI_COORDINATOR_HTTP_SERVER_H_

@@ -1,0 +1,452 @@
+// The OpenAI-compatible HTTP API of `colibri-coordinator serve`, driven with
+// curl against a real process on loopback: every endpoint, the same text as
+// `run` and gRPC Generate, streaming with usage, stop strings held back,
+// logprobs, chat with the default and a given template, the error envelope
+// for bad requests, auth, and a client that disconnects mid-stream. Expected text always comes from
+// `run`.
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/node_process.h"
+#include "tests/support/subprocess.h"
+
+namespace colibri {
+namespace {
+
+using json = nlohmann::json;
+using testing::CommandResult;
+using testing::ServerProcess;
+
+constexpr char kCurl[] = "/usr/bin/curl";
+constexpr char kModel[] = "qwen3moe-tiny-f32";
+const char kPrompt[] = "The small birds of the valley";
+
+std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
+std::string ClientBinary() { return testing::BinaryPath("client/colibri-client"); }
+std::string ModelPath() { return testing::FixturesDir() + "/models/" + kModel + ".gguf"; }
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+  json value;  // the body parsed, or discarded
+};
+
+// The text `run` prints for the prompt (without its final newline).
+std::string LocalText(const std::string& prompt, const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {Coordinator(), "run",  "--model",   ModelPath(),
+                                   "--prompt",    prompt, "--threads", "1"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const CommandResult r = testing::RunCommand(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return std::string(absl::StripSuffix(r.out, "\n"));
+}
+
+// Server-sent events of a stream: the data of each, "[DONE]" included.
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> data;
+  for (absl::string_view event : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    if (absl::ConsumePrefix(&event, "data: ")) data.emplace_back(event);
+  }
+  return data;
+}
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+    if (::access(kCurl, X_OK) != 0) GTEST_SKIP() << "curl not installed (scripts/install-deps.sh)";
+  }
+
+  // Starts serve with the HTTP API on 127.0.0.1:0 and `extra` flags.
+  void StartServe(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {
+        Coordinator(), "serve",         "--model",     ModelPath(), "--listen",
+        "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--threads", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    serve_ = std::make_unique<ServerProcess>();
+    std::string error;
+    ASSERT_TRUE(serve_->Start(args, &error)) << error;
+    http_ = serve_->WaitForLine("http listening on ", &error);
+    ASSERT_FALSE(http_.empty()) << error;
+  }
+
+  // curl with `args` against path; the status and the body.
+  HttpReply Curl(const std::string& method, const std::string& path, const std::string& body = "",
+                 std::vector<std::string> args = {}) {
+    std::vector<std::string> argv = {kCurl, "-sS", "-X", method, "-w", "\n%{http_code}"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    if (!body.empty()) {
+      argv.insert(argv.end(), {"-H", "Content-Type: application/json", "--data-binary", body});
+    }
+    argv.push_back("http://" + http_ + path);
+    const CommandResult r = testing::RunCommand(argv);
+    HttpReply reply;
+    const size_t nl = r.out.rfind('\n');
+    if (nl == std::string::npos) return reply;
+    reply.status = std::atoi(r.out.c_str() + nl + 1);
+    reply.body = r.out.substr(0, nl);
+    reply.value = json::parse(reply.body, nullptr, false);
+    return reply;
+  }
+  HttpReply Post(const std::string& path, const json& body, std::vector<std::string> args = {}) {
+    return Curl("POST", path, body.dump(), std::move(args));
+  }
+
+  // Asserts an OpenAI error envelope with `status` and `param`.
+  static void ExpectError(const HttpReply& reply, int status, const std::string& param) {
+    EXPECT_EQ(reply.status, status) << reply.body;
+    ASSERT_TRUE(reply.value.is_object()) << reply.body;
+    const json& error = reply.value["error"];
+    ASSERT_TRUE(error.is_object()) << reply.body;
+    EXPECT_TRUE(error["message"].is_string()) << reply.body;
+    EXPECT_TRUE(error["type"].is_string()) << reply.body;
+    if (param.empty()) {
+      EXPECT_TRUE(error["param"].is_null()) << reply.body;
+    } else {
+      EXPECT_EQ(error["param"], param) << reply.body;
+    }
+  }
+
+  std::unique_ptr<ServerProcess> serve_;
+  std::string http_;  // HOST:PORT
+};
+
+TEST_F(HttpApiTest, ModelsHealthTokenizeAndDetokenize) {
+  StartServe();
+  HttpReply health = Curl("GET", "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.value, json({{"status", "ok"}}));
+
+  HttpReply models = Curl("GET", "/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(models.value["object"], "list");
+  ASSERT_EQ(models.value["data"].size(), 1u);
+  EXPECT_EQ(models.value["data"][0]["id"], kModel);
+  EXPECT_EQ(models.value["data"][0]["object"], "model");
+  EXPECT_TRUE(models.value["data"][0]["owned_by"].is_string());
+  EXPECT_TRUE(models.value["data"][0]["created"].is_number_integer());
+
+  // The ids the tokenize command gives.
+  const CommandResult ids =
+      testing::RunCommand({Coordinator(), "tokenize", "--model", ModelPath(), "--text", kPrompt});
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  std::vector<int> expected;
+  for (absl::string_view piece :
+       absl::StrSplit(ids.out, absl::ByAnyChar(" ,\n"), absl::SkipEmpty())) {
+    expected.push_back(std::stoi(std::string(piece)));
+  }
+  HttpReply tokens = Post("/tokenize", {{"content", kPrompt}});
+  ASSERT_EQ(tokens.status, 200) << tokens.body;
+  EXPECT_EQ(tokens.value["tokens"].get<std::vector<int>>(), expected);
+  HttpReply text = Post("/detokenize", {{"tokens", expected}});
+  ASSERT_EQ(text.status, 200) << text.body;
+  EXPECT_EQ(text.value["content"], kPrompt);
+
+  ExpectError(Post("/detokenize", {{"tokens", {1, -4}}}), 400, "tokens");
+  ExpectError(Post("/tokenize", {{"content", 7}}), 400, "content");
+  ExpectError(Curl("GET", "/v1/nothing"), 404, "");
+}
+
+TEST_F(HttpApiTest, CompletionsGiveTheTextOfRunAndGrpcGenerate) {
+  StartServe();
+  const std::vector<std::string> flags = {"-n", "10", "--temp", "0.7", "--seed", "3"};
+  const std::string expected = LocalText(kPrompt, flags);
+  ASSERT_FALSE(expected.empty());
+  std::vector<std::string> gen = {ClientBinary(), "--coordinator", serve_->address(), "generate",
+                                  kPrompt};
+  gen.insert(gen.end(), flags.begin(), flags.end());
+  const CommandResult grpc = testing::RunCommand(gen);
+  ASSERT_EQ(grpc.exit_code, 0) << grpc.err;
+  EXPECT_EQ(absl::StripSuffix(grpc.out, "\n"), expected);
+
+  const json request = {{"model", kModel},    {"prompt", kPrompt}, {"max_tokens", 10},
+                        {"temperature", 0.7}, {"seed", 3},         {"unknown_field", {1, 2}}};
+  HttpReply reply = Post("/v1/completions", request);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json& v = reply.value;
+  EXPECT_EQ(v["object"], "text_completion");
+  EXPECT_EQ(v["model"], kModel);
+  ASSERT_EQ(v["choices"].size(), 1u);
+  EXPECT_EQ(v["choices"][0]["text"], expected);
+  EXPECT_EQ(v["choices"][0]["index"], 0);
+  EXPECT_TRUE(v["choices"][0]["logprobs"].is_null());
+  const std::string reason = v["choices"][0]["finish_reason"];
+  EXPECT_TRUE(reason == "length" || reason == "stop") << reason;
+  EXPECT_GT(v["usage"]["prompt_tokens"].get<int>(), 0);
+  EXPECT_EQ(v["usage"]["total_tokens"].get<int>(),
+            v["usage"]["prompt_tokens"].get<int>() + v["usage"]["completion_tokens"].get<int>());
+
+  // The same seed gives the same text again; token-id prompts work too.
+  EXPECT_EQ(Post("/v1/completions", request).value["choices"][0]["text"], expected);
+  HttpReply ids = Post("/tokenize", {{"content", kPrompt}, {"add_special", true}});
+  json by_ids = request;
+  by_ids["prompt"] = ids.value["tokens"];
+  EXPECT_EQ(Post("/v1/completions", by_ids).value["choices"][0]["text"], expected);
+}
+
+TEST_F(HttpApiTest, StreamingMatchesTheWholeResponseAndEndsWithUsageAndDone) {
+  StartServe();
+  const std::string expected = LocalText(kPrompt, {"-n", "12", "--temp", "0", "--ignore-eos"});
+  const json request = {{"prompt", kPrompt}, {"max_tokens", 12},
+                        {"temperature", 0},  {"ignore_eos", true},
+                        {"stream", true},    {"stream_options", {{"include_usage", true}}}};
+  HttpReply reply = Post("/v1/completions", request, {"-N"});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const std::vector<std::string> data = SseData(reply.body);
+  ASSERT_GE(data.size(), 4u) << reply.body;
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 3 < data.size(); ++i) {
+    const json chunk = json::parse(data[i]);
+    EXPECT_EQ(chunk["object"], "text_completion");
+    EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null()) << data[i];
+    text += chunk["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, expected);
+  const json finish = json::parse(data[data.size() - 3]);
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
+  const json usage = json::parse(data[data.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+
+  // Without include_usage: no usage chunk.
+  json plain = request;
+  plain.erase("stream_options");
+  const std::vector<std::string> no_usage = SseData(Post("/v1/completions", plain, {"-N"}).body);
+  ASSERT_GE(no_usage.size(), 2u);
+  EXPECT_EQ(json::parse(no_usage[no_usage.size() - 2])["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(HttpApiTest, StopStringsNeverAppearStreamedOrNot) {
+  StartServe();
+  const std::string full = LocalText(kPrompt, {"-n", "16", "--temp", "0", "--ignore-eos"});
+  ASSERT_GE(full.size(), 12u) << full;
+  const std::string stop = full.substr(full.size() / 2, 3);
+  const std::string expected = full.substr(0, full.find(stop));
+  const json request = {{"prompt", kPrompt},
+                        {"max_tokens", 16},
+                        {"temperature", 0},
+                        {"ignore_eos", true},
+                        {"stop", {stop}}};
+  HttpReply whole = Post("/v1/completions", request);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(whole.value["choices"][0]["text"], expected);
+  EXPECT_EQ(whole.value["choices"][0]["finish_reason"], "stop");
+
+  json streamed_request = request;
+  streamed_request["stream"] = true;
+  streamed_request["stop"] = stop;  // a plain string works too
+  const std::vector<std::string> data =
+      SseData(Post("/v1/completions", streamed_request, {"-N"}).body);
+  ASSERT_GE(data.size(), 2u);
+  std::string text;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const json chunk = json::parse(data[i]);
+    const std::string piece = chunk["choices"][0]["text"];
+    EXPECT_EQ(piece.find(stop), std::string::npos) << piece;
+    text += piece;
+    if (i + 2 == data.size()) {
+      EXPECT_EQ(chunk["choices"][0]["finish_reason"], "stop");
+    }
+  }
+  EXPECT_EQ(text, expected);
+}
+
+TEST_F(HttpApiTest, ChatRendersChatMlWithoutATemplateAndStreamsRoleContentFinish) {
+  StartServe();
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}},
+                         {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi"}}}}}};
+  const std::string prompt =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  HttpReply rendered = Post("/apply-template", {{"messages", messages}});
+  ASSERT_EQ(rendered.status, 200) << rendered.body;
+  EXPECT_EQ(rendered.value["prompt"], prompt);
+
+  // The reply is the completion of the rendered prompt, special tokens parsed.
+  HttpReply ids = Post("/tokenize", {{"content", prompt}, {"add_special", true}});
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  const json sampling = {{"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}};
+  json completion = sampling;
+  completion["prompt"] = ids.value["tokens"];
+  HttpReply reference = Post("/v1/completions", completion);
+  ASSERT_EQ(reference.status, 200) << reference.body;
+  const std::string expected = reference.value["choices"][0]["text"];
+
+  json chat = sampling;
+  chat["messages"] = messages;
+  HttpReply whole = Post("/v1/chat/completions", chat);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(whole.value["object"], "chat.completion");
+  EXPECT_EQ(whole.value["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(whole.value["choices"][0]["message"]["content"], expected);
+  EXPECT_EQ(whole.value["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(whole.value["usage"]["prompt_tokens"], ids.value["tokens"].size());
+
+  chat["stream"] = true;
+  chat["stream_options"] = {{"include_usage", true}};
+  const std::vector<std::string> data = SseData(Post("/v1/chat/completions", chat, {"-N"}).body);
+  ASSERT_GE(data.size(), 5u);
+  const json first = json::parse(data[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (size_t i = 1; i + 3 < data.size(); ++i) {
+    text += json::parse(data[i])["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, expected);
+  const json finish = json::parse(data[data.size() - 3]);
+  EXPECT_EQ(finish["choices"][0]["delta"], json::object());
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(json::parse(data[data.size() - 2])["usage"]["completion_tokens"], 10);
+  EXPECT_EQ(data.back(), "[DONE]");
+}
+
+TEST_F(HttpApiTest, AChatTemplateFileOverridesAndItsErrorsAreBadRequests) {
+  const std::string dir = testing::MakeTempDir("http-template");
+  const std::string path = dir + "/template.jinja";
+  {
+    std::ofstream file(path);
+    file << "{% if messages|length > 2 %}{{ raise_exception('too many messages') }}{% endif %}"
+            "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+            "{% if add_generation_prompt %}[assistant]{% endif %}";
+  }
+  StartServe({"--chat-template-file", path});
+  const json hi = {{"role", "user"}, {"content", "Hi"}};
+  HttpReply plain = Post("/apply-template", {{"messages", {hi}}, {"add_generation_prompt", false}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(plain.value["prompt"], "[user] Hi\n");
+  EXPECT_EQ(Post("/apply-template", {{"messages", {hi}}}).value["prompt"],
+            "[user] Hi\n[assistant]");
+
+  HttpReply raised = Post("/v1/chat/completions", {{"messages", {hi, hi, hi}}});
+  ExpectError(raised, 400, "");
+  EXPECT_NE(raised.body.find("too many messages"), std::string::npos) << raised.body;
+  EXPECT_EQ(Post("/v1/chat/completions", {{"messages", {hi}}, {"max_tokens", 2}}).status, 200);
+}
+
+TEST_F(HttpApiTest, LogprobsReportTheChosenTokenAndTheTopOnes) {
+  StartServe();
+  HttpReply reply = Post("/v1/completions", {{"prompt", kPrompt},
+                                             {"max_tokens", 5},
+                                             {"temperature", 0},
+                                             {"ignore_eos", true},
+                                             {"logprobs", 3}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json& lp = reply.value["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 5u) << reply.body;
+  ASSERT_EQ(lp["token_logprobs"].size(), 5u);
+  std::string joined;
+  for (size_t i = 0; i < 5; ++i) {
+    const float chosen = lp["token_logprobs"][i];
+    EXPECT_LE(chosen, 0.0f);
+    ASSERT_EQ(lp["top_logprobs"][i].size(), 3u);
+    float best = -1e9f;
+    for (const auto& [piece, value] : lp["top_logprobs"][i].items()) {
+      best = std::max(best, value.get<float>());
+    }
+    // Greedy without penalties picks the most likely token.
+    EXPECT_FLOAT_EQ(chosen, best);
+    EXPECT_EQ(lp["text_offset"][i], joined.size());
+    joined += lp["tokens"][i].get<std::string>();
+  }
+  EXPECT_EQ(joined, reply.value["choices"][0]["text"]);
+}
+
+TEST_F(HttpApiTest, BadRequestsGetTheErrorEnvelopeNamingTheField) {
+  StartServe({"--ctx-size", "64"});
+  ExpectError(Curl("POST", "/v1/completions", "{\"prompt\": "), 400, "");
+  ExpectError(Curl("POST", "/v1/completions", "[1, 2]"), 400, "");
+  ExpectError(Post("/v1/completions", {{"max_tokens", 3}}), 400, "prompt");
+  ExpectError(Post("/v1/completions", {{"prompt", 5}}), 400, "prompt");
+  ExpectError(Post("/v1/completions", {{"prompt", {1, 999999999}}}), 400, "prompt");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"temperature", "hot"}}), 400,
+              "temperature");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"top_p", 1.5}}), 400, "top_p");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 100000}}), 400,
+              "max_tokens");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"max_completion_tokens", 0}}), 400,
+              "max_completion_tokens");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"n", 2}}), 400, "n");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"stream", "yes"}}), 400, "stream");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"stop", {1}}}), 400, "stop");
+  std::string long_prompt;
+  for (int i = 0; i < 80; ++i) long_prompt += "word" + std::to_string(i) + " ";
+  ExpectError(Post("/v1/completions", {{"prompt", long_prompt}}), 400, "prompt");
+  ExpectError(Post("/v1/chat/completions", {{"messages", "hello"}}), 400, "messages");
+
+  // max_completion_tokens wins over max_tokens; the server keeps serving.
+  HttpReply good = Post("/v1/completions", {{"prompt", "hi"},
+                                            {"max_tokens", 9},
+                                            {"max_completion_tokens", 2},
+                                            {"ignore_eos", true},
+                                            {"n", 1},
+                                            {"user", "me"}});
+  ASSERT_EQ(good.status, 200) << good.body;
+  EXPECT_EQ(good.value["usage"]["completion_tokens"], 2);
+}
+
+TEST_F(HttpApiTest, TheTokenIsRequiredExceptForHealth) {
+  const std::string dir = testing::MakeTempDir("http");
+  const std::string token_file = dir + "/token";
+  ASSERT_EQ(testing::RunCommand({"/bin/sh", "-c", "echo s3cret > " + token_file}).exit_code, 0);
+  StartServe({"--auth-token-file", token_file});
+  const json request = {{"prompt", "hi"}, {"max_tokens", 2}};
+  ExpectError(Post("/v1/completions", request), 401, "");
+  ExpectError(Post("/v1/completions", request, {"-H", "Authorization: Bearer wrong"}), 401, "");
+  ExpectError(Curl("GET", "/v1/models"), 401, "");
+  ExpectError(Post("/tokenize", {{"content", "x"}}), 401, "");
+  EXPECT_EQ(Curl("GET", "/health").status, 200);
+  EXPECT_EQ(Post("/v1/completions", request, {"-H", "Authorization: Bearer s3cret"}).status, 200);
+}
+
+TEST_F(HttpApiTest, RefusesAnHttpListenerBeyondLoopbackWithoutAToken) {
+  // (timeout: a server that does start must not hang the test)
+  const CommandResult refused = testing::RunCommand(
+      {"/usr/bin/timeout", "60", Coordinator(), "serve", "--model", ModelPath(), "--listen",
+       "127.0.0.1:0", "--http-listen", "0.0.0.0:0", "--threads", "1"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("refusing to listen on 0.0.0.0:0"), std::string::npos) << refused.err;
+}
+
+TEST_F(HttpApiTest, AClientThatDisconnectsMidStreamCancelsItsGeneration) {
+  // One session and a generation far longer than the client stays: unless
+  // the disconnect cancels it, it keeps the session busy for minutes.
+  StartServe({"--sessions", "1", "--ctx-size", "65536"});
+  const json request = {{"prompt", kPrompt},
+                        {"max_tokens", 60000},
+                        {"temperature", 0},
+                        {"ignore_eos", true},
+                        {"stream", true}};
+  HttpReply partial = Post("/v1/completions", request, {"-N", "--max-time", "2"});
+  EXPECT_GE(SseData(partial.body).size(), 1u) << partial.body;
+  EXPECT_EQ(partial.body.find("[DONE]"), std::string::npos);
+
+  client::ClientOptions options;
+  options.address = serve_->address();
+  absl::StatusOr<std::unique_ptr<client::Client>> grpc = client::Client::Connect(options);
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  int active = -1;
+  for (int i = 0; i < 600 && active != 0; ++i) {
+    absl::StatusOr<v1::ClusterStatusReply> status = (*grpc)->ClusterStatus();
+    ASSERT_TRUE(status.ok()) << status.status();
+    active = status->active_generations();
+    if (active != 0) ::usleep(100 * 1000);
+  }
+  EXPECT_EQ(active, 0) << "the abandoned generation is still running";
+  HttpReply next = Post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 3}});
+  EXPECT_EQ(next.status, 200) << next.body;
+}
+
+}  // namespace
+}  // namespace colibri
