@@ -67,10 +67,11 @@ class HttpApiTest : public ::testing::Test {
     if (::access(kCurl, X_OK) != 0) GTEST_SKIP() << "curl not installed (scripts/install-deps.sh)";
   }
 
-  // Starts serve with the HTTP API on 127.0.0.1:0 and `extra` flags.
-  void StartServe(std::vector<std::string> extra = {}) {
+  // Starts serve with the HTTP API on 127.0.0.1:0 and `extra` flags, on
+  // `model` (default: kModel).
+  void StartServe(std::vector<std::string> extra = {}, const std::string& model = ModelPath()) {
     std::vector<std::string> args = {
-        Coordinator(), "serve",         "--model",     ModelPath(), "--listen",
+        Coordinator(), "serve",         "--model",     model,       "--listen",
         "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--threads", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
     serve_ = std::make_unique<ServerProcess>();
@@ -421,8 +422,11 @@ TEST_F(HttpApiTest, RefusesAnHttpListenerBeyondLoopbackWithoutAToken) {
 
 TEST_F(HttpApiTest, AClientThatDisconnectsMidStreamCancelsItsGeneration) {
   // One session and a generation far longer than the client stays: unless
-  // the disconnect cancels it, it keeps the session busy for minutes.
-  StartServe({"--sessions", "1", "--ctx-size", "65536"});
+  // the disconnect cancels it, it keeps the session busy for minutes. The
+  // context is capped at the model's, so this takes a model trained for a
+  // long one (glm4moe-tiny: 131072 positions).
+  StartServe({"--sessions", "1", "--ctx-size", "65536"},
+             testing::FixturesDir() + "/models/glm4moe-tiny-q4_k_m.gguf");
   const json request = {{"prompt", kPrompt},
                         {"max_tokens", 60000},
                         {"temperature", 0},
