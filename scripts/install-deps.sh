@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package that building and testing Colibri needs.
-# Idempotent and non-interactive; runs `apt-get update` once, and only when a
-# package is missing, so a second run on a ready machine costs nothing.
+# Idempotent (scripts/apt-install-missing.sh): a second run on a ready machine
+# costs nothing.
 set -euo pipefail
 
 packages=(
@@ -26,21 +26,4 @@ packages=(
   curl                                 # the HTTP API's integration test drives it with curl
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-
-if [ "${#missing[@]}" -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+exec bash "$(dirname "$0")/apt-install-missing.sh" install-deps "${packages[@]}"

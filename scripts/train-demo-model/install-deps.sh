@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that training the demo model needs (not CI's:
-# CI only uses the committed model). Idempotent; apt-get runs only when a
-# package is missing.
+# CI only uses the committed model). Idempotent
+# (scripts/apt-install-missing.sh).
 set -euo pipefail
 
 packages=(
@@ -11,19 +11,4 @@ packages=(
   bible-kjv-text   # the King James Bible (public domain), the training text
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-if [ "${#missing[@]}" -eq 0 ]; then
-  echo "train-demo-model/install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "train-demo-model/install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+exec bash "$(dirname "$0")/../apt-install-missing.sh" train-demo-model/install-deps "${packages[@]}"
