@@ -225,13 +225,16 @@ int main(int argc, char** argv) {
   perplexity_cmd->add_option("--text-file", perplexity.text_file, "the text to score")->required();
   perplexity_cmd->add_option("--ctx", perplexity.ctx,
                              "tokens per window (0: the model's context, at most 512)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kContextSize);
   perplexity_cmd->add_option("--max-windows", perplexity.max_windows,
                              "score at most this many windows (0: all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   perplexity_cmd->add_option("--threads,-t", perplexity.threads,
                              "worker threads (0: physical cores)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(colibri::cli::kThreadCount);
   perplexity_cmd->add_flag("--exact", perplexity_exact,
                            "keep activations in float32 (the reference path)");
 
