@@ -28,6 +28,10 @@ Value Arg(const CallArgs& args, size_t index, absl::string_view name, Value fall
 Interpreter::Interpreter(const TemplateLimits& limits, absl::Time now, absl::TimeZone time_zone)
     : limits_(limits), now_(now), time_zone_(time_zone) {}
 
+Interpreter::~Interpreter() {
+  for (const Value& ns : assigned_namespaces_) ns.Clear();
+}
+
 absl::StatusOr<std::string> Interpreter::Render(const Body& body, Value::Dict globals) {
   auto root = std::make_shared<Frame>();
   AddGlobalFunctions(&globals);
@@ -200,6 +204,9 @@ absl::Status Interpreter::ExecSet(const Stmt& stmt) {
       return Fail(
           absl::StrCat("cannot assign attribute on non-namespace object '", stmt.targets[0], "'"));
     }
+    bool known = false;
+    for (const Value& seen : assigned_namespaces_) known = known || &seen.dict() == &ns.dict();
+    if (!known) assigned_namespaces_.push_back(ns);
     ns.Set(Value::String(stmt.targets[1]), std::move(v));
     return absl::OkStatus();
   }

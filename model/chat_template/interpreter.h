@@ -23,6 +23,11 @@ namespace colibri::chat_template {
 class Interpreter {
  public:
   Interpreter(const TemplateLimits& limits, absl::Time now, absl::TimeZone time_zone);
+  // Clears every namespace an attribute was assigned to, so that reference
+  // cycles through them (`set ns.me = ns`) do not outlive the render.
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   // Renders `body` with `globals` as the outermost variables.
   absl::StatusOr<std::string> Render(const Body& body, Value::Dict globals);
@@ -90,6 +95,8 @@ class Interpreter {
   const absl::TimeZone time_zone_;
   std::vector<std::shared_ptr<Frame>> scopes_;  // [0]: globals and top-level sets
   std::string* out_ = nullptr;
+  // Namespaces assigned to during the render (see ~Interpreter).
+  std::vector<Value> assigned_namespaces_;
   int depth_ = 0;
   int macro_depth_ = 0;
   int line_ = 0;

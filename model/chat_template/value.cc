@@ -379,6 +379,10 @@ const Value* Value::Find(const Value& key) const {
   return nullptr;
 }
 
+void Value::Clear() const {
+  if (kind_ == Kind::kDict) dict_->clear();
+}
+
 const Value* Value::Find(absl::string_view key) const {
   if (kind_ != Kind::kDict) return nullptr;
   for (const auto& [k, v] : *dict_) {

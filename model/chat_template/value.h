@@ -112,6 +112,9 @@ class Value {
   const Value* Find(absl::string_view key) const;
   // Sets or appends a dict entry.
   void Set(const Value& key, Value value) const;
+  // Removes every dict entry (a no-op for other kinds). Breaks the reference
+  // cycles a template can make through a namespace (`set ns.me = ns`).
+  void Clear() const;
 
  private:
   Kind kind_ = Kind::kUndefined;
