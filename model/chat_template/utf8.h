@@ -8,13 +8,15 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/utf8_encode.h"
 
 namespace colibri::chat_template {
 
 // Decodes the code point at s[*pos] and advances *pos; an invalid byte decodes
 // as itself (one byte), so every input round-trips.
 uint32_t DecodeUtf8(absl::string_view s, size_t* pos);
-void AppendUtf8(uint32_t cp, std::string* out);
+// Appends cp as UTF-8 (common/utf8_encode.h).
+using ::colibri::AppendUtf8;
 std::vector<uint32_t> ToCodePoints(absl::string_view s);
 std::string FromCodePoints(const std::vector<uint32_t>& cps, size_t begin, size_t end);
 // Python's str.isspace() for one code point.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/utf8_encode.h"
 
 namespace colibri::tokenizer {
 
@@ -46,8 +47,8 @@ inline int Utf8SequenceLength(uint8_t lead) {
 
 inline int Utf8Length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
-// Appends the UTF-8 encoding of `cp` (at most U+10FFFF).
-void AppendUtf8(uint32_t cp, std::string* out);
+// Appends cp as UTF-8 (common/utf8_encode.h).
+using ::colibri::AppendUtf8;
 
 // Decodes `text` into code points, appending to `out`. As llama.cpp, a byte that
 // does not start a well-formed sequence becomes U+FFFD and decoding resumes at the
