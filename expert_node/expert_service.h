@@ -37,8 +37,9 @@
 //
 // Auth: when Options::auth_token is set, every call of this service must carry
 // the metadata "authorization: Bearer <token>" (compared in constant time)
-// else UNAUTHENTICATED. gRPC health and reflection are separate services and
-// need no token (probes).
+// else UNAUTHENTICATED. NodeServer checks it in gRPC's auth filter, before a
+// request body is read (rpc/call_auth.h); the handlers check it again. gRPC
+// health and reflection are separate services and need no token (probes).
 //
 // Thread-safety: gRPC calls the handlers from any thread; all state is either
 // constant after Create, atomic, or guarded by mu_.

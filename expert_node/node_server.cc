@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "rpc/call_auth.h"
 #include "rpc/server_support.h"
 
 namespace colibri::expert_node {
@@ -70,8 +71,9 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   tls.cert_file = options.tls_cert_file;
   tls.key_file = options.tls_key_file;
   tls.ca_file = options.tls_ca_file;
+  // The token is checked on each call's metadata, before its request is read.
   COLIBRI_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                           rpc::MakeServerCredentials(tls));
+                           rpc::MakeTokenCheckedServerCredentials(tls, options.service.auth_token));
 
   if (options.pin_budget_bytes > options.ram.budget_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -27,6 +27,7 @@ class NodeProcess {
   bool running() const { return process_.running(); }
   const std::string& address() const { return process_.address(); }
   int port() const { return process_.port(); }
+  int pid() const { return process_.pid(); }
 
  private:
   const std::string data_dir_;

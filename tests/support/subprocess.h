@@ -43,6 +43,8 @@ class ServerProcess {
   bool running() const { return pid_ > 0; }
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // The process id while running, else -1.
+  int pid() const { return pid_; }
 
  private:
   int pid_ = -1;
