@@ -455,20 +455,46 @@ void ExpertServiceImpl::RunPrefetch(const ExpertId& id) {
   prefetch_pending_.erase(id);
 }
 
-void ExpertServiceImpl::Finish(grpc::ServerUnaryReactor* reactor, const grpc::Status& status) {
-  reactor->Finish(status);
+void ExpertServiceImpl::Finish(rpc::RawUnaryReactor* reactor, const grpc::Status& status) {
+  reactor->FinishCall(status);
   active_calls_.fetch_sub(1);
 }
 
-grpc::ServerUnaryReactor* ExpertServiceImpl::ComputeLayer(grpc::CallbackServerContext* context,
-                                                          const v1::ComputeLayerRequest* request,
-                                                          v1::ComputeLayerReply* reply) {
-  active_calls_.fetch_add(1);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!Authorized(context)) {
-    Finish(reactor, kUnauthenticated);
-    return reactor;
+uint64_t ExpertServiceImpl::ComputeLayerRequestLimit() const {
+  // Serialized sizes, generously: a Route (token, expert, weight, framing)
+  // and an ExpertKey of a prefetch hint (fingerprint <= 128 bytes).
+  constexpr uint64_t kRouteBytes = 24;
+  constexpr uint64_t kKeyBytes = 160;
+  constexpr uint64_t kOverhead = 64 << 10;
+  const uint64_t tokens = static_cast<uint64_t>(std::max<int64_t>(options_.max_batch_tokens, 1));
+  uint64_t limit = kOverhead;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [fingerprint, model] : models_) {
+    const uint64_t n_embd = static_cast<uint64_t>(std::max<int64_t>(model.n_embd, 1));
+    const uint64_t n_expert = static_cast<uint64_t>(std::max(model.n_expert, 1));
+    const uint64_t n_layer = static_cast<uint64_t>(std::max(model.n_layer, 1));
+    limit = std::max(limit, tokens * n_embd * 4 + tokens * n_expert * kRouteBytes +
+                                n_layer * n_expert * kKeyBytes + kOverhead);
   }
+  return limit;
+}
+
+grpc::ServerUnaryReactor* ExpertServiceImpl::ComputeLayer(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* raw,
+                                                          grpc::ByteBuffer* response) {
+  active_calls_.fetch_add(1);
+  auto* call = new rpc::ParsedUnaryCall<v1::ComputeLayerRequest, v1::ComputeLayerReply>(response);
+  if (!Authorized(context)) {
+    Finish(call, kUnauthenticated);
+    return call;
+  }
+  if (absl::Status s = call->Parse(*raw, ComputeLayerRequestLimit(), "ComputeLayer"); !s.ok()) {
+    Finish(call, ToGrpc(s));
+    return call;
+  }
+  const v1::ComputeLayerRequest* request = &call->request();
+  v1::ComputeLayerReply* reply = call->reply();
+  rpc::RawUnaryReactor* reactor = call;
   for (const v1::ExpertKey& key : request->prefetch()) QueuePrefetch(key);
   in_flight_.fetch_add(1);
   const bool queued = compute_queue_->Post([this, request, reply, reactor] {
@@ -528,14 +554,20 @@ absl::Status ExpertServiceImpl::DoComputeLayer(const v1::ComputeLayerRequest& re
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Prefetch(grpc::CallbackServerContext* context,
-                                                      const v1::PrefetchRequest* request,
-                                                      v1::PrefetchReply* reply) {
+                                                      const grpc::ByteBuffer* raw,
+                                                      grpc::ByteBuffer* response) {
   active_calls_.fetch_add(1);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new rpc::ParsedUnaryCall<v1::PrefetchRequest, v1::PrefetchReply>(response);
   if (!Authorized(context)) {
     Finish(reactor, kUnauthenticated);
     return reactor;
   }
+  if (absl::Status s = reactor->Parse(*raw, kMaxControlRequestBytes, "Prefetch"); !s.ok()) {
+    Finish(reactor, ToGrpc(s));
+    return reactor;
+  }
+  const v1::PrefetchRequest* request = &reactor->request();
+  v1::PrefetchReply* reply = reactor->reply();
   int32_t accepted = 0;
   for (const v1::ExpertKey& key : request->experts()) {
     if (QueuePrefetch(key)) ++accepted;
@@ -552,14 +584,20 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ExpertServiceImpl::Ingest(
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Import(grpc::CallbackServerContext* context,
-                                                    const v1::ImportRequest* request,
-                                                    v1::ImportReply* reply) {
+                                                    const grpc::ByteBuffer* raw,
+                                                    grpc::ByteBuffer* response) {
   active_calls_.fetch_add(1);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new rpc::ParsedUnaryCall<v1::ImportRequest, v1::ImportReply>(response);
   if (!Authorized(context)) {
     Finish(reactor, kUnauthenticated);
     return reactor;
   }
+  if (absl::Status s = reactor->Parse(*raw, kMaxControlRequestBytes, "Import"); !s.ok()) {
+    Finish(reactor, ToGrpc(s));
+    return reactor;
+  }
+  const v1::ImportRequest* request = &reactor->request();
+  v1::ImportReply* reply = reactor->reply();
   if (!import_queue_->Post(
           [this, request, reply, reactor] { Finish(reactor, ToGrpc(DoImport(*request, reply))); })) {
     Finish(reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
@@ -655,14 +693,20 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Inventory(grpc::CallbackServerContext* context,
-                                                       const v1::InventoryRequest* request,
-                                                       v1::InventoryReply* reply) {
+                                                       const grpc::ByteBuffer* raw,
+                                                       grpc::ByteBuffer* response) {
   active_calls_.fetch_add(1);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new rpc::ParsedUnaryCall<v1::InventoryRequest, v1::InventoryReply>(response);
   if (!Authorized(context)) {
     Finish(reactor, kUnauthenticated);
     return reactor;
   }
+  if (absl::Status s = reactor->Parse(*raw, kMaxQueryRequestBytes, "Inventory"); !s.ok()) {
+    Finish(reactor, ToGrpc(s));
+    return reactor;
+  }
+  const v1::InventoryRequest* request = &reactor->request();
+  v1::InventoryReply* reply = reactor->reply();
   if (!io_queue_->Post([this, request, reply, reactor] {
         Finish(reactor, ToGrpc(DoInventory(*request, reply)));
       })) {
@@ -696,15 +740,19 @@ absl::Status ExpertServiceImpl::DoInventory(const v1::InventoryRequest& request,
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::NodeStats(grpc::CallbackServerContext* context,
-                                                       const v1::NodeStatsRequest* /*request*/,
-                                                       v1::NodeStatsReply* reply) {
+                                                       const grpc::ByteBuffer* raw,
+                                                       grpc::ByteBuffer* response) {
   active_calls_.fetch_add(1);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new rpc::ParsedUnaryCall<v1::NodeStatsRequest, v1::NodeStatsReply>(response);
   if (!Authorized(context)) {
     Finish(reactor, kUnauthenticated);
     return reactor;
   }
-  FillNodeStats(reply);
+  if (absl::Status s = reactor->Parse(*raw, kMaxQueryRequestBytes, "NodeStats"); !s.ok()) {
+    Finish(reactor, ToGrpc(s));
+    return reactor;
+  }
+  FillNodeStats(reactor->reply());
   Finish(reactor, grpc::Status::OK);
   return reactor;
 }

@@ -62,15 +62,33 @@
 #include "expert_node/ram_tier.h"
 #include "expert_node/task_queue.h"
 #include "expert_node/usage_counts.h"
+#include "rpc/raw_unary.h"
 
 namespace colibri::expert_node {
 
-// Ingest is registered raw (ByteBuffer): the reactor parses each chunk
-// itself, so that a chunk that does not parse ends the stream with
-// INVALID_ARGUMENT instead of looking like the end of the stream.
-class ExpertServiceImpl final
-    : public v1::ExpertService::WithRawCallbackMethod_Ingest<v1::ExpertService::CallbackService> {
+// Every method is registered raw (ByteBuffer) and parses its requests
+// itself: a chunk of Ingest that does not parse ends the stream with
+// INVALID_ARGUMENT instead of looking like the end of the stream, and a unary
+// request that does not parse gets INVALID_ARGUMENT (not gRPC's UNIMPLEMENTED).
+// Each unary method has a request size cap checked before parsing
+// (RESOURCE_EXHAUSTED): ComputeLayer's follows from the registered models'
+// shapes and Options::max_batch_tokens (ComputeLayerRequestLimit), Prefetch
+// and Import take at most kMaxControlRequestBytes, Inventory and NodeStats
+// kMaxQueryRequestBytes.
+using ExpertServiceBase = v1::ExpertService::WithRawCallbackMethod_ComputeLayer<
+    v1::ExpertService::WithRawCallbackMethod_Prefetch<
+        v1::ExpertService::WithRawCallbackMethod_Ingest<
+            v1::ExpertService::WithRawCallbackMethod_Import<
+                v1::ExpertService::WithRawCallbackMethod_Inventory<
+                    v1::ExpertService::WithRawCallbackMethod_NodeStats<
+                        v1::ExpertService::CallbackService>>>>>>;
+
+class ExpertServiceImpl final : public ExpertServiceBase {
  public:
+  // Request caps of the small methods (bytes of the serialized request).
+  static constexpr uint64_t kMaxControlRequestBytes = uint64_t{4} << 20;  // Prefetch, Import
+  static constexpr uint64_t kMaxQueryRequestBytes = uint64_t{64} << 10;   // Inventory, NodeStats
+
   struct Options {
     // Reported in Inventory and NodeStats. Default: "" (empty).
     std::string node_id;
@@ -95,6 +113,10 @@ class ExpertServiceImpl final
     // refused by its shape (InvalidArgument) before any work. NodeServer sets
     // it just under its max_message_bytes. Default: 256 MiB - 64 KiB.
     uint64_t max_reply_bytes = (uint64_t{256} << 20) - (uint64_t{64} << 10);
+    // Tokens (hidden rows) one ComputeLayer request may carry: a coordinator
+    // sends at most its --batch-size. Sets ComputeLayer's request cap.
+    // Default: 8192.
+    int64_t max_batch_tokens = 8192;
     // Bytes all Ingest streams together may hold in experts being assembled
     // (each stream holds at most one); an expert that would go beyond ends
     // its stream with RESOURCE_EXHAUSTED, counted in NodeStats
@@ -124,24 +146,32 @@ class ExpertServiceImpl final
   // hold the node up. Thread-safe.
   void BeginShutdown();
 
+  // The handlers read a serialized request and write a serialized reply.
   grpc::ServerUnaryReactor* ComputeLayer(grpc::CallbackServerContext* context,
-                                         const v1::ComputeLayerRequest* request,
-                                         v1::ComputeLayerReply* reply) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* context,
-                                     const v1::PrefetchRequest* request,
-                                     v1::PrefetchReply* reply) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   // Reads serialized IngestChunks; writes a serialized IngestReply.
   grpc::ServerReadReactor<grpc::ByteBuffer>* Ingest(grpc::CallbackServerContext* context,
                                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* context,
-                                   const v1::ImportRequest* request,
-                                   v1::ImportReply* reply) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Inventory(grpc::CallbackServerContext* context,
-                                      const v1::InventoryRequest* request,
-                                      v1::InventoryReply* reply) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* NodeStats(grpc::CallbackServerContext* context,
-                                      const v1::NodeStatsRequest* request,
-                                      v1::NodeStatsReply* reply) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+
+  // ComputeLayer's request cap: the largest over the registered models of
+  // max_batch_tokens hidden rows of n_embd floats, each token routed to at
+  // most every expert once, prefetch hints for at most every expert of the
+  // model, plus 64 KiB; 64 KiB while no model is registered (every
+  // ComputeLayer is then NotFound anyway).
+  uint64_t ComputeLayerRequestLimit() const;
 
   // The blocking bodies of the handlers, run on executor threads (and by
   // main for --import-gguf).
@@ -175,8 +205,8 @@ class ExpertServiceImpl final
   // Takes `bytes` of Options::max_ingest_buffer_bytes; false (counted) when
   // they are not available.
   bool ReserveIngestBytes(uint64_t bytes);
-  // Finishes a unary call and counts it done.
-  void Finish(grpc::ServerUnaryReactor* reactor, const grpc::Status& status);
+  // Finishes a unary call (serializing its reply when OK) and counts it done.
+  void Finish(rpc::RawUnaryReactor* reactor, const grpc::Status& status);
 
   const Options options_;
   ExpertStore* const store_;
