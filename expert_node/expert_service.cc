@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -86,10 +87,43 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
       Finish(kUnauthenticated);
       return;
     }
-    StartRead(&raw_);
+    {
+      absl::MutexLock lock(&service_->ingest_mu_);
+      service_->ingest_streams_.insert(this);
+    }
+    ReadNext();
+  }
+
+  // The watchdog's check: when the stream has waited for a message since
+  // before now - timeout, marks it finished and returns the status to finish
+  // it with (outside the service's lock: FinishExpired).
+  std::optional<grpc::Status> ExpireIfIdle(absl::Time now, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || !waiting_ || now - waiting_since_ < timeout) return std::nullopt;
+    finished_ = true;
+    waiting_ = false;
+    // The reactor does not touch these while it waits for a read.
+    const std::string partial =
+        assembling_ ? absl::StrCat("; nothing of ", ToString(id_), " was stored") : "";
+    return grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat("ingest stream idle for more than ", absl::FormatDuration(timeout),
+                     " (the node's --ingest-idle-timeout) after ", messages_, " messages",
+                     partial));
+  }
+  // Frees the partial expert at once (the reactor, marked finished, no
+  // longer touches it; OnDone comes only after this Finish).
+  void FinishExpired(const grpc::Status& status) {
+    ReleaseBuffer();
+    grpc::ServerReadReactor<grpc::ByteBuffer>::Finish(status);
   }
 
   void OnReadDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;  // timed out meanwhile
+      waiting_ = false;
+    }
     if (ok) {
       ++messages_;
       absl::Status parsed = ParseChunk();
@@ -102,6 +136,10 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
   }
 
   void OnDone() override {
+    {
+      absl::MutexLock lock(&service_->ingest_mu_);
+      service_->ingest_streams_.erase(this);
+    }
     ReleaseBuffer();
     service_->active_calls_.fetch_sub(1);
     delete this;
@@ -134,8 +172,25 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
     return absl::OkStatus();
   }
 
-  // Finish, with the reply serialized when the stream succeeded.
+  // Reads the next message, noting since when the stream waits for it.
+  void ReadNext() {
+    {
+      absl::MutexLock lock(&mu_);
+      waiting_ = true;
+      waiting_since_ = absl::Now();
+    }
+    StartRead(&raw_);
+  }
+
+  // Finish (unless the watchdog did), with the reply serialized when the
+  // stream succeeded.
   void Finish(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+      waiting_ = false;
+    }
     if (status.ok()) {
       bool own = false;
       grpc::Status serialized =
@@ -179,7 +234,7 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
       }
       return;
     }
-    StartRead(&raw_);
+    ReadNext();
   }
 
   absl::Status Consume() {
@@ -290,7 +345,7 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
     key->set_layer(id_.layer);
     key->set_expert(id_.expert);
     reply_->set_bytes_stored(reply_->bytes_stored() + layout_.payload_bytes());
-    StartRead(&raw_);
+    ReadNext();
   }
 
   ExpertServiceImpl* const service_;
@@ -310,6 +365,11 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
   std::unique_ptr<uint8_t[]> buffer_;  // [payload_bytes]
   uint64_t reserved_ = 0;              // of service_->ingest_buffered_
   uint64_t received_ = 0;
+  // Shared with the watchdog thread.
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;  // for a message
+  absl::Time waiting_since_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> ExpertServiceImpl::Create(
@@ -332,7 +392,36 @@ ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store,
       import_queue_(std::make_unique<TaskQueue>(1, 0)),
       prefetch_queue_(std::make_unique<TaskQueue>(std::max(options.io_threads, 1),
                                                    options.prefetch_queue_limit)),
-      compute_queue_(std::make_unique<TaskQueue>(options.compute_workers, 0)) {}
+      compute_queue_(std::make_unique<TaskQueue>(options.compute_workers, 0)) {
+  if (options_.ingest_idle_timeout > absl::ZeroDuration()) {
+    watchdog_ = std::thread([this] { WatchIngestStreams(); });
+  }
+}
+
+void ExpertServiceImpl::WatchIngestStreams() {
+  const absl::Duration timeout = options_.ingest_idle_timeout;
+  const absl::Duration period = std::clamp(timeout / 4, absl::Milliseconds(10), absl::Seconds(1));
+  for (;;) {
+    std::vector<std::pair<IngestReactor*, grpc::Status>> expired;
+    {
+      absl::MutexLock lock(&ingest_mu_);
+      ingest_mu_.AwaitWithTimeout(absl::Condition(&watchdog_stop_), period);
+      if (watchdog_stop_) return;
+      const absl::Time now = absl::Now();
+      for (IngestReactor* stream : ingest_streams_) {
+        std::optional<grpc::Status> status = stream->ExpireIfIdle(now, timeout);
+        if (status.has_value()) expired.emplace_back(stream, std::move(*status));
+      }
+    }
+    // A stream marked finished stays alive until it is finished here (gRPC
+    // calls OnDone only after Finish).
+    for (auto& [stream, status] : expired) {
+      ingest_timeouts_.fetch_add(1);
+      LogEvent(status.error_message());
+      stream->FinishExpired(status);
+    }
+  }
+}
 
 void ExpertServiceImpl::BeginShutdown() { shutting_down_.store(true); }
 
@@ -349,6 +438,11 @@ bool ExpertServiceImpl::ReserveIngestBytes(uint64_t bytes) {
 }
 
 ExpertServiceImpl::~ExpertServiceImpl() {
+  {
+    absl::MutexLock lock(&ingest_mu_);
+    watchdog_stop_ = true;
+  }
+  if (watchdog_.joinable()) watchdog_.join();
   compute_queue_.reset();
   prefetch_queue_.reset();
   import_queue_.reset();
@@ -774,6 +868,7 @@ void ExpertServiceImpl::FillNodeStats(v1::NodeStatsReply* reply) const {
   reply->set_checksum_failures(store_->checksum_failures());
   reply->set_ingest_buffered_bytes(ingest_buffered_.load());
   reply->set_ingest_refused(ingest_refused_.load());
+  reply->set_ingest_timeouts(ingest_timeouts_.load());
   reply->set_prefetch_issued(prefetch_issued_.load());
   reply->set_prefetch_used(c.prefetch_used);
   reply->set_prefetch_wasted(c.prefetch_wasted);

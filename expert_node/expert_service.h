@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -124,7 +125,15 @@ class ExpertServiceImpl final : public ExpertServiceBase {
     uint64_t max_ingest_buffer_bytes = uint64_t{2} << 30;
     // Largest serialized IngestChunk; a bigger one ends the stream with
     // RESOURCE_EXHAUSTED before it is parsed. Default: 64 MiB.
+    // So one stream buffers at most one expert (<= max_expert_bytes and within
+    // max_ingest_buffer_bytes) plus one chunk.
     uint64_t max_ingest_chunk_bytes = uint64_t{64} << 20;
+    // An Ingest stream from which no message arrives for this long (while the
+    // node waits for one) ends with DEADLINE_EXCEEDED, counted in NodeStats
+    // ingest_timeouts; nothing of its partial expert is stored. Checked about
+    // every quarter of it (at most every second). Must be > 0.
+    // Default: 60 s.
+    absl::Duration ingest_idle_timeout = absl::Seconds(60);
     // Disk capacity offered for placement (Inventory); 0: unknown. Default: 0.
     uint64_t disk_budget_bytes = 0;
     // How often Import logs progress. Default: 5 s.
@@ -205,6 +214,9 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   // Takes `bytes` of Options::max_ingest_buffer_bytes; false (counted) when
   // they are not available.
   bool ReserveIngestBytes(uint64_t bytes);
+  // The idle-stream watchdog: ends the streams idle for longer than
+  // Options::ingest_idle_timeout until watchdog_stop_ is set.
+  void WatchIngestStreams();
   // Finishes a unary call (serializing its reply when OK) and counts it done.
   void Finish(rpc::RawUnaryReactor* reactor, const grpc::Status& status);
 
@@ -221,9 +233,18 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   // executor threads only).
   absl::Mutex model_write_mu_;
 
+  // Ingest streams in progress (registered by their reactors, unregistered
+  // in OnDone before they are deleted). Lock order: ingest_mu_, then a
+  // reactor's own mutex.
+  absl::Mutex ingest_mu_;
+  absl::flat_hash_set<IngestReactor*> ingest_streams_ ABSL_GUARDED_BY(ingest_mu_);
+  bool watchdog_stop_ ABSL_GUARDED_BY(ingest_mu_) = false;
+  std::thread watchdog_;
+
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> ingest_buffered_{0};  // bytes of experts being assembled
   std::atomic<uint64_t> ingest_refused_{0};
+  std::atomic<uint64_t> ingest_timeouts_{0};
   std::atomic<uint64_t> compute_requests_{0};
   std::atomic<uint64_t> compute_routes_{0};
   std::atomic<int32_t> in_flight_{0};     // ComputeLayer calls

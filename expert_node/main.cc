@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
       absl::ToInt64Milliseconds(options.ram.prefetch_protection));
   std::string auth_token_file;
   std::string import_gguf;
+  double ingest_idle_seconds = absl::ToDoubleSeconds(options.service.ingest_idle_timeout);
   int threads = 0;
   app.add_option("--listen", options.listen, "gRPC address, e.g. 127.0.0.1:0 or 0.0.0.0:7070")
       ->capture_default_str()
@@ -105,6 +106,16 @@ int main(int argc, char** argv) {
   app.add_option("--free-buffers", free_buffers,
                  "bytes of freed expert buffers kept for reuse by later loads")
       ->capture_default_str();
+  app.add_option("--ingest-idle-timeout", ingest_idle_seconds,
+                 "seconds an Ingest stream may send nothing before the node ends it "
+                 "(DEADLINE_EXCEEDED; its partial expert is not stored)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 24 * 3600.0));
+  app.add_option("--max-batch-tokens", options.service.max_batch_tokens,
+                 "tokens one ComputeLayer request may carry (>= the coordinators' --batch-size); "
+                 "sets that method's request size cap")
+      ->capture_default_str()
+      ->check(colibri::cli::kBatchSize);
   app.add_option("--import-gguf", import_gguf,
                  "import every expert of this GGUF file at start-up (skips stored ones)");
   app.add_flag("--repair", options.repair_damaged_store,
@@ -137,6 +148,7 @@ int main(int argc, char** argv) {
   options.ram.prefetch_protection = absl::Milliseconds(prefetch_protect_ms);
   options.service.disk_budget_bytes = *disk;
   options.service.compute_threads = threads;
+  options.service.ingest_idle_timeout = absl::Seconds(ingest_idle_seconds);
   if (!options.service.node_id.empty()) {
     if (absl::Status valid = colibri::expert_node::ValidateNodeId(options.service.node_id);
         !valid.ok()) {

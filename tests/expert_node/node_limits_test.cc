@@ -165,5 +165,97 @@ TEST_F(NodeLimitsTest, EachMethodHasItsOwnRequestCap) {
   EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
+v1::NodeStatsReply Stats(v1::ExpertService::Stub* stub) {
+  v1::NodeStatsReply stats;
+  auto context = MakeContext();
+  EXPECT_TRUE(stub->NodeStats(context.get(), v1::NodeStatsRequest(), &stats).ok());
+  return stats;
+}
+
+// The header chunk of expert `expert` of layer 0 carrying only the first
+// `data_bytes` of its payload.
+v1::IngestChunk PartialHeader(const arch::Model& model, const std::string& fingerprint, int expert,
+                              size_t data_bytes) {
+  const moe::ExpertWeights& w = model.experts()[0][expert];
+  std::string bytes;
+  for (const ops::WeightMatrix* m : {&w.gate, &w.up, &w.down}) {
+    bytes.append(reinterpret_cast<const char*>(m->data), m->rows * m->row_bytes);
+  }
+  v1::IngestChunk h;
+  h.mutable_key()->set_model_fingerprint(fingerprint);
+  h.mutable_key()->set_expert(expert);
+  for (auto [m, t] : {std::pair{&w.gate, h.mutable_gate()}, std::pair{&w.up, h.mutable_up()},
+                      std::pair{&w.down, h.mutable_down()}}) {
+    t->set_ggml_type(static_cast<uint32_t>(m->type));
+    t->add_dims(m->cols);
+    t->add_dims(m->rows);
+  }
+  h.set_total_bytes(bytes.size());
+  h.set_xxh64(PayloadChecksum(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), {},
+      {}));
+  h.set_data(bytes.substr(0, data_bytes));
+  return h;
+}
+
+// Defect 7 (time half): stalled Ingest streams were held forever. A stream
+// that sends nothing for --ingest-idle-timeout ends with DEADLINE_EXCEEDED,
+// counted; its partial expert is not stored and its buffer is given back;
+// experts it completed before stay.
+TEST_F(NodeLimitsTest, AStalledIngestStreamIsEndedAfterTheIdleTimeout) {
+  NodeServer::Options options = Options();
+  options.service.ingest_idle_timeout = absl::Milliseconds(300);
+  auto node = Start(options);
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  // One whole expert, then half of the next one, then nothing.
+  v1::IngestReply reply;
+  auto context = MakeContext();
+  auto writer = stub->Ingest(context.get(), &reply);
+  const moe::ExpertWeights& w = model_->experts()[0][0];
+  const size_t whole = (w.gate.rows * w.gate.row_bytes) + (w.up.rows * w.up.row_bytes) +
+                       (w.down.rows * w.down.row_bytes);
+  ASSERT_TRUE(writer->Write(PartialHeader(*model_, fingerprint_, 0, whole)));
+  ASSERT_TRUE(writer->Write(PartialHeader(*model_, fingerprint_, 1, 100)));
+  // The client stalls; the node ends the stream on its own (no WritesDone).
+  const grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_NE(s.error_message().find("idle"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("nothing of"), std::string::npos) << s.error_message();
+  const v1::NodeStatsReply stats = Stats(stub.get());
+  EXPECT_EQ(stats.ingest_timeouts(), 1u);
+  EXPECT_EQ(stats.ingest_buffered_bytes(), 0u);
+  EXPECT_EQ(stats.experts_stored(), 1u);  // expert 0; nothing of expert 1
+  v1::InventoryReply inventory;
+  auto inventory_context = MakeContext();
+  ASSERT_TRUE(stub->Inventory(inventory_context.get(), v1::InventoryRequest(), &inventory).ok());
+  ASSERT_EQ(inventory.entries_size(), 1);
+  ASSERT_EQ(inventory.entries(0).experts_size(), 1);
+  EXPECT_EQ(inventory.entries(0).experts(0), 0);
+  // A stream that keeps sending (slower than the timeout in total, each gap
+  // shorter) is not ended.
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *model_, fingerprint_, {{0, 1}}, &ingest).ok());
+  EXPECT_EQ(Stats(stub.get()).ingest_timeouts(), 1u);
+}
+
+// Defect 7 (memory half, with the bound across streams in
+// expert_service_test): a stream over the node's buffer budget is refused
+// with RESOURCE_EXHAUSTED, counted, and stores nothing.
+TEST_F(NodeLimitsTest, AnIngestStreamOverTheBufferBudgetIsRefused) {
+  NodeServer::Options options = Options();
+  options.service.max_ingest_buffer_bytes = 1000;  // less than one expert
+  auto node = Start(options);
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  v1::IngestReply reply;
+  const grpc::Status s = IngestExperts(stub.get(), *model_, fingerprint_, {{0, 0}}, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  const v1::NodeStatsReply stats = Stats(stub.get());
+  EXPECT_EQ(stats.ingest_refused(), 1u);
+  EXPECT_EQ(stats.experts_stored(), 0u);
+  EXPECT_EQ(stats.ingest_buffered_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace colibri::expert_node

@@ -93,6 +93,10 @@ TEST(CommandLineTest, ExpertNodeRejectsOutOfRangeNumbers) {
       {with({"--io-threads", "0"}), "--io-threads"},
       {with({"--prefetch-queue", "-1"}), "--prefetch-queue"},
       {with({"--prefetch-protect-ms", "-5"}), "--prefetch-protect-ms"},
+      {with({"--ingest-idle-timeout", "0"}), "--ingest-idle-timeout"},
+      {with({"--ingest-idle-timeout", "-1"}), "--ingest-idle-timeout"},
+      {with({"--max-batch-tokens", "0"}), "--max-batch-tokens"},
+      {with({"--max-batch-tokens", "100000"}), "--max-batch-tokens"},
   });
 }
 
