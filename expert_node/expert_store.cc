@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "expert_node/event_log.h"
+#include "expert_node/recovery_log.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
@@ -94,7 +95,9 @@ absl::Status DamagedStoreError(const std::string& data_dir, const absl::Status& 
 
 absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Open(const Options& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("expert store: no data dir");
-  const rocksdb::Options db_options = DbOptions(options.min_blob_size, options.direct_reads);
+  rocksdb::Options db_options = DbOptions(options.min_blob_size, options.direct_reads);
+  // What a recovery drops (a damaged write-ahead log) is said on the node's log.
+  db_options.info_log = MakeRecoveryReportingLogger(options.data_dir, db_options);
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.data_dir, &raw);
   absl::Status opened = FromRocks(s, absl::StrCat("opening expert store ", options.data_dir));
