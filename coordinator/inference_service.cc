@@ -1,6 +1,7 @@
 #include "coordinator/inference_service.h"
 
 #include <future>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include "model/gguf/gguf_fingerprint.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/unicode_util.h"
+#include "rpc/raw_unary.h"
 #include "rpc/server_support.h"
 
 namespace colibri::coordinator {
@@ -69,7 +71,7 @@ v1::FinishReason ToProto(FinishReason reason) {
 // use of it.
 class InferenceServiceImpl::GenerateCall final : public GenerationJob {
  public:
-  class Reactor final : public grpc::ServerWriteReactor<v1::GenerateReply> {
+  class Reactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
    public:
     explicit Reactor(std::shared_ptr<GenerateCall> call) : call_(std::move(call)) {}
     void OnWriteDone(bool ok) override { call_->WriteDone(ok); }
@@ -117,13 +119,19 @@ class InferenceServiceImpl::GenerateCall final : public GenerationJob {
     Finish(grpc::Status::OK);
   }
 
-  // Queues a reply; dropped once the stream broke.
-  void Send(v1::GenerateReply reply) {
-    const v1::GenerateReply* next = nullptr;
+  // Queues a reply (serialized); dropped once the stream broke.
+  void Send(const v1::GenerateReply& reply) {
+    grpc::ByteBuffer bytes;
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::GenerateReply>::Serialize(reply, &bytes, &own).ok()) {
+      Finish(grpc::Status(grpc::StatusCode::INTERNAL, "cannot serialize a GenerateReply"));
+      return;
+    }
+    const grpc::ByteBuffer* next = nullptr;
     {
       absl::MutexLock lock(&mu_);
       if (broken_ || done_) return;
-      pending_.push_back(std::move(reply));
+      pending_.push_back(std::move(bytes));
       if (writing_) return;
       writing_ = true;
       next = &pending_.front();
@@ -145,7 +153,7 @@ class InferenceServiceImpl::GenerateCall final : public GenerationJob {
 
  private:
   void WriteDone(bool ok) {
-    const v1::GenerateReply* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     grpc::Status finish;
     {
       absl::MutexLock lock(&mu_);
@@ -174,7 +182,7 @@ class InferenceServiceImpl::GenerateCall final : public GenerationJob {
   absl::Mutex mu_;
   // pending_.front() is being written while writing_; deque references stay
   // valid across push_back.
-  std::deque<v1::GenerateReply> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> pending_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;  // Finish was asked for
@@ -260,35 +268,48 @@ GenerationSpec InferenceServiceImpl::ToSpec(const v1::GenerateRequest& request) 
   return spec;
 }
 
-grpc::ServerWriteReactor<v1::GenerateReply>* InferenceServiceImpl::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  v1::GenerateRequest parsed_request;
+  const absl::Status parsed =
+      rpc::ParseRequest(*raw, std::numeric_limits<uint64_t>::max(), "Generate", &parsed_request);
+  const v1::GenerateRequest* request = &parsed_request;
   auto call = std::make_shared<GenerateCall>(ToSpec(*request));
   GenerateCall::Reactor* reactor = call->MakeReactor(call);
   if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
     call->Finish(rpc::UnauthenticatedStatus());
     return reactor;
   }
-  absl::Status status = ValidateRequest(*request);
+  absl::Status status = parsed;
+  if (status.ok()) status = ValidateRequest(*request);
   if (status.ok()) status = scheduler_->Submit(call);
   if (!status.ok()) call->Finish(ToGrpc(status));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::Tokenize(grpc::CallbackServerContext* context,
-                                                         const v1::TokenizeRequest* request,
-                                                         v1::TokenizeReply* reply) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+                                                         const grpc::ByteBuffer* raw,
+                                                         grpc::ByteBuffer* response) {
+  auto* call = new rpc::ParsedUnaryCall<v1::TokenizeRequest, v1::TokenizeReply>(response);
+  rpc::RawUnaryReactor* reactor = call;
   if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
-    reactor->Finish(rpc::UnauthenticatedStatus());
+    reactor->FinishCall(rpc::UnauthenticatedStatus());
     return reactor;
   }
+  if (absl::Status s = call->Parse(*raw, std::numeric_limits<uint64_t>::max(), "Tokenize");
+      !s.ok()) {
+    reactor->FinishCall(ToGrpc(s));
+    return reactor;
+  }
+  const v1::TokenizeRequest* request = &call->request();
+  v1::TokenizeReply* reply = call->reply();
   if (tokenizer_ == nullptr) {
-    reactor->Finish(ToGrpc(absl::FailedPreconditionError("the model has no tokenizer")));
+    reactor->FinishCall(ToGrpc(absl::FailedPreconditionError("the model has no tokenizer")));
     return reactor;
   }
   absl::Status valid = CheckTokenizeRequest(*request, limits_);
   if (!valid.ok()) {
-    reactor->Finish(ToGrpc(valid));
+    reactor->FinishCall(ToGrpc(valid));
     return reactor;
   }
   // Tokenizing is quick CPU work (the text is bounded), done here rather than
@@ -298,43 +319,54 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Tokenize(grpc::CallbackServerCon
   enc.parse_special = request->parse_special();
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request->text(), enc);
   if (!ids.ok()) {
-    reactor->Finish(ToGrpc(ids.status()));
+    reactor->FinishCall(ToGrpc(ids.status()));
     return reactor;
   }
   for (int32_t id : *ids) reply->add_ids(id);
-  reactor->Finish(grpc::Status::OK);
+  reactor->FinishCall(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfo(grpc::CallbackServerContext* context,
-                                                          const v1::ModelInfoRequest*,
-                                                          v1::ModelInfoReply* reply) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+                                                          const grpc::ByteBuffer* raw,
+                                                          grpc::ByteBuffer* response) {
+  auto* call = new rpc::ParsedUnaryCall<v1::ModelInfoRequest, v1::ModelInfoReply>(response);
+  rpc::RawUnaryReactor* reactor = call;
   if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
-    reactor->Finish(rpc::UnauthenticatedStatus());
+    reactor->FinishCall(rpc::UnauthenticatedStatus());
     return reactor;
   }
-  *reply = model_info_;
-  reactor->Finish(grpc::Status::OK);
+  if (absl::Status s = call->Parse(*raw, kMaxSmallRequestBytes, "ModelInfo"); !s.ok()) {
+    reactor->FinishCall(ToGrpc(s));
+    return reactor;
+  }
+  *call->reply() = model_info_;
+  reactor->FinishCall(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::ClusterStatus(grpc::CallbackServerContext* context,
-                                                              const v1::ClusterStatusRequest*,
-                                                              v1::ClusterStatusReply* reply) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+                                                              const grpc::ByteBuffer* raw,
+                                                              grpc::ByteBuffer* response) {
+  auto* call = new rpc::ParsedUnaryCall<v1::ClusterStatusRequest, v1::ClusterStatusReply>(response);
+  rpc::RawUnaryReactor* reactor = call;
   if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
-    reactor->Finish(rpc::UnauthenticatedStatus());
+    reactor->FinishCall(rpc::UnauthenticatedStatus());
     return reactor;
   }
+  if (absl::Status s = call->Parse(*raw, kMaxSmallRequestBytes, "ClusterStatus"); !s.ok()) {
+    reactor->FinishCall(ToGrpc(s));
+    return reactor;
+  }
+  v1::ClusterStatusReply* reply = call->reply();
   absl::MutexLock lock(&mu_);
   if (stop_) {
-    reactor->Finish(kShuttingDown);
+    reactor->FinishCall(kShuttingDown);
     return reactor;
   }
   control_tasks_.push_back([this, reactor, reply] {
     FillClusterStatus(reply);
-    reactor->Finish(grpc::Status::OK);
+    reactor->FinishCall(grpc::Status::OK);
   });
   return reactor;
 }

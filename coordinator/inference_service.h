@@ -9,6 +9,13 @@
 // its generation at the next token. ClusterStatus asks the nodes for their
 // stats on a control thread. No gRPC callback blocks.
 //
+// Every method is registered raw (ByteBuffer) and parses its request itself:
+// bytes that are not the method's request get INVALID_ARGUMENT naming the
+// method (gRPC's generated handlers answered UNIMPLEMENTED). ModelInfo and
+// ClusterStatus requests are capped at kMaxSmallRequestBytes
+// (RESOURCE_EXHAUSTED); Generate and Tokenize are bounded by the server's
+// message limit and request_limits.h.
+//
 // Auth: with Options::auth_token set, every Inference call must carry
 // "authorization: Bearer <token>", else UNAUTHENTICATED. (The health and
 // reflection services stay open, so that probes need no secret.)
@@ -37,8 +44,15 @@
 
 namespace colibri::coordinator {
 
-class InferenceServiceImpl final : public v1::Inference::CallbackService {
+using InferenceServiceBase = v1::Inference::WithRawCallbackMethod_Generate<
+    v1::Inference::WithRawCallbackMethod_Tokenize<v1::Inference::WithRawCallbackMethod_ModelInfo<
+        v1::Inference::WithRawCallbackMethod_ClusterStatus<v1::Inference::CallbackService>>>>;
+
+class InferenceServiceImpl final : public InferenceServiceBase {
  public:
+  // Request cap of ModelInfo and ClusterStatus (empty messages).
+  static constexpr uint64_t kMaxSmallRequestBytes = uint64_t{64} << 10;
+
   struct Options {
     // Required bearer token; empty disables auth. Never logged. Default: "".
     std::string auth_token;
@@ -66,17 +80,19 @@ class InferenceServiceImpl final : public v1::Inference::CallbackService {
   // Idempotent.
   void Stop();
 
-  grpc::ServerWriteReactor<v1::GenerateReply>* Generate(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  // Each reads a serialized request; Generate writes serialized
+  // GenerateReplies, the others a serialized reply.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
-                                     const v1::TokenizeRequest* request,
-                                     v1::TokenizeReply* reply) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ModelInfo(grpc::CallbackServerContext* context,
-                                      const v1::ModelInfoRequest* request,
-                                      v1::ModelInfoReply* reply) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ClusterStatus(grpc::CallbackServerContext* context,
-                                          const v1::ClusterStatusRequest* request,
-                                          v1::ClusterStatusReply* reply) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
 
  private:
   class GenerateCall;

@@ -36,6 +36,26 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+// Parses `raw` into *request. ResourceExhausted when it has more than
+// `max_bytes` bytes (checked first); InvalidArgument when the bytes are not a
+// Request. Both messages name `method` and the size, never the bytes.
+template <typename Request>
+absl::Status ParseRequest(const grpc::ByteBuffer& raw, uint64_t max_bytes, absl::string_view method,
+                          Request* request) {
+  const size_t size = raw.Length();
+  if (size > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(method, " request of ", size,
+                                                     " bytes exceeds the limit of ", max_bytes,
+                                                     " bytes for this method"));
+  }
+  grpc::ByteBuffer copy(raw);  // shares the slices
+  if (!grpc::SerializationTraits<Request>::Deserialize(&copy, request).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(method, " request (", size, " bytes) is not a ",
+                                                   Request::descriptor()->full_name()));
+  }
+  return absl::OkStatus();
+}
+
 // The reactor of one raw unary call; see ParsedUnaryCall.
 class RawUnaryReactor : public grpc::ServerUnaryReactor {
  public:
@@ -65,22 +85,9 @@ class ParsedUnaryCall final : public RawUnaryReactor {
   // `response` is the raw handler's response buffer.
   explicit ParsedUnaryCall(grpc::ByteBuffer* response) : RawUnaryReactor(response) {}
 
-  // Parses `raw` into request(). ResourceExhausted when it has more than
-  // `max_bytes` bytes (checked first); InvalidArgument when the bytes are not
-  // a Request. Both messages name `method` and the size, never the bytes.
+  // ParseRequest into request().
   absl::Status Parse(const grpc::ByteBuffer& raw, uint64_t max_bytes, absl::string_view method) {
-    const size_t size = raw.Length();
-    if (size > max_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(method, " request of ", size,
-                                                       " bytes exceeds the limit of ", max_bytes,
-                                                       " bytes for this method"));
-    }
-    grpc::ByteBuffer copy(raw);  // shares the slices
-    if (!grpc::SerializationTraits<Request>::Deserialize(&copy, &request_).ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          method, " request (", size, " bytes) is not a ", Request::descriptor()->full_name()));
-    }
-    return absl::OkStatus();
+    return ParseRequest(raw, max_bytes, method, &request_);
   }
 
   const Request& request() const { return request_; }
