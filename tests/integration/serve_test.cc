@@ -355,7 +355,8 @@ TEST_F(ServeTest, GarbageOnEveryMethodIsInvalidArgument) {
   grpc::GenericStub generic(channel);
   const std::string garbage("\x0a\x7f\x01\x02", 4);
   for (const char* method : {"Generate", "Tokenize", "ModelInfo", "ClusterStatus"}) {
-    const grpc::Status s = CallRaw(&generic, std::string("/colibri.v1.Inference/") + method, garbage);
+    const grpc::Status s =
+        CallRaw(&generic, std::string("/colibri.v1.Inference/") + method, garbage);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << method << ": " << s.error_code() << " " << s.error_message();
     EXPECT_NE(s.error_message().find(method), std::string::npos) << s.error_message();
