@@ -141,8 +141,9 @@ std::unique_ptr<RemoteExpertBackend> ClusterExperts::NewBackend(ops::NumericPath
 namespace {
 
 absl::StatusOr<v1::NodeStatsReply> TierStats(Cluster& cluster, int node) {
-  if (!cluster.healthy(node)) return absl::UnavailableError("unhealthy");
-  return cluster.client(node)->NodeStats();
+  std::shared_ptr<NodeClient> client = cluster.client(node);
+  if (!cluster.healthy(node) || client == nullptr) return absl::UnavailableError("unhealthy");
+  return client->NodeStats();
 }
 
 }  // namespace
