@@ -120,8 +120,7 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
   cmd->add_option("--nodes-file", o->nodes_file,
                   "file with one expert node HOST:PORT per line (serve re-reads it on SIGHUP)")
       ->excludes(nodes)
-      ->excludes(dns)
-      ->check(CLI::ExistingFile);
+      ->excludes(dns);
   cmd->add_option("--replicas", o->replicas, "copies of each expert on distinct nodes")
       ->capture_default_str()
       ->check(colibri::cli::kReplicaCount);
