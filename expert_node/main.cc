@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "expert_node/node_config.h"
 #include "expert_node/node_identity.h"
 #include "expert_node/node_server.h"
+#include "expert_node/share_import.h"
 #include "rpc/protobuf_log.h"
 #include "rpc/server_support.h"
 
@@ -107,6 +109,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--import-gguf", import_gguf,
                  "import every expert of this GGUF file at start-up (skips stored ones)");
+  std::vector<std::string> import_share_of;
+  int import_replicas = 1;
+  bool exit_after_import = false;
+  app.add_option("--import-share-of", import_share_of,
+                 "with --import-gguf: import only this node's rendezvous share among these node "
+                 "ids (id,id,...; equal weights)")
+      ->delimiter(',');
+  app.add_option("--import-replicas", import_replicas, "copies of each expert for --import-share-of")
+      ->capture_default_str()
+      ->check(colibri::cli::kReplicaCount);
+  app.add_flag("--exit-after-import", exit_after_import,
+               "with --import-gguf: exit once the import is done (an init step)");
   app.add_flag("--repair", options.repair_damaged_store,
                "if the store is damaged: let RocksDB repair it, then verify every expert "
                "(what fails is dropped and re-sent by the coordinator)");
@@ -189,12 +203,27 @@ int main(int argc, char** argv) {
   if (!import_gguf.empty()) {
     colibri::v1::ImportRequest request;
     request.set_gguf_path(import_gguf);
+    if (!import_share_of.empty()) {
+      absl::StatusOr<colibri::v1::ImportRequest> share = colibri::expert_node::ShareImportRequest(
+          import_gguf, import_share_of, options.service.node_id, import_replicas);
+      if (!share.ok()) {
+        LogEvent(absl::StrCat("import of ", import_gguf, " failed: ", share.status().message()));
+        (*server)->Shutdown(absl::Seconds(1));
+        return 1;
+      }
+      request = *std::move(share);
+    }
     colibri::v1::ImportReply reply;
     absl::Status s = (*server)->service()->DoImport(request, &reply);
     if (!s.ok()) {
       LogEvent(absl::StrCat("import of ", import_gguf, " failed: ", s.message()));
       (*server)->Shutdown(absl::Seconds(1));
       return 1;
+    }
+    if (exit_after_import) {
+      (*server)->Shutdown(absl::Seconds(1));
+      LogEvent("import done, exiting (--exit-after-import)");
+      return 0;
     }
   }
 

@@ -200,5 +200,50 @@ TEST_F(MembershipTest, NodesJoinAndLeaveWhileGenerationsRun) {
   EXPECT_EQ(serve.Stop(SIGTERM), 0);
 }
 
+// The Kubernetes init step (k8s/base/nodes-statefulset.yaml): each node
+// imports its own share before the coordinator starts, which then finds every
+// expert in place and neither sends nor has anything imported.
+TEST_F(MembershipTest, NodesThatImportedTheirShareGetNothingAtStart) {
+  const std::string node_bin = testing::BinaryPath("expert_node/colibri-expert-node");
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 2; ++i) {
+    dirs.push_back(testing::MakeTempDir("share"));
+    const testing::CommandResult r = testing::RunCommand(
+        {node_bin, "--listen", "127.0.0.1:0", "--data-dir", dirs[i], "--node-id",
+         "node-" + std::to_string(i), "--threads", "1", "--import-gguf", ModelPath(),
+         "--import-share-of", "node-0,node-1", "--exit-after-import"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  std::vector<std::unique_ptr<NodeProcess>> nodes;
+  std::string error;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<NodeProcess>(dirs[i], "node-" + std::to_string(i)));
+    ASSERT_TRUE(nodes.back()->Start(0, &error)) << error;
+  }
+  const std::vector<std::string> run = {Coordinator(),
+                                        "run",
+                                        "--model",
+                                        ModelPath(),
+                                        "--prompt-tokens",
+                                        "1,2,3",
+                                        "--n-predict",
+                                        "4",
+                                        "--temp",
+                                        "0",
+                                        "--print-token-ids",
+                                        "--threads",
+                                        "1"};
+  const testing::CommandResult local = testing::RunCommand(run);
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  std::vector<std::string> remote = run;
+  remote.insert(remote.end(), {"--nodes", nodes[0]->address() + "," + nodes[1]->address(),
+                               "--node-gguf", ModelPath()});
+  const testing::CommandResult r = testing::RunCommand(remote);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, local.out);
+  EXPECT_NE(r.err.find("ingest: 0 bytes sent (0 experts), 0 experts imported"), std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace colibri
