@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -200,7 +201,16 @@ int main(int argc, char** argv) {
     LogEvent(absl::StrCat("advertised as ", options.service.advertise_address));
   }
 
-  if (!import_gguf.empty()) {
+  const bool outside_share =
+      !import_share_of.empty() && std::find(import_share_of.begin(), import_share_of.end(),
+                                            options.service.node_id) == import_share_of.end();
+  if (outside_share) {
+    // A pod added by scaling before the id list was updated: the coordinator
+    // places its share once it joins.
+    LogEvent(absl::StrCat("node ", options.service.node_id,
+                          " is not among --import-share-of: importing nothing"));
+  }
+  if (!import_gguf.empty() && !outside_share) {
     colibri::v1::ImportRequest request;
     request.set_gguf_path(import_gguf);
     if (!import_share_of.empty()) {
@@ -220,11 +230,11 @@ int main(int argc, char** argv) {
       (*server)->Shutdown(absl::Seconds(1));
       return 1;
     }
-    if (exit_after_import) {
-      (*server)->Shutdown(absl::Seconds(1));
-      LogEvent("import done, exiting (--exit-after-import)");
-      return 0;
-    }
+  }
+  if (!import_gguf.empty() && exit_after_import) {
+    (*server)->Shutdown(absl::Seconds(1));
+    LogEvent("import done, exiting (--exit-after-import)");
+    return 0;
   }
 
   const int signal_number = colibri::WaitForShutdownSignal(signals);

@@ -214,6 +214,13 @@ TEST_F(MembershipTest, NodesThatImportedTheirShareGetNothingAtStart) {
          "--import-share-of", "node-0,node-1", "--exit-after-import"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
+  // A pod scaled in before the id list was updated imports nothing and exits 0.
+  const testing::CommandResult outside = testing::RunCommand(
+      {node_bin, "--listen", "127.0.0.1:0", "--data-dir", testing::MakeTempDir("share"),
+       "--node-id", "node-9", "--threads", "1", "--import-gguf", ModelPath(), "--import-share-of",
+       "node-0,node-1", "--exit-after-import"});
+  EXPECT_EQ(outside.exit_code, 0) << outside.err;
+  EXPECT_NE(outside.err.find("importing nothing"), std::string::npos) << outside.err;
   std::vector<std::unique_ptr<NodeProcess>> nodes;
   std::string error;
   for (int i = 0; i < 2; ++i) {
