@@ -117,7 +117,8 @@ int main(int argc, char** argv) {
                  "with --import-gguf: import only this node's rendezvous share among these node "
                  "ids (id,id,...; equal weights)")
       ->delimiter(',');
-  app.add_option("--import-replicas", import_replicas, "copies of each expert for --import-share-of")
+  app.add_option("--import-replicas", import_replicas,
+                 "copies of each expert for --import-share-of")
       ->capture_default_str()
       ->check(colibri::cli::kReplicaCount);
   app.add_flag("--exit-after-import", exit_after_import,
