@@ -43,21 +43,21 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Connect(
     Node node;
     node.address = address;
     node.node_id = address;
+    node.provisional = !inventory.ok();
     if (inventory.ok()) {
       if (!inventory->node_id().empty()) node.node_id = inventory->node_id();
       node.inventory = *std::move(inventory);
     } else if (absl::IsUnavailable(inventory.status()) ||
                absl::IsDeadlineExceeded(inventory.status())) {
-      const std::string why = absl::StrCat("expert node ", address,
-                                           " does not answer: ", inventory.status().message());
+      const std::string why =
+          absl::StrCat("expert node ", address, " does not answer: ", inventory.status().message());
       if (unreachable.empty()) unreachable = why;
       std::ostream& log = options.log != nullptr ? *options.log : std::cerr;
-      log << "cluster: " << why << "; starting without it, it is placed in once it answers\n";
+      log << "cluster: " << why << "; starting without it, it joins once it answers\n";
     } else {
       // Answering with an error (wrong token, bad request) is not a node away.
-      return absl::Status(inventory.status().code(),
-                          absl::StrCat("expert node ", address, ": ",
-                                       inventory.status().message()));
+      return absl::Status(inventory.status().code(), absl::StrCat("expert node ", address, ": ",
+                                                                  inventory.status().message()));
     }
     reachable.push_back(inventory.ok());
     nodes.push_back(std::move(node));
@@ -78,6 +78,11 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(
     return absl::InvalidArgumentError("a cluster needs one client per node, and a node");
   }
   if (reachable.empty()) reachable.assign(nodes.size(), true);
+  if (reachable.size() == nodes.size()) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].provisional) reachable[i] = false;
+    }
+  }
   const int n_reachable = static_cast<int>(std::count(reachable.begin(), reachable.end(), true));
   if (reachable.size() != nodes.size() || n_reachable == 0) {
     return absl::InvalidArgumentError("a cluster needs a reachable node");
@@ -107,16 +112,23 @@ Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
     : options_(options),
       fingerprint_(std::move(fingerprint)),
       experts_per_layer_(std::move(experts_per_layer)),
-      clients_(std::move(clients)),
-      nodes_(std::move(nodes)),
+      capacity_(std::max<int>(options.max_node_slots, static_cast<int>(nodes.size()))),
+      slots_(new Node[capacity_]),
       healthy_(reachable),
-      unhealthy_since_(clients_.size(), absl::InfinitePast()),
-      counters_(clients_.size()),
+      unhealthy_since_(nodes.size(), absl::InfinitePast()),
+      counters_(nodes.size()),
       available_(reachable),
-      wanted_available_(std::move(reachable)) {
-  for (size_t i = 0; i < healthy_.size(); ++i) {
+      wanted_available_(reachable),
+      retired_(nodes.size(), false) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
     if (!healthy_[i]) unhealthy_since_[i] = absl::Now();
+    // Provisional nodes join under their own id instead (UpdateMembership).
+    if (nodes[i].provisional) available_[i] = wanted_available_[i] = false;
+    members_.insert(nodes[i].address);
+    slots_[i] = std::move(nodes[i]);
   }
+  clients_.assign(std::make_move_iterator(clients.begin()), std::make_move_iterator(clients.end()));
+  n_nodes_.store(static_cast<int>(nodes.size()), std::memory_order_release);
   placements_.push_back(std::make_unique<const Placement>(std::move(placement)));
   current_.store(placements_.back().get(), std::memory_order_release);
   prober_ = std::thread([this] { ProbeLoop(); });
@@ -162,6 +174,31 @@ bool Cluster::excluded(int node) const {
   return !available_[node];
 }
 
+int64_t Cluster::moved_experts() const {
+  absl::MutexLock lock(&mu_);
+  return moved_experts_;
+}
+
+std::shared_ptr<NodeClient> Cluster::client(int node) const {
+  absl::MutexLock lock(&clients_mu_);
+  return clients_[node];
+}
+
+bool Cluster::retired(int node) const {
+  absl::MutexLock lock(&mu_);
+  return retired_[node];
+}
+
+absl::Status Cluster::SetMembers(const std::vector<std::string>& addresses) {
+  if (addresses.empty()) {
+    return absl::InvalidArgumentError(
+        "an empty node list: a cluster keeps at least one node (stop the coordinator instead)");
+  }
+  absl::MutexLock lock(&mu_);
+  members_ = std::set<std::string>(addresses.begin(), addresses.end());
+  return absl::OkStatus();
+}
+
 int64_t Cluster::replacements() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(placements_.size()) - 1;
@@ -187,7 +224,7 @@ void Cluster::MarkUnhealthy(int node, const absl::Status& why) {
     if (was_healthy) unhealthy_since_[node] = absl::Now();
   }
   if (was_healthy) {
-    Log(absl::StrCat("cluster: node ", nodes_[node].address, " unhealthy: ", why.message()));
+    Log(absl::StrCat("cluster: node ", slots_[node].address, " unhealthy: ", why.message()));
   }
 }
 
@@ -196,7 +233,7 @@ void Cluster::ReportExpertLoss(int node, const absl::Status& why) {
     absl::MutexLock lock(&mu_);
     ++expert_losses_;
   }
-  Log(absl::StrCat("cluster: node ", nodes_[node].address, " lost an expert: ", why.message()));
+  Log(absl::StrCat("cluster: node ", slots_[node].address, " lost an expert: ", why.message()));
   RequestRepair();
 }
 
@@ -245,25 +282,169 @@ void Cluster::ProbeLoop() {
       if (stop_) return;
       UpdateWantedPlacement();
       for (int i = 0; i < n_nodes(); ++i) {
-        if (!healthy_[i]) unhealthy.push_back(i);
+        if (!healthy_[i] && !retired_[i] && !slots_[i].provisional) unhealthy.push_back(i);
       }
     }
     for (int i : unhealthy) {
-      if (!clients_[i]->CheckHealth().ok()) continue;
+      std::shared_ptr<NodeClient> c = client(i);
+      if (c == nullptr || !c->CheckHealth().ok()) continue;
       {
         absl::MutexLock lock(&mu_);
         healthy_[i] = true;
       }
-      Log(absl::StrCat("cluster: node ", nodes_[i].address, " healthy again"));
+      Log(absl::StrCat("cluster: node ", slots_[i].address, " healthy again"));
+    }
+    UpdateMembership();
+  }
+}
+
+void Cluster::UpdateMembership() {
+  std::vector<std::string> to_contact;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!rebalancer_) return;
+    std::set<std::string> in;  // listed addresses with a node of known id
+    for (int i = 0; i < n_nodes(); ++i) {
+      if (retired_[i]) continue;
+      if (members_.count(slots_[i].address) == 0) {
+        retired_[i] = true;
+        Log(absl::StrCat("cluster: node ", slots_[i].address,
+                         " is no longer listed: its experts move to the others, then it is "
+                         "released"));
+      } else if (!slots_[i].provisional) {
+        in.insert(slots_[i].address);
+      }
+    }
+    for (const std::string& address : members_) {
+      if (in.count(address) == 0) to_contact.push_back(address);
     }
   }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    it = std::find(to_contact.begin(), to_contact.end(), it->first) == to_contact.end()
+             ? pending_.erase(it)
+             : std::next(it);
+  }
+  for (const std::string& address : to_contact) {
+    std::shared_ptr<NodeClient>& c = pending_[address];
+    if (c == nullptr) {
+      for (int i = 0; i < n_nodes() && c == nullptr; ++i) {
+        if (slots_[i].provisional && slots_[i].address == address) c = client(i);
+      }
+    }
+    if (c == nullptr) {
+      NodeClientOptions client_options = options_.client;
+      client_options.address = address;
+      absl::StatusOr<std::unique_ptr<NodeClient>> made =
+          options_.client_factory ? options_.client_factory(client_options)
+                                  : CreateGrpcNodeClient(client_options);
+      if (!made.ok()) {
+        if (pending_logged_.insert(address).second) {
+          Log(absl::StrCat("cluster: cannot make a client for ", address, ": ",
+                           made.status().message()));
+        }
+        continue;
+      }
+      c = std::shared_ptr<NodeClient>(*std::move(made));
+    }
+    v1::InventoryRequest request;
+    request.set_model_fingerprint(fingerprint_);
+    absl::StatusOr<v1::InventoryReply> inventory = c->Inventory(request);
+    if (!inventory.ok()) {
+      if (pending_logged_.insert(address).second) {
+        Log(absl::StrCat("cluster: node ", address, " does not answer yet (",
+                         inventory.status().message(), "); it joins once it does"));
+      }
+      continue;
+    }
+    if (AddNode(address, *std::move(inventory), c)) {
+      pending_.erase(address);
+      pending_logged_.erase(address);
+    }
+  }
+  ReleaseRetiredClients();
+}
+
+bool Cluster::AddNode(const std::string& address, v1::InventoryReply inventory,
+                      std::shared_ptr<NodeClient> client) {
+  const std::string id = inventory.node_id().empty() ? address : inventory.node_id();
+  int index;
+  {
+    absl::MutexLock lock(&mu_);
+    const int n = n_nodes();
+    for (int i = 0; i < n; ++i) {
+      if (!retired_[i] && !slots_[i].provisional && slots_[i].node_id == id) {
+        if (pending_logged_.insert(address).second) {
+          Log(absl::StrCat("cluster: node ", address, " reports id '", id, "', which ",
+                           slots_[i].address, " already has: not taking it in"));
+        }
+        return false;
+      }
+    }
+    if (n == capacity_) {
+      if (pending_logged_.insert(address).second) {
+        Log(absl::StrCat("cluster: cannot take ", address, " in: all ", capacity_,
+                         " node slots used (restart the coordinator)"));
+      }
+      return false;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (slots_[i].provisional && slots_[i].address == address) retired_[i] = true;
+    }
+    index = n;
+    Node& node = slots_[index];
+    node.address = address;
+    node.node_id = id;
+    node.inventory = std::move(inventory);
+    healthy_.push_back(true);
+    unhealthy_since_.push_back(absl::InfinitePast());
+    counters_.emplace_back();
+    available_.push_back(false);
+    wanted_available_.push_back(true);
+    retired_.push_back(false);
+    {
+      absl::MutexLock clients_lock(&clients_mu_);
+      clients_.push_back(std::move(client));
+    }
+    n_nodes_.store(index + 1, std::memory_order_release);
+  }
+  Log(absl::StrCat("cluster: node ", address, " (id ", id,
+                   ") joins: its share of experts is placed on it before work is routed to it"));
+  return true;
+}
+
+void Cluster::ReleaseRetiredClients() {
+  std::vector<std::shared_ptr<NodeClient>> released;  // destroyed outside the locks
+  {
+    absl::MutexLock lock(&mu_);
+    absl::MutexLock clients_lock(&clients_mu_);
+    for (int i = 0; i < n_nodes(); ++i) {
+      if (retired_[i] && !available_[i] && clients_[i] != nullptr) {
+        released.push_back(std::move(clients_[i]));
+        clients_[i] = nullptr;
+      }
+    }
+  }
+  for (const std::shared_ptr<NodeClient>& c : released) {
+    Log(absl::StrCat("cluster: node ", c->address(), " released"));
+  }
+}
+
+std::vector<PlacementNode> Cluster::PlacementNodesOfSlots(int n) const {
+  std::vector<PlacementNode> out =
+      PlacementNodesOf(std::vector<Node>(slots_.get(), slots_.get() + n), options_.assume_equal);
+  for (int i = 0; i < n; ++i) {
+    if (retired_[i]) out[i].id = absl::StrCat("\x01retired-", i);
+  }
+  return out;
 }
 
 void Cluster::UpdateWantedPlacement() {
   if (!rebalancer_) return;
   const absl::Time now = absl::Now();
   for (int i = 0; i < n_nodes(); ++i) {
-    if (healthy_[i]) {
+    if (retired_[i] || slots_[i].provisional) {
+      wanted_available_[i] = false;
+    } else if (healthy_[i]) {
       wanted_available_[i] = true;
     } else if (wanted_available_[i] && now - unhealthy_since_[i] > options_.replace_after &&
                std::count(wanted_available_.begin(), wanted_available_.end(), true) > 1) {
@@ -271,6 +452,10 @@ void Cluster::UpdateWantedPlacement() {
       // and the coordinator's fallback serves its work meanwhile.
       wanted_available_[i] = false;
     }
+  }
+  if (std::count(wanted_available_.begin(), wanted_available_.end(), true) == 0) {
+    // Every node in force was retired and none joined yet: keep them until one does.
+    wanted_available_ = available_;
   }
 }
 
@@ -290,11 +475,14 @@ int64_t NewAssignments(const Placement& from, const Placement& to) {
   return n;
 }
 
-std::string NodeList(const std::vector<Cluster::Node>& nodes, const std::vector<bool>& available) {
+// The addresses of nodes [0, want.size()) that are left out of `want`,
+// retired ones apart.
+std::string NodeList(const Cluster& cluster, const std::vector<bool>& want,
+                     const std::vector<bool>& retired, bool list_retired) {
   std::string out;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (available[i]) continue;
-    absl::StrAppend(&out, out.empty() ? "" : ", ", nodes[i].address);
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] || retired[i] != list_retired) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", cluster.node(static_cast<int>(i)).address);
   }
   return out.empty() ? "none" : out;
 }
@@ -305,6 +493,8 @@ void Cluster::RebalanceLoop() {
   absl::Duration backoff = options_.probe_interval;
   while (true) {
     std::vector<bool> want;
+    std::vector<bool> retired;
+    std::vector<PlacementNode> placement_nodes;
     bool repair = false;
     Rebalancer rebalancer;
     {
@@ -315,6 +505,8 @@ void Cluster::RebalanceLoop() {
       mu_.Await(absl::Condition(&ready));
       if (stop_) return;
       want = wanted_available_;
+      retired = retired_;
+      placement_nodes = PlacementNodesOfSlots(static_cast<int>(want.size()));
       repair = want == available_;
       repair_requested_ = false;
       rebalancer = rebalancer_;
@@ -326,14 +518,15 @@ void Cluster::RebalanceLoop() {
       status = rebalancer(placement());
     } else {
       const int n_available = static_cast<int>(std::count(want.begin(), want.end(), true));
-      absl::StatusOr<Placement> computed =
-          Placement::Compute(PlacementNodesOf(nodes_, options_.assume_equal), experts_per_layer_,
-                             std::min(options_.replicas, n_available), want);
+      absl::StatusOr<Placement> computed = Placement::Compute(
+          placement_nodes, experts_per_layer_, std::min(options_.replicas, n_available), want);
       status = computed.status();
       if (status.ok()) {
         next = std::make_unique<Placement>(*std::move(computed));
-        Log(absl::StrCat("cluster: re-placing experts (excluded: ", NodeList(nodes_, want), "; ",
-                         NewAssignments(placement(), *next), " expert copies move)"));
+        Log(absl::StrCat(
+            "cluster: re-placing experts (excluded: ", NodeList(*this, want, retired, false),
+            "; retired: ", NodeList(*this, want, retired, true), "; ",
+            NewAssignments(placement(), *next), " expert copies move)"));
         status = rebalancer(*next);
       }
     }
@@ -353,13 +546,19 @@ void Cluster::RebalanceLoop() {
       ++repairs_;
       continue;
     }
+    const int64_t moved = NewAssignments(placement(), *next);
     {
       absl::MutexLock lock(&mu_);
       placements_.push_back(std::move(next));
       available_ = want;
+      // Nodes that joined meanwhile are not in this placement yet.
+      available_.resize(wanted_available_.size(), false);
+      moved_experts_ += moved;
       current_.store(placements_.back().get(), std::memory_order_release);
     }
-    Log(absl::StrCat("cluster: new placement in force (excluded: ", NodeList(nodes_, want), ")"));
+    Log(absl::StrCat(
+        "cluster: new placement in force (excluded: ", NodeList(*this, want, retired, false), ")"));
+    ReleaseRetiredClients();
   }
 }
 

@@ -17,6 +17,23 @@
 // placed back the same way (it usually still holds its experts, so nothing is
 // sent). Without a rebalancer placement never changes.
 //
+// Membership: SetMembers gives the addresses the cluster should consist of
+// (serve re-resolves --nodes-dns or reloads --nodes-file). The probe thread
+// contacts each listed address without a node; once one answers its
+// Inventory it becomes a new node (a new index; its id and capacity as it
+// reports them) and is placed in like a node coming back: the rebalancer
+// sends or has it import its rendezvous share, and only then does the new
+// placement route work to it. A node whose address is no longer listed is
+// retired: a placement without it is installed first (its experts held by
+// their new owners), then its client is released (the connection closes once
+// calls in flight finish); client() returns null for it from then on. Node
+// indexes are never reused: a node back after its retirement, or on another
+// address, takes a new one. A node unreachable at start-up (Connect) gets a
+// provisional index under its address that never holds experts; when it
+// answers, it joins as above under its reported id and the provisional index
+// is retired. The last node in force is retired only once another can take
+// its experts. Without a rebalancer membership never changes.
+//
 // Repair: a node that answers DataLoss or NotFound for an expert it should
 // hold (a stored value failed its checksum and was dropped) gets it back: the
 // same thread runs the rebalancer for the placement in force, which re-sends
@@ -31,8 +48,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <ostream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +83,14 @@ struct ClusterOptions {
   // Where significant events (a node lost, a node back) are logged, one line
   // each. Default: null, meaning std::cerr.
   std::ostream* log = nullptr;
+  // Node indexes the cluster may ever hand out (each join takes one, see
+  // Membership); a join beyond them is refused with a log line.
+  // Default: 256.
+  int max_node_slots = 256;
+  // Makes the client of a node joining later (`client` with the address
+  // filled in is the template). Default: empty, meaning CreateGrpcNodeClient.
+  std::function<absl::StatusOr<std::unique_ptr<NodeClient>>(const NodeClientOptions&)>
+      client_factory;
 };
 
 // Cumulative per-node counters.
@@ -83,6 +110,8 @@ class Cluster {
     std::string address;
     std::string node_id;           // reported, or the address when empty
     v1::InventoryReply inventory;  // for the model's fingerprint
+    // Unreachable at start-up: id and capacity unknown, never holds experts.
+    bool provisional = false;
   };
 
   // Connects to every node of options.addresses, reads its inventory for
@@ -98,7 +127,8 @@ class Cluster {
 
   // The same from ready clients (tests pass mocks). clients[i] serves nodes[i];
   // reachable[i] false starts node i unhealthy and excluded (empty: every
-  // node reachable; at least one must be).
+  // node reachable; at least one must be). Nodes marked provisional join
+  // under their reported id once they answer (see Membership).
   static absl::StatusOr<std::unique_ptr<Cluster>> Create(
       const ClusterOptions& options, const std::string& fingerprint,
       const std::vector<int>& experts_per_layer, std::vector<std::unique_ptr<NodeClient>> clients,
@@ -108,9 +138,13 @@ class Cluster {
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
-  int n_nodes() const { return static_cast<int>(clients_.size()); }
-  NodeClient* client(int node) const { return clients_[node].get(); }
-  const Node& node(int i) const { return nodes_[i]; }
+  // Node indexes handed out so far (including retired nodes); only grows.
+  int n_nodes() const { return n_nodes_.load(std::memory_order_acquire); }
+  // The client of a node, shared so that a call in flight keeps it alive;
+  // null once the node is retired and released.
+  std::shared_ptr<NodeClient> client(int node) const;
+  // Immutable once the index is handed out.
+  const Node& node(int i) const { return slots_[i]; }
   const std::string& fingerprint() const { return fingerprint_; }
   int replicas() const { return options_.replicas; }
 
@@ -134,6 +168,16 @@ class Cluster {
   bool excluded(int node) const;
   // Placements installed after the first.
   int64_t replacements() const;
+  // Expert copies the installed placements gave to a node that did not hold
+  // them in the placement before (Σ over re-placements).
+  int64_t moved_experts() const;
+
+  // The addresses the cluster should consist of (see Membership); returns at
+  // once, the probe thread does the rest. InvalidArgument when empty.
+  absl::Status SetMembers(const std::vector<std::string>& addresses);
+  // True once node's address is no longer a member (it may still be in force
+  // until the placement without it is installed).
+  bool retired(int node) const;
 
   bool healthy(int node) const;
   // Records a failed call; the first failure of a healthy node logs one line.
@@ -163,6 +207,17 @@ class Cluster {
           std::vector<std::unique_ptr<NodeClient>> clients, std::vector<Node> nodes,
           std::vector<bool> reachable);
   void ProbeLoop();
+  // Retires nodes no longer listed and takes listed addresses in (RPCs
+  // outside mu_). Probe thread only.
+  void UpdateMembership();
+  // Makes node index for a joining node; false when refused (logged).
+  bool AddNode(const std::string& address, v1::InventoryReply inventory,
+               std::shared_ptr<NodeClient> client);
+  // Releases the clients of retired nodes out of the placement in force.
+  void ReleaseRetiredClients();
+  // Placement weights of nodes [0, n); retired nodes get a unique
+  // placeholder id so a node re-joining with its old id is not a duplicate.
+  std::vector<PlacementNode> PlacementNodesOfSlots(int n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Updates wanted_available_ from health and how long nodes have been away.
   void UpdateWantedPlacement() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebalanceLoop();
@@ -171,8 +226,12 @@ class Cluster {
   const ClusterOptions options_;
   const std::string fingerprint_;
   const std::vector<int> experts_per_layer_;
-  const std::vector<std::unique_ptr<NodeClient>> clients_;
-  const std::vector<Node> nodes_;
+  const int capacity_;
+  // [capacity_]; entry i written once, before n_nodes_ passes i.
+  const std::unique_ptr<Node[]> slots_;
+  std::atomic<int> n_nodes_{0};
+  mutable absl::Mutex clients_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<std::shared_ptr<NodeClient>> clients_ ABSL_GUARDED_BY(clients_mu_);
   // Points into placements_; written by the re-placement thread only.
   std::atomic<const Placement*> current_{nullptr};
 
@@ -190,6 +249,13 @@ class Cluster {
   bool repair_requested_ ABSL_GUARDED_BY(mu_) = false;
   int64_t repairs_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t expert_losses_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t moved_experts_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<bool> retired_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> members_ ABSL_GUARDED_BY(mu_);
+  // Probe thread only: clients of listed addresses not yet in, and those
+  // whose failure was logged.
+  std::map<std::string, std::shared_ptr<NodeClient>> pending_;
+  std::set<std::string> pending_logged_;
   mutable absl::Mutex log_mu_;
   std::thread prober_;
   std::thread rebalancer_thread_;

@@ -28,11 +28,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& options) {
   ClusterOptions out;
   out.addresses = options.nodes;
+  if (!options.nodes.empty() + !options.nodes_dns.empty() + !options.nodes_file.empty() > 1) {
+    return absl::InvalidArgumentError("give one of --nodes, --nodes-dns and --nodes-file");
+  }
   if (!options.nodes_dns.empty()) {
-    if (!options.nodes.empty()) {
-      return absl::InvalidArgumentError("give either --nodes or --nodes-dns, not both");
-    }
     COLIBRI_ASSIGN_OR_RETURN(out.addresses, ResolveNodeAddresses(options.nodes_dns));
+  }
+  if (!options.nodes_file.empty()) {
+    COLIBRI_ASSIGN_OR_RETURN(out.addresses, ReadNodesFile(options.nodes_file));
   }
   out.replicas = options.replicas;
   out.assume_equal = options.assume_equal;
@@ -95,6 +98,7 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   std::unique_ptr<ClusterExperts> experts(new ClusterExperts());
   experts->model_ = &model;
   experts->pool_ = pool;
+  experts->start_addresses_ = cluster_options.addresses;
   COLIBRI_ASSIGN_OR_RETURN(experts->cluster_,
                            Cluster::Connect(cluster_options, fingerprint, ExpertsPerLayer(model)));
   ExpertSetupOptions setup;
@@ -133,6 +137,24 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   return experts;
 }
 
+absl::Status ClusterExperts::WatchMembership(const ClusterCommandOptions& options,
+                                             std::ostream& err) {
+  if (options.nodes_dns.empty() && options.nodes_file.empty()) return absl::OkStatus();
+  MembershipWatcherOptions watch;
+  watch.nodes_dns = options.nodes_dns;
+  watch.dns_interval = absl::Seconds(options.nodes_dns_interval_seconds);
+  watch.nodes_file = options.nodes_file;
+  watch.reload_on_sighup = options.reload_on_sighup;
+  watch.log = &err;
+  Cluster* cluster = cluster_.get();
+  COLIBRI_ASSIGN_OR_RETURN(
+      watcher_, MembershipWatcher::Start(watch, start_addresses_,
+                                         [cluster](const std::vector<std::string>& addresses) {
+                                           return cluster->SetMembers(addresses);
+                                         }));
+  return absl::OkStatus();
+}
+
 std::unique_ptr<RemoteExpertBackend> ClusterExperts::NewBackend(ops::NumericPath path) const {
   return std::make_unique<RemoteExpertBackend>(cluster_.get(), &model_->experts(),
                                                model_->config().n_expert, path, pool_);
@@ -141,8 +163,9 @@ std::unique_ptr<RemoteExpertBackend> ClusterExperts::NewBackend(ops::NumericPath
 namespace {
 
 absl::StatusOr<v1::NodeStatsReply> TierStats(Cluster& cluster, int node) {
-  if (!cluster.healthy(node)) return absl::UnavailableError("unhealthy");
-  return cluster.client(node)->NodeStats();
+  std::shared_ptr<NodeClient> client = cluster.client(node);
+  if (!cluster.healthy(node) || client == nullptr) return absl::UnavailableError("unhealthy");
+  return client->NodeStats();
 }
 
 }  // namespace
@@ -198,7 +221,7 @@ void ClusterExperts::PrintStats(std::ostream& err) const {
 
 absl::Status RunPlan(const PlanOptions& options, std::ostream& out) {
   if (!options.cluster.enabled()) {
-    return absl::InvalidArgumentError("plan needs --nodes or --nodes-dns");
+    return absl::InvalidArgumentError("plan needs --nodes, --nodes-dns or --nodes-file");
   }
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Model> model,
                            arch::Model::Open(options.model_path));

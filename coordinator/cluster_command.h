@@ -13,6 +13,7 @@
 #include "common/thread_pool.h"
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_setup.h"
+#include "coordinator/membership_watcher.h"
 #include "coordinator/remote_expert_backend.h"
 #include "model/arch/model.h"
 
@@ -23,8 +24,16 @@ struct ClusterCommandOptions {
   // Default: empty.
   std::vector<std::string> nodes;
   // Instead of `nodes`: NAME:PORT, every address NAME resolves to is a node
-  // (resolved once, at start-up). Default: empty.
+  // (at start-up; `serve` resolves it again every nodes_dns_interval_seconds).
+  // Default: empty.
   std::string nodes_dns;
+  // Seconds between resolutions of nodes_dns while `serve` runs. Default: 30.
+  double nodes_dns_interval_seconds = 30;
+  // Instead of `nodes`: a file with one HOST:PORT per line (ReadNodesFile);
+  // `serve` reads it again on SIGHUP. Default: empty.
+  std::string nodes_file;
+  // Whether SIGHUP reloads nodes_file (main blocks SIGHUP first). Default: false.
+  bool reload_on_sighup = false;
   // Copies of each expert on distinct nodes. Default: 1.
   int replicas = 1;
   // File holding the shared auth token (surrounding whitespace ignored).
@@ -47,11 +56,12 @@ struct ClusterCommandOptions {
   // Default: false.
   bool assume_equal = false;
 
-  // True when nodes or nodes_dns names expert nodes.
-  bool enabled() const { return !nodes.empty() || !nodes_dns.empty(); }
+  // True when nodes, nodes_dns or nodes_file names expert nodes.
+  bool enabled() const { return !nodes.empty() || !nodes_dns.empty() || !nodes_file.empty(); }
 };
 
-// Resolves nodes_dns and reads the token and PEM files into cluster options. InvalidArgument /
+// Resolves nodes_dns or reads nodes_file, and reads the token and PEM files
+// into cluster options. InvalidArgument /
 // NotFound for unreadable files or bad values.
 absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& options);
 
@@ -77,6 +87,12 @@ class ClusterExperts {
   // given to Start are borrowed by it too.
   std::unique_ptr<RemoteExpertBackend> NewBackend(ops::NumericPath path) const;
 
+  // Keeps the node list current while serving: nodes_dns re-resolved, and
+  // nodes_file re-read on SIGHUP with reload_on_sighup (MembershipWatcher);
+  // changes go to Cluster::SetMembers. OK without doing anything when the
+  // nodes were given by `nodes`. Call once.
+  absl::Status WatchMembership(const ClusterCommandOptions& options, std::ostream& err);
+
   // Marks the end of prompt processing: later figures print as "decode".
   // Also reads every healthy node's NodeStats (one call each).
   void MarkPromptDone();
@@ -92,7 +108,10 @@ class ClusterExperts {
   const arch::Model* model_ = nullptr;
   ThreadPool* pool_ = nullptr;
   std::unique_ptr<Cluster> cluster_;
+  std::vector<std::string> start_addresses_;
   std::unique_ptr<RemoteExpertBackend> backend_;
+  // Declared after cluster_: stops before the cluster it feeds is destroyed.
+  std::unique_ptr<MembershipWatcher> watcher_;
   RemoteBackendStats at_prompt_done_;
   std::vector<absl::StatusOr<v1::NodeStatsReply>> tiers_at_prompt_done_;  // [n_nodes]
 };

@@ -41,6 +41,11 @@ void FillTensor(const ops::WeightMatrix& m, v1::ExpertTensor* t) {
   t->add_dims(m.rows);
 }
 
+absl::Status Released(const Cluster& cluster, int i) {
+  return absl::UnavailableError(
+      absl::StrCat("node ", cluster.node(i).address, " was retired from the cluster"));
+}
+
 // What `placement` assigns node `i` and its inventory does not list.
 // DataLoss when the node holds an assigned expert with other bytes than
 // `model`'s (its content hash differs): those must never be served.
@@ -55,7 +60,9 @@ absl::StatusOr<std::vector<ExpertId>> MissingExperts(const Cluster& cluster,
   if (refresh_inventory) {
     v1::InventoryRequest request;
     request.set_model_fingerprint(cluster.fingerprint());
-    COLIBRI_ASSIGN_OR_RETURN(fresh, cluster.client(i)->Inventory(request));
+    std::shared_ptr<NodeClient> client = cluster.client(i);
+    if (client == nullptr) return Released(cluster, i);
+    COLIBRI_ASSIGN_OR_RETURN(fresh, client->Inventory(request));
     inventory = &fresh;
   }
   std::map<ExpertId, std::optional<uint64_t>> held;  // with the content hash when reported
@@ -151,7 +158,9 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
   for (const ExpertId& id : missing) total += experts[id.layer][id.expert].bytes();
   Progress progress(options.progress, cluster.node(i).address, total, options.progress_interval,
                     out_mu);
-  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<IngestStream> stream, cluster.client(i)->StartIngest());
+  std::shared_ptr<NodeClient> client = cluster.client(i);
+  if (client == nullptr) return Released(cluster, i);
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<IngestStream> stream, client->StartIngest());
   const uint64_t chunk_bytes = std::max<uint64_t>(options.chunk_bytes, 4096);
   v1::IngestChunk chunk;
   for (const ExpertId& id : missing) {
@@ -229,7 +238,9 @@ absl::Status ImportExperts(const Cluster& cluster, int i, const std::vector<Expe
     key->set_expert(id.expert);
   }
   const auto start = Clock::now();
-  COLIBRI_ASSIGN_OR_RETURN(v1::ImportReply reply, cluster.client(i)->Import(request));
+  std::shared_ptr<NodeClient> client = cluster.client(i);
+  if (client == nullptr) return Released(cluster, i);
+  COLIBRI_ASSIGN_OR_RETURN(v1::ImportReply reply, client->Import(request));
   if (reply.imported() != static_cast<int32_t>(missing.size())) {
     return absl::DataLossError(absl::StrCat(cluster.node(i).address, " imported ", reply.imported(),
                                             " of ", missing.size(), " experts from ",
@@ -263,15 +274,16 @@ absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const ar
   return EnsureExperts(cluster, cluster.placement(), model, options);
 }
 
-absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster,
-                                                const Placement& placement,
+absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const Placement& placement,
                                                 const arch::Model& model,
                                                 const ExpertSetupOptions& options) {
   ExpertSetupResult result;
   absl::Mutex mu;  // guards result and the progress stream
-  std::vector<absl::Status> statuses(cluster.n_nodes());
+  // Nodes that joined after `placement` was computed hold nothing of it.
+  const int n_nodes = std::min(cluster.n_nodes(), placement.n_nodes());
+  std::vector<absl::Status> statuses(n_nodes);
   std::vector<std::thread> threads;
-  for (int i = 0; i < cluster.n_nodes(); ++i) {
+  for (int i = 0; i < n_nodes; ++i) {
     threads.emplace_back([&, i] {
       absl::StatusOr<std::vector<ExpertId>> missing =
           MissingExperts(cluster, placement, i, model, options.refresh_inventory);
@@ -286,7 +298,7 @@ absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster,
     });
   }
   for (std::thread& t : threads) t.join();
-  for (int i = 0; i < cluster.n_nodes(); ++i) {
+  for (int i = 0; i < n_nodes; ++i) {
     const absl::Status& s = statuses[i];
     if (s.ok()) continue;
     if (!options.skip_failed_nodes || absl::IsCancelled(s)) return s;

@@ -399,13 +399,17 @@ void InferenceServiceImpl::FillClusterStatus(v1::ClusterStatusReply* reply) cons
   const int n = cluster.n_nodes();
   // Every healthy node at once; each call has the node client's control
   // deadline, and a node that does not answer is shown unhealthy.
+  // Retired nodes are listed until the placement without them is in force.
+  std::vector<bool> shown(n);
+  for (int i = 0; i < n; ++i) shown[i] = !(cluster.retired(i) && cluster.excluded(i));
   std::vector<std::future<absl::StatusOr<v1::NodeStatsReply>>> stats(n);
   for (int i = 0; i < n; ++i) {
-    if (!cluster.healthy(i)) continue;
-    stats[i] =
-        std::async(std::launch::async, [&cluster, i] { return cluster.client(i)->NodeStats(); });
+    std::shared_ptr<NodeClient> client = cluster.client(i);
+    if (!shown[i] || !cluster.healthy(i) || client == nullptr) continue;
+    stats[i] = std::async(std::launch::async, [client] { return client->NodeStats(); });
   }
   for (int i = 0; i < n; ++i) {
+    if (!shown[i]) continue;
     v1::NodeStatus* node = reply->add_nodes();
     node->set_address(cluster.node(i).address);
     node->set_node_id(cluster.node(i).node_id);

@@ -109,10 +109,18 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
       cmd->add_option("--nodes", o->nodes, "expert nodes host:port,... (none: experts run here)")
           ->delimiter(',')
           ->check(colibri::cli::ConnectAddress());
-  cmd->add_option("--nodes-dns", o->nodes_dns,
-                  "NAME:PORT: every address NAME resolves to is an expert node")
+  CLI::Option* dns = cmd->add_option("--nodes-dns", o->nodes_dns,
+                                     "NAME:PORT: every address NAME resolves to is an expert node")
+                         ->excludes(nodes)
+                         ->check(colibri::cli::ConnectAddress());
+  cmd->add_option("--nodes-dns-interval", o->nodes_dns_interval_seconds,
+                  "seconds between resolutions of --nodes-dns while serving")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 7 * 24 * 3600.0));
+  cmd->add_option("--nodes-file", o->nodes_file,
+                  "file with one expert node HOST:PORT per line (serve re-reads it on SIGHUP)")
       ->excludes(nodes)
-      ->check(colibri::cli::ConnectAddress());
+      ->excludes(dns);
   cmd->add_option("--replicas", o->replicas, "copies of each expert on distinct nodes")
       ->capture_default_str()
       ->check(colibri::cli::kReplicaCount);
@@ -278,6 +286,8 @@ int main(int argc, char** argv) {
   absl::Status status;
   if (serve_cmd->parsed()) {
     const sigset_t signals = colibri::BlockShutdownSignals();
+    colibri::coordinator::BlockReloadSignal();
+    serve.cluster.reload_on_sighup = true;
     status = colibri::coordinator::RunServe(
         serve, [&signals] { colibri::WaitForShutdownSignal(signals); }, std::cout, std::cerr);
   } else if (run_cmd->parsed()) {

@@ -66,12 +66,16 @@ RemoteExpertBackend::RemoteExpertBackend(
       n_expert_(n_expert),
       path_(path),
       fallback_(n_expert, path, pool) {
-  for (int i = 0; i < cluster_->n_nodes(); ++i) {
+  AddWorkers(cluster_->n_nodes());
+}
+
+void RemoteExpertBackend::AddWorkers(int n_nodes) {
+  while (static_cast<int>(workers_.size()) < n_nodes) {
     workers_.push_back(std::make_unique<Worker>());
     prefetch_workers_.push_back(std::make_unique<Worker>());
   }
   absl::MutexLock lock(&mu_);
-  prefetch_outstanding_.assign(cluster_->n_nodes(), false);
+  prefetch_outstanding_.resize(workers_.size(), false);
 }
 
 RemoteExpertBackend::~RemoteExpertBackend() {
@@ -94,6 +98,7 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
   submit_status_ = absl::OkStatus();
   placement_ = &cluster_->placement();
   const Placement& placement = *placement_;
+  AddWorkers(placement.n_nodes());  // nodes that joined the cluster since
   const int64_t n_routes = batch.n_tokens * batch.k;
   for (int64_t i = 0; i < n_routes; ++i) {
     const int32_t e = batch.experts[i];
@@ -120,7 +125,7 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
 void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send_hints) {
   const Placement& placement = *placement_;
   const int replicas = placement.replicas();
-  const int n_nodes = cluster_->n_nodes();
+  const int n_nodes = placement.n_nodes();
   std::vector<bool> healthy(n_nodes);
   for (int i = 0; i < n_nodes; ++i) healthy[i] = cluster_->healthy(i);
 
@@ -184,7 +189,10 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
     }
     workers_[call->node]->Post([this, call] {
       const auto start = std::chrono::steady_clock::now();
-      call->reply = cluster_->client(call->node)->ComputeLayer(call->request);
+      // Null once the node was retired; its experts have moved by then.
+      std::shared_ptr<NodeClient> client = cluster_->client(call->node);
+      call->reply = client != nullptr ? client->ComputeLayer(call->request)
+                                      : absl::UnavailableError("node retired from the cluster");
       call->wait_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       absl::MutexLock lock(&mu_);
@@ -288,7 +296,7 @@ void RemoteExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts)
 
 void RemoteExpertBackend::SendHints(const Placement& placement, const std::vector<bool>& healthy) {
   if (hints_.empty()) return;
-  const int n_nodes = cluster_->n_nodes();
+  const int n_nodes = placement.n_nodes();
   std::vector<std::unique_ptr<v1::PrefetchRequest>> separate(n_nodes);
   int64_t riding = 0;
   int64_t dropped = 0;
@@ -342,7 +350,9 @@ void RemoteExpertBackend::SendHints(const Placement& placement, const std::vecto
     std::shared_ptr<v1::PrefetchRequest> request(std::move(separate[node]));
     // Advice: a failure is ignored here and shows up on the next real call.
     prefetch_workers_[node]->Post([this, node, request] {
-      cluster_->client(node)->Prefetch(*request).status().IgnoreError();
+      if (std::shared_ptr<NodeClient> client = cluster_->client(node)) {
+        client->Prefetch(*request).status().IgnoreError();
+      }
       absl::MutexLock lock(&mu_);
       prefetch_outstanding_[node] = false;
     });

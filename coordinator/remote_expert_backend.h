@@ -77,6 +77,9 @@ class RemoteExpertBackend : public moe::ExpertBackend {
 
  private:
   class Worker;
+  // Grows workers_ and prefetch_workers_ to n_nodes (nodes join a running
+  // cluster). Caller thread only.
+  void AddWorkers(int n_nodes);
   // One ComputeLayer call: the routes (t * k + r) one node computes.
   struct Call {
     int node = -1;
@@ -103,8 +106,9 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   const int n_expert_;
   const ops::NumericPath path_;
   moe::ExpertGroupRunner fallback_;
-  std::vector<std::unique_ptr<Worker>> workers_;           // [n_nodes]
-  std::vector<std::unique_ptr<Worker>> prefetch_workers_;  // [n_nodes]: Prefetch calls
+  // [nodes the cluster had at the last Submit]
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::unique_ptr<Worker>> prefetch_workers_;  // Prefetch calls
 
   // The batch in progress (between Submit and Wait; touched by the caller only).
   moe::ExpertBatch batch_;

@@ -83,6 +83,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     // Sessions pick their path per request; the backend Start makes is unused.
     COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(cluster_options, *model,
                                                             ops::NumericPath::kFast, &pool, err));
+    COLIBRI_RETURN_IF_ERROR(cluster->WatchMembership(cluster_options, err));
   }
 
   GenerationScheduler::Options scheduler_options;

@@ -47,6 +47,9 @@ if [ ! -f "$root/etc/colibri/$config" ]; then
     > "$root/etc/colibri/$config"
   chmod 0644 "$root/etc/colibri/$config"
 fi
+if [ "$role" = coordinator ] && [ ! -f "$root/etc/colibri/nodes" ]; then
+  install -m 0644 "$here/systemd/nodes" "$root/etc/colibri/nodes"
+fi
 # Read by systemd (LoadCredential=) as root only; the service sees its copy.
 install -m 0600 "$lab/token" "$root/etc/colibri/token"
 install -m 0600 "$lab/$host/host.key" "$root/etc/colibri/tls/host.key"

@@ -8,9 +8,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,7 @@
 #include "expert_node/node_config.h"
 #include "expert_node/node_identity.h"
 #include "expert_node/node_server.h"
+#include "expert_node/share_import.h"
 #include "rpc/protobuf_log.h"
 #include "rpc/server_support.h"
 
@@ -118,6 +121,19 @@ int main(int argc, char** argv) {
       ->check(colibri::cli::kBatchSize);
   app.add_option("--import-gguf", import_gguf,
                  "import every expert of this GGUF file at start-up (skips stored ones)");
+  std::vector<std::string> import_share_of;
+  int import_replicas = 1;
+  bool exit_after_import = false;
+  app.add_option("--import-share-of", import_share_of,
+                 "with --import-gguf: import only this node's rendezvous share among these node "
+                 "ids (id,id,...; equal weights)")
+      ->delimiter(',');
+  app.add_option("--import-replicas", import_replicas,
+                 "copies of each expert for --import-share-of")
+      ->capture_default_str()
+      ->check(colibri::cli::kReplicaCount);
+  app.add_flag("--exit-after-import", exit_after_import,
+               "with --import-gguf: exit once the import is done (an init step)");
   app.add_flag("--repair", options.repair_damaged_store,
                "if the store is damaged: let RocksDB repair it, then verify every expert "
                "(what fails is dropped and re-sent by the coordinator)");
@@ -198,9 +214,28 @@ int main(int argc, char** argv) {
     LogEvent(absl::StrCat("advertised as ", options.service.advertise_address));
   }
 
-  if (!import_gguf.empty()) {
+  const bool outside_share =
+      !import_share_of.empty() && std::find(import_share_of.begin(), import_share_of.end(),
+                                            options.service.node_id) == import_share_of.end();
+  if (outside_share) {
+    // A pod added by scaling before the id list was updated: the coordinator
+    // places its share once it joins.
+    LogEvent(absl::StrCat("node ", options.service.node_id,
+                          " is not among --import-share-of: importing nothing"));
+  }
+  if (!import_gguf.empty() && !outside_share) {
     colibri::v1::ImportRequest request;
     request.set_gguf_path(import_gguf);
+    if (!import_share_of.empty()) {
+      absl::StatusOr<colibri::v1::ImportRequest> share = colibri::expert_node::ShareImportRequest(
+          import_gguf, import_share_of, options.service.node_id, import_replicas);
+      if (!share.ok()) {
+        LogEvent(absl::StrCat("import of ", import_gguf, " failed: ", share.status().message()));
+        (*server)->Shutdown(absl::Seconds(1));
+        return 1;
+      }
+      request = *std::move(share);
+    }
     colibri::v1::ImportReply reply;
     absl::Status s = (*server)->service()->DoImport(request, &reply);
     if (!s.ok()) {
@@ -208,6 +243,11 @@ int main(int argc, char** argv) {
       (*server)->Shutdown(absl::Seconds(1));
       return 1;
     }
+  }
+  if (!import_gguf.empty() && exit_after_import) {
+    (*server)->Shutdown(absl::Seconds(1));
+    LogEvent("import done, exiting (--exit-after-import)");
+    return 0;
   }
 
   const int signal_number = colibri::WaitForShutdownSignal(signals);

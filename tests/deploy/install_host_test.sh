@@ -32,6 +32,9 @@ grep -qx 'advertise = "node2.lab:7071"' "$root/etc/colibri/expert-node.toml" \
   > /dev/null || fail "installed node config does not parse"
 "$root/usr/local/bin/colibri-coordinator" serve --config "$root/etc/colibri/coordinator.toml" \
   --help > /dev/null || fail "installed coordinator config does not parse"
+grep -qx 'nodes-file = "/etc/colibri/nodes"' "$root/etc/colibri/coordinator.toml" \
+  || fail "coordinator config does not read /etc/colibri/nodes"
+cmp -s "$src/deploy/systemd/nodes" "$root/etc/colibri/nodes" || fail "nodes file not installed"
 for f in etc/colibri/token etc/colibri/tls/host.key; do
   [ "$(stat -c %a "$root/$f")" = 600 ] || fail "$f is not 0600"
 done

@@ -76,6 +76,33 @@ function structureProblems(objs, overlay) {
   const node = nodePod.spec.containers[0];
   const dataMount = (node.volumeMounts || []).find((m) => m.mountPath === '/var/lib/colibri/node');
   if (!dataMount || !claims.includes(dataMount.name)) p.push('node store is not a volumeClaimTemplate');
+  // The import init step: the node's own share into the same store, from the
+  // model volume, among exactly the StatefulSet's pod names, with the
+  // coordinator's replicas, and every volume its config needs.
+  const imp = (nodePod.spec.initContainers || []).find((c) => (c.args || []).includes('--import-share-of'));
+  if (!imp) {
+    p.push('nodes: no init container importing the node share (--import-share-of)');
+  } else {
+    const arg = (flag) => imp.args[imp.args.indexOf(flag) + 1];
+    const env = (name) => ((imp.env || []).find((e) => e.name === name) || {}).value;
+    const expand = (v) => String(v).replace(/\$\((\w+)\)/g, (_, n) => env(n));
+    if (!imp.args.includes('--exit-after-import')) p.push('import-share: no --exit-after-import');
+    if (arg('--node-id') !== node.args[node.args.indexOf('--node-id') + 1]) p.push('import-share: --node-id differs from the node\'s');
+    const mount = (c, where) => (c.volumeMounts || []).find((m) => m.mountPath === where);
+    const impData = mount(imp, '/var/lib/colibri/node');
+    if (!impData || impData.name !== dataMount.name) p.push('import-share: does not write the node store volume');
+    const gguf = arg('--import-gguf') || '';
+    const models = (imp.volumeMounts || []).find((m) => gguf.startsWith(m.mountPath + '/'));
+    if (!models || !(nodePod.spec.volumes || []).some((v) => v.name === models.name)) p.push('import-share: --import-gguf is not on a mounted volume');
+    const ids = Array.from({length: nodes.spec.replicas}, (_, i) => `${nodes.metadata.name}-${i}`).join(',');
+    if (expand(arg('--import-share-of')) !== ids) p.push(`import-share: ids '${expand(arg('--import-share-of'))}' are not the pods '${ids}'`);
+    const coordToml = (byKind(objs, 'ConfigMap').find((c) => c.metadata.name.startsWith('colibri-config')) || {data: {}}).data['coordinator.toml'] || '';
+    const r = (coordToml.match(/^replicas = (\d+)$/m) || [])[1];
+    if (expand(arg('--import-replicas')) !== r) p.push(`import-share: replicas ${expand(arg('--import-replicas'))} != the coordinator's ${r}`);
+    for (const m of node.volumeMounts || []) {
+      if (m.mountPath !== '/tmp' && !mount(imp, m.mountPath)) p.push(`import-share: does not mount ${m.mountPath} as the node does`);
+    }
+  }
   // Probes: gRPC on the container's gRPC port.
   for (const [what, pod] of [['node', nodePod], ['coordinator', coord.spec.template]]) {
     const c = pod.spec.containers[0];

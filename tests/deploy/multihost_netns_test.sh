@@ -209,6 +209,41 @@ fi
 
 # A static list of names, planned from the nodes' inventories (HOMELAB.md:
 # sizing), over the same TLS.
+# Adding and removing a PC without restarting the coordinator (HOMELAB.md,
+# section 7): a second coordinator reads its nodes from a file; the file is
+# edited with the guide's commands and SIGHUP (what `systemctl reload` sends)
+# makes it re-read. Tokens stay equal to the local run throughout.
+nodes_file="$tmp/nodes"
+echo "node1.lab:7071" > "$nodes_file"
+sed -e 's|^listen = .*|listen = "10.77.1.1:7072"|' \
+  -e "s|^nodes-dns = .*|nodes-file = \"$nodes_file\"|" "$tmp/coordinator.toml" > "$tmp/coordinator2.toml"
+start "$ns_coord" "$tmp/coord2.log" "$coord_bin" serve --config "$tmp/coordinator2.toml" \
+  || { fail "the nodes-file coordinator did not start"; exit 1; }
+coord2_pid="$(pgrep -f -- "--config $tmp/coordinator2.toml" | head -1)"
+client2() { client --coordinator coord.lab:7072 "$@"; }
+wait_status() {  # REGEX PRESENT(1/0): waits up to 30 s for status to (not) match
+  for _ in $(seq 150); do
+    if client2 status > "$tmp/status2" 2> /dev/null; then
+      if grep -Eq "$1" "$tmp/status2"; then [ "$2" = 1 ] && return 0; else [ "$2" = 0 ] && return 0; fi
+    fi
+    sleep 0.2
+  done
+  return 1
+}
+wait_status "^node1.lab:7071 +node1 +ok " 1 || fail "node1 not ok in the nodes-file cluster"
+echo "node2.lab:7071" | tee -a "$nodes_file" > /dev/null
+kill -HUP "$coord2_pid"
+wait_status "^node2.lab:7071 +node2 +ok +[1-9]" 1 \
+  || fail "node2 was not taken in after SIGHUP: $(cat "$tmp/status2")"
+got="$(client2 generate --prompt-tokens 1,2,3 -n 6 --temp 0 --print-token-ids 2> /dev/null)"
+[ "$got" = "$want" ] || fail "tokens after adding node2 '$got' != local '$want'"
+sed -i '/^node1.lab:7071$/d' "$nodes_file"
+kill -HUP "$coord2_pid"
+wait_status "^node1.lab:7071 " 0 || fail "node1 was not retired after SIGHUP: $(cat "$tmp/status2")"
+got="$(client2 generate --prompt-tokens 1,2,3 -n 6 --temp 0 --print-token-ids 2> /dev/null)"
+[ "$got" = "$want" ] || fail "tokens after removing node1 '$got' != local '$want'"
+grep -q "nodes now" "$tmp/coord2.log" || fail "no membership line in the coordinator's log"
+
 in_ns "$ns_coord" "$coord_bin" plan --model "$model" --nodes node1.lab:7071,node2.lab:7071 \
   --auth-token-file "$lab/token" --tls-ca "$lab/ca.crt" --tls-cert "$lab/coord.lab/host.crt" \
   --tls-key "$lab/coord.lab/host.key" --summary > "$tmp/plan" 2>&1 || fail "plan: $(cat "$tmp/plan")"

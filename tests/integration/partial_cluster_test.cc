@@ -125,7 +125,8 @@ TEST_F(PartialClusterTest, RunAndServeStartWithoutAnUnreachableNodeAndServeTakes
   EXPECT_EQ(status->nodes(2).experts_assigned(), 0);
   EXPECT_EQ(status->fallback_routes(), 0);  // every expert placed on the two
 
-  // The third node comes up on its address: it is placed in and gets work.
+  // The third node comes up on its address: it joins under its own id (the
+  // provisional entry made for its address is retired) and gets work.
   ASSERT_TRUE(nodes_[2]->Start(port, &error)) << error;
   bool placed = false;
   for (int i = 0; i < 300 && !placed; ++i) {
@@ -136,6 +137,8 @@ TEST_F(PartialClusterTest, RunAndServeStartWithoutAnUnreachableNodeAndServeTakes
              status->nodes(2).experts_assigned() > 0;
   }
   ASSERT_TRUE(placed) << status->DebugString();
+  // Placed under the id it reports, not under its address.
+  EXPECT_EQ(status->nodes(2).node_id(), "node-2");
   EXPECT_GE(status->nodes(2).experts_stored(), status->nodes(2).experts_assigned());
   absl::StatusOr<GenerateResult> after = (*client)->Generate(request);
   ASSERT_TRUE(after.ok()) << after.status();

@@ -41,6 +41,8 @@ class ServerProcess {
   // returns the rest of it; "" with *error set when it does not come.
   std::string WaitForLine(const std::string& prefix, std::string* error);
   bool running() const { return pid_ > 0; }
+  // The process id while running, else -1 (to signal it without stopping it).
+  int pid() const { return pid_; }
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   // The process id while running, else -1.

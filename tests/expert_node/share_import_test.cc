@@ -1,0 +1,57 @@
+// A node's own share (expert_node/share_import.h) against an argmax of the
+// rendezvous scores computed here.
+#include "expert_node/share_import.h"
+
+#include <string>
+#include <vector>
+
+#include "coordinator/placement.h"
+#include "gtest/gtest.h"
+
+namespace colibri::expert_node {
+namespace {
+
+TEST(ShareImportTest, ShareIsTheExpertsWhereTheNodeScoresHighest) {
+  const std::vector<int> experts = {8, 0, 8, 8};
+  const std::vector<std::string> ids = {"colibri-node-0", "colibri-node-1", "colibri-node-2"};
+  size_t total = 0;
+  for (const std::string& self : ids) {
+    absl::StatusOr<std::vector<std::pair<int, int>>> share = ShareOf(experts, ids, self, 1);
+    ASSERT_TRUE(share.ok()) << share.status();
+    std::vector<std::pair<int, int>> expected;
+    for (int l = 0; l < static_cast<int>(experts.size()); ++l) {
+      for (int e = 0; e < experts[l]; ++e) {
+        std::string best;
+        double best_score = -1;
+        for (const std::string& id : ids) {
+          coordinator::PlacementNode node;
+          node.id = id;
+          const double score = coordinator::RendezvousScore(node, l, e);
+          if (score > best_score) {
+            best_score = score;
+            best = id;
+          }
+        }
+        if (best == self) expected.emplace_back(l, e);
+      }
+    }
+    EXPECT_EQ(*share, expected) << self;
+    total += share->size();
+  }
+  EXPECT_EQ(total, 24u);
+  // Two copies: every expert on two of the three.
+  size_t copies = 0;
+  for (const std::string& self : ids) copies += ShareOf(experts, ids, self, 2)->size();
+  EXPECT_EQ(copies, 48u);
+}
+
+TEST(ShareImportTest, BadMembersAreInvalidArgument) {
+  const std::vector<int> experts = {8};
+  EXPECT_TRUE(absl::IsInvalidArgument(ShareOf(experts, {"a", "b"}, "c", 1).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ShareOf(experts, {"a", "a"}, "a", 1).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ShareOf(experts, {"a", "b"}, "a", 3).status()));
+  EXPECT_FALSE(ShareImportRequest("/nonexistent.gguf", {"a"}, "a", 1).ok());
+}
+
+}  // namespace
+}  // namespace colibri::expert_node
