@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "coordinator/chat_prompt.h"
 #include "httplib.h"
 #include "rpc/server_support.h"
 
@@ -375,24 +376,14 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
       return SendError(
           res, openai::MakeError(400, "the model has no tokenizer: send token ids", prompt_param));
     }
-    std::string text = std::move(request.prompt);
+    if (chat && !b.chat) {
+      return SendError(res, openai::MakeError(501, "this server has no chat template"));
+    }
     tokenizer::EncodeOptions enc;
     enc.add_special = true;
-    if (chat) {
-      if (!b.chat) {
-        return SendError(res, openai::MakeError(501, "this server has no chat template"));
-      }
-      absl::StatusOr<std::string> rendered = b.chat(request.messages, request.tools, true);
-      if (!rendered.ok()) return SendError(res, openai::ErrorFromStatus(rendered.status()));
-      text = std::move(*rendered);
-      // The template writes its special tokens as text, so they are parsed;
-      // BOS is added only when the template did not write it already.
-      enc.parse_special = true;
-      const int32_t bos = b.tokenizer->bos_id();
-      const std::string bos_text = bos >= 0 ? b.tokenizer->TokenText(bos) : std::string();
-      enc.add_special = bos_text.empty() || !absl::StartsWith(text, bos_text);
-    }
-    absl::StatusOr<std::vector<int32_t>> ids = b.tokenizer->Encode(text, enc);
+    absl::StatusOr<std::vector<int32_t>> ids =
+        chat ? EncodeChatPrompt(b.chat, *b.tokenizer, request.messages, request.tools)
+             : b.tokenizer->Encode(request.prompt, enc);
     if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));
     spec.prompt_ids = std::move(*ids);
   }

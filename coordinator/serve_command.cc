@@ -100,8 +100,9 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   scheduler_options.prefetch.count = options.prefetch_count;
   scheduler_options.metrics = &metrics;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
+  // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.
   ChatRenderer chat;
-  if (http != nullptr) {
+  if (tokenizer != nullptr || http != nullptr) {
     COLIBRI_ASSIGN_OR_RETURN(
         chat, LoadChatRenderer(model->file(), tokenizer, options.chat_template_file, err));
   }
@@ -110,6 +111,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
   InferenceServiceImpl::Options service_options;
   service_options.auth_token = token;
+  service_options.chat = chat;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<InferenceServiceImpl> service,
                            InferenceServiceImpl::Create(service_options, *model, tokenizer,
                                                         cluster.get(), scheduler.get()));
