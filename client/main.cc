@@ -1,5 +1,7 @@
 // colibri-client: the command line over client/client.h. Flags are read here
 // only. Exit codes: 0 ok, 1 a runtime error (message on stderr), 2 usage.
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -12,6 +14,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "client/bench_command.h"
+#include "client/chat_command.h"
 #include "client/client.h"
 #include "common/cli_config.h"
 #include "common/cli_checks.h"
@@ -189,6 +193,51 @@ int main(int argc, char** argv) {
                 "print the generated ids on one line instead of the text");
   gen->add_flag("--stats", print_stats, "print the finish reason and the request's stats");
 
+  colibri::client::ChatOptions chat_options;
+  int chat_n_predict = 512;
+  float chat_temp = 0.8f;
+  float chat_top_p = 1.0f;
+  uint64_t chat_seed = 0;
+  CLI::App* chat_cmd = app.add_subcommand(
+      "chat", "an interactive conversation (the server applies the chat template); "
+              "/reset forgets the history, /exit or end of input quits");
+  chat_cmd->add_option("--system", chat_options.system, "system prompt of the conversation");
+  chat_cmd->add_option("--n-predict,-n", chat_n_predict, "most tokens of each reply")
+      ->capture_default_str()
+      ->check(colibri::cli::kTokenCount);
+  chat_cmd->add_option("--temp", chat_temp, "sampling temperature (0: greedy)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  chat_cmd->add_option("--top-p", chat_top_p, "top-p (1: off)")
+      ->capture_default_str()
+      ->check(colibri::cli::kProbability);
+  chat_cmd->add_option("--seed", chat_seed, "sampling seed (default: the server picks)")
+      ->check(CLI::NonNegativeNumber);
+  chat_cmd->add_flag("--stats", chat_options.print_stats,
+                     "after each reply, print its token counts and finish reason on stderr");
+
+  colibri::client::BenchOptions bench_options;
+  bool bench_json = false;
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench", "concurrent Generate requests: throughput, time to first token, inter-token "
+               "latency");
+  bench_cmd->add_option("--concurrency,-c", bench_options.concurrency, "requests in flight")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  bench_cmd->add_option("--requests", bench_options.requests, "requests in total")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  bench_cmd->add_option("--duration", bench_options.duration_seconds,
+                        "seconds to run instead of a request count")
+      ->check(CLI::Range(0.001, 86400.0));
+  bench_cmd->add_option("--prompt-tokens", bench_options.prompt_tokens, "prompt length")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  bench_cmd->add_option("--max-tokens", bench_options.max_tokens, "output tokens per request")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  bench_cmd->add_flag("--json", bench_json, "print one JSON object instead of the table");
+
   CLI::App* status_cmd = app.add_subcommand("status", "the expert nodes, their health and counters");
   std::string health_service;
   CLI::App* health_cmd = app.add_subcommand("health", "SERVING (exit 0) or NOT_SERVING (exit 1)");
@@ -232,6 +281,29 @@ int main(int argc, char** argv) {
         info->n_layer(), info->n_embd(), info->n_vocab(), info->n_ctx(), info->n_expert(),
         info->n_expert_used(), static_cast<unsigned long long>(info->dense_bytes()),
         static_cast<unsigned long long>(info->routed_expert_bytes()));
+    return 0;
+  }
+  if (chat_cmd->parsed()) {
+    chat_options.request.set_max_tokens(chat_n_predict);
+    v1::SamplingParams* sampling = chat_options.request.mutable_sampling();
+    sampling->set_temperature(chat_temp);
+    sampling->set_top_p(chat_top_p);
+    if (chat_cmd->count("--seed") > 0) {
+      sampling->set_seed(chat_seed);
+      sampling->set_has_seed(true);
+    }
+    chat_options.show_prompt = ::isatty(STDIN_FILENO) != 0;
+    return colibri::client::RunChat(**client, chat_options, std::cin, std::cout, std::cerr);
+  }
+  if (bench_cmd->parsed()) {
+    absl::StatusOr<colibri::client::BenchReport> report =
+        colibri::client::RunBench(**client, bench_options);
+    if (!report.ok()) return Fail(report.status());
+    if (bench_json) {
+      colibri::client::PrintBenchJson(bench_options, *report, std::cout);
+    } else {
+      colibri::client::PrintBenchTable(bench_options, *report, std::cout);
+    }
     return 0;
   }
   if (status_cmd->parsed()) {

@@ -3,7 +3,9 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/chat_template/chat_template.h"
 #include "rpc/server_support.h"
 
@@ -62,6 +64,21 @@ absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
     }
     return text;
   });
+}
+
+absl::StatusOr<std::vector<int32_t>> EncodeChatPrompt(const ChatRenderer& chat,
+                                                      const tokenizer::Tokenizer& tokenizer,
+                                                      const nlohmann::ordered_json& messages,
+                                                      const nlohmann::ordered_json& tools) {
+  COLIBRI_ASSIGN_OR_RETURN(const std::string text, chat(messages, tools, true));
+  // The template writes its special tokens as text, so they are parsed; BOS
+  // is added only when the template did not write it already.
+  tokenizer::EncodeOptions enc;
+  enc.parse_special = true;
+  const int32_t bos = tokenizer.bos_id();
+  const std::string bos_text = bos >= 0 ? tokenizer.TokenText(bos) : std::string();
+  enc.add_special = bos_text.empty() || !absl::StartsWith(text, bos_text);
+  return tokenizer.Encode(text, enc);
 }
 
 }  // namespace colibri::coordinator

@@ -7,8 +7,10 @@
 #ifndef COLIBRI_COORDINATOR_CHAT_PROMPT_H_
 #define COLIBRI_COORDINATOR_CHAT_PROMPT_H_
 
+#include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "coordinator/http_server.h"
@@ -24,6 +26,16 @@ namespace colibri::coordinator {
 absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
                                               const tokenizer::Tokenizer* tokenizer,
                                               const std::string& template_file, std::ostream& err);
+
+// The prompt token ids of a chat request, as both the HTTP chat endpoint and
+// gRPC Generate's `chat` prompt make them: `messages` rendered by `chat` with
+// the generation prompt, tokenized with special-token text recognised, BOS
+// added unless the template wrote it. The renderer's and tokenizer's errors
+// (InvalidArgument for a conversation the template rejects).
+absl::StatusOr<std::vector<int32_t>> EncodeChatPrompt(const ChatRenderer& chat,
+                                                      const tokenizer::Tokenizer& tokenizer,
+                                                      const nlohmann::ordered_json& messages,
+                                                      const nlohmann::ordered_json& tools);
 
 }  // namespace colibri::coordinator
 

@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
 GenerationScheduler::~GenerationScheduler() { Stop(); }
 
 absl::Status GenerationScheduler::Submit(std::shared_ptr<GenerationJob> job) {
+  job->submitted_ = absl::Now();
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return ShuttingDown();
   queue_.push_back(std::move(job));
@@ -123,7 +124,12 @@ void GenerationScheduler::WorkerLoop(int slot) {
       queue_.pop_front();
       running_.push_back(job);
     }
-    absl::StatusOr<GenerationOutcome> outcome = Run(*slots_[slot], *job);
+    Tally tally;
+    absl::StatusOr<GenerationOutcome> outcome = Run(*slots_[slot], *job, &tally);
+    if (options_.metrics != nullptr) {
+      options_.metrics->OnGenerationEnd(outcome.status(), tally.prompt_tokens,
+                                        tally.generated_tokens);
+    }
     // Off the running list before the front end hears of the end, so that a
     // client seeing its response also sees the generation gone.
     {
@@ -134,7 +140,8 @@ void GenerationScheduler::WorkerLoop(int slot) {
   }
 }
 
-absl::StatusOr<GenerationOutcome> GenerationScheduler::Run(Slot& slot, GenerationJob& job) {
+absl::StatusOr<GenerationOutcome> GenerationScheduler::Run(Slot& slot, GenerationJob& job,
+                                                           Tally* tally) {
   if (job.cancelled()) return Cancelled();
   const GenerationSpec& spec = job.spec();
   std::vector<int32_t> prompt = spec.prompt_ids;
@@ -153,6 +160,7 @@ absl::StatusOr<GenerationOutcome> GenerationScheduler::Run(Slot& slot, Generatio
                                                    " tokens, more than the context of ", n_ctx_));
   }
   const int k = spec.path == ops::NumericPath::kExact ? 1 : 0;
+  tally->prompt_tokens = static_cast<int>(prompt.size());
   COLIBRI_ASSIGN_OR_RETURN(arch::Session * session, SessionFor(slot, spec.path));
   session->Reset();
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<sampling::Sampler> sampler,
@@ -167,7 +175,19 @@ absl::StatusOr<GenerationOutcome> GenerationScheduler::Run(Slot& slot, Generatio
   GenerationOptions generation = spec.generation;
   generation.decode_text = true;
   GenerationCallbacks callbacks;
-  callbacks.on_token = [&job](const GeneratedToken& token) {
+  absl::Time last_token = job.submitted_;
+  callbacks.on_token = [&](const GeneratedToken& token) {
+    const absl::Time now = absl::Now();
+    if (options_.metrics != nullptr) {
+      const double seconds = absl::ToDoubleSeconds(now - last_token);
+      if (tally->generated_tokens == 0) {
+        options_.metrics->OnFirstToken(seconds);
+      } else {
+        options_.metrics->OnInterToken(seconds);
+      }
+    }
+    last_token = now;
+    ++tally->generated_tokens;
     if (job.cancelled()) return false;
     return job.OnToken(token) && !job.cancelled();
   };

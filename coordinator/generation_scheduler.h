@@ -27,9 +27,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/thread_pool.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/generation.h"
+#include "coordinator/serve_metrics.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/sampling/sampler.h"
@@ -92,8 +94,10 @@ class GenerationJob {
   virtual void OnFinish(absl::StatusOr<GenerationOutcome> outcome) = 0;
 
  private:
+  friend class GenerationScheduler;
   const GenerationSpec spec_;
   std::atomic<bool> cancelled_{false};
+  absl::Time submitted_;  // set by Submit, read by the worker after
 };
 
 class GenerationScheduler {
@@ -108,6 +112,9 @@ class GenerationScheduler {
     int batch_size = 512;
     // Next-layer expert prediction of every session. Default: off.
     arch::PrefetchOptions prefetch;
+    // Receives the token timings and outcomes; borrowed, must outlive the
+    // scheduler. Default: null (none recorded).
+    ServeMetrics* metrics = nullptr;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed
@@ -149,7 +156,12 @@ class GenerationScheduler {
   // Creates slot's session (and backend) for `path` if it has none yet.
   absl::StatusOr<arch::Session*> SessionFor(Slot& slot, ops::NumericPath path);
   void WorkerLoop(int slot);
-  absl::StatusOr<GenerationOutcome> Run(Slot& slot, GenerationJob& job);
+  // Counts Run reports to Options::metrics whatever the outcome.
+  struct Tally {
+    int prompt_tokens = 0;
+    int generated_tokens = 0;
+  };
+  absl::StatusOr<GenerationOutcome> Run(Slot& slot, GenerationJob& job, Tally* tally);
 
   const Options options_;
   const arch::Model& model_;

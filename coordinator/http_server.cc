@@ -1,6 +1,14 @@
 #include "coordinator/http_server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <optional>
 #include <utility>
@@ -12,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "coordinator/chat_prompt.h"
 #include "httplib.h"
 #include "rpc/server_support.h"
 
@@ -90,6 +99,78 @@ absl::Status SplitListen(const std::string& listen, std::string* host, int* port
   return absl::OkStatus();
 }
 
+// The routes, as the requests metric's endpoint label (anything else is
+// "other", so that scanners cannot grow the series without bound).
+constexpr const char* kRoutes[] = {
+    "/health",   "/v1/models",  "/v1/completions", "/v1/chat/completions",
+    "/tokenize", "/detokenize", "/apply-template", "/metrics"};
+
+std::string EndpointLabel(const std::string& path) {
+  for (const char* route : kRoutes) {
+    if (path == route) return route;
+  }
+  return "other";
+}
+
+// The port of a socket address, and its host as text.
+bool HostAndPort(const sockaddr_storage& addr, socklen_t len, std::string* host, int* port) {
+  char text[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0,
+                  NI_NUMERICHOST) != 0) {
+    return false;
+  }
+  *host = text;
+  if (addr.ss_family == AF_INET) {
+    *port = ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    *port = ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The descriptor of the connection `req` came on: cpp-httplib 0.11 does not
+// expose it, so the process's sockets are searched for the one whose two
+// ends are the request's. -1 when not found. The descriptor stays open while
+// the request's handler runs.
+int FindConnectionSocket(const httplib::Request& req) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    struct stat st;
+    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+      continue;
+    }
+    std::string local_host, peer_host;
+    int local_port = 0, peer_port = 0;
+    if (HostAndPort(local, local_len, &local_host, &local_port) &&
+        HostAndPort(peer, peer_len, &peer_host, &peer_port) && local_port == req.local_port &&
+        peer_port == req.remote_port && peer_host == req.remote_addr) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// True when the peer of `fd` has closed (or half-closed) the connection.
+bool PeerClosed(int fd) {
+  pollfd p{};
+  p.fd = fd;
+  p.events = POLLRDHUP;
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 // The report of one token for logprobs.
 openai::TokenReport Report(const tokenizer::Tokenizer* tokenizer, const GeneratedToken& token) {
   const auto piece = [tokenizer](int32_t id) {
@@ -122,6 +203,13 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   http.set_keep_alive_timeout(options.keep_alive_seconds);
   http.set_keep_alive_max_count(static_cast<size_t>(options.keep_alive_max_requests));
   http.set_payload_max_length(options.max_body_bytes);
+  if (options.metrics != nullptr) {
+    // Called once a response is written (for a stream, at its end).
+    http.set_logger(
+        [metrics = options.metrics](const httplib::Request& req, const httplib::Response& res) {
+          metrics->RecordRequest("http", EndpointLabel(req.path), absl::StrCat(res.status));
+        });
+  }
   server->Route();
   server->port_ =
       port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
@@ -170,6 +258,13 @@ void HttpServer::Route() {
       handler(*backend, req, res);
     };
   };
+  if (options_.metrics != nullptr) {
+    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res)) return;
+      res.status = 200;
+      res.set_content(options_.metrics->Render(), metrics::kTextContentType);
+    });
+  }
   http.Get("/health", serve(false, [this](const Backend& b, const httplib::Request&,
                                           httplib::Response& res) { HandleHealth(b, res); }));
   http.Get("/v1/models",
@@ -281,24 +376,14 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
       return SendError(
           res, openai::MakeError(400, "the model has no tokenizer: send token ids", prompt_param));
     }
-    std::string text = std::move(request.prompt);
+    if (chat && !b.chat) {
+      return SendError(res, openai::MakeError(501, "this server has no chat template"));
+    }
     tokenizer::EncodeOptions enc;
     enc.add_special = true;
-    if (chat) {
-      if (!b.chat) {
-        return SendError(res, openai::MakeError(501, "this server has no chat template"));
-      }
-      absl::StatusOr<std::string> rendered = b.chat(request.messages, request.tools, true);
-      if (!rendered.ok()) return SendError(res, openai::ErrorFromStatus(rendered.status()));
-      text = std::move(*rendered);
-      // The template writes its special tokens as text, so they are parsed;
-      // BOS is added only when the template did not write it already.
-      enc.parse_special = true;
-      const int32_t bos = b.tokenizer->bos_id();
-      const std::string bos_text = bos >= 0 ? b.tokenizer->TokenText(bos) : std::string();
-      enc.add_special = bos_text.empty() || !absl::StartsWith(text, bos_text);
-    }
-    absl::StatusOr<std::vector<int32_t>> ids = b.tokenizer->Encode(text, enc);
+    absl::StatusOr<std::vector<int32_t>> ids =
+        chat ? EncodeChatPrompt(b.chat, *b.tokenizer, request.messages, request.tools)
+             : b.tokenizer->Encode(request.prompt, enc);
     if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));
     spec.prompt_ids = std::move(*ids);
   }
@@ -342,7 +427,13 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   if (!request.stream) {
     std::vector<GeneratedToken> tokens;
     std::optional<absl::StatusOr<GenerationOutcome>> outcome;
-    while (!outcome.has_value()) job->Wait(absl::Seconds(1), &tokens, &outcome);
+    int connection = -2;  // looked up once the generation takes a while
+    while (!outcome.has_value()) {
+      job->Wait(absl::Seconds(1), &tokens, &outcome);
+      if (outcome.has_value()) break;
+      if (connection == -2) connection = FindConnectionSocket(req);
+      if (connection >= 0 && PeerClosed(connection)) job->Cancel();
+    }
     if (!outcome->ok()) return SendError(res, openai::ErrorFromStatus(outcome->status()));
     const GenerationResult& result = (*outcome)->result;
     json logprobs_json = nullptr;

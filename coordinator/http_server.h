@@ -14,8 +14,13 @@
 // which frees its session. Idle keep-alive connections close after
 // Options::keep_alive_seconds.
 //
+// A non-streaming client that disconnects is noticed by polling its socket
+// once a second while it waits (a client that only half-closes its side
+// counts as gone too), and its generation is cancelled.
+//
 // Auth: with Options::auth_token set, every endpoint except /health needs
-// "Authorization: Bearer <token>" (401 otherwise).
+// "Authorization: Bearer <token>" (401 otherwise). GET /metrics (with
+// Options::metrics) answers from start-up, before the model is attached.
 //
 // Thread-safety: Start, Attach and Stop from the owning thread; requests are served
 // on the pool's threads.
@@ -33,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/openai_api.h"
+#include "coordinator/serve_metrics.h"
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -79,6 +85,9 @@ class HttpServer {
     size_t max_body_bytes = 8 << 20;
     // Parsing defaults and limits (n_ctx and n_vocab are filled by Attach).
     openai::ApiLimits limits;
+    // Served on GET /metrics, and every request is recorded in it; borrowed,
+    // must outlive the server. Default: null (no /metrics).
+    ServeMetrics* metrics = nullptr;
   };
 
   // What the API serves; all borrowed, and they must outlive the server

@@ -242,8 +242,11 @@ void InferenceServiceImpl::Stop() {
 
 absl::Status InferenceServiceImpl::ValidateRequest(const v1::GenerateRequest& request) const {
   COLIBRI_RETURN_IF_ERROR(CheckGenerateRequest(request, limits_));
-  if (request.has_text() && tokenizer_ == nullptr) {
+  if ((request.has_text() || request.has_chat()) && tokenizer_ == nullptr) {
     return absl::FailedPreconditionError("the model has no tokenizer: send token ids");
+  }
+  if (request.has_chat() && !options_.chat) {
+    return absl::UnimplementedError("this server has no chat template");
   }
   sampling::SamplingOptions sampling =
       ToSamplingOptions(request.sampling(), options_.default_penalty_last_n);
@@ -268,20 +271,40 @@ GenerationSpec InferenceServiceImpl::ToSpec(const v1::GenerateRequest& request) 
   return spec;
 }
 
+absl::StatusOr<std::vector<int32_t>> InferenceServiceImpl::ChatPromptIds(
+    const v1::ChatMessages& chat) const {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const v1::ChatMessage& m : chat.messages()) {
+    messages.push_back({{"role", m.role()}, {"content", m.content()}});
+  }
+  return EncodeChatPrompt(options_.chat, *tokenizer_, messages, nullptr);
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
-  v1::GenerateRequest parsed_request;
-  const absl::Status parsed =
-      rpc::ParseRequest(*raw, std::numeric_limits<uint64_t>::max(), "Generate", &parsed_request);
-  const v1::GenerateRequest* request = &parsed_request;
-  auto call = std::make_shared<GenerateCall>(ToSpec(*request));
+  const bool authorized = rpc::BearerTokenMatches(*context, options_.auth_token);
+  v1::GenerateRequest request;
+  absl::Status status = authorized ? rpc::ParseRequest(*raw, std::numeric_limits<uint64_t>::max(),
+                                                       "Generate", &request)
+                                   : absl::OkStatus();
+  if (authorized && status.ok()) status = ValidateRequest(request);
+  GenerationSpec spec = ToSpec(request);
+  // Rendering a chat is bounded CPU work (the template's limits), done here
+  // like Tokenize so that its errors come before any token.
+  if (authorized && status.ok() && request.has_chat()) {
+    absl::StatusOr<std::vector<int32_t>> ids = ChatPromptIds(request.chat());
+    if (ids.ok()) {
+      spec.prompt_ids = std::move(*ids);
+    } else {
+      status = ids.status();
+    }
+  }
+  auto call = std::make_shared<GenerateCall>(std::move(spec));
   GenerateCall::Reactor* reactor = call->MakeReactor(call);
-  if (!rpc::BearerTokenMatches(*context, options_.auth_token)) {
+  if (!authorized) {
     call->Finish(rpc::UnauthenticatedStatus());
     return reactor;
   }
-  absl::Status status = parsed;
-  if (status.ok()) status = ValidateRequest(*request);
   if (status.ok()) status = scheduler_->Submit(call);
   if (!status.ok()) call->Finish(ToGrpc(status));
   return reactor;

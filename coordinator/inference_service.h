@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "colibri/v1/inference.grpc.pb.h"
+#include "coordinator/chat_prompt.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/request_limits.h"
@@ -63,6 +64,9 @@ class InferenceServiceImpl final : public InferenceServiceBase {
     // Request size limits (their n_ctx and n_vocab are filled in from the
     // scheduler and the model). Default: RequestLimits' defaults.
     RequestLimits limits;
+    // Renders the `chat` prompts of Generate (chat_prompt.h). Default: none
+    // (such requests fail with UNIMPLEMENTED).
+    ChatRenderer chat;
   };
 
   // model, tokenizer (null: id prompts only, no text), cluster (null: the
@@ -106,6 +110,8 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   absl::Status ValidateRequest(const v1::GenerateRequest& request) const;
   // The request as the scheduler runs it, the proto's defaults resolved.
   GenerationSpec ToSpec(const v1::GenerateRequest& request) const;
+  // The prompt ids of a `chat` prompt (ValidateRequest passed).
+  absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::ChatMessages& chat) const;
   void ControlLoop();
   void FillClusterStatus(v1::ClusterStatusReply* reply) const;
 

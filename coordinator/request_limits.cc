@@ -28,6 +28,23 @@ absl::Status CheckGenerateRequest(const v1::GenerateRequest& request, const Requ
                                                   limits.max_text_bytes));
       }
       break;
+    case v1::GenerateRequest::kChat: {
+      const auto& messages = request.chat().messages();
+      if (messages.empty()) return absl::InvalidArgumentError("the chat has no messages");
+      int64_t bytes = 0;
+      for (int i = 0; i < messages.size(); ++i) {
+        if (messages[i].role().empty()) {
+          return absl::InvalidArgumentError(absl::StrCat("chat message ", i, " has no role"));
+        }
+        bytes += messages[i].role().size() + messages[i].content().size();
+      }
+      if (bytes > limits.max_text_bytes) {
+        return absl::OutOfRangeError(absl::StrCat("the chat has ", bytes,
+                                                  " bytes, more than the limit of ",
+                                                  limits.max_text_bytes));
+      }
+      break;
+    }
     case v1::GenerateRequest::kTokens: {
       const auto& ids = request.tokens().ids();
       if (ids.empty()) return absl::InvalidArgumentError("the prompt has no tokens");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -14,6 +15,7 @@
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/serve_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -45,6 +47,8 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     COLIBRI_RETURN_IF_ERROR(
         rpc::CheckListenAllowed(options.http_listen, !token.empty(), options.insecure));
   }
+  // Outlives everything that records into it.
+  ServeMetrics metrics;
   // The HTTP API listens while the model loads, answering 503 until then.
   std::unique_ptr<HttpServer> http;
   if (!options.http_listen.empty()) {
@@ -54,6 +58,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     http_options.threads =
         options.http_threads > 0 ? options.http_threads : 4 * std::max(options.sessions, 1) + 4;
     http_options.model_id = ModelId(options.model_path);
+    http_options.metrics = &metrics;
     COLIBRI_ASSIGN_OR_RETURN(http, HttpServer::Start(http_options));
   }
   rpc::ServerTlsFiles tls;
@@ -94,9 +99,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                                      : cluster != nullptr        ? 1
                                                                  : 0;
   scheduler_options.prefetch.count = options.prefetch_count;
+  scheduler_options.metrics = &metrics;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
+  // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.
   ChatRenderer chat;
-  if (http != nullptr) {
+  if (tokenizer != nullptr || http != nullptr) {
     COLIBRI_ASSIGN_OR_RETURN(
         chat, LoadChatRenderer(model->file(), tokenizer, options.chat_template_file, err));
   }
@@ -105,6 +112,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
   InferenceServiceImpl::Options service_options;
   service_options.auth_token = token;
+  service_options.chat = chat;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<InferenceServiceImpl> service,
                            InferenceServiceImpl::Create(service_options, *model, tokenizer,
                                                         cluster.get(), scheduler.get()));
@@ -118,6 +126,9 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   rpc::ServerTransportOptions transport;
   transport.max_message_bytes = options.max_message_bytes;
   rpc::ConfigureServerBuilder(transport, &builder);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeGrpcMetricsInterceptor(&metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
@@ -141,6 +152,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   absl::Cleanup stop_http = [&http] {
     if (http != nullptr) http->Stop();
   };
+  metrics.SetSources(scheduler.get(), cluster.get());
   if (http != nullptr) {
     HttpServer::Backend backend;
     backend.model = model.get();

@@ -592,7 +592,9 @@ grpc::ServerUnaryReactor* ExpertServiceImpl::ComputeLayer(grpc::CallbackServerCo
   for (const v1::ExpertKey& key : request->prefetch()) QueuePrefetch(key);
   in_flight_.fetch_add(1);
   const bool queued = compute_queue_->Post([this, request, reply, reactor] {
+    const absl::Time start = absl::Now();
     const absl::Status s = DoComputeLayer(*request, reply);
+    compute_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
     in_flight_.fetch_sub(1);
     Finish(reactor, ToGrpc(s));
   });

@@ -58,6 +58,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "colibri/v1/expert.grpc.pb.h"
+#include "common/metrics.h"
 #include "common/thread_pool.h"
 #include "expert_node/expert_store.h"
 #include "expert_node/ram_tier.h"
@@ -192,6 +193,8 @@ class ExpertServiceImpl final : public ExpertServiceBase {
 
   // Calls of this service started and not yet finished.
   int active_calls() const { return active_calls_.load(); }
+  // Seconds of every ComputeLayer call's work (queueing excluded).
+  const metrics::Histogram& compute_seconds() const { return compute_seconds_; }
 
  private:
   class IngestReactor;
@@ -249,6 +252,8 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   std::atomic<uint64_t> compute_routes_{0};
   std::atomic<int32_t> in_flight_{0};     // ComputeLayer calls
   std::atomic<int32_t> active_calls_{0};  // every call of this service
+  // 100 us to ~13 s.
+  metrics::Histogram compute_seconds_{metrics::ExponentialBuckets(1e-4, 2, 18)};
   // Prefetch hint counters of the service (the tier keeps the others).
   std::atomic<uint64_t> prefetch_hints_{0};
   std::atomic<uint64_t> prefetch_issued_{0};

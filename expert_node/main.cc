@@ -23,6 +23,7 @@
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
 #include "expert_node/node_identity.h"
+#include "expert_node/node_metrics.h"
 #include "expert_node/node_server.h"
 #include "expert_node/share_import.h"
 #include "rpc/protobuf_log.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   std::string auth_token_file;
   std::string import_gguf;
   double ingest_idle_seconds = absl::ToDoubleSeconds(options.service.ingest_idle_timeout);
+  std::string metrics_listen;
   int threads = 0;
   app.add_option("--listen", options.listen, "gRPC address, e.g. 127.0.0.1:0 or 0.0.0.0:7070")
       ->capture_default_str()
@@ -83,6 +85,10 @@ int main(int argc, char** argv) {
             return std::string(colibri::expert_node::ValidateAdvertiseAddress(value).message());
           },
           "HOST:PORT", "advertise"));
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HOST:PORT of GET /metrics (Prometheus text); same token/--insecure rule "
+                 "as --listen (default: off)")
+      ->check(colibri::cli::ListenAddress());
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain (enables TLS)");
   app.add_option("--tls-key", options.tls_key_file, "PEM private key");
   app.add_option("--tls-ca", options.tls_ca_file, "PEM CA: require and verify client certificates");
@@ -201,8 +207,27 @@ int main(int argc, char** argv) {
     std::cerr << "colibri-expert-node: " << server.status().message() << "\n";
     return 1;
   }
+  // The gRPC line first: scripts and tests read the first "listening on".
   std::printf("listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
+  std::unique_ptr<colibri::expert_node::NodeMetricsServer> metrics;
+  if (!metrics_listen.empty()) {
+    colibri::expert_node::NodeMetricsServer::Options metrics_options;
+    metrics_options.listen = metrics_listen;
+    metrics_options.auth_token = options.service.auth_token;
+    metrics_options.insecure = options.insecure;
+    absl::StatusOr<std::unique_ptr<colibri::expert_node::NodeMetricsServer>> started =
+        colibri::expert_node::NodeMetricsServer::Start(metrics_options, (*server)->service());
+    if (!started.ok()) {
+      std::cerr << "colibri-expert-node: " << started.status().message() << "\n";
+      (*server)->Shutdown(absl::Seconds(1));
+      return 1;
+    }
+    metrics = std::move(*started);
+    std::printf("metrics listening on %s\n", metrics->address().c_str());
+    std::fflush(stdout);
+  }
+
   LogEvent(absl::StrCat("started: node ", options.service.node_id, " on ", (*server)->address(),
                         ", data ", options.store.data_dir, ", ", (*server)->store()->experts_stored(),
                         " experts stored, RAM budget ", options.ram.budget_bytes, " bytes",
@@ -258,6 +283,7 @@ int main(int argc, char** argv) {
                           " reused, ", b.releases, " released, peak free ", b.peak_free_bytes,
                           " bytes"));
   }
+  if (metrics != nullptr) metrics->Stop();
   (*server)->Shutdown(absl::Seconds(5));
   LogEvent("stopped");
   return 0;

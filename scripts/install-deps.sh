@@ -24,6 +24,7 @@ packages=(
   clang libclang-rt-14-dev             # libFuzzer + ASan/UBSan runtimes of scripts/fuzz.sh
   libcpp-httplib-dev                   # serve's OpenAI-compatible HTTP API (cpp-httplib 0.11)
   curl                                 # the HTTP API's integration test drives it with curl
+  prometheus                           # promtool check metrics in tests/integration/metrics_scrape_test
 )
 
 exec bash "$(dirname "$0")/apt-install-missing.sh" install-deps "${packages[@]}"

@@ -84,6 +84,24 @@ TEST(RequestLimitsTest, StopStringsAreBoundedInNumberAndLength) {
               "limit of 8");
 }
 
+TEST(RequestLimitsTest, ChatPromptsNeedMessagesWithRolesWithinTheTextLimit) {
+  v1::GenerateRequest chat;
+  chat.set_max_tokens(4);
+  v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content(std::string(60, 'a'));  // 4 + 60 bytes: at the limit of 64
+  EXPECT_TRUE(CheckGenerateRequest(chat, Limits()).ok());
+  m->set_content(std::string(61, 'a'));
+  ExpectError(CheckGenerateRequest(chat, Limits()), absl::StatusCode::kOutOfRange, "limit of 64");
+  m->set_content("hi");
+  m->set_role("");
+  ExpectError(CheckGenerateRequest(chat, Limits()), absl::StatusCode::kInvalidArgument,
+              "message 0 has no role");
+  chat.mutable_chat()->clear_messages();
+  ExpectError(CheckGenerateRequest(chat, Limits()), absl::StatusCode::kInvalidArgument,
+              "no messages");
+}
+
 TEST(RequestLimitsTest, UnusableLimitsAreInvalid) {
   RequestLimits no_ctx = Limits();
   no_ctx.n_ctx = 0;

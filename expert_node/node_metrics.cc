@@ -1,0 +1,125 @@
+#include "expert_node/node_metrics.h"
+
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "expert_node/expert_service.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "httplib.h"
+#include "rpc/server_support.h"
+
+namespace colibri::expert_node {
+namespace {
+
+using metrics::Type;
+
+bool IsGauge(const std::string& field) {
+  for (const char* g : kNodeGaugeFields) {
+    if (field == g) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string RenderNodeMetrics(const v1::NodeStatsReply& stats,
+                              const metrics::Histogram::Snapshot& compute_seconds) {
+  metrics::TextWriter w;
+  w.Family("colibri_node_info", "Always 1; the node's id as a label.", Type::kGauge);
+  w.Sample("colibri_node_info", {"node"}, {stats.node_id()}, 1);
+  const google::protobuf::Descriptor* d = stats.GetDescriptor();
+  const google::protobuf::Reflection* r = stats.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->is_repeated()) continue;
+    double value = 0;
+    switch (f->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT64:
+        value = static_cast<double>(r->GetUInt64(stats, f));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_INT64:
+        value = static_cast<double>(r->GetInt64(stats, f));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT32:
+        value = r->GetUInt32(stats, f);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_INT32:
+        value = r->GetInt32(stats, f);
+        break;
+      default:
+        continue;  // node_id, a label of colibri_node_info
+    }
+    std::string name = f->name();
+    if (absl::EndsWith(name, "_micros")) {
+      name = absl::StrCat(name.substr(0, name.size() - strlen("_micros")), "_seconds");
+      value /= 1e6;
+    }
+    const bool gauge = IsGauge(f->name());
+    name = absl::StrCat("colibri_node_", name, gauge ? "" : "_total");
+    w.Family(name, absl::StrCat("NodeStatsReply.", f->name(), " (expert.proto)."),
+             gauge ? Type::kGauge : Type::kCounter);
+    w.Sample(name, {}, {}, value);
+  }
+  w.Family("colibri_node_compute_seconds", "Time of ComputeLayer calls, queueing excluded.",
+           Type::kHistogram);
+  w.HistogramSamples("colibri_node_compute_seconds", {}, {}, compute_seconds);
+  return w.text();
+}
+
+absl::StatusOr<std::unique_ptr<NodeMetricsServer>> NodeMetricsServer::Start(
+    const Options& options, const ExpertServiceImpl* service) {
+  COLIBRI_RETURN_IF_ERROR(
+      rpc::CheckListenAllowed(options.listen, !options.auth_token.empty(), options.insecure));
+  const size_t colon = options.listen.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-listen: '", options.listen, "' is not HOST:PORT"));
+  }
+  std::string host = options.listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  std::unique_ptr<NodeMetricsServer> server(new NodeMetricsServer());
+  server->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& http = *server->server_;
+  // Scrapes are rare and quick: two threads.
+  http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  http.set_read_timeout(10, 0);
+  http.set_write_timeout(10, 0);
+  const std::string token = options.auth_token;
+  http.Get("/metrics", [service, token](const httplib::Request& req, httplib::Response& res) {
+    if (!rpc::AuthorizationMatches(req.get_header_value("Authorization"), token)) {
+      res.status = 401;
+      res.set_content("missing or wrong token (Authorization: Bearer ...)\n", "text/plain");
+      return;
+    }
+    v1::NodeStatsReply stats;
+    service->FillNodeStats(&stats);
+    res.status = 200;
+    res.set_content(RenderNodeMetrics(stats, service->compute_seconds().snapshot()),
+                    metrics::kTextContentType);
+  });
+  const int bound =
+      port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen, " (metrics)"));
+  }
+  server->address_ = rpc::BoundAddress(options.listen, bound);
+  server->listener_ = std::thread([s = server.get()] { s->server_->listen_after_bind(); });
+  return server;
+}
+
+NodeMetricsServer::~NodeMetricsServer() { Stop(); }
+
+void NodeMetricsServer::Stop() {
+  if (server_ != nullptr) server_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+}  // namespace colibri::expert_node

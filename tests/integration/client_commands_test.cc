@@ -1,0 +1,182 @@
+// `colibri-client chat` and `colibri-client bench` against a real `serve`.
+// chat: two user turns piped in (stdin not a terminal); the replies must be
+// the greedy replies of HTTP /v1/chat/completions for the same messages, so
+// the second request carried the first turn and its reply (the server
+// applied the template to the whole history); /reset forgets it. bench: the
+// JSON's shape, and that its counts add up (and match the server's metrics),
+// not its timings.
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/node_process.h"
+#include "tests/support/paths.h"
+#include "tests/support/subprocess.h"
+
+namespace colibri {
+namespace {
+
+using json = nlohmann::json;
+using testing::CommandResult;
+using testing::ServerProcess;
+
+constexpr char kCurl[] = "/usr/bin/curl";
+
+std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
+std::string ClientBinary() { return testing::BinaryPath("client/colibri-client"); }
+
+// Single-quotes `s` for /bin/sh.
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+class ClientCommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+    if (::access(kCurl, X_OK) != 0) GTEST_SKIP() << "curl not installed (scripts/install-deps.sh)";
+  }
+
+  void StartServe(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {
+        Coordinator(),   "serve",
+        "--model",       testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf",
+        "--listen",      "127.0.0.1:0",
+        "--http-listen", "127.0.0.1:0",
+        "--threads",     "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    serve_ = std::make_unique<ServerProcess>();
+    std::string error;
+    ASSERT_TRUE(serve_->Start(args, &error)) << error;
+    http_ = serve_->WaitForLine("http listening on ", &error);
+    ASSERT_FALSE(http_.empty()) << error;
+  }
+
+  // The greedy reply of /v1/chat/completions to `messages` and its usage.
+  json HttpChat(const json& messages, int max_tokens) {
+    const json body = {{"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}};
+    const CommandResult r =
+        testing::RunCommand({kCurl, "-sS", "-H", "Content-Type: application/json", "--data-binary",
+                             body.dump(), "http://" + http_ + "/v1/chat/completions"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return json::parse(r.out, nullptr, false);
+  }
+
+  // colibri-client with `args`, `input` on its stdin (a pipe).
+  CommandResult Client(const std::vector<std::string>& args, const std::string& input = "") {
+    std::string command = "printf %s " + Quote(input) + " | " + Quote(ClientBinary()) +
+                          " --coordinator " + serve_->address();
+    for (const std::string& a : args) command += " " + Quote(a);
+    return testing::RunCommand({"/bin/sh", "-c", command});
+  }
+
+  std::unique_ptr<ServerProcess> serve_;
+  std::string http_;
+};
+
+TEST_F(ClientCommandsTest, ChatKeepsTheHistoryTheServerTemplates) {
+  ASSERT_NO_FATAL_FAILURE(StartServe());
+  const std::string system = "Answer briefly.";
+  const std::string first = "Where do the small birds live?";
+  const std::string second = "And in winter?";
+  const CommandResult chat =
+      Client({"chat", "--temp", "0", "-n", "6", "--stats", "--system", system},
+             first + "\n\n" + second + "\n");
+  ASSERT_EQ(chat.exit_code, 0) << chat.err;
+
+  json messages = {{{"role", "system"}, {"content", system}},
+                   {{"role", "user"}, {"content", first}}};
+  const json reply1 = HttpChat(messages, 6);
+  ASSERT_TRUE(reply1.is_object()) << reply1;
+  const std::string text1 = reply1["choices"][0]["message"]["content"];
+  messages.push_back({{"role", "assistant"}, {"content", text1}});
+  messages.push_back({{"role", "user"}, {"content", second}});
+  const json reply2 = HttpChat(messages, 6);
+  ASSERT_TRUE(reply2.is_object()) << reply2;
+  const std::string text2 = reply2["choices"][0]["message"]["content"];
+  EXPECT_EQ(chat.out, text1 + "\n" + text2 + "\n");
+
+  // The stats lines carry the prompt sizes the server counted.
+  const std::vector<std::string> stats = absl::StrSplit(chat.err, '\n', absl::SkipEmpty());
+  ASSERT_EQ(stats.size(), 2u) << chat.err;
+  EXPECT_EQ(stats[0], "[prompt " + std::to_string(reply1["usage"]["prompt_tokens"].get<int>()) +
+                          " tokens, 6 generated, finish length]");
+  EXPECT_EQ(stats[1], "[prompt " + std::to_string(reply2["usage"]["prompt_tokens"].get<int>()) +
+                          " tokens, 6 generated, finish length]");
+}
+
+TEST_F(ClientCommandsTest, ChatResetForgetsTheHistoryAndExitStops) {
+  ASSERT_NO_FATAL_FAILURE(StartServe());
+  const CommandResult chat = Client({"chat", "--temp", "0", "-n", "3", "--stats"},
+                                    "Hello\n/reset\nHello\n/exit\nnever sent\n");
+  ASSERT_EQ(chat.exit_code, 0) << chat.err;
+  const std::vector<std::string> stats = absl::StrSplit(chat.err, '\n', absl::SkipEmpty());
+  ASSERT_EQ(stats.size(), 2u) << chat.err;
+  EXPECT_EQ(stats[0], stats[1]) << "after /reset the same line is the same prompt";
+  const std::vector<std::string> lines = absl::StrSplit(chat.out, '\n');
+  ASSERT_GE(lines.size(), 3u) << chat.out;
+  EXPECT_EQ(lines[1], "(history cleared)");
+  EXPECT_EQ(lines[0], lines[2]);
+}
+
+TEST_F(ClientCommandsTest, BenchJsonCountsAddUpAndMatchTheServersMetrics) {
+  ASSERT_NO_FATAL_FAILURE(StartServe({"--sessions", "2"}));
+  const CommandResult bench = Client({"bench", "--requests", "6", "--concurrency", "2",
+                                      "--prompt-tokens", "8", "--max-tokens", "4", "--json"});
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  const json j = json::parse(bench.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << bench.out;
+  EXPECT_EQ(j["concurrency"], 2);
+  EXPECT_EQ(j["prompt_tokens"], 8);
+  EXPECT_EQ(j["max_tokens"], 4);
+  EXPECT_EQ(j["requests"], 6);
+  EXPECT_EQ(j["ok"], 6);
+  EXPECT_EQ(j["errors"], json::object());
+  EXPECT_EQ(j["output_tokens"], 24);
+  EXPECT_TRUE(j["seconds"].is_number());
+  EXPECT_TRUE(j["output_tokens_per_second"].is_number());
+  for (const char* key : {"time_to_first_token_seconds", "inter_token_latency_seconds"}) {
+    ASSERT_TRUE(j[key].is_object()) << key;
+    for (const char* p : {"p50", "p90", "p99"}) EXPECT_TRUE(j[key][p].is_number()) << key << p;
+    EXPECT_LE(j[key]["p50"].get<double>(), j[key]["p99"].get<double>()) << key;
+  }
+  const CommandResult metrics = testing::RunCommand({kCurl, "-sS", "http://" + http_ + "/metrics"});
+  EXPECT_NE(metrics.out.find("\ncolibri_generated_tokens_total 24\n"), std::string::npos)
+      << metrics.out;
+  EXPECT_NE(metrics.out.find("\ncolibri_requests_total{api=\"grpc\",endpoint=\"/"
+                             "colibri.v1.Inference/Generate\",status=\"OK\"} 6\n"),
+            std::string::npos)
+      << metrics.out;
+}
+
+TEST_F(ClientCommandsTest, BenchCountsErrorsByCodeAndPrintsATable) {
+  const std::string token_file = testing::MakeTempDir("bench-token") + "/token";
+  std::ofstream(token_file) << "bench-test-token-0123456789abcdef";
+  ASSERT_NO_FATAL_FAILURE(StartServe({"--auth-token-file", token_file, "--ctx-size", "64"}));
+  // Without the token even ModelInfo fails: the bench reports that.
+  const CommandResult refused = Client({"bench", "--requests", "2"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("UNAUTHENTICATED"), std::string::npos) << refused.err;
+
+  const CommandResult table =
+      Client({"--auth-token-file", token_file, "bench", "--requests", "3", "--concurrency", "1",
+              "--prompt-tokens", "4", "--max-tokens", "2"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("requests                     3 (ok 3)\n"), std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("output tokens                6\n"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("time to first token (s)"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("inter-token latency (s)"), std::string::npos) << table.out;
+}
+
+}  // namespace
+}  // namespace colibri
