@@ -198,9 +198,10 @@ int main(int argc, char** argv) {
   float chat_temp = 0.8f;
   float chat_top_p = 1.0f;
   uint64_t chat_seed = 0;
-  CLI::App* chat_cmd = app.add_subcommand(
-      "chat", "an interactive conversation (the server applies the chat template); "
-              "/reset forgets the history, /exit or end of input quits");
+  CLI::App* chat_cmd =
+      app.add_subcommand("chat",
+                         "an interactive conversation (the server applies the chat template); "
+                         "/reset forgets the history, /exit or end of input quits");
   chat_cmd->add_option("--system", chat_options.system, "system prompt of the conversation");
   chat_cmd->add_option("--n-predict,-n", chat_n_predict, "most tokens of each reply")
       ->capture_default_str()
@@ -219,16 +220,18 @@ int main(int argc, char** argv) {
   colibri::client::BenchOptions bench_options;
   bool bench_json = false;
   CLI::App* bench_cmd = app.add_subcommand(
-      "bench", "concurrent Generate requests: throughput, time to first token, inter-token "
-               "latency");
+      "bench",
+      "concurrent Generate requests: throughput, time to first token, inter-token "
+      "latency");
   bench_cmd->add_option("--concurrency,-c", bench_options.concurrency, "requests in flight")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   bench_cmd->add_option("--requests", bench_options.requests, "requests in total")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
-  bench_cmd->add_option("--duration", bench_options.duration_seconds,
-                        "seconds to run instead of a request count")
+  bench_cmd
+      ->add_option("--duration", bench_options.duration_seconds,
+                   "seconds to run instead of a request count")
       ->check(CLI::Range(0.001, 86400.0));
   bench_cmd->add_option("--prompt-tokens", bench_options.prompt_tokens, "prompt length")
       ->capture_default_str()

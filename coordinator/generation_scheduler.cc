@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/remote_expert_backend.h"
+#include "coordinator/serve_metrics.h"
 #include "model/moe/local_expert_backend.h"
 
 namespace colibri::coordinator {

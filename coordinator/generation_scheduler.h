@@ -31,13 +31,14 @@
 #include "common/thread_pool.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/generation.h"
-#include "coordinator/serve_metrics.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace colibri::coordinator {
+
+class ServeMetrics;  // serve_metrics.h
 
 // One request, as the scheduler runs it.
 struct GenerationSpec {

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "coordinator/chat_prompt.h"
+#include "coordinator/serve_metrics.h"
 #include "httplib.h"
 #include "rpc/server_support.h"
 

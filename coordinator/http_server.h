@@ -38,7 +38,6 @@
 #include "absl/status/statusor.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/openai_api.h"
-#include "coordinator/serve_metrics.h"
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -49,6 +48,8 @@ struct Response;
 }  // namespace httplib
 
 namespace colibri::coordinator {
+
+class ServeMetrics;  // serve_metrics.h
 
 // Turns chat messages into the prompt text (the chat template). Returns
 // InvalidArgument for messages the template rejects.

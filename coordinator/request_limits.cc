@@ -39,9 +39,8 @@ absl::Status CheckGenerateRequest(const v1::GenerateRequest& request, const Requ
         bytes += messages[i].role().size() + messages[i].content().size();
       }
       if (bytes > limits.max_text_bytes) {
-        return absl::OutOfRangeError(absl::StrCat("the chat has ", bytes,
-                                                  " bytes, more than the limit of ",
-                                                  limits.max_text_bytes));
+        return absl::OutOfRangeError(absl::StrCat(
+            "the chat has ", bytes, " bytes, more than the limit of ", limits.max_text_bytes));
       }
       break;
     }
