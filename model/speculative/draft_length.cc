@@ -20,6 +20,7 @@ double DraftLength::Rate(int k) const {
 
 int DraftLength::Next() {
   const int max_draft = std::max(1, options_.max_draft);
+  if (!options_.adaptive) return max_draft;
   // Measure a plain step first, then one verify step, before trusting the
   // model of the cost.
   if (t1_ <= 0) return 0;

@@ -31,6 +31,9 @@ struct DraftLengthOptions {
   int initial_draft = 4;
   // Steps between probes (see above). Default: 16.
   int probe_interval = 16;
+  // false: every step asks for max_draft drafts (for tests and for
+  // measuring a fixed length). Default: true.
+  bool adaptive = true;
   // Weight of a new timing in the moving averages. Default: 0.2.
   double timing_weight = 0.2;
   // Decay of the acceptance counts per verify step. Default: 0.9.

@@ -68,6 +68,16 @@ TEST(DraftLengthTest, MiddlingAcceptanceGivesAMiddlingLength) {
   EXPECT_LT(k, 16);
 }
 
+TEST(DraftLengthTest, WithoutAdaptationEveryStepDraftsTheMaximum) {
+  DraftLengthOptions o = Options(6);
+  o.adaptive = false;
+  DraftLength length(o);
+  EXPECT_EQ(length.Next(), 6);
+  length.OnPlainStep(0.010);
+  for (int i = 0; i < 10; ++i) length.OnVerifyStep(6, 0, 0.100);
+  EXPECT_EQ(length.Next(), 6);
+}
+
 TEST(DraftLengthTest, ProbesAlternateWithTheChoice) {
   DraftLengthOptions o = Options(8);
   o.probe_interval = 3;
