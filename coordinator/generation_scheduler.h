@@ -108,6 +108,8 @@ class GenerationScheduler {
     int batch_size = 512;
     // Next-layer expert prediction of every session. Default: off.
     arch::PrefetchOptions prefetch;
+    // Speculative decoding of every generation. Default: off.
+    SpeculationOptions speculation;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed

@@ -93,6 +93,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                                      : cluster != nullptr        ? 1
                                                                  : 0;
   scheduler_options.prefetch.count = options.prefetch_count;
+  scheduler_options.speculation = options.speculation;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   ChatRenderer chat;
   if (http != nullptr) {
