@@ -33,6 +33,8 @@ inline const CLI::Range kReplicaCount(1, 64);
 inline const CLI::Range kExpertCount(0, 4096);
 // A non-negative duration in seconds, up to a week.
 inline const CLI::Range kSeconds(0.0, 7 * 24 * 3600.0);
+// Most drafted tokens per speculative verify step (coordinator::kMaxDraftTokens).
+inline const CLI::Range kDraftTokens(1, 64);
 // A sampling probability.
 inline const CLI::Range kProbability(0.0, 1.0);
 

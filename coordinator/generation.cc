@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/speculative/ngram_drafter.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -121,6 +122,11 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
     return absl::InvalidArgumentError(
         absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
   }
+  const SpeculationOptions& spec = options.speculation;
+  if (spec.draft_max < 1 || spec.draft_max > kMaxDraftTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft_max must be in [1, ", kMaxDraftTokens, "]"));
+  }
   const auto report = [&](absl::Span<const float> logits) {
     return callbacks.on_logits ? callbacks.on_logits(logits) : absl::OkStatus();
   };
@@ -132,6 +138,17 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
   result.prompt_seconds = Seconds(prompt_start);
   COLIBRI_RETURN_IF_ERROR(report(logits));
   for (int32_t id : prompt) sampler.Accept(id);
+  std::unique_ptr<speculative::Drafter> drafter;
+  if (spec.make_drafter) {
+    drafter = spec.make_drafter();
+  } else if (spec.draft == DraftKind::kNgram) {
+    drafter = std::make_unique<speculative::NgramDrafter>();
+  }
+  speculative::DraftLengthOptions length;
+  length.max_draft = spec.draft_max;
+  length.adaptive = spec.adaptive;
+  SpeculativeDecoder feeder(session, std::move(drafter), length);
+  feeder.AcceptPrompt(prompt);
   if (callbacks.on_prompt_done) callbacks.on_prompt_done();
 
   const size_t n_vocab = static_cast<size_t>(sampler.n_vocab());
@@ -167,7 +184,7 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
 
     if (token.end_of_generation) {
       if (options.evaluate_every_token) {
-        COLIBRI_RETURN_IF_ERROR(session.Evaluate({&token.id, 1}, false, &next));
+        COLIBRI_RETURN_IF_ERROR(feeder.Feed(token.id, 0, &next));
         COLIBRI_RETURN_IF_ERROR(report(next));
       }
       result.finish_reason = FinishReason::kEndOfGeneration;
@@ -183,13 +200,17 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
     }
     // The last token needs evaluating only to report its logits.
     if (i + 1 == options.max_tokens && !options.evaluate_every_token) break;
-    if (session.n_past() >= session.n_ctx()) {
+    if (feeder.n_past() >= session.n_ctx()) {
       result.finish_reason = FinishReason::kContextFull;
       break;
     }
-    COLIBRI_RETURN_IF_ERROR(session.Evaluate({&token.id, 1}, false, &next));
+    // Drafts may run up to the last token that will be fed back.
+    const int more = options.max_tokens - i - (options.evaluate_every_token ? 1 : 2);
+    COLIBRI_RETURN_IF_ERROR(feeder.Feed(token.id, more, &next));
     COLIBRI_RETURN_IF_ERROR(report(next));
   }
+  COLIBRI_RETURN_IF_ERROR(feeder.Finish());
+  result.speculation = feeder.stats();
   result.generate_seconds = Seconds(gen_start);
   if (decoder != nullptr) {
     // After a stop string the decoder's remaining bytes come after it too.

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "coordinator/speculative_decoder.h"
 #include "model/arch/session.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
@@ -63,6 +64,9 @@ struct GenerationOptions {
   // Report prompt logits for every prompt position, not only the last.
   // Default: false.
   bool all_prompt_logits = false;
+  // Speculative decoding (coordinator/speculative_decoder.h): the tokens,
+  // logits and logprobs stay exactly those of plain decoding. Default: off.
+  SpeculationOptions speculation;
 };
 
 // Cuts streamed text at the first stop string and holds back its possible
@@ -136,13 +140,14 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kLength;
   double prompt_seconds = 0;
   double generate_seconds = 0;
+  SpeculationStats speculation;
 };
 
 // Runs `prompt` (non-empty; evaluated at the session's next positions) and
 // generates. tokenizer may be null (then no text, no end-of-generation
 // detection). Session and backend errors are returned as they are;
-// InvalidArgument for an empty prompt, a negative max_tokens or top_logprobs
-// outside [0, 20].
+// InvalidArgument for an empty prompt, a negative max_tokens, top_logprobs
+// outside [0, 20] or draft_max outside [1, kMaxDraftTokens].
 // Log-softmax of `logits` ([n_vocab]; NaN counts as -inf) at `id`, and the
 // `top` most likely tokens (most likely first, ties by lower id) into *top.
 float LogSoftmaxAt(absl::Span<const float> logits, int32_t id, int top,

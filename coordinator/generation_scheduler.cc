@@ -174,6 +174,7 @@ absl::StatusOr<GenerationOutcome> GenerationScheduler::Run(Slot& slot, Generatio
   const arch::PredictorStats predictor_before = session->stats().predictor[0];
 
   GenerationOptions generation = spec.generation;
+  generation.speculation = options_.speculation;
   generation.decode_text = true;
   GenerationCallbacks callbacks;
   absl::Time last_token = job.submitted_;

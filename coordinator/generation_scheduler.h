@@ -116,6 +116,8 @@ class GenerationScheduler {
     // Receives the token timings and outcomes; borrowed, must outlive the
     // scheduler. Default: null (none recorded).
     ServeMetrics* metrics = nullptr;
+    // Speculative decoding of every generation. Default: off.
+    SpeculationOptions speculation;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed

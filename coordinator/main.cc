@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,25 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
       ->check(colibri::cli::kExpertCount);
 }
 
+// --draft and --draft-max of run and serve.
+void AddSpeculationFlags(CLI::App* cmd, colibri::coordinator::SpeculationOptions* o) {
+  using colibri::coordinator::DraftKind;
+  const std::map<std::string, DraftKind> kinds = {{"none", DraftKind::kNone},
+                                                  {"ngram", DraftKind::kNgram}};
+  cmd->add_option("--draft", o->draft,
+                  "speculative decoding drafter: none, or ngram (prompt lookup); the output "
+                  "is the same either way")
+      ->transform(CLI::CheckedTransformer(kinds))
+      ->type_name("none|ngram")
+      ->default_str("none");
+  cmd->add_option("--draft-max", o->draft_max, "most drafted tokens per verify step")
+      ->capture_default_str()
+      ->check(colibri::cli::kDraftTokens);
+  cmd->add_flag("--draft-fixed{false}", o->adaptive,
+                "always draft --draft-max tokens instead of adapting the length to the "
+                "measured acceptance and cost");
+}
+
 // --nodes and the options every cluster command shares. For `serve`
 // (node_prefix "node-") the TLS flags to the nodes are --node-tls-*, since
 // --tls-cert/--tls-key are the server's own, and the token flags are serve's.
@@ -157,6 +177,7 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "one-shot generation or evaluation");
   AddRunFlags(run_cmd, &run, &prompt_tokens, &exact);
   AddClusterFlags(run_cmd, &run.cluster);
+  AddSpeculationFlags(run_cmd, &run.speculation);
 
   colibri::coordinator::ServeOptions serve;
   CLI::App* serve_cmd = app.add_subcommand(
@@ -210,6 +231,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(colibri::cli::kExpertCount);
   AddClusterFlags(serve_cmd, &serve.cluster, "node-");
+  AddSpeculationFlags(serve_cmd, &serve.speculation);
 
   colibri::coordinator::PlanOptions plan;
   CLI::App* plan_cmd = app.add_subcommand("plan", "where every expert would go (moves nothing)");

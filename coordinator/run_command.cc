@@ -173,6 +173,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   generation.decode_text = !options.print_token_ids;
   generation.evaluate_every_token = logits_out.enabled();
   generation.all_prompt_logits = options.all_logits;
+  generation.speculation = options.speculation;
   GenerationCallbacks callbacks;
   callbacks.on_logits = [&](absl::Span<const float> rows) {
     return logits_out.Write(rows.data(), rows.size());
@@ -216,6 +217,15 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
     err << absl::StrFormat("generation: %zu tokens in %.3f s (%.1f tokens/s)\n",
                            generated.size(), gen_seconds,
                            generated.size() / std::max(gen_seconds, 1e-9));
+  }
+  if (options.speculation.draft != DraftKind::kNone) {
+    const SpeculationStats& s = result.speculation;
+    err << absl::StrFormat(
+        "speculation (%s): %d verify steps (%.3f s), %d plain steps (%.3f s), %d drafted, "
+        "%d accepted (%.1f%%), mean accepted length %.2f\n",
+        DraftKindName(options.speculation.draft), s.verify_steps, s.verify_seconds, s.plain_steps,
+        s.plain_seconds, s.drafted, s.accepted, 100 * s.acceptance_rate(),
+        s.mean_accepted_length());
   }
   if (session_options.prefetch.depth > 0) {
     PrintPrediction(session->stats(), at_prompt_done, session_options.prefetch.depth, err);

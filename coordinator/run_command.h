@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "coordinator/cluster_command.h"
+#include "coordinator/speculative_decoder.h"
 #include "model/ops/matmul.h"
 #include "model/sampling/sampler.h"
 
@@ -48,6 +49,9 @@ struct RunOptions {
   int prefetch_depth = -1;
   // Experts predicted per token. Default: 0, meaning the model's top-k.
   int prefetch_count = 0;
+  // Speculative decoding (--draft, --draft-max); its counters are printed
+  // with the speed figures. Default: off.
+  SpeculationOptions speculation;
   // Expert nodes to run the routed experts on (cluster.nodes empty: this
   // process computes them). Default: none.
   ClusterCommandOptions cluster;

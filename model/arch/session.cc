@@ -166,6 +166,15 @@ void Session::Truncate(int n) {
   n_past_ = n;
 }
 
+int Session::max_truncate() const {
+  int most = n_ctx_;
+  for (int il = 0; il < c_.n_layer; ++il) {
+    // Truncate keeps the rest when n_past - n <= rows - window.
+    if (c_.is_window_layer(il)) most = std::min(most, std::max(0, cache_rows_[il] - c_.sliding_window));
+  }
+  return most;
+}
+
 absl::Status Session::Evaluate(absl::Span<const int32_t> tokens, bool all_logits,
                                std::vector<float>* logits) {
   const int64_t n_total = static_cast<int64_t>(tokens.size());

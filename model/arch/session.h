@@ -124,6 +124,10 @@ class Session {
   // older than that may already be overwritten: Truncate then drops
   // everything (n_past() becomes 0) rather than keep a damaged cache.
   void Truncate(int n);
+  // Most positions Truncate can always drop from the end and keep the rest:
+  // n_ctx() without sliding-window layers, else the ring's slack beyond the
+  // window (at most n_batch - 1), possibly 0.
+  int max_truncate() const;
 
  private:
   Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* pool,

@@ -73,6 +73,10 @@ TEST(CommandLineTest, CoordinatorRejectsOutOfRangeNumbers) {
       {{Coordinator(), "serve", "--model", m, "--sessions", "0"}, "--sessions"},
       {{Coordinator(), "serve", "--model", m, "--threads", "100000"}, "--threads"},
       {{Coordinator(), "serve", "--model", m, "--ctx-size", "-1"}, "--ctx-size"},
+      {with({"--draft-max", "0"}), "--draft-max"},
+      {with({"--draft-max", "65"}), "--draft-max"},
+      {with({"--draft", "model"}), "--draft"},
+      {{Coordinator(), "serve", "--model", m, "--draft-max", "-1"}, "--draft-max"},
       {with({"--no-such-flag"}), "--no-such-flag"},
   });
 }

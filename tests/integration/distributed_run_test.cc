@@ -219,6 +219,82 @@ TEST_F(DistributedRunTest, OneRoundTripPerInvolvedNodePerLayer) {
             << " (3 MoE layers)\n";
 }
 
+// The accepted-draft count of run's "speculation" line; -1 if absent.
+int64_t AcceptedDrafts(const std::string& err) {
+  std::smatch m;
+  if (std::regex_search(err, m, std::regex("speculation \\(ngram\\):.* ([0-9]+) accepted"))) {
+    return std::stoll(m[1]);
+  }
+  return -1;
+}
+
+// Speculative decoding on 3 nodes: the same tokens and logits rows as plain
+// decoding here and there, greedy and seeded with penalties, on a prompt
+// that repeats (drafts are accepted) and one that does not; and fewer round
+// trips per generated token when drafts are accepted.
+TEST_F(DistributedRunTest, SpeculationGivesTheSameTokensAndLogitsOnNodes) {
+  StartNodes(3);
+  const std::string dir = testing::MakeTempDir("speculation");
+  const std::string verse =
+      "And God said, Let there be light: and there was light. And God saw the light, that it "
+      "was good: and God divided the light from the darkness. ";
+  struct Prompt {
+    std::string text;
+    bool repeats;
+  };
+  const std::vector<Prompt> prompts = {{verse + verse + "And God said,", true},
+                                       {"The king of Babylon", false}};
+  int64_t accepted = 0;
+  for (const Prompt& prompt : prompts) {
+    for (bool seeded : {false, true}) {
+      SCOPED_TRACE(prompt.text + (seeded ? " seeded" : " greedy"));
+      auto run = [&](bool nodes, bool draft, const std::string& logits) {
+        std::vector<std::string> a = {
+            Coordinator(),       "run",
+            "--model",           COLIBRI_SOURCE_DIR "/models/demo/colibri-demo-kjv-q8_0.gguf",
+            "--prompt",          prompt.text,
+            "--n-predict",       "40",
+            "--threads",         "2",
+            "--print-token-ids", "--logits-out",
+            dir + "/" + logits};
+        if (seeded) {
+          a.insert(a.end(), {"--temp", "0.7", "--seed", "7", "--repeat-penalty", "1.1"});
+        } else {
+          a.insert(a.end(), {"--temp", "0"});
+        }
+        if (nodes) a.insert(a.end(), {"--nodes", Addresses()});
+        if (draft) a.insert(a.end(), {"--draft", "ngram", "--draft-max", "6", "--draft-fixed"});
+        return testing::RunCommand(a);
+      };
+      const CommandResult plain = run(false, false, "plain.f32");
+      ASSERT_EQ(plain.exit_code, 0) << plain.err;
+      const std::string reference = ReadAll(dir + "/plain.f32");
+      EXPECT_FALSE(reference.empty());
+      for (bool nodes : {false, true}) {
+        SCOPED_TRACE(nodes ? "nodes" : "local");
+        const CommandResult spec = run(nodes, true, "spec.f32");
+        ASSERT_EQ(spec.exit_code, 0) << spec.err;
+        EXPECT_EQ(plain.out, spec.out);
+        EXPECT_TRUE(ReadAll(dir + "/spec.f32") == reference) << "logits differ";
+        const int64_t n = AcceptedDrafts(spec.err);
+        EXPECT_GE(n, 0) << spec.err;
+        if (prompt.repeats) accepted += n;
+        if (nodes) {
+          EXPECT_EQ(Counter(spec.err, "experts:", "fallback_routes"), 0) << spec.err;
+          const CommandResult off = run(true, false, "off.f32");
+          ASSERT_EQ(off.exit_code, 0) << off.err;
+          EXPECT_EQ(plain.out, off.out);
+          const int64_t trips_on = Counter(spec.err, "experts decode:", "round_trips");
+          const int64_t trips_off = Counter(off.err, "experts decode:", "round_trips");
+          std::cerr << "round trips in decode: " << trips_off << " plain, " << trips_on
+                    << " with drafts (" << n << " accepted)\n";
+        }
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0);
+}
+
 TEST_F(DistributedRunTest, ARestartedNodeKeepsItsExperts) {
   StartNodes(3);
   const testing::GoldenCase c = Case("mixtral-tiny-q4_k_m");
