@@ -27,6 +27,7 @@ struct GenerationScheduler::Engine {
   RemoteExpertBackend* remote = nullptr;  // backend, when over nodes
   std::unique_ptr<arch::Session> session;
   std::vector<bool> used;  // [sessions] slots taken by an active generation
+  uint64_t steps = 0;      // Step calls, to rotate the decoding order
 };
 
 // A generation in a slot: its prompt's progress and its per-token state.
@@ -234,11 +235,17 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   std::vector<arch::SequenceChunk> chunks;
   std::vector<Active*> members;
   int budget = session.n_batch();
-  for (auto& a : active) {  // decoding generations first: one token each
-    if (a->finished || a->engine != e || budget == 0) continue;
+  // Decoding generations first, one token each; when they outnumber the
+  // budget, the first served rotates from step to step so that none starves.
+  const size_t n_active = active.size();
+  const size_t first = n_active > 0 ? engine->steps % n_active : 0;
+  ++engine->steps;
+  for (size_t i = 0; i < n_active && budget > 0; ++i) {
+    Active* a = active[(first + i) % n_active].get();
+    if (a->finished || a->engine != e) continue;
     if (a->prompt_done < static_cast<int>(a->prompt.size())) continue;
     chunks.push_back({a->seq, {&a->next, 1}, false, &a->logits});
-    members.push_back(a.get());
+    members.push_back(a);
     --budget;
   }
   for (auto& a : active) {  // then prompt chunks, oldest first

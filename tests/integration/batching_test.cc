@@ -2,7 +2,9 @@
 // on loopback, locally and with experts on 3 nodes: requests run concurrently
 // (gRPC greedy and seeded sampling, an HTTP completion with logprobs, one
 // joining mid-way, one cancelled) give exactly the tokens, text and logprobs
-// that each gives when it runs alone on the same server.
+// that each gives when it runs alone on the same server. The step budget
+// (--batch-size 3) is below the generations running, so prompts go in chunks
+// and the decoding generations take turns.
 #include <unistd.h>
 
 #include <atomic>
@@ -89,7 +91,7 @@ class BatchingTest : public ::testing::Test {
         "--http-listen", "127.0.0.1:0",
         "--threads",     "1",
         "--sessions",    "4",
-        "--batch-size",  "16"};
+        "--batch-size",  "3"};
     if (!nodes_.empty()) {
       std::vector<const NodeProcess*> nodes;
       for (const auto& n : nodes_) nodes.push_back(n.get());
