@@ -187,8 +187,7 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
   result.finish_reason = FinishReason::kLength;
   for (int i = 0; i < options.max_tokens; ++i) {
     GeneratedToken token;
-    const std::optional<FinishReason> end =
-        emitter.Emit(next, callbacks.on_token, &result, &token);
+    const std::optional<FinishReason> end = emitter.Emit(next, callbacks.on_token, &result, &token);
     if (end.has_value()) {
       if (*end == FinishReason::kEndOfGeneration && options.evaluate_every_token) {
         COLIBRI_RETURN_IF_ERROR(session.Evaluate({&token.id, 1}, false, &next));
