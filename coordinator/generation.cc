@@ -111,6 +111,46 @@ float LogSoftmaxAt(absl::Span<const float> logits, int32_t id, int top,
   return logprob(id);
 }
 
+TokenEmitter::TokenEmitter(sampling::Sampler& sampler, const tokenizer::Tokenizer* tokenizer,
+                           const GenerationOptions& options)
+    : sampler_(sampler), tokenizer_(tokenizer), options_(options), filter_(options.stop) {
+  if (tokenizer != nullptr && options.decode_text) {
+    decoder_ = std::make_unique<tokenizer::StreamDecoder>(*tokenizer);
+  }
+}
+
+std::optional<FinishReason> TokenEmitter::Emit(
+    absl::Span<const float> logits, const std::function<bool(const GeneratedToken&)>& on_token,
+    GenerationResult* result, GeneratedToken* token) {
+  *token = GeneratedToken();
+  token->id = sampler_.Sample(logits);
+  if (options_.logprobs) {
+    token->logprob = LogSoftmaxAt(logits, token->id, options_.top_logprobs, &token->top_logprobs);
+  }
+  sampler_.Accept(token->id);
+  result->tokens.push_back(token->id);
+  token->end_of_generation =
+      tokenizer_ != nullptr && tokenizer_->IsEndOfGeneration(token->id) && !options_.ignore_eos;
+  if (decoder_ != nullptr && !token->end_of_generation) {
+    token->text = filter_.Push(decoder_->Push(token->id));
+  }
+  const bool stop = filter_.stopped();
+  const bool keep_going = on_token ? on_token(*token) : true;
+  if (token->end_of_generation) return FinishReason::kEndOfGeneration;
+  if (stop) return FinishReason::kStop;
+  if (!keep_going) return FinishReason::kCancelled;
+  return std::nullopt;
+}
+
+void TokenEmitter::Finish(GenerationResult* result) {
+  if (decoder_ == nullptr) return;
+  // After a stop string the decoder's remaining bytes come after it too.
+  result->trailing_text = filter_.Push(decoder_->Flush());
+  if (filter_.stopped()) result->finish_reason = FinishReason::kStop;
+  result->trailing_text += filter_.Flush();
+  result->text = filter_.text();
+}
+
 absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Sampler& sampler,
                                           const tokenizer::Tokenizer* tokenizer,
                                           absl::Span<const int32_t> prompt,
@@ -158,44 +198,19 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
   // positions left (plus the last token, sampled but never fed back).
   const int room = std::max(0, session.n_ctx() - session.n_past()) + 1;
   result.tokens.reserve(static_cast<size_t>(std::min(options.max_tokens, room)));
-  std::unique_ptr<tokenizer::StreamDecoder> decoder;
-  if (tokenizer != nullptr && options.decode_text) {
-    decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer);
-  }
+  TokenEmitter emitter(sampler, tokenizer, options);
 
   const auto gen_start = Clock::now();
   result.finish_reason = FinishReason::kLength;
-  StopStringFilter filter(options.stop);
   for (int i = 0; i < options.max_tokens; ++i) {
     GeneratedToken token;
-    token.id = sampler.Sample(next);
-    if (options.logprobs) {
-      token.logprob = LogSoftmaxAt(next, token.id, options.top_logprobs, &token.top_logprobs);
-    }
-    sampler.Accept(token.id);
-    result.tokens.push_back(token.id);
-    token.end_of_generation =
-        tokenizer != nullptr && tokenizer->IsEndOfGeneration(token.id) && !options.ignore_eos;
-    if (decoder != nullptr && !token.end_of_generation) {
-      token.text = filter.Push(decoder->Push(token.id));
-    }
-    const bool stop = filter.stopped();
-    const bool keep_going = callbacks.on_token ? callbacks.on_token(token) : true;
-
-    if (token.end_of_generation) {
-      if (options.evaluate_every_token) {
+    const std::optional<FinishReason> end = emitter.Emit(next, callbacks.on_token, &result, &token);
+    if (end.has_value()) {
+      if (*end == FinishReason::kEndOfGeneration && options.evaluate_every_token) {
         COLIBRI_RETURN_IF_ERROR(feeder.Feed(token.id, 0, &next));
         COLIBRI_RETURN_IF_ERROR(report(next));
       }
-      result.finish_reason = FinishReason::kEndOfGeneration;
-      break;
-    }
-    if (stop) {
-      result.finish_reason = FinishReason::kStop;
-      break;
-    }
-    if (!keep_going) {
-      result.finish_reason = FinishReason::kCancelled;
+      result.finish_reason = *end;
       break;
     }
     // The last token needs evaluating only to report its logits.
@@ -212,13 +227,7 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
   COLIBRI_RETURN_IF_ERROR(feeder.Finish());
   result.speculation = feeder.stats();
   result.generate_seconds = Seconds(gen_start);
-  if (decoder != nullptr) {
-    // After a stop string the decoder's remaining bytes come after it too.
-    result.trailing_text = filter.Push(decoder->Flush());
-    if (filter.stopped()) result.finish_reason = FinishReason::kStop;
-    result.trailing_text += filter.Flush();
-    result.text = filter.text();
-  }
+  emitter.Finish(&result);
   return result;
 }
 

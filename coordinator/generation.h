@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -152,6 +154,38 @@ struct GenerationResult {
 // `top` most likely tokens (most likely first, ties by lower id) into *top.
 float LogSoftmaxAt(absl::Span<const float> logits, int32_t id, int top,
                    std::vector<TokenLogprob>* top_out);
+
+// The per-token part of a generation, shared by Generate and the batched
+// GenerationScheduler so that both produce the same tokens: samples a token
+// from the logits, adds its logprobs, decodes its text through the stop
+// strings and reports it through on_token. Thread-safety: none (one
+// generation's state). sampler, tokenizer (may be null) and options are
+// borrowed.
+class TokenEmitter {
+ public:
+  TokenEmitter(sampling::Sampler& sampler, const tokenizer::Tokenizer* tokenizer,
+               const GenerationOptions& options);
+
+  // Samples the next token from `logits` ([n_vocab]), appends it to
+  // result->tokens, fills *token and calls on_token (may be empty). Returns
+  // the reason the generation ends with this token (end of generation, then
+  // stop string, then on_token returning false), or nullopt when the token is
+  // to be fed back.
+  std::optional<FinishReason> Emit(absl::Span<const float> logits,
+                                   const std::function<bool(const GeneratedToken&)>& on_token,
+                                   GenerationResult* result, GeneratedToken* token);
+  // At the end of the generation: the text still held back goes to
+  // result->trailing_text, the whole text to result->text (a stop string
+  // completed by the held-back bytes sets kStop). Nothing without decoding.
+  void Finish(GenerationResult* result);
+
+ private:
+  sampling::Sampler& sampler_;
+  const tokenizer::Tokenizer* const tokenizer_;
+  const GenerationOptions& options_;
+  std::unique_ptr<tokenizer::StreamDecoder> decoder_;  // null without decode_text
+  StopStringFilter filter_;
+};
 
 absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Sampler& sampler,
                                           const tokenizer::Tokenizer* tokenizer,

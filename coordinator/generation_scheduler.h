@@ -1,12 +1,20 @@
 // The generation core of `serve`, shared by its front ends (the gRPC
-// Inference service and the OpenAI-compatible HTTP API): a fixed set of
-// sessions, one worker thread each, and a FIFO queue of jobs in front of them.
+// Inference service and the OpenAI-compatible HTTP API): continuous batching
+// of up to `sessions` generations, and a FIFO queue of jobs in front of them.
 //
 // A front end describes a request as a GenerationSpec, wraps it in its own
 // GenerationJob (which receives the tokens and the outcome) and submits it.
-// A worker takes the oldest job, tokenizes a text prompt, resets its session
-// for the job's numeric path, runs coordinator::Generate and reports through
-// the job. The job's callbacks run on the worker: they must not block (queue
+// One stepping thread runs every active generation together: per numeric
+// path, one batched arch::Session holds a KV cache slot per generation, and
+// each step is one forward pass (Session::EvaluateBatch) over the next token
+// of every decoding generation plus prompt chunks of new ones, within
+// batch_size tokens (decoding generations first, so that a long prompt does
+// not stall them), so each MoE layer costs one round trip per involved node
+// for all of them. Jobs join and leave between steps; a cancelled job leaves
+// (and frees its slot) at the next step. Sampling, stop strings and logprobs
+// are coordinator::TokenEmitter's, as in Generate, and the kernels are
+// batch-invariant: a generation's tokens are those it would have alone.
+// The job's callbacks run on the stepping thread: they must not block (queue
 // the output for the client; never wait for it).
 //
 // Thread-safety: Submit, Cancel (on a job), n_ctx, active_generations, queued
@@ -61,6 +69,8 @@ struct GenerationSpec {
 };
 
 // What a finished generation reports besides its tokens.
+// The expert counters are those of the forward steps the generation took part
+// in, which it shared with the generations batched with it.
 struct GenerationOutcome {
   GenerationResult result;
   int prompt_tokens = 0;
@@ -72,7 +82,7 @@ struct GenerationOutcome {
 
 // A submitted request and where its output goes; a front end derives from it.
 // The scheduler calls OnToken for every token and then OnFinish exactly once,
-// both on a worker thread (OnFinish may also come from BeginShutdown's
+// both on the stepping thread (OnFinish may also come from BeginShutdown's
 // caller for a job still queued), never concurrently.
 class GenerationJob {
  public:
@@ -104,25 +114,25 @@ class GenerationJob {
 class GenerationScheduler {
  public:
   struct Options {
-    // Concurrent generations (worker threads, one session each per numeric
-    // path). Default: 1.
+    // Concurrent generations: the KV cache slots of the batched session of
+    // each numeric path (the exact path's is created on first use); more jobs
+    // queue. Default: 1.
     int sessions = 1;
-    // Context size of every session. Default: 0, meaning min(model, 4096).
+    // Context size of every generation. Default: 0, meaning min(model, 4096).
     int ctx_size = 0;
-    // Prompt tokens per batch. Default: 512.
+    // Tokens per forward step: one per decoding generation, the rest for
+    // prompt chunks. Default: 512.
     int batch_size = 512;
     // Next-layer expert prediction of every session. Default: off.
     arch::PrefetchOptions prefetch;
     // Receives the token timings and outcomes; borrowed, must outlive the
     // scheduler. Default: null (none recorded).
     ServeMetrics* metrics = nullptr;
-    // Speculative decoding of every generation. Default: off.
-    SpeculationOptions speculation;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed
   // here) and pool are borrowed and must outlive the scheduler. Creates the
-  // first session, so session errors show here; InvalidArgument for
+  // fast path's session, so session errors show here; InvalidArgument for
   // sessions < 1.
   static absl::StatusOr<std::unique_ptr<GenerationScheduler>> Create(
       const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
@@ -137,34 +147,38 @@ class GenerationScheduler {
   // Cancels running jobs and finishes queued ones with UNAVAILABLE; later
   // Submits fail. Idempotent.
   void BeginShutdown();
-  // BeginShutdown, then joins the workers. Idempotent.
+  // BeginShutdown, then joins the stepping thread. Idempotent.
   void Stop();
 
   // The context size every session has.
   int n_ctx() const { return n_ctx_; }
   // Concurrent generations (Options::sessions).
   int sessions() const { return options_.sessions; }
-  // Jobs running now / waiting for a worker.
+  // Jobs running now / waiting for a slot.
   int active_generations() const;
   int queued() const;
   // Depth-1 expert prediction over every generation so far.
   arch::PredictorStats predictor() const;
 
  private:
-  struct Slot;
+  struct Engine;
+  struct Active;
 
   GenerationScheduler(const Options& options, const arch::Model& model,
                       const tokenizer::Tokenizer* tokenizer, ClusterExperts* cluster,
                       ThreadPool* pool);
-  // Creates slot's session (and backend) for `path` if it has none yet.
-  absl::StatusOr<arch::Session*> SessionFor(Slot& slot, ops::NumericPath path);
-  void WorkerLoop(int slot);
-  // Counts Run reports to Options::metrics whatever the outcome.
-  struct Tally {
-    int prompt_tokens = 0;
-    int generated_tokens = 0;
-  };
-  absl::StatusOr<GenerationOutcome> Run(Slot& slot, GenerationJob& job, Tally* tally);
+  // The engine of `path`, created (with its backend) on first use.
+  absl::StatusOr<Engine*> EngineFor(ops::NumericPath path);
+  void StepLoop();
+  // Prepares `job` to run in a free slot of its path's engine.
+  absl::StatusOr<std::unique_ptr<Active>> Admit(std::shared_ptr<GenerationJob> job);
+  // One forward step of the active generations of engine `e`.
+  void Step(int e, std::vector<std::unique_ptr<Active>>& active);
+  // Samples the next token of `a` from a->logits; finishes it when it ends.
+  void Advance(Active& a);
+  // Ends `a` with `outcome` (reported to its job); frees its slot.
+  void Finish(Active& a, absl::StatusOr<GenerationOutcome> outcome);
+  void Complete(Active& a);
 
   const Options options_;
   const arch::Model& model_;
@@ -172,7 +186,9 @@ class GenerationScheduler {
   ClusterExperts* const cluster_;
   ThreadPool* const pool_;
   int n_ctx_ = 0;
-  std::vector<std::unique_ptr<Slot>> slots_;  // [sessions], each used by its worker only
+  // [0] fast path, [1] exact path; used by the stepping thread only (and by
+  // Create before it starts).
+  std::unique_ptr<Engine> engines_[2];
 
   mutable absl::Mutex mu_;
   std::deque<std::shared_ptr<GenerationJob>> queue_ ABSL_GUARDED_BY(mu_);
@@ -180,7 +196,7 @@ class GenerationScheduler {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   arch::PredictorStats predictor_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> workers_;
+  std::thread stepper_;
 };
 
 }  // namespace colibri::coordinator

@@ -100,7 +100,6 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                                                                  : 0;
   scheduler_options.prefetch.count = options.prefetch_count;
   scheduler_options.metrics = &metrics;
-  scheduler_options.speculation = options.speculation;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.
   ChatRenderer chat;

@@ -50,6 +50,9 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
         absl::StrCat("prefetch count ", p.count, " is outside [0, ", c.n_expert, "]"));
   }
   if (p.max_union < 0) return absl::InvalidArgumentError("prefetch max_union must be >= 0");
+  if (options.n_seq < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("n_seq ", options.n_seq, " is < 1"));
+  }
   return std::unique_ptr<Session>(new Session(model, experts, pool, options, n_ctx));
 }
 
@@ -61,14 +64,17 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
       pool_(pool),
       options_(options),
       n_ctx_(n_ctx),
+      n_batch_(std::min(options.n_batch, n_ctx)),
       prefetch_count_(options.prefetch.depth == 0  ? 0
                       : options.prefetch.count > 0 ? options.prefetch.count
                                                    : model.config().n_expert_used),
       prefetch_max_union_(std::min(model.config().n_expert, options.prefetch.max_union > 0
                                                                 ? options.prefetch.max_union
                                                                 : 4 * prefetch_count_)) {
-  const int64_t B = std::min(options.n_batch, n_ctx);
+  const int64_t B = n_batch_;
   const ModelConfig& c = c_;
+  const size_t n_seq = static_cast<size_t>(options.n_seq);
+  n_past_.assign(n_seq, 0);
   const bool mla = c.attention == AttentionKind::kMla;
   const int latent_row = c.kv_lora_rank + c.n_rot;
   cache_rows_.resize(c.n_layer);
@@ -81,11 +87,12 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
     cache_offset_[il] = total_rows;
     total_rows += cache_rows_[il];
   }
+  seq_cache_rows_ = total_rows;
   if (mla) {
-    k_cache_.assign(total_rows * latent_row, 0.0f);
+    k_cache_.assign(n_seq * total_rows * latent_row, 0.0f);
   } else {
-    k_cache_.assign(total_rows * c.kv_dim(), 0.0f);
-    v_cache_.assign(total_rows * c.v_dim(), 0.0f);
+    k_cache_.assign(n_seq * total_rows * c.kv_dim(), 0.0f);
+    v_cache_.assign(n_seq * total_rows * c.v_dim(), 0.0f);
   }
 
   const int half = c.n_rot / 2;
@@ -121,6 +128,8 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
     }
   }
 
+  row_seq_.resize(B);
+  row_pos_.resize(B);
   x_.resize(B * c.n_embd);
   xn_.resize(B * c.n_embd);
   q_.resize(B * c.q_dim());
@@ -136,6 +145,8 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   const int n_threads = pool_ ? pool_->num_threads() : 1;
   scores_.resize(static_cast<size_t>(n_threads) * n_ctx);
   route_scratch_.resize(moe::RouteScratchSize(c.n_expert));
+  if (n_seq > 1) batch_logits_.resize(n_seq * c.n_vocab);
+  gather_rows_.reserve(n_seq);
   if (mla) {
     q_a_.resize(B * std::max(c.q_lora_rank, 1));
     kv_a_.resize(B * latent_row);
@@ -156,14 +167,16 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   }
 }
 
-void Session::Truncate(int n) {
-  n = std::max(0, std::min(n, n_past_));
+void Session::Truncate(int seq, int n) {
+  n = std::max(0, std::min(n, n_past_[seq]));
   for (int il = 0; il < c_.n_layer; ++il) {
     // Position n - window (the oldest the next token reads) must not have
     // been overwritten by a dropped position.
-    if (c_.is_window_layer(il) && n_past_ - 1 >= n - c_.sliding_window + cache_rows_[il]) n = 0;
+    if (c_.is_window_layer(il) && n_past_[seq] - 1 >= n - c_.sliding_window + cache_rows_[il]) {
+      n = 0;
+    }
   }
-  n_past_ = n;
+  n_past_[seq] = n;
 }
 
 int Session::max_truncate() const {
@@ -175,12 +188,11 @@ int Session::max_truncate() const {
   return most;
 }
 
-absl::Status Session::Evaluate(absl::Span<const int32_t> tokens, bool all_logits,
-                               std::vector<float>* logits) {
+absl::Status Session::CheckTokens(int seq, absl::Span<const int32_t> tokens) const {
   const int64_t n_total = static_cast<int64_t>(tokens.size());
   if (n_total == 0) return absl::InvalidArgumentError("no tokens to evaluate");
-  if (n_past_ + n_total > n_ctx_) {
-    return absl::OutOfRangeError(absl::StrCat("context overflow: ", n_past_, " + ", n_total,
+  if (n_past_[seq] + n_total > n_ctx_) {
+    return absl::OutOfRangeError(absl::StrCat("context overflow: ", n_past_[seq], " + ", n_total,
                                               " tokens exceed the context size ", n_ctx_));
   }
   for (int32_t id : tokens) {
@@ -189,35 +201,134 @@ absl::Status Session::Evaluate(absl::Span<const int32_t> tokens, bool all_logits
           absl::StrCat("token id ", id, " is outside the vocabulary [0, ", c_.n_vocab, ")"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Session::PlaceRows(int seq, absl::Span<const int32_t> tokens, int first) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int row = first + static_cast<int>(i);
+    COLIBRI_RETURN_IF_ERROR(model_.EmbedToken(tokens[i], x_.data() + row * c_.n_embd));
+    row_seq_[row] = seq;
+    row_pos_[row] = n_past_[seq] + static_cast<int>(i);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::Evaluate(absl::Span<const int32_t> tokens, bool all_logits,
+                               std::vector<float>* logits) {
+  COLIBRI_RETURN_IF_ERROR(CheckTokens(0, tokens));
+  const int64_t n_total = static_cast<int64_t>(tokens.size());
   const int64_t n_vocab = c_.n_vocab;
   if (logits != nullptr) {
     const size_t want = static_cast<size_t>(all_logits ? n_total * n_vocab : n_vocab);
     if (logits->size() != want) logits->resize(want);
   }
-  const int start = n_past_;
-  const int64_t B = static_cast<int64_t>(x_.size()) / c_.n_embd;
+  const int start = n_past_[0];
+  const int64_t B = n_batch_;
   for (int64_t done = 0; done < n_total; done += B) {
     const int n = static_cast<int>(std::min(B, n_total - done));
-    for (int i = 0; i < n; ++i) {
-      COLIBRI_RETURN_IF_ERROR(model_.EmbedToken(tokens[done + i], x_.data() + i * c_.n_embd));
-    }
+    COLIBRI_RETURN_IF_ERROR(PlaceRows(0, tokens.subspan(done, n), 0));
     const bool last_chunk = done + n == n_total;
-    float* out = nullptr;
-    if (logits != nullptr && all_logits) out = logits->data() + done * n_vocab;
-    if (logits != nullptr && !all_logits && last_chunk) out = logits->data();
-    absl::Status s = ForwardChunk(n, all_logits, out);
+    absl::Status s = ForwardRows(n);
     if (!s.ok()) {
-      n_past_ = start;
+      n_past_[0] = start;
       return s;
     }
-    n_past_ += n;
+    if (logits != nullptr && all_logits) OutputHead(0, n, logits->data() + done * n_vocab);
+    if (logits != nullptr && !all_logits && last_chunk) OutputHead(n - 1, 1, logits->data());
+    n_past_[0] += n;
   }
   stats_.tokens_evaluated += n_total;
   ++stats_.evaluate_calls;
   return absl::OkStatus();
 }
 
-absl::Status Session::ForwardChunk(int n, bool all_logits, float* logits) {
+absl::Status Session::EvaluateBatch(absl::Span<const SequenceChunk> chunks) {
+  if (chunks.empty()) return absl::InvalidArgumentError("no sequence to evaluate");
+  int64_t n = 0;
+  for (size_t j = 0; j < chunks.size(); ++j) {
+    const SequenceChunk& chunk = chunks[j];
+    if (chunk.seq < 0 || chunk.seq >= n_seq()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", chunk.seq, " is outside [0, ", n_seq(), ")"));
+    }
+    for (size_t i = 0; i < j; ++i) {
+      if (chunks[i].seq == chunk.seq) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", chunk.seq, " appears twice in one batch"));
+      }
+    }
+    const absl::Status s = CheckTokens(chunk.seq, chunk.tokens);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("sequence ", chunk.seq, ": ", s.message()));
+    }
+    n += static_cast<int64_t>(chunk.tokens.size());
+  }
+  if (n > n_batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the batch has ", n, " tokens, more than n_batch ", n_batch_));
+  }
+  const int64_t n_vocab = c_.n_vocab;
+  int rows = 0;
+  for (const SequenceChunk& chunk : chunks) {
+    COLIBRI_RETURN_IF_ERROR(PlaceRows(chunk.seq, chunk.tokens, rows));
+    rows += static_cast<int>(chunk.tokens.size());
+  }
+  // The caches are written only at positions >= n_past_, which stay unused on
+  // failure: nothing to roll back.
+  COLIBRI_RETURN_IF_ERROR(ForwardRows(rows));
+
+  // All-position logits straight into their vectors, then the last rows of
+  // the other sequences gathered into one output-head product.
+  std::vector<int>& last_rows = gather_rows_;
+  last_rows.clear();
+  int first = 0;
+  for (const SequenceChunk& chunk : chunks) {
+    const int size = static_cast<int>(chunk.tokens.size());
+    if (chunk.logits != nullptr) {
+      const size_t want = static_cast<size_t>(chunk.all_logits ? size * n_vocab : n_vocab);
+      if (chunk.logits->size() != want) chunk.logits->resize(want);
+      if (chunk.all_logits) {
+        OutputHead(first, size, chunk.logits->data());
+      } else {
+        last_rows.push_back(first + size - 1);
+      }
+    }
+    first += size;
+  }
+  if (last_rows.size() == 1) {
+    for (const SequenceChunk& chunk : chunks) {
+      if (chunk.logits != nullptr && !chunk.all_logits) {
+        OutputHead(last_rows[0], 1, chunk.logits->data());
+      }
+    }
+  } else if (!last_rows.empty()) {
+    // OutputHead reads x_ and writes xn_: row last_rows[j] >= j is copied to
+    // row j of x_ first, in increasing j, so no row is overwritten before use.
+    const int64_t d = c_.n_embd;
+    for (size_t j = 0; j < last_rows.size(); ++j) {
+      if (last_rows[j] != static_cast<int>(j)) {
+        std::memcpy(x_.data() + j * d, x_.data() + last_rows[j] * d, d * sizeof(float));
+      }
+    }
+    OutputHead(0, static_cast<int>(last_rows.size()), batch_logits_.data());
+    size_t j = 0;
+    for (const SequenceChunk& chunk : chunks) {
+      if (chunk.logits == nullptr || chunk.all_logits) continue;
+      std::memcpy(chunk.logits->data(), batch_logits_.data() + j * n_vocab,
+                  n_vocab * sizeof(float));
+      ++j;
+    }
+  }
+  for (const SequenceChunk& chunk : chunks) {
+    n_past_[chunk.seq] += static_cast<int>(chunk.tokens.size());
+  }
+  stats_.tokens_evaluated += n;
+  ++stats_.evaluate_calls;
+  return absl::OkStatus();
+}
+
+absl::Status Session::ForwardRows(int n) {
   const int64_t d = c_.n_embd;
   for (int il = 0; il < c_.n_layer; ++il) {
     const LayerWeights& L = model_.layer(il);
@@ -245,15 +356,16 @@ absl::Status Session::ForwardChunk(int n, bool all_logits, float* logits) {
       COLIBRI_RETURN_IF_ERROR(MoeBlock(il, n));
     }
   }
-  if (logits == nullptr) return absl::OkStatus();
-  const int first = all_logits ? 0 : n - 1;
-  const int rows = n - first;
-  for (int i = first; i < n; ++i) {
+  return absl::OkStatus();
+}
+
+void Session::OutputHead(int first, int rows, float* logits) {
+  const int64_t d = c_.n_embd;
+  for (int i = first; i < first + rows; ++i) {
     ops::RmsNorm(x_.data() + i * d, model_.output_norm(), c_.rms_eps, d, xn_.data() + i * d);
   }
   ops::MatMul(model_.output(), xn_.data() + first * d, rows, logits, c_.n_vocab, options_.path,
               pool_, &matmul_scratch_);
-  return absl::OkStatus();
 }
 
 void Session::ApplyRope(float* v, int n_heads, int head_stride, int pos) const {
@@ -286,10 +398,10 @@ void Session::Attention(int il, int n) {
   ops::MatMul(L.wk, xn_.data(), n, k_.data(), kv_dim, options_.path, pool_, &matmul_scratch_);
   ops::MatMul(L.wv, xn_.data(), n, v_.data(), v_dim, options_.path, pool_, &matmul_scratch_);
 
-  float* k_cache = k_cache_.data() + cache_offset_[il] * kv_dim;
-  float* v_cache = v_cache_.data() + cache_offset_[il] * v_dim;
   const int ring = cache_rows_[il];
   for (int i = 0; i < n; ++i) {
+    float* k_cache = k_cache_.data() + CacheBase(row_seq_[i], il) * kv_dim;
+    float* v_cache = v_cache_.data() + CacheBase(row_seq_[i], il) * v_dim;
     float* q = q_.data() + i * q_dim;
     float* k = k_.data() + i * kv_dim;
     float* v = v_.data() + i * v_dim;
@@ -307,7 +419,7 @@ void Session::Attention(int il, int n) {
       ops::RmsNorm(q, L.q_norm, c_.rms_eps, q_dim, q);
       ops::RmsNorm(k, L.k_norm, c_.rms_eps, kv_dim, k);
     }
-    const int pos = n_past_ + i;
+    const int pos = row_pos_[i];
     ApplyRope(q, c_.n_head, hd, pos);
     ApplyRope(k, c_.n_head_kv, hd, pos);
     const size_t slot = static_cast<size_t>(pos % ring);
@@ -328,8 +440,10 @@ void Session::Attention(int il, int n) {
       const int h = static_cast<int>(item / n);
       const int i = static_cast<int>(item % n);
       const int kvh = h / group;
-      const int last = n_past_ + i;
+      const int last = row_pos_[i];
       const int first = window > 0 ? std::max(0, last - window + 1) : 0;
+      const float* k_cache = k_cache_.data() + CacheBase(row_seq_[i], il) * kv_dim;
+      const float* v_cache = v_cache_.data() + CacheBase(row_seq_[i], il) * v_dim;
       AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
                 v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr,
                 scores, attn_.data() + i * c_.n_head * hdv + h * hdv);
@@ -388,9 +502,9 @@ void Session::AttentionMla(int il, int n) {
   }
   ops::MatMul(L.wkv_a, xn_.data(), n, kv_a_.data(), row, path, pool_, &matmul_scratch_);
 
-  float* cache = k_cache_.data() + cache_offset_[il] * row;
   for (int i = 0; i < n; ++i) {
-    const int pos = n_past_ + i;
+    float* cache = k_cache_.data() + CacheBase(row_seq_[i], il) * row;
+    const int pos = row_pos_[i];
     float* a = kv_a_.data() + i * row;
     ops::RmsNorm(a, L.kv_a_norm, c_.rms_eps, rank, a);
     ApplyRope(a + rank, 1, 0, pos);
@@ -424,7 +538,8 @@ void Session::AttentionMla(int il, int n) {
       const int h = static_cast<int>(item / n);
       const int i = static_cast<int>(item % n);
       const size_t at = static_cast<size_t>(i) * n_head + h;
-      AttendOne(q_abs_.data() + at * row, cache, row, cache, row, 0, n_past_ + i, n_ctx_, row,
+      const float* cache = k_cache_.data() + CacheBase(row_seq_[i], il) * row;
+      AttendOne(q_abs_.data() + at * row, cache, row, cache, row, 0, row_pos_[i], n_ctx_, row,
                 rank, scale, nullptr, scores, latent_.data() + at * rank);
     }
   };

@@ -1,9 +1,19 @@
-// One sequence being evaluated: the KV cache and the scratch of the forward pass.
+// Sequences being evaluated: their KV caches and the scratch of the forward pass.
 //
-// Evaluate() runs tokens through the model at the next positions. A prompt is
-// evaluated layer by layer over all its tokens at once (in chunks of n_batch);
-// decoding feeds one token at a time against the KV cache. Routed experts go
-// through the ExpertBackend given at creation.
+// Evaluate() runs tokens of sequence 0 through the model at its next
+// positions. A prompt is evaluated layer by layer over all its tokens at once
+// (in chunks of n_batch); decoding feeds one token at a time against the KV
+// cache. Routed experts go through the ExpertBackend given at creation.
+//
+// Batching (SessionOptions::n_seq > 1): the session holds n_seq sequences, each
+// with its own KV cache slot of n_ctx positions, and EvaluateBatch() runs one
+// forward pass over a chunk of tokens from each of several sequences: the
+// dense matrix products run over all rows together, attention per sequence
+// over its own cache, and each MoE layer submits one ExpertBackend batch with
+// the rows of every sequence (one round trip per involved node per layer).
+// The kernels are batch-invariant, so a sequence's logits are bitwise the same
+// whether it ran alone or batched with others, in whatever chunks.
+// A session with n_seq = 1 is the plain single-sequence case.
 //
 // After the first call of each batch size, Evaluate does not allocate: every
 // buffer is sized at creation for n_batch tokens and n_ctx positions.
@@ -63,6 +73,19 @@ struct SessionOptions {
   ops::NumericPath path = ops::NumericPath::kFast;
   // Next-layer expert prediction. Default: off.
   PrefetchOptions prefetch;
+  // Sequences held, each with a KV cache of n_ctx positions (the memory of
+  // the cache grows with it). Default: 1.
+  int n_seq = 1;
+};
+
+// One sequence's part of an EvaluateBatch step: `tokens` evaluated at that
+// sequence's next positions. `logits` (may be null) receives
+// [tokens.size()][n_vocab] when all_logits, else [n_vocab] for the last token.
+struct SequenceChunk {
+  int seq = 0;
+  absl::Span<const int32_t> tokens;
+  bool all_logits = false;
+  std::vector<float>* logits = nullptr;
 };
 
 // Accuracy of the expert prediction for one depth, summed over the layers that
@@ -112,18 +135,38 @@ class Session {
   absl::Status Evaluate(absl::Span<const int32_t> tokens, bool all_logits,
                         std::vector<float>* logits);
 
-  int n_past() const { return n_past_; }
+  // Evaluates every chunk in one forward pass. InvalidArgument when there is
+  // no chunk, a chunk has no tokens or a token outside the vocabulary, a
+  // sequence is outside [0, n_seq) or appears twice, or the chunks hold more
+  // than n_batch() tokens together; OutOfRange when a sequence's context would
+  // overflow n_ctx. Nothing is evaluated then. A backend failure is returned
+  // as is, and every sequence's cache is rolled back to its state before the
+  // call.
+  absl::Status EvaluateBatch(absl::Span<const SequenceChunk> chunks);
+
+  // Positions evaluated in sequence 0 / in sequence `seq` (in [0, n_seq)).
+  int n_past() const { return n_past_[0]; }
+  int n_past(int seq) const { return n_past_[seq]; }
   int n_ctx() const { return n_ctx_; }
+  // Sequences held (SessionOptions::n_seq).
+  int n_seq() const { return static_cast<int>(n_past_.size()); }
+  // Most tokens one forward pass (and one EvaluateBatch) takes:
+  // min(n_batch, n_ctx).
+  int n_batch() const { return n_batch_; }
   const Model& model() const { return model_; }
   const SessionStats& stats() const { return stats_; }
 
-  // Forgets every position (the cache is reused from position 0).
-  void Reset() { n_past_ = 0; }
-  // Drops positions >= n (n <= n_past()). With sliding-window layers, whose
-  // cache keeps only the last window + n_batch - 1 positions, a position
-  // older than that may already be overwritten: Truncate then drops
-  // everything (n_past() becomes 0) rather than keep a damaged cache.
-  void Truncate(int n);
+  // Forgets every position of sequence 0 / `seq` (its cache is reused from
+  // position 0).
+  void Reset() { n_past_[0] = 0; }
+  void Reset(int seq) { n_past_[seq] = 0; }
+  // Drops positions >= n (n <= n_past()) of sequence 0 / `seq`. With
+  // sliding-window layers, whose cache keeps only the last
+  // window + n_batch - 1 positions, a position older than that may already be
+  // overwritten: Truncate then drops everything (n_past() becomes 0) rather
+  // than keep a damaged cache.
+  void Truncate(int n) { Truncate(0, n); }
+  void Truncate(int seq, int n);
   // Most positions Truncate can always drop from the end and keep the rest:
   // n_ctx() without sliding-window layers, else the ring's slack beyond the
   // window (at most n_batch - 1), possibly 0.
@@ -133,9 +176,21 @@ class Session {
   Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* pool,
           const SessionOptions& options, int n_ctx);
 
-  // Runs n tokens (n <= n_batch) whose embeddings are in x_, at positions
-  // n_past_ onwards.
-  absl::Status ForwardChunk(int n, bool all_logits, float* logits);
+  // Validates a chunk's tokens for sequence `seq` (see Evaluate).
+  absl::Status CheckTokens(int seq, absl::Span<const int32_t> tokens) const;
+  // Embeds `tokens` of sequence `seq` into rows first.. of x_, at positions
+  // n_past_[seq] onwards.
+  absl::Status PlaceRows(int seq, absl::Span<const int32_t> tokens, int first);
+  // Runs the n rows of x_ (n <= n_batch) through every layer; row i is token
+  // of sequence row_seq_[i] at position row_pos_[i].
+  absl::Status ForwardRows(int n);
+  // Final norm and output head of `rows` rows of x_ from `first`, into
+  // logits [rows][n_vocab].
+  void OutputHead(int first, int rows, float* logits);
+  // First cache row of layer il of sequence seq, in rows of k_cache_ / v_cache_.
+  size_t CacheBase(int seq, int il) const {
+    return static_cast<size_t>(seq) * seq_cache_rows_ + cache_offset_[il];
+  }
   void Attention(int il, int n);
   // Multi-head Latent Attention (deepseek2), absorbed form over the latent cache.
   void AttentionMla(int il, int n);
@@ -165,19 +220,21 @@ class Session {
   ThreadPool* const pool_;
   const SessionOptions options_;
   const int n_ctx_;
+  const int n_batch_;
   const int prefetch_count_;      // experts predicted per token (0 when off)
   const int prefetch_max_union_;  // most experts hinted per layer
-  int n_past_ = 0;
+  std::vector<int> n_past_;       // [n_seq]
   SessionStats stats_;
 
   // Cache rows per layer: n_ctx, or for a sliding-window layer
   // min(n_ctx, window + n_batch - 1) used as a ring (position p in row
   // p % rows). [n_layer]
   std::vector<int> cache_rows_;
-  std::vector<size_t> cache_offset_;  // [n_layer] first row of each layer
-  // KV cache: [n_layer][rows][kv_dim] and [n_layer][rows][v_dim]; for MLA
-  // k_cache_ holds [n_layer][n_ctx][kv_lora_rank + n_rot] (the normed latent
-  // and the roped shared k_pe) and v_cache_ is empty.
+  std::vector<size_t> cache_offset_;  // [n_layer] first row of each layer in a slot
+  size_t seq_cache_rows_ = 0;         // Σ cache_rows_: rows of one sequence's slot
+  // KV cache: [n_seq][n_layer][rows][kv_dim] and [n_seq][n_layer][rows][v_dim];
+  // for MLA k_cache_ holds [n_seq][n_layer][n_ctx][kv_lora_rank + n_rot] (the
+  // normed latent and the roped shared k_pe) and v_cache_ is empty.
   std::vector<float> k_cache_;
   std::vector<float> v_cache_;
   // RoPE table: [n_ctx][n_rot / 2] cosines and sines.
@@ -199,6 +256,11 @@ class Session {
   std::vector<float> shared_out_;   // [n][n_embd]
   std::vector<float> scores_;       // [n_threads][n_ctx] attention scores
   std::vector<float> route_scratch_;  // moe::RouteScratchSize(n_expert)
+  // [n_seq][n_vocab] last-token logits of an EvaluateBatch (n_seq > 1 only).
+  std::vector<float> batch_logits_;
+  std::vector<int> gather_rows_;  // [n_seq] rows whose last-token logits are wanted
+  std::vector<int> row_seq_;      // [n] sequence of each row
+  std::vector<int> row_pos_;      // [n] position of each row in its sequence
 
   // MLA only (empty otherwise).
   std::vector<float> q_a_;       // [n][q_lora_rank]

@@ -76,7 +76,7 @@ TEST(CommandLineTest, CoordinatorRejectsOutOfRangeNumbers) {
       {with({"--draft-max", "0"}), "--draft-max"},
       {with({"--draft-max", "65"}), "--draft-max"},
       {with({"--draft", "model"}), "--draft"},
-      {{Coordinator(), "serve", "--model", m, "--draft-max", "-1"}, "--draft-max"},
+      {{Coordinator(), "run", "--model", m, "--draft-max", "-1"}, "--draft-max"},
       {with({"--no-such-flag"}), "--no-such-flag"},
   });
 }

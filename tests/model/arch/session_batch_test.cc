@@ -1,0 +1,235 @@
+// Batched evaluation in arch::Session (EvaluateBatch over several sequences):
+// every sequence's logits are bitwise those of the same tokens run alone in a
+// single-sequence session, whatever else shares the forward pass, however its
+// prompt is chunked, when it joins mid-way and when its slot is reused; and
+// malformed batches are refused without evaluating anything.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/arch/model.h"
+#include "model/arch/session.h"
+#include "model/moe/local_expert_backend.h"
+#include "tests/support/golden.h"
+
+namespace colibri {
+namespace {
+
+constexpr int kDecodeSteps = 5;
+
+testing::GoldenCase LoadCase(const std::string& model, const std::string& prompt) {
+  testing::GoldenCase c;
+  std::string error;
+  EXPECT_TRUE(testing::LoadGoldenCase(model, prompt, &c, &error)) << error;
+  return c;
+}
+
+bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The logits a plain session gives: the prompt's (every position when
+// all_prompt, else the last) and then one row per fed golden token.
+std::vector<std::vector<float>> RunAlone(const arch::Model& model, const testing::GoldenCase& c,
+                                         ops::NumericPath path, bool all_prompt, ThreadPool* pool) {
+  moe::LocalExpertBackend backend(&model.experts(), model.config().n_expert, path, pool);
+  arch::SessionOptions options;
+  options.path = path;
+  options.n_ctx = 1024;
+  auto session = arch::Session::Create(model, &backend, pool, options);
+  EXPECT_TRUE(session.ok()) << session.status();
+  if (!session.ok()) return {};
+  std::vector<std::vector<float>> rows(1);
+  EXPECT_TRUE((*session)->Evaluate(c.prompt_tokens, all_prompt, &rows[0]).ok());
+  for (int g = 0; g < kDecodeSteps; ++g) {
+    rows.emplace_back();
+    EXPECT_TRUE((*session)->Evaluate({&c.greedy_tokens[g], 1}, false, &rows.back()).ok());
+  }
+  return rows;
+}
+
+// One generation driven through EvaluateBatch, as a scheduler would: its
+// prompt in chunks under the step's token budget, then one token a step.
+struct Sequence {
+  const testing::GoldenCase* c = nullptr;
+  int seq = 0;
+  bool all_prompt = false;
+  int join_step = 0;
+  int prompt_done = 0;
+  int fed = 0;                       // golden tokens fed after the prompt
+  std::vector<float> prompt_logits;  // accumulated over the prompt's chunks
+  std::vector<float> step_logits;
+  std::vector<std::vector<float>> rows;
+  bool done() const { return fed == kDecodeSteps && rows.size() == kDecodeSteps + 1; }
+};
+
+void RunBatched(arch::Session& session, std::vector<Sequence>& seqs, int budget) {
+  for (int step = 0; step < 1000; ++step) {
+    std::vector<arch::SequenceChunk> chunks;
+    std::vector<Sequence*> in_step;
+    int left = budget;
+    // Decoding sequences first (one token each), then prompt chunks.
+    for (Sequence& s : seqs) {
+      if (step < s.join_step || s.done()) continue;
+      const int n_prompt = static_cast<int>(s.c->prompt_tokens.size());
+      if (s.prompt_done == n_prompt && left > 0) {
+        chunks.push_back({s.seq, {&s.c->greedy_tokens[s.fed], 1}, false, &s.step_logits});
+        in_step.push_back(&s);
+        --left;
+      }
+    }
+    for (Sequence& s : seqs) {
+      if (step < s.join_step) continue;
+      const int n_prompt = static_cast<int>(s.c->prompt_tokens.size());
+      if (s.prompt_done == n_prompt || left == 0) continue;
+      const int take = std::min(left, n_prompt - s.prompt_done);
+      chunks.push_back({s.seq, absl::MakeConstSpan(s.c->prompt_tokens).subspan(s.prompt_done, take),
+                        s.all_prompt, &s.step_logits});
+      in_step.push_back(&s);
+      left -= take;
+    }
+    if (chunks.empty()) return;
+    const absl::Status status = session.EvaluateBatch(chunks);
+    ASSERT_TRUE(status.ok()) << status;
+    for (size_t j = 0; j < chunks.size(); ++j) {
+      Sequence& s = *in_step[j];
+      const int n_prompt = static_cast<int>(s.c->prompt_tokens.size());
+      if (s.prompt_done < n_prompt) {
+        s.prompt_done += static_cast<int>(chunks[j].tokens.size());
+        if (s.all_prompt) {
+          s.prompt_logits.insert(s.prompt_logits.end(), s.step_logits.begin(), s.step_logits.end());
+        } else {
+          s.prompt_logits = s.step_logits;
+        }
+        if (s.prompt_done == n_prompt) s.rows.push_back(s.prompt_logits);
+      } else {
+        ++s.fed;
+        s.rows.push_back(s.step_logits);
+      }
+    }
+  }
+  FAIL() << "the sequences did not finish";
+}
+
+TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAlone) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  ThreadPool pool(2);
+  for (const std::string& name : testing::AllGoldenModels()) {
+    auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
+    ASSERT_TRUE(model.ok()) << model.status();
+    const testing::GoldenCase english = LoadCase(name, "english");
+    const testing::GoldenCase code = LoadCase(name, "code_unicode");
+    const testing::GoldenCase lng = LoadCase(name, "long");
+    for (const testing::GoldenCase* c : {&english, &code, &lng}) {
+      ASSERT_GE(c->greedy_tokens.size(), static_cast<size_t>(kDecodeSteps));
+    }
+    for (ops::NumericPath path : {ops::NumericPath::kExact, ops::NumericPath::kFast}) {
+      SCOPED_TRACE(name + (path == ops::NumericPath::kExact ? " exact" : " fast"));
+      const auto english_alone = RunAlone(**model, english, path, false, &pool);
+      const auto code_alone = RunAlone(**model, code, path, false, &pool);
+      const auto long_alone = RunAlone(**model, lng, path, true, &pool);
+
+      moe::LocalExpertBackend backend(&(*model)->experts(), (*model)->config().n_expert, path,
+                                      &pool);
+      arch::SessionOptions options;
+      options.path = path;
+      options.n_ctx = 1024;
+      options.n_batch = 8;  // long prompts take several steps, shared with the others
+      options.n_seq = 3;
+      auto session = arch::Session::Create(**model, &backend, &pool, options);
+      ASSERT_TRUE(session.ok()) << session.status();
+      ASSERT_EQ((*session)->n_seq(), 3);
+      ASSERT_EQ((*session)->n_batch(), 8);
+
+      // The long prompt (all its logits) and english start together; code
+      // joins mid-way in slot 2.
+      std::vector<Sequence> seqs(3);
+      seqs[0].c = &english;
+      seqs[0].seq = 0;
+      seqs[1].c = &lng;
+      seqs[1].seq = 1;
+      seqs[1].all_prompt = true;
+      seqs[2].c = &code;
+      seqs[2].seq = 2;
+      seqs[2].join_step = 3;
+      RunBatched(**session, seqs, 8);
+      ASSERT_EQ(seqs[0].rows.size(), english_alone.size());
+      ASSERT_EQ(seqs[1].rows.size(), long_alone.size());
+      ASSERT_EQ(seqs[2].rows.size(), code_alone.size());
+      for (size_t r = 0; r < english_alone.size(); ++r) {
+        EXPECT_TRUE(Bitwise(seqs[0].rows[r], english_alone[r])) << "english row " << r;
+        EXPECT_TRUE(Bitwise(seqs[1].rows[r], long_alone[r])) << "long row " << r;
+        EXPECT_TRUE(Bitwise(seqs[2].rows[r], code_alone[r])) << "code row " << r;
+      }
+      EXPECT_EQ((*session)->n_past(1), static_cast<int>(lng.prompt_tokens.size()) + kDecodeSteps);
+
+      // A freed slot is reused from position 0 while another sequence keeps
+      // its cache: slot 0 runs code now, batched with slot 1's english.
+      (*session)->Reset(0);
+      (*session)->Reset(1);
+      std::vector<Sequence> again(2);
+      again[0].c = &code;
+      again[0].seq = 0;
+      again[1].c = &english;
+      again[1].seq = 1;
+      again[1].join_step = 1;
+      RunBatched(**session, again, 5);
+      for (size_t r = 0; r < code_alone.size(); ++r) {
+        EXPECT_TRUE(Bitwise(again[0].rows[r], code_alone[r])) << "reused code row " << r;
+        EXPECT_TRUE(Bitwise(again[1].rows[r], english_alone[r])) << "reused english row " << r;
+      }
+    }
+  }
+}
+
+TEST(SessionBatchTest, MalformedBatchesAreRefusedAndEvaluateNothing) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  auto model = arch::Model::Open(testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  moe::LocalExpertBackend backend(&(*model)->experts(), (*model)->config().n_expert,
+                                  ops::NumericPath::kFast, nullptr);
+  arch::SessionOptions options;
+  options.n_ctx = 16;
+  options.n_batch = 4;
+  options.n_seq = 0;
+  EXPECT_EQ(arch::Session::Create(**model, &backend, nullptr, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.n_seq = 2;
+  auto session = arch::Session::Create(**model, &backend, nullptr, options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  arch::Session& s = **session;
+
+  const std::vector<int32_t> two = {1, 2}, three = {1, 2, 3}, bad = {1, -1};
+  std::vector<float> logits;
+  EXPECT_EQ(s.EvaluateBatch({}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.EvaluateBatch({{2, two, false, &logits}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.EvaluateBatch({{-1, two, false, &logits}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.EvaluateBatch({{0, two, false, nullptr}, {0, two, false, nullptr}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.EvaluateBatch({{0, two, false, nullptr}, {1, three, false, nullptr}}).code(),
+            absl::StatusCode::kInvalidArgument);  // 5 tokens > n_batch 4
+  EXPECT_EQ(s.EvaluateBatch({{0, {}, false, nullptr}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.EvaluateBatch({{1, bad, false, nullptr}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.n_past(0), 0);
+  EXPECT_EQ(s.n_past(1), 0);
+
+  // Sequence 1 fills its context; sequence 0 is unaffected.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(s.EvaluateBatch({{1, {1, 2, 3, 4}, false, nullptr}}).ok());
+  }
+  EXPECT_EQ(s.n_past(1), 16);
+  const absl::Status full = s.EvaluateBatch({{0, two, false, &logits}, {1, {5}, false, nullptr}});
+  EXPECT_EQ(full.code(), absl::StatusCode::kOutOfRange) << full;
+  EXPECT_NE(full.message().find("sequence 1"), std::string::npos) << full;
+  EXPECT_EQ(s.n_past(0), 0);
+  ASSERT_TRUE(s.EvaluateBatch({{0, two, false, &logits}}).ok());
+  EXPECT_EQ(s.n_past(0), 2);
+  EXPECT_EQ(logits.size(), static_cast<size_t>((*model)->config().n_vocab));
+}
+
+}  // namespace
+}  // namespace colibri
