@@ -402,6 +402,13 @@ TEST_F(DistributedRunTest, KilledNodeFallsBackLocallyOnDeepseek2) {
   KillMidGeneration(&nodes_, Addresses(), 1, "300", {}, "deepseek2-tiny-q8_0");
 }
 
+// The same with partial rotary, q/k/v biases and sigmoid routing with a
+// shared expert.
+TEST_F(DistributedRunTest, KilledNodeFallsBackLocallyOnGlm4moe) {
+  StartNodes(3);
+  KillMidGeneration(&nodes_, Addresses(), 1, "300", {}, "glm4moe-tiny-q4_k_m");
+}
+
 // The same with per-expert biases, the clamped SwiGLU (version 2 expert
 // records), attention sinks and sliding-window layers.
 TEST_F(DistributedRunTest, KilledNodeFallsBackLocallyOnGptOss) {
