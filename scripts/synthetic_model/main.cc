@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
   if (spec.n_ff_shexp > 0) std::printf(", shared expert ffn %d", spec.n_ff_shexp);
   std::printf(
       "; %d routed experts in all, %s per expert, %s together (%.1f%% of the tensor data)\n",
-      spec.n_expert * spec.n_layer, Size(report->bytes_per_expert).c_str(),
+      spec.n_expert * (spec.n_layer - spec.n_dense_lead), Size(report->bytes_per_expert).c_str(),
       Size(report->expert_bytes).c_str(),
       100.0 * static_cast<double>(report->expert_bytes) /
           static_cast<double>(report->tensor_bytes));
