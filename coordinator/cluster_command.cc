@@ -80,18 +80,6 @@ std::vector<int> ExpertsPerLayer(const arch::Model& model) {
 absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
     const ClusterCommandOptions& options, const arch::Model& model, ops::NumericPath path,
     ThreadPool* pool, std::ostream& err) {
-  // Expert records carry gate | up | down only: experts with biases or another
-  // activation (gpt-oss) would be computed wrongly by the nodes.
-  for (const auto& layer : model.experts()) {
-    for (const moe::ExpertWeights& w : layer) {
-      if (w.has_bias() || w.activation != moe::Activation::kSilu) {
-        return absl::UnimplementedError(absl::StrCat(
-            model.config().arch,
-            ": experts with biases and the clamped SwiGLU cannot be served by expert nodes yet; "
-            "run without --nodes"));
-      }
-    }
-  }
   COLIBRI_ASSIGN_OR_RETURN(ClusterOptions cluster_options, MakeClusterOptions(options));
   cluster_options.log = &err;
   COLIBRI_ASSIGN_OR_RETURN(std::string fingerprint, gguf::ModelFingerprint(model.file()));

@@ -46,6 +46,52 @@ absl::Status Released(const Cluster& cluster, int i) {
       absl::StrCat("node ", cluster.node(i).address, " was retired from the cluster"));
 }
 
+// One contiguous region of an expert's ingest bytes.
+struct ExpertPart {
+  const uint8_t* data;
+  uint64_t bytes;
+};
+
+// gate, up, down, then the biases that are present (float32, little-endian
+// like the host), in the order of IngestChunk's data.
+std::vector<ExpertPart> ExpertParts(const moe::ExpertWeights& w) {
+  std::vector<ExpertPart> parts = {{w.gate.data, MatrixBytes(w.gate)},
+                                   {w.up.data, MatrixBytes(w.up)},
+                                   {w.down.data, MatrixBytes(w.down)}};
+  auto bias = [&parts](const float* b, int64_t n) {
+    if (b != nullptr) {
+      parts.push_back({reinterpret_cast<const uint8_t*>(b), static_cast<uint64_t>(n) * 4});
+    }
+  };
+  bias(w.gate_bias, w.gate.rows);
+  bias(w.up_bias, w.up.rows);
+  bias(w.down_bias, w.down.rows);
+  return parts;
+}
+
+uint64_t ExpertBytes(const moe::ExpertWeights& w) {
+  uint64_t total = 0;
+  for (const ExpertPart& part : ExpertParts(w)) total += part.bytes;
+  return total;
+}
+
+// The header fields of version 2 records: biases and activation.
+void FillBiasesAndActivation(const moe::ExpertWeights& w, v1::IngestChunk* chunk) {
+  auto bias = [](int64_t n, v1::ExpertTensor* t) {
+    t->set_ggml_type(static_cast<uint32_t>(ops::TensorType::kF32));
+    t->add_dims(n);
+  };
+  if (w.gate_bias != nullptr) bias(w.gate.rows, chunk->mutable_gate_bias());
+  if (w.up_bias != nullptr) bias(w.up.rows, chunk->mutable_up_bias());
+  if (w.down_bias != nullptr) bias(w.down.rows, chunk->mutable_down_bias());
+  if (w.activation == moe::Activation::kSwigluOai) {
+    v1::ExpertActivation* a = chunk->mutable_activation();
+    a->set_kind(v1::ACTIVATION_SWIGLU_OAI);
+    a->set_alpha(w.swiglu_alpha);
+    a->set_limit(w.swiglu_limit);
+  }
+}
+
 // What `placement` assigns node `i` and its inventory does not list.
 // DataLoss when the node holds an assigned expert with other bytes than
 // `model`'s (its content hash differs): those must never be served.
@@ -155,7 +201,7 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
                            absl::Mutex* out_mu, ExpertSetupResult* result) {
   const auto& experts = model.experts();
   uint64_t total = 0;
-  for (const ExpertId& id : missing) total += experts[id.layer][id.expert].bytes();
+  for (const ExpertId& id : missing) total += ExpertBytes(experts[id.layer][id.expert]);
   Progress progress(options.progress, cluster.node(i).address, total, options.progress_interval,
                     out_mu);
   std::shared_ptr<NodeClient> client = cluster.client(i);
@@ -170,12 +216,12 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
           absl::StrCat("transfer to ", cluster.node(i).address, " cancelled"));
     }
     const moe::ExpertWeights& w = experts[id.layer][id.expert];
-    const ops::WeightMatrix* parts[3] = {&w.gate, &w.up, &w.down};
-    const uint64_t expert_bytes = w.bytes();
-    uint64_t offset = 0;  // within gate | up | down
+    const std::vector<ExpertPart> parts = ExpertParts(w);
+    const uint64_t expert_bytes = ExpertBytes(w);
+    uint64_t offset = 0;  // within gate | up | down | biases
     bool header = true;
-    for (const ops::WeightMatrix* part : parts) {
-      const uint64_t part_bytes = MatrixBytes(*part);
+    for (const ExpertPart& part : parts) {
+      const uint64_t part_bytes = part.bytes;
       for (uint64_t at = 0; at < part_bytes;) {
         chunk.Clear();
         v1::ExpertKey* key = chunk.mutable_key();
@@ -186,6 +232,7 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
           FillTensor(w.gate, chunk.mutable_gate());
           FillTensor(w.up, chunk.mutable_up());
           FillTensor(w.down, chunk.mutable_down());
+          FillBiasesAndActivation(w, &chunk);
           chunk.set_total_bytes(expert_bytes);
           chunk.set_xxh64(ExpertChecksum(w));
           v1::ModelShape* shape = chunk.mutable_model();
@@ -197,7 +244,7 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
         // A chunk never spans two matrices: they are separate regions of the file.
         const uint64_t n = std::min(chunk_bytes, part_bytes - at);
         chunk.set_offset(offset);
-        chunk.set_data(reinterpret_cast<const char*>(part->data) + at, n);
+        chunk.set_data(reinterpret_cast<const char*>(part.data) + at, n);
         absl::Status s = stream->Write(chunk);
         if (!s.ok()) {
           absl::StatusOr<v1::IngestReply> why = stream->Finish();
@@ -261,9 +308,7 @@ absl::Status ImportExperts(const Cluster& cluster, int i, const std::vector<Expe
 uint64_t ExpertChecksum(const moe::ExpertWeights& w) {
   XXH64_state_t* state = XXH64_createState();
   XXH64_reset(state, 0);
-  XXH64_update(state, w.gate.data, MatrixBytes(w.gate));
-  XXH64_update(state, w.up.data, MatrixBytes(w.up));
-  XXH64_update(state, w.down.data, MatrixBytes(w.down));
+  for (const ExpertPart& part : ExpertParts(w)) XXH64_update(state, part.data, part.bytes);
   const uint64_t h = XXH64_digest(state);
   XXH64_freeState(state);
   return h;

@@ -45,14 +45,15 @@ struct ExpertSetupOptions {
 
 struct ExpertSetupResult {
   int64_t experts_sent = 0;      // streamed with Ingest
-  uint64_t bytes_sent = 0;       // expert bytes streamed (gate + up + down)
+  uint64_t bytes_sent = 0;       // expert bytes streamed (gate + up + down + biases)
   int64_t experts_imported = 0;  // imported by nodes from their own GGUF
   // With skip_failed_nodes: each node whose transfer failed, and why.
   std::vector<std::pair<int, absl::Status>> failed_nodes;
 };
 
 // The node-side checksum of an expert: xxh64 (seed 0) over gate, up and down
-// bytes concatenated, as in IngestChunk.xxh64.
+// bytes and its biases (float32, when it has them) concatenated, as in
+// IngestChunk.xxh64.
 uint64_t ExpertChecksum(const moe::ExpertWeights& w);
 
 // Sends or imports what is missing on every node for `placement`, nodes in

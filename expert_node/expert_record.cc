@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -14,6 +15,12 @@ namespace colibri::expert_node {
 namespace {
 
 constexpr uint32_t kModelMagic = 0x4D584C43;  // "CLXM"
+constexpr uint32_t kVersion1 = 1;
+constexpr uint32_t kVersion2 = 2;
+// Version 2's activation codes and bias bits.
+constexpr uint32_t kActivationSilu = 0;
+constexpr uint32_t kActivationSwigluOai = 1;
+constexpr uint32_t kGateBiasBit = 1, kUpBiasBit = 2, kDownBiasBit = 4;
 constexpr size_t kModelInfoBytes = 4 + 4 + 4 + 4 + 8;
 
 void PutU32(std::string* out, uint32_t v) {
@@ -31,6 +38,17 @@ uint64_t GetU64(const char* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
   return v;
+}
+void PutF32(std::string* out, float f) {
+  uint32_t v;
+  std::memcpy(&v, &f, 4);
+  PutU32(out, v);
+}
+float GetF32(const char* p) {
+  const uint32_t v = GetU32(p);
+  float f;
+  std::memcpy(&f, &v, 4);
+  return f;
 }
 
 absl::Status ValidateTensor(const TensorLayout& t, absl::string_view what,
@@ -100,6 +118,25 @@ absl::Status ValidateLayout(const ExpertLayout& layout, absl::string_view what) 
         layout.up.rows, "][", layout.up.cols, "], down [", layout.down.rows, "][",
         layout.down.cols, "]"));
   }
+  switch (layout.activation) {
+    case moe::Activation::kSilu:
+      if (layout.alpha != 0.0f || layout.limit != 0.0f) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": SiLU takes no parameters, got alpha ", layout.alpha, " limit ", layout.limit));
+      }
+      break;
+    case moe::Activation::kSwigluOai:
+      if (!(layout.alpha > 0.0f) || !(layout.limit > 0.0f) || !std::isfinite(layout.alpha) ||
+          !std::isfinite(layout.limit)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": clamped SwiGLU needs a finite alpha and limit > 0, got alpha ",
+                         layout.alpha, " limit ", layout.limit));
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": unknown activation ", static_cast<int>(layout.activation)));
+  }
   return absl::OkStatus();
 }
 
@@ -107,16 +144,41 @@ ExpertLayout LayoutOf(const moe::ExpertWeights& w) {
   auto tensor = [](const ops::WeightMatrix& m) {
     return TensorLayout{m.type, m.rows, m.cols, static_cast<uint64_t>(m.rows) * m.row_bytes};
   };
-  return ExpertLayout{tensor(w.gate), tensor(w.up), tensor(w.down), 0};
+  ExpertLayout layout;
+  layout.gate = tensor(w.gate);
+  layout.up = tensor(w.up);
+  layout.down = tensor(w.down);
+  layout.gate_bias = w.gate_bias != nullptr;
+  layout.up_bias = w.up_bias != nullptr;
+  layout.down_bias = w.down_bias != nullptr;
+  layout.activation = w.activation;
+  if (w.activation == moe::Activation::kSwigluOai) {
+    layout.alpha = w.swiglu_alpha;
+    layout.limit = w.swiglu_limit;
+  }
+  return layout;
+}
+
+std::string BiasBytesOf(const moe::ExpertWeights& w) {
+  std::string out;
+  auto append = [&out](const float* bias, int64_t n) {
+    if (bias == nullptr) return;
+    for (int64_t i = 0; i < n; ++i) PutF32(&out, bias[i]);
+  };
+  append(w.gate_bias, w.gate.rows);
+  append(w.up_bias, w.up.rows);
+  append(w.down_bias, w.down.rows);
+  return out;
 }
 
 uint64_t PayloadChecksum(absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
-                         absl::Span<const uint8_t> down) {
+                         absl::Span<const uint8_t> down, absl::Span<const uint8_t> biases) {
   XXH64_state_t* state = XXH64_createState();
   XXH64_reset(state, 0);
   XXH64_update(state, gate.data(), gate.size());
   XXH64_update(state, up.data(), up.size());
   XXH64_update(state, down.data(), down.size());
+  XXH64_update(state, biases.data(), biases.size());
   const uint64_t h = XXH64_digest(state);
   XXH64_freeState(state);
   return h;
@@ -153,9 +215,9 @@ absl::StatusOr<ExpertId> ParseExpertKey(absl::string_view key) {
 
 std::string EncodeHeader(int32_t layer, int32_t expert, const ExpertLayout& layout) {
   std::string out;
-  out.reserve(kHeaderBytes);
+  out.reserve(layout.header_bytes());
   PutU32(&out, kValueMagic);
-  PutU32(&out, kValueVersion);
+  PutU32(&out, layout.needs_v2() ? kVersion2 : kVersion1);
   PutU32(&out, static_cast<uint32_t>(layer));
   PutU32(&out, static_cast<uint32_t>(expert));
   for (const TensorLayout* t : {&layout.gate, &layout.up, &layout.down}) {
@@ -166,6 +228,14 @@ std::string EncodeHeader(int32_t layer, int32_t expert, const ExpertLayout& layo
     PutU64(&out, t->bytes);
   }
   PutU64(&out, layout.xxh64);
+  if (layout.needs_v2()) {
+    PutU32(&out, layout.activation == moe::Activation::kSwigluOai ? kActivationSwigluOai
+                                                                  : kActivationSilu);
+    PutF32(&out, layout.alpha);
+    PutF32(&out, layout.limit);
+    PutU32(&out, (layout.gate_bias ? kGateBiasBit : 0) | (layout.up_bias ? kUpBiasBit : 0) |
+                     (layout.down_bias ? kDownBiasBit : 0));
+  }
   return out;
 }
 
@@ -177,8 +247,13 @@ absl::StatusOr<ExpertLayout> DecodeHeader(absl::string_view bytes, int32_t layer
   }
   const char* p = bytes.data();
   if (GetU32(p) != kValueMagic) return absl::DataLossError(absl::StrCat(where, ": bad magic"));
-  if (GetU32(p + 4) != kValueVersion) {
-    return absl::DataLossError(absl::StrCat(where, ": unknown value version ", GetU32(p + 4)));
+  const uint32_t version = GetU32(p + 4);
+  if (version != kVersion1 && version != kVersion2) {
+    return absl::DataLossError(absl::StrCat(where, ": unknown value version ", version));
+  }
+  if (version == kVersion2 && bytes.size() < kHeaderBytesV2) {
+    return absl::DataLossError(absl::StrCat(where, ": stored value of ", bytes.size(),
+                                            " bytes is shorter than a version 2 header"));
   }
   if (static_cast<int32_t>(GetU32(p + 8)) != layer ||
       static_cast<int32_t>(GetU32(p + 12)) != expert) {
@@ -194,6 +269,27 @@ absl::StatusOr<ExpertLayout> DecodeHeader(absl::string_view bytes, int32_t layer
     p += 32;
   }
   layout.xxh64 = GetU64(p);
+  if (version == kVersion2) {
+    const uint32_t activation = GetU32(p + 8);
+    if (activation != kActivationSilu && activation != kActivationSwigluOai) {
+      return absl::DataLossError(absl::StrCat(where, ": unknown activation ", activation));
+    }
+    layout.activation =
+        activation == kActivationSwigluOai ? moe::Activation::kSwigluOai : moe::Activation::kSilu;
+    layout.alpha = GetF32(p + 12);
+    layout.limit = GetF32(p + 16);
+    const uint32_t biases = GetU32(p + 20);
+    if ((biases & ~(kGateBiasBit | kUpBiasBit | kDownBiasBit)) != 0) {
+      return absl::DataLossError(absl::StrCat(where, ": unknown bias bits ", biases));
+    }
+    layout.gate_bias = (biases & kGateBiasBit) != 0;
+    layout.up_bias = (biases & kUpBiasBit) != 0;
+    layout.down_bias = (biases & kDownBiasBit) != 0;
+    if (!layout.needs_v2()) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": version 2 header without biases or a non-SiLU activation"));
+    }
+  }
   absl::Status valid = ValidateLayout(layout, where);
   if (!valid.ok()) return absl::DataLossError(valid.message());
   return layout;
@@ -231,17 +327,18 @@ uint64_t RoundUpToBlobAlign(uint64_t n) { return (n + kBlobAlign - 1) / kBlobAli
 
 uint64_t ExpertBlob::SizeFor(const ExpertLayout& layout) {
   return RoundUpToBlobAlign(layout.gate.bytes) + RoundUpToBlobAlign(layout.up.bytes) +
-         RoundUpToBlobAlign(layout.down.bytes);
+         RoundUpToBlobAlign(layout.down.bytes) + RoundUpToBlobAlign(layout.bias_bytes());
 }
 
 std::unique_ptr<ExpertBlob> ExpertBlob::Copy(const ExpertLayout& layout,
                                              absl::Span<const uint8_t> gate,
                                              absl::Span<const uint8_t> up,
-                                             absl::Span<const uint8_t> down,
-                                             BlobBufferPool* pool) {
+                                             absl::Span<const uint8_t> down, BlobBufferPool* pool,
+                                             absl::Span<const uint8_t> biases) {
   const uint64_t up_offset = RoundUpToBlobAlign(gate.size());
   const uint64_t down_offset = up_offset + RoundUpToBlobAlign(up.size());
-  const uint64_t total = down_offset + RoundUpToBlobAlign(down.size());
+  const uint64_t bias_offset = down_offset + RoundUpToBlobAlign(down.size());
+  const uint64_t total = bias_offset + RoundUpToBlobAlign(biases.size());
 
   std::unique_ptr<ExpertBlob> blob(new ExpertBlob());
   blob->layout_ = layout;
@@ -252,6 +349,7 @@ std::unique_ptr<ExpertBlob> ExpertBlob::Copy(const ExpertLayout& layout,
   std::memcpy(base, gate.data(), gate.size());
   std::memcpy(base + up_offset, up.data(), up.size());
   std::memcpy(base + down_offset, down.data(), down.size());
+  if (!biases.empty()) std::memcpy(base + bias_offset, biases.data(), biases.size());
 
   auto view = [](const TensorLayout& t, const uint8_t* data) {
     return ops::WeightMatrix{t.type, data, t.rows, t.cols, ops::RowBytesUnchecked(t.type, t.cols)};
@@ -259,6 +357,22 @@ std::unique_ptr<ExpertBlob> ExpertBlob::Copy(const ExpertLayout& layout,
   blob->weights_.gate = view(layout.gate, base);
   blob->weights_.up = view(layout.up, base + up_offset);
   blob->weights_.down = view(layout.down, base + down_offset);
+  // [n_ff] gate, [n_ff] up, [n_embd] down, those present, in that order.
+  const float* bias = reinterpret_cast<const float*>(base + bias_offset);
+  if (layout.gate_bias) {
+    blob->weights_.gate_bias = bias;
+    bias += layout.gate.rows;
+  }
+  if (layout.up_bias) {
+    blob->weights_.up_bias = bias;
+    bias += layout.up.rows;
+  }
+  if (layout.down_bias) blob->weights_.down_bias = bias;
+  blob->weights_.activation = layout.activation;
+  if (layout.activation == moe::Activation::kSwigluOai) {
+    blob->weights_.swiglu_alpha = layout.alpha;
+    blob->weights_.swiglu_limit = layout.limit;
+  }
   return blob;
 }
 

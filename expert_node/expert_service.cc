@@ -63,6 +63,44 @@ absl::StatusOr<TensorLayout> ParseTensorHeader(const v1::ExpertTensor& t, absl::
   return layout;
 }
 
+// Sets the version 2 part of `layout` (biases, activation) from an ingest
+// header chunk; gate, up and down must be set already. A bias must be F32
+// with dims [rows of its matrix].
+absl::Status ParseBiasesAndActivation(const v1::IngestChunk& chunk, absl::string_view what,
+                                      ExpertLayout* layout) {
+  auto bias = [&](bool present, const v1::ExpertTensor& t, const TensorLayout& matrix,
+                  absl::string_view name, bool* out) -> absl::Status {
+    *out = present;
+    if (!present) return absl::OkStatus();
+    if (t.ggml_type() != static_cast<uint32_t>(ops::TensorType::kF32) || t.dims_size() != 1 ||
+        t.dims(0) != matrix.rows || !t.data().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " ", name, ": must be F32 [",
+                                                     matrix.rows, "] with no data in the header"));
+    }
+    return absl::OkStatus();
+  };
+  COLIBRI_RETURN_IF_ERROR(bias(chunk.has_gate_bias(), chunk.gate_bias(), layout->gate, "gate_bias",
+                               &layout->gate_bias));
+  COLIBRI_RETURN_IF_ERROR(
+      bias(chunk.has_up_bias(), chunk.up_bias(), layout->up, "up_bias", &layout->up_bias));
+  COLIBRI_RETURN_IF_ERROR(bias(chunk.has_down_bias(), chunk.down_bias(), layout->down, "down_bias",
+                               &layout->down_bias));
+  layout->activation = moe::Activation::kSilu;
+  layout->alpha = chunk.activation().alpha();
+  layout->limit = chunk.activation().limit();
+  switch (chunk.activation().kind()) {
+    case v1::ACTIVATION_SILU:
+      break;
+    case v1::ACTIVATION_SWIGLU_OAI:
+      layout->activation = moe::Activation::kSwigluOai;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": unknown activation ", chunk.activation().kind()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Span<const uint8_t> BytesOf(const ops::WeightMatrix& m) {
   return absl::Span<const uint8_t>(m.data, static_cast<size_t>(m.rows) * m.row_bytes);
 }
@@ -269,6 +307,7 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
     COLIBRI_ASSIGN_OR_RETURN(layout_.gate, ParseTensorHeader(chunk_.gate(), what + " gate"));
     COLIBRI_ASSIGN_OR_RETURN(layout_.up, ParseTensorHeader(chunk_.up(), what + " up"));
     COLIBRI_ASSIGN_OR_RETURN(layout_.down, ParseTensorHeader(chunk_.down(), what + " down"));
+    COLIBRI_RETURN_IF_ERROR(ParseBiasesAndActivation(chunk_, what, &layout_));
     layout_.xxh64 = chunk_.xxh64();
     COLIBRI_RETURN_IF_ERROR(ValidateLayout(layout_, what));
     if (chunk_.total_bytes() != layout_.payload_bytes()) {
@@ -326,15 +365,16 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
     const absl::Span<const uint8_t> up(p + layout_.gate.bytes, layout_.up.bytes);
     const absl::Span<const uint8_t> down(p + layout_.gate.bytes + layout_.up.bytes,
                                          layout_.down.bytes);
+    const absl::Span<const uint8_t> biases(p + layout_.matrix_bytes(), layout_.bias_bytes());
     absl::Status s;
-    const uint64_t actual = PayloadChecksum(gate, up, down);
+    const uint64_t actual = PayloadChecksum(gate, up, down, biases);
     if (actual != layout_.xxh64) {
       s = absl::DataLossError(absl::StrFormat("%s: xxh64 of the received bytes is %016x, header "
                                               "says %016x",
                                               ToString(id_), actual, layout_.xxh64));
     }
     if (s.ok()) s = service_->RegisterModel(id_.fingerprint, shape_);
-    if (s.ok()) s = service_->store_->Put(id_, layout_, gate, up, down);
+    if (s.ok()) s = service_->store_->Put(id_, layout_, gate, up, down, biases);
     ReleaseBuffer();
     if (!s.ok()) {
       Finish(ToGrpc(s));
@@ -760,9 +800,12 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
     COLIBRI_ASSIGN_OR_RETURN(const bool present, store_->Contains(id));
     if (!present) {
       ExpertLayout layout = LayoutOf(w);
-      layout.xxh64 = PayloadChecksum(BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down));
+      const std::string biases = BiasBytesOf(w);
+      const absl::Span<const uint8_t> bias_span(reinterpret_cast<const uint8_t*>(biases.data()),
+                                                biases.size());
+      layout.xxh64 = PayloadChecksum(BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down), bias_span);
       COLIBRI_RETURN_IF_ERROR(
-          store_->Put(id, layout, BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down)));
+          store_->Put(id, layout, BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down), bias_span));
       ++imported;
       stored_bytes += w.bytes();
     }

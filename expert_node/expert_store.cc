@@ -42,6 +42,20 @@ absl::Span<const uint8_t> ToSpan(const char* p, size_t n) {
   return absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(p), n);
 }
 
+// The parts of a stored value whose size matches its decoded header.
+struct StoredPayload {
+  absl::Span<const uint8_t> gate, up, down, biases;
+};
+StoredPayload SplitPayload(const rocksdb::Slice& value, const ExpertLayout& layout) {
+  const char* p = value.data() + layout.header_bytes();
+  StoredPayload out;
+  out.gate = ToSpan(p, layout.gate.bytes);
+  out.up = ToSpan(p + layout.gate.bytes, layout.up.bytes);
+  out.down = ToSpan(p + layout.gate.bytes + layout.up.bytes, layout.down.bytes);
+  out.biases = ToSpan(p + layout.matrix_bytes(), layout.bias_bytes());
+  return out;
+}
+
 // An iterator over the keys starting with `prefix` alone. The upper bound
 // matters: without it, positioning past the last matching key would load the
 // next key's value, which may be an expert in a blob file (a read, and a
@@ -218,25 +232,25 @@ absl::StatusOr<std::map<std::string, ModelInfo>> ExpertStore::ListModels() const
 
 absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
                               absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
-                              absl::Span<const uint8_t> down) {
+                              absl::Span<const uint8_t> down, absl::Span<const uint8_t> biases) {
   COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(id.fingerprint));
   if (id.layer < 0 || id.expert < 0 || id.layer > 99999 || id.expert > 99999) {
     return absl::InvalidArgumentError(absl::StrCat(ToString(id), ": index out of range"));
   }
   COLIBRI_RETURN_IF_ERROR(ValidateLayout(layout, ToString(id)));
   if (gate.size() != layout.gate.bytes || up.size() != layout.up.bytes ||
-      down.size() != layout.down.bytes) {
+      down.size() != layout.down.bytes || biases.size() != layout.bias_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(ToString(id), ": byte sizes do not match"));
   }
   const std::string header = EncodeHeader(id.layer, id.expert, layout);
   const std::string index_key = ExpertIndexKey(id);
-  const rocksdb::Slice parts[] = {rocksdb::Slice(header), ToSlice(gate), ToSlice(up),
-                                  ToSlice(down)};
+  const rocksdb::Slice parts[] = {rocksdb::Slice(header), ToSlice(gate), ToSlice(up), ToSlice(down),
+                                  ToSlice(biases)};
   const std::string value_key = ExpertValueKey(id);
   const rocksdb::Slice key_slice(value_key);
   rocksdb::WriteBatch batch;
   COLIBRI_RETURN_IF_ERROR(FromRocks(
-      batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, 4)), "batch"));
+      batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, 5)), "batch"));
   COLIBRI_RETURN_IF_ERROR(FromRocks(batch.Put(index_key, header), "batch"));
 
   absl::MutexLock lock(&write_mu_);
@@ -244,7 +258,7 @@ absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
   std::string old_header;
   rocksdb::Status old = db_->Get(rocksdb::ReadOptions(), index_key, &old_header);
   if (old.ok()) {
-    COLIBRI_ASSIGN_OR_RETURN(const bool same, SameAsStored(id, header, gate, up, down));
+    COLIBRI_ASSIGN_OR_RETURN(const bool same, SameAsStored(id, header, gate, up, down, biases));
     if (same) return absl::OkStatus();  // already stored: nothing to write
   }
   rocksdb::WriteOptions wo;
@@ -283,23 +297,21 @@ absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id)
     DropDamaged(id, layout.status());
     return absl::DataLossError(absl::StrCat(ToString(id), ": ", layout.status().message()));
   }
-  if (value.size() != kHeaderBytes + layout->payload_bytes()) {
-    absl::Status bad = absl::DataLossError(absl::StrCat(ToString(id), ": stored value has ",
-                                                        value.size(), " bytes, header says ",
-                                                        kHeaderBytes + layout->payload_bytes()));
+  const uint64_t expected = layout->header_bytes() + layout->payload_bytes();
+  if (value.size() != expected) {
+    absl::Status bad = absl::DataLossError(absl::StrCat(
+        ToString(id), ": stored value has ", value.size(), " bytes, header says ", expected));
     DropDamaged(id, bad);
     return bad;
   }
-  const char* p = value.data() + kHeaderBytes;
-  const auto gate = ToSpan(p, layout->gate.bytes);
-  const auto up = ToSpan(p + layout->gate.bytes, layout->up.bytes);
-  const auto down = ToSpan(p + layout->gate.bytes + layout->up.bytes, layout->down.bytes);
-  if (PayloadChecksum(gate, up, down) != layout->xxh64) {
+  const StoredPayload stored = SplitPayload(value, *layout);
+  if (PayloadChecksum(stored.gate, stored.up, stored.down, stored.biases) != layout->xxh64) {
     absl::Status bad = absl::DataLossError(absl::StrCat(ToString(id), ": checksum mismatch"));
     DropDamaged(id, bad);
     return bad;
   }
-  return ExpertBlob::Copy(*layout, gate, up, down, buffer_pool_.get());
+  return ExpertBlob::Copy(*layout, stored.gate, stored.up, stored.down, buffer_pool_.get(),
+                          stored.biases);
 }
 
 absl::Status ExpertStore::CheckLayerLayout(const ExpertId& id, const ExpertLayout& layout) {
@@ -325,6 +337,12 @@ absl::Status ExpertStore::CheckLayerLayout(const ExpertId& id, const ExpertLayou
             static_cast<int>(theirs[m]->type), " [", theirs[m]->rows, " x ", theirs[m]->cols, "]"));
       }
     }
+    if (layout.gate_bias != known->gate_bias || layout.up_bias != known->up_bias ||
+        layout.down_bias != known->down_bias || layout.activation != known->activation ||
+        layout.alpha != known->alpha || layout.limit != known->limit) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ToString(id), ": biases or activation differ from the layer's stored experts'"));
+    }
     return absl::OkStatus();  // one sibling is enough: they were checked alike
   }
   return absl::OkStatus();
@@ -333,7 +351,8 @@ absl::Status ExpertStore::CheckLayerLayout(const ExpertId& id, const ExpertLayou
 absl::StatusOr<bool> ExpertStore::SameAsStored(const ExpertId& id, absl::string_view header,
                                                absl::Span<const uint8_t> gate,
                                                absl::Span<const uint8_t> up,
-                                               absl::Span<const uint8_t> down) {
+                                               absl::Span<const uint8_t> down,
+                                               absl::Span<const uint8_t> biases) {
   rocksdb::PinnableSlice stored;
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), ExpertValueKey(id), &stored);
@@ -346,18 +365,15 @@ absl::StatusOr<bool> ExpertStore::SameAsStored(const ExpertId& id, absl::string_
     absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(stored), id.layer, id.expert);
     if (!layout.ok()) {
       damage = layout.status();
-    } else if (stored.size() != kHeaderBytes + layout->payload_bytes()) {
+    } else if (stored.size() != layout->header_bytes() + layout->payload_bytes()) {
       damage = absl::DataLossError(absl::StrCat(ToString(id), ": stored value has the wrong size"));
     } else {
-      const char* p = stored.data() + kHeaderBytes;
-      const auto s_gate = ToSpan(p, layout->gate.bytes);
-      const auto s_up = ToSpan(p + layout->gate.bytes, layout->up.bytes);
-      const auto s_down = ToSpan(p + layout->gate.bytes + layout->up.bytes, layout->down.bytes);
-      if (PayloadChecksum(s_gate, s_up, s_down) != layout->xxh64) {
+      const StoredPayload s = SplitPayload(stored, *layout);
+      if (PayloadChecksum(s.gate, s.up, s.down, s.biases) != layout->xxh64) {
         damage = absl::DataLossError(absl::StrCat(ToString(id), ": checksum mismatch"));
       } else {
-        const bool same = View(stored).substr(0, kHeaderBytes) == header && s_gate == gate &&
-                          s_up == up && s_down == down;
+        const bool same = View(stored).substr(0, layout->header_bytes()) == header &&
+                          s.gate == gate && s.up == up && s.down == down && s.biases == biases;
         if (same) return true;
         return absl::AlreadyExistsError(
             absl::StrCat(ToString(id), " is already stored with other bytes (stored xxh64 ",

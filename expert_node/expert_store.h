@@ -90,15 +90,16 @@ class ExpertStore {
   absl::StatusOr<std::map<std::string, ModelInfo>> ListModels() const;
 
   // Stores an expert durably. `layout` must be valid (ValidateLayout) with the
-  // spans' sizes and layout.xxh64 set to PayloadChecksum(gate, up, down);
-  // InvalidArgument otherwise. Stored experts are immutable: storing the same
-  // bytes again is OK and writes nothing; other bytes for a stored expert are
-  // AlreadyExists (the stored ones stay), unless the stored copy is damaged
-  // (counted in checksum_failures and replaced). Every expert of a layer must
-  // have the types and shapes of the layer's experts already stored
-  // (FailedPrecondition otherwise).
+  // spans' sizes (biases: the payload's bias part, layout.bias_bytes() bytes,
+  // empty for an expert without biases) and layout.xxh64 set to
+  // PayloadChecksum(gate, up, down, biases); InvalidArgument otherwise. Stored experts are
+  // immutable: storing the same bytes again is OK and writes nothing; other bytes for a stored
+  // expert are AlreadyExists (the stored ones stay), unless the stored copy is damaged (counted in
+  // checksum_failures and replaced). Every expert of a layer must have the types and shapes of the
+  // layer's experts already stored (FailedPrecondition otherwise).
   absl::Status Put(const ExpertId& id, const ExpertLayout& layout, absl::Span<const uint8_t> gate,
-                   absl::Span<const uint8_t> up, absl::Span<const uint8_t> down);
+                   absl::Span<const uint8_t> up, absl::Span<const uint8_t> down,
+                   absl::Span<const uint8_t> biases = {});
 
   // Reads and verifies an expert into an owned aligned buffer (from
   // Options::buffer_pool when set). NotFound when absent; DataLoss (after
@@ -157,7 +158,8 @@ class ExpertStore {
   // AlreadyExists when it is intact and different.
   absl::StatusOr<bool> SameAsStored(const ExpertId& id, absl::string_view header,
                                     absl::Span<const uint8_t> gate, absl::Span<const uint8_t> up,
-                                    absl::Span<const uint8_t> down)
+                                    absl::Span<const uint8_t> down,
+                                    absl::Span<const uint8_t> biases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Deletes both keys of a damaged expert and counts it.
   void DropDamaged(const ExpertId& id, const absl::Status& why);

@@ -25,11 +25,11 @@ void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out,
     }
   }
   if (w.activation == Activation::kSwigluOai) {
-    constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+    const float alpha = w.swiglu_alpha, limit = w.swiglu_limit;
     for (size_t i = 0; i < size; ++i) {
-      const float g = std::fmin(gate[i], kLimit);
-      const float u = std::fmax(std::fmin(up[i], kLimit), -kLimit);
-      gate[i] = g / (1.0f + std::exp(-kAlpha * g)) * (u + 1.0f);
+      const float g = std::fmin(gate[i], limit);
+      const float u = std::fmax(std::fmin(up[i], limit), -limit);
+      gate[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
     }
   } else {
     ops::SiluMul(gate, up, gate, static_cast<int64_t>(size));

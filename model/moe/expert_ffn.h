@@ -1,8 +1,8 @@
 // The feed-forward network of one expert, batched over the tokens routed to it:
 //   out[t] = down · (silu(gate · x[t]) ⊙ (up · x[t]))
 // or, with biases and the gpt-oss activation (Activation::kSwigluOai):
-//   g = gate · x[t] + bg, u = up · x[t] + bu, g = min(g, 7), u = clamp(u, -7, 7)
-//   out[t] = down · (g ⊙ sigmoid(1.702 g) ⊙ (u + 1)) + bd
+//   g = gate · x[t] + bg, u = up · x[t] + bu, g = min(g, limit), u = clamp(u, ±limit)
+//   out[t] = down · (g ⊙ sigmoid(alpha g) ⊙ (u + 1)) + bd   (gpt-oss: alpha 1.702, limit 7)
 // Used for routed experts (locally and on expert nodes), shared experts and the
 // dense FFN of leading dense layers.
 #ifndef COLIBRI_MODEL_MOE_EXPERT_FFN_H_
@@ -31,6 +31,9 @@ struct ExpertWeights {
   const float* up_bias = nullptr;
   const float* down_bias = nullptr;
   Activation activation = Activation::kSilu;
+  // kSwigluOai's parameters. Default: gpt-oss's 1.702 and 7.
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
 
   bool has_bias() const {
     return gate_bias != nullptr || up_bias != nullptr || down_bias != nullptr;

@@ -105,8 +105,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--list-presets", list_presets, "print the presets and exit");
   app.add_option("--arch", arch_name,
-                 "general.architecture: qwen3moe, qwen2moe, llama or olmoe (default: the "
-                 "preset's)");
+                 "general.architecture: qwen3moe, qwen2moe, llama, olmoe or deepseek2 (default: "
+                 "the preset's; deepseek2 needs the MLA fields of --preset deepseek-v3)");
   IntFlag int_flags[] = {
       {"--layers", &ModelSpec::n_layer, "transformer blocks"},
       {"--hidden", &ModelSpec::n_embd, "embedding width"},
@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
        "hidden width of the shared expert (qwen2moe; default top-k * expert-ffn)"},
       {"--context", &ModelSpec::n_ctx, "context_length written to the file"},
       {"--vocab-size", &ModelSpec::vocab_size, "tokenizer size to train to"},
+      {"--dense-layers", &ModelSpec::n_dense_lead, "deepseek2: leading dense layers"},
   };
   for (IntFlag& f : int_flags) f.option = app.add_option(f.flag, f.value, f.help);
   FloatFlag float_flags[] = {
@@ -213,7 +214,7 @@ int main(int argc, char** argv) {
   if (spec.n_ff_shexp > 0) std::printf(", shared expert ffn %d", spec.n_ff_shexp);
   std::printf(
       "; %d routed experts in all, %s per expert, %s together (%.1f%% of the tensor data)\n",
-      spec.n_expert * spec.n_layer, Size(report->bytes_per_expert).c_str(),
+      spec.n_expert * (spec.n_layer - spec.n_dense_lead), Size(report->bytes_per_expert).c_str(),
       Size(report->expert_bytes).c_str(),
       100.0 * static_cast<double>(report->expert_bytes) /
           static_cast<double>(report->tensor_bytes));

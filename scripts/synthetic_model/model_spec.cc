@@ -16,7 +16,8 @@ using ::colibri::gguf::Value;
 using ::colibri::ops::TensorType;
 
 constexpr Architecture kArchitectures[] = {Architecture::kQwen3Moe, Architecture::kQwen2Moe,
-                                           Architecture::kLlama, Architecture::kOlmoe};
+                                           Architecture::kLlama, Architecture::kOlmoe,
+                                           Architecture::kDeepseek2};
 
 // A ModelSpec written field by field, for the preset table.
 ModelSpec Shape(Architecture arch, int n_layer, int n_embd, int n_head, int n_head_kv, int head_dim,
@@ -38,6 +39,22 @@ ModelSpec Shape(Architecture arch, int n_layer, int n_embd, int n_head, int n_he
   return s;
 }
 
+// DeepSeek-V3's layer shapes (61 layers in the real model, the first 3 dense).
+ModelSpec DeepseekV3() {
+  ModelSpec s =
+      Shape(Architecture::kDeepseek2, 61, 7168, 128, 1, 192, 256, 8, 2048, 0, 1e4f, 1e-6f);
+  s.q_lora_rank = 1536;
+  s.kv_lora_rank = 512;
+  s.qk_rope_dim = 64;
+  s.v_head_dim = 128;
+  s.n_group = 8;
+  s.n_group_used = 4;
+  s.n_shared_exp = 1;
+  s.n_dense_lead = 3;
+  s.n_ff_dense = 18432;
+  return s;
+}
+
 const Preset kPresets[] = {
     {"demo", "small qwen3moe that runs in seconds: d=256, 4 layers, 16 experts top-4", ModelSpec()},
     {"qwen3-30b-a3b",
@@ -50,6 +67,10 @@ const Preset kPresets[] = {
      Shape(Architecture::kLlama, 32, 4096, 32, 8, 128, 8, 2, 14336, 0, 1e6f, 1e-5f)},
     {"olmoe-1b-7b", "OLMoE-1B-7B shapes: d=2048, 16 layers, 16 heads, 64 experts top-8",
      Shape(Architecture::kOlmoe, 16, 2048, 16, 16, 128, 64, 8, 1024, 0, 1e4f, 1e-5f)},
+    {"deepseek-v3",
+     "DeepSeek-V3 shapes (deepseek2, MLA): d=7168, 61 layers (3 dense), 128 heads, kv_lora 512, "
+     "q_lora 1536, 256 experts top-8 in 8 groups (4 used), expert ffn 2048, 1 shared expert",
+     DeepseekV3()},
 };
 
 absl::Status Bad(absl::string_view field, int value, absl::string_view why) {
@@ -72,6 +93,82 @@ std::string NotePattern(const std::string& name) {
   return dot == std::string::npos ? name : absl::StrCat("blk.*", name.substr(dot));
 }
 
+// The blocks of a deepseek2 model, in llama.cpp's tensor names and shapes
+// (GGML order): MLA, then a dense FFN or routed + shared experts.
+template <typename Matrix, typename Norm, typename F32>
+void PlanDeepseek2Blocks(const ModelSpec& spec, Matrix& matrix, Norm& norm, F32& f32) {
+  const int64_t d = spec.n_embd, h = spec.n_head, ne = spec.n_expert, ff = spec.n_ff_exp;
+  const int64_t nope = spec.head_dim - spec.qk_rope_dim, rope = spec.qk_rope_dim;
+  const int64_t rank = spec.kv_lora_rank, v = spec.v_head_dim;
+  const float router_std = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int layer = 0; layer < spec.n_layer; ++layer) {
+    const std::string p = absl::StrCat("blk.", layer, ".");
+    norm(p + "attn_norm.weight", d);
+    if (spec.q_lora_rank > 0) {
+      matrix(p + "attn_q_a.weight", {d, spec.q_lora_rank});
+      norm(p + "attn_q_a_norm.weight", spec.q_lora_rank);
+      matrix(p + "attn_q_b.weight", {spec.q_lora_rank, h * spec.head_dim});
+    } else {
+      matrix(p + "attn_q.weight", {d, h * spec.head_dim});
+    }
+    matrix(p + "attn_kv_a_mqa.weight", {d, rank + rope});
+    norm(p + "attn_kv_a_norm.weight", rank);
+    matrix(p + "attn_k_b.weight", {nope, rank, h});
+    matrix(p + "attn_v_b.weight", {rank, v, h});
+    matrix(p + "attn_output.weight", {h * v, d});
+    norm(p + "ffn_norm.weight", d);
+    if (!spec.is_moe_layer(layer)) {
+      matrix(p + "ffn_gate.weight", {d, spec.n_ff_dense});
+      matrix(p + "ffn_up.weight", {d, spec.n_ff_dense});
+      matrix(p + "ffn_down.weight", {spec.n_ff_dense, d});
+      continue;
+    }
+    f32(p + "ffn_gate_inp.weight", {d, ne}, 0.0f, router_std);
+    f32(p + "exp_probs_b.bias", {ne}, 0.0f, 0.02f);
+    matrix(p + "ffn_gate_exps.weight", {d, ff, ne});
+    matrix(p + "ffn_up_exps.weight", {d, ff, ne});
+    matrix(p + "ffn_down_exps.weight", {ff, d, ne});
+    if (spec.n_shared_exp > 0) {
+      const int64_t sh = ff * spec.n_shared_exp;
+      matrix(p + "ffn_gate_shexp.weight", {d, sh});
+      matrix(p + "ffn_up_shexp.weight", {d, sh});
+      matrix(p + "ffn_down_shexp.weight", {sh, d});
+    }
+  }
+}
+
+// deepseek2.* keys beyond the common ones (llama.cpp's names).
+void AddDeepseek2Metadata(const ModelSpec& spec, gguf::GgufWriter* writer) {
+  auto u32 = [&](absl::string_view key, int value) {
+    writer->SetValue(absl::StrCat("deepseek2.", key), Value::Uint32(static_cast<uint32_t>(value)));
+  };
+  auto f32 = [&](absl::string_view key, float value) {
+    writer->SetValue(absl::StrCat("deepseek2.", key), Value::Float32(value));
+  };
+  u32("attention.q_lora_rank", spec.q_lora_rank);
+  u32("attention.kv_lora_rank", spec.kv_lora_rank);
+  // The absorbed (MQA) view llama.cpp's converter writes: one KV head holding
+  // the latent and the rope part.
+  u32("attention.key_length", spec.kv_lora_rank + spec.qk_rope_dim);
+  u32("attention.value_length", spec.kv_lora_rank);
+  u32("attention.key_length_mla", spec.head_dim);
+  u32("attention.value_length_mla", spec.v_head_dim);
+  u32("rope.dimension_count", spec.qk_rope_dim);
+  writer->SetValue("deepseek2.rope.scaling.type", Value::String("yarn"));
+  f32("rope.scaling.factor", 40.0f);
+  u32("rope.scaling.original_context_length", 4096);
+  f32("rope.scaling.yarn_log_multiplier", 0.1f);
+  u32("feed_forward_length", spec.n_dense_lead > 0 ? spec.n_ff_dense : spec.n_ff_exp);
+  u32("expert_feed_forward_length", spec.n_ff_exp);
+  u32("leading_dense_block_count", spec.n_dense_lead);
+  u32("expert_shared_count", spec.n_shared_exp);
+  u32("expert_group_count", spec.n_group);
+  u32("expert_group_used_count", spec.n_group_used);
+  f32("expert_weights_scale", 2.5f);
+  writer->SetValue("deepseek2.expert_weights_norm", Value::Bool(true));
+  u32("expert_gating_func", 2);  // sigmoid
+}
+
 }  // namespace
 
 const char* ArchitectureName(Architecture arch) {
@@ -84,6 +181,8 @@ const char* ArchitectureName(Architecture arch) {
       return "llama";
     case Architecture::kOlmoe:
       return "olmoe";
+    case Architecture::kDeepseek2:
+      return "deepseek2";
   }
   return "unknown";
 }
@@ -114,6 +213,20 @@ absl::Status ModelSpec::Validate() const {
   } else if (n_ff_shexp != 0) {
     return Bad("shared-ffn", n_ff_shexp,
                absl::StrCat("is set but ", ArchitectureName(arch), " has no shared expert"));
+  }
+  if (arch == Architecture::kDeepseek2) {
+    if (n_head_kv != 1) return Bad("kv-heads", n_head_kv, "must be 1 for MLA");
+    COLIBRI_RETURN_IF_ERROR(CheckRange("q-lora", q_lora_rank, 0, kMaxDim));
+    COLIBRI_RETURN_IF_ERROR(CheckRange("kv-lora", kv_lora_rank, 1, kMaxDim));
+    COLIBRI_RETURN_IF_ERROR(CheckRange("rope-dim", qk_rope_dim, 2, head_dim - 1));
+    if (qk_rope_dim % 2 != 0) return Bad("rope-dim", qk_rope_dim, "is odd");
+    COLIBRI_RETURN_IF_ERROR(CheckRange("v-head-dim", v_head_dim, 1, kMaxDim));
+    COLIBRI_RETURN_IF_ERROR(CheckRange("groups", n_group, 1, n_expert));
+    if (n_expert % n_group != 0) return Bad("groups", n_group, "does not divide experts");
+    COLIBRI_RETURN_IF_ERROR(CheckRange("groups-used", n_group_used, 1, n_group));
+    COLIBRI_RETURN_IF_ERROR(CheckRange("shared-experts", n_shared_exp, 0, 64));
+    COLIBRI_RETURN_IF_ERROR(CheckRange("dense-layers", n_dense_lead, 0, n_layer - 1));
+    if (n_dense_lead > 0) COLIBRI_RETURN_IF_ERROR(CheckRange("dense-ffn", n_ff_dense, 1, kMaxDim));
   }
   COLIBRI_RETURN_IF_ERROR(CheckRange("context", n_ctx, 1, 1 << 24));
   COLIBRI_RETURN_IF_ERROR(CheckRange("vocab-size", vocab_size, 257, 1 << 20));
@@ -188,6 +301,10 @@ std::vector<TensorPlan> PlanTensors(const ModelSpec& spec, int n_vocab, TensorTy
   weight("token_embd.weight", {d, n_vocab}, 1.0f);
   norm("output_norm.weight", d);
   if (!spec.tied_embeddings) matrix("output.weight", {d, n_vocab});
+  if (spec.arch == Architecture::kDeepseek2) {
+    PlanDeepseek2Blocks(spec, matrix, norm, f32);
+    return plans;
+  }
   for (int layer = 0; layer < spec.n_layer; ++layer) {
     const std::string p = absl::StrCat("blk.", layer, ".");
     norm(p + "attn_norm.weight", d);
@@ -272,7 +389,9 @@ void AddMetadata(const ModelSpec& spec, TensorType matrix_type, const std::strin
   // the expert width for every released model); llama and olmoe keep the expert
   // width here.
   const bool qwen = spec.arch == Architecture::kQwen3Moe || spec.arch == Architecture::kQwen2Moe;
-  u32("feed_forward_length", qwen ? spec.n_expert_used * spec.n_ff_exp : spec.n_ff_exp);
+  if (spec.arch != Architecture::kDeepseek2) {
+    u32("feed_forward_length", qwen ? spec.n_expert_used * spec.n_ff_exp : spec.n_ff_exp);
+  }
   u32("attention.head_count", spec.n_head);
   u32("attention.head_count_kv", spec.n_head_kv);
   writer->SetValue(arch + ".attention.layer_norm_rms_epsilon", Value::Float32(spec.rms_eps));
@@ -283,7 +402,9 @@ void AddMetadata(const ModelSpec& spec, TensorType matrix_type, const std::strin
   if (spec.arch == Architecture::kQwen2Moe) {
     u32("expert_shared_feed_forward_length", spec.n_ff_shexp);
   }
-  if (spec.head_dim * spec.n_head != spec.n_embd) {
+  if (spec.arch == Architecture::kDeepseek2) {
+    AddDeepseek2Metadata(spec, writer);
+  } else if (spec.head_dim * spec.n_head != spec.n_embd) {
     u32("attention.key_length", spec.head_dim);
     u32("attention.value_length", spec.head_dim);
   }

@@ -19,10 +19,12 @@ namespace colibri::synthetic {
 
 // general.architecture values.
 enum class Architecture {
-  kQwen3Moe,  // per-head q/k RMSNorm [head_dim]; no biases
-  kQwen2Moe,  // q/k/v biases; a shared expert with a sigmoid gate
-  kLlama,     // Mixtral layout: experts in feed_forward_length, rope.dimension_count
-  kOlmoe,     // q/k RMSNorm over the whole projection
+  kQwen3Moe,   // per-head q/k RMSNorm [head_dim]; no biases
+  kQwen2Moe,   // q/k/v biases; a shared expert with a sigmoid gate
+  kLlama,      // Mixtral layout: experts in feed_forward_length, rope.dimension_count
+  kOlmoe,      // q/k RMSNorm over the whole projection
+  kDeepseek2,  // MLA (compressed q and kv), leading dense layers, grouped sigmoid routing,
+               // shared experts (DeepSeek-V3/R1, Kimi-K2)
 };
 
 const char* ArchitectureName(Architecture arch);  // "qwen3moe", ...
@@ -65,6 +67,20 @@ struct ModelSpec {
   // Omit output.weight (the output projection reuses token_embd). Default: false.
   bool tied_embeddings = false;
 
+  // deepseek2 only (0 for the other architectures). head_dim is the query/key
+  // head (qk_nope + qk_rope) and n_head_kv must be 1 (MLA). Default: 0.
+  int q_lora_rank = 0;   // 0: plain attn_q
+  int kv_lora_rank = 0;  // the latent the KV cache holds (plus qk_rope_dim)
+  int qk_rope_dim = 0;   // rotated part of a query/key head
+  int v_head_dim = 0;    // value head width
+  int n_group = 0;       // expert groups (1: no group limit)
+  int n_group_used = 0;  // groups a token may choose from
+  int n_shared_exp = 0;  // shared experts, each n_ff_exp wide
+  int n_dense_lead = 0;  // leading dense layers (ffn_gate/up/down)
+  int n_ff_dense = 0;    // their FFN width
+
+  bool is_moe_layer(int layer) const { return layer >= n_dense_lead; }
+
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
 
@@ -78,7 +94,7 @@ struct Preset {
   ModelSpec spec;
 };
 
-// demo, qwen3-30b-a3b, qwen1.5-moe-a2.7b, mixtral-8x7b, olmoe-1b-7b.
+// demo, qwen3-30b-a3b, qwen1.5-moe-a2.7b, mixtral-8x7b, olmoe-1b-7b, deepseek-v3.
 absl::Span<const Preset> Presets();
 // InvalidArgument listing the presets if there is none called `name`.
 absl::StatusOr<ModelSpec> FindPreset(absl::string_view name);

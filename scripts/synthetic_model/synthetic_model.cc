@@ -232,7 +232,8 @@ absl::StatusOr<GenerateReport> GenerateModel(const ModelSpec& spec, const Genera
     report.n_params += plan.n_elements();
     if (IsRoutedExpertTensor(plan.name)) {
       report.expert_bytes += plan.n_bytes();
-      if (plan.name.rfind("blk.0.", 0) == 0) {
+      // The first MoE layer's (deepseek2's leading layers are dense).
+      if (plan.name.rfind(absl::StrCat("blk.", spec.n_dense_lead, "."), 0) == 0) {
         report.bytes_per_expert += plan.n_bytes() / static_cast<uint64_t>(spec.n_expert);
       }
     }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "expert_node/expert_record.h"
 #include "model/moe/expert_backend.h"
@@ -60,7 +61,25 @@ grpc::Status IngestExperts(v1::ExpertService::Stub* stub, const arch::Model& mod
       const auto span = BytesOf(*m);
       bytes.append(reinterpret_cast<const char*>(span.data()), span.size());
     }
+    const size_t matrix_bytes = bytes.size();
+    // gpt-oss: the biases follow down (float32), announced in the header.
     v1::IngestChunk header;
+    for (auto [bias, n, t] : {std::tuple{w.gate_bias, w.gate.rows, header.mutable_gate_bias()},
+                              std::tuple{w.up_bias, w.up.rows, header.mutable_up_bias()},
+                              std::tuple{w.down_bias, w.down.rows, header.mutable_down_bias()}}) {
+      if (bias == nullptr) continue;
+      bytes.append(reinterpret_cast<const char*>(bias), static_cast<size_t>(n) * sizeof(float));
+      t->set_ggml_type(static_cast<uint32_t>(ops::TensorType::kF32));
+      t->add_dims(n);
+    }
+    if (w.gate_bias == nullptr) header.clear_gate_bias();
+    if (w.up_bias == nullptr) header.clear_up_bias();
+    if (w.down_bias == nullptr) header.clear_down_bias();
+    if (w.activation == moe::Activation::kSwigluOai) {
+      header.mutable_activation()->set_kind(v1::ACTIVATION_SWIGLU_OAI);
+      header.mutable_activation()->set_alpha(w.swiglu_alpha);
+      header.mutable_activation()->set_limit(w.swiglu_limit);
+    }
     header.mutable_key()->set_model_fingerprint(fingerprint);
     header.mutable_key()->set_layer(layer);
     header.mutable_key()->set_expert(expert);
@@ -68,7 +87,10 @@ grpc::Status IngestExperts(v1::ExpertService::Stub* stub, const arch::Model& mod
     SetTensor(w.up, header.mutable_up());
     SetTensor(w.down, header.mutable_down());
     header.set_total_bytes(bytes.size());
-    header.set_xxh64(PayloadChecksum(BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down)));
+    header.set_xxh64(PayloadChecksum(
+        BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down),
+        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()) + matrix_bytes,
+                                  bytes.size() - matrix_bytes)));
     header.mutable_model()->set_n_layer(model.config().n_layer);
     header.mutable_model()->set_n_expert(model.config().n_expert);
     header.mutable_model()->set_n_embd(model.config().n_embd);

@@ -25,10 +25,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<ex::ExpertLayout> layout = ex::DecodeHeader(bytes, layer, expert);
   if (layout.ok()) {
     const std::string again = ex::EncodeHeader(layer, expert, *layout);
-    if (again.size() != ex::kHeaderBytes) __builtin_trap();
+    if (again.size() != layout->header_bytes()) __builtin_trap();
     absl::StatusOr<ex::ExpertLayout> back = ex::DecodeHeader(again, layer, expert);
     if (!back.ok() || back->payload_bytes() != layout->payload_bytes() ||
-        back->xxh64 != layout->xxh64) {
+        back->xxh64 != layout->xxh64 || back->activation != layout->activation) {
       __builtin_trap();  // encode and decode disagree
     }
   }

@@ -90,6 +90,13 @@ void ModelSeeds(const fs::path& path, const fs::path& out) {
     const std::string name = absl::StrCat(stem, ".", layer);
     const fs::path records = out / "expert_record";
     Write(records, name + ".header", ex::EncodeHeader(layer, 1, layout));
+    // The same as a version 2 record (gpt-oss: biases, clamped SwiGLU).
+    ex::ExpertLayout biased = layout;
+    biased.gate_bias = biased.up_bias = biased.down_bias = true;
+    biased.activation = colibri::moe::Activation::kSwigluOai;
+    biased.alpha = 1.702f;
+    biased.limit = 7.0f;
+    Write(records, name + ".header_v2", ex::EncodeHeader(layer, 1, biased));
     Write(records, name + ".value_key", ex::ExpertValueKey(id));
     Write(records, name + ".usage_key", ex::UsageKey(id));
     ex::ModelInfo info;

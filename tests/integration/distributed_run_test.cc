@@ -106,7 +106,6 @@ TEST_F(DistributedRunTest, LogitsAreBitwiseEqualToTheLocalRun) {
   StartNodes(3);
   const std::string dir = testing::MakeTempDir("logits");
   for (const std::string& model : testing::AllGoldenModels()) {
-    if (model == "gpt-oss-tiny-mxfp4") continue;  // refused with --nodes (see below)
     const testing::GoldenCase c = Case(model);
     for (bool exact : {true, false}) {
       SCOPED_TRACE(model + (exact ? " exact" : " fast"));
@@ -140,7 +139,6 @@ TEST_F(DistributedRunTest, PrefetchLeavesTheLogitsBitwiseTheSame) {
   StartNodes(3);
   const std::string dir = testing::MakeTempDir("prefetch");
   for (const std::string& model : testing::AllGoldenModels()) {
-    if (model == "gpt-oss-tiny-mxfp4") continue;  // refused with --nodes (see below)
     const testing::GoldenCase c = Case(model);
     for (bool exact : {true, false}) {
       SCOPED_TRACE(model + (exact ? " exact" : " fast"));
@@ -170,21 +168,6 @@ TEST_F(DistributedRunTest, PrefetchLeavesTheLogitsBitwiseTheSame) {
       EXPECT_EQ(Counter(on.err, "experts:", "fallback_routes"), 0) << on.err;
     }
   }
-}
-
-// Expert records do not carry gpt-oss's expert biases yet: the coordinator
-// refuses to serve it over nodes instead of computing wrong outputs.
-TEST_F(DistributedRunTest, GptOssIsRefusedOverNodes) {
-  const std::vector<std::string>& models = testing::FamilyGoldenModels();
-  if (std::find(models.begin(), models.end(), "gpt-oss-tiny-mxfp4") == models.end()) {
-    GTEST_SKIP() << "gpt-oss-tiny-mxfp4 needs MXFP4 support";
-  }
-  StartNodes(1);
-  std::vector<std::string> args = RunArgs(Case("gpt-oss-tiny-mxfp4"), 2);
-  args.insert(args.end(), {"--nodes", Addresses()});
-  const CommandResult r = testing::RunCommand(args);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("cannot be served by expert nodes yet"), std::string::npos) << r.err;
 }
 
 TEST_F(DistributedRunTest, OneRoundTripPerInvolvedNodePerLayer) {
@@ -493,6 +476,24 @@ TEST_F(DistributedRunTest, KilledNodeFailsOverToItsReplica) {
 TEST_F(DistributedRunTest, KilledNodeFallsBackLocallyOnDeepseek2) {
   StartNodes(3);
   KillMidGeneration(&nodes_, Addresses(), 1, "300", {}, "deepseek2-tiny-q8_0");
+}
+
+// The same with partial rotary, q/k/v biases and sigmoid routing with a
+// shared expert.
+TEST_F(DistributedRunTest, KilledNodeFallsBackLocallyOnGlm4moe) {
+  StartNodes(3);
+  KillMidGeneration(&nodes_, Addresses(), 1, "300", {}, "glm4moe-tiny-q4_k_m");
+}
+
+// The same with per-expert biases, the clamped SwiGLU (version 2 expert
+// records), attention sinks and sliding-window layers.
+TEST_F(DistributedRunTest, KilledNodeFallsBackLocallyOnGptOss) {
+  const std::vector<std::string>& models = testing::FamilyGoldenModels();
+  if (std::find(models.begin(), models.end(), "gpt-oss-tiny-mxfp4") == models.end()) {
+    GTEST_SKIP() << "gpt-oss-tiny-mxfp4 needs MXFP4 support";
+  }
+  StartNodes(3);
+  KillMidGeneration(&nodes_, Addresses(), 1, "300", {}, "gpt-oss-tiny-mxfp4");
 }
 
 TEST_F(DistributedRunTest, PlanListsEveryExpertWithoutMovingAny) {

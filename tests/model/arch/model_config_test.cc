@@ -356,6 +356,35 @@ TEST(Deepseek2ConfigTest, GroupCountThatDoesNotDivideTheExperts) {
   ExpectLoadError(b, "expert_group_count 3 does not divide expert_count 4");
 }
 
+TEST(Deepseek2ConfigTest, ZeroOrHugeGroupCounts) {
+  for (uint32_t groups : {0u, 8u, ~0u}) {
+    TinyDeepseekBuilder b;  // 4 experts
+    b.Set("deepseek2.expert_group_count", gguf::Value::Uint32(groups));
+    auto model = b.Load();
+    ASSERT_FALSE(model.ok()) << groups;
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+    EXPECT_THAT(model.status().message(), HasSubstr("expert_group_count")) << groups;
+  }
+}
+
+// Tensors of the right size but the wrong rank: the latent projections and
+// the split k_b / v_b.
+TEST(Deepseek2ConfigTest, WrongTensorRanksAreRefused) {
+  using B = TinyDeepseekBuilder;
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> cases = {
+      {"blk.0.attn_kv_a_mqa.weight", {kEmbd * (B::kRank + B::kRope)}},
+      {"blk.1.attn_k_b.weight", {B::kNope, B::kRank * kHeads}},
+      {"blk.1.attn_v_b.weight", {B::kRank, B::kV, kHeads, 1}},
+      {"blk.0.attn_q_a.weight", {kEmbd, B::kQLora, 1}},
+      {"blk.1.exp_probs_b.bias", {B::kE, 1}},
+  };
+  for (const auto& [name, dims] : cases) {
+    TinyDeepseekBuilder b;
+    b.Reshape(name, dims);
+    ExpectLoadError(b, name);
+  }
+}
+
 TEST(Deepseek2ConfigTest, GroupsUsedBeyondTheGroups) {
   TinyDeepseekBuilder b;
   b.Set("deepseek2.expert_group_used_count", gguf::Value::Uint32(3));
@@ -593,6 +622,52 @@ TEST(GptOssConfigTest, BadWindowSizes) {
   model = missing.Load();
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(), HasSubstr("gpt-oss.attention.sliding_window is missing"));
+}
+
+// A window wider than any context (or than int) is clamped to the context by
+// the cache, never overflows it; a window that is not an integer is refused.
+TEST(GptOssConfigTest, HugeOrMistypedWindowSizes) {
+  for (uint32_t window : {uint32_t{1} << 31, ~uint32_t{0}}) {
+    TinyGptOssBuilder huge(2, 4);
+    huge.Set("gpt-oss.attention.sliding_window", gguf::Value::Uint32(window));
+    auto model = huge.Load();
+    if (model.ok()) {
+      // Loaded: the window then covers the whole context, like a full layer.
+      TinyGptOssBuilder full(2, 64);
+      auto reference = full.Load();
+      ASSERT_TRUE(reference.ok()) << reference.status();
+      EXPECT_EQ(LastLogits(**model, {1, 2, 3, 4, 5, 6, 7}, 3),
+                LastLogits(**reference, {1, 2, 3, 4, 5, 6, 7}, 3))
+          << window;
+    } else {
+      EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+      EXPECT_THAT(model.status().message(), HasSubstr("sliding_window")) << window;
+    }
+  }
+  TinyGptOssBuilder text(2, 4);
+  text.Set("gpt-oss.attention.sliding_window", gguf::Value::String("4"));
+  auto model = text.Load();
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("sliding_window"));
+}
+
+// Tensors of the right size but the wrong rank (number of dimensions).
+TEST(GptOssConfigTest, WrongTensorRanksAreRefused) {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> cases = {
+      {"blk.0.attn_sinks.weight", {kHeads / 2, 2}},
+      {"blk.1.ffn_gate_exps.bias", {kFf * kExperts}},
+      {"blk.0.ffn_down_exps.bias", {kEmbd, kExperts, 1, 1}},
+      {"blk.1.ffn_gate_inp.bias", {kExperts, 1, 1}},
+      {"blk.0.ffn_up_exps.weight", {kEmbd, kFf * kExperts}},
+  };
+  for (const auto& [name, dims] : cases) {
+    TinyGptOssBuilder b(2, 4);
+    b.Reshape(name, dims);
+    auto model = b.Load();
+    ASSERT_FALSE(model.ok()) << name;
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+    EXPECT_THAT(model.status().message(), HasSubstr(name));
+  }
 }
 
 TEST(GptOssConfigTest, MissingOrMisshapenTensorsAreNamed) {

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Decode speed of a DeepSeek-V3-shaped synthetic model (deepseek2 with MLA:
+# d 7168, 128 heads, q_lora 1536, kv_lora 512, 256 experts top-8 in 8 groups of
+# which 4 are used, expert ffn 2048, 1 shared expert) with a few layers, run
+# locally and on 3 expert nodes on loopback (scripts/bench-cluster.sh), next to
+# the memory-bandwidth limit, and its KV cache bytes per token (the compressed
+# latent against the expanded K/V). Run from the repository root after a build.
+set -euo pipefail
+
+usage() {
+  cat <<'USAGE'
+usage: scripts/bench-deepseek-v3.sh [options]
+
+  --type T           weight type: q2_k, q4_k or iq2_xxs (default q2_k)
+  --layers L         layers (default 2)
+  --dense-layers D   leading dense layers, ffn 18432 (default 1)
+  -n N               tokens to generate per run (default 8)
+  --dir DIR          where the model is made (default /tmp/colibri-bench-dsv3)
+  --build DIR        build folder (default build)
+  --fresh            delete the nodes' stored experts first
+  -h, --help         this text
+
+The model is made once per shape and type (several GB; keep it out of the
+repository). Needs colibri-coordinator, colibri-expert-node, colibri-make-model
+and colibri_ops_bench.
+USAGE
+}
+
+cd "$(dirname "$0")/.."
+type=q2_k
+layers=2
+dense=1
+n_predict=8
+dir=/tmp/colibri-bench-dsv3
+build=build
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --type) type="${2:?}"; shift 2 ;;
+    --layers) layers="${2:?}"; shift 2 ;;
+    --dense-layers) dense="${2:?}"; shift 2 ;;
+    -n) n_predict="${2:?}"; shift 2 ;;
+    --dir) dir="${2:?}"; shift 2 ;;
+    --build) build="${2:?}"; shift 2 ;;
+    --fresh) extra+=(--fresh); shift ;;
+    *) usage >&2; exit 2 ;;
+  esac
+done
+
+model="$dir/deepseek-v3-L$layers-D$dense-$type.gguf"
+if [ ! -f "$model" ]; then
+  mkdir -p "$dir"
+  echo "making $model..." >&2
+  "$build/scripts/colibri-make-model" --preset deepseek-v3 --layers "$layers" \
+    --dense-layers "$dense" --type "$type" --out "$model.part" >&2
+  mv "$model.part" "$model"
+fi
+echo "== $model"
+"$build/coordinator/colibri-coordinator" inspect -m "$model" |
+  grep -E '^(  MLA|  KV cache|bytes|routed experts|active weight)'
+scripts/bench-cluster.sh --model "$model" -n "$n_predict" --build "$build" \
+  --prompt "The small birds of the valley" "${extra[@]}"
