@@ -47,6 +47,8 @@ IqTypeInfo GetIqTypeInfo(TensorType type);
 // Tables the decoders use, for SIMD decoders that must give the same bytes:
 // byte j of IqSignMasks()[s] is 0xFF where bit j of s is set; byte j of
 // Iq1Entries(negative)[i] is 8 * iq1s_grid[i] byte j + (negative ? -1 : 1).
+// The two IQ1 tables are one array: Iq1Entries(true) == Iq1Entries(false) +
+// 2048, so the shift sign can be index bit 11 (the AVX2 kernels rely on it).
 const uint64_t* IqSignMasks();
 const uint64_t* Iq1Entries(bool negative_shift);
 

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "model/ops/activation_quant.h"
 #include "model/ops/iq_decode.h"
+#include "model/ops/iq_grids.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
@@ -238,6 +239,21 @@ TEST(KernelSetTest, IqIntegerFormEqualsDequantizeRow) {
             << TypeName(type) << " fill=" << fill << " e=" << e << " q=" << int{s.q[e]}
             << " scale=" << s.scale[e / 16];
       }
+    }
+  }
+}
+
+// The IQ1 tables the SIMD kernels index with the shift sign as bit 11: one
+// array, entry i + 2048 the negative-shift form of entry i, every byte 8 times
+// the grid value plus or minus one.
+TEST(KernelSetTest, Iq1EntriesAreOneTableIndexedByShiftSign) {
+  const uint64_t* plus = Iq1Entries(false);
+  ASSERT_EQ(Iq1Entries(true), plus + 2048);
+  for (int i = 0; i < 4096; ++i) {
+    const uint64_t grid = kIq1sGrid[i % 2048];
+    for (int j = 0; j < 8; ++j) {
+      const int want = 8 * GridSignedByte(grid, j) + (i < 2048 ? 1 : -1);
+      ASSERT_EQ(GridSignedByte(plus[i], j), want) << "entry " << i << " byte " << j;
     }
   }
 }
