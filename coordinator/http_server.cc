@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -231,6 +232,13 @@ void HttpServer::Attach(Backend backend) {
 
 HttpServer::~HttpServer() { Stop(); }
 
+void HttpServer::Drain(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (open_generations_.load() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
 void HttpServer::Stop() {
   if (server_ != nullptr) server_->stop();
   if (listener_.joinable()) listener_.join();
@@ -418,6 +426,9 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   if (absl::Status s = b.scheduler->Submit(job); !s.ok()) {
     return SendError(res, openai::ErrorFromStatus(s));
   }
+  // Counted until the response is written: a non-streamed one when this
+  // handler returns, a stream when cpp-httplib releases its provider.
+  open_generations_.fetch_add(1);
   openai::ResponseId id;
   id.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", created_, "-", next_id_.fetch_add(1));
   id.created = absl::ToUnixSeconds(absl::Now());
@@ -426,6 +437,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   const tokenizer::Tokenizer* tokenizer = b.tokenizer;
 
   if (!request.stream) {
+    absl::Cleanup written = [this] { open_generations_.fetch_sub(1); };
     std::vector<GeneratedToken> tokens;
     std::optional<absl::StatusOr<GenerationOutcome>> outcome;
     int connection = -2;  // looked up once the generation takes a while
@@ -511,10 +523,11 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
         if (outcome.has_value()) sink.done();
         return true;
       },
-      [job](bool) {
+      [this, job](bool) {
         // Whatever ended the response (done, a write error, a server stop),
         // a generation still running has nobody to go to.
         job->Cancel();
+        open_generations_.fetch_sub(1);
       });
 }
 

@@ -36,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/openai_api.h"
 #include "model/arch/model.h"
@@ -119,6 +120,11 @@ class HttpServer {
 
   // The bound port.
   int port() const { return port_; }
+  // Waits up to `timeout` until no generation response is being written.
+  // Call after the scheduler's BeginShutdown and before Stop, so that the
+  // cancelled generations' streams end with their error event rather than
+  // being cut (Stop ends the connections at once).
+  void Drain(absl::Duration timeout);
   // Stops accepting, ends the connections and joins the threads (streams in
   // progress end when the scheduler cancels their jobs). Idempotent.
   void Stop();
@@ -142,6 +148,7 @@ class HttpServer {
   std::thread listener_;
   int port_ = 0;
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<int> open_generations_{0};  // submitted, response not yet written
 };
 
 }  // namespace colibri::coordinator

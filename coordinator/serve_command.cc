@@ -174,9 +174,13 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoMilliseconds(options.shutdown_grace));
   server->Wait();
-  // Running HTTP streams end with the cancellation of their generations.
+  // Running HTTP streams end with the cancellation of their generations:
+  // given a moment to send that error event before the connections close.
   scheduler->BeginShutdown();
-  if (http != nullptr) http->Stop();
+  if (http != nullptr) {
+    http->Drain(absl::Seconds(2));
+    http->Stop();
+  }
   scheduler->Stop();
   service->Stop();
   err << "serve: stopped\n";
