@@ -45,8 +45,6 @@ class ServerProcess {
   int pid() const { return pid_; }
   const std::string& address() const { return address_; }
   int port() const { return port_; }
-  // The process id while running, else -1.
-  int pid() const { return pid_; }
 
  private:
   int pid_ = -1;
