@@ -2,13 +2,19 @@
 // with the openssl command line, nodes serving TLS (and requiring client
 // certificates), `colibri-coordinator run --nodes --tls-*` giving the same
 // tokens as the local run, and clear failures when one side lacks TLS.
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "colibri/v1/expert.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "rpc/client_support.h"
 #include "tests/integration/node_process.h"
 #include "tests/support/golden.h"
 #include "tests/support/subprocess.h"
@@ -61,10 +67,11 @@ class TlsTest : public ::testing::Test {
   }
 
   // Two nodes serving TLS; with mutual, they also require a client certificate.
-  void StartNodes(bool mutual) {
+  void StartNodes(bool mutual, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> tls = {"--tls-cert", certs_ + "/node.pem", "--tls-key",
                                     certs_ + "/node.key"};
     if (mutual) tls.insert(tls.end(), {"--tls-ca", certs_ + "/ca.pem"});
+    tls.insert(tls.end(), extra.begin(), extra.end());
     for (int i = 0; i < 2; ++i) {
       nodes_.push_back(std::make_unique<NodeProcess>(testing::MakeTempDir("tls-node"),
                                                      "tls-" + std::to_string(i), tls));
@@ -101,6 +108,41 @@ TEST_F(TlsTest, MutualTlsGivesTheLocalTokens) {
   ASSERT_EQ(remote.exit_code, 0) << remote.err;
   EXPECT_EQ(remote.out, local.out);
   EXPECT_NE(remote.err.find("ingest: "), std::string::npos) << remote.err;
+}
+
+// Over TLS the node's token is checked by the auth metadata processor of
+// its TLS credentials (rpc/call_auth.h): the coordinator with the token gets
+// the local tokens; a call without it is UNAUTHENTICATED; health needs none.
+TEST_F(TlsTest, TheTokenIsCheckedOverTls) {
+  const std::string token_file = certs_ + "/token";
+  std::ofstream(token_file) << "tls-test-token-0123456789abcdef\n";
+  StartNodes(/*mutual=*/false, {"--auth-token-file", token_file});
+  const CommandResult local = testing::RunCommand(Run({}));
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const CommandResult remote = testing::RunCommand(Run(
+      {"--nodes", Addresses(), "--tls-ca", certs_ + "/ca.pem", "--auth-token-file", token_file}));
+  ASSERT_EQ(remote.exit_code, 0) << remote.err;
+  EXPECT_EQ(remote.out, local.out);
+  EXPECT_NE(remote.err.find("ingest: "), std::string::npos) << remote.err;
+
+  std::ifstream ca_in(certs_ + "/ca.pem");
+  std::stringstream ca;
+  ca << ca_in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ca.str();
+  auto channel = grpc::CreateChannel(nodes_[0]->address(), grpc::SslCredentials(ssl));
+  auto stub = v1::ExpertService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::NodeStatsReply stats;
+  EXPECT_EQ(stub->NodeStats(&context, v1::NodeStatsRequest(), &stats).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext health_context;
+  health_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  absl::StatusOr<bool> serving = rpc::CheckHealth(&generic, &health_context, "", "node 0");
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_TRUE(*serving);
 }
 
 TEST_F(TlsTest, WithoutAClientCertificateTheNodeRefuses) {
