@@ -15,6 +15,9 @@ using internal::KernelSet;
 
 // Rows a thread takes at least; smaller matrices run on the calling thread.
 constexpr int64_t kMinRowsPerPart = 16;
+// Row ranges per thread: more ranges than threads let a thread that is not
+// slowed down by another process on its core take over the slow one's share.
+constexpr int64_t kPartsPerThread = 4;
 // Multiply-adds below which threading costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 18;
 // Weight bytes of a row block, kept in L2 while every token tile passes over it.
@@ -58,8 +61,9 @@ void RunQuantRows(const Job& job, int64_t r0, int64_t r1) {
     const int64_t nr = std::min(rb, r1 - rs);
     for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
       const int64_t nt = std::min<int64_t>(internal::kMaxTokenTile, job.n_tokens - t0);
-      job.quant_tile(w.data + rs * w.row_bytes, w.row_bytes, nr, job.act + t0 * job.layout.row_bytes,
-                     job.layout, nt, job.y + t0 * job.y_stride + rs, job.y_stride);
+      job.quant_tile(w.data + rs * w.row_bytes, w.row_bytes, nr,
+                     job.act + t0 * job.layout.row_bytes, job.layout, nt,
+                     job.y + t0 * job.y_stride + rs, job.y_stride);
     }
   }
 }
@@ -78,7 +82,8 @@ void RunFloatRows(const Job& job, int64_t r0, int64_t r1, float* buf) {
       wf = reinterpret_cast<const float*>(w.data + rs * w.row_bytes);
       w_stride = static_cast<int64_t>(w.row_bytes / sizeof(float));
     } else {
-      for (int64_t i = 0; i < nr; ++i) dequant(w.data + (rs + i) * w.row_bytes, buf + i * cols, cols);
+      for (int64_t i = 0; i < nr; ++i)
+        dequant(w.data + (rs + i) * w.row_bytes, buf + i * cols, cols);
       wf = buf;
       w_stride = cols;
     }
@@ -145,10 +150,12 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, i
     job.act = base;
   }
 
-  // Contiguous row ranges, one per thread; the split does not change any
-  // output, since every (token, row) result is computed the same way.
+  // Contiguous row ranges, a few per thread, claimed by whichever thread is
+  // free; the split does not change any output, since every (token, row)
+  // result is computed the same way.
   const int threads = pool != nullptr ? pool->num_threads() : 1;
-  int64_t parts = std::min<int64_t>(threads, (w.rows + kMinRowsPerPart - 1) / kMinRowsPerPart);
+  int64_t parts = std::min<int64_t>(threads > 1 ? threads * kPartsPerThread : 1,
+                                    (w.rows + kMinRowsPerPart - 1) / kMinRowsPerPart);
   if (w.rows * w.cols * n_tokens < kMinParallelMacs) parts = 1;
   parts = std::max<int64_t>(parts, 1);
   int64_t per_part = (w.rows + parts - 1) / parts;
@@ -179,7 +186,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, i
   if (parts == 1 || pool == nullptr) {
     body(0, parts);
   } else {
-    pool->ParallelFor(parts, 1, body);
+    pool->ParallelForChunks(parts, 1, body);
   }
 }
 
