@@ -124,6 +124,94 @@ bool ForceKernelSetForTesting(KernelSetChoice choice) {
 
 const char* ActiveKernelSetName() { return Active().name; }
 
+namespace {
+
+// Row ranges of one matrix: `parts` ranges of `per_part` rows (a multiple of
+// kMinRowsPerPart; the last ones may be short or empty).
+struct RowSplit {
+  int64_t parts;
+  int64_t per_part;
+};
+
+RowSplit SplitRows(const WeightMatrix& w, int64_t n_tokens, int threads) {
+  int64_t parts = std::min<int64_t>(threads > 1 ? threads * kPartsPerThread : 1,
+                                    (w.rows + kMinRowsPerPart - 1) / kMinRowsPerPart);
+  if (w.rows * w.cols * n_tokens < kMinParallelMacs) parts = 1;
+  parts = std::max<int64_t>(parts, 1);
+  int64_t per_part = (w.rows + parts - 1) / parts;
+  per_part = (per_part + kMinRowsPerPart - 1) / kMinRowsPerPart * kMinRowsPerPart;
+  return {parts, per_part};
+}
+
+}  // namespace
+
+void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, int64_t n_tokens,
+                       NumericPath path, ThreadPool* pool, MatMulScratch* scratch) {
+  if (n_tokens <= 0 || count <= 0) return;
+  const KernelSet* kernels = &Active();
+  // The shared pass needs every matrix on the quantized path with the same
+  // activation format; anything else runs matrix by matrix.
+  bool shared = path == NumericPath::kFast && count <= kMaxSharedInputs;
+  for (int i = 0; shared && i < count; ++i) {
+    const WeightMatrix& w = *outputs[i].w;
+    shared =
+        kernels->quant_tile[internal::Slot(w.type)] != nullptr && w.cols == outputs[0].w->cols &&
+        internal::ActivationFormatFor(w.type) == internal::ActivationFormatFor(outputs[0].w->type);
+  }
+  if (!shared) {
+    for (int i = 0; i < count; ++i) {
+      MatMul(*outputs[i].w, x, n_tokens, outputs[i].y, outputs[i].y_stride, path, pool, scratch);
+    }
+    return;
+  }
+  const WeightMatrix& w0 = *outputs[0].w;
+  const ActivationLayout layout =
+      internal::MakeActivationLayout(internal::ActivationFormatFor(w0.type), w0.cols);
+  const size_t need = static_cast<size_t>(n_tokens) * layout.row_bytes + 64;
+  if (scratch->activations.size() < need) scratch->activations.resize(need);
+  uint8_t* base = Align64(scratch->activations.data());
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    internal::QuantizeActivationRow(layout, x + t * w0.cols, base + t * layout.row_bytes);
+  }
+
+  // One job over the row ranges of every matrix, so the threads hand off once.
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  Job jobs[kMaxSharedInputs];
+  RowSplit splits[kMaxSharedInputs];
+  int64_t first_part[kMaxSharedInputs + 1];
+  first_part[0] = 0;
+  for (int i = 0; i < count; ++i) {
+    const WeightMatrix& w = *outputs[i].w;
+    jobs[i] = Job{kernels,
+                  &w,
+                  x,
+                  n_tokens,
+                  outputs[i].y,
+                  outputs[i].y_stride,
+                  kernels->quant_tile[internal::Slot(w.type)],
+                  layout,
+                  base};
+    splits[i] = SplitRows(w, n_tokens, threads);
+    first_part[i + 1] = first_part[i] + (w.rows > 0 ? splits[i].parts : 0);
+  }
+  auto body = [&](int64_t p_begin, int64_t p_end) {
+    int i = 0;
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      while (p >= first_part[i + 1]) ++i;
+      const int64_t rows = jobs[i].w->rows;
+      const int64_t r0 = std::min(rows, (p - first_part[i]) * splits[i].per_part);
+      const int64_t r1 = std::min(rows, r0 + splits[i].per_part);
+      if (r0 < r1) RunQuantRows(jobs[i], r0, r1);
+    }
+  };
+  const int64_t parts = first_part[count];
+  if (parts <= 1 || pool == nullptr) {
+    body(0, parts);
+  } else {
+    pool->ParallelForChunks(parts, 1, body);
+  }
+}
+
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t y_stride,
             NumericPath path, ThreadPool* pool, MatMulScratch* scratch) {
   if (n_tokens <= 0 || w.rows <= 0) return;
@@ -153,13 +241,9 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, i
   // Contiguous row ranges, a few per thread, claimed by whichever thread is
   // free; the split does not change any output, since every (token, row)
   // result is computed the same way.
-  const int threads = pool != nullptr ? pool->num_threads() : 1;
-  int64_t parts = std::min<int64_t>(threads > 1 ? threads * kPartsPerThread : 1,
-                                    (w.rows + kMinRowsPerPart - 1) / kMinRowsPerPart);
-  if (w.rows * w.cols * n_tokens < kMinParallelMacs) parts = 1;
-  parts = std::max<int64_t>(parts, 1);
-  int64_t per_part = (w.rows + parts - 1) / parts;
-  per_part = (per_part + kMinRowsPerPart - 1) / kMinRowsPerPart * kMinRowsPerPart;
+  const RowSplit split = SplitRows(w, n_tokens, pool != nullptr ? pool->num_threads() : 1);
+  const int64_t parts = split.parts;
+  const int64_t per_part = split.per_part;
 
   const bool float_buffers = job.quant_tile == nullptr && w.type != TensorType::kF32;
   if (float_buffers) {
