@@ -5,6 +5,7 @@
 
 #include "common/cpu_features.h"
 #include "model/ops/activation_quant.h"
+#include "model/ops/kernel_calibration.h"
 #include "model/ops/vec_dot.h"
 
 namespace colibri::ops {
@@ -25,7 +26,7 @@ constexpr uint64_t kRowBlockBytes = 96 << 10;
 constexpr int64_t kMaxRowBlock = 64;
 
 std::atomic<const KernelSet*>& ActiveSlot() {
-  static std::atomic<const KernelSet*> active{&internal::DefaultKernels()};
+  static std::atomic<const KernelSet*> active{&internal::CalibratedKernels()};
   return active;
 }
 
@@ -101,7 +102,7 @@ bool ForceKernelSetForTesting(KernelSetChoice choice) {
   const KernelSet* set = nullptr;
   switch (choice) {
     case KernelSetChoice::kAuto:
-      set = &internal::DefaultKernels();
+      set = &internal::CalibratedKernels();
       break;
     case KernelSetChoice::kPortable:
       set = &internal::PortableKernels();

@@ -77,8 +77,9 @@ inline constexpr int kMaxSharedInputs = 4;
 void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, int64_t n_tokens,
                        NumericPath path, ThreadPool* pool, MatMulScratch* scratch);
 
-// The kernel sets MatMul can run. kAuto (the default) picks the best the CPU
-// supports, honouring COLIBRI_CPU (common/cpu_features.h). All sets give
+// The kernel sets MatMul can run. kAuto (the default) picks the set that
+// measures fastest on this CPU model (model/ops/kernel_calibration.h); with
+// COLIBRI_CPU set (common/cpu_features.h), the best set it allows. All sets give
 // bitwise identical results (the canonical order of model/ops/vec_dot.h), so
 // the choice only affects speed.
 enum class KernelSetChoice { kAuto, kPortable, kAvx2, kAvx512 };
