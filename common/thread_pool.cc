@@ -1,15 +1,70 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <fstream>
 #include <set>
 #include <string>
 #include <utility>
 
-namespace colibri {
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
-ThreadPool::ThreadPool(int num_threads)
-    : num_threads_(num_threads > 0 ? num_threads : PhysicalCoreCount()) {
+namespace colibri {
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+inline void YieldCpu() {
+#if defined(__linux__)
+  sched_yield();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// std::atomic<uint32_t> is a plain 32-bit word on the platforms we build for,
+// which is what the futex calls need.
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+
+void FutexWait(const std::atomic<uint32_t>* word, uint32_t value) {
+#if defined(__linux__)
+  // Returns at once when *word != value (EAGAIN); spurious wake-ups are fine,
+  // the caller re-checks.
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT_PRIVATE, value, nullptr,
+          nullptr, 0);
+#else
+  if (word->load(std::memory_order_acquire) == value) std::this_thread::yield();
+#endif
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+#else
+  (void)word;
+#endif
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads, const Options& options)
+    : num_threads_(num_threads > 0 ? num_threads : PhysicalCoreCount()), options_(options) {
   workers_.reserve(num_threads_ - 1);
   for (int i = 1; i < num_threads_; ++i) {
     workers_.emplace_back([this, i] { WorkerLoop(i); });
@@ -18,18 +73,59 @@ ThreadPool::ThreadPool(int num_threads)
 
 ThreadPool::~ThreadPool() {
   {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
+    absl::MutexLock call_lock(&call_mu_);
+    stop_.store(true, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    if (worker_sleepers_.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&generation_);
   }
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunShare(int index) {
-  // Chunks are dealt round-robin: thread i takes chunks i, i + T, i + 2T, ...
-  const int64_t num_chunks = (n_ + chunk_ - 1) / chunk_;
-  for (int64_t c = index; c < num_chunks; c += num_threads_) {
-    const int64_t begin = c * chunk_;
+void ThreadPool::WaitWhileEquals(const std::atomic<uint32_t>* word, uint32_t value,
+                                 std::atomic<int>* sleepers) const {
+  if (word->load(std::memory_order_acquire) != value) return;
+  if (options_.spin_us > 0) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    const Clock::time_point pause_end = start + std::chrono::microseconds(options_.pause_us);
+    const Clock::time_point spin_end = start + std::chrono::microseconds(options_.spin_us);
+    bool yielding = false;
+    while (true) {
+      // Poll 64 times between clock reads (a clock read costs about as much
+      // as a few pauses).
+      for (int i = 0; i < 64; ++i) {
+        if (word->load(std::memory_order_acquire) != value) return;
+        if (yielding) {
+          YieldCpu();
+        } else {
+          CpuRelax();
+        }
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= spin_end) break;
+      yielding = now >= pause_end;
+    }
+  }
+  while (word->load(std::memory_order_acquire) == value) {
+    sleepers->fetch_add(1, std::memory_order_seq_cst);
+    // Re-check after announcing: the writer changes the word, then reads the
+    // sleeper count (both seq_cst), so either it sees us or we see its write.
+    if (word->load(std::memory_order_seq_cst) == value) FutexWait(word, value);
+    sleepers->fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void ThreadPool::RunChunks() {
+  while (true) {
+    const uint64_t claim = claim_.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t index = claim & 0xffffffffu;
+    if (index >= (claim >> 32)) return;
+    const int64_t begin = static_cast<int64_t>(index) * chunk_;
     (*body_)(begin, std::min(n_, begin + chunk_));
+    if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == (claim >> 32) &&
+        caller_sleepers_.load(std::memory_order_seq_cst) > 0) {
+      FutexWakeAll(&done_);
+    }
   }
 }
 
@@ -37,42 +133,51 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
                              absl::FunctionRef<void(int64_t, int64_t)> body) {
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
-  if (num_threads_ == 1 || n <= min_chunk) {
-    body(0, n);
+  const int64_t per_thread = (n + num_threads_ - 1) / num_threads_;
+  Run(n, std::max(min_chunk, per_thread), body);
+}
+
+void ThreadPool::ParallelForChunks(int64_t n, int64_t chunk,
+                                   absl::FunctionRef<void(int64_t, int64_t)> body) {
+  if (n <= 0) return;
+  Run(n, std::max<int64_t>(1, chunk), body);
+}
+
+void ThreadPool::Run(int64_t n, int64_t chunk, absl::FunctionRef<void(int64_t, int64_t)> body) {
+  if (num_threads_ == 1 || n <= chunk) {
+    for (int64_t begin = 0; begin < n; begin += chunk) body(begin, std::min(n, begin + chunk));
     return;
   }
+  // At most 2^31 chunks, so that the claim word's index cannot overflow into
+  // the count even after every thread's failed claim.
+  chunk = std::max<int64_t>(chunk, (n >> 31) + 1);
   absl::MutexLock call_lock(&call_mu_);
-  const int64_t per_thread = (n + num_threads_ - 1) / num_threads_;
-  {
-    absl::MutexLock lock(&mu_);
-    body_ = &body;
-    n_ = n;
-    chunk_ = std::max(min_chunk, per_thread);
-    pending_ = num_threads_ - 1;
-    ++generation_;
+  const uint64_t num_chunks = static_cast<uint64_t>((n + chunk - 1) / chunk);
+  body_ = &body;
+  n_ = n;
+  chunk_ = chunk;
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(num_chunks << 32, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (worker_sleepers_.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&generation_);
+  RunChunks();
+  // done_ only rises, so waiting while it equals the last value read ends at num_chunks.
+  for (uint32_t done = done_.load(std::memory_order_acquire); done != num_chunks;
+       done = done_.load(std::memory_order_acquire)) {
+    WaitWhileEquals(&done_, done, &caller_sleepers_);
   }
-  RunShare(0);
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* pending) { return *pending == 0; }, &pending_));
   body_ = nullptr;
 }
 
-void ThreadPool::WorkerLoop(int worker_index) {
-  uint64_t seen = 0;
+void ThreadPool::WorkerLoop(int /*worker_index*/) {
+  // Generation 0 is the one before the first job (a worker may start after
+  // that job has been posted).
+  uint32_t seen = 0;
   while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || generation_ != seen;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stop_) return;
-      seen = generation_;
-    }
-    RunShare(worker_index);
-    absl::MutexLock lock(&mu_);
-    --pending_;
+    WaitWhileEquals(&generation_, seen, &worker_sleepers_);
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_relaxed)) return;
+    RunChunks();
   }
 }
 

@@ -394,9 +394,9 @@ void Session::Attention(int il, int n) {
   const LayerWeights& L = model_.layer(il);
   const int q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), v_dim = c_.v_dim();
   const int hd = c_.head_dim, hdv = c_.head_dim_v;
-  ops::MatMul(L.wq, xn_.data(), n, q_.data(), q_dim, options_.path, pool_, &matmul_scratch_);
-  ops::MatMul(L.wk, xn_.data(), n, k_.data(), kv_dim, options_.path, pool_, &matmul_scratch_);
-  ops::MatMul(L.wv, xn_.data(), n, v_.data(), v_dim, options_.path, pool_, &matmul_scratch_);
+  const ops::MatMulOutput qkv[3] = {
+      {&L.wq, q_.data(), q_dim}, {&L.wk, k_.data(), kv_dim}, {&L.wv, v_.data(), v_dim}};
+  ops::MatMulSharedInput(qkv, 3, xn_.data(), n, options_.path, pool_, &matmul_scratch_);
 
   const int ring = cache_rows_[il];
   for (int i = 0; i < n; ++i) {

@@ -6,8 +6,8 @@
 
 namespace colibri::moe {
 
-void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out,
-               ops::NumericPath path, ThreadPool* pool, ExpertFfnScratch* scratch) {
+void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out, ops::NumericPath path,
+               ThreadPool* pool, ExpertFfnScratch* scratch) {
   const int64_t n_ff = w.n_ff();
   const size_t size = static_cast<size_t>(n * n_ff);
   if (scratch->gate.size() < size) {
@@ -16,8 +16,9 @@ void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out,
   }
   float* gate = scratch->gate.data();  // [n][n_ff]
   float* up = scratch->up.data();      // [n][n_ff]
-  ops::MatMul(w.gate, x, n, gate, n_ff, path, pool, &scratch->matmul);
-  ops::MatMul(w.up, x, n, up, n_ff, path, pool, &scratch->matmul);
+  // Gate and up read the same x: quantized once, one parallel job.
+  const ops::MatMulOutput gate_up[2] = {{&w.gate, gate, n_ff}, {&w.up, up, n_ff}};
+  ops::MatMulSharedInput(gate_up, 2, x, n, path, pool, &scratch->matmul);
   if (w.gate_bias != nullptr || w.up_bias != nullptr) {
     for (int64_t t = 0; t < n; ++t) {
       if (w.gate_bias != nullptr) ops::Add(gate + t * n_ff, w.gate_bias, gate + t * n_ff, n_ff);

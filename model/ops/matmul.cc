@@ -5,6 +5,7 @@
 
 #include "common/cpu_features.h"
 #include "model/ops/activation_quant.h"
+#include "model/ops/kernel_calibration.h"
 #include "model/ops/vec_dot.h"
 
 namespace colibri::ops {
@@ -15,6 +16,9 @@ using internal::KernelSet;
 
 // Rows a thread takes at least; smaller matrices run on the calling thread.
 constexpr int64_t kMinRowsPerPart = 16;
+// Row ranges per thread: more ranges than threads let a thread that is not
+// slowed down by another process on its core take over the slow one's share.
+constexpr int64_t kPartsPerThread = 4;
 // Multiply-adds below which threading costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 18;
 // Weight bytes of a row block, kept in L2 while every token tile passes over it.
@@ -22,7 +26,7 @@ constexpr uint64_t kRowBlockBytes = 96 << 10;
 constexpr int64_t kMaxRowBlock = 64;
 
 std::atomic<const KernelSet*>& ActiveSlot() {
-  static std::atomic<const KernelSet*> active{&internal::DefaultKernels()};
+  static std::atomic<const KernelSet*> active{&internal::CalibratedKernels()};
   return active;
 }
 
@@ -58,8 +62,9 @@ void RunQuantRows(const Job& job, int64_t r0, int64_t r1) {
     const int64_t nr = std::min(rb, r1 - rs);
     for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
       const int64_t nt = std::min<int64_t>(internal::kMaxTokenTile, job.n_tokens - t0);
-      job.quant_tile(w.data + rs * w.row_bytes, w.row_bytes, nr, job.act + t0 * job.layout.row_bytes,
-                     job.layout, nt, job.y + t0 * job.y_stride + rs, job.y_stride);
+      job.quant_tile(w.data + rs * w.row_bytes, w.row_bytes, nr,
+                     job.act + t0 * job.layout.row_bytes, job.layout, nt,
+                     job.y + t0 * job.y_stride + rs, job.y_stride);
     }
   }
 }
@@ -78,7 +83,8 @@ void RunFloatRows(const Job& job, int64_t r0, int64_t r1, float* buf) {
       wf = reinterpret_cast<const float*>(w.data + rs * w.row_bytes);
       w_stride = static_cast<int64_t>(w.row_bytes / sizeof(float));
     } else {
-      for (int64_t i = 0; i < nr; ++i) dequant(w.data + (rs + i) * w.row_bytes, buf + i * cols, cols);
+      for (int64_t i = 0; i < nr; ++i)
+        dequant(w.data + (rs + i) * w.row_bytes, buf + i * cols, cols);
       wf = buf;
       w_stride = cols;
     }
@@ -96,7 +102,7 @@ bool ForceKernelSetForTesting(KernelSetChoice choice) {
   const KernelSet* set = nullptr;
   switch (choice) {
     case KernelSetChoice::kAuto:
-      set = &internal::DefaultKernels();
+      set = &internal::CalibratedKernels();
       break;
     case KernelSetChoice::kPortable:
       set = &internal::PortableKernels();
@@ -118,6 +124,94 @@ bool ForceKernelSetForTesting(KernelSetChoice choice) {
 }
 
 const char* ActiveKernelSetName() { return Active().name; }
+
+namespace {
+
+// Row ranges of one matrix: `parts` ranges of `per_part` rows (a multiple of
+// kMinRowsPerPart; the last ones may be short or empty).
+struct RowSplit {
+  int64_t parts;
+  int64_t per_part;
+};
+
+RowSplit SplitRows(const WeightMatrix& w, int64_t n_tokens, int threads) {
+  int64_t parts = std::min<int64_t>(threads > 1 ? threads * kPartsPerThread : 1,
+                                    (w.rows + kMinRowsPerPart - 1) / kMinRowsPerPart);
+  if (w.rows * w.cols * n_tokens < kMinParallelMacs) parts = 1;
+  parts = std::max<int64_t>(parts, 1);
+  int64_t per_part = (w.rows + parts - 1) / parts;
+  per_part = (per_part + kMinRowsPerPart - 1) / kMinRowsPerPart * kMinRowsPerPart;
+  return {parts, per_part};
+}
+
+}  // namespace
+
+void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, int64_t n_tokens,
+                       NumericPath path, ThreadPool* pool, MatMulScratch* scratch) {
+  if (n_tokens <= 0 || count <= 0) return;
+  const KernelSet* kernels = &Active();
+  // The shared pass needs every matrix on the quantized path with the same
+  // activation format; anything else runs matrix by matrix.
+  bool shared = path == NumericPath::kFast && count <= kMaxSharedInputs;
+  for (int i = 0; shared && i < count; ++i) {
+    const WeightMatrix& w = *outputs[i].w;
+    shared =
+        kernels->quant_tile[internal::Slot(w.type)] != nullptr && w.cols == outputs[0].w->cols &&
+        internal::ActivationFormatFor(w.type) == internal::ActivationFormatFor(outputs[0].w->type);
+  }
+  if (!shared) {
+    for (int i = 0; i < count; ++i) {
+      MatMul(*outputs[i].w, x, n_tokens, outputs[i].y, outputs[i].y_stride, path, pool, scratch);
+    }
+    return;
+  }
+  const WeightMatrix& w0 = *outputs[0].w;
+  const ActivationLayout layout =
+      internal::MakeActivationLayout(internal::ActivationFormatFor(w0.type), w0.cols);
+  const size_t need = static_cast<size_t>(n_tokens) * layout.row_bytes + 64;
+  if (scratch->activations.size() < need) scratch->activations.resize(need);
+  uint8_t* base = Align64(scratch->activations.data());
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    internal::QuantizeActivationRow(layout, x + t * w0.cols, base + t * layout.row_bytes);
+  }
+
+  // One job over the row ranges of every matrix, so the threads hand off once.
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  Job jobs[kMaxSharedInputs];
+  RowSplit splits[kMaxSharedInputs];
+  int64_t first_part[kMaxSharedInputs + 1];
+  first_part[0] = 0;
+  for (int i = 0; i < count; ++i) {
+    const WeightMatrix& w = *outputs[i].w;
+    jobs[i] = Job{kernels,
+                  &w,
+                  x,
+                  n_tokens,
+                  outputs[i].y,
+                  outputs[i].y_stride,
+                  kernels->quant_tile[internal::Slot(w.type)],
+                  layout,
+                  base};
+    splits[i] = SplitRows(w, n_tokens, threads);
+    first_part[i + 1] = first_part[i] + (w.rows > 0 ? splits[i].parts : 0);
+  }
+  auto body = [&](int64_t p_begin, int64_t p_end) {
+    int i = 0;
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      while (p >= first_part[i + 1]) ++i;
+      const int64_t rows = jobs[i].w->rows;
+      const int64_t r0 = std::min(rows, (p - first_part[i]) * splits[i].per_part);
+      const int64_t r1 = std::min(rows, r0 + splits[i].per_part);
+      if (r0 < r1) RunQuantRows(jobs[i], r0, r1);
+    }
+  };
+  const int64_t parts = first_part[count];
+  if (parts <= 1 || pool == nullptr) {
+    body(0, parts);
+  } else {
+    pool->ParallelForChunks(parts, 1, body);
+  }
+}
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t y_stride,
             NumericPath path, ThreadPool* pool, MatMulScratch* scratch) {
@@ -145,14 +239,12 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, i
     job.act = base;
   }
 
-  // Contiguous row ranges, one per thread; the split does not change any
-  // output, since every (token, row) result is computed the same way.
-  const int threads = pool != nullptr ? pool->num_threads() : 1;
-  int64_t parts = std::min<int64_t>(threads, (w.rows + kMinRowsPerPart - 1) / kMinRowsPerPart);
-  if (w.rows * w.cols * n_tokens < kMinParallelMacs) parts = 1;
-  parts = std::max<int64_t>(parts, 1);
-  int64_t per_part = (w.rows + parts - 1) / parts;
-  per_part = (per_part + kMinRowsPerPart - 1) / kMinRowsPerPart * kMinRowsPerPart;
+  // Contiguous row ranges, a few per thread, claimed by whichever thread is
+  // free; the split does not change any output, since every (token, row)
+  // result is computed the same way.
+  const RowSplit split = SplitRows(w, n_tokens, pool != nullptr ? pool->num_threads() : 1);
+  const int64_t parts = split.parts;
+  const int64_t per_part = split.per_part;
 
   const bool float_buffers = job.quant_tile == nullptr && w.type != TensorType::kF32;
   if (float_buffers) {
@@ -179,7 +271,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, i
   if (parts == 1 || pool == nullptr) {
     body(0, parts);
   } else {
-    pool->ParallelFor(parts, 1, body);
+    pool->ParallelForChunks(parts, 1, body);
   }
 }
 

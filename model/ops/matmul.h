@@ -60,8 +60,26 @@ class MatMulScratch {
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t y_stride,
             NumericPath path, ThreadPool* pool, MatMulScratch* scratch);
 
-// The kernel sets MatMul can run. kAuto (the default) picks the best the CPU
-// supports, honouring COLIBRI_CPU (common/cpu_features.h). All sets give
+// One of several products that read the same input X.
+struct MatMulOutput {
+  const WeightMatrix* w;
+  float* y;  // [n_tokens][w->rows], row stride y_stride
+  int64_t y_stride;
+};
+inline constexpr int kMaxSharedInputs = 4;
+
+// For i < count: MatMul(*outputs[i].w, x, n_tokens, outputs[i].y, ...), with
+// results bitwise identical to those separate calls. Every w has x's width
+// (w->cols). When all of them take the same quantized activations (kFast path,
+// count <= kMaxSharedInputs) x is quantized once and the row ranges of all the
+// matrices run as one parallel job (one thread hand-off instead of `count`);
+// otherwise it makes the separate calls. For gate+up of an FFN, or Q, K and V.
+void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, int64_t n_tokens,
+                       NumericPath path, ThreadPool* pool, MatMulScratch* scratch);
+
+// The kernel sets MatMul can run. kAuto (the default) picks the set that
+// measures fastest on this CPU model (model/ops/kernel_calibration.h); with
+// COLIBRI_CPU set (common/cpu_features.h), the best set it allows. All sets give
 // bitwise identical results (the canonical order of model/ops/vec_dot.h), so
 // the choice only affects speed.
 enum class KernelSetChoice { kAuto, kPortable, kAvx2, kAvx512 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -53,6 +55,82 @@ TEST(ThreadPoolTest, EmptyRangeCallsNothing) {
   bool called = false;
   pool.ParallelFor(0, 1, [&](int64_t, int64_t) { called = true; });
   EXPECT_FALSE(called);
+}
+
+TEST(ThreadPoolTest, ParallelForChunksUsesExactlyTheGivenChunks) {
+  ThreadPool pool(2);
+  for (int64_t n : {1, 5, 16, 17, 100}) {
+    std::vector<std::atomic<int>> hits(n);
+    std::vector<std::pair<int64_t, int64_t>> seen(n + 1);
+    std::atomic<int> count{0};
+    pool.ParallelForChunks(n, 4, [&](int64_t begin, int64_t end) {
+      seen[count.fetch_add(1)] = {begin, end};
+      for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+    });
+    ASSERT_EQ(count.load(), (n + 3) / 4) << "n " << n;
+    for (int i = 0; i < count.load(); ++i) {
+      EXPECT_EQ(seen[i].first % 4, 0) << "n " << n;
+      EXPECT_EQ(seen[i].second, std::min<int64_t>(n, seen[i].first + 4)) << "n " << n;
+    }
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << " i " << i;
+  }
+}
+
+TEST(ThreadPoolTest, ManyBackToBackCallsEachRunEveryChunk) {
+  // Consecutive jobs hand off while the workers are still spinning.
+  ThreadPool pool(3);
+  int64_t total = 0;
+  std::atomic<int64_t> sum{0};
+  for (int call = 0; call < 20000; ++call) {
+    const int64_t n = 1 + call % 7;
+    pool.ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) sum.fetch_add(i + 1);
+    });
+    total += n * (n + 1) / 2;
+    ASSERT_EQ(sum.load(), total) << "call " << call;
+  }
+}
+
+TEST(ThreadPoolTest, WorkersThatFellAsleepWakeForTheNextJob) {
+  // No spin at all: every hand-off goes through the futex sleep and wake-up.
+  ThreadPool::Options options;
+  options.spin_us = 0;
+  options.pause_us = 0;
+  ThreadPool pool(2, options);
+  for (int call = 0; call < 200; ++call) {
+    std::vector<std::atomic<int>> hits(64);
+    pool.ParallelFor(64, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+    });
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(hits[i].load(), 1) << "call " << call << " i " << i;
+    if (call % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+TEST(ThreadPoolTest, CallsFromSeveralThreadsAreSerialised) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> done{0};
+  auto caller = [&] {
+    for (int call = 0; call < 500; ++call) {
+      pool.ParallelFor(2, 1, [&](int64_t begin, int64_t end) { done.fetch_add(end - begin); });
+    }
+  };
+  std::thread a(caller), b(caller);
+  a.join();
+  b.join();
+  EXPECT_EQ(done.load(), 2 * 500 * 2);
+}
+
+TEST(ThreadPoolTest, DestroyingAnIdlePoolWithSleepingWorkersReturns) {
+  ThreadPool::Options options;
+  options.spin_us = 0;
+  std::atomic<int64_t> ran{0};
+  for (int i = 0; i < 20; ++i) {
+    ThreadPool pool(4, options);
+    pool.ParallelFor(8, 1, [&](int64_t begin, int64_t end) { ran.fetch_add(end - begin); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }  // each destructor must wake its sleeping workers, or this test hangs
+  EXPECT_EQ(ran.load(), 20 * 8);
 }
 
 TEST(ThreadPoolTest, PhysicalCoreCountIsPositive) { EXPECT_GE(PhysicalCoreCount(), 1); }

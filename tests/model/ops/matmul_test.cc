@@ -18,13 +18,30 @@ namespace colibri::ops {
 namespace {
 
 const TensorType kAllTypes[] = {
-    TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
-    TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K,
-    TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kMXFP4,
-    TensorType::kIQ4_NL, TensorType::kIQ4_XS,
+    TensorType::kF32,
+    TensorType::kF16,
+    TensorType::kBF16,
+    TensorType::kQ8_0,
+    TensorType::kQ4_0,
+    TensorType::kQ4_1,
+    TensorType::kQ5_0,
+    TensorType::kQ5_1,
+    TensorType::kQ2_K,
+    TensorType::kQ3_K,
+    TensorType::kQ4_K,
+    TensorType::kQ5_K,
+    TensorType::kQ6_K,
+    TensorType::kMXFP4,
+    TensorType::kIQ4_NL,
+    TensorType::kIQ4_XS,
     // No encoder: random blocks (RandomMatrix).
-    TensorType::kIQ2_XXS, TensorType::kIQ2_XS, TensorType::kIQ2_S, TensorType::kIQ3_XXS,
-    TensorType::kIQ3_S, TensorType::kIQ1_S, TensorType::kIQ1_M,
+    TensorType::kIQ2_XXS,
+    TensorType::kIQ2_XS,
+    TensorType::kIQ2_S,
+    TensorType::kIQ3_XXS,
+    TensorType::kIQ3_S,
+    TensorType::kIQ1_S,
+    TensorType::kIQ1_M,
 };
 
 struct Matrix {
@@ -99,10 +116,14 @@ bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0
 
 std::string ChoiceName(KernelSetChoice c) {
   switch (c) {
-    case KernelSetChoice::kPortable: return "portable";
-    case KernelSetChoice::kAvx2: return "avx2";
-    case KernelSetChoice::kAvx512: return "avx512";
-    case KernelSetChoice::kAuto: break;
+    case KernelSetChoice::kPortable:
+      return "portable";
+    case KernelSetChoice::kAvx2:
+      return "avx2";
+    case KernelSetChoice::kAvx512:
+      return "avx512";
+    case KernelSetChoice::kAuto:
+      break;
   }
   return "auto";
 }
@@ -136,10 +157,9 @@ TEST_P(MatMulKernelTest, EqualsReferenceBitwise) {
         for (int64_t t = 0; t < n_tokens; ++t) {
           for (int64_t r = 0; r < rows; ++r) {
             ASSERT_TRUE(SameBits(y[t * y_stride + r], ref[t * y_stride + r]))
-                << TypeName(type) << " " << PathName(path) << " n_tokens=" << n_tokens
-                << " t=" << t << " r=" << r << ": " << y[t * y_stride + r]
-                << " vs reference " << ref[t * y_stride + r] << " (" << ActiveKernelSetName()
-                << ")";
+                << TypeName(type) << " " << PathName(path) << " n_tokens=" << n_tokens << " t=" << t
+                << " r=" << r << ": " << y[t * y_stride + r] << " vs reference "
+                << ref[t * y_stride + r] << " (" << ActiveKernelSetName() << ")";
           }
           for (int64_t r = rows; r < y_stride; ++r) ASSERT_EQ(y[t * y_stride + r], -1.0f);
         }
@@ -175,9 +195,10 @@ TEST_P(MatMulKernelTest, BatchAndThreadInvariance) {
         for (int64_t r = 0; r < rows; ++r) {
           const float want = batch1[t * rows + r];
           ASSERT_TRUE(SameBits(want, batch2[t * rows + r]))
-              << TypeName(type) << " " << PathName(path) << " 1 vs 2 threads, t=" << t << " r=" << r;
-          ASSERT_TRUE(SameBits(want, alone[r]))
-              << TypeName(type) << " " << PathName(path) << " alone vs batch, t=" << t << " r=" << r;
+              << TypeName(type) << " " << PathName(path) << " 1 vs 2 threads, t=" << t
+              << " r=" << r;
+          ASSERT_TRUE(SameBits(want, alone[r])) << TypeName(type) << " " << PathName(path)
+                                                << " alone vs batch, t=" << t << " r=" << r;
           ASSERT_TRUE(SameBits(want, pair[rows + r]))
               << TypeName(type) << " " << PathName(path) << " pair vs batch, t=" << t << " r=" << r;
         }
@@ -265,6 +286,53 @@ TEST(MatMulTest, ScratchIsReusedAcrossShapes) {
       MatMul(m.w, x.data(), 4, y.data(), 64, path, &pool, &scratch);
       MatMulReference(m.w, x.data(), 4, ref.data(), 64, path);
       for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(SameBits(y[i], ref[i])) << cols << " " << i;
+    }
+  }
+}
+
+TEST(MatMulTest, SharedInputEqualsSeparateProductsBitwise) {
+  // Shared pass (same activation format), mixed formats (falls back) and the
+  // exact path, on 1 and 2 threads, against MatMulReference.
+  const std::vector<std::vector<TensorType>> groups = {
+      {TensorType::kQ4_K, TensorType::kQ4_K},
+      {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ5_K},
+      {TensorType::kQ8_0, TensorType::kQ4_0},
+      {TensorType::kQ4_K, TensorType::kQ8_0},
+      {TensorType::kF16, TensorType::kQ4_K},
+  };
+  const int64_t cols = 512;
+  const int64_t row_counts[] = {256, 48, 130};
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    MatMulScratch scratch;
+    for (const auto& types : groups) {
+      std::vector<Matrix> ms;
+      for (size_t i = 0; i < types.size(); ++i) {
+        ms.push_back(RandomMatrix(types[i], row_counts[i], cols, 10 + i));
+      }
+      for (int64_t n_tokens : {1, 3, 9}) {
+        const std::vector<float> x = RandomActivations(n_tokens, cols, 7);
+        for (NumericPath path : {NumericPath::kExact, NumericPath::kFast}) {
+          std::vector<std::vector<float>> ys(ms.size());
+          std::vector<MatMulOutput> outs;
+          for (size_t i = 0; i < ms.size(); ++i) {
+            ys[i].assign(n_tokens * (ms[i].w.rows + 3), -1.0f);
+            outs.push_back({&ms[i].w, ys[i].data(), ms[i].w.rows + 3});
+          }
+          MatMulSharedInput(outs.data(), static_cast<int>(outs.size()), x.data(), n_tokens, path,
+                            &pool, &scratch);
+          for (size_t i = 0; i < ms.size(); ++i) {
+            const int64_t rows = ms[i].w.rows, stride = rows + 3;
+            std::vector<float> ref(n_tokens * stride, -1.0f);
+            MatMulReference(ms[i].w, x.data(), n_tokens, ref.data(), stride, path);
+            for (size_t k = 0; k < ref.size(); ++k) {
+              ASSERT_TRUE(SameBits(ys[i][k], ref[k]))
+                  << "threads " << threads << " matrix " << i << " " << TypeName(types[i])
+                  << " tokens " << n_tokens << " at " << k;
+            }
+          }
+        }
+      }
     }
   }
 }

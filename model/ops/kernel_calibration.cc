@@ -1,0 +1,205 @@
+#include "model/ops/kernel_calibration.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/cpu_features.h"
+#include "model/ops/activation_quant.h"
+#include "model/ops/quantize.h"
+#include "model/ops/tensor_type.h"
+
+namespace colibri::ops::internal {
+namespace {
+
+// 32 rows of 2048 columns: 36-68 KiB of weights, in L2 on any x86 core, so
+// the timing compares the kernels' arithmetic, not the memory.
+constexpr int64_t kRows = 32;
+constexpr int64_t kCols = 2048;
+constexpr int kCallsPerSample = 8;
+constexpr int kSamples = 7;
+
+const TensorType kCalibrationTypes[] = {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ8_0};
+
+struct Tile {
+  TensorType type;
+  std::vector<uint8_t> weights;
+  uint64_t row_bytes;
+  ActivationLayout layout;
+  std::vector<uint8_t> act_storage;
+  const uint8_t* act;
+};
+
+bool MakeTile(TensorType type, Tile* tile) {
+  tile->type = type;
+  tile->row_bytes = RowBytesUnchecked(type, kCols);
+  tile->weights.resize(kRows * tile->row_bytes);
+  std::vector<float> row(kCols);
+  uint32_t state = 12345;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / (1 << 23);
+  };
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (float& v : row) v = next();
+    if (!QuantizeRow(type, row.data(), tile->weights.data() + r * tile->row_bytes, kCols).ok()) {
+      return false;
+    }
+  }
+  tile->layout = MakeActivationLayout(ActivationFormatFor(type), kCols);
+  tile->act_storage.resize(tile->layout.row_bytes + 64);
+  const auto p = reinterpret_cast<uintptr_t>(tile->act_storage.data());
+  uint8_t* act = tile->act_storage.data() + ((64 - p % 64) % 64);
+  for (float& v : row) v = next();
+  QuantizeActivationRow(tile->layout, row.data(), act);
+  tile->act = act;
+  return true;
+}
+
+// Best time of kSamples samples, in nanoseconds.
+double TimeTile(const KernelSet& set, const Tile& tile) {
+  const QuantTileFn fn = set.quant_tile[Slot(tile.type)];
+  if (fn == nullptr) return -1;
+  float y[kRows];
+  double best = 1e30;
+  for (int s = 0; s < kSamples; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int c = 0; c < kCallsPerSample; ++c) {
+      fn(tile.weights.data(), tile.row_bytes, kRows, tile.act, tile.layout, 1, y, kRows);
+    }
+    const auto end = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double, std::nano>(end - start).count());
+  }
+  return best;
+}
+
+const KernelSet* Measure(const std::vector<const KernelSet*>& candidates) {
+  std::vector<double> score(candidates.size(), 0.0);
+  for (TensorType type : kCalibrationTypes) {
+    Tile tile;
+    if (!MakeTile(type, &tile)) continue;
+    // Two rounds, interleaving the sets, so that a change of clock speed
+    // during the measurement hits all of them.
+    std::vector<double> best(candidates.size(), 1e30);
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const double t = TimeTile(*candidates[i], tile);
+        if (t > 0) best[i] = std::min(best[i], t);
+      }
+    }
+    const double fastest = *std::min_element(best.begin(), best.end());
+    for (size_t i = 0; i < candidates.size(); ++i) score[i] += best[i] / fastest;
+  }
+  // Ties go to the later (more featured) set.
+  size_t pick = candidates.size() - 1;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (score[i] < score[pick]) pick = i;
+  }
+  return candidates[pick];
+}
+
+std::string DefaultCacheDir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/colibri";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] == '/') return std::string(home) + "/.cache/colibri";
+  return "";
+}
+
+// mkdir -p; returns false if the directory is not there afterwards.
+bool MakeDirs(const std::string& dir) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos == dir.size() || dir[pos] == '/') {
+      mkdir(dir.substr(0, pos).c_str(), 0755);  // EEXIST is fine
+    }
+  }
+  struct stat st;
+  return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+std::vector<const KernelSet*> RunnableKernelSets() {
+  const CpuFeatures& cpu = GetCpuFeatures();
+  std::vector<const KernelSet*> sets = {&PortableKernels()};
+  if (Avx2Kernels() != nullptr && cpu.avx2) sets.push_back(Avx2Kernels());
+  if (Avx512Kernels() != nullptr && cpu.avx512f && cpu.avx512_vnni && cpu.avx2) {
+    sets.push_back(Avx512Kernels());
+  }
+  return sets;
+}
+
+std::string CpuModelForCache() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name;
+    bool gap = false;
+    for (char c : line.substr(colon + 1)) {
+      const bool keep = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                        (c >= '0' && c <= '9') || c == '.' || c == '-';
+      if (keep) {
+        if (gap && !name.empty()) name += '_';
+        name += c;
+        gap = false;
+      } else {
+        gap = true;
+      }
+    }
+    if (!name.empty()) return name.substr(0, 100);
+  }
+  return "unknown-cpu";
+}
+
+Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,
+                             const std::string& cache_dir, const std::string& cpu_model) {
+  Calibration result;
+  if (!cache_dir.empty()) result.cache_path = cache_dir + "/kernels-" + cpu_model + ".txt";
+  if (!result.cache_path.empty()) {
+    std::ifstream in(result.cache_path);
+    std::string name;
+    if (in >> name) {
+      for (const KernelSet* set : candidates) {
+        if (name == set->name) {
+          result.set = set;
+          result.from_cache = true;
+          return result;
+        }
+      }
+    }
+  }
+  result.set = candidates.size() == 1 ? candidates[0] : Measure(candidates);
+  if (!result.cache_path.empty() && MakeDirs(cache_dir)) {
+    // Written whole then renamed, so a concurrent reader sees all or nothing.
+    const std::string tmp = result.cache_path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << result.set->name << "\n";
+    }
+    std::rename(tmp.c_str(), result.cache_path.c_str());
+  }
+  return result;
+}
+
+const KernelSet& CalibratedKernels() {
+  static const KernelSet* const chosen = [] {
+    const char* force = std::getenv("COLIBRI_CPU");
+    const std::vector<const KernelSet*> sets = RunnableKernelSets();
+    if ((force != nullptr && force[0] != '\0') || sets.size() <= 1) return &DefaultKernels();
+    // The portable set is only a candidate where no SIMD set runs.
+    const std::vector<const KernelSet*> simd(sets.begin() + 1, sets.end());
+    return CalibrateKernels(simd, DefaultCacheDir(), CpuModelForCache()).set;
+  }();
+  return *chosen;
+}
+
+}  // namespace colibri::ops::internal

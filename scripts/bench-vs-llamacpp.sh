@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Colibri against llama.cpp's llama-bench on one machine: the same GGUF, the
+# same threads, runs interleaved (llama.cpp, Colibri, llama.cpp, ...), so that a
+# drift in the machine's speed hits both. Prints median and spread (min-max,
+# max/min) of prompt and decode tokens/s for both, their ratio, and the
+# bandwidth limit of decode. Run from anywhere after a Release build.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: scripts/bench-vs-llamacpp.sh --llama-bench PATH [options]
+
+  --llama-bench PATH  llama-bench of a llama.cpp build of your own
+  --colibri-only      no llama.cpp runs (Colibri's figures and the limit alone)
+  --model M           GGUF to run (default: the synthetic Qwen3-30B-A3B-shaped
+                      model, 4 layers Q4_K, made in BUILD/bench-vs-llamacpp/)
+  -r N                interleaved repetitions (default 5)
+  -t T                threads for both (default 2)
+  -p P                prompt tokens (default 128)
+  -n N                generated tokens (default 64)
+  --build DIR         Colibri build folder (default build)
+  -h, --help          this text
+
+Prompt tok/s: llama-bench's pp test (P tokens, one batch) against
+`colibri-coordinator run --prompt-tokens` with P token ids (-b P).
+Decode tok/s: llama-bench's tg test (N tokens) against the generation line of
+the same Colibri run (N tokens after the prompt, --ignore-eos).
+Bandwidth limit: active weight bytes per token (colibri-coordinator inspect)
+divided into the parallel memory read bandwidth colibri_ops_bench measures
+($MEM_BW_GBS overrides it); decode at the limit reads every active weight once
+per token at that bandwidth. llama.cpp must be your own build: the project does
+not download or build it.
+EOF
+}
+
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench-common.sh
+source scripts/bench-common.sh
+
+llama_bench=""
+colibri_only=0
+model=""
+reps=5
+threads=2
+n_prompt=128
+n_gen=64
+build=build
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --llama-bench) llama_bench="${2:?}"; shift 2 ;;
+    --colibri-only) colibri_only=1; shift ;;
+    --model) model="${2:?}"; shift 2 ;;
+    -r) reps="${2:?}"; shift 2 ;;
+    -t) threads="${2:?}"; shift 2 ;;
+    -p) n_prompt="${2:?}"; shift 2 ;;
+    -n) n_gen="${2:?}"; shift 2 ;;
+    --build) build="${2:?}"; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+done
+if [ "$colibri_only" = 0 ]; then
+  [ -n "$llama_bench" ] || bench_die "give --llama-bench PATH (or --colibri-only)"
+  [ -x "$llama_bench" ] || bench_die "$llama_bench is not an executable llama-bench"
+fi
+
+COORD="$build/coordinator/colibri-coordinator"
+# shellcheck disable=SC2034  # read by bench_memory_bandwidth
+OPS_BENCH="$build/model/ops/colibri_ops_bench"
+MAKE_MODEL="$build/scripts/colibri-make-model"
+[ -x "$COORD" ] || bench_die "$COORD is missing; build it: cmake --build $build --target colibri-coordinator"
+work="$build/bench-vs-llamacpp"
+mkdir -p "$work"
+if [ -z "$model" ]; then
+  [ -x "$MAKE_MODEL" ] || bench_die "$MAKE_MODEL is missing; build it or give --model"
+  model="$work/qwen3-30b-a3b-4l-q4_k.gguf"
+  bench_model "$model" 4
+fi
+[ -f "$model" ] || bench_die "no model at $model"
+
+# Token ids 100, 101, ...: any ids below the vocabulary size do.
+prompt_ids=$(seq -s, 100 $((100 + n_prompt - 1)))
+
+# stats VALUES...: "median min max max/min" of the values.
+stats() {
+  printf '%s\n' "$@" | sort -g | awk '
+    { v[NR] = $1 }
+    END {
+      if (NR == 0) { print "n/a n/a n/a n/a"; exit }
+      med = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      printf "%.2f %.2f %.2f %.2f\n", med, v[1], v[NR], (v[1] > 0) ? v[NR] / v[1] : 0
+    }'
+}
+
+llama_pp=()
+llama_tg=()
+colibri_pp=()
+colibri_tg=()
+for i in $(seq "$reps"); do
+  if [ "$colibri_only" = 0 ]; then
+    # One pp and one tg test, one repetition each, a JSON object per line.
+    "$llama_bench" -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o jsonl \
+      >"$work/llama.$i.jsonl" 2>"$work/llama.$i.err" ||
+      bench_die "llama-bench failed: $(tail -3 "$work/llama.$i.err")"
+    while read -r np ng ts; do
+      if [ "$np" -gt 0 ] && [ "$ng" -eq 0 ]; then llama_pp+=("$ts"); fi
+      if [ "$np" -eq 0 ] && [ "$ng" -gt 0 ]; then llama_tg+=("$ts"); fi
+    done < <(sed -n 's/.*"n_prompt": *\([0-9]*\).*"n_gen": *\([0-9]*\).*"avg_ts": *\([0-9.e+-]*\).*/\1 \2 \3/p' \
+      "$work/llama.$i.jsonl")
+  fi
+  "$COORD" run -m "$model" --prompt-tokens "$prompt_ids" -b "$n_prompt" -n "$n_gen" --ignore-eos \
+    --temp 0 -t "$threads" >"$work/colibri.$i.out" 2>"$work/colibri.$i.err" ||
+    bench_die "colibri-coordinator run failed: $(tail -3 "$work/colibri.$i.err")"
+  colibri_pp+=("$(sed -n 's/^prompt: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
+  colibri_tg+=("$(sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
+  echo "run $i/$reps: colibri pp ${colibri_pp[-1]} tg ${colibri_tg[-1]}" \
+    "${llama_pp:+llama.cpp pp ${llama_pp[-1]} tg ${llama_tg[-1]:-}}" >&2
+done
+
+read -r c_pp c_pp_min c_pp_max c_pp_spread <<<"$(stats "${colibri_pp[@]}")"
+read -r c_tg c_tg_min c_tg_max c_tg_spread <<<"$(stats "${colibri_tg[@]}")"
+l_pp="n/a" l_pp_min="" l_pp_max="" l_pp_spread="n/a" l_tg="n/a" l_tg_min="" l_tg_max="" l_tg_spread="n/a"
+if [ "${#llama_pp[@]}" -gt 0 ]; then
+  read -r l_pp l_pp_min l_pp_max l_pp_spread <<<"$(stats "${llama_pp[@]}")"
+fi
+if [ "${#llama_tg[@]}" -gt 0 ]; then
+  read -r l_tg l_tg_min l_tg_max l_tg_spread <<<"$(stats "${llama_tg[@]}")"
+fi
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && a + 0 > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+active_line=$("$COORD" inspect -m "$model" | grep '^active weight bytes per token:' || true)
+read -r av au <<<"$(awk '{print $6, $7}' <<<"$active_line")"
+active_bytes=$(bench_to_bytes "${av:-0}" "${au:-B}")
+bench_memory_bandwidth
+limit=$(awk -v g="$MEM_READ_GBS" -v b="$active_bytes" \
+  'BEGIN { if (g + 0 > 0 && b > 0) printf "%.1f", g * 1e9 / b; else print "n/a" }')
+pct() { awk -v a="$1" -v l="$limit" 'BEGIN { if (l + 0 > 0 && a + 0 > 0) printf "%.0f%%", 100 * a / l; else print "n/a" }'; }
+
+echo
+echo "model: $model; $threads threads; $reps interleaved runs; prompt $n_prompt tokens, decode $n_gen tokens"
+printf '%-22s %-30s %-30s %s\n' "" "Colibri median (min-max) spread" "llama.cpp median (min-max) spread" "Colibri/llama.cpp"
+printf '%-22s %-30s %-30s %s\n' "prompt tok/s" "$c_pp ($c_pp_min-$c_pp_max) $c_pp_spread" \
+  "$l_pp ($l_pp_min-$l_pp_max) $l_pp_spread" "$(ratio "$c_pp" "$l_pp")"
+printf '%-22s %-30s %-30s %s\n' "decode tok/s" "$c_tg ($c_tg_min-$c_tg_max) $c_tg_spread" \
+  "$l_tg ($l_tg_min-$l_tg_max) $l_tg_spread" "$(ratio "$c_tg" "$l_tg")"
+echo "bandwidth limit: $limit tok/s = memory read $MEM_READ_GBS GB/s / active weight bytes ${av:-?} ${au:-} per token"
+echo "decode vs limit: Colibri $(pct "$c_tg"), llama.cpp $(pct "$l_tg")"
+echo "spread = max/min of the runs (target <= 1.2); logs in $work/"
