@@ -31,6 +31,15 @@ if [ -n "${COLIBRI_FIXTURES_DIR:-}" ]; then
   fixtures=(-DCOLIBRI_FIXTURES_DIR="$COLIBRI_FIXTURES_DIR")
 fi
 
+# The tests put node stores, logits and logs under GoogleTest's TempDir
+# (TEST_TMPDIR): one short directory per run (unix socket paths must stay short),
+# removed at the end, so runs do not collide and /tmp does not fill up.
+if [ -z "${TEST_TMPDIR:-}" ]; then
+  TEST_TMPDIR="$(mktemp -d /tmp/colibri-test.XXXXXX)"
+  export TEST_TMPDIR
+  trap 'rm -rf "$TEST_TMPDIR"' EXIT
+fi
+
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${fixtures[@]}"
 cmake --build "$build"
 ctest --test-dir "$build" --output-on-failure -j2
