@@ -16,6 +16,7 @@
 #include "tests/expert_node/expert_test_util.h"
 #include "tests/expert_node/node_test_client.h"
 #include "tests/support/paths.h"
+#include "tests/support/raw_call.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -28,27 +29,10 @@ using testing::TempDir;
 
 constexpr char kService[] = "/colibri.v1.ExpertService/";
 
-// One unary call of `method` with `body` as the raw request bytes.
+// One unary call of ExpertService's `method` with `body` as the raw request
+// bytes.
 grpc::Status CallRaw(grpc::GenericStub* stub, const std::string& method, const std::string& body) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  grpc::Slice slice(body);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  bool done = false;
-  std::mutex mu;
-  std::condition_variable cv;
-  stub->UnaryCall(&context, kService + method, grpc::StubOptions(), &request, &response,
-                  [&](grpc::Status s) {
-                    std::lock_guard<std::mutex> lock(mu);
-                    status = std::move(s);
-                    done = true;
-                    cv.notify_one();
-                  });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  return status;
+  return colibri::testing::CallRaw(stub, kService + method, body);
 }
 
 class NodeLimitsTest : public ::testing::Test {

@@ -20,12 +20,14 @@
 #include "gtest/gtest.h"
 #include "tests/integration/node_process.h"
 #include "tests/support/golden.h"
+#include "tests/support/raw_call.h"
 #include "tests/support/subprocess.h"
 
 namespace colibri {
 namespace {
 
 using client::Client;
+using testing::CallRaw;
 using client::ClientOptions;
 using client::GenerateResult;
 using testing::CommandResult;
@@ -318,30 +320,6 @@ TEST_F(ServeTest, MalformedRequestsAreInvalidArgumentAndTheServerKeepsServing) {
   absl::StatusOr<GenerateResult> good = client->Generate(GreedyRequest(prompt, false, 4));
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ(good->tokens, LocalRun(model, prompt, false, 4));
-}
-
-// One call of `method` with `body` as the raw request bytes (a unary call
-// on the wire; a streaming method's error status arrives the same way).
-grpc::Status CallRaw(grpc::GenericStub* stub, const std::string& method, const std::string& body) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  grpc::Slice slice(body);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  bool done = false;
-  std::mutex mu;
-  std::condition_variable cv;
-  stub->UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
-                  [&](grpc::Status s) {
-                    std::lock_guard<std::mutex> lock(mu);
-                    status = std::move(s);
-                    done = true;
-                    cv.notify_one();
-                  });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  return status;
 }
 
 // Defect 10 of issue 9: bytes that are not the method's request got

@@ -13,9 +13,12 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
 #include "rpc/client_support.h"
+#include "tests/support/raw_call.h"
 
 namespace colibri::rpc {
 namespace {
+
+using testing::CallRaw;
 
 const char kToken[] = "call-auth-test-token-0123456789";
 
@@ -28,32 +31,6 @@ TEST(CallAuthTest, CallAllowedNeedsTheTokenExceptForOpenMethods) {
   EXPECT_TRUE(CallAllowed("/a.B/C", std::string("Bearer ") + kToken, kToken, open));
   EXPECT_TRUE(CallAllowed("/grpc.health.v1.Health/Check", "", kToken, open));
   EXPECT_FALSE(CallAllowed("/grpc.health.v1.HealthX/Check", "", kToken, open));
-}
-
-// A unary call of `method` through the generic stub with `body` as the
-// request; the status.
-grpc::Status CallRaw(grpc::GenericStub* stub, const std::string& method, const std::string& body,
-                     const std::string& authorization) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
-  grpc::Slice slice(body);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  bool done = false;
-  std::mutex mu;
-  std::condition_variable cv;
-  grpc::StubOptions options;
-  stub->UnaryCall(&context, method, options, &request, &response, [&](grpc::Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    status = std::move(s);
-    done = true;
-    cv.notify_one();
-  });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  return status;
 }
 
 // Plaintext: the check runs in gRPC's auth filter, before the handler, so a
