@@ -261,4 +261,14 @@ absl::StatusOr<BpeVocabulary> TrainByteLevelBpe(absl::string_view text, int voca
   return vocab;
 }
 
+int PadVocabulary(int vocab_size, BpeVocabulary* vocab) {
+  int added = 0;
+  while (vocab->tokens.size() < static_cast<size_t>(vocab_size)) {
+    vocab->tokens.push_back(absl::StrCat("<|unused_", added, "|>"));
+    vocab->token_types.push_back(BpeVocabulary::kTypeUnused);
+    ++added;
+  }
+  return added;
+}
+
 }  // namespace colibri::synthetic

@@ -37,17 +37,26 @@ struct BpeVocabulary {
   static constexpr const char* kEndOfText = "<|endoftext|>";
   static constexpr int32_t kTypeNormal = 1;
   static constexpr int32_t kTypeControl = 3;
+  static constexpr int32_t kTypeUnused = 5;
 
   std::vector<std::string> tokens;   // byte-to-unicode form; merged tokens concatenate
-  std::vector<int32_t> token_types;  // kTypeNormal, or kTypeControl for <|endoftext|>
+  std::vector<int32_t> token_types;  // kTypeNormal, kTypeControl for <|endoftext|>, kTypeUnused
+                                     // for padding
   std::vector<std::string> merges;   // "left right", in rank order
-  int32_t end_of_text_id = -1;       // the last token
+  int32_t end_of_text_id = -1;       // the last trained token
 };
 
 // Learns merges until the vocabulary (bytes + merged tokens + <|endoftext|>) has
 // vocab_size tokens, or fewer when the text runs out of pairs. InvalidArgument
 // if vocab_size < 257.
 absl::StatusOr<BpeVocabulary> TrainByteLevelBpe(absl::string_view text, int vocab_size);
+
+// Appends unused tokens "<|unused_N|>" (N from 0, type kTypeUnused) after
+// <|endoftext|> until the vocabulary has vocab_size tokens, the way released
+// models pad their embedding rows (Qwen3's 151,643 tokens fill 151,936 rows).
+// Unused tokens are never produced by tokenizing text. Returns how many were
+// added (0 when the vocabulary is already that large).
+int PadVocabulary(int vocab_size, BpeVocabulary* vocab);
 
 }  // namespace colibri::synthetic
 

@@ -119,7 +119,9 @@ int main(int argc, char** argv) {
       {"--shared-ffn", &ModelSpec::n_ff_shexp,
        "hidden width of the shared expert (qwen2moe; default top-k * expert-ffn)"},
       {"--context", &ModelSpec::n_ctx, "context_length written to the file"},
-      {"--vocab-size", &ModelSpec::vocab_size, "tokenizer size to train to"},
+      {"--vocab-size", &ModelSpec::vocab_size,
+       "tokenizer size: trained as far as the built-in text allows (about 4,200), the rest unused "
+       "padding"},
       {"--dense-layers", &ModelSpec::n_dense_lead, "deepseek2: leading dense layers"},
   };
   for (IntFlag& f : int_flags) f.option = app.add_option(f.flag, f.value, f.help);

@@ -217,12 +217,14 @@ absl::StatusOr<GenerateReport> GenerateModel(const ModelSpec& spec, const Genera
   GenerateReport report;
   COLIBRI_ASSIGN_OR_RETURN(BpeVocabulary vocab,
                            TrainByteLevelBpe(TrainingCorpus(), spec.vocab_size));
+  const size_t n_trained = vocab.tokens.size();
+  const int n_padding = PadVocabulary(spec.vocab_size, &vocab);
   report.n_vocab = static_cast<int>(vocab.tokens.size());
   report.n_merges = static_cast<int>(vocab.merges.size());
-  if (report.n_vocab < spec.vocab_size) {
-    report.notes.push_back(absl::StrCat("the built-in training text supports ", report.n_vocab,
-                                        " tokens; the vocabulary has ", report.n_vocab,
-                                        " instead of ", spec.vocab_size));
+  if (n_padding > 0) {
+    report.notes.push_back(absl::StrCat("the built-in training text supports ", n_trained,
+                                        " tokens; the other ", n_padding,
+                                        " of the vocabulary are unused padding tokens"));
   }
 
   const std::vector<TensorPlan> plans =

@@ -16,6 +16,7 @@
 #include "model/gguf/gguf_file.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
+#include "model/tokenizer/tokenizer.h"
 #include "scripts/synthetic_model/byte_level_bpe.h"
 #include "scripts/synthetic_model/model_spec.h"
 
@@ -318,6 +319,42 @@ TEST_P(SyntheticModelTest, TokenizerIsAConsistentGpt2Bpe) {
   }
 }
 
+// A vocabulary larger than the built-in text can train (real models have 150k+
+// rows) is padded with unused tokens after <|endoftext|>, which the tokenizer
+// never produces.
+TEST(SyntheticModelPaddingTest, ALargeVocabularyIsPaddedWithUnusedTokens) {
+  Case c = Cases()[0];
+  c.spec.vocab_size = 6000;  // above what the training text supports
+  Generated g = GenerateAndOpen(c, "padded-vocab.gguf");
+  ASSERT_NE(g.file, nullptr);
+  const gguf::GgufFile& f = *g.file;
+  const std::vector<std::string>& tokens = **f.GetStringArray("tokenizer.ggml.tokens");
+  const std::vector<int64_t> types = *f.GetIntArray("tokenizer.ggml.token_type");
+  ASSERT_EQ(tokens.size(), 6000u);
+  ASSERT_EQ(types.size(), tokens.size());
+  EXPECT_EQ(f.FindTensor("token_embd.weight")->dims[1], 6000);
+  EXPECT_EQ(f.FindTensor("output.weight")->dims[1], 6000);
+  EXPECT_EQ(g.report.n_vocab, 6000);
+
+  const uint64_t eot = Uint(f, "tokenizer.ggml.eos_token_id");
+  ASSERT_LT(eot, 5000u);
+  EXPECT_EQ(tokens[eot], "<|endoftext|>");
+  EXPECT_EQ(types[eot], 3);
+  EXPECT_EQ(tokens[eot + 1], "<|unused_0|>");
+  EXPECT_EQ(tokens.back(), absl::StrCat("<|unused_", 6000 - eot - 2, "|>"));
+  for (size_t i = 0; i < eot; ++i) EXPECT_EQ(types[i], 1) << i;
+  for (size_t i = eot + 1; i < types.size(); ++i) EXPECT_EQ(types[i], 5) << i;
+  EXPECT_THAT(g.report.notes, ::testing::Contains(HasSubstr("unused padding")));
+
+  absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::FromGguf(f);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::string text = "In the beginning <|unused_3|> was the Word, and the Word was with God.";
+  absl::StatusOr<std::vector<int32_t>> ids = (*tok)->Encode(text, tokenizer::EncodeOptions());
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  for (int32_t id : *ids) EXPECT_LT(static_cast<uint64_t>(id), eot) << id;
+  EXPECT_EQ((*tok)->Decode(*ids, /*render_special=*/false), text);
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, SyntheticModelTest, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.label);
@@ -382,8 +419,8 @@ TEST(SyntheticModelErrorsTest, RejectsBadSpecsAndTypes) {
   spec.vocab_size = 100;
   EXPECT_EQ(spec.Validate().code(), absl::StatusCode::kInvalidArgument);
 
-  absl::StatusOr<GenerateReport> report = GenerateModel(
-      Tiny(Architecture::kLlama), Options(TensorType::kIQ2_XS), TempPath("bad.gguf"));
+  absl::StatusOr<GenerateReport> report =
+      GenerateModel(Tiny(Architecture::kLlama), Options(TensorType::kIQ2_XS), TempPath("bad.gguf"));
   EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(report.status().message(), HasSubstr("IQ2_XS"));
 }
