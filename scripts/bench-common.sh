@@ -1,10 +1,10 @@
 # shellcheck shell=bash disable=SC2034
 # (The variables set here are read by the scripts that source this file.)
 #
-# Shared by scripts/bench-cluster.sh and scripts/bench-prefetch.sh (sourced, not
-# run): the binaries, the synthetic model, expert nodes and relays on loopback,
-# coordinator runs with their peak RSS, and the one parser of the coordinator's
-# stderr (bench_parse_run).
+# Shared by the scripts/bench-*.sh (sourced, not run): the binaries, the
+# synthetic model, expert nodes, relays and `serve` on loopback, coordinator
+# runs with their peak RSS, the one parser of the coordinator's stderr
+# (bench_parse_run), serve's metrics, and the speculation prompts.
 #
 # Everything started here is recorded in BENCH_PIDS and stopped by bench_cleanup,
 # which the scripts install as an EXIT trap.
@@ -55,13 +55,17 @@ bench_need_relay() {
   [ -x "$RELAY" ] || bench_die "$RELAY is missing; build it: cmake --build <build> --target colibri-relay"
 }
 
-# bench_model PATH LAYERS: the synthetic Qwen3-30B-A3B-shaped model, made if missing.
+# bench_model PATH LAYERS [VOCAB]: the synthetic Qwen3-30B-A3B-shaped model
+# (Q4_K; VOCAB pads the vocabulary, e.g. 151936 as Qwen3's), made if missing.
+# It is written to PATH.tmp and renamed, so an interrupted run leaves no PATH.
 bench_model() {
-  local path="$1" layers="$2"
+  local path="$1" layers="$2" vocab="${3:-}"
   if [ ! -f "$path" ]; then
     mkdir -p "$(dirname "$path")"
-    echo "making $path ($layers layers)..." >&2
-    "$MAKE_MODEL" --preset qwen3-30b-a3b --layers "$layers" --type q4_k --out "$path" >&2
+    echo "making $path ($layers layers${vocab:+, vocabulary $vocab})..." >&2
+    "$MAKE_MODEL" --preset qwen3-30b-a3b --layers "$layers" --type q4_k \
+      ${vocab:+--vocab-size "$vocab"} --out "$path.tmp" >&2 || bench_die "making $path failed"
+    mv "$path.tmp" "$path"
   fi
 }
 
@@ -73,12 +77,18 @@ bench_to_bytes() {
     printf "%.0f\n", v * m }'
 }
 
-# bench_model_info MODEL: MODEL_LAYERS, MODEL_ACTIVE_BYTES (per token, from
-# inspect), MODEL_ROUTED_BYTES (exact, summed from plan --assume-equal).
+# bench_model_info MODEL: MODEL_LAYERS, MODEL_EMBD (hidden width),
+# MODEL_MOE_LAYERS (layers with routed experts), MODEL_ACTIVE_BYTES (per token,
+# from inspect), MODEL_ROUTED_BYTES (exact, summed from plan --assume-equal).
 bench_model_info() {
   local model="$1" inspect line
   inspect=$("$COORD" inspect -m "$model")
   MODEL_LAYERS=$(sed -n 's/^  layers \([0-9]*\),.*/\1/p' <<<"$inspect")
+  MODEL_EMBD=$(sed -n 's/^  layers [0-9]*, hidden \([0-9]*\),.*/\1/p' <<<"$inspect")
+  local experts routed
+  experts=$(sed -n 's/^  experts \([0-9]*\),.*/\1/p' <<<"$inspect")
+  routed=$(sed -n 's/^routed experts: \([0-9]*\),.*/\1/p' <<<"$inspect")
+  MODEL_MOE_LAYERS=$(bench_div "${routed:-}" "${experts:-}" "%.0f")
   line=$(grep '^active weight bytes per token:' <<<"$inspect")
   MODEL_ACTIVE_TEXT=$(awk '{print $6, $7}' <<<"$line")
   local value unit
@@ -284,4 +294,81 @@ bench_div() {
   awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN {
     if (a == "" || b == "" || a == "n/a" || b == "n/a" || b + 0 == 0) print "n/a";
     else printf f "\n", a / b }'
+}
+
+# bench_start_serve PREFIX ARGS...: `colibri-coordinator serve ARGS` with
+# stdout in PREFIX.out and stderr in PREFIX.err, waiting until it listens; sets
+# SERVE_PID, SERVE_ADDR (gRPC) and SERVE_HTTP (the --http-listen address, or
+# empty when ARGS have none).
+bench_start_serve() {
+  local prefix="$1" arg http=0 i
+  shift
+  for arg in "$@"; do [ "$arg" = --http-listen ] && http=1; done
+  "$COORD" serve "$@" >"$prefix.out" 2>"$prefix.err" &
+  SERVE_PID=$!
+  BENCH_PIDS+=($!)
+  SERVE_ADDR=$(bench_wait_listening "$prefix.out" "$SERVE_PID") ||
+    bench_die "serve did not start: $(tail -3 "$prefix.err")"
+  SERVE_HTTP=""
+  [ "$http" = 1 ] || return 0
+  for i in $(seq 300); do  # printed after the gRPC line
+    SERVE_HTTP=$(awk '/^http listening on /{print $4; exit}' "$prefix.out")
+    [ -n "$SERVE_HTTP" ] && return 0
+    sleep 0.1
+  done
+  bench_die "serve printed no http address: $(tail -3 "$prefix.err")"
+}
+
+# bench_serve_counters HOST:PORT: serve's GET /metrics (no token: loopback),
+# summed over the nodes, as "round_trips sent_bytes received_bytes
+# generated_tokens" (0 for a family that is absent, e.g. without nodes). Uses
+# bash's /dev/tcp, so it needs no HTTP client.
+bench_serve_counters() {
+  local host="${1%:*}" port="${1##*:}" body
+  body=$(
+    exec 3<>"/dev/tcp/$host/$port" || exit 1
+    printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$1" >&3
+    cat <&3
+  ) || bench_die "GET http://$1/metrics failed"
+  awk '
+    $1 ~ /^colibri_node_round_trips_total/ { t += $2 }
+    $1 ~ /^colibri_node_sent_bytes_total/ { s += $2 }
+    $1 ~ /^colibri_node_received_bytes_total/ { r += $2 }
+    $1 == "colibri_generated_tokens_total" { g += $2 }
+    END { printf "%.0f %.0f %.0f %.0f\n", t, s, r, g }' <<<"${body//$'\r'/}"
+}
+
+# bench_spec_prompts: BENCH_SPEC_NAMES (code quote free) and
+# BENCH_SPEC_PROMPTS, the three prompts speculation is measured on: a
+# code-editing prompt, a quoting prompt and free text.
+bench_spec_prompts() {
+  BENCH_SPEC_NAMES=(code quote free)
+  BENCH_SPEC_PROMPTS=('Rename the variable count to total in this function:
+
+int Sum(const std::vector<int>& values) {
+  int count = 0;
+  for (int v : values) count += v;
+  return count;
+}
+
+Here is the function with count renamed to total:
+
+int Sum('
+    'And God said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the light from the darkness. And God called the light Day, and the darkness he called Night. And the evening and the morning were the first day.
+
+Quote the verse above exactly: And God said,'
+    'Tell the story of a shepherd who crossed the river at night')
+}
+
+# bench_spec_field FILE FIELD: a figure of run's "speculation (...): ..."
+# line: drafted, accepted, verify (steps) or mean (accepted length); empty
+# when the run did not speculate. ("mean accepted length" is not a count.)
+bench_spec_field() {
+  awk -v f="$2" '/^speculation / {
+    for (i = 1; i <= NF; i++) {
+      if (f == "drafted" && $(i + 1) == "drafted,") print $i
+      if (f == "accepted" && $(i + 1) == "accepted" && $i ~ /^[0-9]+$/) print $i
+      if (f == "verify" && $(i + 1) == "verify") print $i
+      if (f == "mean" && $i == "length") print $(i + 1)
+    } }' "$1"
 }

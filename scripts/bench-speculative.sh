@@ -63,34 +63,9 @@ rm -rf "$work"
 mkdir -p "$work"
 trap bench_cleanup EXIT
 
-code_prompt='Rename the variable count to total in this function:
-
-int Sum(const std::vector<int>& values) {
-  int count = 0;
-  for (int v : values) count += v;
-  return count;
-}
-
-Here is the function with count renamed to total:
-
-int Sum('
-quote_prompt='And God said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the light from the darkness. And God called the light Day, and the darkness he called Night. And the evening and the morning were the first day.
-
-Quote the verse above exactly: And God said,'
-free_prompt='Tell the story of a shepherd who crossed the river at night'
-names=(code quote free)
-prompts=("$code_prompt" "$quote_prompt" "$free_prompt")
-
-# spec_field FILE FIELD: from run's "speculation (ngram): ..." line.
-spec_field() {
-  awk -v f="$2" '/^speculation / {
-    for (i = 1; i <= NF; i++) {
-      if (f == "drafted" && $(i + 1) == "drafted,") print $i
-      if (f == "accepted" && $(i + 1) == "accepted") print $i
-      if (f == "verify" && $(i + 1) == "verify") print $i
-      if (f == "mean" && $i == "length") print $(i + 1)
-    } }' "$1"
-}
+bench_spec_prompts
+names=("${BENCH_SPEC_NAMES[@]}")
+prompts=("${BENCH_SPEC_PROMPTS[@]}")
 
 rows=()
 # measure CONFIG NODES: plain, adaptive and fixed-length speculation for
@@ -125,11 +100,11 @@ measure() {
         bench_die "$config ${names[$i]} $mode: the tokens differ from plain decoding"
       bench_parse_run "$prefix.err"
       local drafted accepted verify rate mean trips
-      drafted=$(spec_field "$prefix.err" drafted)
-      accepted=$(spec_field "$prefix.err" accepted)
-      verify=$(spec_field "$prefix.err" verify)
+      drafted=$(bench_spec_field "$prefix.err" drafted)
+      accepted=$(bench_spec_field "$prefix.err" accepted)
+      verify=$(bench_spec_field "$prefix.err" verify)
       rate=$(bench_div "${accepted:-}" "${drafted:-}" "%.3f")
-      mean=$(spec_field "$prefix.err" mean)
+      mean=$(bench_spec_field "$prefix.err" mean)
       trips=$(bench_div "${STATS[decode_round_trips]:-}" "${STATS[gen_tokens]:-}")
       rows+=("$(printf '%-22s %-6s %-9s %7s %9s %9s %9s %9s %9s %11s' "$config" "${names[$i]}" \
         "$mode" "${STATS[gen_tokens]:-n/a}" "${STATS[gen_tps]:-n/a}" "${verify:--}" \
