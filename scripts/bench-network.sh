@@ -1,0 +1,504 @@
+#!/usr/bin/env bash
+# What the network costs Colibri, end to end (issue 13, "Measured"): the
+# synthetic Qwen3-30B-A3B-shaped model (Q4_K, 151,936-token vocabulary) with 8
+# and 16 layers, locally and on 3 expert nodes behind colibri-relay links
+# (default 0.25 ms / 1 Gbit and 1 ms / 100 Mbit one way): single-stream
+# decode, aggregate tok/s of concurrent generations through `serve`, round
+# trips and bytes per generated token, speculation's acceptance on three
+# prompts, llama.cpp's RPC backend on the same links, and the issue's targets
+# with MET / NOT MET. Run from anywhere after a Release build.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: scripts/bench-network.sh [options]
+
+  --layers "L ..."     layer counts of the synthetic model (default "8 16")
+  --model-dir DIR      where the synthetic models are made once and reused
+                       (default BUILD/models)
+  --model M            benchmark this one GGUF instead (--layers is ignored)
+  --links "D:R ..."    relay links: one-way delay in ms and bandwidth per
+                       direction, R 0 = uncapped, D 0 = the nodes without a
+                       relay (default "0.25:1Gbit 1:100Mbit")
+  -n N                 tokens of the single-stream runs (default 32)
+  --concurrency "C ..." concurrent generations through serve (default "1 4 8 16")
+  --conc-tokens N      tokens per concurrent generation (default 16)
+  --threads T          coordinator and llama-bench threads (default 2)
+  --node-threads T     threads per expert node and per ggml-rpc-server (default 1)
+  --run-args "FLAGS"   more flags for every `colibri-coordinator run`
+                       (e.g. "--draft ngram"); word-split
+  --serve-args "FLAGS" more flags for every `colibri-coordinator serve`
+  --node-args "FLAGS"  more flags for every colibri-expert-node
+  --spec-model M       model of the speculation figures (default the trained
+                       demo model models/demo/colibri-demo-kjv-q8_0.gguf)
+  --spec-tokens N      tokens per speculation run (default 96)
+  --draft-max K        --draft-max of the speculation runs (default 8)
+  --llama-dir DIR      a llama.cpp build of your own: DIR holds llama-bench and
+                       ggml-rpc-server (or rpc-server); without it no
+                       llama.cpp figures (the project never downloads or
+                       builds llama.cpp)
+  --llama-reps R       llama-bench repetitions (default 2)
+  --quick              smoke run: -n 4, --concurrency "1 2", --conc-tokens 4,
+                       --spec-tokens 16, --links "0.25:1Gbit"
+  --build DIR          Colibri build folder (default build)
+  --work DIR           logs and node data (default BUILD/bench-network)
+  -h, --help           this text
+
+Needs colibri-coordinator, colibri-expert-node, colibri-client, colibri-relay
+and colibri-make-model.
+
+Single stream: `run` (greedy, EOS ignored). Its round trips and bytes per
+generated token are the coordinator's node counters of the run minus those of
+a prompt-only run (-n 0), divided by the decode evaluations' tokens (N - 1).
+Aggregate: `serve --sessions <max C>` and `colibri-client bench -c C
+--requests C` (C generations started together, 8-token prompts): output
+tokens / wall time; trips and bytes per token are serve's /metrics deltas over
+the generated tokens (prompts included). "floor" is the hidden-state floor of
+one token: hidden width x 4 bytes x MoE layers x 3 nodes, each way.
+
+Targets (issue 13), for each link with RTT = 2 x delay:
+  T1 time per token through the link <= local + 1.2 x MoE layers x RTT / L,
+     L = generated tokens per verify step of that run (1 without --draft);
+  T2 aggregate at 8 concurrent >= 4 x aggregate at 1 (the issue: at 0.25 ms);
+  T3 single-stream decode >= 2 x llama.cpp RPC decode on the same link.
+llama.cpp splits by layers, not experts: with -ngl 99 its model loader puts
+the token embedding on the host CPU and cuts the repeating layers plus the
+output head into contiguous ranges, one per RPC server, in proportion to the
+free memory each server reports (equal here: one machine), so one token visits
+the servers in turn and crosses every server boundary through the host.
+EOF
+}
+
+cd "$(dirname "$0")/.."
+source scripts/bench-common.sh
+
+layer_counts="8 16"
+model_dir=""
+model=""
+links="0.25:1Gbit 1:100Mbit"
+n_predict=32
+concurrency="1 4 8 16"
+conc_tokens=16
+threads=2
+node_threads=1
+run_args=""
+serve_args=""
+node_args=""
+spec_model=models/demo/colibri-demo-kjv-q8_0.gguf
+spec_tokens=96
+draft_max=8
+llama_dir=""
+llama_reps=2
+build=build
+work=""
+vocab=151936
+prompt="The small birds of the valley"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --layers) layer_counts="${2:?}"; shift 2 ;;
+    --model-dir) model_dir="${2:?}"; shift 2 ;;
+    --model) model="${2:?}"; shift 2 ;;
+    --links) links="${2:?}"; shift 2 ;;
+    -n) n_predict="${2:?}"; shift 2 ;;
+    --concurrency) concurrency="${2:?}"; shift 2 ;;
+    --conc-tokens) conc_tokens="${2:?}"; shift 2 ;;
+    --threads) threads="${2:?}"; shift 2 ;;
+    --node-threads) node_threads="${2:?}"; shift 2 ;;
+    --run-args) run_args="$2"; shift 2 ;;
+    --serve-args) serve_args="$2"; shift 2 ;;
+    --node-args) node_args="$2"; shift 2 ;;
+    --spec-model) spec_model="${2:?}"; shift 2 ;;
+    --spec-tokens) spec_tokens="${2:?}"; shift 2 ;;
+    --draft-max) draft_max="${2:?}"; shift 2 ;;
+    --llama-dir) llama_dir="${2:?}"; shift 2 ;;
+    --llama-reps) llama_reps="${2:?}"; shift 2 ;;
+    --quick)
+      n_predict=4 concurrency="1 2" conc_tokens=4 spec_tokens=16 links="0.25:1Gbit"
+      shift ;;
+    --build) build="${2:?}"; shift 2 ;;
+    --work) work="${2:?}"; shift 2 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+done
+[ "$n_predict" -ge 2 ] 2>/dev/null || bench_die "-n must be at least 2"
+read -r -a run_extra <<<"$run_args"
+read -r -a serve_extra <<<"$serve_args"
+read -r -a node_extra <<<"$node_args"
+
+bench_init "$build"
+bench_need_relay
+CLIENT="$build/client/colibri-client"
+[ -x "$CLIENT" ] || bench_die "$CLIENT is missing; build it: cmake --build $build --target colibri-client"
+LLAMA_BENCH=""
+RPC_SERVER=""
+if [ -n "$llama_dir" ]; then
+  LLAMA_BENCH="$llama_dir/llama-bench"
+  RPC_SERVER="$llama_dir/ggml-rpc-server"
+  [ -x "$RPC_SERVER" ] || RPC_SERVER="$llama_dir/rpc-server"
+  [ -x "$LLAMA_BENCH" ] || bench_die "no llama-bench in $llama_dir"
+  [ -x "$RPC_SERVER" ] || bench_die "no ggml-rpc-server (or rpc-server) in $llama_dir"
+fi
+[ -n "$work" ] || work="$build/bench-network"
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+[ -n "$model_dir" ] || model_dir="$build/models"
+trap bench_cleanup EXIT
+
+max_conc=0
+for c in $concurrency; do [ "$c" -gt "$max_conc" ] && max_conc=$c; done
+
+# link_name DELAY RATE -> "0.25 ms 1Gbit" / "loopback"
+link_name() {
+  if [ "$1" = 0 ]; then echo "loopback"; else echo "$1 ms${2:+ $2}"; fi
+}
+
+# Result tables, one row per line.
+single_rows=()
+conc_rows=()
+llama_rows=()
+target_rows=()
+declare -A SINGLE_TPS   # "LAYERS/CONFIG" -> tok/s
+declare -A SINGLE_STEP  # "LAYERS/CONFIG" -> generated tokens per verify step
+declare -A CONC_TPS     # "LAYERS/CONFIG/C" -> aggregate tok/s
+declare -A LLAMA_TPS    # "LAYERS/CONFIG" -> llama-bench tg tok/s
+
+# tokens_per_step ERR_FILE: generated tokens per verify step of a `run` (1 when
+# it did not speculate).
+tokens_per_step() {
+  local verify plain
+  verify=$(bench_spec_field "$1" verify)
+  if [ -z "$verify" ]; then echo 1; return; fi
+  plain=$(awk '/^speculation / { for (i = 1; i <= NF; i++) if ($(i + 1) == "plain") print $i }' "$1")
+  bench_parse_run "$1"
+  bench_div "$((STATS[gen_tokens] - 1))" "$((verify + ${plain:-0}))"
+}
+
+# single LAYERS CONFIG PREFIX [NODES]: one single-stream run (and, with NODES,
+# its prompt-only baseline); appends a row.
+single() {
+  local layers="$1" config="$2" prefix="$3" nodes="${4:-}" node_flags=()
+  [ -n "$nodes" ] && node_flags=(--nodes "$nodes")
+  local args=(run -m "$model" -p "$prompt" --temp 0 --ignore-eos --threads "$threads"
+    "${node_flags[@]}" "${run_extra[@]}")
+  local trips="-" sent="-" received="-"
+  if [ -n "$nodes" ]; then
+    bench_run "$prefix.base" "${args[@]}" -n 0
+    bench_parse_run "$prefix.base.err"
+    local t0="${STATS[decode_round_trips]:-0}" s0="${STATS[bytes_sent]:-0}" r0="${STATS[bytes_received]:-0}"
+    local rq0="${STATS[requests]:-0}"
+  fi
+  bench_run "$prefix" "${args[@]}" -n "$n_predict"
+  bench_parse_run "$prefix.err"
+  local tps="${STATS[gen_tps]:-n/a}" decode_tokens=$((STATS[gen_tokens] - 1))
+  if [ -n "$nodes" ]; then
+    trips=$(bench_div "$((STATS[requests] - rq0))" "$decode_tokens")
+    sent=$(bench_div "$((STATS[bytes_sent] - s0))" "$decode_tokens" "%.0f")
+    received=$(bench_div "$((STATS[bytes_received] - r0))" "$decode_tokens" "%.0f")
+  fi
+  local step
+  step=$(tokens_per_step "$prefix.err")
+  SINGLE_TPS["$layers/$config"]=$tps
+  SINGLE_STEP["$layers/$config"]=$step
+  single_rows+=("$(printf '%-7s %-22s %9s %9s %8s %11s %11s %11s' "$layers" "$config" "$tps" \
+    "$(bench_div 1000 "$tps")" "$step" "$trips" "$sent" "$received")")
+  echo "  $layers layers, $config: $tps tok/s, $trips trips/token" >&2
+}
+
+# concurrent LAYERS CONFIG PREFIX [NODES]: serve, then every concurrency.
+concurrent() {
+  local layers="$1" config="$2" prefix="$3" nodes="${4:-}" node_flags=() c
+  [ -n "$nodes" ] && node_flags=(--nodes "$nodes")
+  bench_start_serve "$prefix.serve" -m "$model" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
+    --threads "$threads" --sessions "$max_conc" "${node_flags[@]}" "${serve_extra[@]}"
+  "$CLIENT" --coordinator "$SERVE_ADDR" bench -c 1 --requests 1 --prompt-tokens 8 \
+    --max-tokens 2 >"$prefix.warmup" 2>&1 || bench_die "serve warm-up failed: $(tail -3 "$prefix.warmup")"
+  for c in $concurrency; do
+    local t0 s0 r0 g0 t1 s1 r1 g1 out="$prefix.c$c.json"
+    read -r t0 s0 r0 g0 <<<"$(bench_serve_counters "$SERVE_HTTP")"
+    "$CLIENT" --coordinator "$SERVE_ADDR" bench -c "$c" --requests "$c" --prompt-tokens 8 \
+      --max-tokens "$conc_tokens" --json >"$out" 2>"$prefix.c$c.err" ||
+      bench_die "colibri-client bench -c $c failed: $(tail -3 "$prefix.c$c.err")"
+    read -r t1 s1 r1 g1 <<<"$(bench_serve_counters "$SERVE_HTTP")"
+    local tps ok itl ttft trips="-" sent="-" received="-" tokens=$((g1 - g0))
+    tps=$(sed -n 's/^ *"output_tokens_per_second": *\([0-9.e+-]*\).*/\1/p' "$out")
+    ok=$(sed -n 's/^ *"ok": *\([0-9]*\).*/\1/p' "$out")
+    [ "$ok" = "$c" ] || bench_die "$config: $((c - ${ok:-0})) of $c generations failed ($out)"
+    itl=$(json_p50 "$out" inter_token_latency_seconds)
+    ttft=$(json_p50 "$out" time_to_first_token_seconds)
+    if [ -n "$nodes" ]; then
+      trips=$(bench_div "$((t1 - t0))" "$tokens")
+      sent=$(bench_div "$((s1 - s0))" "$tokens" "%.0f")
+      received=$(bench_div "$((r1 - r0))" "$tokens" "%.0f")
+    fi
+    tps=$(awk -v t="$tps" 'BEGIN { printf "%.2f", t }')
+    CONC_TPS["$layers/$config/$c"]=$tps
+    conc_rows+=("$(printf '%-7s %-22s %6s %10s %9s %9s %9s %11s %11s' "$layers" "$config" "$c" \
+      "$tps" "$ttft" "$itl" "$trips" "$sent" "$received")")
+    echo "  $layers layers, $config, $c concurrent: $tps tok/s, $trips trips/token" >&2
+  done
+  bench_stop "$SERVE_PID"
+}
+
+# json_p50 FILE KEY: the "p50" of KEY's object in colibri-client bench
+# --json output, in ms ("n/a" when absent).
+json_p50() {
+  awk -v k="\"$2\"" 'index($0, k) { f = 1 } f && /"p50"/ { gsub(/[",]/, ""); printf "%.1f\n", $2 * 1000; found = 1; exit }
+    END { if (!found) print "n/a" }' "$1"
+}
+
+# free_port: a loopback port nothing listens on (for ggml-rpc-server, which
+# cannot pick one itself).
+free_port() {
+  local p
+  while true; do
+    p=$((20000 + RANDOM % 30000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+# llama_start_servers: 3 ggml-rpc-servers (CPU device, --node-threads
+# threads, each with its own tensor cache under $work); sets RPC_PIDS and
+# RPC_ADDRS.
+llama_start_servers() {
+  local i port
+  RPC_PIDS=()
+  RPC_ADDRS=()
+  for i in 1 2 3; do
+    for _ in 1 2 3 4 5; do
+      port=$(free_port)
+      mkdir -p "$work/llama-cache$i"
+      LLAMA_CACHE="$work/llama-cache$i/" "$RPC_SERVER" -H 127.0.0.1 -p "$port" -t "$node_threads" \
+        -c >"$work/rpc$i.out" 2>"$work/rpc$i.err" &
+      local pid=$!
+      sleep 1  # it prints nothing once it listens (stdout is buffered): wait, then check
+      if kill -0 "$pid" 2>/dev/null; then
+        BENCH_PIDS+=("$pid")
+        RPC_PIDS+=("$pid")
+        RPC_ADDRS+=("127.0.0.1:$port")
+        break
+      fi
+      wait "$pid" 2>/dev/null || true
+    done
+    [ "${#RPC_ADDRS[@]}" -eq "$i" ] || bench_die "ggml-rpc-server did not start: $(tail -3 "$work/rpc$i.err")"
+  done
+}
+
+# llama_tg PREFIX [RPC_ADDRS]: llama-bench's decode tok/s (mean of its
+# repetitions) on the model, through the given RPC servers or on the CPU.
+llama_tg() {
+  local prefix="$1" rpc="${2:-}" rpc_flags=()
+  [ -n "$rpc" ] && rpc_flags=(--rpc "$rpc" -ngl 99)
+  "$LLAMA_BENCH" -m "$model" -t "$threads" -p 0 -n "$n_predict" -r "$llama_reps" -o jsonl \
+    "${rpc_flags[@]}" >"$prefix.jsonl" 2>"$prefix.err" ||
+    bench_die "llama-bench failed: $(tail -3 "$prefix.err")"
+  sed -n 's/.*"n_gen": *[1-9][0-9]*.*"avg_ts": *\([0-9.e+-]*\).*/\1/p' "$prefix.jsonl" |
+    awk 'NR == 1 { printf "%.2f\n", $1 }'
+}
+
+# llama_all LAYERS: llama.cpp on the CPU, then through 3 RPC servers on each link.
+llama_all() {
+  local layers="$1" tg link delay rate
+  echo "  llama.cpp, $layers layers, CPU..." >&2
+  tg=$(llama_tg "$work/L$layers.llama-local")
+  LLAMA_TPS["$layers/local"]=$tg
+  llama_rows+=("$(printf '%-7s %-22s %9s' "$layers" "local (CPU)" "$tg")")
+  llama_start_servers
+  # Loads the tensors into the servers' caches without a link in between, so
+  # that the relayed runs do not spend minutes sending the weights.
+  echo "  llama.cpp, $layers layers, filling the RPC servers' caches..." >&2
+  "$LLAMA_BENCH" -m "$model" -t "$threads" -p 0 -n 1 -r 1 --rpc "$(IFS=,; echo "${RPC_ADDRS[*]}")" \
+    -ngl 99 >"$work/L$layers.llama-fill.out" 2>"$work/L$layers.llama-fill.err" ||
+    bench_die "llama-bench --rpc failed: $(tail -3 "$work/L$layers.llama-fill.err")"
+  for link in $links; do
+    delay="${link%%:*}" rate="${link#*:}"
+    [ "$rate" = 0 ] && rate=""
+    local config addrs
+    config="3 nodes $(link_name "$delay" "$rate")"
+    if [ "$delay" = 0 ]; then
+      addrs=$(IFS=,; echo "${RPC_ADDRS[*]}")
+    else
+      bench_start_relay "$work" "$delay" "$rate" "${RPC_ADDRS[@]}"
+      addrs=$(IFS=,; echo "${RELAY_ADDRS[*]}")
+    fi
+    echo "  llama.cpp, $layers layers, $config..." >&2
+    tg=$(llama_tg "$work/L$layers.llama-${delay}" "$addrs")
+    [ "$delay" = 0 ] || bench_stop "$RELAY_PID"
+    LLAMA_TPS["$layers/$config"]=$tg
+    llama_rows+=("$(printf '%-7s %-22s %9s' "$layers" "$config" "$tg")")
+  done
+  grep -h "assigned to device\|model buffer size" "$work/L$layers.llama-fill.err" \
+    >"$work/L$layers.llama-split.txt" 2>/dev/null || true
+  bench_stop "${RPC_PIDS[@]}"
+}
+
+# verdict OK -> MET / NOT MET
+verdict() { if [ "$1" = 1 ]; then echo "MET"; else echo "NOT MET"; fi; }
+
+# targets LAYERS: the issue's targets for every link.
+targets() {
+  local layers="$1" link delay rate config
+  local t_local
+  t_local=$(bench_div 1000 "${SINGLE_TPS[$layers/local]}" "%.3f")
+  for link in $links; do
+    delay="${link%%:*}" rate="${link#*:}"
+    [ "$rate" = 0 ] && rate=""
+    config="3 nodes $(link_name "$delay" "$rate")"
+    local t step bound ok
+    t=$(bench_div 1000 "${SINGLE_TPS[$layers/$config]}" "%.3f")
+    step="${SINGLE_STEP[$layers/$config]}"
+    bound=$(awk -v l="$t_local" -v m="$MODEL_MOE_LAYERS" -v d="$delay" -v s="$step" \
+      'BEGIN { printf "%.3f", l + 1.2 * m * 2 * d / s }')
+    ok=$(awk -v t="$t" -v b="$bound" 'BEGIN { print (t + 0 > 0 && t <= b) ? 1 : 0 }')
+    target_rows+=("$(printf '%-7s %-22s T1 time/token %s ms <= local %s + 1.2 x %s x %s ms / %s = %s ms: %s' \
+      "$layers" "$config" "$t" "$t_local" "$MODEL_MOE_LAYERS" \
+      "$(awk -v d="$delay" 'BEGIN { print 2 * d }')" "$step" "$bound" "$(verdict "$ok")")")
+    local a1="${CONC_TPS[$layers/$config/1]:-}" a8="${CONC_TPS[$layers/$config/8]:-}"
+    if [ -n "$a1" ] && [ -n "$a8" ]; then
+      ok=$(awk -v a="$a8" -v b="$a1" 'BEGIN { print (a >= 4 * b) ? 1 : 0 }')
+      target_rows+=("$(printf '%-7s %-22s T2 aggregate x8 %s >= 4 x %s = %s tok/s (%sx): %s' \
+        "$layers" "$config" "$a8" "$a1" "$(awk -v b="$a1" 'BEGIN { printf "%.2f", 4 * b }')" \
+        "$(bench_div "$a8" "$a1")" "$(verdict "$ok")")")
+    else
+      target_rows+=("$(printf '%-7s %-22s T2 n/a (needs --concurrency with 1 and 8)' "$layers" "$config")")
+    fi
+    local l="${LLAMA_TPS[$layers/$config]:-}" s="${SINGLE_TPS[$layers/$config]}"
+    if [ -n "$l" ]; then
+      ok=$(awk -v a="$s" -v b="$l" 'BEGIN { print (b + 0 > 0 && a >= 2 * b) ? 1 : 0 }')
+      target_rows+=("$(printf '%-7s %-22s T3 decode %s >= 2 x llama.cpp RPC %s = %s tok/s (%sx): %s' \
+        "$layers" "$config" "$s" "$l" "$(awk -v b="$l" 'BEGIN { printf "%.2f", 2 * b }')" \
+        "$(bench_div "$s" "$l")" "$(verdict "$ok")")")
+    else
+      target_rows+=("$(printf '%-7s %-22s T3 n/a (no --llama-dir)' "$layers" "$config")")
+    fi
+  done
+}
+
+# bench_layers LAYERS: every Colibri and llama.cpp run on one model.
+bench_layers() {
+  local layers="$1" link delay rate config nodes addrs
+  local dir="$work/L$layers"
+  mkdir -p "$dir"
+  bench_model_info "$model"
+  layers="$MODEL_LAYERS"
+  echo "$model: $MODEL_LAYERS layers ($MODEL_MOE_LAYERS MoE), hidden $MODEL_EMBD" >&2
+  single "$layers" local "$dir/local"
+  concurrent "$layers" local "$dir/local"
+  echo "starting 3 nodes..." >&2
+  bench_start_nodes "$dir" 3 --threads "$node_threads" "${node_extra[@]}"
+  nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
+  echo "nodes $nodes: ingest and warm-up run..." >&2
+  bench_run "$dir/warmup" run -m "$model" -p "$prompt" -n "$n_predict" --temp 0 --ignore-eos \
+    --threads "$threads" --nodes "$nodes" "${run_extra[@]}"
+  for link in $links; do
+    delay="${link%%:*}" rate="${link#*:}"
+    [ "$rate" = 0 ] && rate=""
+    config="3 nodes $(link_name "$delay" "$rate")"
+    if [ "$delay" = 0 ]; then
+      addrs="$nodes"
+    else
+      bench_start_relay "$dir" "$delay" "$rate" "${NODE_ADDRS[@]}"
+      addrs=$(IFS=,; echo "${RELAY_ADDRS[*]}")
+    fi
+    single "$layers" "$config" "$dir/relay-$delay" "$addrs"
+    concurrent "$layers" "$config" "$dir/relay-$delay" "$addrs"
+    [ "$delay" = 0 ] || bench_stop "$RELAY_PID"
+  done
+  bench_stop_nodes
+  [ -z "$LLAMA_BENCH" ] || llama_all "$layers"
+  FLOOR["$layers"]=$((MODEL_EMBD * 4 * MODEL_MOE_LAYERS * 3))
+  targets "$layers"
+}
+
+# Speculation's acceptance on the three prompts (local: acceptance does not
+# depend on the network).
+spec_rows=()
+speculation() {
+  local i prefix mode
+  bench_spec_prompts
+  for i in "${!BENCH_SPEC_NAMES[@]}"; do
+    for mode in fixed adaptive; do
+      prefix="$work/spec-${BENCH_SPEC_NAMES[$i]}-$mode"
+      local flags=(--draft ngram --draft-max "$draft_max")
+      [ "$mode" = fixed ] && flags+=(--draft-fixed)
+      echo "speculation, ${BENCH_SPEC_NAMES[$i]}, $mode..." >&2
+      bench_run "$prefix" run -m "$spec_model" -p "${BENCH_SPEC_PROMPTS[$i]}" -n "$spec_tokens" \
+        --temp 0 --ignore-eos --threads "$threads" "${flags[@]}"
+      bench_parse_run "$prefix.err"
+      local drafted accepted mean
+      drafted=$(bench_spec_field "$prefix.err" drafted)
+      accepted=$(bench_spec_field "$prefix.err" accepted)
+      mean=$(bench_spec_field "$prefix.err" mean)
+      spec_rows+=("$(printf '%-6s %-9s %7s %9s %9s %9s %9s %9s' "${BENCH_SPEC_NAMES[$i]}" "$mode" \
+        "${STATS[gen_tokens]:-n/a}" "${drafted:--}" "${accepted:--}" \
+        "$(bench_div "${accepted:-}" "${drafted:-}" "%.3f")" "${mean:--}" \
+        "$(tokens_per_step "$prefix.err")")")
+    done
+  done
+}
+
+declare -A FLOOR
+if [ -n "$model" ]; then
+  [ -f "$model" ] || bench_die "no model at $model"
+  bench_layers 0
+  model_list=("$model")
+else
+  model_list=()
+  for layers in $layer_counts; do
+    model="$model_dir/qwen3-30b-a3b-${layers}l-v$((vocab / 1000))k-q4_k.gguf"
+    bench_model "$model" "$layers" "$vocab"
+    model_list+=("$model")
+    bench_layers "$layers"
+  done
+fi
+if [ -f "$spec_model" ]; then
+  speculation
+else
+  echo "no speculation figures: $spec_model is missing" >&2
+fi
+
+echo
+echo "models: ${model_list[*]}"
+echo "coordinator threads $threads, node threads $node_threads; links: $links" \
+  "(one-way delay:bandwidth per direction, RTT = 2 x delay)${run_args:+; run $run_args}${serve_args:+; serve $serve_args}"
+echo
+echo "single stream: $n_predict greedy tokens (run; per token: decode, prompt excluded)"
+printf '%-7s %-22s %9s %9s %8s %11s %11s %11s\n' "layers" "config" "decode" "ms per" "tokens" \
+  "round trips" "sent" "received"
+printf '%-7s %-22s %9s %9s %8s %11s %11s %11s\n' "" "" "tok/s" "token" "/step" "per token" \
+  "bytes/tok" "bytes/tok"
+printf '%s\n' "${single_rows[@]}"
+echo "round trips: ComputeLayer calls summed over the nodes (one layer's calls go out in parallel)"
+for layers in "${!FLOOR[@]}"; do
+  echo "hidden-state floor, $layers layers: ${FLOOR[$layers]} bytes per token each way (3 nodes)"
+done
+echo
+echo "concurrent generations: serve --sessions $max_conc, colibri-client bench," \
+  "$conc_tokens tokens each (per token: prompts included)"
+printf '%-7s %-22s %6s %10s %9s %9s %9s %11s %11s\n' "layers" "config" "concur" "aggregate" \
+  "TTFT p50" "ITL p50" "trips" "sent" "received"
+printf '%-7s %-22s %6s %10s %9s %9s %9s %11s %11s\n' "" "" "" "tok/s" "ms" "ms" "per tok" \
+  "bytes/tok" "bytes/tok"
+printf '%s\n' "${conc_rows[@]}"
+if [ "${#llama_rows[@]}" -gt 0 ]; then
+  echo
+  echo "llama.cpp ($LLAMA_BENCH): llama-bench -p 0 -n $n_predict -r $llama_reps -t $threads," \
+    "3 ggml-rpc-servers -t $node_threads (-ngl 99: layers split across them)"
+  printf '%-7s %-22s %9s\n' "layers" "config" "tg tok/s"
+  printf '%s\n' "${llama_rows[@]}"
+fi
+if [ "${#spec_rows[@]}" -gt 0 ]; then
+  echo
+  echo "speculation: $spec_model, run --draft ngram --draft-max $draft_max," \
+    "$spec_tokens greedy tokens, local"
+  printf '%-6s %-9s %7s %9s %9s %9s %9s %9s\n' "prompt" "drafting" "tokens" "drafted" \
+    "accepted" "accept" "mean acc" "tokens"
+  printf '%-6s %-9s %7s %9s %9s %9s %9s %9s\n' "" "" "" "" "" "rate" "length" "/step"
+  printf '%s\n' "${spec_rows[@]}"
+  echo "mean acc length: accepted drafts per verify step; tokens/step: generated tokens per"
+  echo "evaluation (verify and plain steps). fixed: --draft-fixed (every step drafts up to"
+  echo "--draft-max); adaptive: the default, which stops drafting when it measures no gain."
+fi
+echo
+echo "targets (issue 13; the issue sets T2 and T3 at 0.25 ms):"
+printf '%s\n' "${target_rows[@]}"
