@@ -162,6 +162,7 @@ declare -A SINGLE_TPS   # "LAYERS/CONFIG" -> tok/s
 declare -A SINGLE_STEP  # "LAYERS/CONFIG" -> generated tokens per verify step
 declare -A CONC_TPS     # "LAYERS/CONFIG/C" -> aggregate tok/s
 declare -A LLAMA_TPS    # "LAYERS/CONFIG" -> llama-bench tg tok/s
+declare -A LLAMA_SPLIT  # LAYERS -> llama.cpp's model buffers per device
 
 # tokens_per_step ERR_FILE: generated tokens per verify step of a `run` (1 when
 # it did not speculate).
@@ -308,7 +309,7 @@ llama_all() {
   # that the relayed runs do not spend minutes sending the weights.
   echo "  llama.cpp, $layers layers, filling the RPC servers' caches..." >&2
   "$LLAMA_BENCH" -m "$model" -t "$threads" -p 0 -n 1 -r 1 --rpc "$(IFS=,; echo "${RPC_ADDRS[*]}")" \
-    -ngl 99 >"$work/L$layers.llama-fill.out" 2>"$work/L$layers.llama-fill.err" ||
+    -ngl 99 -v >"$work/L$layers.llama-fill.out" 2>"$work/L$layers.llama-fill.err" ||
     bench_die "llama-bench --rpc failed: $(tail -3 "$work/L$layers.llama-fill.err")"
   for link in $links; do
     delay="${link%%:*}" rate="${link#*:}"
@@ -327,8 +328,9 @@ llama_all() {
     LLAMA_TPS["$layers/$config"]=$tg
     llama_rows+=("$(printf '%-7s %-22s %9s' "$layers" "$config" "$tg")")
   done
-  grep -h "assigned to device\|model buffer size" "$work/L$layers.llama-fill.err" \
-    >"$work/L$layers.llama-split.txt" 2>/dev/null || true
+  # Where llama.cpp put the weights (its -v log): one buffer per device.
+  LLAMA_SPLIT["$layers"]=$(sed -n 's/.*load_tensors: *\(.*\) model buffer size = *\([0-9.]*\) MiB.*/\1 \2 MiB/p' \
+    "$work/L$layers.llama-fill.err" | paste -sd, - | sed 's/,/, /g')
   bench_stop "${RPC_PIDS[@]}"
 }
 
@@ -382,6 +384,11 @@ bench_layers() {
   bench_model_info "$model"
   layers="$MODEL_LAYERS"
   echo "$model: $MODEL_LAYERS layers ($MODEL_MOE_LAYERS MoE), hidden $MODEL_EMBD" >&2
+  # The same run first, so that the measured one finds the experts it routes
+  # to in the page cache (as the nodes' warm-up run does for theirs).
+  echo "local warm-up run..." >&2
+  bench_run "$dir/local-warmup" run -m "$model" -p "$prompt" -n "$n_predict" --temp 0 \
+    --ignore-eos --threads "$threads" "${run_extra[@]}"
   single "$layers" local "$dir/local"
   concurrent "$layers" local "$dir/local"
   echo "starting 3 nodes..." >&2
@@ -486,6 +493,9 @@ if [ "${#llama_rows[@]}" -gt 0 ]; then
     "3 ggml-rpc-servers -t $node_threads (-ngl 99: layers split across them)"
   printf '%-7s %-22s %9s\n' "layers" "config" "tg tok/s"
   printf '%s\n' "${llama_rows[@]}"
+  for layers in "${!LLAMA_SPLIT[@]}"; do
+    echo "llama.cpp weights, $layers layers: ${LLAMA_SPLIT[$layers]:-n/a (no -v log)}"
+  done
 fi
 if [ "${#spec_rows[@]}" -gt 0 ]; then
   echo
