@@ -113,10 +113,11 @@ bench_memory_bandwidth() {
 }
 
 # bench_wait_listening FILE PID: the addresses of the "listening on HOST:PORT"
-# lines in FILE (one per line), waiting at most 30 s for them.
+# lines in FILE (one per line), waiting at most 120 s for them (a
+# 16-layer model loads slowly on a loaded machine).
 bench_wait_listening() {
   local file="$1" pid="$2" want="${3:-1}" i
-  for i in $(seq 300); do
+  for i in $(seq 1200); do
     if [ "$(grep -c '^listening on ' "$file" 2>/dev/null)" -ge "$want" ]; then
       awk '/^listening on /{print $3}' "$file"
       return 0
@@ -311,7 +312,7 @@ bench_start_serve() {
     bench_die "serve did not start: $(tail -3 "$prefix.err")"
   SERVE_HTTP=""
   [ "$http" = 1 ] || return 0
-  for i in $(seq 300); do  # printed after the gRPC line
+  for i in $(seq 1200); do  # printed after the gRPC line
     SERVE_HTTP=$(awk '/^http listening on /{print $4; exit}' "$prefix.out")
     [ -n "$SERVE_HTTP" ] && return 0
     sleep 0.1
