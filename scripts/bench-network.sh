@@ -53,7 +53,9 @@ a prompt-only run (-n 0), divided by the decode evaluations' tokens (N - 1).
 Aggregate: `serve --sessions <max C>` and `colibri-client bench -c C
 --requests C` (C generations started together, 8-token prompts): output
 tokens / wall time; trips and bytes per token are serve's /metrics deltas over
-the generated tokens (prompts included). "floor" is the hidden-state floor of
+the generated tokens (prompts included). colibri-client bench sends one prompt
+to every request, so concurrent greedy generations route to the same experts:
+a best case for batching (distinct texts widen the union of experts per layer). "floor" is the hidden-state floor of
 one token: hidden width x 4 bytes x MoE layers x 3 nodes, each way.
 
 Targets (issue 13), for each link with RTT = 2 x delay:
@@ -212,8 +214,12 @@ concurrent() {
   [ -n "$nodes" ] && node_flags=(--nodes "$nodes")
   bench_start_serve "$prefix.serve" -m "$model" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
     --threads "$threads" --sessions "$max_conc" "${node_flags[@]}" "${serve_extra[@]}"
+  # colibri-client bench sends the same prompt in every request, so one
+  # generation first puts every expert the measured ones route to in the page
+  # cache (or the nodes' RAM tiers).
   "$CLIENT" --coordinator "$SERVE_ADDR" bench -c 1 --requests 1 --prompt-tokens 8 \
-    --max-tokens 2 >"$prefix.warmup" 2>&1 || bench_die "serve warm-up failed: $(tail -3 "$prefix.warmup")"
+    --max-tokens "$conc_tokens" >"$prefix.warmup" 2>&1 ||
+    bench_die "serve warm-up failed: $(tail -3 "$prefix.warmup")"
   for c in $concurrency; do
     local t0 s0 r0 g0 t1 s1 r1 g1 out="$prefix.c$c.json"
     read -r t0 s0 r0 g0 <<<"$(bench_serve_counters "$SERVE_HTTP")"
