@@ -130,11 +130,12 @@ void MtpDrafter::Propose(int max_tokens, std::vector<int32_t>* draft) {
     if (!s.ok()) break;
     draft->push_back(Argmax(logits_));
   }
-  // Keep the positions before `last` only: `last` is recomputed with the
-  // next one (its row stays pending), the chained ones were approximations.
-  mtp_.Truncate(last);
-  pending_.erase(pending_.begin(), pending_.begin() + static_cast<int64_t>(rows - 1) * n_embd_);
-  pending_first_ = last;
+  // Keep the exact positions (up to `last`); the chained ones were
+  // approximations. The next proposal, after at least one more accepted
+  // token, continues at last + 1.
+  mtp_.Truncate(last + 1);
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<int64_t>(rows) * n_embd_);
+  pending_first_ = last + 1;
 }
 
 }  // namespace colibri::speculative
