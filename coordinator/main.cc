@@ -105,13 +105,15 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
 // draft yet).
 void AddSpeculationFlags(CLI::App* cmd, colibri::coordinator::SpeculationOptions* o) {
   using colibri::coordinator::DraftKind;
-  const std::map<std::string, DraftKind> kinds = {{"none", DraftKind::kNone},
-                                                  {"ngram", DraftKind::kNgram}};
+  const std::map<std::string, DraftKind> kinds = {
+      {"none", DraftKind::kNone}, {"ngram", DraftKind::kNgram}, {"mtp", DraftKind::kMtp}};
   cmd->add_option("--draft", o->draft,
-                  "speculative decoding drafter: none, or ngram (prompt lookup); the output "
-                  "is the same either way")
+                  "speculative decoding drafter: none, ngram (prompt lookup) or mtp (the "
+                  "model's own NextN/MTP block, for files that carry one; it runs with its "
+                  "routed experts on this process, also with --nodes); the output is the same "
+                  "either way")
       ->transform(CLI::CheckedTransformer(kinds))
-      ->type_name("none|ngram")
+      ->type_name("none|ngram|mtp")
       ->default_str("none");
   cmd->add_option("--draft-max", o->draft_max, "most drafted tokens per verify step")
       ->capture_default_str()

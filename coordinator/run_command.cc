@@ -16,6 +16,7 @@
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/moe/local_expert_backend.h"
+#include "model/speculative/mtp_drafter.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/unicode_util.h"
 
@@ -155,6 +156,23 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   session_options.prefetch.count = options.prefetch_count;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Session> session,
                            arch::Session::Create(*model, backend, &pool, session_options));
+  // --draft mtp: the NextN block, made now so that it sees the prompt.
+  std::unique_ptr<speculative::MtpModule> mtp;
+  std::unique_ptr<speculative::MtpDrafter> mtp_drafter;
+  if (options.speculation.draft == DraftKind::kMtp) {
+    if (config.n_nextn_layer == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--draft mtp: ", options.model_path, " has no NextN/MTP block (",
+                       config.arch, ".nextn_predict_layers is absent or 0); use --draft ngram"));
+    }
+    speculative::MtpOptions mtp_options;
+    mtp_options.n_ctx = session->n_ctx();
+    mtp_options.n_batch = options.batch_size;
+    mtp_options.path = options.path;
+    COLIBRI_ASSIGN_OR_RETURN(mtp,
+                             speculative::MtpModule::Open(options.model_path, &pool, mtp_options));
+    mtp_drafter = std::make_unique<speculative::MtpDrafter>(*session, *mtp);
+  }
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<sampling::Sampler> sampler,
                            sampling::Sampler::Create(options.sampling, config.n_vocab));
   LogitsWriter logits_out;
@@ -174,6 +192,12 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   generation.evaluate_every_token = logits_out.enabled();
   generation.all_prompt_logits = options.all_logits;
   generation.speculation = options.speculation;
+  if (mtp_drafter != nullptr) {
+    generation.speculation.make_drafter = [&]() -> std::unique_ptr<speculative::Drafter> {
+      mtp_drafter->Restart();
+      return std::make_unique<speculative::BorrowedDrafter>(mtp_drafter.get());
+    };
+  }
   GenerationCallbacks callbacks;
   callbacks.on_logits = [&](absl::Span<const float> rows) {
     return logits_out.Write(rows.data(), rows.size());

@@ -21,10 +21,22 @@ double Seconds(Clock::time_point since) {
 absl::StatusOr<DraftKind> ParseDraftKind(absl::string_view name) {
   if (name == "none") return DraftKind::kNone;
   if (name == "ngram") return DraftKind::kNgram;
-  return absl::InvalidArgumentError(absl::StrCat("draft '", name, "' is not one of: none, ngram"));
+  if (name == "mtp") return DraftKind::kMtp;
+  return absl::InvalidArgumentError(
+      absl::StrCat("draft '", name, "' is not one of: none, ngram, mtp"));
 }
 
-const char* DraftKindName(DraftKind kind) { return kind == DraftKind::kNgram ? "ngram" : "none"; }
+const char* DraftKindName(DraftKind kind) {
+  switch (kind) {
+    case DraftKind::kNgram:
+      return "ngram";
+    case DraftKind::kMtp:
+      return "mtp";
+    case DraftKind::kNone:
+      break;
+  }
+  return "none";
+}
 
 SpeculativeDecoder::SpeculativeDecoder(arch::Session& session,
                                        std::unique_ptr<speculative::Drafter> drafter,

@@ -37,9 +37,11 @@ namespace colibri::coordinator {
 enum class DraftKind {
   kNone,   // plain decoding
   kNgram,  // prompt lookup (speculative::NgramDrafter)
+  kMtp,    // the model's NextN block (speculative::MtpDrafter), made by the caller
+           // through SpeculationOptions::make_drafter (it must see the prompt)
 };
 
-// "none" or "ngram"; InvalidArgument naming the value otherwise.
+// "none", "ngram" or "mtp"; InvalidArgument naming the value otherwise.
 absl::StatusOr<DraftKind> ParseDraftKind(absl::string_view name);
 const char* DraftKindName(DraftKind kind);
 

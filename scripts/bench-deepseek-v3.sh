@@ -14,6 +14,10 @@ usage: scripts/bench-deepseek-v3.sh [options]
   --type T           weight type: q2_k, q4_k or iq2_xxs (default q2_k)
   --layers L         layers (default 2)
   --dense-layers D   leading dense layers, ffn 18432 (default 1)
+  --experts E        routed experts per layer (default 256; fewer for a smaller file)
+  --top-k K          experts per token (default 8)
+  --nextn-layers X   NextN/MTP blocks after the layers (default 0); with X > 0
+                     the local runs of --draft none, ngram and mtp follow
   -n N               tokens to generate per run (default 8)
   --dir DIR          where the model is made (default /tmp/colibri-bench-dsv3)
   --build DIR        build folder (default build)
@@ -31,6 +35,9 @@ type=q2_k
 layers=2
 dense=1
 n_predict=8
+experts=256
+top_k=8
+nextn=0
 dir=/tmp/colibri-bench-dsv3
 build=build
 extra=()
@@ -40,6 +47,9 @@ while [ $# -gt 0 ]; do
     --type) type="${2:?}"; shift 2 ;;
     --layers) layers="${2:?}"; shift 2 ;;
     --dense-layers) dense="${2:?}"; shift 2 ;;
+    --experts) experts="${2:?}"; shift 2 ;;
+    --top-k) top_k="${2:?}"; shift 2 ;;
+    --nextn-layers) nextn="${2:?}"; shift 2 ;;
     -n) n_predict="${2:?}"; shift 2 ;;
     --dir) dir="${2:?}"; shift 2 ;;
     --build) build="${2:?}"; shift 2 ;;
@@ -48,12 +58,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-model="$dir/deepseek-v3-L$layers-D$dense-$type.gguf"
+model="$dir/deepseek-v3-L$layers-D$dense-E$experts-K$top_k-N$nextn-$type.gguf"
 if [ ! -f "$model" ]; then
   mkdir -p "$dir"
   echo "making $model..." >&2
   "$build/scripts/colibri-make-model" --preset deepseek-v3 --layers "$layers" \
-    --dense-layers "$dense" --type "$type" --out "$model.part" >&2
+    --dense-layers "$dense" --experts "$experts" --top-k "$top_k" --nextn-layers "$nextn" \
+    --type "$type" --out "$model.part" >&2
   mv "$model.part" "$model"
 fi
 echo "== $model"
@@ -61,3 +72,17 @@ echo "== $model"
   grep -E '^(  MLA|  KV cache|bytes|routed experts|active weight)'
 scripts/bench-cluster.sh --model "$model" -n "$n_predict" --build "$build" \
   --prompt "The small birds of the valley" "${extra[@]}"
+if [ "$nextn" -gt 0 ]; then
+  # Speculative decoding on this machine: the same ids every time (checked),
+  # the speed and acceptance of each drafter.
+  reference=""
+  for draft in none ngram mtp; do
+    log="$dir/draft-$draft.log"
+    ids=$("$build/coordinator/colibri-coordinator" run -m "$model" -n "$n_predict" --temp 0 \
+      --ignore-eos --print-token-ids --prompt "The small birds of the valley" \
+      --draft "$draft" 2>"$log")
+    [ -z "$reference" ] && reference="$ids"
+    [ "$ids" = "$reference" ] || { echo "--draft $draft changed the output" >&2; exit 1; }
+    echo "--draft $draft: $(grep -E '^(generation|speculation)' "$log" | tr '\n' ' ')"
+  done
+fi

@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/arch/nextn.h"
 #include "model/ops/quantize.h"
 
 namespace colibri::arch {
@@ -164,9 +165,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Open(const std::string& path) {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(std::unique_ptr<gguf::GgufFile> file) {
+  return LoadBlocks(std::move(file), -1);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::LoadNextn(std::unique_ptr<gguf::GgufFile> file,
+                                                        int index) {
+  return LoadBlocks(std::move(file), index);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::LoadBlocks(std::unique_ptr<gguf::GgufFile> file,
+                                                         int nextn_index) {
   std::unique_ptr<Model> model(new Model());
   COLIBRI_ASSIGN_OR_RETURN(model->config_, ReadModelConfig(*file));
   model->file_ = std::move(file);
+  // Blocks blk.<first_block> .. of the file become layers 0 ..
+  int first_block = 0;
+  if (nextn_index >= 0) {
+    COLIBRI_ASSIGN_OR_RETURN(first_block,
+                             ToNextnConfig(model->file(), nextn_index, &model->config_));
+  }
   const ModelConfig& c = model->config_;
   Binder b(model.get());
 
@@ -178,12 +195,31 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(std::unique_ptr<gguf::GgufFil
     model->output_ = model->token_embd_;
     model->tied_embeddings_ = true;
   }
+  if (nextn_index >= 0) {
+    const std::string p = absl::StrCat("blk.", first_block, ".nextn.");
+    NextnWeights& n = model->nextn_;
+    COLIBRI_ASSIGN_OR_RETURN(n.eh_proj, b.Matrix(p + "eh_proj.weight", 2 * c.n_embd, c.n_embd));
+    COLIBRI_ASSIGN_OR_RETURN(n.enorm, b.Vector(p + "enorm.weight", c.n_embd));
+    COLIBRI_ASSIGN_OR_RETURN(n.hnorm, b.Vector(p + "hnorm.weight", c.n_embd));
+    COLIBRI_ASSIGN_OR_RETURN(model->output_norm_,
+                             b.Vector(p + "shared_head_norm.weight", c.n_embd));
+    if (b.Find(p + "embed_tokens.weight") != nullptr) {
+      COLIBRI_ASSIGN_OR_RETURN(model->token_embd_,
+                               b.Matrix(p + "embed_tokens.weight", c.n_embd, c.n_vocab));
+      if (model->tied_embeddings_) model->output_ = model->token_embd_;
+    }
+    if (b.Find(p + "shared_head_head.weight") != nullptr) {
+      COLIBRI_ASSIGN_OR_RETURN(model->output_,
+                               b.Matrix(p + "shared_head_head.weight", c.n_embd, c.n_vocab));
+      model->tied_embeddings_ = false;
+    }
+  }
 
   model->layers_.resize(c.n_layer);
   model->experts_.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     LayerWeights& l = model->layers_[il];
-    const std::string p = absl::StrCat("blk.", il, ".");
+    const std::string p = absl::StrCat("blk.", first_block + il, ".");
     COLIBRI_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(p + "attn_norm.weight", c.n_embd));
     if (c.attention == AttentionKind::kMla) {
       COLIBRI_RETURN_IF_ERROR(b.LoadMla(c, p, &l));

@@ -55,11 +55,27 @@ struct LayerWeights {
   const float* shared_gate = nullptr;       // [n_embd] when shared_expert_gate
 };
 
+// The parts of a NextN / MTP block (model/arch/nextn.h) beyond a main layer.
+struct NextnWeights {
+  ops::WeightMatrix eh_proj;     // [n_embd][2 * n_embd]: [enorm(embed) ; hnorm(h)]
+  const float* enorm = nullptr;  // [n_embd] on the next token's embedding
+  const float* hnorm = nullptr;  // [n_embd] on the main model's hidden state
+};
+
 class Model {
  public:
   // Opens `path` with gguf::GgufFile::Open and loads it.
   static absl::StatusOr<std::unique_ptr<Model>> Open(const std::string& path);
   static absl::StatusOr<std::unique_ptr<Model>> Load(std::unique_ptr<gguf::GgufFile> file);
+  // Loads NextN block `index` (< nextn_predict_layers) of the file as a
+  // one-layer model: layer 0 is blk.<n_layer + index> (an MoE layer), the
+  // embedding nextn.embed_tokens or token_embd, the output norm
+  // nextn.shared_head_norm and the head nextn.shared_head_head or output
+  // (token_embd when tied); nextn() holds eh_proj, enorm and hnorm.
+  // InvalidArgument when the file has no such block or a tensor is missing or
+  // misshapen (named).
+  static absl::StatusOr<std::unique_ptr<Model>> LoadNextn(std::unique_ptr<gguf::GgufFile> file,
+                                                          int index);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -74,6 +90,8 @@ class Model {
   const ops::WeightMatrix& output() const { return output_; }          // token_embd when tied
   const float* output_norm() const { return output_norm_; }
   bool tied_embeddings() const { return tied_embeddings_; }
+  // Set only on a model made by LoadNextn.
+  const NextnWeights& nextn() const { return nextn_; }
 
   // out: [n_embd]. InvalidArgument when id is outside [0, n_vocab).
   absl::Status EmbedToken(int32_t id, float* out) const;
@@ -81,6 +99,9 @@ class Model {
  private:
   Model() = default;
   class Binder;
+  // Load, or LoadNextn when nextn_index >= 0.
+  static absl::StatusOr<std::unique_ptr<Model>> LoadBlocks(std::unique_ptr<gguf::GgufFile> file,
+                                                           int nextn_index);
 
   ModelConfig config_;
   std::unique_ptr<gguf::GgufFile> file_;
@@ -90,6 +111,7 @@ class Model {
   ops::WeightMatrix output_;
   const float* output_norm_ = nullptr;
   bool tied_embeddings_ = false;
+  NextnWeights nextn_;
   std::vector<std::unique_ptr<std::vector<float>>> owned_vectors_;
 };
 

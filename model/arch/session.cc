@@ -234,6 +234,7 @@ absl::Status Session::Evaluate(absl::Span<const int32_t> tokens, bool all_logits
       n_past_[0] = start;
       return s;
     }
+    if (hidden_observer_ != nullptr) hidden_observer_->OnHiddenStates(n_past_[0], n, x_.data());
     if (logits != nullptr && all_logits) OutputHead(0, n, logits->data() + done * n_vocab);
     if (logits != nullptr && !all_logits && last_chunk) OutputHead(n - 1, 1, logits->data());
     n_past_[0] += n;
@@ -691,6 +692,48 @@ void Session::CountPrediction(int il, int n) {
       s.hits += routed_mask_[e] & mask[e];
     }
   }
+}
+
+absl::Status Session::EvaluateEmbeddings(absl::Span<const float> embeddings, bool all_logits,
+                                         std::vector<float>* logits) {
+  const int64_t d = c_.n_embd;
+  if (embeddings.empty() || embeddings.size() % d != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embeddings of ", embeddings.size(), " floats are not rows of ", d));
+  }
+  const int64_t n_total = static_cast<int64_t>(embeddings.size()) / d;
+  if (n_past_[0] + n_total > n_ctx_) {
+    return absl::OutOfRangeError(absl::StrCat("context overflow: ", n_past_[0], " + ", n_total,
+                                              " rows exceed the context size ", n_ctx_));
+  }
+  const int64_t n_vocab = c_.n_vocab;
+  if (logits != nullptr) {
+    const size_t want = static_cast<size_t>(all_logits ? n_total * n_vocab : n_vocab);
+    if (logits->size() != want) logits->resize(want);
+  }
+  const int start = n_past_[0];
+  for (int64_t done = 0; done < n_total; done += n_batch_) {
+    const int n = static_cast<int>(std::min<int64_t>(n_batch_, n_total - done));
+    std::memcpy(x_.data(), embeddings.data() + done * d, n * d * sizeof(float));
+    for (int i = 0; i < n; ++i) {
+      row_seq_[i] = 0;
+      row_pos_[i] = n_past_[0] + i;
+    }
+    const absl::Status s = ForwardRows(n);
+    if (!s.ok()) {
+      n_past_[0] = start;
+      return s;
+    }
+    if (hidden_observer_ != nullptr) hidden_observer_->OnHiddenStates(n_past_[0], n, x_.data());
+    if (logits != nullptr && all_logits) OutputHead(0, n, logits->data() + done * n_vocab);
+    if (logits != nullptr && !all_logits && done + n == n_total) {
+      OutputHead(n - 1, 1, logits->data());
+    }
+    n_past_[0] += n;
+  }
+  stats_.tokens_evaluated += n_total;
+  ++stats_.evaluate_calls;
+  return absl::OkStatus();
 }
 
 }  // namespace colibri::arch

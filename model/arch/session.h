@@ -111,6 +111,17 @@ struct SessionStats {
   PredictorStats predictor[2];     // [depth - 1]: predictions of layer L+1, L+2
 };
 
+// Receives the residual stream after the last layer (before the output norm)
+// of the tokens Session::Evaluate and EvaluateEmbeddings run: the hidden
+// states an MTP / NextN block continues from (model/arch/nextn.h).
+class HiddenStateObserver {
+ public:
+  virtual ~HiddenStateObserver() = default;
+  // rows: [n][n_embd], the tokens at positions first_pos .. first_pos + n - 1
+  // of sequence 0; valid during the call only.
+  virtual void OnHiddenStates(int first_pos, int n, const float* rows) = 0;
+};
+
 class Session {
  public:
   // The positions a session created with n_ctx = `requested` holds: 0 gives
@@ -134,6 +145,17 @@ class Session {
   // rolled back to its state before the call.
   absl::Status Evaluate(absl::Span<const int32_t> tokens, bool all_logits,
                         std::vector<float>* logits);
+
+  // Evaluate with input rows instead of token embeddings: embeddings is
+  // [n][n_embd], row i taking the place of a token's embedding at position
+  // n_past() + i. Same errors as Evaluate (InvalidArgument when the size is
+  // not a positive multiple of n_embd).
+  absl::Status EvaluateEmbeddings(absl::Span<const float> embeddings, bool all_logits,
+                                  std::vector<float>* logits);
+
+  // Makes Evaluate and EvaluateEmbeddings report hidden states to `observer`
+  // (null: none; borrowed, must outlive the session or be unset).
+  void set_hidden_observer(HiddenStateObserver* observer) { hidden_observer_ = observer; }
 
   // Evaluates every chunk in one forward pass. InvalidArgument when there is
   // no chunk, a chunk has no tokens or a token outside the vocabulary, a
@@ -225,6 +247,7 @@ class Session {
   const int prefetch_max_union_;  // most experts hinted per layer
   std::vector<int> n_past_;       // [n_seq]
   SessionStats stats_;
+  HiddenStateObserver* hidden_observer_ = nullptr;
 
   // Cache rows per layer: n_ctx, or for a sliding-window layer
   // min(n_ctx, window + n_batch - 1) used as a ring (position p in row

@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
        "tokenizer size: trained as far as the built-in text allows (about 4,200), the rest unused "
        "padding"},
       {"--dense-layers", &ModelSpec::n_dense_lead, "deepseek2: leading dense layers"},
+      {"--nextn-layers", &ModelSpec::n_nextn,
+       "deepseek2: NextN/MTP blocks after the layers (for run --draft mtp)"},
   };
   for (IntFlag& f : int_flags) f.option = app.add_option(f.flag, f.value, f.help);
   FloatFlag float_flags[] = {

@@ -101,7 +101,7 @@ void PlanDeepseek2Blocks(const ModelSpec& spec, Matrix& matrix, Norm& norm, F32&
   const int64_t nope = spec.head_dim - spec.qk_rope_dim, rope = spec.qk_rope_dim;
   const int64_t rank = spec.kv_lora_rank, v = spec.v_head_dim;
   const float router_std = 1.0f / std::sqrt(static_cast<float>(d));
-  for (int layer = 0; layer < spec.n_layer; ++layer) {
+  for (int layer = 0; layer < spec.n_layer + spec.n_nextn; ++layer) {
     const std::string p = absl::StrCat("blk.", layer, ".");
     norm(p + "attn_norm.weight", d);
     if (spec.q_lora_rank > 0) {
@@ -133,6 +133,12 @@ void PlanDeepseek2Blocks(const ModelSpec& spec, Matrix& matrix, Norm& norm, F32&
       matrix(p + "ffn_gate_shexp.weight", {d, sh});
       matrix(p + "ffn_up_shexp.weight", {d, sh});
       matrix(p + "ffn_down_shexp.weight", {sh, d});
+    }
+    if (layer >= spec.n_layer) {
+      matrix(p + "nextn.eh_proj.weight", {2 * d, d});
+      norm(p + "nextn.enorm.weight", d);
+      norm(p + "nextn.hnorm.weight", d);
+      norm(p + "nextn.shared_head_norm.weight", d);
     }
   }
 }
@@ -167,6 +173,7 @@ void AddDeepseek2Metadata(const ModelSpec& spec, gguf::GgufWriter* writer) {
   f32("expert_weights_scale", 2.5f);
   writer->SetValue("deepseek2.expert_weights_norm", Value::Bool(true));
   u32("expert_gating_func", 2);  // sigmoid
+  if (spec.n_nextn > 0) u32("nextn_predict_layers", spec.n_nextn);
 }
 
 }  // namespace
@@ -227,6 +234,11 @@ absl::Status ModelSpec::Validate() const {
     COLIBRI_RETURN_IF_ERROR(CheckRange("shared-experts", n_shared_exp, 0, 64));
     COLIBRI_RETURN_IF_ERROR(CheckRange("dense-layers", n_dense_lead, 0, n_layer - 1));
     if (n_dense_lead > 0) COLIBRI_RETURN_IF_ERROR(CheckRange("dense-ffn", n_ff_dense, 1, kMaxDim));
+    COLIBRI_RETURN_IF_ERROR(CheckRange("nextn-layers", n_nextn, 0, 16));
+  } else if (n_nextn != 0) {
+    return Bad("nextn-layers", n_nextn,
+               absl::StrCat("is set but only deepseek2 models are made with NextN blocks, not ",
+                            ArchitectureName(arch)));
   }
   COLIBRI_RETURN_IF_ERROR(CheckRange("context", n_ctx, 1, 1 << 24));
   COLIBRI_RETURN_IF_ERROR(CheckRange("vocab-size", vocab_size, 257, 1 << 20));
@@ -384,7 +396,7 @@ void AddMetadata(const ModelSpec& spec, TensorType matrix_type, const std::strin
 
   u32("context_length", spec.n_ctx);
   u32("embedding_length", spec.n_embd);
-  u32("block_count", spec.n_layer);
+  u32("block_count", spec.n_layer + spec.n_nextn);
   // The qwen MoE families write the dense width their configs carry (top-k times
   // the expert width for every released model); llama and olmoe keep the expert
   // width here.

@@ -78,6 +78,11 @@ struct ModelSpec {
   int n_shared_exp = 0;  // shared experts, each n_ff_exp wide
   int n_dense_lead = 0;  // leading dense layers (ffn_gate/up/down)
   int n_ff_dense = 0;    // their FFN width
+  // NextN/MTP blocks after the n_layer main layers (deepseek2 only), as the
+  // GLM-4.5 and DeepSeek-V3 conversions carry them (model/arch/nextn.h):
+  // counted in block_count, <arch>.nextn_predict_layers, each a MoE block
+  // plus nextn.{eh_proj,enorm,hnorm,shared_head_norm}. Default: 0.
+  int n_nextn = 0;
 
   bool is_moe_layer(int layer) const { return layer >= n_dense_lead; }
 

@@ -103,5 +103,49 @@ TEST(SyntheticDeepseek2Test, WritesAModelTheLoaderReadsAndRuns) {
   for (float v : logits) ASSERT_TRUE(std::isfinite(v));
 }
 
+// --nextn-layers: the blocks follow the main layers in the GLM-4.5 /
+// DeepSeek-V3 convention; the main model keeps its layers and the NextN
+// block loads as a one-layer model of its own.
+TEST(SyntheticDeepseek2Test, NextnBlocksFollowTheMainLayers) {
+  ModelSpec spec = TinyDeepseek();
+  spec.n_nextn = 1;
+  ASSERT_TRUE(spec.Validate().ok()) << spec.Validate();
+  const std::string path = ::testing::TempDir() + "/synthetic-deepseek2-nextn.gguf";
+  GenerateOptions options;
+  options.type = ops::TensorType::kQ8_0;
+  options.num_threads = 2;
+  ASSERT_TRUE(GenerateModel(spec, options, path).ok());
+
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*(*file)->GetIntOr("deepseek2.block_count", 0), 4);
+  EXPECT_EQ(*(*file)->GetIntOr("deepseek2.nextn_predict_layers", 0), 1);
+  const gguf::TensorInfo* eh = (*file)->FindTensor("blk.3.nextn.eh_proj.weight");
+  ASSERT_NE(eh, nullptr);
+  EXPECT_EQ(eh->dims, (std::vector<int64_t>{2 * spec.n_embd, spec.n_embd}));
+  for (const char* name : {"blk.3.nextn.enorm.weight", "blk.3.nextn.hnorm.weight",
+                           "blk.3.nextn.shared_head_norm.weight", "blk.3.ffn_gate_exps.weight",
+                           "blk.3.attn_kv_a_mqa.weight"}) {
+    EXPECT_NE((*file)->FindTensor(name), nullptr) << name;
+  }
+  EXPECT_EQ((*file)->FindTensor("blk.2.nextn.eh_proj.weight"), nullptr);
+
+  absl::StatusOr<std::unique_ptr<arch::Model>> model = arch::Model::Open(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().n_layer, 3);
+  EXPECT_EQ((*model)->config().n_nextn_layer, 1);
+  auto again = gguf::GgufFile::Open(path);
+  ASSERT_TRUE(again.ok());
+  absl::StatusOr<std::unique_ptr<arch::Model>> nextn = arch::Model::LoadNextn(std::move(*again), 0);
+  ASSERT_TRUE(nextn.ok()) << nextn.status();
+  EXPECT_EQ((*nextn)->config().n_layer, 1);
+  EXPECT_FALSE((*nextn)->config().is_dense_layer(0));
+  EXPECT_EQ((*nextn)->experts()[0].size(), static_cast<size_t>(spec.n_expert));
+
+  ModelSpec qwen;
+  qwen.n_nextn = 1;
+  EXPECT_FALSE(qwen.Validate().ok());
+}
+
 }  // namespace
 }  // namespace colibri::synthetic
