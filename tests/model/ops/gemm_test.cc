@@ -3,6 +3,7 @@
 // tiles and row blocks), 1-3 threads and every kernel set this machine runs,
 // bitwise against MatMulReference, whose per-element code shares nothing with
 // the tiles.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -123,6 +124,64 @@ TEST_P(GemmTest, EveryTokenCountAndThreadCountEqualsReferenceBitwise) {
                 << " r=" << r << ": " << got << " vs reference " << want;
           }
           ASSERT_EQ(y[t * y_stride + rows], -7.0f) << "wrote past the row";
+        }
+      }
+    }
+  }
+}
+
+// MatMulGroup against separate MatMul calls: mixed weight types and widths,
+// products that share their input (as gate and up do) and some that do not,
+// empty products, 1-3 threads and both paths.
+TEST_P(GemmTest, GroupEqualsSeparateProductsBitwise) {
+  ThreadPool pool2(2), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool2, &pool3};
+  const Matrix a = MakeMatrix(TensorType::kQ4_K, 48, 512, 1);
+  const Matrix b = MakeMatrix(TensorType::kQ6_K, 48, 512, 2);
+  const Matrix c = MakeMatrix(TensorType::kQ8_0, 20, 512, 3);
+  const Matrix d = MakeMatrix(TensorType::kQ5_K, 36, 256, 4);
+  const Matrix e = MakeMatrix(TensorType::kF16, 12, 256, 5);
+  const std::vector<float> x512 = MakeActivations(9, 512, 6);
+  const std::vector<float> x256 = MakeActivations(9, 256, 7);
+  struct Spec {
+    const Matrix* m;
+    const float* x;
+    int64_t n_tokens;
+  };
+  // a and b share x (gate/up-like); a again on other rows of x; c shares x
+  // with b at a different token count; an empty product; d on the narrow x.
+  const std::vector<std::vector<Spec>> groups = {
+      {{&a, x512.data(), 5},
+       {&b, x512.data(), 5},
+       {&a, x512.data() + 512, 3},
+       {&c, x512.data() + 512, 8},
+       {&b, x512.data(), 0},
+       {&d, x256.data(), 9},
+       {&d, x256.data() + 256 * 4, 1}},
+      // With float weights: separate calls inside the group.
+      {{&a, x512.data(), 2}, {&e, x256.data(), 4}},
+  };
+  for (const std::vector<Spec>& specs : groups) {
+    for (NumericPath path : {NumericPath::kFast, NumericPath::kExact}) {
+      for (ThreadPool* pool : pools) {
+        std::vector<std::vector<float>> want(specs.size()), got(specs.size());
+        std::vector<MatMulProblem> problems;
+        MatMulScratch scratch;
+        for (size_t i = 0; i < specs.size(); ++i) {
+          const Spec& s = specs[i];
+          const int64_t y_stride = s.m->w.rows + 2;
+          want[i].assign(std::max<int64_t>(1, s.n_tokens) * y_stride, -5.0f);
+          got[i] = want[i];
+          MatMul(s.m->w, s.x, s.n_tokens, want[i].data(), y_stride, path, nullptr, &scratch);
+          problems.push_back({&s.m->w, s.x, s.n_tokens, got[i].data(), y_stride});
+        }
+        MatMulGroup(problems.data(), static_cast<int64_t>(problems.size()), path, pool, &scratch);
+        for (size_t i = 0; i < specs.size(); ++i) {
+          ASSERT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)), 0)
+              << "product " << i << " (" << TypeName(specs[i].m->w.type) << ", "
+              << specs[i].n_tokens << " tokens) " << ActiveKernelSetName()
+              << (path == NumericPath::kFast ? " fast" : " exact") << " threads "
+              << (pool != nullptr ? pool->num_threads() : 1);
         }
       }
     }
