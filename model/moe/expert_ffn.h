@@ -53,10 +53,19 @@ struct ExpertFfnScratch {
   ops::MatMulScratch matmul;
 };
 
+// The steps of ExpertFfn between and after its products, for callers that
+// run the products themselves (ExpertGroupRunner, several experts per
+// parallel job) and must match ExpertFfn bitwise.
+// gate, up: [n][n_ff] results of the gate and up products; adds their biases
+// and leaves the activation (the input of down) in gate. up is clobbered.
+void ExpertFfnActivate(const ExpertWeights& w, float* gate, float* up, int64_t n);
+// out: [n][n_embd] result of the down product; adds the down bias.
+void ExpertFfnAddDownBias(const ExpertWeights& w, float* out, int64_t n);
+
 // x: [n][n_embd] (row stride n_embd); out: [n][n_embd]. Batch invariant like
 // ops::MatMul: out[t] depends only on x[t], the weights and the path.
-void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out,
-               ops::NumericPath path, ThreadPool* pool, ExpertFfnScratch* scratch);
+void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out, ops::NumericPath path,
+               ThreadPool* pool, ExpertFfnScratch* scratch);
 
 }  // namespace colibri::moe
 

@@ -37,27 +37,94 @@ absl::Status ExpertGroupRunner::Run(const ExpertBatch& batch, const ExpertLookup
   for (int e = n_expert_; e > 0; --e) expert_begin_[e] = expert_begin_[e - 1];
   expert_begin_[0] = 0;
 
+  // The experts to run, with their weights, looked up before anything runs.
+  group_.clear();
   for (int e = 0; e < n_expert_; ++e) {
-    const int64_t begin = expert_begin_[e];
-    const int64_t m = expert_begin_[e + 1] - begin;
+    const int64_t m = expert_begin_[e + 1] - expert_begin_[e];
     if (m == 0 || (owned && !owned(e))) continue;
-    const int64_t* routes = sorted_routes_.data() + begin;
     COLIBRI_ASSIGN_OR_RETURN(ExpertWeights w, lookup(batch.layer, e));
-    if (w.n_embd() != n_embd) {
-      return absl::InvalidArgumentError(absl::StrCat("layer ", batch.layer, " expert ", e,
-                                                     ": width ", w.n_embd(), " != ", n_embd));
+    if (w.n_embd() != n_embd || w.down.rows != n_embd || w.up.rows != w.n_ff() ||
+        w.down.cols != w.n_ff()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", batch.layer, " expert ", e, ": shapes gate ", w.gate.rows, "x",
+                       w.gate.cols, ", up ", w.up.rows, "x", w.up.cols, ", down ", w.down.rows, "x",
+                       w.down.cols, " do not fit width ", n_embd));
     }
-    if (gathered_in_.size() < static_cast<size_t>(m * n_embd)) {
-      gathered_in_.resize(m * n_embd);
-      gathered_out_.resize(m * n_embd);
-    }
+    group_.push_back(Member{e, w, 0, 0});
+  }
+  // Experts in runs of at most kMaxRunRoutes routes: each run is two parallel
+  // jobs over all its experts (gate and up, then down), which bounds the
+  // buffers while keeping thread hand-offs per layer, not per expert.
+  size_t first = 0;
+  while (first < group_.size()) {
+    size_t last = first;
+    int64_t routes = 0, ff_floats = 0;
+    do {
+      Member& g = group_[last];
+      const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
+      g.row = routes;
+      g.ff_offset = ff_floats;
+      routes += m;
+      ff_floats += m * g.w.n_ff();
+      ++last;
+    } while (last < group_.size() && routes < kMaxRunRoutes);
+    COLIBRI_RETURN_IF_ERROR(RunExperts(batch, first, last, routes, ff_floats, out));
+    first = last;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpertGroupRunner::RunExperts(const ExpertBatch& batch, size_t first, size_t last,
+                                           int64_t routes, int64_t ff_floats, float* out) {
+  const int64_t n_embd = batch.n_embd;
+  if (gathered_in_.size() < static_cast<size_t>(routes * n_embd)) {
+    gathered_in_.resize(routes * n_embd);
+    gathered_out_.resize(routes * n_embd);
+  }
+  if (gate_.size() < static_cast<size_t>(ff_floats)) {
+    gate_.resize(ff_floats);
+    up_.resize(ff_floats);
+  }
+  for (size_t j = first; j < last; ++j) {
+    const Member& g = group_[j];
+    const int64_t begin = expert_begin_[g.expert];
+    const int64_t m = expert_begin_[g.expert + 1] - begin;
     for (int64_t i = 0; i < m; ++i) {
-      const int64_t t = routes[i] / batch.k;
-      std::memcpy(gathered_in_.data() + i * n_embd, batch.x + t * n_embd, n_embd * sizeof(float));
+      const int64_t t = sorted_routes_[begin + i] / batch.k;
+      std::memcpy(gathered_in_.data() + (g.row + i) * n_embd, batch.x + t * n_embd,
+                  n_embd * sizeof(float));
     }
-    ExpertFfn(w, gathered_in_.data(), m, gathered_out_.data(), path_, pool_, &scratch_);
+  }
+  // Gate and up of every expert: one job (each expert's x quantized once).
+  problems_.clear();
+  for (size_t j = first; j < last; ++j) {
+    const Member& g = group_[j];
+    const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
+    const float* x = gathered_in_.data() + g.row * n_embd;
+    problems_.push_back({&g.w.gate, x, m, gate_.data() + g.ff_offset, g.w.n_ff()});
+    problems_.push_back({&g.w.up, x, m, up_.data() + g.ff_offset, g.w.n_ff()});
+  }
+  ops::MatMulGroup(problems_.data(), static_cast<int64_t>(problems_.size()), path_, pool_,
+                   &scratch_.matmul);
+  problems_.clear();
+  for (size_t j = first; j < last; ++j) {
+    const Member& g = group_[j];
+    const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
+    ExpertFfnActivate(g.w, gate_.data() + g.ff_offset, up_.data() + g.ff_offset, m);
+    problems_.push_back(
+        {&g.w.down, gate_.data() + g.ff_offset, m, gathered_out_.data() + g.row * n_embd, n_embd});
+  }
+  // Down of every expert: the second job.
+  ops::MatMulGroup(problems_.data(), static_cast<int64_t>(problems_.size()), path_, pool_,
+                   &scratch_.matmul);
+  for (size_t j = first; j < last; ++j) {
+    const Member& g = group_[j];
+    const int64_t begin = expert_begin_[g.expert];
+    const int64_t m = expert_begin_[g.expert + 1] - begin;
+    float* rows = gathered_out_.data() + g.row * n_embd;
+    ExpertFfnAddDownBias(g.w, rows, m);
     for (int64_t i = 0; i < m; ++i) {
-      std::memcpy(out + routes[i] * n_embd, gathered_out_.data() + i * n_embd,
+      std::memcpy(out + sorted_routes_[begin + i] * n_embd, rows + i * n_embd,
                   n_embd * sizeof(float));
     }
   }

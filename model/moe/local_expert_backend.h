@@ -15,9 +15,12 @@
 namespace colibri::moe {
 
 // Groups a batch's (token, rank) routes by expert and runs each expert once over
-// all its tokens, in ascending token order. Because ExpertFfn is batch
-// invariant, out[t][r] does not depend on how routes are grouped, so any other
-// grouping of the same routes (e.g. over several nodes) yields identical bits.
+// all its tokens, in ascending token order, bitwise as ExpertFfn would. Because
+// ExpertFfn is batch invariant, out[t][r] does not depend on how routes are
+// grouped, so any other grouping of the same routes (e.g. over several nodes)
+// yields identical bits. The experts' products run as two parallel jobs per
+// run of experts (ops::MatMulGroup: gate and up of all, then down of all), not
+// one hand-off per matrix. Not thread-safe (one runner per calling thread).
 class ExpertGroupRunner {
  public:
   // Looks up an expert's weights; NotFound / DataLoss when it cannot be had.
@@ -26,11 +29,26 @@ class ExpertGroupRunner {
   ExpertGroupRunner(int n_expert, ops::NumericPath path, ThreadPool* pool);
 
   // Computes the routes of `batch` whose expert satisfies `owned(expert)`
-  // (all when owned is null), writing out[t][r] for those.
+  // (all when owned is null), writing out[t][r] for those. InvalidArgument for
+  // an expert id out of range or weights whose shapes do not fit n_embd;
+  // lookup errors pass through. Every lookup happens before any computation.
   absl::Status Run(const ExpertBatch& batch, const ExpertLookup& lookup,
                    const std::function<bool(int)>& owned, float* out);
 
  private:
+  // Routes per run of experts: bounds the gathered buffers (about
+  // kMaxRunRoutes * (2 n_embd + 2 n_ff) floats).
+  static constexpr int64_t kMaxRunRoutes = 2048;
+  struct Member {
+    int expert;
+    ExpertWeights w;
+    int64_t row;        // first row in gathered_in_ / gathered_out_
+    int64_t ff_offset;  // first float in gate_ / up_
+  };
+  // Runs group_[first, last): `routes` rows, `ff_floats` floats of gate/up.
+  absl::Status RunExperts(const ExpertBatch& batch, size_t first, size_t last, int64_t routes,
+                          int64_t ff_floats, float* out);
+
   const int n_expert_;
   const ops::NumericPath path_;
   ThreadPool* const pool_;
@@ -38,8 +56,11 @@ class ExpertGroupRunner {
   // sorted_routes_[expert_begin_[e] .. expert_begin_[e + 1]), each t * k + r.
   std::vector<int64_t> expert_begin_;   // [n_expert + 1]
   std::vector<int64_t> sorted_routes_;  // [n_tokens * k]
-  std::vector<float> gathered_in_;                      // [m][n_embd]
-  std::vector<float> gathered_out_;                     // [m][n_embd]
+  std::vector<Member> group_;           // the experts to run
+  std::vector<float> gathered_in_;      // [routes][n_embd]
+  std::vector<float> gathered_out_;     // [routes][n_embd]
+  std::vector<float> gate_, up_;        // [routes][n_ff]
+  std::vector<ops::MatMulProblem> problems_;
   ExpertFfnScratch scratch_;
 };
 

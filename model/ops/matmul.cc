@@ -213,6 +213,97 @@ void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, i
   }
 }
 
+void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path, ThreadPool* pool,
+                 MatMulScratch* scratch) {
+  if (count <= 0) return;
+  const KernelSet* kernels = &Active();
+  bool grouped = path == NumericPath::kFast;
+  for (int64_t i = 0; grouped && i < count; ++i) {
+    grouped = kernels->quant_tile[internal::Slot(problems[i].w->type)] != nullptr;
+  }
+  if (!grouped) {
+    for (int64_t i = 0; i < count; ++i) {
+      const MatMulProblem& p = problems[i];
+      MatMul(*p.w, p.x, p.n_tokens, p.y, p.y_stride, path, pool, scratch);
+    }
+    return;
+  }
+  // group[i]: byte offset of product i's quantized rows (shared with the
+  // product before when both read the same x the same way, as gate and up
+  // do); group[count + i]: its first part, with one past the end.
+  std::vector<int64_t>& group = scratch->group;
+  group.resize(2 * count + 1);
+  int64_t* act_start = group.data();
+  int64_t* first_part = group.data() + count;
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  auto empty = [&](int64_t i) { return problems[i].n_tokens <= 0 || problems[i].w->rows <= 0; };
+  auto shares_previous = [&](int64_t i) {
+    if (i == 0 || empty(i - 1)) return false;
+    const MatMulProblem& p = problems[i];
+    const MatMulProblem& q = problems[i - 1];
+    return p.x == q.x && p.n_tokens == q.n_tokens && p.w->cols == q.w->cols &&
+           internal::ActivationFormatFor(p.w->type) == internal::ActivationFormatFor(q.w->type);
+  };
+  int64_t act_bytes = 0;
+  first_part[0] = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const MatMulProblem& p = problems[i];
+    first_part[i + 1] = first_part[i] + (empty(i) ? 0 : SplitRows(*p.w, p.n_tokens, threads).parts);
+    const internal::ActivationFormat format = internal::ActivationFormatFor(p.w->type);
+    if (shares_previous(i)) {
+      act_start[i] = act_start[i - 1];
+      continue;
+    }
+    act_start[i] = act_bytes;
+    if (!empty(i)) {
+      act_bytes += p.n_tokens * static_cast<int64_t>(
+                                    internal::MakeActivationLayout(format, p.w->cols).row_bytes);
+    }
+  }
+  const size_t need = static_cast<size_t>(act_bytes) + 64;
+  if (scratch->activations.size() < need) scratch->activations.resize(need);
+  uint8_t* base = Align64(scratch->activations.data());
+  // Each token's row is quantized on its own, as in MatMul.
+  for (int64_t i = 0; i < count; ++i) {
+    const MatMulProblem& p = problems[i];
+    if (empty(i) || shares_previous(i)) continue;
+    const ActivationLayout layout =
+        internal::MakeActivationLayout(internal::ActivationFormatFor(p.w->type), p.w->cols);
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      internal::QuantizeActivationRow(layout, p.x + t * p.w->cols,
+                                      base + act_start[i] + t * layout.row_bytes);
+    }
+  }
+  auto body = [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t part = p_begin; part < p_end; ++part) {
+      // The product whose parts hold `part`.
+      const int64_t i = std::upper_bound(first_part, first_part + count + 1, part) - first_part - 1;
+      const MatMulProblem& p = problems[i];
+      const WeightMatrix& w = *p.w;
+      const RowSplit split = SplitRows(w, p.n_tokens, threads);
+      const int64_t r0 = std::min(w.rows, (part - first_part[i]) * split.per_part);
+      const int64_t r1 = std::min(w.rows, r0 + split.per_part);
+      if (r0 >= r1) continue;
+      Job job{kernels,
+              &w,
+              p.x,
+              p.n_tokens,
+              p.y,
+              p.y_stride,
+              kernels->quant_tile[internal::Slot(w.type)],
+              internal::MakeActivationLayout(internal::ActivationFormatFor(w.type), w.cols),
+              base + act_start[i]};
+      RunQuantRows(job, r0, r1);
+    }
+  };
+  const int64_t parts = first_part[count];
+  if (parts <= 1 || pool == nullptr) {
+    body(0, parts);
+  } else {
+    pool->ParallelForChunks(parts, 1, body);
+  }
+}
+
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t y_stride,
             NumericPath path, ThreadPool* pool, MatMulScratch* scratch) {
   if (n_tokens <= 0 || w.rows <= 0) return;

@@ -53,6 +53,8 @@ class MatMulScratch {
   std::vector<uint8_t> activations;  // quantized X
   // per-thread float buffers for dequantized weight rows
   std::vector<std::vector<float>> rows;
+  // MatMulGroup's per-product offsets
+  std::vector<int64_t> group;
 };
 
 // x: [n_tokens][w.cols] float32, row stride w.cols; y: [n_tokens][w.rows], row
@@ -76,6 +78,25 @@ inline constexpr int kMaxSharedInputs = 4;
 // otherwise it makes the separate calls. For gate+up of an FFN, or Q, K and V.
 void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, int64_t n_tokens,
                        NumericPath path, ThreadPool* pool, MatMulScratch* scratch);
+
+// One product of a group: y = x · wᵀ over its own n_tokens input rows.
+struct MatMulProblem {
+  const WeightMatrix* w;
+  const float* x;  // [n_tokens][w->cols], row stride w->cols
+  int64_t n_tokens;
+  float* y;  // [n_tokens][w->rows], row stride y_stride (>= w->rows)
+  int64_t y_stride;
+};
+
+// For i < count: MatMul(*p[i].w, p[i].x, p[i].n_tokens, p[i].y, p[i].y_stride,
+// path, ...), with results bitwise identical to those separate calls (y
+// buffers must not overlap each other or any x). On the kFast path with
+// quantized weights, every input is quantized once and the row ranges of all
+// the products run as one parallel job: one thread hand-off for, e.g., the
+// gate and up matrices of every expert of a layer rather than one per expert.
+// Otherwise (kExact, float weights) it makes the separate calls.
+void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path, ThreadPool* pool,
+                 MatMulScratch* scratch);
 
 // The kernel sets MatMul can run. kAuto (the default) picks the set that
 // measures fastest on this CPU model (model/ops/kernel_calibration.h); with

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "model/ops/avx2_common.h"
+#include "model/ops/gemm.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/vec_dot.h"
 
@@ -272,6 +273,8 @@ KernelSet MakeAvx512() {
   k.quant_tile[Slot(TensorType::kQ4_K)] = &avx2::QuantTile<SuperBlockKernel<Q4_KAvx512>>;
   k.quant_tile[Slot(TensorType::kQ5_K)] = &Q5_KTile;
   k.quant_tile[Slot(TensorType::kQ6_K)] = &avx2::QuantTile<SuperBlockKernel<Q6_KAvx512>>;
+  // 4 x 4 GEMM tiles for batches of tokens; the tiles above take the edges.
+  InstallAvx512GemmTiles(&k);
   return k;
 }
 

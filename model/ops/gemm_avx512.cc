@@ -1,0 +1,312 @@
+// AVX-512 VNNI 4 x 4 GEMM tiles for Q4_K, Q5_K and Q6_K weights against Q8_K
+// activations (see gemm.h).
+//
+// Per super-block and (row, token) pair the integer Σ sc*q*qa is formed as:
+//  - part p (64 elements, groups 4p..4p+3): u = the unsigned quants in element
+//    order; vpdpbusd(u, qa) gives 16 int32 quad sums, 128-bit lane k holding
+//    the four quads of group 4p + k;
+//  - each quad sum is at most 4 * 63 * 128 < 2^15 in magnitude, so two parts
+//    pack into int16 without saturating (vpackssdw), and vpdpwssd multiplies
+//    them by their group scales and adds the pairs into 16 int32 lanes;
+//  - for Q6_K (quants stored as u = q + 32) a vpdpwssd of the activation
+//    group sums by -32 * scale starts the accumulator, so the lanes sum to
+//    Σ sc*(u - 32)*qa.
+// The 16 pairs' lanes are then summed by one transpose-and-add network to a
+// vector holding the 16 totals (lane 4r + t for row r, token t); the min term
+// of Q4_K/Q5_K (Σ m*bsum) likewise. All of it is exact int32 arithmetic (every
+// partial sum is bounded by Σ|sc*q*qa| < 2^31), so the totals are the per-row
+// kernels' integers, and the float update
+//   acc = acc + (d * da) * float(isum);  acc = acc - (dmin * da) * float(msum)
+// is vec_dot.h's, lane by lane, super-block by super-block.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "model/ops/avx2_common.h"
+#include "model/ops/gemm.h"
+#include "model/ops/quant_blocks.h"
+#include "model/ops/vec_dot.h"
+
+namespace colibri::ops::internal {
+namespace gemm_avx512 {
+namespace {
+
+using avx2::Half;
+
+constexpr int kRows = 4;
+constexpr int kTokens = 4;
+
+// The per-row tiles the GEMM tiles hand their edges to, by type slot. Written
+// once by InstallAvx512GemmTiles, before any tile runs.
+QuantTileFn g_edge_tile[kTypeSlots] = {};
+
+COLIBRI_INLINE __m512i Broadcast32Bytes(const uint8_t* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+COLIBRI_INLINE __m512i HalfBytes(int lo, int hi) {
+  return _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(lo)),
+                            _mm256_set1_epi8(static_cast<char>(hi)), 1);
+}
+
+COLIBRI_INLINE __m512i HalfWords(int lo, int hi) {
+  return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(lo)),
+                            _mm256_set1_epi16(static_cast<int16_t>(hi)), 1);
+}
+
+// Decoders. Quants(p): part p's 64 unsigned quants in element order.
+// GroupScales(): the 16 int16 scales of the 16-element groups. MinFactor():
+// the 16 int16 mins per group (types with mins). d(), dmin(): block factors.
+
+template <bool kFiveBit>
+struct Q45K {
+  using Block = std::conditional_t<kFiveBit, BlockQ5_K, BlockQ4_K>;
+  static constexpr bool kHasMin = true;
+  static constexpr int kOffset = 0;
+  const Block& b;
+  __m128i packed;  // 8 scales, 8 mins
+  COLIBRI_INLINE explicit Q45K(const Block& block)
+      : b(block), packed(avx2::K4ScalesMins(block.scales)) {}
+  // Low nibbles of qs[32p..32p+31] (sub-block 2p), then their high nibbles
+  // (sub-block 2p + 1); for Q5_K bit 2p resp. 2p + 1 of qh[l] is bit 4.
+  COLIBRI_INLINE __m512i Quants(int p) const {
+    const __m512i q = Broadcast32Bytes(b.qs + 32 * p);
+    const __m512i u =
+        _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 4), _mm512_set1_epi8(0x0F));
+    if constexpr (!kFiveBit) {
+      return u;
+    } else {
+      const __mmask64 set =
+          _mm512_test_epi8_mask(Broadcast32Bytes(b.qh), HalfBytes(1 << (2 * p), 1 << (2 * p + 1)));
+      return _mm512_mask_add_epi8(u, set, u, _mm512_set1_epi8(0x10));
+    }
+  }
+  COLIBRI_INLINE __m256i GroupScales() const {
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(packed, packed));
+  }
+  COLIBRI_INLINE __m256i MinFactor() const {
+    return _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(packed, packed));
+  }
+  COLIBRI_INLINE float d() const { return Half(b.d); }
+  COLIBRI_INLINE float dmin() const { return Half(b.dmin); }
+};
+
+struct Q6K {
+  using Block = BlockQ6_K;
+  static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 32;
+  const Block& b;
+  COLIBRI_INLINE explicit Q6K(const Block& block) : b(block) {}
+  // Part p = 2 * half + k2: low (k2 = 0) or high (k2 = 1) nibbles of
+  // ql[64 half..64 half + 63], with bits 4 k2 + 0, 1 (low 256 bits) or
+  // 4 k2 + 2, 3 (high) of qh[32 half + l] as bits 4, 5.
+  COLIBRI_INLINE __m512i Quants(int p) const {
+    const int half = p / 2;
+    const __m512i l = _mm512_loadu_si512(b.ql + 64 * half);
+    const __m512i h = Broadcast32Bytes(b.qh + 32 * half);
+    __m512i low, high;
+    if (p % 2 == 0) {
+      low = l;
+      high = _mm512_sllv_epi16(h, HalfWords(4, 2));
+    } else {
+      low = _mm512_srli_epi16(l, 4);
+      high = _mm512_srlv_epi16(h, HalfWords(0, 2));
+    }
+    high = _mm512_and_si512(high, _mm512_set1_epi8(0x30));
+    return _mm512_ternarylogic_epi32(low, high, _mm512_set1_epi8(0x0F), 0xEC);
+  }
+  COLIBRI_INLINE __m256i GroupScales() const {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  }
+  COLIBRI_INLINE __m256i MinFactor() const { return _mm256_setzero_si256(); }
+  COLIBRI_INLINE float d() const { return Half(b.d); }
+  COLIBRI_INLINE float dmin() const { return 0.0f; }
+};
+
+// int16 index vectors that spread the 16 group scales over vpackssdw's
+// layout: 128-bit lane k of packs(v_a, v_b) holds four quads of group
+// 4a' + k, then four of group 4b' + k.
+alignas(64) constexpr int16_t kScaleIndex01[32] = {0, 0, 0, 0, 4, 4, 4, 4, 1, 1, 1, 1, 5, 5, 5, 5,
+                                                   2, 2, 2, 2, 6, 6, 6, 6, 3, 3, 3, 3, 7, 7, 7, 7};
+alignas(64) constexpr int16_t kScaleIndex23[32] = {8,  8,  8,  8,  12, 12, 12, 12, 9,  9,  9,
+                                                   9,  13, 13, 13, 13, 10, 10, 10, 10, 14, 14,
+                                                   14, 14, 11, 11, 11, 11, 15, 15, 15, 15};
+
+// One vector of the 16 lane totals of v[0..15]: lane i = Σ of v[i]'s lanes.
+COLIBRI_INLINE __m512i SumLanes16(const __m512i* v) {
+  __m512i t[8], u[4];
+  for (int k = 0; k < 8; ++k) {
+    t[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
+                            _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+  }
+  for (int k = 0; k < 4; ++k) {
+    u[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * k], t[2 * k + 1]),
+                            _mm512_unpackhi_epi64(t[2 * k], t[2 * k + 1]));
+  }
+  // u[k], 128-bit lane L: the lane-L sums of v[4k..4k+3].
+  const __m512i x = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i y = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// The same for 16 vectors of 8 int32 lanes.
+COLIBRI_INLINE __m512i SumLanes16Half(const __m256i* v) {
+  // q[k]: v[2k] in the low half, v[2k + 1] in the high half.
+  __m512i q[8], t[4], u[2];
+  for (int k = 0; k < 8; ++k) {
+    q[k] = _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * k]), v[2 * k + 1], 1);
+  }
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(q[2 * k], q[2 * k + 1]),
+                            _mm512_unpackhi_epi32(q[2 * k], q[2 * k + 1]));
+  }
+  for (int k = 0; k < 2; ++k) {
+    u[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * k], t[2 * k + 1]),
+                            _mm512_unpackhi_epi64(t[2 * k], t[2 * k + 1]));
+  }
+  // 128-bit lanes: [v0 v2 v4 v6], [v1 v3 v5 v7], [v8 v10 v12 v14], [v9 ...].
+  const __m512i x = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  return _mm512_permutexvar_epi32(order, x);
+}
+
+// Lane 4r + t = v[r].
+COLIBRI_INLINE __m512 PerRow(const float* v) {
+  __m512 out = _mm512_castps128_ps512(_mm_set1_ps(v[0]));
+  out = _mm512_insertf32x4(out, _mm_set1_ps(v[1]), 1);
+  out = _mm512_insertf32x4(out, _mm_set1_ps(v[2]), 2);
+  return _mm512_insertf32x4(out, _mm_set1_ps(v[3]), 3);
+}
+
+// 4 rows (at w, row_bytes apart) x T <= 4 tokens (a[0..T-1]): y[t * y_stride
+// + r]. Lanes of missing tokens hold zeros and are not stored.
+template <typename D, int T>
+void Micro4xT(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t cols, float* y,
+              int64_t y_stride) {
+  using Block = typename D::Block;
+  const int64_t nb = cols / kQK_K;
+  const __m512i index01 = _mm512_load_si512(kScaleIndex01);
+  const __m512i index23 = _mm512_load_si512(kScaleIndex23);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    __m512i prod[kRows * kTokens];
+    __m256i mins[kRows * kTokens];
+    for (int j = 0; j < kRows * kTokens; ++j) {
+      if (j % kTokens >= T) {
+        prod[j] = _mm512_setzero_si512();
+        mins[j] = _mm256_setzero_si256();
+      }
+    }
+    float d[kRows], dmin[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
+      const D dec(block);
+      d[r] = dec.d();
+      dmin[r] = dec.dmin();
+      const __m256i sc16 = dec.GroupScales();
+      const __m512i sc = _mm512_castsi256_si512(sc16);
+      const __m512i s01 = _mm512_permutexvar_epi16(index01, sc);
+      const __m512i s23 = _mm512_permutexvar_epi16(index23, sc);
+      __m512i u[4];
+      for (int p = 0; p < 4; ++p) u[p] = dec.Quants(p);
+      __m256i bias_factor = _mm256_setzero_si256();
+      if constexpr (D::kOffset != 0) {
+        bias_factor = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-D::kOffset));
+      }
+      const __m256i min_factor = dec.MinFactor();
+      for (int t = 0; t < T; ++t) {
+        const int8_t* qa = a[t].qs + kQK_K * i;
+        const __m256i bsums =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].bsums + 16 * i));
+        const __m512i zero = _mm512_setzero_si512();
+        __m512i v[4];
+        for (int p = 0; p < 4; ++p) {
+          v[p] = _mm512_dpbusd_epi32(zero, u[p], _mm512_loadu_si512(qa + 64 * p));
+        }
+        __m512i s = zero;
+        if constexpr (D::kOffset != 0) {
+          s = _mm512_dpwssd_epi32(s, _mm512_zextsi256_si512(bsums),
+                                  _mm512_zextsi256_si512(bias_factor));
+        }
+        s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[0], v[1]), s01);
+        s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]), s23);
+        prod[r * kTokens + t] = s;
+        if constexpr (D::kHasMin) mins[r * kTokens + t] = _mm256_madd_epi16(bsums, min_factor);
+      }
+    }
+    float da[kTokens] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int t = 0; t < T; ++t) da[t] = a[t].d[i];
+    const __m512 da_v = _mm512_broadcast_f32x4(_mm_loadu_ps(da));
+    const __m512 isum = _mm512_cvtepi32_ps(SumLanes16(prod));
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(PerRow(d), da_v), isum));
+    if constexpr (D::kHasMin) {
+      const __m512 msum = _mm512_cvtepi32_ps(SumLanes16Half(mins));
+      acc = _mm512_sub_ps(acc, _mm512_mul_ps(_mm512_mul_ps(PerRow(dmin), da_v), msum));
+    }
+  }
+  alignas(64) float out[kRows * kTokens];
+  _mm512_store_ps(out, acc);
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = out[r * kTokens + t];
+  }
+}
+
+template <typename D, TensorType kType>
+void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
+              const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
+  const int64_t full_rows = n_rows / kRows * kRows;
+  if (full_rows > 0) {
+    QuantizedRow a[kTokens];
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokens) {
+      const int64_t nt = n_tokens - t0 < kTokens ? n_tokens - t0 : kTokens;
+      for (int64_t t = 0; t < nt; ++t) {
+        a[t] = QuantizedRow::At(layout, act + (t0 + t) * layout.row_bytes);
+      }
+      for (int64_t r0 = 0; r0 < full_rows; r0 += kRows) {
+        const uint8_t* rows = w + r0 * row_bytes;
+        float* out = y + t0 * y_stride + r0;
+        switch (nt) {
+          case 1:
+            Micro4xT<D, 1>(rows, row_bytes, a, layout.cols, out, y_stride);
+            break;
+          case 2:
+            Micro4xT<D, 2>(rows, row_bytes, a, layout.cols, out, y_stride);
+            break;
+          case 3:
+            Micro4xT<D, 3>(rows, row_bytes, a, layout.cols, out, y_stride);
+            break;
+          default:
+            Micro4xT<D, 4>(rows, row_bytes, a, layout.cols, out, y_stride);
+            break;
+        }
+      }
+    }
+  }
+  if (full_rows < n_rows) {
+    g_edge_tile[Slot(kType)](w + full_rows * row_bytes, row_bytes, n_rows - full_rows, act, layout,
+                             n_tokens, y + full_rows, y_stride);
+  }
+}
+
+}  // namespace
+}  // namespace gemm_avx512
+
+void InstallAvx512GemmTiles(KernelSet* k) {
+  using gemm_avx512::g_edge_tile;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    g_edge_tile[Slot(type)] = k->quant_tile[Slot(type)];
+  }
+  k->quant_tile[Slot(TensorType::kQ4_K)] =
+      &gemm_avx512::GemmTile<gemm_avx512::Q45K<false>, TensorType::kQ4_K>;
+  k->quant_tile[Slot(TensorType::kQ5_K)] =
+      &gemm_avx512::GemmTile<gemm_avx512::Q45K<true>, TensorType::kQ5_K>;
+  k->quant_tile[Slot(TensorType::kQ6_K)] =
+      &gemm_avx512::GemmTile<gemm_avx512::Q6K, TensorType::kQ6_K>;
+}
+
+}  // namespace colibri::ops::internal
