@@ -299,9 +299,8 @@ absl::Status Session::EvaluateBatch(absl::Span<const SequenceChunk> chunks) {
   int split = 0;
   const PipelineHalves mode = options_.pipeline_halves;
   if (chunks.size() >= 2 && mode != PipelineHalves::kOff &&
-      (mode == PipelineHalves::kOn ||
-       (static_cast<int>(chunks.size()) >= kMinPipelineSequences &&
-        experts_->SecondChannel() != nullptr))) {
+      (mode == PipelineHalves::kOn || (static_cast<int>(chunks.size()) >= kMinPipelineSequences &&
+                                       experts_->SecondChannel() != nullptr))) {
     for (size_t j = 0; j + 1 < chunks.size(); ++j) {
       split += static_cast<int>(chunks[j].tokens.size());
       if (2 * split >= rows) break;
@@ -675,8 +674,7 @@ void Session::MoeCombine(int n) {
   }
 }
 
-void Session::SubmitTimed(moe::ExpertBackend* backend, const moe::ExpertBatch& batch,
-                          float* out) {
+void Session::SubmitTimed(moe::ExpertBackend* backend, const moe::ExpertBatch& batch, float* out) {
   if (outstanding_++ == 0) outstanding_since_ = std::chrono::steady_clock::now();
   backend->Submit(batch, out);
 }

@@ -145,7 +145,7 @@ struct SessionStats {
   // return of its Wait). The coordinator computed during
   // expert_outstanding_seconds - expert_wait_seconds of it.
   double expert_outstanding_seconds = 0;
-  int64_t split_batches = 0;  // EvaluateBatch calls run as two half-batches
+  int64_t split_batches = 0;       // EvaluateBatch calls run as two half-batches
   double predict_seconds = 0;      // time spent predicting experts (incl. Prefetch)
   PredictorStats predictor[2];     // [depth - 1]: predictions of layer L+1, L+2
 
@@ -278,9 +278,9 @@ class Session {
   // Routing options of layer il (its selection bias).
   moe::RoutingOptions Routing(const LayerWeights& layer) const;
   absl::Status MoeBlock(int il, int n);
-  // MoeBlock's steps: prediction and routing of the n active rows; the
-  // routed batch (into batch_ of half h); the shared expert; after the
-  // batch's Wait, the weighted sum into x_.
+  // MoeBlock's steps over the n active rows: prediction and routing; the
+  // ExpertBatch of those routes; the shared expert; after the batch's Wait,
+  // the weighted sum into x_.
   void MoeRoute(int il, int n);
   void MoeBatch(int il, int n, moe::ExpertBatch* batch) const;
   void MoeShared(int il, int n);
@@ -328,7 +328,7 @@ class Session {
   std::vector<std::unique_ptr<float[]>> v_slots_;
   size_t k_slot_floats_ = 0;  // floats of one slot
   size_t v_slot_floats_ = 0;
-  int n_slots_ = 0;           // slots allocated
+  int n_slots_ = 0;  // slots allocated
   // RoPE table: [n_ctx][n_rot / 2] cosines and sines.
   std::vector<float> rope_cos_;
   std::vector<float> rope_sin_;

@@ -49,7 +49,7 @@ absl::Status Session::ForwardHalves(int n_a, int n_b) {
   moe::ExpertBackend* second = experts_->SecondChannel();
   moe::ExpertBackend* const chan[2] = {experts_, second != nullptr ? second : experts_};
   const int n[2] = {n_a, n_b};
-  int layer[2] = {0, 0};          // the layer each half is at
+  int layer[2] = {0, 0};               // the layer each half is at
   bool waiting[2] = {false, false};    // its MoE batch is routed, not yet summed
   bool submitted[2] = {false, false};  // ... and submitted
   moe::ExpertBatch batch[2];

@@ -330,16 +330,16 @@ TEST(SessionBatchTest, KvSlotsTakeMemoryOnlyOnceUsed) {
   const int64_t slot_bytes =
       static_cast<int64_t>(c.n_layer) * n_ctx * (c.kv_dim() + c.v_dim()) * sizeof(float);
 
-  // 64 slots allocated at creation would be resident now (the rest of the
-  // session is far smaller with a long context).
+  // 64 slots allocated at creation would be resident now; the rest of the
+  // session (mostly the [n_seq][n_vocab] logits) is about a quarter of that.
   const int64_t rss_before = ResidentBytes();
   auto session = arch::Session::Create(**model, &backend, nullptr, options);
   ASSERT_TRUE(session.ok()) << session.status();
   arch::Session& s = **session;
   ASSERT_EQ(s.n_ctx(), n_ctx);
   EXPECT_EQ(s.kv_bytes_allocated(), 0);
-  if (rss_before > 0 && n_ctx >= 2048) {
-    EXPECT_LT(ResidentBytes() - rss_before, 16 * slot_bytes);
+  if (rss_before > 0) {
+    EXPECT_LT(ResidentBytes() - rss_before, 64 * slot_bytes / 2);
   }
 
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
