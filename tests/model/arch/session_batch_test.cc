@@ -43,11 +43,16 @@ class CountingBackend : public moe::ExpertBackend {
   }
   absl::Status Wait() override {
     --first_->in_flight_;
-    return inner_.Wait();
+    const absl::Status status = inner_.Wait();
+    if (++first_->waits_ == first_->fail_wait_) return absl::UnavailableError("wait failed");
+    return status;
   }
   moe::ExpertBackend* SecondChannel() override { return second_.get(); }
   int submits() const { return submits_; }
   int most_in_flight() const { return most_in_flight_; }
+  int in_flight() const { return in_flight_; }
+  // The n-th Wait from now (over both channels) fails; 0: none.
+  void FailWait(int n) { fail_wait_ = n > 0 ? waits_ + n : 0; }
 
  private:
   moe::LocalExpertBackend inner_;
@@ -56,6 +61,8 @@ class CountingBackend : public moe::ExpertBackend {
   int submits_ = 0;
   int in_flight_ = 0;
   int most_in_flight_ = 0;
+  int waits_ = 0;
+  int fail_wait_ = 0;
 };
 
 testing::GoldenCase LoadCase(const std::string& model, const std::string& prompt) {
@@ -302,6 +309,50 @@ TEST(SessionBatchTest, MalformedBatchesAreRefusedAndEvaluateNothing) {
   ASSERT_TRUE(s.EvaluateBatch({{0, two, false, &logits}}).ok());
   EXPECT_EQ(s.n_past(0), 2);
   EXPECT_EQ(logits.size(), static_cast<size_t>((*model)->config().n_vocab));
+}
+
+// A backend failure in the middle of a split batch: the error is returned
+// once both halves' batches completed, nothing is evaluated, and the
+// sequences go on as if the call had not been made.
+TEST(SessionBatchTest, AFailureInOneHalfEvaluatesNothing) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  auto model = arch::Model::Open(testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> a = {1, 2, 3}, b = {4, 5};
+  std::vector<float> a_first, b_first, a_again, b_again;
+  {
+    CountingBackend backend(**model, ops::NumericPath::kFast, nullptr, true);
+    arch::SessionOptions options;
+    options.n_ctx = 64;
+    options.n_seq = 2;
+    options.pipeline_halves = arch::PipelineHalves::kOff;
+    auto session = arch::Session::Create(**model, &backend, nullptr, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    ASSERT_TRUE((*session)->EvaluateBatch({{0, a, false, &a_first}, {1, b, false, &b_first}}).ok());
+  }
+  for (int fail : {1, 2, 3}) {
+    SCOPED_TRACE(fail);
+    CountingBackend backend(**model, ops::NumericPath::kFast, nullptr, true);
+    arch::SessionOptions options;
+    options.n_ctx = 64;
+    options.n_seq = 2;
+    options.pipeline_halves = arch::PipelineHalves::kOn;
+    auto session = arch::Session::Create(**model, &backend, nullptr, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    backend.FailWait(fail);
+    const absl::Status status =
+        (*session)->EvaluateBatch({{0, a, false, &a_again}, {1, b, false, &b_again}});
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_EQ(backend.in_flight(), 0);
+    EXPECT_EQ(backend.most_in_flight(), 2);
+    EXPECT_EQ((*session)->n_past(0), 0);
+    EXPECT_EQ((*session)->n_past(1), 0);
+    backend.FailWait(0);
+    ASSERT_TRUE((*session)->EvaluateBatch({{0, a, false, &a_again}, {1, b, false, &b_again}}).ok());
+    EXPECT_TRUE(Bitwise(a_again, a_first));
+    EXPECT_TRUE(Bitwise(b_again, b_first));
+    EXPECT_EQ((*session)->stats().split_batches, 1);
+  }
 }
 
 // Resident set of this process, in bytes (0 when /proc is not there).
