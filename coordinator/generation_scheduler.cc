@@ -113,6 +113,11 @@ arch::PredictorStats GenerationScheduler::predictor() const {
   return predictor_;
 }
 
+GenerationScheduler::ExpertOverlap GenerationScheduler::expert_overlap() const {
+  absl::MutexLock lock(&mu_);
+  return overlap_;
+}
+
 absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops::NumericPath path) {
   std::unique_ptr<Engine>& engine = engines_[path == ops::NumericPath::kExact ? 1 : 0];
   if (engine != nullptr) return engine.get();
@@ -131,6 +136,7 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
   session_options.path = path;
   session_options.prefetch = options_.prefetch;
   session_options.n_seq = options_.sessions;
+  session_options.pipeline_halves = options_.pipeline_halves;
   COLIBRI_ASSIGN_OR_RETURN(e->session,
                            arch::Session::Create(model_, e->backend.get(), pool_, session_options));
   e->used.assign(options_.sessions, false);
@@ -281,6 +287,8 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   const RemoteBackendStats remote_before =
       engine->remote != nullptr ? engine->remote->stats() : RemoteBackendStats();
   const double wait_before = session.stats().expert_wait_seconds;
+  const double outstanding_before = session.stats().expert_outstanding_seconds;
+  const int64_t split_before = session.stats().split_batches;
   const arch::PredictorStats predictor_before = session.stats().predictor[0];
   const absl::Status status = session.EvaluateBatch(chunks);
   const RemoteBackendStats remote_after =
@@ -289,6 +297,9 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   {
     const arch::PredictorStats& p = session.stats().predictor[0];
     absl::MutexLock lock(&mu_);
+    overlap_.wait_seconds += wait;
+    overlap_.outstanding_seconds += session.stats().expert_outstanding_seconds - outstanding_before;
+    overlap_.split_batches += session.stats().split_batches - split_before;
     predictor_.layers += p.layers - predictor_before.layers;
     predictor_.routed += p.routed - predictor_before.routed;
     predictor_.predicted += p.predicted - predictor_before.predicted;
@@ -358,6 +369,7 @@ void GenerationScheduler::Complete(Active& a) {
 void GenerationScheduler::Finish(Active& a, absl::StatusOr<GenerationOutcome> outcome) {
   a.finished = true;
   engines_[a.engine]->used[a.seq] = false;
+  engines_[a.engine]->session->Release(a.seq);  // its KV memory, until reused
   if (options_.metrics != nullptr) {
     options_.metrics->OnGenerationEnd(outcome.status(), a.outcome.prompt_tokens, a.generated);
   }

@@ -125,6 +125,9 @@ class GenerationScheduler {
     int batch_size = 512;
     // Next-layer expert prediction of every session. Default: off.
     arch::PrefetchOptions prefetch;
+    // Pipelining of two half-batches in every step (arch::PipelineHalves).
+    // Default: kAuto.
+    arch::PipelineHalves pipeline_halves = arch::PipelineHalves::kAuto;
     // Receives the token timings and outcomes; borrowed, must outlive the
     // scheduler. Default: null (none recorded).
     ServeMetrics* metrics = nullptr;
@@ -159,6 +162,14 @@ class GenerationScheduler {
   int queued() const;
   // Depth-1 expert prediction over every generation so far.
   arch::PredictorStats predictor() const;
+  // How the steps overlapped compute with the experts, summed over every
+  // step since start. Thread-safe.
+  struct ExpertOverlap {
+    double outstanding_seconds = 0;  // experts were outstanding
+    double wait_seconds = 0;         // the stepping thread was blocked on them
+    int64_t split_batches = 0;       // steps run as two pipelined halves
+  };
+  ExpertOverlap expert_overlap() const;
 
  private:
   struct Engine;
@@ -196,6 +207,7 @@ class GenerationScheduler {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   arch::PredictorStats predictor_ ABSL_GUARDED_BY(mu_);
+  ExpertOverlap overlap_ ABSL_GUARDED_BY(mu_);
   std::thread stepper_;
 };
 

@@ -233,6 +233,18 @@ int main(int argc, char** argv) {
                    "experts predicted per token (0: the model's top-k)")
       ->capture_default_str()
       ->check(colibri::cli::kExpertCount);
+  {
+    using colibri::arch::PipelineHalves;
+    const std::map<std::string, PipelineHalves> halves = {
+        {"auto", PipelineHalves::kAuto}, {"on", PipelineHalves::kOn}, {"off", PipelineHalves::kOff}};
+    serve_cmd
+        ->add_option("--pipeline-halves", serve.pipeline_halves,
+                     "split each step's sequences into two halves pipelined against the expert "
+                     "nodes: auto (with nodes and at least 4 generations), on or off")
+        ->transform(CLI::CheckedTransformer(halves))
+        ->type_name("auto|on|off")
+        ->default_str("auto");
+  }
   AddClusterFlags(serve_cmd, &serve.cluster, "node-");
 
   colibri::coordinator::PlanOptions plan;

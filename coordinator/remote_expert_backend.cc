@@ -65,6 +65,7 @@ RemoteExpertBackend::RemoteExpertBackend(
       local_experts_(local_experts),
       n_expert_(n_expert),
       path_(path),
+      pool_(pool),
       fallback_(n_expert, path, pool) {
   AddWorkers(cluster_->n_nodes());
 }
@@ -86,7 +87,29 @@ RemoteExpertBackend::~RemoteExpertBackend() {
 
 RemoteBackendStats RemoteExpertBackend::stats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  if (second_ == nullptr) return stats_;
+  const RemoteBackendStats b = second_->stats();
+  RemoteBackendStats s = stats_;
+  s.layers += b.layers;
+  s.round_trips += b.round_trips;
+  s.involved_nodes += b.involved_nodes;
+  s.fallback_routes += b.fallback_routes;
+  s.failovers += b.failovers;
+  s.bytes_sent += b.bytes_sent;
+  s.hints_riding += b.hints_riding;
+  s.hints_separate += b.hints_separate;
+  s.hints_dropped += b.hints_dropped;
+  s.prefetch_calls += b.prefetch_calls;
+  return s;
+}
+
+moe::ExpertBackend* RemoteExpertBackend::SecondChannel() {
+  absl::MutexLock lock(&mu_);
+  if (second_ == nullptr) {
+    second_ =
+        std::make_unique<RemoteExpertBackend>(cluster_, local_experts_, n_expert_, path_, pool_);
+  }
+  return second_.get();
 }
 
 void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {

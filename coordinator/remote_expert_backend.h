@@ -23,8 +23,13 @@
 // without a following Submit (after the last layer) wait for the next Submit,
 // which drops them as stale. Hints never change results.
 //
+// SecondChannel() is a sibling backend on the same cluster with its own
+// per-node threads, so that two half-batches of one forward pass are in
+// flight at once; stats() includes its counters.
+//
 // Thread-safety: one forward pass at a time (moe::ExpertBackend's contract).
-// Several backends may share one Cluster.
+// Several backends may share one Cluster. stats() may be called from any
+// thread.
 #ifndef COLIBRI_COORDINATOR_REMOTE_EXPERT_BACKEND_H_
 #define COLIBRI_COORDINATOR_REMOTE_EXPERT_BACKEND_H_
 
@@ -72,7 +77,9 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   void Submit(const moe::ExpertBatch& batch, float* out) override;
   absl::Status Wait() override;
   void Prefetch(int layer, absl::Span<const int32_t> experts) override;
+  moe::ExpertBackend* SecondChannel() override;
 
+  // This backend's counters plus its second channel's.
   RemoteBackendStats stats() const;
 
  private:
@@ -105,6 +112,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   const std::vector<std::vector<moe::ExpertWeights>>* const local_experts_;
   const int n_expert_;
   const ops::NumericPath path_;
+  ThreadPool* const pool_;
   moe::ExpertGroupRunner fallback_;
   // [nodes the cluster had at the last Submit]
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -126,6 +134,8 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> prefetch_outstanding_ ABSL_GUARDED_BY(mu_);  // [n_nodes]
   RemoteBackendStats stats_ ABSL_GUARDED_BY(mu_);
+  // SecondChannel(), created on first use (null before).
+  std::unique_ptr<RemoteExpertBackend> second_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace colibri::coordinator

@@ -254,7 +254,14 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   if (session_options.prefetch.depth > 0) {
     PrintPrediction(session->stats(), at_prompt_done, session_options.prefetch.depth, err);
   }
-  if (cluster != nullptr) cluster->PrintStats(err);
+  if (cluster != nullptr) {
+    // Overlap: the share of the time replies were outstanding during which
+    // the coordinator computed (the shared expert, with one sequence).
+    const arch::SessionStats& s = session->stats();
+    err << absl::StrFormat("expert overlap: outstanding_s=%.3f wait_s=%.3f overlap=%.1f%%\n",
+                           s.expert_outstanding_seconds, s.expert_wait_seconds, 100 * s.overlap());
+    cluster->PrintStats(err);
+  }
   return absl::OkStatus();
 }
 

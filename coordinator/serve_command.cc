@@ -99,6 +99,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                                      : cluster != nullptr        ? 1
                                                                  : 0;
   scheduler_options.prefetch.count = options.prefetch_count;
+  scheduler_options.pipeline_halves = options.pipeline_halves;
   scheduler_options.metrics = &metrics;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/speculative_decoder.h"
+#include "model/arch/session.h"
 
 namespace colibri::coordinator {
 
@@ -55,6 +56,9 @@ struct ServeOptions {
   int prefetch_depth = -1;
   // Experts predicted per token. Default: 0, meaning the model's top-k.
   int prefetch_count = 0;
+  // Pipelining of two half-batches per step (arch::PipelineHalves).
+  // Default: kAuto.
+  arch::PipelineHalves pipeline_halves = arch::PipelineHalves::kAuto;
   // Largest gRPC message. Default: 64 MiB.
   int max_message_bytes = 64 << 20;
   // Expert nodes (cluster.nodes empty: experts computed here). The node TLS

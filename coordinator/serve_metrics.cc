@@ -1,5 +1,6 @@
 #include "coordinator/serve_metrics.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -43,6 +44,25 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
              "Predictor hits / routed experts since start (0 before any prediction).",
              Type::kGauge);
     w.Sample("colibri_predictor_recall_ratio", {}, {}, p.recall());
+    const GenerationScheduler::ExpertOverlap o = scheduler->expert_overlap();
+    w.Family("colibri_expert_outstanding_seconds_total",
+             "Time routed experts were outstanding (local or on nodes) during forward steps.",
+             Type::kCounter);
+    w.Sample("colibri_expert_outstanding_seconds_total", {}, {}, o.outstanding_seconds);
+    w.Family("colibri_expert_wait_seconds_total",
+             "Time forward steps were blocked waiting for routed experts.", Type::kCounter);
+    w.Sample("colibri_expert_wait_seconds_total", {}, {}, o.wait_seconds);
+    w.Family("colibri_split_batches_total",
+             "Forward steps run as two pipelined half-batches.", Type::kCounter);
+    w.Sample("colibri_split_batches_total", {}, {}, static_cast<double>(o.split_batches));
+    w.Family("colibri_expert_overlap_ratio",
+             "Share of the experts' outstanding time the coordinator computed: "
+             "1 - wait / outstanding since start (0 before any).",
+             Type::kGauge);
+    w.Sample("colibri_expert_overlap_ratio", {}, {},
+             o.outstanding_seconds > 0
+                 ? std::max(0.0, 1.0 - o.wait_seconds / o.outstanding_seconds)
+                 : 0.0);
   }
   if (cluster == nullptr) return;
   Cluster& c = cluster->cluster();

@@ -61,6 +61,7 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
     : model_(model),
       c_(model.config()),
       experts_(experts),
+      channel_(experts),
       pool_(pool),
       options_(options),
       n_ctx_(n_ctx),
@@ -88,12 +89,10 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
     total_rows += cache_rows_[il];
   }
   seq_cache_rows_ = total_rows;
-  if (mla) {
-    k_cache_.assign(n_seq * total_rows * latent_row, 0.0f);
-  } else {
-    k_cache_.assign(n_seq * total_rows * c.kv_dim(), 0.0f);
-    v_cache_.assign(n_seq * total_rows * c.v_dim(), 0.0f);
-  }
+  k_slots_.resize(n_seq);
+  v_slots_.resize(n_seq);
+  k_slot_floats_ = total_rows * (mla ? latent_row : c.kv_dim());
+  v_slot_floats_ = mla ? 0 : total_rows * c.v_dim();
 
   const int half = c.n_rot / 2;
   rope_cos_.resize(static_cast<size_t>(n_ctx) * half);
@@ -167,6 +166,27 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   }
 }
 
+void Session::EnsureSlot(int seq) {
+  if (k_slots_[seq] != nullptr) return;
+  // Default-initialized: the pages are committed as positions are written.
+  k_slots_[seq].reset(new float[k_slot_floats_]);
+  if (v_slot_floats_ > 0) v_slots_[seq].reset(new float[v_slot_floats_]);
+  ++n_slots_;
+}
+
+void Session::Release(int seq) {
+  n_past_[seq] = 0;
+  if (k_slots_[seq] == nullptr) return;
+  k_slots_[seq].reset();
+  v_slots_[seq].reset();
+  --n_slots_;
+}
+
+int64_t Session::kv_bytes_allocated() const {
+  return static_cast<int64_t>(n_slots_) *
+         static_cast<int64_t>((k_slot_floats_ + v_slot_floats_) * sizeof(float));
+}
+
 void Session::Truncate(int seq, int n) {
   n = std::max(0, std::min(n, n_past_[seq]));
   for (int il = 0; il < c_.n_layer; ++il) {
@@ -205,6 +225,7 @@ absl::Status Session::CheckTokens(int seq, absl::Span<const int32_t> tokens) con
 }
 
 absl::Status Session::PlaceRows(int seq, absl::Span<const int32_t> tokens, int first) {
+  EnsureSlot(seq);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int row = first + static_cast<int>(i);
     COLIBRI_RETURN_IF_ERROR(model_.EmbedToken(tokens[i], x_.data() + row * c_.n_embd));
@@ -275,9 +296,25 @@ absl::Status Session::EvaluateBatch(absl::Span<const SequenceChunk> chunks) {
     COLIBRI_RETURN_IF_ERROR(PlaceRows(chunk.seq, chunk.tokens, rows));
     rows += static_cast<int>(chunk.tokens.size());
   }
+  // Two pipelined halves, split between sequences near the middle row.
+  int split = 0;
+  const PipelineHalves mode = options_.pipeline_halves;
+  if (chunks.size() >= 2 && mode != PipelineHalves::kOff &&
+      (mode == PipelineHalves::kOn || (static_cast<int>(chunks.size()) >= kMinPipelineSequences &&
+                                       experts_->SecondChannel() != nullptr))) {
+    for (size_t j = 0; j + 1 < chunks.size(); ++j) {
+      split += static_cast<int>(chunks[j].tokens.size());
+      if (2 * split >= rows) break;
+    }
+  }
   // The caches are written only at positions >= n_past_, which stay unused on
   // failure: nothing to roll back.
-  COLIBRI_RETURN_IF_ERROR(ForwardRows(rows));
+  if (split > 0) {
+    COLIBRI_RETURN_IF_ERROR(ForwardHalves(split, rows - split));
+    ++stats_.split_batches;
+  } else {
+    COLIBRI_RETURN_IF_ERROR(ForwardRows(rows));
+  }
 
   // All-position logits straight into their vectors, then the last rows of
   // the other sequences gathered into one output-head product.
@@ -331,25 +368,10 @@ absl::Status Session::EvaluateBatch(absl::Span<const SequenceChunk> chunks) {
 
 absl::Status Session::ForwardRows(int n) {
   const int64_t d = c_.n_embd;
+  channel_ = experts_;
   for (int il = 0; il < c_.n_layer; ++il) {
     const LayerWeights& L = model_.layer(il);
-    for (int i = 0; i < n; ++i) {
-      ops::RmsNorm(x_.data() + i * d, L.attn_norm, c_.rms_eps, d, xn_.data() + i * d);
-    }
-    if (c_.attention == AttentionKind::kMla) {
-      AttentionMla(il, n);
-    } else {
-      Attention(il, n);
-    }
-    ops::MatMul(L.wo, attn_.data(), n, proj_.data(), d, options_.path, pool_, &matmul_scratch_);
-    if (L.bo != nullptr) {
-      for (int i = 0; i < n; ++i) AddInPlace(proj_.data() + i * d, L.bo, d);
-    }
-    AddInPlace(x_.data(), proj_.data(), n * d);
-
-    for (int i = 0; i < n; ++i) {
-      ops::RmsNorm(x_.data() + i * d, L.ffn_norm, c_.rms_eps, d, xn_.data() + i * d);
-    }
+    AttentionBlock(il, n);
     if (c_.is_dense_layer(il)) {
       moe::ExpertFfn(L.ffn, xn_.data(), n, proj_.data(), options_.path, pool_, &shared_scratch_);
       AddInPlace(x_.data(), proj_.data(), n * d);
@@ -358,6 +380,28 @@ absl::Status Session::ForwardRows(int n) {
     }
   }
   return absl::OkStatus();
+}
+
+void Session::AttentionBlock(int il, int n) {
+  const int64_t d = c_.n_embd;
+  const LayerWeights& L = model_.layer(il);
+  for (int i = 0; i < n; ++i) {
+    ops::RmsNorm(x_.data() + i * d, L.attn_norm, c_.rms_eps, d, xn_.data() + i * d);
+  }
+  if (c_.attention == AttentionKind::kMla) {
+    AttentionMla(il, n);
+  } else {
+    Attention(il, n);
+  }
+  ops::MatMul(L.wo, attn_.data(), n, proj_.data(), d, options_.path, pool_, &matmul_scratch_);
+  if (L.bo != nullptr) {
+    for (int i = 0; i < n; ++i) AddInPlace(proj_.data() + i * d, L.bo, d);
+  }
+  AddInPlace(x_.data(), proj_.data(), n * d);
+
+  for (int i = 0; i < n; ++i) {
+    ops::RmsNorm(x_.data() + i * d, L.ffn_norm, c_.rms_eps, d, xn_.data() + i * d);
+  }
 }
 
 void Session::OutputHead(int first, int rows, float* logits) {
@@ -401,8 +445,8 @@ void Session::Attention(int il, int n) {
 
   const int ring = cache_rows_[il];
   for (int i = 0; i < n; ++i) {
-    float* k_cache = k_cache_.data() + CacheBase(row_seq_[i], il) * kv_dim;
-    float* v_cache = v_cache_.data() + CacheBase(row_seq_[i], il) * v_dim;
+    float* k_cache = KeyRows(row_seq_[i], il, kv_dim);
+    float* v_cache = ValueRows(row_seq_[i], il);
     float* q = q_.data() + i * q_dim;
     float* k = k_.data() + i * kv_dim;
     float* v = v_.data() + i * v_dim;
@@ -443,8 +487,8 @@ void Session::Attention(int il, int n) {
       const int kvh = h / group;
       const int last = row_pos_[i];
       const int first = window > 0 ? std::max(0, last - window + 1) : 0;
-      const float* k_cache = k_cache_.data() + CacheBase(row_seq_[i], il) * kv_dim;
-      const float* v_cache = v_cache_.data() + CacheBase(row_seq_[i], il) * v_dim;
+      const float* k_cache = KeyRows(row_seq_[i], il, kv_dim);
+      const float* v_cache = ValueRows(row_seq_[i], il);
       AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
                 v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr,
                 scores, attn_.data() + i * c_.n_head * hdv + h * hdv);
@@ -504,7 +548,7 @@ void Session::AttentionMla(int il, int n) {
   ops::MatMul(L.wkv_a, xn_.data(), n, kv_a_.data(), row, path, pool_, &matmul_scratch_);
 
   for (int i = 0; i < n; ++i) {
-    float* cache = k_cache_.data() + CacheBase(row_seq_[i], il) * row;
+    float* cache = KeyRows(row_seq_[i], il, row);
     const int pos = row_pos_[i];
     float* a = kv_a_.data() + i * row;
     ops::RmsNorm(a, L.kv_a_norm, c_.rms_eps, rank, a);
@@ -539,7 +583,7 @@ void Session::AttentionMla(int il, int n) {
       const int h = static_cast<int>(item / n);
       const int i = static_cast<int>(item % n);
       const size_t at = static_cast<size_t>(i) * n_head + h;
-      const float* cache = k_cache_.data() + CacheBase(row_seq_[i], il) * row;
+      const float* cache = KeyRows(row_seq_[i], il, row);
       AttendOne(q_abs_.data() + at * row, cache, row, cache, row, 0, row_pos_[i], n_ctx_, row,
                 rank, scale, nullptr, scores, latent_.data() + at * rank);
     }
@@ -567,45 +611,55 @@ void Session::AttentionMla(int il, int n) {
 }
 
 absl::Status Session::MoeBlock(int il, int n) {
+  MoeRoute(il, n);
+  moe::ExpertBatch batch;
+  MoeBatch(il, n, &batch);
+  SubmitTimed(channel_, batch, expert_out_.data());
+  // The shared expert runs while the routed experts are in flight.
+  MoeShared(il, n);
+  COLIBRI_RETURN_IF_ERROR(WaitTimed(channel_));
+  MoeCombine(n);
+  return absl::OkStatus();
+}
+
+void Session::MoeRoute(int il, int n) {
   const LayerWeights& L = model_.layer(il);
-  const int64_t d = c_.n_embd;
-  const int k = c_.n_expert_used;
   if (prefetch_count_ > 0) PredictExperts(il, n);
   ops::MatMul(L.router, xn_.data(), n, router_.data(), c_.n_expert, options_.path, pool_,
               &matmul_scratch_);
-  moe::RouteExperts(router_.data(), n, c_.n_expert, k, Routing(L), route_scratch_.data(),
-                    routes_.data(), route_w_.data());
+  moe::RouteExperts(router_.data(), n, c_.n_expert, c_.n_expert_used, Routing(L),
+                    route_scratch_.data(), routes_.data(), route_w_.data());
   if (prefetch_count_ > 0) CountPrediction(il, n);
+}
 
-  moe::ExpertBatch batch;
-  batch.layer = il;
-  batch.n_tokens = n;
-  batch.n_embd = d;
-  batch.k = k;
-  batch.x = xn_.data();
-  batch.experts = routes_.data();
-  batch.weights = route_w_.data();
-  experts_->Submit(batch, expert_out_.data());
+void Session::MoeBatch(int il, int n, moe::ExpertBatch* batch) const {
+  batch->layer = il;
+  batch->n_tokens = n;
+  batch->n_embd = c_.n_embd;
+  batch->k = c_.n_expert_used;
+  batch->x = xn_.data();
+  batch->experts = routes_.data();
+  batch->weights = route_w_.data();
+}
 
-  // The shared expert runs while the routed experts are in flight.
-  if (c_.shared_expert) {
-    moe::ExpertFfn(L.shared, xn_.data(), n, shared_out_.data(), options_.path, pool_,
-                   &shared_scratch_);
-    if (L.shared_gate != nullptr) {
-      for (int i = 0; i < n; ++i) {
-        const float g = ops::Dot(xn_.data() + i * d, L.shared_gate, d);
-        const float s = 1.0f / (1.0f + std::exp(-g));
-        ops::Scale(shared_out_.data() + i * d, s, d);
-      }
+void Session::MoeShared(int il, int n) {
+  if (!c_.shared_expert) return;
+  const LayerWeights& L = model_.layer(il);
+  const int64_t d = c_.n_embd;
+  moe::ExpertFfn(L.shared, xn_.data(), n, shared_out_.data(), options_.path, pool_,
+                 &shared_scratch_);
+  if (L.shared_gate != nullptr) {
+    for (int i = 0; i < n; ++i) {
+      const float g = ops::Dot(xn_.data() + i * d, L.shared_gate, d);
+      const float s = 1.0f / (1.0f + std::exp(-g));
+      ops::Scale(shared_out_.data() + i * d, s, d);
     }
   }
+}
 
-  const auto wait_start = std::chrono::steady_clock::now();
-  absl::Status status = experts_->Wait();
-  stats_.expert_wait_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-  COLIBRI_RETURN_IF_ERROR(status);
-
+void Session::MoeCombine(int n) {
+  const int64_t d = c_.n_embd;
+  const int k = c_.n_expert_used;
   // Sum each token's expert outputs in rank order, then the shared expert.
   for (int i = 0; i < n; ++i) {
     float* x = x_.data() + i * d;
@@ -619,7 +673,23 @@ absl::Status Session::MoeBlock(int il, int n) {
     if (c_.shared_expert) AddInPlace(acc, shared_out_.data() + i * d, d);
     AddInPlace(x, acc, d);
   }
-  return absl::OkStatus();
+}
+
+void Session::SubmitTimed(moe::ExpertBackend* backend, const moe::ExpertBatch& batch, float* out) {
+  if (outstanding_++ == 0) outstanding_since_ = std::chrono::steady_clock::now();
+  backend->Submit(batch, out);
+}
+
+absl::Status Session::WaitTimed(moe::ExpertBackend* backend) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = backend->Wait();
+  const auto end = std::chrono::steady_clock::now();
+  stats_.expert_wait_seconds += std::chrono::duration<double>(end - start).count();
+  if (--outstanding_ == 0) {
+    stats_.expert_outstanding_seconds +=
+        std::chrono::duration<double>(end - outstanding_since_).count();
+  }
+  return status;
 }
 
 moe::RoutingOptions Session::Routing(const LayerWeights& layer) const {
@@ -668,7 +738,7 @@ void Session::PredictExperts(int il, int n) {
         predicted_.data() + (static_cast<size_t>(depth - 1) * c_.n_layer + target) * n_expert;
     std::fill(mask, mask + n_expert, 0);
     for (int j = 0; j < n_hint; ++j) mask[pred_ids_[j]] = 1;
-    experts_->Prefetch(target, absl::MakeConstSpan(pred_ids_.data(), n_hint));
+    channel_->Prefetch(target, absl::MakeConstSpan(pred_ids_.data(), n_hint));
   }
   stats_.predict_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -712,6 +782,7 @@ absl::Status Session::EvaluateEmbeddings(absl::Span<const float> embeddings, boo
     if (logits->size() != want) logits->resize(want);
   }
   const int start = n_past_[0];
+  EnsureSlot(0);
   for (int64_t done = 0; done < n_total; done += n_batch_) {
     const int n = static_cast<int>(std::min<int64_t>(n_batch_, n_total - done));
     std::memcpy(x_.data(), embeddings.data() + done * d, n * d * sizeof(float));

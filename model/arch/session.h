@@ -15,8 +15,24 @@
 // whether it ran alone or batched with others, in whatever chunks.
 // A session with n_seq = 1 is the plain single-sequence case.
 //
+// Two half-batches (SessionOptions::pipeline_halves): EvaluateBatch may split
+// its chunks by sequence into two halves A and B and pipeline them layer by
+// layer: while A's routed experts are in flight, the session runs B's
+// attention, norms and routing (and B's while A's are), so the coordinator's
+// compute hides behind the round trips to the nodes. A sequence's rows stay
+// in one half, and every kernel is batch-invariant, so the logits are bitwise
+// those of the unsplit batch. With a backend that has a SecondChannel() both
+// halves are in flight at once; without one (forced on) at most one is.
+//
+// KV cache slots are allocated when a sequence is first evaluated (and left
+// uninitialized, so the system commits their pages only as positions are
+// written); Release(seq) gives a slot's memory back. A session with many
+// sequences costs nothing for those never used.
+//
 // After the first call of each batch size, Evaluate does not allocate: every
-// buffer is sized at creation for n_batch tokens and n_ctx positions.
+// buffer is sized at creation for n_batch tokens and n_ctx positions (the
+// first evaluation of a sequence allocates its KV slot, the first split
+// batch the second half's buffers).
 //
 // Next-layer prediction (SessionOptions::prefetch): once layer L's MoE input is
 // known, the session applies layer L+1's (and with depth 2 layer L+2's) FFN
@@ -30,6 +46,8 @@
 #ifndef COLIBRI_MODEL_ARCH_SESSION_H_
 #define COLIBRI_MODEL_ARCH_SESSION_H_
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -62,6 +80,20 @@ struct PrefetchOptions {
   int max_union = 0;
 };
 
+// When EvaluateBatch pipelines two half-batches (see Session).
+enum class PipelineHalves {
+  // When it pays: the backend has a SecondChannel() (remote experts) and the
+  // batch holds at least kMinPipelineSequences sequences.
+  kAuto,
+  // Whenever the batch holds at least two sequences (for tests and
+  // benchmarks; correct with any backend).
+  kOn,
+  // Never.
+  kOff,
+};
+// Fewest sequences a batch needs for kAuto to split it.
+inline constexpr int kMinPipelineSequences = 4;
+
 struct SessionOptions {
   // Positions the KV cache holds, at most the model's context_length (a larger
   // value is capped: see Session::ContextSize). Default: 0, meaning
@@ -73,9 +105,11 @@ struct SessionOptions {
   ops::NumericPath path = ops::NumericPath::kFast;
   // Next-layer expert prediction. Default: off.
   PrefetchOptions prefetch;
-  // Sequences held, each with a KV cache of n_ctx positions (the memory of
-  // the cache grows with it). Default: 1.
+  // Sequences held, each with a KV cache slot of n_ctx positions, allocated
+  // when the sequence is first evaluated. Default: 1.
   int n_seq = 1;
+  // Pipelining of two half-batches in EvaluateBatch. Default: kAuto.
+  PipelineHalves pipeline_halves = PipelineHalves::kAuto;
 };
 
 // One sequence's part of an EvaluateBatch step: `tokens` evaluated at that
@@ -107,8 +141,21 @@ struct SessionStats {
   int64_t tokens_evaluated = 0;
   int64_t evaluate_calls = 0;
   double expert_wait_seconds = 0;  // time blocked in ExpertBackend::Wait
+  // Time at least one expert batch was outstanding (from its Submit to the
+  // return of its Wait). The coordinator computed during
+  // expert_outstanding_seconds - expert_wait_seconds of it.
+  double expert_outstanding_seconds = 0;
+  int64_t split_batches = 0;       // EvaluateBatch calls run as two half-batches
   double predict_seconds = 0;      // time spent predicting experts (incl. Prefetch)
   PredictorStats predictor[2];     // [depth - 1]: predictions of layer L+1, L+2
+
+  // Share of the time experts were outstanding during which the coordinator
+  // computed (1 - wait / outstanding); 0 when nothing was outstanding.
+  double overlap() const {
+    return expert_outstanding_seconds > 0
+               ? std::max(0.0, 1.0 - expert_wait_seconds / expert_outstanding_seconds)
+               : 0.0;
+  }
 };
 
 // Receives the residual stream after the last layer (before the output norm)
@@ -182,6 +229,11 @@ class Session {
   // position 0).
   void Reset() { n_past_[0] = 0; }
   void Reset(int seq) { n_past_[seq] = 0; }
+  // Forgets every position of `seq` (in [0, n_seq)) and frees its KV slot;
+  // the next evaluation of `seq` allocates it again.
+  void Release(int seq);
+  // Bytes of KV cache slots allocated (an upper bound of what they commit).
+  int64_t kv_bytes_allocated() const;
   // Drops positions >= n (n <= n_past()) of sequence 0 / `seq`. With
   // sliding-window layers, whose cache keeps only the last
   // window + n_batch - 1 positions, a position older than that may already be
@@ -203,15 +255,37 @@ class Session {
   // Embeds `tokens` of sequence `seq` into rows first.. of x_, at positions
   // n_past_[seq] onwards.
   absl::Status PlaceRows(int seq, absl::Span<const int32_t> tokens, int first);
+  // Allocates sequence seq's KV slot if it has none.
+  void EnsureSlot(int seq);
   // Runs the n rows of x_ (n <= n_batch) through every layer; row i is token
   // of sequence row_seq_[i] at position row_pos_[i].
   absl::Status ForwardRows(int n);
+  // ForwardRows(n_a + n_b) as two pipelined halves: rows [0, n_a) and
+  // [n_a, n_a + n_b). Same results.
+  absl::Status ForwardHalves(int n_a, int n_b);
+  // Attention of layer il over the n active rows, then the FFN norm into xn_.
+  void AttentionBlock(int il, int n);
+  // What one half keeps from its routing to the sum of its experts' outputs,
+  // and its rows, while the other half is computed: the members of the same
+  // names hold the active half's (see ForwardHalves).
+  struct HalfRows {
+    std::vector<float> x, xn, route_w, expert_out, shared_out;
+    std::vector<int32_t> routes;
+    std::vector<int> row_seq, row_pos;
+    std::vector<uint8_t> predicted;
+  };
+  // Swaps the per-row buffers with half_ (the other half becomes active).
+  void SwapHalves();
   // Final norm and output head of `rows` rows of x_ from `first`, into
   // logits [rows][n_vocab].
   void OutputHead(int first, int rows, float* logits);
-  // First cache row of layer il of sequence seq, in rows of k_cache_ / v_cache_.
-  size_t CacheBase(int seq, int il) const {
-    return static_cast<size_t>(seq) * seq_cache_rows_ + cache_offset_[il];
+  // First row of layer il in sequence seq's slot of k_slots_ / v_slots_
+  // (kv_dim / v_dim floats a row; MLA: kv_lora_rank + n_rot, keys only).
+  float* KeyRows(int seq, int il, int row_floats) const {
+    return k_slots_[seq].get() + cache_offset_[il] * row_floats;
+  }
+  float* ValueRows(int seq, int il) const {
+    return v_slots_[seq].get() + cache_offset_[il] * c_.v_dim();
   }
   void Attention(int il, int n);
   // Multi-head Latent Attention (deepseek2), absorbed form over the latent cache.
@@ -226,6 +300,16 @@ class Session {
   // Routing options of layer il (its selection bias).
   moe::RoutingOptions Routing(const LayerWeights& layer) const;
   absl::Status MoeBlock(int il, int n);
+  // MoeBlock's steps over the n active rows: prediction and routing; the
+  // ExpertBatch of those routes; the shared expert; after the batch's Wait,
+  // the weighted sum into x_.
+  void MoeRoute(int il, int n);
+  void MoeBatch(int il, int n, moe::ExpertBatch* batch) const;
+  void MoeShared(int il, int n);
+  void MoeCombine(int n);
+  // Submit / Wait on a backend, timed into stats_.
+  void SubmitTimed(moe::ExpertBackend* backend, const moe::ExpertBatch& batch, float* out);
+  absl::Status WaitTimed(moe::ExpertBackend* backend);
   // Predicts the experts of layers il+1 .. il+depth from the residual stream
   // x_ at layer il's MoE input and passes them to experts_->Prefetch.
   void PredictExperts(int il, int n);
@@ -239,6 +323,9 @@ class Session {
   const Model& model_;
   const ModelConfig& c_;
   moe::ExpertBackend* const experts_;
+  // The backend of the half being computed: experts_ or its SecondChannel().
+  // Prefetch hints go to it.
+  moe::ExpertBackend* channel_;
   ThreadPool* const pool_;
   const SessionOptions options_;
   const int n_ctx_;
@@ -255,11 +342,16 @@ class Session {
   std::vector<int> cache_rows_;
   std::vector<size_t> cache_offset_;  // [n_layer] first row of each layer in a slot
   size_t seq_cache_rows_ = 0;         // Σ cache_rows_: rows of one sequence's slot
-  // KV cache: [n_seq][n_layer][rows][kv_dim] and [n_seq][n_layer][rows][v_dim];
-  // for MLA k_cache_ holds [n_seq][n_layer][n_ctx][kv_lora_rank + n_rot] (the
-  // normed latent and the roped shared k_pe) and v_cache_ is empty.
-  std::vector<float> k_cache_;
-  std::vector<float> v_cache_;
+  // KV cache slots, null until the sequence is first evaluated:
+  // [n_seq] of [n_layer][rows][kv_dim] and [n_layer][rows][v_dim]; for MLA
+  // k_slots_ hold [n_layer][n_ctx][kv_lora_rank + n_rot] (the normed latent
+  // and the roped shared k_pe) and v_slots_ stay null. Uninitialized: a
+  // position is read only after it was written.
+  std::vector<std::unique_ptr<float[]>> k_slots_;
+  std::vector<std::unique_ptr<float[]>> v_slots_;
+  size_t k_slot_floats_ = 0;  // floats of one slot
+  size_t v_slot_floats_ = 0;
+  int n_slots_ = 0;  // slots allocated
   // RoPE table: [n_ctx][n_rot / 2] cosines and sines.
   std::vector<float> rope_cos_;
   std::vector<float> rope_sin_;
@@ -308,6 +400,13 @@ class Session {
   std::vector<uint8_t> predicted_;
   std::vector<uint8_t> routed_mask_;  // [n_expert] scratch of CountPrediction
   ops::MatMulScratch pred_scratch_;
+
+  // Two half-batches: the inactive half's per-row buffers (null until the
+  // first split batch) and the outstanding-time bookkeeping of SubmitTimed /
+  // WaitTimed.
+  std::unique_ptr<HalfRows> half_;
+  int outstanding_ = 0;
+  std::chrono::steady_clock::time_point outstanding_since_;
 };
 
 }  // namespace colibri::arch

@@ -10,7 +10,9 @@
 // reads experts from the coordinator's own GGUF; the remote backend (in
 // coordinator/) sends them to expert nodes.
 //
-// Thread-safety: a backend serves one forward pass at a time.
+// Thread-safety: a backend serves one forward pass at a time, and has at most
+// one batch submitted (between Submit and Wait). A forward pass that pipelines
+// two half-batches keeps the second in flight on SecondChannel().
 #ifndef COLIBRI_MODEL_MOE_EXPERT_BACKEND_H_
 #define COLIBRI_MODEL_MOE_EXPERT_BACKEND_H_
 
@@ -42,6 +44,12 @@ class ExpertBackend {
   // Completes the submitted batch. A non-OK status means the outputs are not
   // usable (every retry and fallback the backend has was exhausted).
   virtual absl::Status Wait() = 0;
+
+  // A backend whose batches can be in flight at the same time as this one's
+  // (same experts, same results), for pipelining two half-batches, or null
+  // when overlapping batches would not pay (the work is done on this
+  // machine). Owned by this backend; created on first call.
+  virtual ExpertBackend* SecondChannel() { return nullptr; }
 
   // Advice that `experts` of `layer` will probably be needed soon.
   virtual void Prefetch(int layer, absl::Span<const int32_t> experts) {

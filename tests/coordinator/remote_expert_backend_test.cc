@@ -267,6 +267,34 @@ TEST_F(RemoteExpertBackendTest, MatchesLocalBitwiseWithOneCallPerInvolvedNode) {
   }
 }
 
+// Two half-batches in flight at once: one on the backend, one on its second
+// channel; each gives the local result, and stats() counts both.
+TEST_F(RemoteExpertBackendTest, TheSecondChannelRunsABatchAlongside) {
+  MakeCluster(3, 1);
+  const ops::NumericPath path = ops::NumericPath::kFast;
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, path, &pool_);
+  moe::ExpertBackend* second = remote.SecondChannel();
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(remote.SecondChannel(), second);
+  const Batch a = RandomBatch(5, 2, 21), b = RandomBatch(6, 2, 22);
+  std::vector<float> a_local(a.n_tokens * a.k * kEmbd), b_local(b.n_tokens * b.k * kEmbd);
+  moe::LocalExpertBackend local(&model_.experts(), kExperts, path, &pool_);
+  local.Submit(a.view(0), a_local.data());
+  ASSERT_TRUE(local.Wait().ok());
+  local.Submit(b.view(1), b_local.data());
+  ASSERT_TRUE(local.Wait().ok());
+
+  std::vector<float> a_out(a_local.size(), -1.0f), b_out(b_local.size(), -2.0f);
+  remote.Submit(a.view(0), a_out.data());
+  second->Submit(b.view(1), b_out.data());
+  ASSERT_TRUE(second->Wait().ok());
+  ASSERT_TRUE(remote.Wait().ok());
+  EXPECT_EQ(0, std::memcmp(a_out.data(), a_local.data(), a_out.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(b_out.data(), b_local.data(), b_out.size() * sizeof(float)));
+  EXPECT_EQ(remote.stats().layers, 2);
+  EXPECT_GT(remote.stats().round_trips, 1);
+}
+
 TEST_F(RemoteExpertBackendTest, FallsBackLocallyWithoutReplicas) {
   MakeCluster(3, 1);
   RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,

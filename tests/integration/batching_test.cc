@@ -4,7 +4,8 @@
 // joining mid-way, one cancelled) give exactly the tokens, text and logprobs
 // that each gives when it runs alone on the same server. The step budget
 // (--batch-size 3) is below the generations running, so prompts go in chunks
-// and the decoding generations take turns.
+// and the decoding generations take turns. On nodes, the same holds with
+// every step split into two pipelined halves (--pipeline-halves on).
 #include <unistd.h>
 
 #include <atomic>
@@ -97,6 +98,7 @@ class BatchingTest : public ::testing::Test {
       for (const auto& n : nodes_) nodes.push_back(n.get());
       args.insert(args.end(), {"--nodes", testing::JoinAddresses(nodes)});
     }
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     serve_ = std::make_unique<ServerProcess>();
     std::string error;
     ASSERT_TRUE(serve_->Start(args, &error)) << error;
@@ -212,7 +214,18 @@ class BatchingTest : public ::testing::Test {
     EXPECT_EQ(Grpc(sampled).tokens, sampled_alone.tokens);
   }
 
+  // A counter of serve's GET /metrics; -1 when absent.
+  double Metric(const std::string& name) {
+    const CommandResult r = testing::RunCommand({kCurl, "-sS", "http://" + http_ + "/metrics"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const std::string prefix = name + " ";
+    size_t at = r.out.find("\n" + prefix);
+    if (at == std::string::npos) return -1;
+    return std::stod(r.out.substr(at + 1 + prefix.size()));
+  }
+
   std::vector<std::unique_ptr<NodeProcess>> nodes_;
+  std::vector<std::string> extra_args_;  // more serve flags
   std::unique_ptr<ServerProcess> serve_;
   std::string http_;  // HOST:PORT of the HTTP API
 };
@@ -222,6 +235,17 @@ TEST_F(BatchingTest, ConcurrentRequestsGiveWhatEachGivesAloneLocally) { CheckBat
 TEST_F(BatchingTest, ConcurrentRequestsGiveWhatEachGivesAloneOnThreeNodes) {
   StartNodes(3);
   CheckBatchInvariance();
+  EXPECT_EQ(Metric("colibri_split_batches_total"), 0);  // auto: fewer than 4 generations
+}
+
+TEST_F(BatchingTest, ConcurrentRequestsGiveWhatEachGivesAloneInPipelinedHalvesOnThreeNodes) {
+  StartNodes(3);
+  extra_args_ = {"--pipeline-halves", "on"};
+  CheckBatchInvariance();
+  // Steps of several generations were split, and experts were outstanding.
+  EXPECT_GT(Metric("colibri_split_batches_total"), 0);
+  EXPECT_GT(Metric("colibri_expert_outstanding_seconds_total"), 0);
+  EXPECT_GE(Metric("colibri_expert_wait_seconds_total"), 0);
 }
 
 }  // namespace

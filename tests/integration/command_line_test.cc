@@ -71,6 +71,7 @@ TEST(CommandLineTest, CoordinatorRejectsOutOfRangeNumbers) {
       {{Coordinator(), "serve", "--model", m, "--listen", "127.0.0.1:99999"}, "--listen"},
       {{Coordinator(), "serve", "--model", m, "--listen", "127.0.0.1:"}, "--listen"},
       {{Coordinator(), "serve", "--model", m, "--sessions", "0"}, "--sessions"},
+      {{Coordinator(), "serve", "--model", m, "--pipeline-halves", "maybe"}, "--pipeline-halves"},
       {{Coordinator(), "serve", "--model", m, "--threads", "100000"}, "--threads"},
       {{Coordinator(), "serve", "--model", m, "--ctx-size", "-1"}, "--ctx-size"},
       {with({"--draft-max", "0"}), "--draft-max"},

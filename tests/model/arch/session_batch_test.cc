@@ -2,9 +2,12 @@
 // every sequence's logits are bitwise those of the same tokens run alone in a
 // single-sequence session, whatever else shares the forward pass, however its
 // prompt is chunked, when it joins mid-way and when its slot is reused; and
-// malformed batches are refused without evaluating anything.
+// malformed batches are refused without evaluating anything. The same holds
+// when each batch is split into two pipelined halves (with one backend channel
+// or two, both in flight at once), and KV slots take memory only once used.
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +22,48 @@ namespace colibri {
 namespace {
 
 constexpr int kDecodeSteps = 5;
+
+// An ExpertBackend over the model's own experts that counts how many batches
+// are in flight at once over it and its SecondChannel() (when it has one).
+class CountingBackend : public moe::ExpertBackend {
+ public:
+  CountingBackend(const arch::Model& model, ops::NumericPath path, ThreadPool* pool,
+                  bool second_channel, CountingBackend* first = nullptr)
+      : inner_(&model.experts(), model.config().n_expert, path, pool),
+        first_(first != nullptr ? first : this) {
+    if (second_channel) {
+      second_ = std::make_unique<CountingBackend>(model, path, pool, false, this);
+    }
+  }
+  void Submit(const moe::ExpertBatch& batch, float* out) override {
+    ++first_->submits_;
+    ++first_->in_flight_;
+    first_->most_in_flight_ = std::max(first_->most_in_flight_, first_->in_flight_);
+    inner_.Submit(batch, out);
+  }
+  absl::Status Wait() override {
+    --first_->in_flight_;
+    const absl::Status status = inner_.Wait();
+    if (++first_->waits_ == first_->fail_wait_) return absl::UnavailableError("wait failed");
+    return status;
+  }
+  moe::ExpertBackend* SecondChannel() override { return second_.get(); }
+  int submits() const { return submits_; }
+  int most_in_flight() const { return most_in_flight_; }
+  int in_flight() const { return in_flight_; }
+  // The n-th Wait from now (over both channels) fails; 0: none.
+  void FailWait(int n) { fail_wait_ = n > 0 ? waits_ + n : 0; }
+
+ private:
+  moe::LocalExpertBackend inner_;
+  CountingBackend* const first_;
+  std::unique_ptr<CountingBackend> second_;
+  int submits_ = 0;
+  int in_flight_ = 0;
+  int most_in_flight_ = 0;
+  int waits_ = 0;
+  int fail_wait_ = 0;
+};
 
 testing::GoldenCase LoadCase(const std::string& model, const std::string& prompt) {
   testing::GoldenCase c;
@@ -114,8 +159,12 @@ void RunBatched(arch::Session& session, std::vector<Sequence>& seqs, int budget)
   FAIL() << "the sequences did not finish";
 }
 
-TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAlone) {
-  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+// Three sequences batched as a scheduler would (joining mid-way, chunked
+// prompts, reused slots) give every sequence's logits bitwise as alone; with
+// `halves` pipelining set as given, on a backend with or without a second
+// channel.
+void CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves halves, bool second_channel,
+                                     const std::vector<ops::NumericPath>& paths) {
   ThreadPool pool(2);
   for (const std::string& name : testing::AllGoldenModels()) {
     auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
@@ -126,19 +175,19 @@ TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAlone) {
     for (const testing::GoldenCase* c : {&english, &code, &lng}) {
       ASSERT_GE(c->greedy_tokens.size(), static_cast<size_t>(kDecodeSteps));
     }
-    for (ops::NumericPath path : {ops::NumericPath::kExact, ops::NumericPath::kFast}) {
+    for (ops::NumericPath path : paths) {
       SCOPED_TRACE(name + (path == ops::NumericPath::kExact ? " exact" : " fast"));
       const auto english_alone = RunAlone(**model, english, path, false, &pool);
       const auto code_alone = RunAlone(**model, code, path, false, &pool);
       const auto long_alone = RunAlone(**model, lng, path, true, &pool);
 
-      moe::LocalExpertBackend backend(&(*model)->experts(), (*model)->config().n_expert, path,
-                                      &pool);
+      CountingBackend backend(**model, path, &pool, second_channel);
       arch::SessionOptions options;
       options.path = path;
       options.n_ctx = 1024;
       options.n_batch = 8;  // long prompts take several steps, shared with the others
       options.n_seq = 3;
+      options.pipeline_halves = halves;
       auto session = arch::Session::Create(**model, &backend, &pool, options);
       ASSERT_TRUE(session.ok()) << session.status();
       ASSERT_EQ((*session)->n_seq(), 3);
@@ -181,8 +230,39 @@ TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAlone) {
         EXPECT_TRUE(Bitwise(again[0].rows[r], code_alone[r])) << "reused code row " << r;
         EXPECT_TRUE(Bitwise(again[1].rows[r], english_alone[r])) << "reused english row " << r;
       }
+      // Forced on, batches of two or more sequences were split; both halves
+      // were in flight at once exactly when there was a second channel.
+      const int64_t split = (*session)->stats().split_batches;
+      if (halves == arch::PipelineHalves::kOn) {
+        EXPECT_GT(split, 0);
+        EXPECT_EQ(backend.most_in_flight(), second_channel ? 2 : 1);
+      } else {
+        EXPECT_EQ(split, 0);
+        EXPECT_EQ(backend.most_in_flight(), 1);
+      }
+      EXPECT_GT(backend.submits(), 0);
     }
   }
+}
+
+TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAlone) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  // kAuto does not split with 3 sequences (fewer than kMinPipelineSequences).
+  CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves::kAuto, /*second_channel=*/true,
+                                  {ops::NumericPath::kExact, ops::NumericPath::kFast});
+}
+
+TEST(SessionBatchTest, TwoPipelinedHalvesGiveTheSameLogits) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  // One path each for these two (CI time): the split is the same on both.
+  CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves::kOn, /*second_channel=*/true,
+                                  {ops::NumericPath::kFast});
+}
+
+TEST(SessionBatchTest, TwoPipelinedHalvesOnOneChannelGiveTheSameLogits) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves::kOn, /*second_channel=*/false,
+                                  {ops::NumericPath::kExact});
 }
 
 TEST(SessionBatchTest, MalformedBatchesAreRefusedAndEvaluateNothing) {
@@ -229,6 +309,111 @@ TEST(SessionBatchTest, MalformedBatchesAreRefusedAndEvaluateNothing) {
   ASSERT_TRUE(s.EvaluateBatch({{0, two, false, &logits}}).ok());
   EXPECT_EQ(s.n_past(0), 2);
   EXPECT_EQ(logits.size(), static_cast<size_t>((*model)->config().n_vocab));
+}
+
+// A backend failure in the middle of a split batch: the error is returned
+// once both halves' batches completed, nothing is evaluated, and the
+// sequences go on as if the call had not been made.
+TEST(SessionBatchTest, AFailureInOneHalfEvaluatesNothing) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  auto model = arch::Model::Open(testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> a = {1, 2, 3}, b = {4, 5};
+  std::vector<float> a_first, b_first, a_again, b_again;
+  {
+    CountingBackend backend(**model, ops::NumericPath::kFast, nullptr, true);
+    arch::SessionOptions options;
+    options.n_ctx = 64;
+    options.n_seq = 2;
+    options.pipeline_halves = arch::PipelineHalves::kOff;
+    auto session = arch::Session::Create(**model, &backend, nullptr, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    ASSERT_TRUE((*session)->EvaluateBatch({{0, a, false, &a_first}, {1, b, false, &b_first}}).ok());
+  }
+  for (int fail : {1, 2, 3}) {
+    SCOPED_TRACE(fail);
+    CountingBackend backend(**model, ops::NumericPath::kFast, nullptr, true);
+    arch::SessionOptions options;
+    options.n_ctx = 64;
+    options.n_seq = 2;
+    options.pipeline_halves = arch::PipelineHalves::kOn;
+    auto session = arch::Session::Create(**model, &backend, nullptr, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    backend.FailWait(fail);
+    const absl::Status status =
+        (*session)->EvaluateBatch({{0, a, false, &a_again}, {1, b, false, &b_again}});
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_EQ(backend.in_flight(), 0);
+    EXPECT_EQ(backend.most_in_flight(), 2);
+    EXPECT_EQ((*session)->n_past(0), 0);
+    EXPECT_EQ((*session)->n_past(1), 0);
+    backend.FailWait(0);
+    ASSERT_TRUE((*session)->EvaluateBatch({{0, a, false, &a_again}, {1, b, false, &b_again}}).ok());
+    EXPECT_TRUE(Bitwise(a_again, a_first));
+    EXPECT_TRUE(Bitwise(b_again, b_first));
+    EXPECT_EQ((*session)->stats().split_batches, 1);
+  }
+}
+
+// Resident set of this process, in bytes (0 when /proc is not there).
+int64_t ResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+TEST(SessionBatchTest, KvSlotsTakeMemoryOnlyOnceUsed) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  auto model = arch::Model::Open(testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const arch::ModelConfig& c = (*model)->config();
+  ASSERT_EQ(c.sliding_window, 0);
+  moe::LocalExpertBackend backend(&(*model)->experts(), c.n_expert, ops::NumericPath::kFast,
+                                  nullptr);
+  arch::SessionOptions options;
+  options.n_ctx = 0;  // the default: min(context_length, 4096)
+  options.n_batch = 16;
+  options.n_seq = 64;
+  const int n_ctx = arch::Session::ContextSize(c, 0);
+  const int64_t slot_bytes =
+      static_cast<int64_t>(c.n_layer) * n_ctx * (c.kv_dim() + c.v_dim()) * sizeof(float);
+
+  // 64 slots allocated at creation would be resident now; the rest of the
+  // session (mostly the [n_seq][n_vocab] logits) is about a quarter of that.
+  const int64_t rss_before = ResidentBytes();
+  auto session = arch::Session::Create(**model, &backend, nullptr, options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  arch::Session& s = **session;
+  ASSERT_EQ(s.n_ctx(), n_ctx);
+  EXPECT_EQ(s.kv_bytes_allocated(), 0);
+  if (rss_before > 0) {
+    EXPECT_LT(ResidentBytes() - rss_before, 64 * slot_bytes / 2);
+  }
+
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
+  std::vector<float> first, again, other;
+  ASSERT_TRUE(s.EvaluateBatch({{5, prompt, false, &first}}).ok());
+  EXPECT_EQ(s.kv_bytes_allocated(), slot_bytes);
+  ASSERT_TRUE(s.EvaluateBatch({{9, prompt, false, &other}, {5, {8}, false, nullptr}}).ok());
+  EXPECT_EQ(s.kv_bytes_allocated(), 2 * slot_bytes);
+  s.Reset(9);  // kept for reuse
+  EXPECT_EQ(s.kv_bytes_allocated(), 2 * slot_bytes);
+  s.Release(5);
+  s.Release(63);  // never used: nothing to free
+  EXPECT_EQ(s.n_past(5), 0);
+  EXPECT_EQ(s.kv_bytes_allocated(), slot_bytes);
+
+  // A released slot is allocated again, and gives the same logits.
+  ASSERT_TRUE(s.EvaluateBatch({{5, prompt, false, &again}}).ok());
+  EXPECT_EQ(s.kv_bytes_allocated(), 2 * slot_bytes);
+  EXPECT_TRUE(Bitwise(first, again));
+  EXPECT_TRUE(Bitwise(first, other));
+  s.Release(5);
+  s.Release(9);
+  EXPECT_EQ(s.kv_bytes_allocated(), 0);
 }
 
 }  // namespace
