@@ -55,6 +55,9 @@ struct ServeOptions {
   int prefetch_depth = -1;
   // Experts predicted per token. Default: 0, meaning the model's top-k.
   int prefetch_count = 0;
+  // Speculative decoding inside the batched steps (--draft, --draft-max,
+  // --draft-fixed), as `run`'s. Default: none.
+  SpeculationOptions speculation;
   // Largest gRPC message. Default: 64 MiB.
   int max_message_bytes = 64 << 20;
   // Expert nodes (cluster.nodes empty: experts computed here). The node TLS

@@ -36,6 +36,8 @@ class StepCost {
   double Seconds(int tokens) const;
 
   bool empty() const { return mean_.empty(); }
+  // Whether a step of exactly `tokens` tokens was measured.
+  bool measured(int tokens) const { return mean_.count(tokens) > 0; }
   // Largest token count measured (0 while nothing is).
   int largest_measured() const { return mean_.empty() ? 0 : mean_.rbegin()->first; }
 

@@ -23,6 +23,8 @@ TEST(StepCostTest, OneCountIsFlat) {
   EXPECT_DOUBLE_EQ(cost.Seconds(4), 0.02);
   EXPECT_DOUBLE_EQ(cost.Seconds(9), 0.02);
   EXPECT_EQ(cost.largest_measured(), 4);
+  EXPECT_TRUE(cost.measured(4));
+  EXPECT_FALSE(cost.measured(3));
 }
 
 TEST(StepCostTest, InterpolatesBetweenAndExtrapolatesAboveTheMeasuredCounts) {
