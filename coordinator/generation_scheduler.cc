@@ -11,6 +11,7 @@
 #include "coordinator/remote_expert_backend.h"
 #include "coordinator/serve_metrics.h"
 #include "model/moe/local_expert_backend.h"
+#include "model/speculative/ngram_drafter.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -29,6 +30,10 @@ struct GenerationScheduler::Engine {
   std::unique_ptr<arch::Session> session;
   std::vector<bool> used;  // [sessions] slots taken by an active generation
   uint64_t steps = 0;      // Step calls, to rotate the decoding order
+  // Measured seconds of this session's steps per token count, the cost side
+  // of the draft plan.
+  speculative::StepCost cost;
+  uint64_t draft_steps = 0;  // steps planned with drafting on, for the probes
 };
 
 // A generation in a slot: its prompt's progress and its per-token state.
@@ -43,7 +48,12 @@ struct GenerationScheduler::Active {
   std::unique_ptr<TokenEmitter> emitter;  // over sampler and options
   std::function<bool(const GeneratedToken&)> on_token;
   int32_t next = 0;           // the token to evaluate next, once the prompt is done
-  std::vector<float> logits;  // [n_vocab] of the last step
+  std::vector<float> logits;  // [rows][n_vocab] of the last step
+  // Speculation (drafter null: plain decoding).
+  std::unique_ptr<speculative::Drafter> drafter;
+  speculative::DraftAcceptance acceptance;
+  std::vector<int32_t> chunk;  // [1 + drafts] next and its drafts, this step
+  int undrafted_steps = 0;     // steps since it last carried drafts
   GenerationOutcome outcome;  // result and counters so far
   Clock::time_point prompt_start, generate_start;
   absl::Time last_token;  // submission, then each token: for the latency metrics
@@ -62,6 +72,11 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
     const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
     ClusterExperts* cluster, ThreadPool* pool) {
   if (options.sessions < 1) return absl::InvalidArgumentError("--sessions must be >= 1");
+  const int draft_max = options.speculation.draft_max;
+  if (draft_max < 1 || draft_max > kMaxDraftTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--draft-max ", draft_max, " is outside [1, ", kMaxDraftTokens, "]"));
+  }
   std::unique_ptr<GenerationScheduler> scheduler(
       new GenerationScheduler(options, model, tokenizer, cluster, pool));
   COLIBRI_ASSIGN_OR_RETURN(Engine * fast, scheduler->EngineFor(ops::NumericPath::kFast));
@@ -227,6 +242,12 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
   engine->used[a->seq] = true;
   engine->session->Reset(a->seq);
   a->emitter = std::make_unique<TokenEmitter>(*a->sampler, tokenizer_, a->options);
+  const SpeculationOptions& speculation = options_.speculation;
+  if (speculation.make_drafter) {
+    a->drafter = speculation.make_drafter();
+  } else if (speculation.draft == DraftKind::kNgram) {
+    a->drafter = std::make_unique<speculative::NgramDrafter>();
+  }
   GenerationJob* raw = job.get();
   Active* self = a.get();
   a->last_token = job->submitted_;
@@ -256,8 +277,7 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   Engine* engine = engines_[e].get();
   if (engine == nullptr) return;
   arch::Session& session = *engine->session;
-  std::vector<arch::SequenceChunk> chunks;
-  std::vector<Active*> members;
+  std::vector<Active*> decoding;
   int budget = session.n_batch();
   // Decoding generations first, one token each; when they outnumber the
   // budget, the first served rotates from step to step so that none starves.
@@ -268,17 +288,36 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
     Active* a = active[(first + i) % n_active].get();
     if (a->finished || a->engine != e) continue;
     if (a->prompt_done < static_cast<int>(a->prompt.size())) continue;
-    chunks.push_back({a->seq, {&a->next, 1}, false, &a->logits});
-    members.push_back(a);
+    a->chunk.assign(1, a->next);
+    decoding.push_back(a);
     --budget;
+  }
+  bool prompt_waiting = false;
+  for (const auto& a : active) {
+    prompt_waiting |=
+        !a->finished && a->engine == e && a->prompt_done < static_cast<int>(a->prompt.size());
+  }
+  // Then drafts: at most half of what is left while a prompt waits, so that
+  // prompts keep moving.
+  if (!decoding.empty() && budget > 0) {
+    PlanDrafts(e, decoding, prompt_waiting ? budget / 2 : budget);
+  }
+  std::vector<arch::SequenceChunk> chunks;
+  std::vector<Active*> members;
+  for (Active* a : decoding) {
+    const bool verify = a->chunk.size() > 1;
+    chunks.push_back({a->seq, a->chunk, verify, &a->logits});
+    members.push_back(a);
+    budget -= static_cast<int>(a->chunk.size()) - 1;
   }
   for (auto& a : active) {  // then prompt chunks, oldest first
     if (a->finished || a->engine != e || budget == 0) continue;
     const int left = static_cast<int>(a->prompt.size()) - a->prompt_done;
     if (left == 0) continue;
     const int take = std::min(left, budget);
-    chunks.push_back(
-        {a->seq, absl::MakeConstSpan(a->prompt).subspan(a->prompt_done, take), false, &a->logits});
+    // Only the chunk that ends the prompt needs logits.
+    chunks.push_back({a->seq, absl::MakeConstSpan(a->prompt).subspan(a->prompt_done, take), false,
+                      take == left ? &a->logits : nullptr});
     members.push_back(a.get());
     budget -= take;
   }
@@ -290,7 +329,12 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   const double outstanding_before = session.stats().expert_outstanding_seconds;
   const int64_t split_before = session.stats().split_batches;
   const arch::PredictorStats predictor_before = session.stats().predictor[0];
+  const auto step_start = Clock::now();
   const absl::Status status = session.EvaluateBatch(chunks);
+  if (status.ok()) {
+    engine->cost.Observe(session.n_batch() - budget,
+                         std::chrono::duration<double>(Clock::now() - step_start).count());
+  }
   const RemoteBackendStats remote_after =
       engine->remote != nullptr ? engine->remote->stats() : RemoteBackendStats();
   const double wait = session.stats().expert_wait_seconds - wait_before;
@@ -322,37 +366,134 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
       a.outcome.result.prompt_seconds =
           std::chrono::duration<double>(Clock::now() - a.prompt_start).count();
       for (int32_t id : a.prompt) a.sampler->Accept(id);
+      if (a.drafter != nullptr) a.drafter->Accept(a.prompt);
       a.generate_start = Clock::now();
       if (a.options.max_tokens == 0) {
         Complete(a);
         continue;
       }
+      Advance(a, 1);
+      continue;
     }
-    Advance(a);
+    Advance(a, static_cast<int>(chunks[j].tokens.size()));
   }
 }
 
-void GenerationScheduler::Advance(Active& a) {
+void GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding, int budget) {
+  Engine& engine = *engines_[e];
+  const arch::Session& session = *engine.session;
+  const SpeculationOptions& speculation = options_.speculation;
+  // Each generation's guess, as long as it could use: within draft_max, the
+  // tokens it may still generate (the last one sampled is never fed), its
+  // context and what its cache can drop again.
+  std::vector<std::vector<int32_t>> guesses(decoding.size());
+  std::vector<speculative::DraftCandidate> candidates(decoding.size());
+  bool any = false;
+  for (size_t i = 0; i < decoding.size(); ++i) {
+    Active& a = *decoding[i];
+    if (a.drafter == nullptr) continue;
+    const int generated = static_cast<int>(a.outcome.result.tokens.size());
+    const int most =
+        std::min({speculation.draft_max, a.options.max_tokens - generated - 1,
+                  session.n_ctx() - session.n_past(a.seq) - 1, session.max_truncate()});
+    if (most <= 0) continue;
+    a.drafter->Propose(most, &guesses[i]);
+    candidates[i] = {a.acceptance.rate(), static_cast<int>(guesses[i].size())};
+    any |= !guesses[i].empty();
+  }
+  if (!any) return;
+  const speculative::DraftLengthOptions defaults;
+  const int initial = std::min(defaults.initial_draft, speculation.draft_max);
+  std::vector<int> plan(decoding.size(), 0);
+  if (!speculation.adaptive) {
+    for (size_t i = 0; i < decoding.size(); ++i) plan[i] = candidates[i].most;
+  } else if (++engine.draft_steps % defaults.probe_interval == 0) {
+    // Now and then a step without drafts, so that the cost of the decoding
+    // tokens alone stays measured.
+  } else if (!engine.cost.measured(static_cast<int>(decoding.size()))) {
+    // These tokens alone first, so that what drafts add can be measured.
+  } else if (engine.cost.largest_measured() <= static_cast<int>(decoding.size())) {
+    // Nothing longer than these tokens alone measured yet: try.
+    for (size_t i = 0; i < decoding.size(); ++i) plan[i] = std::min(initial, candidates[i].most);
+  } else {
+    const int n = static_cast<int>(decoding.size());
+    plan = speculative::PlanDrafts(engine.cost, n, n, candidates, budget);
+    // A generation whose drafts do not pay still drafts now and then, so
+    // that its acceptance can recover.
+    for (size_t i = 0; i < decoding.size(); ++i) {
+      if (plan[i] == 0 && candidates[i].most > 0 &&
+          ++decoding[i]->undrafted_steps >= defaults.probe_interval) {
+        plan[i] = std::min(initial, candidates[i].most);
+      }
+    }
+  }
+  for (size_t i = 0; i < decoding.size() && budget > 0; ++i) {
+    const int k = std::min(plan[i], budget);
+    if (k <= 0) continue;
+    Active& a = *decoding[i];
+    a.chunk.insert(a.chunk.end(), guesses[i].begin(), guesses[i].begin() + k);
+    a.undrafted_steps = 0;
+    budget -= k;
+  }
+}
+
+void GenerationScheduler::Advance(Active& a, int rows) {
   GenerationResult& result = a.outcome.result;
-  GeneratedToken token;
-  const std::optional<FinishReason> end = a.emitter->Emit(a.logits, a.on_token, &result, &token);
-  if (end.has_value()) {
-    result.finish_reason = *end;
-    Complete(a);
-    return;
+  arch::Session& session = *engines_[a.engine]->session;
+  const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  const int drafted = rows - 1;
+  // Position of the chunk's first token; drafts follow it.
+  const int base = session.n_past(a.seq) - rows;
+  int accepted = 0;
+  bool rejected = false;
+  const auto report_drafts = [&] {
+    if (drafted == 0) return;
+    a.acceptance.Observe(accepted, rejected);
+    if (options_.metrics != nullptr) options_.metrics->OnDrafts(accepted, drafted - accepted);
+  };
+  for (int r = 0; r < rows; ++r) {
+    GeneratedToken token;
+    const absl::Span<const float> row =
+        absl::MakeConstSpan(a.logits).subspan(static_cast<size_t>(r) * n_vocab, n_vocab);
+    const std::optional<FinishReason> end = a.emitter->Emit(row, a.on_token, &result, &token);
+    if (a.drafter != nullptr) a.drafter->Accept({&token.id, 1});
+    if (end.has_value()) {
+      report_drafts();
+      result.finish_reason = *end;
+      Complete(a);
+      return;
+    }
+    // As in Generate: the last token is sampled but not evaluated.
+    if (static_cast<int>(result.tokens.size()) == a.options.max_tokens) {
+      report_drafts();
+      result.finish_reason = FinishReason::kLength;
+      Complete(a);
+      return;
+    }
+    if (r < drafted && token.id == a.chunk[r + 1]) {
+      ++accepted;  // the sampled token was drafted: its logits are the next row
+      continue;
+    }
+    rejected = r < drafted;
+    a.next = token.id;
+    break;
   }
-  // As in Generate: the last token is sampled but not evaluated.
-  if (static_cast<int>(result.tokens.size()) == a.options.max_tokens) {
-    result.finish_reason = FinishReason::kLength;
-    Complete(a);
-    return;
+  report_drafts();
+  if (drafted > 0) {
+    // Keep the chunk's first token and the accepted drafts.
+    const int keep = base + 1 + accepted;
+    session.Truncate(a.seq, keep);
+    if (session.n_past(a.seq) != keep) {
+      Finish(a, absl::InternalError(absl::StrCat("speculative decoding: truncating sequence ",
+                                                 a.seq, " to ", keep, " positions left ",
+                                                 session.n_past(a.seq))));
+      return;
+    }
   }
-  if (engines_[a.engine]->session->n_past(a.seq) >= n_ctx_) {
+  if (session.n_past(a.seq) >= n_ctx_) {
     result.finish_reason = FinishReason::kContextFull;
     Complete(a);
-    return;
   }
-  a.next = token.id;
 }
 
 void GenerationScheduler::Complete(Active& a) {

@@ -14,6 +14,19 @@
 // (and frees its slot) at the next step. Sampling, stop strings and logprobs
 // are coordinator::TokenEmitter's, as in Generate, and the kernels are
 // batch-invariant: a generation's tokens are those it would have alone.
+//
+// Speculative decoding (Options::speculation): a decoding generation's chunk
+// is its next token and up to draft_max tokens its drafter guesses follow
+// it, so the step verifies every generation's drafts in the same forward
+// pass. Each generation then samples from its rows in order with its own
+// sampler (same RNG stream, penalties, stop strings, end of generation and
+// max tokens as plain decoding), accepts drafts while they equal the sampled
+// tokens, and truncates its KV slot to what it accepted; its tokens are
+// reported as they are accepted. Drafts are planned for the whole step
+// (speculative::PlanDrafts) from each generation's acceptance and the step
+// times measured on this run per token count (a longer step reads a wider
+// union of experts), after the decoding tokens and before prompt chunks in
+// the step's budget (at most half of what is left while a prompt waits).
 // The job's callbacks run on the stepping thread: they must not block (queue
 // the output for the client; never wait for it).
 //
@@ -36,9 +49,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/thread_pool.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/generation.h"
+#include "coordinator/speculative_decoder.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/sampling/sampler.h"
@@ -128,6 +143,9 @@ class GenerationScheduler {
     // Pipelining of two half-batches in every step (arch::PipelineHalves).
     // Default: kAuto.
     arch::PipelineHalves pipeline_halves = arch::PipelineHalves::kAuto;
+    // Speculative decoding of every generation (draft kNone: plain).
+    // Default: plain.
+    SpeculationOptions speculation;
     // Receives the token timings and outcomes; borrowed, must outlive the
     // scheduler. Default: null (none recorded).
     ServeMetrics* metrics = nullptr;
@@ -136,7 +154,7 @@ class GenerationScheduler {
   // model, tokenizer (null: id prompts only), cluster (null: experts computed
   // here) and pool are borrowed and must outlive the scheduler. Creates the
   // fast path's session, so session errors show here; InvalidArgument for
-  // sessions < 1.
+  // sessions < 1 or draft_max outside [1, kMaxDraftTokens].
   static absl::StatusOr<std::unique_ptr<GenerationScheduler>> Create(
       const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
       ClusterExperts* cluster, ThreadPool* pool);
@@ -185,8 +203,13 @@ class GenerationScheduler {
   absl::StatusOr<std::unique_ptr<Active>> Admit(std::shared_ptr<GenerationJob> job);
   // One forward step of the active generations of engine `e`.
   void Step(int e, std::vector<std::unique_ptr<Active>>& active);
-  // Samples the next token of `a` from a->logits; finishes it when it ends.
-  void Advance(Active& a);
+  // Drafts of the decoding generations `decoding` for the next step of
+  // engine `e`, within `budget` tokens: appends them to each one's chunk.
+  void PlanDrafts(int e, absl::Span<Active* const> decoding, int budget);
+  // Samples the next tokens of `a` from the `rows` rows of a->logits, row r
+  // after chunk token r, accepting drafts while they are the sampled tokens;
+  // truncates its slot to the accepted ones; finishes it when it ends.
+  void Advance(Active& a, int rows);
   // Ends `a` with `outcome` (reported to its job); frees its slot.
   void Finish(Active& a, absl::StatusOr<GenerationOutcome> outcome);
   void Complete(Active& a);

@@ -101,8 +101,7 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
       ->check(colibri::cli::kExpertCount);
 }
 
-// --draft and --draft-max of run (serve batches its generations and does not
-// draft yet).
+// --draft, --draft-max and --draft-fixed of run and serve.
 void AddSpeculationFlags(CLI::App* cmd, colibri::coordinator::SpeculationOptions* o) {
   using colibri::coordinator::DraftKind;
   const std::map<std::string, DraftKind> kinds = {
@@ -246,6 +245,7 @@ int main(int argc, char** argv) {
         ->default_str("auto");
   }
   AddClusterFlags(serve_cmd, &serve.cluster, "node-");
+  AddSpeculationFlags(serve_cmd, &serve.speculation);
 
   colibri::coordinator::PlanOptions plan;
   CLI::App* plan_cmd = app.add_subcommand("plan", "where every expert would go (moves nothing)");

@@ -101,6 +101,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   scheduler_options.prefetch.count = options.prefetch_count;
   scheduler_options.pipeline_halves = options.pipeline_halves;
   scheduler_options.metrics = &metrics;
+  scheduler_options.speculation = options.speculation;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.
   ChatRenderer chat;
@@ -147,6 +148,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       cluster != nullptr ? absl::StrCat(cluster->cluster().n_nodes(), " expert nodes")
                          : std::string("local experts"),
       token.empty() ? "no auth" : "token auth", options.tls_cert_file.empty() ? "" : ", TLS");
+  if (options.speculation.draft != DraftKind::kNone) {
+    err << absl::StrFormat("serve: speculative decoding with %s drafts, at most %d per step (%s)\n",
+                           DraftKindName(options.speculation.draft), options.speculation.draft_max,
+                           options.speculation.adaptive ? "adaptive" : "fixed");
+  }
   out << "listening on " << rpc::ListenHost(options.listen) << ":" << port << std::endl;
 
   // Stopped before what it serves is destroyed, on every return.

@@ -59,6 +59,9 @@ struct ServeOptions {
   // Pipelining of two half-batches per step (arch::PipelineHalves).
   // Default: kAuto.
   arch::PipelineHalves pipeline_halves = arch::PipelineHalves::kAuto;
+  // Speculative decoding inside the batched steps (--draft, --draft-max,
+  // --draft-fixed), as `run`'s. Default: none.
+  SpeculationOptions speculation;
   // Largest gRPC message. Default: 64 MiB.
   int max_message_bytes = 64 << 20;
   // Expert nodes (cluster.nodes empty: experts computed here). The node TLS

@@ -155,6 +155,11 @@ ServeMetrics::ServeMetrics() {
           .AddCounter("colibri_generated_tokens_total",
                       "Tokens generated (cancelled and failed generations included).")
           ->With({});
+  metrics::Family<metrics::Counter>* drafts = registry_.AddCounter(
+      "colibri_draft_tokens_total", "Drafted tokens verified by speculative decoding, by outcome.",
+      {"outcome"});
+  drafts_accepted_ = drafts->With({"accepted"});
+  drafts_rejected_ = drafts->With({"rejected"});
   time_to_first_token_ =
       registry_
           .AddHistogram("colibri_time_to_first_token_seconds",
@@ -186,6 +191,11 @@ void ServeMetrics::OnGenerationEnd(const absl::Status& status, int prompt_tokens
   generations_->With({CodeName(status.code())})->Increment();
   prompt_tokens_->Increment(prompt_tokens);
   generated_tokens_->Increment(generated_tokens);
+}
+
+void ServeMetrics::OnDrafts(int accepted, int rejected) {
+  drafts_accepted_->Increment(accepted);
+  drafts_rejected_->Increment(rejected);
 }
 
 std::string ServeMetrics::Render() const { return registry_.Render(); }

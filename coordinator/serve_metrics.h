@@ -3,7 +3,8 @@
 // Recorded as they happen: requests by API, endpoint and status (HTTP by
 // HttpServer, gRPC by the interceptor MakeGrpcMetricsInterceptor returns),
 // generations by outcome, prompt and generated tokens, time to first token
-// (from submission, so queueing counts) and inter-token latency (the
+// (from submission, so queueing counts), inter-token latency and drafted
+// tokens accepted or rejected by speculative decoding (the
 // GenerationScheduler calls the On* hooks). Read at scrape time: queue depth,
 // active generations and predictor recall (from the scheduler), per-node
 // round trips, failures, failovers, bytes and wait, health, and fallback
@@ -48,6 +49,9 @@ class ServeMetrics {
   void OnFirstToken(double seconds);
   void OnInterToken(double seconds);
   void OnGenerationEnd(const absl::Status& status, int prompt_tokens, int generated_tokens);
+  // A speculative verify step: of its drafted tokens, `accepted` were the
+  // sampled ones and `rejected` were not (dropped from the cache).
+  void OnDrafts(int accepted, int rejected);
 
   // Every metric in the text format (metrics::kTextContentType).
   std::string Render() const;
@@ -58,6 +62,8 @@ class ServeMetrics {
   metrics::Family<metrics::Counter>* generations_;
   metrics::Counter* prompt_tokens_;
   metrics::Counter* generated_tokens_;
+  metrics::Counter* drafts_accepted_;
+  metrics::Counter* drafts_rejected_;
   metrics::Histogram* time_to_first_token_;
   metrics::Histogram* inter_token_;
 };

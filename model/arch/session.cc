@@ -145,7 +145,7 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   scores_.resize(static_cast<size_t>(n_threads) * n_ctx);
   route_scratch_.resize(moe::RouteScratchSize(c.n_expert));
   if (n_seq > 1) batch_logits_.resize(n_seq * c.n_vocab);
-  gather_rows_.reserve(n_seq);
+  gather_rows_.reserve(B);
   if (mla) {
     q_a_.resize(B * std::max(c.q_lora_rank, 1));
     kv_a_.resize(B * latent_row);
@@ -290,7 +290,6 @@ absl::Status Session::EvaluateBatch(absl::Span<const SequenceChunk> chunks) {
     return absl::InvalidArgumentError(
         absl::StrCat("the batch has ", n, " tokens, more than n_batch ", n_batch_));
   }
-  const int64_t n_vocab = c_.n_vocab;
   int rows = 0;
   for (const SequenceChunk& chunk : chunks) {
     COLIBRI_RETURN_IF_ERROR(PlaceRows(chunk.seq, chunk.tokens, rows));
@@ -315,55 +314,61 @@ absl::Status Session::EvaluateBatch(absl::Span<const SequenceChunk> chunks) {
   } else {
     COLIBRI_RETURN_IF_ERROR(ForwardRows(rows));
   }
-
-  // All-position logits straight into their vectors, then the last rows of
-  // the other sequences gathered into one output-head product.
-  std::vector<int>& last_rows = gather_rows_;
-  last_rows.clear();
-  int first = 0;
-  for (const SequenceChunk& chunk : chunks) {
-    const int size = static_cast<int>(chunk.tokens.size());
-    if (chunk.logits != nullptr) {
-      const size_t want = static_cast<size_t>(chunk.all_logits ? size * n_vocab : n_vocab);
-      if (chunk.logits->size() != want) chunk.logits->resize(want);
-      if (chunk.all_logits) {
-        OutputHead(first, size, chunk.logits->data());
-      } else {
-        last_rows.push_back(first + size - 1);
-      }
-    }
-    first += size;
-  }
-  if (last_rows.size() == 1) {
-    for (const SequenceChunk& chunk : chunks) {
-      if (chunk.logits != nullptr && !chunk.all_logits) {
-        OutputHead(last_rows[0], 1, chunk.logits->data());
-      }
-    }
-  } else if (!last_rows.empty()) {
-    // OutputHead reads x_ and writes xn_: row last_rows[j] >= j is copied to
-    // row j of x_ first, in increasing j, so no row is overwritten before use.
-    const int64_t d = c_.n_embd;
-    for (size_t j = 0; j < last_rows.size(); ++j) {
-      if (last_rows[j] != static_cast<int>(j)) {
-        std::memcpy(x_.data() + j * d, x_.data() + last_rows[j] * d, d * sizeof(float));
-      }
-    }
-    OutputHead(0, static_cast<int>(last_rows.size()), batch_logits_.data());
-    size_t j = 0;
-    for (const SequenceChunk& chunk : chunks) {
-      if (chunk.logits == nullptr || chunk.all_logits) continue;
-      std::memcpy(chunk.logits->data(), batch_logits_.data() + j * n_vocab,
-                  n_vocab * sizeof(float));
-      ++j;
-    }
-  }
+  GatherLogits(chunks);
   for (const SequenceChunk& chunk : chunks) {
     n_past_[chunk.seq] += static_cast<int>(chunk.tokens.size());
   }
   stats_.tokens_evaluated += n;
   ++stats_.evaluate_calls;
   return absl::OkStatus();
+}
+
+void Session::GatherLogits(absl::Span<const SequenceChunk> chunks) {
+  // Every wanted row goes through one output-head product, so that the
+  // output weights are read once per step however many sequences and
+  // positions ask: rows are compacted to the front of x_ (row r_j >= j, in
+  // increasing j, so no row is overwritten before it is copied).
+  const int64_t d = c_.n_embd;
+  const int64_t n_vocab = c_.n_vocab;
+  std::vector<int>& wanted = gather_rows_;
+  wanted.clear();
+  int first = 0;
+  int askers = 0;
+  for (const SequenceChunk& chunk : chunks) {
+    const int size = static_cast<int>(chunk.tokens.size());
+    if (chunk.logits != nullptr) {
+      const int from = chunk.all_logits ? first : first + size - 1;
+      for (int row = from; row < first + size; ++row) wanted.push_back(row);
+      ++askers;
+    }
+    first += size;
+  }
+  if (wanted.empty()) return;
+  for (size_t j = 0; j < wanted.size(); ++j) {
+    if (wanted[j] != static_cast<int>(j)) {
+      std::memcpy(x_.data() + j * d, x_.data() + wanted[j] * d, d * sizeof(float));
+    }
+  }
+  const int n_rows = static_cast<int>(wanted.size());
+  if (askers == 1) {  // straight into the one vector that asked
+    for (const SequenceChunk& chunk : chunks) {
+      if (chunk.logits == nullptr) continue;
+      chunk.logits->resize(static_cast<size_t>(n_rows * n_vocab));
+      OutputHead(0, n_rows, chunk.logits->data());
+    }
+    return;
+  }
+  if (batch_logits_.size() < static_cast<size_t>(n_rows * n_vocab)) {
+    batch_logits_.resize(static_cast<size_t>(n_rows * n_vocab));
+  }
+  OutputHead(0, n_rows, batch_logits_.data());
+  const float* row = batch_logits_.data();
+  for (const SequenceChunk& chunk : chunks) {
+    if (chunk.logits == nullptr) continue;
+    const int64_t rows = chunk.all_logits ? static_cast<int64_t>(chunk.tokens.size()) : 1;
+    chunk.logits->assign(row, row + rows * n_vocab);
+    row += rows * n_vocab;
+  }
 }
 
 absl::Status Session::ForwardRows(int n) {

@@ -114,7 +114,9 @@ struct SessionOptions {
 
 // One sequence's part of an EvaluateBatch step: `tokens` evaluated at that
 // sequence's next positions. `logits` (may be null) receives
-// [tokens.size()][n_vocab] when all_logits, else [n_vocab] for the last token.
+// [tokens.size()][n_vocab] when all_logits (e.g. a token and its drafts to
+// verify), else [n_vocab] for the last token. A chunk with null logits (a
+// prompt chunk that does not end its prompt) costs no output head.
 struct SequenceChunk {
   int seq = 0;
   absl::Span<const int32_t> tokens;
@@ -204,7 +206,8 @@ class Session {
   // (null: none; borrowed, must outlive the session or be unset).
   void set_hidden_observer(HiddenStateObserver* observer) { hidden_observer_ = observer; }
 
-  // Evaluates every chunk in one forward pass. InvalidArgument when there is
+  // Evaluates every chunk in one forward pass; the logits every chunk asks
+  // for come from one output-head product. InvalidArgument when there is
   // no chunk, a chunk has no tokens or a token outside the vocabulary, a
   // sequence is outside [0, n_seq) or appears twice, or the chunks hold more
   // than n_batch() tokens together; OutOfRange when a sequence's context would
@@ -279,6 +282,9 @@ class Session {
   // Final norm and output head of `rows` rows of x_ from `first`, into
   // logits [rows][n_vocab].
   void OutputHead(int first, int rows, float* logits);
+  // The logits every chunk of an EvaluateBatch asks for, from one output-head
+  // product over the wanted rows of x_ (which it moves to the front).
+  void GatherLogits(absl::Span<const SequenceChunk> chunks);
   // First row of layer il in sequence seq's slot of k_slots_ / v_slots_
   // (kv_dim / v_dim floats a row; MLA: kv_lora_rank + n_rot, keys only).
   float* KeyRows(int seq, int il, int row_floats) const {
@@ -371,9 +377,10 @@ class Session {
   std::vector<float> shared_out_;   // [n][n_embd]
   std::vector<float> scores_;       // [n_threads][n_ctx] attention scores
   std::vector<float> route_scratch_;  // moe::RouteScratchSize(n_expert)
-  // [n_seq][n_vocab] last-token logits of an EvaluateBatch (n_seq > 1 only).
+  // [rows][n_vocab] logits of an EvaluateBatch when several chunks ask for
+  // them (grown to the most rows asked so far).
   std::vector<float> batch_logits_;
-  std::vector<int> gather_rows_;  // [n_seq] rows whose last-token logits are wanted
+  std::vector<int> gather_rows_;  // [rows] rows of x_ whose logits are wanted
   std::vector<int> row_seq_;      // [n] sequence of each row
   std::vector<int> row_pos_;      // [n] position of each row in its sequence
 

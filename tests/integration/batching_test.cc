@@ -5,9 +5,13 @@
 // that each gives when it runs alone on the same server. The step budget
 // (--batch-size 3) is below the generations running, so prompts go in chunks
 // and the decoding generations take turns. On nodes, the same holds with
-// every step split into two pipelined halves (--pipeline-halves on).
+// every step split into two pipelined halves (--pipeline-halves on). With
+// speculative decoding on (--draft ngram), the same concurrent requests give
+// exactly what each gives alone on a plain server with one session, and drafts
+// are accepted (counted on /metrics).
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -35,6 +39,9 @@ using testing::ServerProcess;
 
 constexpr char kCurl[] = "/usr/bin/curl";
 constexpr char kModel[] = "qwen2moe-tiny-q8_0";
+// Trained on the King James Bible: its greedy text repeats its prompt's
+// phrases, so n-gram drafts are accepted (a random fixture's are not).
+constexpr char kDemoModel[] = COLIBRI_SOURCE_DIR "/models/demo/colibri-demo-kjv-q8_0.gguf";
 
 std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
 
@@ -45,10 +52,20 @@ std::vector<int32_t> GoldenPrompt(const std::string& prompt) {
   return c.prompt_tokens;
 }
 
-v1::GenerateRequest Request(const std::vector<int32_t>& prompt, int n, float temperature,
+// A request of the golden `prompt` of kModel, or on the demo model (`demo`)
+// a text quoting the demo's training text.
+v1::GenerateRequest Request(bool demo, const std::string& prompt, int n, float temperature,
                             uint64_t seed) {
   v1::GenerateRequest request;
-  for (int32_t id : prompt) request.mutable_tokens()->add_ids(id);
+  if (demo) {
+    request.set_text(prompt == "english"
+                         ? "And God said, Let there be light: and there was light. And God said, "
+                           "Let there be"
+                         : "And the LORD spake unto Moses, saying, Speak unto the children of "
+                           "Israel, and say unto them, When the LORD spake unto Moses, he said");
+  } else {
+    for (int32_t id : GoldenPrompt(prompt)) request.mutable_tokens()->add_ids(id);
+  }
   request.set_max_tokens(n);
   request.set_ignore_eos(true);
   request.mutable_sampling()->set_temperature(temperature);
@@ -56,6 +73,8 @@ v1::GenerateRequest Request(const std::vector<int32_t>& prompt, int n, float tem
     request.mutable_sampling()->set_top_k(40);
     request.mutable_sampling()->set_seed(seed);
     request.mutable_sampling()->set_has_seed(true);
+    request.mutable_sampling()->set_repeat_penalty(1.3f);
+    request.mutable_sampling()->set_frequency_penalty(0.2f);
   }
   return request;
 }
@@ -84,15 +103,22 @@ class BatchingTest : public ::testing::Test {
     }
   }
 
-  void StartServe() {
+  // `serve` with `sessions` and `extra` flags (the default: batching only).
+  void StartServe(int sessions = 4, const std::vector<std::string>& extra = {"--batch-size", "3"}) {
     std::vector<std::string> args = {
-        Coordinator(),   "serve",
-        "--model",       testing::FixturesDir() + "/models/" + kModel + ".gguf",
-        "--listen",      "127.0.0.1:0",
-        "--http-listen", "127.0.0.1:0",
-        "--threads",     "1",
-        "--sessions",    "4",
-        "--batch-size",  "3"};
+        Coordinator(),
+        "serve",
+        "--model",
+        demo_ ? std::string(kDemoModel) : testing::FixturesDir() + "/models/" + kModel + ".gguf",
+        "--listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--threads",
+        "1",
+        "--sessions",
+        std::to_string(sessions)};
+    args.insert(args.end(), extra.begin(), extra.end());
     if (!nodes_.empty()) {
       std::vector<const NodeProcess*> nodes;
       for (const auto& n : nodes_) nodes.push_back(n.get());
@@ -152,14 +178,29 @@ class BatchingTest : public ::testing::Test {
     return out;
   }
 
+  // The value of a /metrics sample line starting with `series`; -1 if none.
+  double Metric(const std::string& series) {
+    const CommandResult r = testing::RunCommand({kCurl, "-sS", "http://" + http_ + "/metrics"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const size_t at = r.out.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(r.out.substr(at + series.size() + 2));
+  }
+
   // Runs the requests alone, then all together (one joining once another
-  // has streamed 4 tokens, one cancelled after 3), and compares.
-  void CheckBatchInvariance() {
-    StartServe();
-    const v1::GenerateRequest greedy = Request(GoldenPrompt("english"), 16, 0, 0);
-    const v1::GenerateRequest sampled = Request(GoldenPrompt("code_unicode"), 16, 0.9f, 7);
-    const v1::GenerateRequest joiner = Request(GoldenPrompt("long"), 8, 0.8f, 11);
-    const v1::GenerateRequest endless = Request(GoldenPrompt("english"), 400, 0, 0);
+  // has streamed 4 tokens, one cancelled after 3), and compares. With
+  // `draft_flags`, the requests alone run on a plain serve with one session
+  // and together on a serve with these drafting flags.
+  void CheckBatchInvariance(const std::vector<std::string>& draft_flags = {}) {
+    if (draft_flags.empty()) {
+      StartServe();
+    } else {
+      StartServe(1, {});
+    }
+    const v1::GenerateRequest greedy = Request(demo_, "english", 16, 0, 0);
+    const v1::GenerateRequest sampled = Request(demo_, "code_unicode", 16, 0.9f, 7);
+    const v1::GenerateRequest joiner = Request(demo_, "long", 8, 0.8f, 11);
+    const v1::GenerateRequest endless = Request(demo_, "english", 400, 0, 0);
 
     const Outcome greedy_alone = Grpc(greedy);
     const Outcome sampled_alone = Grpc(sampled);
@@ -169,6 +210,10 @@ class BatchingTest : public ::testing::Test {
     ASSERT_EQ(sampled_alone.tokens.size(), 16u);
     ASSERT_EQ(joiner_alone.tokens.size(), 8u);
     ASSERT_FALSE(http_alone.logprobs.empty());
+    if (!draft_flags.empty()) {
+      serve_.reset();
+      StartServe(4, draft_flags);
+    }
 
     Outcome greedy_together, sampled_together, joiner_together, http_together, cancelled;
     absl::Notification join;
@@ -212,17 +257,15 @@ class BatchingTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status.status();
     EXPECT_EQ(status->active_generations(), 0);
     EXPECT_EQ(Grpc(sampled).tokens, sampled_alone.tokens);
+    // Fixed drafts must have been verified, and some accepted (the adaptive
+    // length may rightly decide that drafting does not pay).
+    if (std::find(draft_flags.begin(), draft_flags.end(), "--draft-fixed") != draft_flags.end()) {
+      EXPECT_GT(Metric("colibri_draft_tokens_total{outcome=\"accepted\"}"), 0);
+      EXPECT_GE(Metric("colibri_draft_tokens_total{outcome=\"rejected\"}"), 0);
+    }
   }
 
-  // A counter of serve's GET /metrics; -1 when absent.
-  double Metric(const std::string& name) {
-    const CommandResult r = testing::RunCommand({kCurl, "-sS", "http://" + http_ + "/metrics"});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    const std::string prefix = name + " ";
-    size_t at = r.out.find("\n" + prefix);
-    if (at == std::string::npos) return -1;
-    return std::stod(r.out.substr(at + 1 + prefix.size()));
-  }
+  bool demo_ = false;  // serve the demo model instead of kModel
 
   std::vector<std::unique_ptr<NodeProcess>> nodes_;
   std::vector<std::string> extra_args_;  // more serve flags
@@ -246,6 +289,28 @@ TEST_F(BatchingTest, ConcurrentRequestsGiveWhatEachGivesAloneInPipelinedHalvesOn
   EXPECT_GT(Metric("colibri_split_batches_total"), 0);
   EXPECT_GT(Metric("colibri_expert_outstanding_seconds_total"), 0);
   EXPECT_GE(Metric("colibri_expert_wait_seconds_total"), 0);
+}
+
+// Drafts of up to 4 tokens every step (--draft-fixed, so that every step
+// verifies); the budget of 12 holds the 4 decoding tokens and some drafts.
+const std::vector<std::string> kDraftFlags = {"--batch-size", "12", "--draft",      "ngram",
+                                              "--draft-max",  "4",  "--draft-fixed"};
+
+TEST_F(BatchingTest, DraftingGivesThePlainTokensLocally) {
+  demo_ = true;
+  CheckBatchInvariance(kDraftFlags);
+}
+
+TEST_F(BatchingTest, DraftingGivesThePlainTokensOnThreeNodes) {
+  demo_ = true;
+  StartNodes(3);
+  CheckBatchInvariance(kDraftFlags);
+}
+
+// Adaptive drafting (the default) also gives the plain tokens.
+TEST_F(BatchingTest, AdaptiveDraftingGivesThePlainTokensLocally) {
+  demo_ = true;
+  CheckBatchInvariance({"--batch-size", "12", "--draft", "ngram"});
 }
 
 }  // namespace

@@ -263,6 +263,87 @@ TEST(SessionBatchTest, TwoPipelinedHalvesOnOneChannelGiveTheSameLogits) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
   CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves::kOn, /*second_channel=*/false,
                                   {ops::NumericPath::kExact});
+// Speculative verification in a batch: chunks of a token and its drafts ask
+// for every position's logits, beside a prompt chunk that asks for none and
+// one that asks for its last; each row is bitwise the logits of the same
+// position alone, and a rejected draft truncated from the cache leaves no
+// trace.
+TEST(SessionBatchTest, DraftChunksGetEveryPositionsLogitsAsAlone) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  ThreadPool pool(2);
+  for (const std::string& name : testing::AllGoldenModels()) {
+    SCOPED_TRACE(name);
+    auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
+    ASSERT_TRUE(model.ok()) << model.status();
+    const int n_vocab = (*model)->config().n_vocab;
+    const testing::GoldenCase english = LoadCase(name, "english");
+    const testing::GoldenCase code = LoadCase(name, "code_unicode");
+    const ops::NumericPath path = ops::NumericPath::kFast;
+    const auto english_alone = RunAlone(**model, english, path, false, &pool);
+    const auto code_alone = RunAlone(**model, code, path, false, &pool);
+    ASSERT_EQ(english_alone.size(), static_cast<size_t>(kDecodeSteps + 1));
+    ASSERT_EQ(code_alone.size(), static_cast<size_t>(kDecodeSteps + 1));
+
+    moe::LocalExpertBackend backend(&(*model)->experts(), (*model)->config().n_expert, path, &pool);
+    arch::SessionOptions options;
+    options.path = path;
+    options.n_ctx = 1024;
+    options.n_batch = 256;
+    options.n_seq = 2;
+    auto session = arch::Session::Create(**model, &backend, &pool, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    arch::Session& s = **session;
+    const std::vector<int32_t>& e = english.greedy_tokens;
+    const std::vector<int32_t>& c = code.greedy_tokens;
+    const int n_english = static_cast<int>(english.prompt_tokens.size());
+    const int n_code = static_cast<int>(code.prompt_tokens.size());
+    ASSERT_GE(n_code, 2);
+
+    // English's prompt (its last logits); code's prompt but its last token
+    // (no logits: the vector stays untouched).
+    std::vector<float> english_logits, code_logits = {-1.0f};
+    const auto code_head = absl::MakeConstSpan(code.prompt_tokens).first(n_code - 1);
+    ASSERT_TRUE(s.EvaluateBatch({{0, english.prompt_tokens, false, &english_logits},
+                                 {1, code_head, false, nullptr}})
+                    .ok());
+    EXPECT_TRUE(Bitwise(english_logits, english_alone[0]));
+    EXPECT_EQ(code_logits, std::vector<float>{-1.0f});
+
+    // English verifies two right drafts and a wrong one; code ends its
+    // prompt (last-token logits only).
+    const int32_t wrong = (e[2] + 1) % n_vocab;
+    const std::vector<int32_t> verify = {e[0], e[1], wrong};
+    ASSERT_TRUE(s.EvaluateBatch({{0, verify, true, &english_logits},
+                                 {1, {&code.prompt_tokens[n_code - 1], 1}, false, &code_logits}})
+                    .ok());
+    ASSERT_EQ(english_logits.size(), 3u * n_vocab);
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> row(english_logits.begin() + r * n_vocab,
+                                   english_logits.begin() + (r + 1) * n_vocab);
+      EXPECT_TRUE(Bitwise(row, english_alone[r + 1])) << "english draft row " << r;
+    }
+    EXPECT_TRUE(Bitwise(code_logits, code_alone[0]));
+    s.Truncate(0, n_english + 2);  // the wrong draft goes
+    ASSERT_EQ(s.n_past(0), n_english + 2);
+
+    // Both verify drafts in the same step.
+    const std::vector<int32_t> english_next = {e[2], e[3]}, code_next = {c[0], c[1], c[2]};
+    ASSERT_TRUE(s.EvaluateBatch(
+                     {{1, code_next, true, &code_logits}, {0, english_next, true, &english_logits}})
+                    .ok());
+    ASSERT_EQ(english_logits.size(), 2u * n_vocab);
+    ASSERT_EQ(code_logits.size(), 3u * n_vocab);
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> row(english_logits.begin() + r * n_vocab,
+                                   english_logits.begin() + (r + 1) * n_vocab);
+      EXPECT_TRUE(Bitwise(row, english_alone[r + 3])) << "english row " << r + 3;
+    }
+    for (int r = 0; r < 3; ++r) {
+      const std::vector<float> row(code_logits.begin() + r * n_vocab,
+                                   code_logits.begin() + (r + 1) * n_vocab);
+      EXPECT_TRUE(Bitwise(row, code_alone[r + 1])) << "code row " << r + 1;
+    }
+  }
 }
 
 TEST(SessionBatchTest, MalformedBatchesAreRefusedAndEvaluateNothing) {
