@@ -213,6 +213,112 @@ void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, i
   }
 }
 
+namespace {
+
+// Tasks MatMulMany runs as one parallel job; more run as several jobs.
+constexpr int kMaxManyTasks = 32;
+
+// MatMulMany for count <= kMaxManyTasks tasks that all have a quantized kernel.
+void RunManyQuantized(const MatMulTask* tasks, int count, const KernelSet* kernels,
+                      ThreadPool* pool, MatMulScratch* scratch) {
+  ActivationLayout layouts[kMaxManyTasks];
+  size_t act_offset[kMaxManyTasks];
+  bool reuse[kMaxManyTasks];  // reads task i - 1's quantized input
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    const WeightMatrix& w = *tasks[i].w;
+    layouts[i] = internal::MakeActivationLayout(internal::ActivationFormatFor(w.type), w.cols);
+    const bool same_input =
+        i > 0 && tasks[i].x == tasks[i - 1].x && tasks[i].n_tokens == tasks[i - 1].n_tokens &&
+        layouts[i].format == layouts[i - 1].format && layouts[i].cols == layouts[i - 1].cols &&
+        layouts[i].row_bytes == layouts[i - 1].row_bytes;
+    reuse[i] = same_input;
+    if (same_input) {
+      act_offset[i] = act_offset[i - 1];
+      continue;
+    }
+    act_offset[i] = total;
+    total += (static_cast<size_t>(tasks[i].n_tokens) * layouts[i].row_bytes + 63) & ~size_t{63};
+  }
+  if (scratch->activations.size() < total + 64) scratch->activations.resize(total + 64);
+  uint8_t* base = Align64(scratch->activations.data());
+  for (int i = 0; i < count; ++i) {
+    if (reuse[i]) continue;
+    const int64_t cols = tasks[i].w->cols;
+    for (int64_t t = 0; t < tasks[i].n_tokens; ++t) {
+      internal::QuantizeActivationRow(layouts[i], tasks[i].x + t * cols,
+                                      base + act_offset[i] + t * layouts[i].row_bytes);
+    }
+  }
+
+  // Row ranges: about kPartsPerThread per thread over all the matrices
+  // together (long ranges stream better than many short ones), each a
+  // multiple of kMinRowsPerPart.
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t want = threads > 1 ? (threads * kPartsPerThread + count - 1) / count : 1;
+  Job jobs[kMaxManyTasks];
+  int64_t per_part[kMaxManyTasks];
+  int64_t first_part[kMaxManyTasks + 1];
+  first_part[0] = 0;
+  for (int i = 0; i < count; ++i) {
+    const MatMulTask& task = tasks[i];
+    const WeightMatrix& w = *task.w;
+    jobs[i] = Job{kernels,
+                  &w,
+                  task.x,
+                  task.n_tokens,
+                  task.y,
+                  task.y_stride,
+                  kernels->quant_tile[internal::Slot(w.type)],
+                  layouts[i],
+                  base + act_offset[i]};
+    const int64_t rows = task.n_tokens > 0 ? w.rows : 0;
+    const int64_t parts =
+        std::clamp<int64_t>(want, 1, (rows + kMinRowsPerPart - 1) / kMinRowsPerPart);
+    int64_t per = rows > 0 ? (rows + parts - 1) / parts : 0;
+    per = (per + kMinRowsPerPart - 1) / kMinRowsPerPart * kMinRowsPerPart;
+    per_part[i] = per;
+    first_part[i + 1] = first_part[i] + (rows > 0 ? parts : 0);
+  }
+  auto body = [&](int64_t p_begin, int64_t p_end) {
+    int i = 0;
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      while (p >= first_part[i + 1]) ++i;
+      const int64_t rows = jobs[i].w->rows;
+      const int64_t r0 = std::min(rows, (p - first_part[i]) * per_part[i]);
+      const int64_t r1 = std::min(rows, r0 + per_part[i]);
+      if (r0 < r1) RunQuantRows(jobs[i], r0, r1);
+    }
+  };
+  const int64_t parts = first_part[count];
+  if (parts <= 1 || pool == nullptr) {
+    body(0, parts);
+  } else {
+    pool->ParallelForChunks(parts, 1, body);
+  }
+}
+
+}  // namespace
+
+void MatMulMany(const MatMulTask* tasks, int count, NumericPath path, ThreadPool* pool,
+                MatMulScratch* scratch) {
+  const KernelSet* kernels = &Active();
+  bool quantized = path == NumericPath::kFast;
+  for (int i = 0; quantized && i < count; ++i) {
+    quantized = kernels->quant_tile[internal::Slot(tasks[i].w->type)] != nullptr;
+  }
+  if (!quantized) {
+    for (int i = 0; i < count; ++i) {
+      MatMul(*tasks[i].w, tasks[i].x, tasks[i].n_tokens, tasks[i].y, tasks[i].y_stride, path, pool,
+             scratch);
+    }
+    return;
+  }
+  for (int first = 0; first < count; first += kMaxManyTasks) {
+    RunManyQuantized(tasks + first, std::min(kMaxManyTasks, count - first), kernels, pool, scratch);
+  }
+}
+
 void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t y_stride,
             NumericPath path, ThreadPool* pool, MatMulScratch* scratch) {
   if (n_tokens <= 0 || w.rows <= 0) return;
