@@ -6,9 +6,19 @@
 
 namespace colibri::moe {
 
-void ExpertActivation(const ExpertWeights& w, int64_t n, float* gate, float* up) {
+void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out, ops::NumericPath path,
+               ThreadPool* pool, ExpertFfnScratch* scratch) {
   const int64_t n_ff = w.n_ff();
   const size_t size = static_cast<size_t>(n * n_ff);
+  if (scratch->gate.size() < size) {
+    scratch->gate.resize(size);
+    scratch->up.resize(size);
+  }
+  float* gate = scratch->gate.data();  // [n][n_ff]
+  float* up = scratch->up.data();      // [n][n_ff]
+  // Gate and up read the same x: quantized once, one parallel job.
+  const ops::MatMulOutput gate_up[2] = {{&w.gate, gate, n_ff}, {&w.up, up, n_ff}};
+  ops::MatMulSharedInput(gate_up, 2, x, n, path, pool, &scratch->matmul);
   if (w.gate_bias != nullptr || w.up_bias != nullptr) {
     for (int64_t t = 0; t < n; ++t) {
       if (w.gate_bias != nullptr) ops::Add(gate + t * n_ff, w.gate_bias, gate + t * n_ff, n_ff);
@@ -25,32 +35,13 @@ void ExpertActivation(const ExpertWeights& w, int64_t n, float* gate, float* up)
   } else {
     ops::SiluMul(gate, up, gate, static_cast<int64_t>(size));
   }
-}
-
-void ExpertDownBias(const ExpertWeights& w, int64_t n, float* out) {
-  if (w.down_bias == nullptr) return;
-  const int64_t n_embd = w.down.rows;
-  for (int64_t t = 0; t < n; ++t) {
-    ops::Add(out + t * n_embd, w.down_bias, out + t * n_embd, n_embd);
-  }
-}
-
-void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out, ops::NumericPath path,
-               ThreadPool* pool, ExpertFfnScratch* scratch) {
-  const int64_t n_ff = w.n_ff();
-  const size_t size = static_cast<size_t>(n * n_ff);
-  if (scratch->gate.size() < size) {
-    scratch->gate.resize(size);
-    scratch->up.resize(size);
-  }
-  float* gate = scratch->gate.data();  // [n][n_ff]
-  float* up = scratch->up.data();      // [n][n_ff]
-  // Gate and up read the same x: quantized once, one parallel job.
-  const ops::MatMulOutput gate_up[2] = {{&w.gate, gate, n_ff}, {&w.up, up, n_ff}};
-  ops::MatMulSharedInput(gate_up, 2, x, n, path, pool, &scratch->matmul);
-  ExpertActivation(w, n, gate, up);
   ops::MatMul(w.down, gate, n, out, w.down.rows, path, pool, &scratch->matmul);
-  ExpertDownBias(w, n, out);
+  if (w.down_bias != nullptr) {
+    const int64_t n_embd = w.down.rows;
+    for (int64_t t = 0; t < n; ++t) {
+      ops::Add(out + t * n_embd, w.down_bias, out + t * n_embd, n_embd);
+    }
+  }
 }
 
 }  // namespace colibri::moe

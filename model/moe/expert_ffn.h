@@ -55,16 +55,8 @@ struct ExpertFfnScratch {
 
 // x: [n][n_embd] (row stride n_embd); out: [n][n_embd]. Batch invariant like
 // ops::MatMul: out[t] depends only on x[t], the weights and the path.
-void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out, ops::NumericPath path,
-               ThreadPool* pool, ExpertFfnScratch* scratch);
-
-// The steps of ExpertFfn between and after its products, for callers that run
-// the products of several experts together (ExpertGroupRunner):
-// ExpertActivation turns gate = gate · x, up = up · x ([n][n_ff] each, up
-// clobbered) into the input of down; ExpertDownBias adds down's bias to
-// out = down · gate ([n][n_embd]).
-void ExpertActivation(const ExpertWeights& w, int64_t n, float* gate, float* up);
-void ExpertDownBias(const ExpertWeights& w, int64_t n, float* out);
+void ExpertFfn(const ExpertWeights& w, const float* x, int64_t n, float* out,
+               ops::NumericPath path, ThreadPool* pool, ExpertFfnScratch* scratch);
 
 }  // namespace colibri::moe
 

@@ -18,15 +18,8 @@ namespace colibri::moe {
 // all its tokens, in ascending token order. Because ExpertFfn is batch
 // invariant, out[t][r] does not depend on how routes are grouped, so any other
 // grouping of the same routes (e.g. over several nodes) yields identical bits.
-//
-// A batch of at most kFusedMaxTokens tokens (decode) runs the gate and up
-// products of all its experts as one parallel job and all the down products as
-// another (ops::MatMulMany), instead of two jobs per expert; larger batches run
-// expert by expert (ExpertFfn). Both give the same bits.
 class ExpertGroupRunner {
  public:
-  static constexpr int64_t kFusedMaxTokens = 4;
-
   // Looks up an expert's weights; NotFound / DataLoss when it cannot be had.
   using ExpertLookup = std::function<absl::StatusOr<ExpertWeights>(int layer, int expert)>;
 
@@ -38,10 +31,6 @@ class ExpertGroupRunner {
                    const std::function<bool(int)>& owned, float* out);
 
  private:
-  // Run's path for small batches, after the routes are grouped.
-  absl::Status RunFused(const ExpertBatch& batch, const ExpertLookup& lookup,
-                        const std::function<bool(int)>& owned, float* out);
-
   const int n_expert_;
   const ops::NumericPath path_;
   ThreadPool* const pool_;
@@ -49,15 +38,9 @@ class ExpertGroupRunner {
   // sorted_routes_[expert_begin_[e] .. expert_begin_[e + 1]), each t * k + r.
   std::vector<int64_t> expert_begin_;   // [n_expert + 1]
   std::vector<int64_t> sorted_routes_;  // [n_tokens * k]
-  std::vector<float> gathered_in_;      // [m][n_embd]
-  std::vector<float> gathered_out_;     // [m][n_embd]
+  std::vector<float> gathered_in_;                      // [m][n_embd]
+  std::vector<float> gathered_out_;                     // [m][n_embd]
   ExpertFfnScratch scratch_;
-  // RunFused: the experts run, their weights, the start of each one's hidden
-  // rows in scratch_.gate/up, and the products of one job.
-  std::vector<int> fused_experts_;
-  std::vector<ExpertWeights> fused_weights_;
-  std::vector<int64_t> ff_begin_;
-  std::vector<ops::MatMulTask> tasks_;
 };
 
 class LocalExpertBackend : public ExpertBackend {

@@ -77,26 +77,6 @@ inline constexpr int kMaxSharedInputs = 4;
 void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, int64_t n_tokens,
                        NumericPath path, ThreadPool* pool, MatMulScratch* scratch);
 
-// One product of MatMulMany: y = x · wᵀ over n_tokens rows of x.
-struct MatMulTask {
-  const WeightMatrix* w;
-  const float* x;  // [n_tokens][w->cols], row stride w->cols
-  int64_t n_tokens;
-  float* y;  // [n_tokens][w->rows], row stride y_stride
-  int64_t y_stride;
-};
-
-// For i < count: MatMul(*tasks[i].w, tasks[i].x, tasks[i].n_tokens, ...), with
-// results bitwise identical to those separate calls. On the kFast path, when
-// every matrix has a quantized kernel, each distinct input is quantized once
-// (consecutive tasks with the same x, n_tokens and activation format share it)
-// and the row ranges of all the matrices run as one parallel job: one thread
-// hand-off for, e.g., the gate and up products of all the experts a decode token
-// is routed to. Otherwise it makes the separate calls. Meant for few tokens per
-// task (decode); large batches belong to MatMul. Outputs must not overlap inputs.
-void MatMulMany(const MatMulTask* tasks, int count, NumericPath path, ThreadPool* pool,
-                MatMulScratch* scratch);
-
 // The kernel sets MatMul can run. kAuto (the default) picks the set that
 // measures fastest on this CPU model (model/ops/kernel_calibration.h); with
 // COLIBRI_CPU set (common/cpu_features.h), the best set it allows. All sets give

@@ -1,6 +1,5 @@
 #include "model/ops/matmul.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -331,57 +330,6 @@ TEST(MatMulTest, SharedInputEqualsSeparateProductsBitwise) {
                   << "threads " << threads << " matrix " << i << " " << TypeName(types[i])
                   << " tokens " << n_tokens << " at " << k;
             }
-          }
-        }
-      }
-    }
-  }
-}
-
-TEST(MatMulTest, ManyEqualsSeparateProductsBitwise) {
-  // Tasks with their own inputs, pairs sharing one (gate and up), mixed types
-  // and activation formats, a float-kernel matrix (falls back), more tasks
-  // than one job holds (40 > 32), zero-token tasks; 1 and 2 threads, both paths;
-  // each output against MatMulReference.
-  const std::vector<std::vector<TensorType>> groups = {
-      {TensorType::kQ4_K, TensorType::kQ4_K, TensorType::kQ6_K},
-      {TensorType::kQ4_K, TensorType::kQ8_0, TensorType::kQ5_K, TensorType::kQ4_0},
-      {TensorType::kQ4_K, TensorType::kF16},
-      std::vector<TensorType>(40, TensorType::kQ4_K),
-  };
-  const int64_t cols = 512;
-  for (int threads : {1, 2}) {
-    ThreadPool pool(threads);
-    MatMulScratch scratch;
-    for (const auto& types : groups) {
-      const size_t count = types.size();
-      std::vector<Matrix> ms;
-      std::vector<std::vector<float>> xs(count);
-      std::vector<int64_t> n_tokens(count);
-      for (size_t i = 0; i < count; ++i) {
-        ms.push_back(RandomMatrix(types[i], 48 + 16 * static_cast<int64_t>(i % 5), cols, 20 + i));
-        n_tokens[i] = static_cast<int64_t>((i * 3) % 5);  // 0 .. 4
-        xs[i] = RandomActivations(std::max<int64_t>(n_tokens[i], 1), cols, 30 + i);
-      }
-      for (NumericPath path : {NumericPath::kExact, NumericPath::kFast}) {
-        std::vector<std::vector<float>> ys(count);
-        std::vector<MatMulTask> tasks;
-        for (size_t i = 0; i < count; ++i) {
-          // Odd tasks read the previous task's input, as up reads gate's.
-          const size_t in = i % 2 == 1 && n_tokens[i - 1] > 0 ? i - 1 : i;
-          if (in != i) n_tokens[i] = n_tokens[in];
-          ys[i].assign(std::max<int64_t>(n_tokens[i], 1) * (ms[i].w.rows + 3), -1.0f);
-          tasks.push_back({&ms[i].w, xs[in].data(), n_tokens[i], ys[i].data(), ms[i].w.rows + 3});
-        }
-        MatMulMany(tasks.data(), static_cast<int>(count), path, &pool, &scratch);
-        for (size_t i = 0; i < count; ++i) {
-          const int64_t stride = ms[i].w.rows + 3;
-          std::vector<float> ref(ys[i].size(), -1.0f);
-          MatMulReference(ms[i].w, tasks[i].x, n_tokens[i], ref.data(), stride, path);
-          for (size_t k = 0; k < ref.size(); ++k) {
-            ASSERT_TRUE(SameBits(ys[i][k], ref[k]))
-                << "threads " << threads << " task " << i << " " << TypeName(types[i]) << " tokens "
-                << n_tokens[i] << " at " << k;
           }
         }
       }
