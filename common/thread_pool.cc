@@ -82,13 +82,13 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::WaitWhileEquals(const std::atomic<uint32_t>* word, uint32_t value,
-                                 std::atomic<int>* sleepers) const {
+                                 std::atomic<int>* sleepers, int spin_us, int pause_us) const {
   if (word->load(std::memory_order_acquire) != value) return;
-  if (options_.spin_us > 0) {
+  if (spin_us > 0) {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
-    const Clock::time_point pause_end = start + std::chrono::microseconds(options_.pause_us);
-    const Clock::time_point spin_end = start + std::chrono::microseconds(options_.spin_us);
+    const Clock::time_point pause_end = start + std::chrono::microseconds(pause_us);
+    const Clock::time_point spin_end = start + std::chrono::microseconds(spin_us);
     bool yielding = false;
     while (true) {
       // Poll 64 times between clock reads (a clock read costs about as much
@@ -164,7 +164,8 @@ void ThreadPool::Run(int64_t n, int64_t chunk, absl::FunctionRef<void(int64_t, i
   // done_ only rises, so waiting while it equals the last value read ends at num_chunks.
   for (uint32_t done = done_.load(std::memory_order_acquire); done != num_chunks;
        done = done_.load(std::memory_order_acquire)) {
-    WaitWhileEquals(&done_, done, &caller_sleepers_);
+    WaitWhileEquals(&done_, done, &caller_sleepers_, options_.caller_spin_us,
+                    options_.caller_spin_us);
   }
   body_ = nullptr;
 }
@@ -174,7 +175,7 @@ void ThreadPool::WorkerLoop(int /*worker_index*/) {
   // that job has been posted).
   uint32_t seen = 0;
   while (true) {
-    WaitWhileEquals(&generation_, seen, &worker_sleepers_);
+    WaitWhileEquals(&generation_, seen, &worker_sleepers_, options_.spin_us, options_.pause_us);
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_relaxed)) return;
     RunChunks();

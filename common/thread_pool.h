@@ -5,10 +5,10 @@
 // n and the thread count, so a loop whose iterations are independent produces the
 // same result on every run.
 //
-// Hand-off: decode calls ParallelFor hundreds of times per token. Workers wait
+// Hand-off: decode calls ParallelFor tens of times per token. Workers wait
 // for the next job on a futex (optionally after a bounded spin,
-// Options::spin_us); the caller waits for the last chunk the same way. An idle
-// pool uses no CPU.
+// Options::spin_us); the caller waits for the chunks still running the same
+// way, after a short spin (Options::caller_spin_us). An idle pool uses no CPU.
 //
 // Thread-safety: ParallelFor may be called from one thread at a time per pool
 // (calls from several threads are serialised). The pool is not re-entrant: the
@@ -39,6 +39,15 @@ class ThreadPool {
     // wake-up preference the scheduler gives to sleepers).
     int spin_us = 0;
     int pause_us = 50;
+    // Microseconds the caller of ParallelFor polls (with `pause`, no yields)
+    // for chunks that other threads are still running, once none is left to
+    // claim, before it sleeps. That wait is on the critical path of every job
+    // and lasts at most one chunk. Default: 0 (sleep at once). On the shared
+    // 2-core machine at load average 20, colibri_thread_pool_bench measured
+    // 30 us as 4x faster per 50 us job (twice) but from 1.5x slower to equal
+    // per 200 us job (medians, wide ranges): not settled, so the default
+    // keeps the behaviour decode was measured with.
+    int caller_spin_us = 0;
   };
 
   // Starts num_threads - 1 workers (the caller is the last thread).
@@ -74,7 +83,7 @@ class ThreadPool {
   // Returns once *word != value: polls for the spin budget, then futex-waits
   // (announcing itself in *sleepers so the writer knows to wake it).
   void WaitWhileEquals(const std::atomic<uint32_t>* word, uint32_t value,
-                       std::atomic<int>* sleepers) const;
+                       std::atomic<int>* sleepers, int spin_us, int pause_us) const;
 
   const int num_threads_;
   const Options options_;

@@ -191,6 +191,20 @@ double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0
 
 int32_t Sampler::Sample(absl::Span<const float> logits) {
   CheckVocab(logits.size(), n_vocab_);
+  if (options_.temperature == 0.0f && distinct_.empty()) {
+    // Greedy with nothing to penalise: the first maximum, straight from the
+    // logits (what the path below returns: NaN counts as -inf, which no
+    // strict comparison prefers), without copying the vocabulary.
+    size_t best = 0;
+    float best_logit = std::isnan(logits[0]) ? kNegInf : logits[0];
+    for (size_t i = 1; i < logits.size(); ++i) {
+      if (logits[i] > best_logit) {
+        best = i;
+        best_logit = logits[i];
+      }
+    }
+    return static_cast<int32_t>(best);
+  }
   for (size_t i = 0; i < logits.size(); ++i) {
     const float logit = logits[i];
     candidates_[i] = {std::isnan(logit) ? kNegInf : logit, static_cast<int32_t>(i), 0.0f};

@@ -96,6 +96,7 @@ TEST(ThreadPoolTest, WorkersThatFellAsleepWakeForTheNextJob) {
   ThreadPool::Options options;
   options.spin_us = 0;
   options.pause_us = 0;
+  options.caller_spin_us = 0;
   ThreadPool pool(2, options);
   for (int call = 0; call < 200; ++call) {
     std::vector<std::atomic<int>> hits(64);
@@ -104,6 +105,19 @@ TEST(ThreadPoolTest, WorkersThatFellAsleepWakeForTheNextJob) {
     });
     for (int i = 0; i < 64; ++i) ASSERT_EQ(hits[i].load(), 1) << "call " << call << " i " << i;
     if (call % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+TEST(ThreadPoolTest, ACallerThatSpinsForTheLastChunksGetsEveryResult) {
+  ThreadPool::Options options;
+  options.caller_spin_us = 30;
+  ThreadPool pool(2, options);
+  for (int call = 0; call < 200; ++call) {
+    std::vector<std::atomic<int>> hits(64);
+    pool.ParallelForChunks(64, 4, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+    });
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(hits[i].load(), 1) << "call " << call << " i " << i;
   }
 }
 

@@ -77,6 +77,9 @@ TEST(SamplerTest, GreedyTiesPickLowestIndex) {
   EXPECT_EQ(sampler->Sample(std::vector<float>{1.0f, 3.0f, 0.0f, 3.0f, 3.0f}), 1);
   EXPECT_EQ(sampler->Sample(std::vector<float>(5, -kInf)), 0);
   EXPECT_EQ(sampler->Sample(std::vector<float>{NAN, 0.0f, NAN, 0.5f, 0.5f}), 3);
+  EXPECT_EQ(sampler->Sample(std::vector<float>(5, NAN)), 0);
+  EXPECT_EQ(sampler->Sample(std::vector<float>{NAN, -kInf, kInf, 1.0f, kInf}), 2);
+  EXPECT_EQ(sampler->Sample(std::vector<float>{-kInf, NAN, -kInf, -1e30f, NAN}), 3);
 }
 
 TEST(SamplerTest, GreedyIgnoresSeedAndFilters) {
