@@ -230,7 +230,9 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   if (session_options.prefetch.depth > 0) {
     PrintPrediction(session->stats(), at_prompt_done, session_options.prefetch.depth, err);
   }
-  if (cluster != nullptr) cluster->PrintStats(err);
+  if (cluster != nullptr) {
+    cluster->PrintStats(err, std::max<int64_t>(static_cast<int64_t>(generated.size()) - 1, 0));
+  }
   return absl::OkStatus();
 }
 
