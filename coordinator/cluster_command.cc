@@ -197,15 +197,17 @@ void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const 
       rpc::WireDTypeName(wire_.dtype), wire_.reduce ? 1 : 0, s.bytes_sent, s.bytes_received,
       s.payload_sent, s.payload_received, s.floor_bytes);
   {
-    const int64_t bytes = s.bytes_sent + s.bytes_received - p.bytes_sent - p.bytes_received;
-    const int64_t payload =
-        s.payload_sent + s.payload_received - p.payload_sent - p.payload_received;
+    const int64_t sent = s.bytes_sent - p.bytes_sent;
+    const int64_t received = s.bytes_received - p.bytes_received;
+    const int64_t bytes = sent + received;
     const int64_t floor = s.floor_bytes - p.floor_bytes;
     const double per = decode_tokens > 0 ? 1.0 / static_cast<double>(decode_tokens) : 0.0;
     err << absl::StrFormat(
-        "wire decode: tokens=%d bytes=%d payload=%d floor_bytes=%d bytes_per_token=%.0f "
-        "floor_per_token=%.0f bytes_over_floor=%.3f\n",
-        decode_tokens, bytes, payload, floor, bytes * per, floor * per,
+        "wire decode: tokens=%d bytes_sent=%d bytes_received=%d payload_sent=%d "
+        "payload_received=%d floor_bytes=%d bytes_per_token=%.0f floor_per_token=%.0f "
+        "bytes_over_floor=%.3f\n",
+        decode_tokens, sent, received, s.payload_sent - p.payload_sent,
+        s.payload_received - p.payload_received, floor, bytes * per, floor * per,
         floor > 0 ? static_cast<double>(bytes) / static_cast<double>(floor) : 0.0);
   }
   if (s.hints_riding + s.hints_separate + s.hints_dropped > 0) {
