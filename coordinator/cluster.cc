@@ -253,6 +253,11 @@ void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, d
   c.wait_seconds += wait_seconds;
 }
 
+void Cluster::RecordWireFloor(int node, int64_t floor_bytes) {
+  absl::MutexLock lock(&mu_);
+  counters_[node].floor_bytes += floor_bytes;
+}
+
 void Cluster::RecordFailover(int node) {
   absl::MutexLock lock(&mu_);
   ++counters_[node].failovers;

@@ -101,6 +101,9 @@ struct NodeCounters {
   int64_t bytes_sent = 0;      // ComputeLayer request bytes
   int64_t bytes_received = 0;  // ComputeLayer reply bytes
   double wait_seconds = 0;     // time from sending a call to its completion
+  // The hidden-state floor of those calls: 2 x tokens x n_embd x 4 bytes
+  // (each token's row once each way, float32).
+  int64_t floor_bytes = 0;
 };
 
 class Cluster {
@@ -191,6 +194,7 @@ class Cluster {
 
   void RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
                   bool ok);
+  void RecordWireFloor(int node, int64_t floor_bytes);
   void RecordFailover(int node);
   void RecordFallbackRoutes(int64_t n);
   NodeCounters counters(int node) const;

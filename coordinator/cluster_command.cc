@@ -11,6 +11,7 @@
 #include "coordinator/model_summary.h"
 #include "coordinator/node_discovery.h"
 #include "model/gguf/gguf_fingerprint.h"
+#include "rpc/wire_tensor.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -80,6 +81,10 @@ std::vector<int> ExpertsPerLayer(const arch::Model& model) {
 absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
     const ClusterCommandOptions& options, const arch::Model& model, ops::NumericPath path,
     ThreadPool* pool, std::ostream& err) {
+  if (rpc::WireElementBytes(options.wire.dtype) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wire dtype ", rpc::WireDTypeName(options.wire.dtype), " is not one of f32, bf16"));
+  }
   COLIBRI_ASSIGN_OR_RETURN(ClusterOptions cluster_options, MakeClusterOptions(options));
   cluster_options.log = &err;
   COLIBRI_ASSIGN_OR_RETURN(std::string fingerprint, gguf::ModelFingerprint(model.file()));
@@ -87,6 +92,7 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   experts->model_ = &model;
   experts->pool_ = pool;
   experts->start_addresses_ = cluster_options.addresses;
+  experts->wire_ = options.wire;
   COLIBRI_ASSIGN_OR_RETURN(experts->cluster_,
                            Cluster::Connect(cluster_options, fingerprint, ExpertsPerLayer(model)));
   ExpertSetupOptions setup;
@@ -145,7 +151,7 @@ absl::Status ClusterExperts::WatchMembership(const ClusterCommandOptions& option
 
 std::unique_ptr<RemoteExpertBackend> ClusterExperts::NewBackend(ops::NumericPath path) const {
   return std::make_unique<RemoteExpertBackend>(cluster_.get(), &model_->experts(),
-                                               model_->config().n_expert, path, pool_);
+                                               model_->config().n_expert, path, pool_, wire_);
 }
 
 namespace {
@@ -166,7 +172,7 @@ void ClusterExperts::MarkPromptDone() {
   }
 }
 
-void ClusterExperts::PrintStats(std::ostream& err) const {
+void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const {
   for (int i = 0; i < cluster_->n_nodes(); ++i) {
     const NodeCounters c = cluster_->counters(i);
     err << absl::StrFormat(
@@ -185,6 +191,25 @@ void ClusterExperts::PrintStats(std::ostream& err) const {
       "fallback_routes=%d\n",
       s.layers - p.layers, s.round_trips - p.round_trips, s.involved_nodes - p.involved_nodes,
       s.failovers - p.failovers, s.fallback_routes - p.fallback_routes);
+  err << absl::StrFormat(
+      "wire: dtype=%s reduce=%d bytes_sent=%d bytes_received=%d payload_sent=%d "
+      "payload_received=%d floor_bytes=%d\n",
+      rpc::WireDTypeName(wire_.dtype), wire_.reduce ? 1 : 0, s.bytes_sent, s.bytes_received,
+      s.payload_sent, s.payload_received, s.floor_bytes);
+  {
+    const int64_t sent = s.bytes_sent - p.bytes_sent;
+    const int64_t received = s.bytes_received - p.bytes_received;
+    const int64_t bytes = sent + received;
+    const int64_t floor = s.floor_bytes - p.floor_bytes;
+    const double per = decode_tokens > 0 ? 1.0 / static_cast<double>(decode_tokens) : 0.0;
+    err << absl::StrFormat(
+        "wire decode: tokens=%d bytes_sent=%d bytes_received=%d payload_sent=%d "
+        "payload_received=%d floor_bytes=%d bytes_per_token=%.0f floor_per_token=%.0f "
+        "bytes_over_floor=%.3f\n",
+        decode_tokens, sent, received, s.payload_sent - p.payload_sent,
+        s.payload_received - p.payload_received, floor, bytes * per, floor * per,
+        floor > 0 ? static_cast<double>(bytes) / static_cast<double>(floor) : 0.0);
+  }
   if (s.hints_riding + s.hints_separate + s.hints_dropped > 0) {
     err << absl::StrFormat("prefetch hints: riding=%d separate=%d dropped=%d prefetch_calls=%d\n",
                            s.hints_riding, s.hints_separate, s.hints_dropped, s.prefetch_calls);

@@ -55,6 +55,9 @@ struct ClusterCommandOptions {
   // Plan with every node weighted 1, without contacting nodes (plan only).
   // Default: false.
   bool assume_equal = false;
+  // Activations on the wire (--wire-dtype, --wire-reduce; run and serve).
+  // Default: float32 rows, one per route.
+  WireOptions wire;
 
   // True when nodes, nodes_dns or nodes_file names expert nodes.
   bool enabled() const { return !nodes.empty() || !nodes_dns.empty() || !nodes_file.empty(); }
@@ -97,11 +100,13 @@ class ClusterExperts {
   // Also reads every healthy node's NodeStats (one call each).
   void MarkPromptDone();
   // One line per node (requests, failures, failovers, bytes, wait, health),
-  // then the backend totals and the decode-only totals, then the prefetch
+  // then the backend totals and the decode-only totals, then the wire bytes
+  // ("wire decode:", per generated token and against the hidden-state floor,
+  // over `decode_tokens` tokens generated after the prompt), then the prefetch
   // hints when any were given, then per node the decode-only change of its
   // tier counters (RAM hits and misses, disk bytes and wait, prefetches), to
   // `err`.
-  void PrintStats(std::ostream& err) const;
+  void PrintStats(std::ostream& err, int64_t decode_tokens = 0) const;
 
  private:
   ClusterExperts() = default;
@@ -109,6 +114,7 @@ class ClusterExperts {
   ThreadPool* pool_ = nullptr;
   std::unique_ptr<Cluster> cluster_;
   std::vector<std::string> start_addresses_;
+  WireOptions wire_;
   std::unique_ptr<RemoteExpertBackend> backend_;
   // Declared after cluster_: stops before the cluster it feeds is destroyed.
   std::unique_ptr<MembershipWatcher> watcher_;

@@ -20,6 +20,7 @@
 #include "coordinator/run_command.h"
 #include "coordinator/serve_command.h"
 #include "coordinator/tokenize_command.h"
+#include "rpc/wire_tensor.h"
 
 namespace {
 
@@ -167,6 +168,27 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
       ->check(CLI::Range(0.001, 3600.0));
 }
 
+// How activations travel to the nodes (run and serve).
+void AddWireFlags(CLI::App* cmd, colibri::coordinator::WireOptions* o) {
+  cmd->add_option_function<std::string>(
+         "--wire-dtype",
+         [o](const std::string& name) {
+           absl::StatusOr<colibri::v1::DType> dtype = colibri::rpc::ParseWireDType(name);
+           if (dtype.ok()) o->dtype = *dtype;
+         },
+         "activations to and from the nodes: f32 (default; results bitwise equal to a local "
+         "run) or bf16 (half the bytes)")
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            absl::StatusOr<colibri::v1::DType> dtype = colibri::rpc::ParseWireDType(name);
+            return dtype.ok() ? std::string() : std::string(dtype.status().message());
+          },
+          "f32|bf16"));
+  cmd->add_flag("--wire-reduce", o->reduce,
+                "nodes return one weighted sum per token instead of one row per route (fewer "
+                "bytes; results equal a local run only up to float rounding)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,6 +201,7 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "one-shot generation or evaluation");
   AddRunFlags(run_cmd, &run, &prompt_tokens, &exact);
   AddClusterFlags(run_cmd, &run.cluster);
+  AddWireFlags(run_cmd, &run.cluster.wire);
   AddSpeculationFlags(run_cmd, &run.speculation);
 
   colibri::coordinator::ServeOptions serve;
@@ -246,6 +269,7 @@ int main(int argc, char** argv) {
   }
   AddClusterFlags(serve_cmd, &serve.cluster, "node-");
   AddSpeculationFlags(serve_cmd, &serve.speculation);
+  AddWireFlags(serve_cmd, &serve.cluster.wire);
 
   colibri::coordinator::PlanOptions plan;
   CLI::App* plan_cmd = app.add_subcommand("plan", "where every expert would go (moves nothing)");

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/wire_tensor.h"
 
 namespace colibri::coordinator {
 
@@ -60,12 +61,13 @@ v1::NumericPath ToProto(ops::NumericPath path) {
 
 RemoteExpertBackend::RemoteExpertBackend(
     Cluster* cluster, const std::vector<std::vector<moe::ExpertWeights>>* local_experts,
-    int n_expert, ops::NumericPath path, ThreadPool* pool)
+    int n_expert, ops::NumericPath path, ThreadPool* pool, const WireOptions& wire)
     : cluster_(cluster),
       local_experts_(local_experts),
       n_expert_(n_expert),
       path_(path),
       pool_(pool),
+      wire_(wire),
       fallback_(n_expert, path, pool) {
   AddWorkers(cluster_->n_nodes());
 }
@@ -96,6 +98,10 @@ RemoteBackendStats RemoteExpertBackend::stats() const {
   s.fallback_routes += b.fallback_routes;
   s.failovers += b.failovers;
   s.bytes_sent += b.bytes_sent;
+  s.bytes_received += b.bytes_received;
+  s.payload_sent += b.payload_sent;
+  s.payload_received += b.payload_received;
+  s.floor_bytes += b.floor_bytes;
   s.hints_riding += b.hints_riding;
   s.hints_separate += b.hints_separate;
   s.hints_dropped += b.hints_dropped;
@@ -107,7 +113,7 @@ moe::ExpertBackend* RemoteExpertBackend::SecondChannel() {
   absl::MutexLock lock(&mu_);
   if (second_ == nullptr) {
     second_ =
-        std::make_unique<RemoteExpertBackend>(cluster_, local_experts_, n_expert_, path_, pool_);
+        std::make_unique<RemoteExpertBackend>(cluster_, local_experts_, n_expert_, path_, pool_, wire_);
   }
   return second_.get();
 }
@@ -130,6 +136,16 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
           "layer ", batch.layer, ": expert id ", e, " out of range [0, ", n_expert_, ")"));
       return;
     }
+  }
+  if (rpc::WireElementBytes(wire_.dtype) == 0) {
+    submit_status_ = absl::InvalidArgumentError(
+        absl::StrCat("wire dtype ", rpc::WireDTypeName(wire_.dtype), " is not one of f32, bf16"));
+    return;
+  }
+  if (wire_.reduce && batch.weights == nullptr && n_routes > 0) {
+    submit_status_ = absl::InvalidArgumentError(
+        absl::StrCat("layer ", batch.layer, ": node-side reduction needs the routes' weights"));
+    return;
   }
   if (batch.layer < 0 || batch.layer >= placement.n_layer() ||
       placement.n_expert(batch.layer) != n_expert_) {
@@ -172,43 +188,31 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
   }
   if (send_hints) SendHints(placement, healthy);
 
-  const int64_t n_embd = batch_.n_embd;
   token_slot_.assign(batch_.n_tokens, -1);
   for (size_t c = first_new; c < calls_.size(); ++c) {
     Call* call = calls_[c].get();
-    v1::ComputeLayerRequest& req = call->request;
-    req.set_model_fingerprint(cluster_->fingerprint());
-    req.set_layer(batch_.layer);
-    req.set_path(ToProto(path_));
-    // Each token once, in ascending order; routes refer to rows by index.
-    std::vector<int64_t> tokens;
+    // Each token once, in order of first use; routes refer to rows by index.
     for (int64_t route : call->routes) {
       const int64_t t = route / batch_.k;
       if (token_slot_[t] < 0) {
-        token_slot_[t] = static_cast<int32_t>(tokens.size());
-        tokens.push_back(t);
+        token_slot_[t] = static_cast<int32_t>(call->tokens.size());
+        call->tokens.push_back(t);
       }
-      v1::Route* r = req.add_routes();
-      r->set_token(token_slot_[t]);
-      r->set_expert(batch_.experts[route]);
-      r->set_weight(batch_.weights != nullptr ? batch_.weights[route] : 0.0f);
+      call->route_row.push_back(token_slot_[t]);
     }
-    v1::Tensor* hidden = req.mutable_hidden();  // [tokens][n_embd]
-    hidden->set_dtype(v1::DTYPE_F32);
-    hidden->add_shape(static_cast<int64_t>(tokens.size()));
-    hidden->add_shape(n_embd);
-    std::string* data = hidden->mutable_data();
-    data->resize(tokens.size() * n_embd * sizeof(float));
-    for (size_t j = 0; j < tokens.size(); ++j) {
-      std::memcpy(&(*data)[j * n_embd * sizeof(float)], batch_.x + tokens[j] * n_embd,
-                  n_embd * sizeof(float));
-      token_slot_[tokens[j]] = -1;
-    }
+    for (int64_t t : call->tokens) token_slot_[t] = -1;
+    EncodeRequest(call);
+    const int64_t request_bytes = static_cast<int64_t>(call->request.ByteSizeLong());
+    const int64_t floor =
+        2 * static_cast<int64_t>(call->tokens.size()) * batch_.n_embd * sizeof(float);
+    cluster_->RecordWireFloor(call->node, floor);
     {
       absl::MutexLock lock(&mu_);
       ++in_flight_;
       ++stats_.round_trips;
-      stats_.bytes_sent += static_cast<int64_t>(call->request.ByteSizeLong());
+      stats_.bytes_sent += request_bytes;
+      stats_.payload_sent += static_cast<int64_t>(call->request.hidden().data().size());
+      stats_.floor_bytes += floor;
     }
     workers_[call->node]->Post([this, call] {
       const auto start = std::chrono::steady_clock::now();
@@ -224,22 +228,76 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
   }
 }
 
+void RemoteExpertBackend::EncodeRequest(Call* call) const {
+  v1::ComputeLayerRequest& req = call->request;
+  req.set_model_fingerprint(cluster_->fingerprint());
+  req.set_layer(batch_.layer);
+  req.set_path(ToProto(path_));
+  req.set_reduce_per_token(wire_.reduce);
+  // Left unset for F32, as senders before the field did.
+  if (wire_.dtype != v1::DTYPE_F32) req.set_reply_dtype(wire_.dtype);
+  for (size_t j = 0; j < call->routes.size(); ++j) {
+    const int64_t route = call->routes[j];
+    v1::Route* r = req.add_routes();
+    r->set_token(call->route_row[j]);
+    r->set_expert(batch_.experts[route]);
+    r->set_weight(batch_.weights != nullptr ? batch_.weights[route] : 0.0f);
+  }
+  const int64_t n_embd = batch_.n_embd;
+  const int element = rpc::WireElementBytes(wire_.dtype);
+  v1::Tensor* hidden = req.mutable_hidden();  // [tokens][n_embd]
+  hidden->set_dtype(wire_.dtype);
+  hidden->add_shape(static_cast<int64_t>(call->tokens.size()));
+  hidden->add_shape(n_embd);
+  std::string* data = hidden->mutable_data();
+  data->resize(call->tokens.size() * n_embd * element);
+  for (size_t j = 0; j < call->tokens.size(); ++j) {
+    rpc::EncodeFloats(batch_.x + call->tokens[j] * n_embd, n_embd, wire_.dtype,
+                      &(*data)[j * n_embd * element]);
+  }
+}
+
 absl::Status RemoteExpertBackend::Scatter(const Call& call) {
   const v1::Tensor& outputs = call.reply->outputs();
-  const int64_t n = static_cast<int64_t>(call.routes.size());
   const int64_t n_embd = batch_.n_embd;
-  if (outputs.dtype() != v1::DTYPE_F32 || outputs.shape_size() != 2 || outputs.shape(0) != n ||
-      outputs.shape(1) != n_embd ||
-      outputs.data().size() != static_cast<size_t>(n * n_embd) * sizeof(float)) {
-    return absl::DataLossError(absl::StrCat(cluster_->node(call.node).address, " ComputeLayer: ",
-                                            "reply is not float32 [", n, ", ", n_embd, "]"));
+  const int64_t rows = static_cast<int64_t>(wire_.reduce ? call.tokens.size() : call.routes.size());
+  if (absl::Status s = rpc::CheckWireMatrix(outputs, "reply outputs", rows, n_embd); !s.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(cluster_->node(call.node).address, " ComputeLayer: ", s.message()));
   }
+  const v1::DType dtype = outputs.dtype();
+  const int element = rpc::WireElementBytes(dtype);
   const char* data = outputs.data().data();
-  for (int64_t j = 0; j < n; ++j) {
-    std::memcpy(out_ + call.routes[j] * n_embd, data + j * n_embd * sizeof(float),
-                n_embd * sizeof(float));
+  if (!wire_.reduce) {
+    for (size_t j = 0; j < call.routes.size(); ++j) {
+      rpc::DecodeFloats(data + j * n_embd * element, n_embd, dtype, out_ + call.routes[j] * n_embd);
+    }
+    return absl::OkStatus();
+  }
+  // Row i of the reply is the weighted sum of this call's ranks of token i:
+  // into the first of them; the others are zero.
+  std::vector<bool> written(call.tokens.size(), false);
+  for (size_t j = 0; j < call.routes.size(); ++j) {
+    float* dst = out_ + call.routes[j] * n_embd;
+    const int32_t row = call.route_row[j];
+    if (written[row]) {
+      std::fill(dst, dst + n_embd, 0.0f);
+    } else {
+      rpc::DecodeFloats(data + row * n_embd * element, n_embd, dtype, dst);
+      written[row] = true;
+    }
   }
   return absl::OkStatus();
+}
+
+void RemoteExpertBackend::WeighFallbackRoutes() {
+  const int64_t n_routes = batch_.n_tokens * batch_.k;
+  for (int64_t i = 0; i < n_routes; ++i) {
+    if (!fallback_experts_[batch_.experts[i]]) continue;
+    float* row = out_ + i * batch_.n_embd;
+    const float w = batch_.weights[i];
+    for (int64_t c = 0; c < batch_.n_embd; ++c) row[c] *= w;
+  }
 }
 
 absl::Status RemoteExpertBackend::Wait() {
@@ -257,9 +315,15 @@ absl::Status RemoteExpertBackend::Wait() {
     for (size_t c = first; c < end; ++c) {
       const Call& call = *calls_[c];
       absl::Status status = call.reply.ok() ? Scatter(call) : call.reply.status();
+      const int64_t reply_bytes =
+          call.reply.ok() ? static_cast<int64_t>(call.reply->ByteSizeLong()) : 0;
       cluster_->RecordCall(call.node, static_cast<int64_t>(call.request.ByteSizeLong()),
-                           call.reply.ok() ? static_cast<int64_t>(call.reply->ByteSizeLong()) : 0,
-                           call.wait_seconds, status.ok());
+                           reply_bytes, call.wait_seconds, status.ok());
+      if (call.reply.ok()) {
+        absl::MutexLock lock(&mu_);
+        stats_.bytes_received += reply_bytes;
+        stats_.payload_received += static_cast<int64_t>(call.reply->outputs().data().size());
+      }
       if (status.ok()) continue;
       // DataLoss / NotFound answered by the node: it lost (a stored value
       // failed its checksum and was dropped) or misses an expert of this
@@ -305,6 +369,7 @@ absl::Status RemoteExpertBackend::Wait() {
   };
   auto owned = [this](int expert) { return static_cast<bool>(fallback_experts_[expert]); };
   absl::Status status = fallback_.Run(batch_, lookup, owned, out_);
+  if (status.ok() && wire_.reduce) WeighFallbackRoutes();
   cluster_->RecordFallbackRoutes(n_fallback);
   {
     absl::MutexLock lock(&mu_);

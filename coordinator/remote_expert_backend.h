@@ -26,6 +26,14 @@
 // SecondChannel() is a sibling backend on the same cluster with its own
 // per-node threads, so that two half-batches of one forward pass are in
 // flight at once; stats() includes its counters.
+// Wire (WireOptions): activations go as float32 (default, remote outputs
+// bitwise equal to local ones) or bfloat16 both ways; with `reduce` each node
+// returns one weighted sum per token instead of one row per route, written
+// into the token's first rank that node computed (its other ranks there zero,
+// OutputsWeighted() true), equal to the local result only up to float
+// rounding. Fallback routes are weighted here then. Every call's bytes are
+// counted (RemoteBackendStats) against the hidden-state floor: n_embd x the
+// call's tokens x 4 bytes, each way.
 //
 // Thread-safety: one forward pass at a time (moe::ExpertBackend's contract).
 // Several backends may share one Cluster. stats() may be called from any
@@ -41,12 +49,23 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "colibri/v1/expert.pb.h"
 #include "common/thread_pool.h"
 #include "coordinator/cluster.h"
 #include "model/moe/expert_backend.h"
 #include "model/moe/local_expert_backend.h"
 
 namespace colibri::coordinator {
+
+// How activations travel to the nodes and back.
+struct WireOptions {
+  // v1::DTYPE_F32 or v1::DTYPE_BF16 (rpc/wire_tensor.h), both ways.
+  // Default: DTYPE_F32.
+  v1::DType dtype = v1::DTYPE_F32;
+  // Ask each node for one weighted sum per token instead of one row per
+  // route. Default: false.
+  bool reduce = false;
+};
 
 // Counters of one backend, cumulative.
 struct RemoteBackendStats {
@@ -56,6 +75,13 @@ struct RemoteBackendStats {
   int64_t fallback_routes = 0;  // routes computed locally
   int64_t failovers = 0;        // calls re-sent to a replica
   int64_t bytes_sent = 0;       // ComputeLayer request bytes, including retries
+  int64_t bytes_received = 0;   // ComputeLayer reply bytes (successful calls)
+  // Of those, the activation rows alone (Tensor.data): hidden rows sent,
+  // output rows received.
+  int64_t payload_sent = 0;
+  int64_t payload_received = 0;
+  // The hidden-state floor of the calls made: Σ 2 x tokens x n_embd x 4.
+  int64_t floor_bytes = 0;
   // Prefetch hints (one per layer and expert) by how they went.
   int64_t hints_riding = 0;    // added to a ComputeLayer request
   int64_t hints_separate = 0;  // sent in a separate Prefetch call
@@ -67,9 +93,11 @@ class RemoteExpertBackend : public moe::ExpertBackend {
  public:
   // cluster: borrowed. local_experts ([layer][expert], the model's own views)
   // and pool serve the fallback; borrowed. path: the session's numeric path.
+  // wire.dtype must be F32 or BF16, else every Wait() is InvalidArgument.
   RemoteExpertBackend(Cluster* cluster,
                       const std::vector<std::vector<moe::ExpertWeights>>* local_experts,
-                      int n_expert, ops::NumericPath path, ThreadPool* pool);
+                      int n_expert, ops::NumericPath path, ThreadPool* pool,
+                      const WireOptions& wire = {});
   ~RemoteExpertBackend() override;
   RemoteExpertBackend(const RemoteExpertBackend&) = delete;
   RemoteExpertBackend& operator=(const RemoteExpertBackend&) = delete;
@@ -78,6 +106,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   absl::Status Wait() override;
   void Prefetch(int layer, absl::Span<const int32_t> experts) override;
   moe::ExpertBackend* SecondChannel() override;
+  bool OutputsWeighted() const override { return wire_.reduce; }
 
   // This backend's counters plus its second channel's.
   RemoteBackendStats stats() const;
@@ -91,6 +120,8 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   struct Call {
     int node = -1;
     std::vector<int64_t> routes;
+    std::vector<int64_t> tokens;     // batch token of each hidden row
+    std::vector<int32_t> route_row;  // [routes]: its token's hidden row
     v1::ComputeLayerRequest request;
     absl::StatusOr<v1::ComputeLayerReply> reply;
     double wait_seconds = 0;
@@ -105,6 +136,10 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   // and empties the stash. Called before those requests are posted.
   void SendHints(const Placement& placement, const std::vector<bool>& healthy);
   absl::Status Scatter(const Call& call);
+  // Fills call->request's hidden rows and wire fields from call->tokens.
+  void EncodeRequest(Call* call) const;
+  // With wire_.reduce: multiplies the fallback routes' outputs by their weights.
+  void WeighFallbackRoutes();
 
   Cluster* const cluster_;
   // The cluster's placement when the batch was submitted, used for all of it.
@@ -113,6 +148,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   const int n_expert_;
   const ops::NumericPath path_;
   ThreadPool* const pool_;
+  const WireOptions wire_;
   moe::ExpertGroupRunner fallback_;
   // [nodes the cluster had at the last Submit]
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -260,7 +260,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
     const arch::SessionStats& s = session->stats();
     err << absl::StrFormat("expert overlap: outstanding_s=%.3f wait_s=%.3f overlap=%.1f%%\n",
                            s.expert_outstanding_seconds, s.expert_wait_seconds, 100 * s.overlap());
-    cluster->PrintStats(err);
+    cluster->PrintStats(err, std::max<int64_t>(static_cast<int64_t>(generated.size()) - 1, 0));
   }
   return absl::OkStatus();
 }

@@ -22,7 +22,7 @@ std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(co
 
 // The scheduler's and cluster's values, read at scrape time.
 void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluster,
-                    metrics::TextWriter& w) {
+                    const metrics::Counter* generated_tokens, metrics::TextWriter& w) {
   if (scheduler != nullptr) {
     w.Family("colibri_queue_depth", "Generation requests waiting for a session.", Type::kGauge);
     w.Sample("colibri_queue_depth", {}, {}, scheduler->queued());
@@ -86,6 +86,27 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
            Type::kCounter, [&](int i) { return counters[i].bytes_sent; });
   per_node("colibri_node_received_bytes_total", "ComputeLayer reply bytes from the node.",
            Type::kCounter, [&](int i) { return counters[i].bytes_received; });
+  per_node("colibri_node_floor_bytes_total",
+           "Hidden-state floor of the calls to the node: 2 x tokens x n_embd x 4 bytes.",
+           Type::kCounter, [&](int i) { return counters[i].floor_bytes; });
+  {
+    // The wire against its floor, per generated token (prompt traffic included).
+    double bytes = 0;
+    double floor = 0;
+    for (int i = 0; i < n; ++i) {
+      bytes += static_cast<double>(counters[i].bytes_sent + counters[i].bytes_received);
+      floor += static_cast<double>(counters[i].floor_bytes);
+    }
+    const double tokens = generated_tokens->value();
+    w.Family("colibri_wire_bytes_per_generated_token",
+             "ComputeLayer bytes both ways (prompts included) / generated tokens (0 before any).",
+             Type::kGauge);
+    w.Sample("colibri_wire_bytes_per_generated_token", {}, {}, tokens > 0 ? bytes / tokens : 0);
+    w.Family("colibri_wire_floor_bytes_per_generated_token",
+             "Hidden-state floor of those calls / generated tokens (0 before any).", Type::kGauge);
+    w.Sample("colibri_wire_floor_bytes_per_generated_token", {}, {},
+             tokens > 0 ? floor / tokens : 0);
+  }
   per_node("colibri_node_wait_seconds_total", "Time from sending calls to their completion.",
            Type::kCounter, [&](int i) { return counters[i].wait_seconds; });
   per_node("colibri_node_healthy", "1 while the node is healthy.", Type::kGauge,
@@ -173,8 +194,10 @@ ServeMetrics::ServeMetrics() {
 }
 
 void ServeMetrics::SetSources(const GenerationScheduler* scheduler, ClusterExperts* cluster) {
-  registry_.AddCollector(
-      [scheduler, cluster](metrics::TextWriter& w) { CollectSources(scheduler, cluster, w); });
+  const metrics::Counter* generated = generated_tokens_;
+  registry_.AddCollector([scheduler, cluster, generated](metrics::TextWriter& w) {
+    CollectSources(scheduler, cluster, generated, w);
+  });
 }
 
 void ServeMetrics::RecordRequest(absl::string_view api, absl::string_view endpoint,

@@ -7,8 +7,9 @@
 // tokens accepted or rejected by speculative decoding (the
 // GenerationScheduler calls the On* hooks). Read at scrape time: queue depth,
 // active generations and predictor recall (from the scheduler), per-node
-// round trips, failures, failovers, bytes and wait, health, and fallback
-// routes (from the cluster).
+// round trips, failures, failovers, bytes, hidden-state floor bytes and
+// wait, health, fallback routes (from the cluster), and the wire's bytes and
+// floor per generated token.
 //
 // Thread-safety: thread-safe; SetSources once, before serving.
 #ifndef COLIBRI_COORDINATOR_SERVE_METRICS_H_

@@ -674,12 +674,7 @@ absl::Status ExpertServiceImpl::DoComputeLayer(const v1::ComputeLayerRequest& re
   COLIBRI_RETURN_IF_ERROR(ComputeLayerWork(work, lookup, &compute_pool_, &out));
   pinned.clear();
 
-  v1::Tensor* outputs = reply->mutable_outputs();
-  outputs->set_dtype(v1::DTYPE_F32);
-  outputs->add_shape(work.reduce_per_token ? work.n_tokens : work.n_routes());
-  outputs->add_shape(work.n_embd);
-  outputs->mutable_data()->resize(out.size() * sizeof(float));
-  if (!out.empty()) std::memcpy(outputs->mutable_data()->data(), out.data(), out.size() * 4);
+  EncodeLayerOutputs(work, out, reply->mutable_outputs());
   reply->set_compute_micros(absl::ToInt64Microseconds(absl::Now() - start) - disk_wait_micros);
   reply->set_disk_wait_micros(disk_wait_micros);
   reply->set_ram_hits(hits);

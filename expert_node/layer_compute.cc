@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/moe/expert_backend.h"
+#include "rpc/wire_tensor.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -38,41 +39,37 @@ absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& reque
   }
   work.reduce_per_token = request.reduce_per_token();
 
+  switch (request.reply_dtype()) {
+    case v1::DTYPE_UNSPECIFIED:  // senders before reply_dtype
+    case v1::DTYPE_F32:
+      work.reply_dtype = v1::DTYPE_F32;
+      break;
+    case v1::DTYPE_BF16:
+      work.reply_dtype = v1::DTYPE_BF16;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("reply_dtype ", static_cast<int>(request.reply_dtype()),
+                       " is not a wire activation type (DTYPE_F32, DTYPE_BF16)"));
+  }
+
   const v1::Tensor& hidden = request.hidden();
-  if (hidden.dtype() != v1::DTYPE_F32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hidden: dtype ", v1::DType_Name(hidden.dtype()), ", expected DTYPE_F32"));
-  }
-  if (hidden.shape_size() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hidden: shape has ", hidden.shape_size(), " dims, expected [n_tokens, n_embd]"));
-  }
+  COLIBRI_RETURN_IF_ERROR(rpc::CheckWireMatrix(hidden, "hidden", -1, model.n_embd));
   work.n_tokens = hidden.shape(0);
   work.n_embd = hidden.shape(1);
-  if (work.n_embd != model.n_embd) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hidden: width ", work.n_embd, ", the model's n_embd is ", model.n_embd));
-  }
-  if (work.n_tokens < 0 || work.n_tokens > (int64_t{1} << 31) / std::max<int64_t>(1, work.n_embd)) {
-    return absl::InvalidArgumentError(absl::StrCat("hidden: bad n_tokens ", work.n_tokens));
-  }
-  const uint64_t expected_bytes = static_cast<uint64_t>(work.n_tokens * work.n_embd) * 4;
-  if (hidden.data().size() != expected_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("hidden: ", hidden.data().size(),
-                                                   " bytes, shape [", work.n_tokens, ", ",
-                                                   work.n_embd, "] needs ", expected_bytes));
-  }
   // Refuse by shape what cannot be answered, before copying or computing:
   // the reply (one row per route, or per token when reduced) and the
   // gathered inputs (one row per route) are bounded.
   const uint64_t n_routes_requested = static_cast<uint64_t>(request.routes_size());
   const uint64_t row_bytes = static_cast<uint64_t>(work.n_embd) * 4;
+  const uint64_t reply_row_bytes =
+      static_cast<uint64_t>(work.n_embd) * rpc::WireElementBytes(work.reply_dtype);
   const uint64_t reply_rows =
       request.reduce_per_token() ? static_cast<uint64_t>(work.n_tokens) : n_routes_requested;
-  if (reply_rows * row_bytes > max_reply_bytes) {
+  if (reply_rows * reply_row_bytes > max_reply_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         n_routes_requested, " routes over ", work.n_tokens, " tokens of width ", work.n_embd,
-        " need a reply of ", reply_rows * row_bytes, " bytes, more than the node's limit of ",
+        " need a reply of ", reply_rows * reply_row_bytes, " bytes, more than the node's limit of ",
         max_reply_bytes, " bytes: split the request"));
   }
   if (n_routes_requested * row_bytes > kMaxRouteBytes) {
@@ -81,7 +78,8 @@ absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& reque
                                                    " exceed the node's per-request limit"));
   }
   work.hidden.resize(static_cast<size_t>(work.n_tokens * work.n_embd));
-  if (expected_bytes > 0) std::memcpy(work.hidden.data(), hidden.data().data(), expected_bytes);
+  rpc::DecodeFloats(hidden.data().data(), work.n_tokens * work.n_embd, hidden.dtype(),
+                    work.hidden.data());
 
   const int n_routes = request.routes_size();
   work.route_token.reserve(n_routes);
@@ -145,6 +143,15 @@ absl::Status ComputeLayerWork(const LayerWork& work,
     for (int64_t c = 0; c < n_embd; ++c) dst[c] += w * src[c];
   }
   return absl::OkStatus();
+}
+
+void EncodeLayerOutputs(const LayerWork& work, const std::vector<float>& out, v1::Tensor* outputs) {
+  outputs->set_dtype(work.reply_dtype);
+  outputs->add_shape(work.reduce_per_token ? work.n_tokens : work.n_routes());
+  outputs->add_shape(work.n_embd);
+  const int64_t n = static_cast<int64_t>(out.size());
+  outputs->mutable_data()->resize(static_cast<size_t>(n) * rpc::WireElementBytes(work.reply_dtype));
+  rpc::EncodeFloats(out.data(), n, work.reply_dtype, outputs->mutable_data()->data());
 }
 
 }  // namespace colibri::expert_node

@@ -34,6 +34,7 @@ struct LayerWork {
   std::vector<float> route_weight;    // [n_routes]
   ops::NumericPath path = ops::NumericPath::kFast;
   bool reduce_per_token = false;
+  v1::DType reply_dtype = v1::DTYPE_F32;  // F32 or BF16
 
   int64_t n_routes() const { return static_cast<int64_t>(route_token.size()); }
 };
@@ -41,9 +42,11 @@ struct LayerWork {
 // Checks a request against the model it names (`model`: that model's record)
 // and builds its work. InvalidArgument with a message naming the field for
 // any malformed part: layer or expert outside the model's range (when known),
-// hidden not F32 [n_tokens, n_embd] with exactly n_tokens * n_embd * 4 bytes,
-// a route's token outside [0, n_tokens), an unknown numeric path, or a reply
-// that would exceed `max_reply_bytes` (decided from the shape alone, before
+// hidden not F32 or BF16 [n_tokens, n_embd] with exactly n_tokens * n_embd
+// elements of that dtype (BF16 rows are widened to float32 here), a reply
+// dtype other than F32 (or unset) and BF16, a route's token outside
+// [0, n_tokens), an unknown numeric path, or a reply that would exceed
+// `max_reply_bytes` in the reply dtype (decided from the shape alone, before
 // anything is copied or computed).
 absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& request,
                                             const ModelInfo& model,
@@ -56,6 +59,10 @@ absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& reque
 absl::Status ComputeLayerWork(const LayerWork& work,
                               const moe::ExpertGroupRunner::ExpertLookup& lookup, ThreadPool* pool,
                               std::vector<float>* out);
+
+// Fills `outputs` with `out` (ComputeLayerWork's rows) as the reply's tensor:
+// [n_tokens or n_routes, n_embd] in work.reply_dtype.
+void EncodeLayerOutputs(const LayerWork& work, const std::vector<float>& out, v1::Tensor* outputs);
 
 }  // namespace colibri::expert_node
 

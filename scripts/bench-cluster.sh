@@ -17,6 +17,9 @@ usage: scripts/bench-cluster.sh [options]
   --node-threads T   compute threads per node (default 1)
   --delay-ms X       also run the 3 nodes through relays with this one-way delay
   --bandwidth R      with --delay-ms: relay bandwidth cap, e.g. 1Gbit (default none)
+  --wire LIST        wire settings of the cluster runs, comma-separated, each a row:
+                     f32 (default), bf16 (--wire-dtype bf16), reduce (--wire-reduce),
+                     bf16+reduce
   --build DIR        build folder (default build)
   --fresh            delete the nodes' stored experts first (forces a new ingest)
   -h, --help         this text
@@ -30,6 +33,9 @@ are subtracted from those of the full run, and divided by the decode steps
 (generated tokens - 1: the last sampled token is not evaluated). "net wait" is
 the coordinator's wait for node replies (network and node compute), summed over
 the nodes: requests to different nodes overlap, so it can exceed the token time.
+"wire B/tok" is the coordinator's own decode count of ComputeLayer bytes both
+ways per generated token, "x floor" its ratio to the hidden-state floor
+(n_embd x tokens x 4 bytes each way per involved node).
 EOF
 }
 
@@ -46,14 +52,28 @@ delay_ms=""
 bandwidth=""
 build=build
 fresh=0
+wire=f32
 while [ $# -gt 0 ]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
+    --wire) wire="${2:?}"; shift 2 ;;
     *) bench_common_option "$@" || { usage >&2; exit 2; }; shift "$BENCH_SHIFT" ;;
   esac
 done
 [ "$n_predict" -ge 2 ] 2>/dev/null || bench_die "-n must be at least 2"
 [ -n "$bandwidth" ] && [ -z "$delay_ms" ] && bench_die "--bandwidth needs --delay-ms"
+IFS=, read -r -a wires <<<"$wire"
+# wire_args NAME: the coordinator flags of one --wire setting.
+wire_args() {
+  case "$1" in
+    f32) ;;
+    bf16) echo "--wire-dtype bf16" ;;
+    reduce) echo "--wire-reduce" ;;
+    bf16+reduce) echo "--wire-dtype bf16 --wire-reduce" ;;
+    *) return 1 ;;
+  esac
+}
+for w in "${wires[@]}"; do wire_args "$w" >/dev/null || bench_die "unknown --wire setting $w"; done
 
 bench_init "$build"
 [ -n "$delay_ms" ] && bench_need_relay
@@ -73,9 +93,9 @@ rows=()
 # add_row NAME STDERR_FILE [BASELINE_STDERR_FILE]
 add_row() {
   bench_decode_stats "$2" "${3:-}"
-  rows+=("$(printf '%-34s %9s %9s %11s %11s %12s %12s' "$1" "${DECODE[tps]}" \
-    "${DECODE[round_trips]}" "${DECODE[sent]}" "${DECODE[received]}" "${DECODE[wait_ms]}" \
-    "$(bench_mib "$RUN_HWM_KB")")")
+  rows+=("$(printf '%-40s %9s %9s %11s %11s %11s %7s %12s %12s' "$1" "${DECODE[tps]}" \
+    "${DECODE[round_trips]}" "${DECODE[sent]}" "${DECODE[received]}" "${DECODE[wire_bpt]}" \
+    "${DECODE[wire_floor]}" "${DECODE[wait_ms]}" "$(bench_mib "$RUN_HWM_KB")")")
   [ "${DECODE[failovers]}" = 0 ] || rows+=("  (warning: ${DECODE[failovers]} failovers in decode)")
 }
 
@@ -91,11 +111,16 @@ nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
 echo "nodes $nodes; ingest and warm-up run..." >&2
 bench_run "$work/warmup" "${run_args[@]}" -n "$n_predict" --nodes "$nodes"
 
-# cluster_rows NAME PREFIX NODES: prompt-only baseline, then the full run.
+# cluster_rows NAME PREFIX NODES: per --wire setting, a prompt-only baseline,
+# then the full run.
 cluster_rows() {
-  bench_run "$2.base" "${run_args[@]}" -n 0 --nodes "$3"
-  bench_run "$2" "${run_args[@]}" -n "$n_predict" --nodes "$3"
-  add_row "$1" "$2.err" "$2.base.err"
+  local w extra
+  for w in "${wires[@]}"; do
+    read -r -a extra <<<"$(wire_args "$w")"
+    bench_run "$2.$w.base" "${run_args[@]}" -n 0 --nodes "$3" "${extra[@]}"
+    bench_run "$2.$w" "${run_args[@]}" -n "$n_predict" --nodes "$3" "${extra[@]}"
+    add_row "$1 $w" "$2.$w.err" "$2.$w.base.err"
+  done
 }
 echo "3 nodes..." >&2
 cluster_rows "3 nodes (loopback)" "$work/nodes" "$nodes"
@@ -111,10 +136,10 @@ bench_stop_nodes
 
 echo
 echo "model: $model ($MODEL_LAYERS layers), $n_predict tokens per run, prompt \"$prompt\""
-printf '%-34s %9s %9s %11s %11s %12s %12s\n' "config" "decode" "round" "sent" "received" \
-  "net wait" "coordinator"
-printf '%-34s %9s %9s %11s %11s %12s %12s\n' "" "tok/s" "trips/tok" "bytes/tok" "bytes/tok" \
-  "ms/token" "peak RSS"
+printf '%-40s %9s %9s %11s %11s %11s %7s %12s %12s\n' "config" "decode" "round" "sent" \
+  "received" "wire" "x" "net wait" "coordinator"
+printf '%-40s %9s %9s %11s %11s %11s %7s %12s %12s\n' "" "tok/s" "trips/tok" "bytes/tok" \
+  "bytes/tok" "B/tok" "floor" "ms/token" "peak RSS"
 printf '%s\n' "${rows[@]}"
 for i in "${!NODE_IDS[@]}"; do
   echo "node ${NODE_IDS[$i]} peak RSS: $(bench_mib "${NODE_HWM_KB[$i]}")"

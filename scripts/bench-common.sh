@@ -240,6 +240,9 @@ bench_parse_run() {
     /^experts decode: / {
       for (i = 3; i <= NF; i++) { split($i, kv, "="); print "decode_" kv[1] "=" kv[2] }
     }
+    /^wire decode: / {
+      for (i = 3; i <= NF; i++) { split($i, kv, "="); print "wire_" kv[1] "=" kv[2] }
+    }
     /^node-tier .* decode: / {
       for (i = 4; i <= NF; i++) { split($i, kv, "="); tier[kv[1]] += kv[2]; tiers++ }
     }
@@ -260,7 +263,9 @@ bench_parse_run() {
 # bench_decode_stats FULL_ERR [BASE_ERR]: decode-only numbers of a run into
 # the associative array DECODE: tps, steps (decode evaluations), round_trips,
 # sent, received (bytes per step), wait_ms (per step, summed over nodes) and
-# failovers. With BASE_ERR, a prompt-only run of the same prompt, whose node
+# failovers, wire_bpt and wire_floor (the coordinator's own "wire decode:"
+# bytes per generated token both ways and their ratio to the hidden-state
+# floor; "-" from builds without it). With BASE_ERR, a prompt-only run of the same prompt, whose node
 # counters are subtracted (the node lines count the prompt too); without it
 # the network numbers are "-".
 declare -A DECODE
@@ -270,6 +275,8 @@ bench_decode_stats() {
   DECODE=([tps]="${STATS[gen_tps]:-n/a}" [round_trips]="-" [sent]="-" [received]="-"
     [wait_ms]="-" [failovers]="${STATS[decode_failovers]:-0}")
   DECODE[steps]=$(bench_div "${STATS[decode_layers]:-}" "${STATS[layers]:-}" "%.0f")
+  DECODE[wire_bpt]="${STATS[wire_bytes_per_token]:--}"
+  DECODE[wire_floor]="${STATS[wire_bytes_over_floor]:--}"
   [ -n "$base" ] || return 0
   DECODE[round_trips]=$(bench_div "${STATS[decode_round_trips]:-}" "${DECODE[steps]}")
   local sent="${STATS[bytes_sent]}" received="${STATS[bytes_received]}" wait="${STATS[wait_s]}"

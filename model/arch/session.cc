@@ -666,11 +666,12 @@ void Session::MoeCombine(int n) {
   const int64_t d = c_.n_embd;
   const int k = c_.n_expert_used;
   // Sum each token's expert outputs in rank order, then the shared expert.
+  const bool weighted = experts_->OutputsWeighted();
   for (int i = 0; i < n; ++i) {
     float* x = x_.data() + i * d;
     float* acc = proj_.data() + i * d;
     for (int r = 0; r < k; ++r) {
-      const float w = route_w_[i * k + r];
+      const float w = weighted ? 1.0f : route_w_[i * k + r];
       const float* e = expert_out_.data() + (static_cast<int64_t>(i) * k + r) * d;
       if (r == 0) std::fill(acc, acc + d, 0.0f);
       ops::AddScaled(e, w, acc, d);

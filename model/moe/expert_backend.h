@@ -50,6 +50,12 @@ class ExpertBackend {
   // when overlapping batches would not pay (the work is done on this
   // machine). Owned by this backend; created on first call.
   virtual ExpertBackend* SecondChannel() { return nullptr; }
+  // False (the default): out[t][r] is the unweighted FFN output and the
+  // caller weights and sums it. True: out[t][r] is already multiplied by
+  // weights[t][r] (several ranks of a token may be summed into one of them,
+  // the others then zero), so the caller sums out[t][r] unweighted. Constant
+  // for a backend's lifetime.
+  virtual bool OutputsWeighted() const { return false; }
 
   // Advice that `experts` of `layer` will probably be needed soon.
   virtual void Prefetch(int layer, absl::Span<const int32_t> experts) {

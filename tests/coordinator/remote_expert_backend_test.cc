@@ -358,6 +358,27 @@ TEST_F(RemoteExpertBackendTest, AllNodesDownStillCompletes) {
   EXPECT_EQ(remote.stats().fallback_routes, b.n_tokens * b.k);
 }
 
+// With --wire-reduce the backend's outputs are weighted (the forward pass sums
+// them unweighted), so the routes it computes itself are weighted here too.
+TEST_F(RemoteExpertBackendTest, ReducedFallbackRoutesAreWeighted) {
+  MakeCluster(2, 2);
+  WireOptions wire;
+  wire.reduce = true;
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_, wire);
+  EXPECT_TRUE(remote.OutputsWeighted());
+  nodes_[0]->set_down(true);
+  nodes_[1]->set_down(true);
+  Batch b = RandomBatch(4, 2, 3);
+  for (size_t i = 0; i < b.weights.size(); ++i) b.weights[i] = 0.25f * static_cast<float>(i + 1);
+  std::vector<float> local_out, remote_out;
+  RunBoth(b, 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  for (size_t i = 0; i < local_out.size(); ++i) {
+    ASSERT_EQ(remote_out[i], local_out[i] * b.weights[i / kEmbd]) << "element " << i;
+  }
+  EXPECT_EQ(remote.stats().fallback_routes, b.n_tokens * b.k);
+}
+
 TEST_F(RemoteExpertBackendTest, AMalformedReplyCountsAsAFailure) {
   // The garbage node answers health checks, so a prompt probe would mark it
   // healthy again before the check below: probe rarely here.
