@@ -263,6 +263,8 @@ TEST(SessionBatchTest, TwoPipelinedHalvesOnOneChannelGiveTheSameLogits) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
   CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves::kOn, /*second_channel=*/false,
                                   {ops::NumericPath::kExact});
+}
+
 // Speculative verification in a batch: chunks of a token and its drafts ask
 // for every position's logits, beside a prompt chunk that asks for none and
 // one that asks for its last; each row is bitwise the logits of the same
