@@ -3,7 +3,8 @@
 # 1, 4, 8 and 16 concurrent generations (colibri-client processes started
 # together), with the synthetic Qwen3-30B-A3B-shaped model locally and with 3
 # expert nodes on loopback (optionally through colibri-relay to emulate a
-# network). Run from the repository root after a build.
+# network), comparing serve's --pipeline-halves modes and, with --draft,
+# speculative decoding. Run from the repository root after a build.
 set -euo pipefail
 
 usage() {
@@ -17,6 +18,10 @@ usage: scripts/bench-batching.sh [options]
   -r R               repetitions of every measurement (default 1); medians
   --configs C        which of "local nodes relay" to run (default all three;
                      relay needs --delay-ms)
+  --draft LIST       serve --draft drafters to compare, e.g. "none ngram"
+                     (default none); one serve per halves mode and drafter
+  --draft-max K      serve --draft-max with a drafter (default 8)
+  --draft-fixed      serve --draft-fixed: always draft --draft-max tokens
   --layers L         layers of the synthetic model (default $LAYERS or 4)
   --model M          benchmark this GGUF instead of the synthetic model
   --prompt TEXT      prompt of every generation (default "The small birds of the valley")
@@ -38,7 +43,9 @@ of the first client to the end of the last (prompts included: they are short).
 (ClusterStatus) divided by the tokens generated; without batching it would be
 the same for every concurrency. "overlap" is the share of the time expert
 replies were outstanding during which the coordinator computed (serve's
-/metrics: 1 - expert wait / expert outstanding over the run). With -r, each
+/metrics: 1 - expert wait / expert outstanding over the run). "accepted" is
+the share of the drafted tokens that were accepted (serve's
+colibri_draft_tokens_total on /metrics; "-" without drafts). With -r, each
 figure is the median of the repetitions and "range" the tok/s min-max.
 EOF
 }
@@ -51,6 +58,9 @@ concurrency="1 4 8 16"
 halves="auto"
 reps=1
 configs="local nodes relay"
+drafts="none"
+draft_max=8
+draft_fixed=()
 layers="${LAYERS:-4}"
 model=""
 prompt="The small birds of the valley"
@@ -67,6 +77,9 @@ while [ $# -gt 0 ]; do
     --halves) halves="${2:?}"; shift 2 ;;
     -r) reps="${2:?}"; shift 2 ;;
     --configs) configs="${2:?}"; shift 2 ;;
+    --draft) drafts="${2:?}"; shift 2 ;;
+    --draft-max) draft_max="${2:?}"; shift 2 ;;
+    --draft-fixed) draft_fixed=(--draft-fixed); shift ;;
     *) bench_common_option "$@" || { usage >&2; exit 2; }; shift "$BENCH_SHIFT" ;;
   esac
 done
@@ -89,30 +102,23 @@ for c in $concurrency; do [ "$c" -gt "$max_sessions" ] && max_sessions=$c; done
 
 has_config() { [[ " $configs " == *" $1 "* ]]; }
 
-# start_serve NAME [FLAGS...]: serve with --sessions max_sessions; appends to
-# SERVE_PIDS, SERVE_ADDRS, SERVE_HTTP.
+# start_serve NAME HALVES DRAFT [FLAGS...]: serve with --sessions
+# max_sessions, --pipeline-halves HALVES and drafter DRAFT; appends to
+# SERVE_PIDS, SERVE_ADDRS, SERVE_HTTPS.
 SERVE_PIDS=()
 SERVE_ADDRS=()
-SERVE_HTTP=()
+SERVE_HTTPS=()
 start_serve() {
-  local name="$1" pid addr http i
-  shift
-  "$COORD" serve -m "$model" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
-    --threads "$threads" --sessions "$max_sessions" "$@" \
-    >"$work/$name.out" 2>"$work/$name.err" &
-  pid=$!
-  BENCH_PIDS+=($!)
-  addr=$(bench_wait_listening "$work/$name.out" "$pid") ||
-    bench_die "serve did not start: $(tail -3 "$work/$name.err")"
-  for i in $(seq 100); do
-    http=$(awk '/^http listening on /{print $4}' "$work/$name.out")
-    [ -n "$http" ] && break
-    sleep 0.1
-  done
-  [ -n "$http" ] || bench_die "serve did not start its HTTP listener"
-  SERVE_PIDS+=("$pid")
-  SERVE_ADDRS+=("$addr")
-  SERVE_HTTP+=("$http")
+  local name="$1" mode="$2" draft="$3"
+  shift 3
+  local speculation=(--draft "$draft")
+  [ "$draft" = none ] || speculation+=(--draft-max "$draft_max" "${draft_fixed[@]}")
+  bench_start_serve "$work/$name" -m "$model" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
+    --threads "$threads" --sessions "$max_sessions" --pipeline-halves "$mode" \
+    "${speculation[@]}" "$@"
+  SERVE_PIDS+=("$SERVE_PID")
+  SERVE_ADDRS+=("$SERVE_ADDR")
+  SERVE_HTTPS+=("$SERVE_HTTP")
 }
 
 # node_requests ADDR: the ComputeLayer requests every node received so far.
@@ -120,21 +126,26 @@ node_requests() {
   "$CLIENT" --coordinator "$1" status | awk '$1 ~ /:[0-9]+$/ {s += $(NF - 2)} END {print s + 0}'
 }
 
-# expert_times HTTP: "outstanding wait" seconds from serve's /metrics.
-expert_times() {
-  curl -sS "http://$1/metrics" | awk '
+# serve_figures HTTP: "outstanding wait accepted rejected" from serve's
+# /metrics: expert seconds and drafted tokens by outcome so far.
+serve_figures() {
+  local metrics
+  metrics=$(bench_serve_metrics "$1") || exit 1
+  awk '
     $1 == "colibri_expert_outstanding_seconds_total" {o = $2}
     $1 == "colibri_expert_wait_seconds_total" {w = $2}
-    END {print o + 0, w + 0}'
+    $1 == "colibri_draft_tokens_total{outcome=\"accepted\"}" {a = $2}
+    $1 == "colibri_draft_tokens_total{outcome=\"rejected\"}" {r = $2}
+    END {printf "%.6f %.6f %.0f %.0f\n", o, w, a, r}' <<<"$metrics"
 }
 
 # measure KEY S N KIND: N generations at once on serve S; appends
-# "KEY tok/s trips/tok overlap" to $work/samples.
+# "KEY|tok/s|trips/tok|overlap|accepted" to $work/samples.
 measure() {
   local key="$1" s="$2" n="$3" kind="$4" i start end before after pids=() t0 t1
-  local addr="${SERVE_ADDRS[$s]}" http="${SERVE_HTTP[$s]}" tag="${key// /_}"
+  local addr="${SERVE_ADDRS[$s]}" http="${SERVE_HTTPS[$s]}" tag="${key// /_}"
   before=$([ "$kind" = nodes ] && node_requests "$addr" || echo 0)
-  t0=$(expert_times "$http")
+  t0=$(serve_figures "$http")
   start=$(date +%s.%N)
   for i in $(seq "$n"); do
     "$CLIENT" --coordinator "$addr" generate "$prompt" -n "$n_predict" --ignore-eos \
@@ -144,37 +155,44 @@ measure() {
   for i in "${pids[@]}"; do wait "$i" || bench_die "a client failed: $(tail -3 "$work/$tag."*.err)"; done
   end=$(date +%s.%N)
   after=$([ "$kind" = nodes ] && node_requests "$addr" || echo 0)
-  t1=$(expert_times "$http")
-  local tokens=$((n * n_predict)) tps trips overlap
+  t1=$(serve_figures "$http")
+  local tokens=$((n * n_predict)) tps trips overlap accepted
   tps=$(awk -v t="$tokens" -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", t / (b - a)}')
   if [ "$kind" = nodes ]; then trips=$(bench_div "$((after - before))" "$tokens" "%.1f"); else trips="-"; fi
   overlap=$(awk -v a="$t0" -v b="$t1" 'BEGIN {
     split(a, x, " "); split(b, y, " "); o = y[1] - x[1]; w = y[2] - x[2];
     if (o > 0) printf "%.0f%%", 100 * (1 - w / o); else print "-" }')
-  echo "$key|$tps|$trips|$overlap" >>"$work/samples"
-  echo "  $key: $tps tok/s, $trips trips/token, overlap $overlap" >&2
+  accepted=$(awk -v a="$t0" -v b="$t1" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); acc = y[3] - x[3]; d = acc + y[4] - x[4];
+    if (d > 0) printf "%.0f%%", 100 * acc / d; else print "-" }')
+  echo "$key|$tps|$trips|$overlap|$accepted" >>"$work/samples"
+  echo "  $key: $tps tok/s, $trips trips/token, overlap $overlap, accepted $accepted" >&2
 }
 
-# run_config NAME KIND [FLAGS...]: one serve per halves mode, warmed up, then
-# every concurrency and mode interleaved, reps times.
+# run_config NAME KIND [FLAGS...]: one serve per halves mode and drafter,
+# warmed up, then every concurrency and serve interleaved, reps times.
 run_config() {
-  local name="$1" kind="$2" mode s c r
+  local name="$1" kind="$2" mode draft s c
   shift 2
   SERVE_PIDS=()
   SERVE_ADDRS=()
-  SERVE_HTTP=()
+  SERVE_HTTPS=()
   for mode in $halves; do
-    start_serve "$name-$mode" --pipeline-halves "$mode" "$@"
-    # Warm-up: the experts reach the nodes' RAM tiers, the pages the OS cache.
-    "$CLIENT" --coordinator "${SERVE_ADDRS[-1]}" generate "$prompt" -n "$n_predict" --ignore-eos \
-      --temp 0 >/dev/null 2>&1 || bench_die "warm-up failed"
+    for draft in $drafts; do
+      start_serve "$name-$mode-$draft" "$mode" "$draft" "$@"
+      # Warm-up: the experts reach the nodes' RAM tiers, the pages the OS cache.
+      "$CLIENT" --coordinator "${SERVE_ADDRS[-1]}" generate "$prompt" -n "$n_predict" \
+        --ignore-eos --temp 0 >/dev/null 2>&1 || bench_die "warm-up failed"
+    done
   done
-  for r in $(seq "$reps"); do
+  for _ in $(seq "$reps"); do
     for c in $concurrency; do
       s=0
       for mode in $halves; do
-        measure "$name|$mode|$c" "$s" "$c" "$kind"
-        s=$((s + 1))
+        for draft in $drafts; do
+          measure "$name|$mode|$draft|$c" "$s" "$c" "$kind"
+          s=$((s + 1))
+        done
       done
     done
   done
@@ -202,10 +220,13 @@ if has_config nodes || { has_config relay && [ -n "$delay_ms" ]; }; then
 fi
 
 echo
-echo "model: $model, $n_predict tokens per generation, prompt \"$prompt\", --sessions $max_sessions, $reps repetition(s)"
-printf '%-32s %-6s %6s %10s %13s %10s %8s\n' "config" "halves" "concur" "aggregate" "range" "round" "overlap"
-printf '%-32s %-6s %6s %10s %13s %10s %8s\n' "" "" "" "tok/s" "tok/s" "trips/tok" ""
-# Medians per (config, mode, concurrency), in the order first measured.
+draft_note=""
+[ "$drafts" = none ] || draft_note=", --draft-max $draft_max${draft_fixed[*]:+ --draft-fixed}"
+echo "model: $model, $n_predict tokens per generation, prompt \"$prompt\", --sessions $max_sessions$draft_note, $reps repetition(s)"
+printf '%-32s %-6s %-6s %6s %10s %13s %10s %8s %8s\n' "config" "halves" "draft" "concur" \
+  "aggregate" "range" "round" "overlap" "accepted"
+printf '%-32s %-6s %-6s %6s %10s %13s %10s %8s %8s\n' "" "" "" "" "tok/s" "tok/s" "trips/tok" "" ""
+# Medians per (config, mode, drafter, concurrency), in the order first measured.
 awk -F'|' '
   function median(list,   n, v, i, j, t) {
     n = split(list, v, " ")
@@ -217,17 +238,19 @@ awk -F'|' '
   function lo(list,   n, v, i, m) { n = split(list, v, " "); m = v[1]; for (i = 2; i <= n; i++) if (v[i] + 0 < m + 0) m = v[i]; return m }
   function hi(list,   n, v, i, m) { n = split(list, v, " "); m = v[1]; for (i = 2; i <= n; i++) if (v[i] + 0 > m + 0) m = v[i]; return m }
   {
-    key = $1 "|" $2 "|" $3
+    key = $1 "|" $2 "|" $3 "|" $4
     if (!(key in tps)) { order[++keys] = key }
-    tps[key] = tps[key] " " $4; trips[key] = trips[key] " " $5
-    ov = $6; sub(/%/, "", ov); over[key] = over[key] " " ov
+    tps[key] = tps[key] " " $5; trips[key] = trips[key] " " $6
+    ov = $7; sub(/%/, "", ov); over[key] = over[key] " " ov
+    ac = $8; sub(/%/, "", ac); if (ac != "-") acc[key] = acc[key] " " ac
   }
   END {
     for (k = 1; k <= keys; k++) {
       key = order[k]; split(key, f, "|")
       t = trips[key]; tr = (t ~ /-/) ? "-" : sprintf("%.1f", median(t))
       o = over[key]; ovs = (o ~ /-/) ? "-" : sprintf("%.0f%%", median(o))
-      printf "%-32s %-6s %6d %10.1f %13s %10s %8s\n", f[1], f[2], f[3], median(tps[key]),
-        sprintf("%.1f-%.1f", lo(tps[key]), hi(tps[key])), tr, ovs
+      a = acc[key]; acs = (a == "") ? "-" : sprintf("%.0f%%", median(a))
+      printf "%-32s %-6s %-6s %6d %10.1f %13s %10s %8s %8s\n", f[1], f[2], f[3], f[4],
+        median(tps[key]), sprintf("%.1f-%.1f", lo(tps[key]), hi(tps[key])), tr, ovs, acs
     }
   }' "$work/samples"

@@ -327,23 +327,30 @@ bench_start_serve() {
   bench_die "serve printed no http address: $(tail -3 "$prefix.err")"
 }
 
-# bench_serve_counters HOST:PORT: serve's GET /metrics (no token: loopback),
-# summed over the nodes, as "round_trips sent_bytes received_bytes
-# generated_tokens" (0 for a family that is absent, e.g. without nodes). Uses
-# bash's /dev/tcp, so it needs no HTTP client.
-bench_serve_counters() {
+# bench_serve_metrics HOST:PORT: the text of serve's GET /metrics (no token:
+# loopback), without CRs. Uses bash's /dev/tcp, so it needs no HTTP client.
+bench_serve_metrics() {
   local host="${1%:*}" port="${1##*:}" body
   body=$(
     exec 3<>"/dev/tcp/$host/$port" || exit 1
     printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$1" >&3
     cat <&3
   ) || bench_die "GET http://$1/metrics failed"
+  printf '%s\n' "${body//$'\r'/}"
+}
+
+# bench_serve_counters HOST:PORT: serve's /metrics summed over the nodes, as
+# "round_trips sent_bytes received_bytes generated_tokens" (0 for a family
+# that is absent, e.g. without nodes).
+bench_serve_counters() {
+  local metrics
+  metrics=$(bench_serve_metrics "$1") || exit 1
   awk '
     $1 ~ /^colibri_node_round_trips_total/ { t += $2 }
     $1 ~ /^colibri_node_sent_bytes_total/ { s += $2 }
     $1 ~ /^colibri_node_received_bytes_total/ { r += $2 }
     $1 == "colibri_generated_tokens_total" { g += $2 }
-    END { printf "%.0f %.0f %.0f %.0f\n", t, s, r, g }' <<<"${body//$'\r'/}"
+    END { printf "%.0f %.0f %.0f %.0f\n", t, s, r, g }' <<<"$metrics"
 }
 
 # bench_spec_prompts: BENCH_SPEC_NAMES (code quote free) and
