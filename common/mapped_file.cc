@@ -68,4 +68,20 @@ void MappedFile::WillNeed(uint64_t offset, uint64_t length) const {
   ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_WILLNEED);
 }
 
+void MappedFile::Populate() const {
+  if (data_ == nullptr) return;
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14
+#endif
+  if (::madvise(const_cast<uint8_t*>(data_), size_, MADV_POPULATE_READ) == 0) return;
+  // Only older kernels (EINVAL) fault the pages in one read each; other errors
+  // (an I/O error, a file cut short under us) are left to the reads that need
+  // the pages.
+  if (errno != EINVAL) return;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  volatile uint8_t sink = 0;
+  for (uint64_t i = 0; i < size_; i += page) sink = sink + data_[i];
+  (void)sink;
+}
+
 }  // namespace colibri

@@ -31,6 +31,13 @@ class MappedFile {
   // Advises the kernel that [offset, offset + length) will be read soon.
   void WillNeed(uint64_t offset, uint64_t length) const;
 
+  // Maps every page of the file into this process now (reading from disk
+  // what the page cache does not hold), so that later reads take no page
+  // faults: MADV_POPULATE_READ, or one read per page on kernels before 5.14.
+  // Blocks until done. For a file that is read whole soon anyway (a model
+  // whose experts all run here); never for one larger than memory.
+  void Populate() const;
+
  private:
   MappedFile(std::string path, const uint8_t* data, uint64_t size)
       : path_(std::move(path)), data_(data), size_(size) {}

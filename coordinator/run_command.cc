@@ -134,12 +134,15 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   std::unique_ptr<ClusterExperts> cluster;
   moe::ExpertBackend* backend = nullptr;
   if (!options.cluster.enabled()) {
+    // Every expert runs here: map the weights in now rather than by page
+    // faults during the prompt and the first tokens (counted in the load time).
+    model->PopulateIfItFits();
     local_backend = std::make_unique<moe::LocalExpertBackend>(&model->experts(), config.n_expert,
                                                               options.path, &pool);
     backend = local_backend.get();
   } else {
-    COLIBRI_ASSIGN_OR_RETURN(cluster,
-                             ClusterExperts::Start(options.cluster, *model, options.path, &pool, err));
+    COLIBRI_ASSIGN_OR_RETURN(
+        cluster, ClusterExperts::Start(options.cluster, *model, options.path, &pool, err));
     backend = cluster->backend();
   }
   arch::SessionOptions session_options;
@@ -150,9 +153,9 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   }
   session_options.n_batch = options.batch_size;
   session_options.path = options.path;
-  session_options.prefetch.depth = options.prefetch_depth >= 0     ? options.prefetch_depth
-                                   : options.cluster.enabled()     ? 1
-                                                                   : 0;
+  session_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
+                                   : options.cluster.enabled() ? 1
+                                                               : 0;
   session_options.prefetch.count = options.prefetch_count;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Session> session,
                            arch::Session::Create(*model, backend, &pool, session_options));
@@ -177,13 +180,12 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
                            sampling::Sampler::Create(options.sampling, config.n_vocab));
   LogitsWriter logits_out;
   COLIBRI_RETURN_IF_ERROR(logits_out.Open(options.logits_out));
-  err << absl::StrFormat("colibri: %s (%s), %d layers, %d experts top-%d, %d threads, %s, %s path, "
-                         "loaded in %.2f s\n",
-                         config.arch, config.name, config.n_layer, config.n_expert,
-                         config.n_expert_used, pool.num_threads(),
-                         DescribeCpuFeatures(GetCpuFeatures()),
-                         options.path == ops::NumericPath::kExact ? "exact" : "fast",
-                         Seconds(load_start));
+  err << absl::StrFormat(
+      "colibri: %s (%s), %d layers, %d experts top-%d, %d threads, %s, %s path, "
+      "loaded in %.2f s\n",
+      config.arch, config.name, config.n_layer, config.n_expert, config.n_expert_used,
+      pool.num_threads(), DescribeCpuFeatures(GetCpuFeatures()),
+      options.path == ops::NumericPath::kExact ? "exact" : "fast", Seconds(load_start));
 
   GenerationOptions generation;
   generation.max_tokens = options.n_predict;
@@ -215,9 +217,8 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
     return true;
   };
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
-  COLIBRI_ASSIGN_OR_RETURN(
-      GenerationResult result,
-      Generate(*session, *sampler, tokenizer, prompt, generation, callbacks));
+  COLIBRI_ASSIGN_OR_RETURN(GenerationResult result,
+                           Generate(*session, *sampler, tokenizer, prompt, generation, callbacks));
   const std::vector<int32_t>& generated = result.tokens;
   const bool printed_text = tokenizer != nullptr && !options.print_token_ids;
   if (printed_text) out << tokenizer::ToValidUtf8(result.trailing_text);
@@ -238,9 +239,8 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   err << absl::StrFormat("prompt: %zu tokens in %.3f s (%.1f tokens/s)\n", prompt.size(),
                          prompt_seconds, prompt.size() / std::max(prompt_seconds, 1e-9));
   if (!generated.empty()) {
-    err << absl::StrFormat("generation: %zu tokens in %.3f s (%.1f tokens/s)\n",
-                           generated.size(), gen_seconds,
-                           generated.size() / std::max(gen_seconds, 1e-9));
+    err << absl::StrFormat("generation: %zu tokens in %.3f s (%.1f tokens/s)\n", generated.size(),
+                           gen_seconds, generated.size() / std::max(gen_seconds, 1e-9));
   }
   if (options.speculation.draft != DraftKind::kNone) {
     const SpeculationStats& s = result.speculation;

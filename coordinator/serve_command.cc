@@ -89,6 +89,9 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(cluster_options, *model,
                                                             ops::NumericPath::kFast, &pool, err));
     COLIBRI_RETURN_IF_ERROR(cluster->WatchMembership(cluster_options, err));
+  } else {
+    // Every expert runs here: map the weights in before the first request.
+    model->PopulateIfItFits();
   }
 
   GenerationScheduler::Options scheduler_options;

@@ -1,7 +1,10 @@
 #include "model/arch/model.h"
 
+#include <unistd.h>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/mapped_file.h"
 #include "common/status_macros.h"
 #include "model/arch/nextn.h"
 #include "model/ops/quantize.h"
@@ -249,10 +252,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadBlocks(std::unique_ptr<gguf::G
     if (b.Find(p + "ffn_gate_exps.weight") != nullptr) {
       COLIBRI_ASSIGN_OR_RETURN(auto gate, b.ExpertMatrices(p + "ffn_gate_exps.weight", c.n_embd,
                                                            c.n_ff_exp, c.n_expert));
-      COLIBRI_ASSIGN_OR_RETURN(auto up, b.ExpertMatrices(p + "ffn_up_exps.weight", c.n_embd,
-                                                         c.n_ff_exp, c.n_expert));
-      COLIBRI_ASSIGN_OR_RETURN(auto down, b.ExpertMatrices(p + "ffn_down_exps.weight",
-                                                           c.n_ff_exp, c.n_embd, c.n_expert));
+      COLIBRI_ASSIGN_OR_RETURN(
+          auto up, b.ExpertMatrices(p + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp, c.n_expert));
+      COLIBRI_ASSIGN_OR_RETURN(auto down, b.ExpertMatrices(p + "ffn_down_exps.weight", c.n_ff_exp,
+                                                           c.n_embd, c.n_expert));
       for (int e = 0; e < c.n_expert; ++e) l.experts[e] = {gate[e], up[e], down[e]};
       if (c.expert_bias) {
         COLIBRI_ASSIGN_OR_RETURN(const float* bg,
@@ -272,8 +275,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadBlocks(std::unique_ptr<gguf::G
       }
     } else {
       if (c.expert_bias || c.swiglu_oai) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            model->file().path(), ": required tensor ", p, "ffn_gate_exps.weight is missing"));
+        return absl::InvalidArgumentError(absl::StrCat(model->file().path(), ": required tensor ",
+                                                       p, "ffn_gate_exps.weight is missing"));
       }
       for (int e = 0; e < c.n_expert; ++e) {
         const std::string pe = absl::StrCat(".", e, ".weight");
@@ -308,6 +311,19 @@ absl::Status Model::EmbedToken(int32_t id, float* out) const {
   ops::DequantizeRow(token_embd_.type, token_embd_.data + id * token_embd_.row_bytes, out,
                      config_.n_embd);
   return absl::OkStatus();
+}
+
+bool Model::PopulateIfItFits() const {
+  uint64_t bytes = 0;
+  for (int i = 0; file_->mapping(i) != nullptr; ++i) bytes += file_->mapping(i)->size();
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (bytes == 0 || pages <= 0 || page_size <= 0 ||
+      bytes > static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) / 2) {
+    return false;
+  }
+  for (int i = 0; file_->mapping(i) != nullptr; ++i) file_->mapping(i)->Populate();
+  return true;
 }
 
 }  // namespace colibri::arch

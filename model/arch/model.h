@@ -46,9 +46,9 @@ struct LayerWeights {
   // router, experts and shared expert are empty then.
   moe::ExpertWeights ffn;
   const float* selection_bias = nullptr;    // [n_expert] exp_probs_b when selection_bias
-  const float* bo = nullptr;           // [n_embd] attn_output bias (gpt-oss)
-  const float* sinks = nullptr;        // [n_head] attention-sink logits (gpt-oss)
-  const float* router_bias = nullptr;  // [n_expert] (gpt-oss)
+  const float* bo = nullptr;                // [n_embd] attn_output bias (gpt-oss)
+  const float* sinks = nullptr;             // [n_head] attention-sink logits (gpt-oss)
+  const float* router_bias = nullptr;       // [n_expert] (gpt-oss)
   ops::WeightMatrix router;                 // [n_expert][n_embd]
   std::vector<moe::ExpertWeights> experts;  // [n_expert]
   moe::ExpertWeights shared;                // when config.shared_expert
@@ -81,6 +81,12 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const gguf::GgufFile& file() const { return *file_; }
+
+  // When the model's files take at most half of physical memory, maps all
+  // their pages into this process now (MappedFile::Populate), so that the
+  // first prompt and tokens take no page faults; for runs whose experts are
+  // all computed here. Returns whether it did. Blocks until done.
+  bool PopulateIfItFits() const;
   const LayerWeights& layer(int i) const { return layers_[i]; }
   // experts()[layer][expert], for moe::LocalExpertBackend. Empty for a
   // leading dense layer.

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +51,47 @@ TEST_F(MappedFileTest, AFifoIsRefusedWithoutBlocking) {
   EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument) << f.status();
   f = MappedFile::Open(dir_ + "/missing");
   EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound) << f.status();
+}
+
+// Kilobytes of the mapping starting at `start` that are mapped into this
+// process (its Rss in /proc/self/smaps); -1 when not found.
+int64_t ResidentKb(const void* start) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_mapping = false;
+  while (std::getline(smaps, line)) {
+    const size_t dash = line.find('-');
+    if (dash != std::string::npos && dash > 0 && line.find(' ') > dash) {
+      in_mapping =
+          std::stoull(line.substr(0, dash), nullptr, 16) == reinterpret_cast<uintptr_t>(start);
+      continue;
+    }
+    if (in_mapping && line.rfind("Rss:", 0) == 0) return std::stoll(line.substr(4));
+  }
+  return -1;
+}
+
+// Populate maps every page into the process: the whole file counts as
+// resident in this mapping, where a fresh mapping counts (almost) nothing.
+TEST_F(MappedFileTest, PopulateMapsEveryPageIn) {
+  const std::string path = dir_ + "/big";
+  constexpr int64_t kBytes = 8 << 20;
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::string block(1 << 20, 'x');
+    for (int64_t i = 0; i < kBytes / static_cast<int64_t>(block.size()); ++i) out << block;
+  }
+  absl::StatusOr<std::unique_ptr<MappedFile>> fresh = MappedFile::Open(path);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  const int64_t fresh_kb = ResidentKb((*fresh)->data());
+  ASSERT_GE(fresh_kb, 0);
+  EXPECT_LT(fresh_kb, kBytes / 1024 / 4);
+
+  absl::StatusOr<std::unique_ptr<MappedFile>> f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  (*f)->Populate();
+  EXPECT_EQ(ResidentKb((*f)->data()), kBytes / 1024);
+  EXPECT_EQ((*f)->data()[kBytes - 1], 'x');
 }
 
 }  // namespace
