@@ -15,15 +15,12 @@
 #include "gtest/gtest.h"
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
-
-#ifndef COLIBRI_SOURCE_DIR
-#define COLIBRI_SOURCE_DIR "."
-#endif
+#include "tests/support/demo_model.h"
 
 namespace colibri::coordinator {
 namespace {
 
-constexpr char kDemoModel[] = COLIBRI_SOURCE_DIR "/models/demo/colibri-demo-kjv-q8_0.gguf";
+using testing::kDemoModel;
 
 // Records what the scheduler reports for one job.
 class RecordingJob : public GenerationJob {

@@ -19,16 +19,13 @@
 #include "model/sampling/sampler.h"
 #include "model/speculative/drafter.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tests/support/demo_model.h"
 #include "tests/support/golden.h"
-
-#ifndef COLIBRI_SOURCE_DIR
-#define COLIBRI_SOURCE_DIR "."
-#endif
 
 namespace colibri::coordinator {
 namespace {
 
-constexpr char kDemoModel[] = COLIBRI_SOURCE_DIR "/models/demo/colibri-demo-kjv-q8_0.gguf";
+using testing::kDemoModel;
 
 std::vector<std::string> FixtureModels() {
   std::vector<std::string> models = testing::AllGoldenModels();

@@ -21,6 +21,7 @@
 #include "expert_node/expert_store.h"
 #include "gtest/gtest.h"
 #include "tests/integration/node_process.h"
+#include "tests/support/coordinator_run.h"
 #include "tests/support/golden.h"
 #include "tests/support/subprocess.h"
 
@@ -30,28 +31,9 @@ namespace {
 using testing::CommandResult;
 using testing::NodeProcess;
 
-std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The integer after "key=" on the first line starting with `prefix`; -1 if absent.
-int64_t Counter(const std::string& text, const std::string& prefix, const std::string& key) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(prefix, 0) != 0) continue;
-    std::smatch m;
-    if (std::regex_search(line, m, std::regex(" " + key + "=([0-9]+)"))) {
-      return std::stoll(m[1]);
-    }
-  }
-  return -1;
-}
+using testing::Coordinator;
+using testing::Counter;
+using testing::ReadAll;
 
 class DistributedRunTest : public ::testing::Test {
  protected:
@@ -60,18 +42,10 @@ class DistributedRunTest : public ::testing::Test {
   }
 
   void StartNodes(int n) {
-    for (int i = 0; i < n; ++i) {
-      dirs_.push_back(testing::MakeTempDir("node" + std::to_string(i)));
-      nodes_.push_back(std::make_unique<NodeProcess>(dirs_.back(), "node-" + std::to_string(i)));
-      std::string error;
-      ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
-    }
+    std::string error;
+    ASSERT_TRUE(testing::StartNodes(n, "node", &dirs_, &nodes_, &error)) << error;
   }
-  std::string Addresses() const {
-    std::vector<const NodeProcess*> nodes;
-    for (const auto& n : nodes_) nodes.push_back(n.get());
-    return testing::JoinAddresses(nodes);
-  }
+  std::string Addresses() const { return testing::JoinAddresses(nodes_); }
 
   static testing::GoldenCase Case(const std::string& model) {
     testing::GoldenCase c;
@@ -81,21 +55,7 @@ class DistributedRunTest : public ::testing::Test {
   }
 
   static std::vector<std::string> RunArgs(const testing::GoldenCase& c, int n_predict) {
-    std::vector<int> ids(c.prompt_tokens.begin(), c.prompt_tokens.end());
-    return {Coordinator(),
-            "run",
-            "--model",
-            c.model_path,
-            "--prompt-tokens",
-            testing::JoinIds(ids),
-            "--n-predict",
-            std::to_string(n_predict),
-            "--temp",
-            "0",
-            "--threads",
-            "2",
-            "--print-token-ids",
-            "--ignore-eos"};
+    return testing::GreedyRunArgs(c, n_predict);
   }
 
   std::vector<std::string> dirs_;
@@ -410,21 +370,7 @@ std::string KillMidGeneration(std::vector<std::unique_ptr<NodeProcess>>* nodes,
     EXPECT_TRUE(testing::LoadGoldenCase(model, "english", &g, &error)) << error;
     return g;
   }();
-  std::vector<int> ids(c.prompt_tokens.begin(), c.prompt_tokens.end());
-  std::vector<std::string> local = {Coordinator(),
-                                    "run",
-                                    "--model",
-                                    c.model_path,
-                                    "--prompt-tokens",
-                                    testing::JoinIds(ids),
-                                    "--n-predict",
-                                    n_predict,
-                                    "--temp",
-                                    "0",
-                                    "--threads",
-                                    "2",
-                                    "--print-token-ids",
-                                    "--ignore-eos"};
+  std::vector<std::string> local = testing::GreedyRunArgs(c, std::stoi(n_predict));
   const CommandResult expected = testing::RunCommand(local);
   EXPECT_EQ(expected.exit_code, 0) << expected.err;
   std::vector<std::string> remote = local;

@@ -44,4 +44,21 @@ std::string JoinAddresses(const std::vector<const NodeProcess*>& nodes) {
   return out;
 }
 
+std::string JoinAddresses(const std::vector<std::unique_ptr<NodeProcess>>& nodes) {
+  std::vector<const NodeProcess*> raw;
+  for (const auto& n : nodes) raw.push_back(n.get());
+  return JoinAddresses(raw);
+}
+
+bool StartNodes(int n, const std::string& dir_prefix, std::vector<std::string>* dirs,
+                std::vector<std::unique_ptr<NodeProcess>>* nodes, std::string* error) {
+  for (int i = 0; i < n; ++i) {
+    const std::string dir = MakeTempDir(dir_prefix + std::to_string(i));
+    if (dirs != nullptr) dirs->push_back(dir);
+    nodes->push_back(std::make_unique<NodeProcess>(dir, "node-" + std::to_string(i)));
+    if (!nodes->back()->Start(0, error)) return false;
+  }
+  return true;
+}
+
 }  // namespace colibri::testing

@@ -2,6 +2,7 @@
 #ifndef COLIBRI_TESTS_INTEGRATION_NODE_PROCESS_H_
 #define COLIBRI_TESTS_INTEGRATION_NODE_PROCESS_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,14 @@ std::string MakeTempDir(const std::string& name);
 
 // "a,b,c" of the nodes' addresses.
 std::string JoinAddresses(const std::vector<const NodeProcess*>& nodes);
+std::string JoinAddresses(const std::vector<std::unique_ptr<NodeProcess>>& nodes);
+
+// Starts n nodes "node-0" .. "node-<n-1>" on ports the OS picks, node i on a
+// fresh MakeTempDir(dir_prefix + i), and appends them to *nodes and their
+// directories to *dirs (when not null). False with a message when one does not
+// come up; the ones started before it stay in *nodes.
+bool StartNodes(int n, const std::string& dir_prefix, std::vector<std::string>* dirs,
+                std::vector<std::unique_ptr<NodeProcess>>* nodes, std::string* error);
 
 }  // namespace colibri::testing
 

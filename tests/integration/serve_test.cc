@@ -102,18 +102,10 @@ class ServeTest : public ::testing::Test {
   }
 
   void StartNodes(int n) {
-    for (int i = 0; i < n; ++i) {
-      nodes_.push_back(std::make_unique<NodeProcess>(testing::MakeTempDir("node"),
-                                                     "node-" + std::to_string(i)));
-      std::string error;
-      ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
-    }
+    std::string error;
+    ASSERT_TRUE(testing::StartNodes(n, "node", nullptr, &nodes_, &error)) << error;
   }
-  std::string Addresses() const {
-    std::vector<const NodeProcess*> nodes;
-    for (const auto& n : nodes_) nodes.push_back(n.get());
-    return testing::JoinAddresses(nodes);
-  }
+  std::string Addresses() const { return testing::JoinAddresses(nodes_); }
 
   // Starts serve on 127.0.0.1:0 with `extra` flags; its address is returned.
   std::string StartServe(const std::string& model, std::vector<std::string> extra = {}) {

@@ -20,6 +20,7 @@
 #include "coordinator/node_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/node_process.h"
+#include "tests/support/coordinator_run.h"
 #include "tests/support/golden.h"
 #include "tests/support/subprocess.h"
 
@@ -29,35 +30,9 @@ namespace {
 using testing::CommandResult;
 using testing::NodeProcess;
 
-std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The integer after "key=" on the first line starting with `prefix`; -1 if absent.
-int64_t Counter(const std::string& text, const std::string& prefix, const std::string& key) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(prefix, 0) != 0) continue;
-    std::smatch m;
-    if (std::regex_search(line, m, std::regex(" " + key + "=([0-9]+)"))) {
-      return std::stoll(m[1]);
-    }
-  }
-  return -1;
-}
-
-std::vector<std::string> Words(const std::string& text) {
-  std::istringstream in(text);
-  std::vector<std::string> words;
-  for (std::string w; in >> w;) words.push_back(w);
-  return words;
-}
+using testing::Counter;
+using testing::ReadAll;
+using testing::Words;
 
 // "equal", or where two id lists first differ.
 std::string FirstDifference(const std::string& a, const std::string& b) {
@@ -93,18 +68,10 @@ class WireTest : public ::testing::Test {
   }
 
   void StartNodes(int n) {
-    for (int i = 0; i < n; ++i) {
-      dirs_.push_back(testing::MakeTempDir("wire-node" + std::to_string(i)));
-      nodes_.push_back(std::make_unique<NodeProcess>(dirs_.back(), "node-" + std::to_string(i)));
-      std::string error;
-      ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
-    }
+    std::string error;
+    ASSERT_TRUE(testing::StartNodes(n, "wire-node", &dirs_, &nodes_, &error)) << error;
   }
-  std::string Addresses() const {
-    std::vector<const NodeProcess*> nodes;
-    for (const auto& n : nodes_) nodes.push_back(n.get());
-    return testing::JoinAddresses(nodes);
-  }
+  std::string Addresses() const { return testing::JoinAddresses(nodes_); }
 
   static testing::GoldenCase Case(const std::string& model, const std::string& prompt) {
     testing::GoldenCase c;
@@ -114,21 +81,7 @@ class WireTest : public ::testing::Test {
   }
 
   static std::vector<std::string> RunArgs(const testing::GoldenCase& c, int n_predict) {
-    std::vector<int> ids(c.prompt_tokens.begin(), c.prompt_tokens.end());
-    return {Coordinator(),
-            "run",
-            "--model",
-            c.model_path,
-            "--prompt-tokens",
-            testing::JoinIds(ids),
-            "--n-predict",
-            std::to_string(n_predict),
-            "--temp",
-            "0",
-            "--threads",
-            "2",
-            "--print-token-ids",
-            "--ignore-eos"};
+    return testing::GreedyRunArgs(c, n_predict);
   }
 
   std::vector<std::string> dirs_;

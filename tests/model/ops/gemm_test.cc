@@ -16,6 +16,7 @@
 #include "model/ops/matmul.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
+#include "tests/support/kernel_sets.h"
 
 namespace colibri::ops {
 namespace {
@@ -67,30 +68,7 @@ std::vector<float> MakeActivations(int64_t n_tokens, int64_t cols, uint32_t seed
   return x;
 }
 
-const char* SetName(KernelSetChoice c) {
-  switch (c) {
-    case KernelSetChoice::kPortable:
-      return "portable";
-    case KernelSetChoice::kAvx2:
-      return "avx2";
-    case KernelSetChoice::kAvx512:
-      return "avx512";
-    case KernelSetChoice::kAuto:
-      break;
-  }
-  return "auto";
-}
-
-class GemmTest : public ::testing::TestWithParam<KernelSetChoice> {
- protected:
-  void SetUp() override {
-    if (!ForceKernelSetForTesting(GetParam())) {
-      GTEST_SKIP() << "kernel set " << SetName(GetParam())
-                   << " not available in this build or on this CPU";
-    }
-  }
-  void TearDown() override { ForceKernelSetForTesting(KernelSetChoice::kAuto); }
-};
+class GemmTest : public testing::KernelSetTest {};
 
 TEST_P(GemmTest, EveryTokenCountAndThreadCountEqualsReferenceBitwise) {
   ThreadPool pool2(2), pool3(3);
@@ -191,9 +169,7 @@ TEST_P(GemmTest, GroupEqualsSeparateProductsBitwise) {
 INSTANTIATE_TEST_SUITE_P(KernelSets, GemmTest,
                          ::testing::Values(KernelSetChoice::kPortable, KernelSetChoice::kAvx2,
                                            KernelSetChoice::kAvx512),
-                         [](const ::testing::TestParamInfo<KernelSetChoice>& info) {
-                           return std::string(SetName(info.param));
-                         });
+                         testing::KernelSetParamName);
 
 }  // namespace
 }  // namespace colibri::ops

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
+#include "tests/support/kernel_sets.h"
 
 namespace colibri::ops {
 namespace {
@@ -114,31 +115,14 @@ std::string PathName(NumericPath p) { return p == NumericPath::kExact ? "exact" 
 
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
-std::string ChoiceName(KernelSetChoice c) {
-  switch (c) {
-    case KernelSetChoice::kPortable:
-      return "portable";
-    case KernelSetChoice::kAvx2:
-      return "avx2";
-    case KernelSetChoice::kAvx512:
-      return "avx512";
-    case KernelSetChoice::kAuto:
-      break;
-  }
-  return "auto";
-}
-
 // Runs the tests once per kernel set this machine can execute.
-class MatMulKernelTest : public ::testing::TestWithParam<KernelSetChoice> {
+class MatMulKernelTest : public testing::KernelSetTest {
  protected:
   void SetUp() override {
-    if (!ForceKernelSetForTesting(GetParam())) {
-      GTEST_SKIP() << "kernel set " << ChoiceName(GetParam())
-                   << " not available in this build or on this CPU";
-    }
-    ASSERT_EQ(ActiveKernelSetName(), ChoiceName(GetParam()));
+    KernelSetTest::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_EQ(ActiveKernelSetName(), testing::KernelSetChoiceName(GetParam()));
   }
-  void TearDown() override { ForceKernelSetForTesting(KernelSetChoice::kAuto); }
 };
 
 TEST_P(MatMulKernelTest, EqualsReferenceBitwise) {
@@ -210,9 +194,7 @@ TEST_P(MatMulKernelTest, BatchAndThreadInvariance) {
 INSTANTIATE_TEST_SUITE_P(KernelSets, MatMulKernelTest,
                          ::testing::Values(KernelSetChoice::kPortable, KernelSetChoice::kAvx2,
                                            KernelSetChoice::kAvx512),
-                         [](const ::testing::TestParamInfo<KernelSetChoice>& info) {
-                           return ChoiceName(info.param);
-                         });
+                         testing::KernelSetParamName);
 
 // The exact path against a float64 dot of the dequantized weights.
 TEST(MatMulAccuracyTest, ExactPathMatchesDoublePrecision) {
