@@ -87,33 +87,39 @@ RemoteExpertBackend::~RemoteExpertBackend() {
   workers_.clear();
 }
 
+RemoteBackendStats& RemoteBackendStats::operator+=(const RemoteBackendStats& o) {
+  // A counter added to the struct must be added here too.
+  static_assert(sizeof(RemoteBackendStats) == 14 * sizeof(int64_t),
+                "RemoteBackendStats changed: update operator+=");
+  layers += o.layers;
+  round_trips += o.round_trips;
+  involved_nodes += o.involved_nodes;
+  fallback_routes += o.fallback_routes;
+  failovers += o.failovers;
+  bytes_sent += o.bytes_sent;
+  bytes_received += o.bytes_received;
+  payload_sent += o.payload_sent;
+  payload_received += o.payload_received;
+  floor_bytes += o.floor_bytes;
+  hints_riding += o.hints_riding;
+  hints_separate += o.hints_separate;
+  hints_dropped += o.hints_dropped;
+  prefetch_calls += o.prefetch_calls;
+  return *this;
+}
+
 RemoteBackendStats RemoteExpertBackend::stats() const {
   absl::MutexLock lock(&mu_);
-  if (second_ == nullptr) return stats_;
-  const RemoteBackendStats b = second_->stats();
   RemoteBackendStats s = stats_;
-  s.layers += b.layers;
-  s.round_trips += b.round_trips;
-  s.involved_nodes += b.involved_nodes;
-  s.fallback_routes += b.fallback_routes;
-  s.failovers += b.failovers;
-  s.bytes_sent += b.bytes_sent;
-  s.bytes_received += b.bytes_received;
-  s.payload_sent += b.payload_sent;
-  s.payload_received += b.payload_received;
-  s.floor_bytes += b.floor_bytes;
-  s.hints_riding += b.hints_riding;
-  s.hints_separate += b.hints_separate;
-  s.hints_dropped += b.hints_dropped;
-  s.prefetch_calls += b.prefetch_calls;
+  if (second_ != nullptr) s += second_->stats();
   return s;
 }
 
 moe::ExpertBackend* RemoteExpertBackend::SecondChannel() {
   absl::MutexLock lock(&mu_);
   if (second_ == nullptr) {
-    second_ =
-        std::make_unique<RemoteExpertBackend>(cluster_, local_experts_, n_expert_, path_, pool_, wire_);
+    second_ = std::make_unique<RemoteExpertBackend>(cluster_, local_experts_, n_expert_, path_,
+                                                    pool_, wire_);
   }
   return second_.get();
 }

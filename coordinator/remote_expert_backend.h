@@ -87,6 +87,9 @@ struct RemoteBackendStats {
   int64_t hints_separate = 0;  // sent in a separate Prefetch call
   int64_t hints_dropped = 0;   // stale, no healthy owner, or the owner's call outstanding
   int64_t prefetch_calls = 0;  // separate Prefetch calls made
+
+  // Adds every counter of `other` (a second channel's, for one total).
+  RemoteBackendStats& operator+=(const RemoteBackendStats& other);
 };
 
 class RemoteExpertBackend : public moe::ExpertBackend {
