@@ -203,7 +203,8 @@ int Session::max_truncate() const {
   int most = n_ctx_;
   for (int il = 0; il < c_.n_layer; ++il) {
     // Truncate keeps the rest when n_past - n <= rows - window.
-    if (c_.is_window_layer(il)) most = std::min(most, std::max(0, cache_rows_[il] - c_.sliding_window));
+    if (c_.is_window_layer(il))
+      most = std::min(most, std::max(0, cache_rows_[il] - c_.sliding_window));
   }
   return most;
 }
@@ -372,19 +373,22 @@ void Session::GatherLogits(absl::Span<const SequenceChunk> chunks) {
 }
 
 absl::Status Session::ForwardRows(int n) {
-  const int64_t d = c_.n_embd;
   channel_ = experts_;
   for (int il = 0; il < c_.n_layer; ++il) {
-    const LayerWeights& L = model_.layer(il);
     AttentionBlock(il, n);
     if (c_.is_dense_layer(il)) {
-      moe::ExpertFfn(L.ffn, xn_.data(), n, proj_.data(), options_.path, pool_, &shared_scratch_);
-      AddInPlace(x_.data(), proj_.data(), n * d);
+      DenseFfnBlock(il, n);
     } else {
       COLIBRI_RETURN_IF_ERROR(MoeBlock(il, n));
     }
   }
   return absl::OkStatus();
+}
+
+void Session::DenseFfnBlock(int il, int n) {
+  moe::ExpertFfn(model_.layer(il).ffn, xn_.data(), n, proj_.data(), options_.path, pool_,
+                 &shared_scratch_);
+  AddInPlace(x_.data(), proj_.data(), n * c_.n_embd);
 }
 
 void Session::AttentionBlock(int il, int n) {
@@ -461,7 +465,8 @@ void Session::Attention(int il, int n) {
       AddInPlace(v, L.bv, v_dim);
     }
     if (c_.qk_norm == QkNorm::kPerHead) {
-      for (int h = 0; h < c_.n_head; ++h) ops::RmsNorm(q + h * hd, L.q_norm, c_.rms_eps, hd, q + h * hd);
+      for (int h = 0; h < c_.n_head; ++h)
+        ops::RmsNorm(q + h * hd, L.q_norm, c_.rms_eps, hd, q + h * hd);
       for (int h = 0; h < c_.n_head_kv; ++h) {
         ops::RmsNorm(k + h * hd, L.k_norm, c_.rms_eps, hd, k + h * hd);
       }
@@ -495,8 +500,8 @@ void Session::Attention(int il, int n) {
       const float* k_cache = KeyRows(row_seq_[i], il, kv_dim);
       const float* v_cache = ValueRows(row_seq_[i], il);
       AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
-                v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr,
-                scores, attn_.data() + i * c_.n_head * hdv + h * hdv);
+                v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr, scores,
+                attn_.data() + i * c_.n_head * hdv + h * hdv);
     }
   };
   if (pool_ != nullptr) {
@@ -506,10 +511,9 @@ void Session::Attention(int il, int n) {
   }
 }
 
-void Session::AttendOne(const float* q, const float* keys, int64_t key_stride,
-                        const float* values, int64_t value_stride, int first, int last, int ring,
-                        int dim, int out_dim, float scale, const float* sink, float* scores,
-                        float* out) {
+void Session::AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
+                        int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
+                        float scale, const float* sink, float* scores, float* out) {
   const int n_keys = last - first + 1;
   float max = -INFINITY;
   for (int j = 0; j < n_keys; ++j) {
@@ -589,8 +593,8 @@ void Session::AttentionMla(int il, int n) {
       const int i = static_cast<int>(item % n);
       const size_t at = static_cast<size_t>(i) * n_head + h;
       const float* cache = KeyRows(row_seq_[i], il, row);
-      AttendOne(q_abs_.data() + at * row, cache, row, cache, row, 0, row_pos_[i], n_ctx_, row,
-                rank, scale, nullptr, scores, latent_.data() + at * rank);
+      AttendOne(q_abs_.data() + at * row, cache, row, cache, row, 0, row_pos_[i], n_ctx_, row, rank,
+                scale, nullptr, scores, latent_.data() + at * rank);
     }
   };
   if (pool_ != nullptr) {

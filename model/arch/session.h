@@ -147,9 +147,9 @@ struct SessionStats {
   // return of its Wait). The coordinator computed during
   // expert_outstanding_seconds - expert_wait_seconds of it.
   double expert_outstanding_seconds = 0;
-  int64_t split_batches = 0;       // EvaluateBatch calls run as two half-batches
-  double predict_seconds = 0;      // time spent predicting experts (incl. Prefetch)
-  PredictorStats predictor[2];     // [depth - 1]: predictions of layer L+1, L+2
+  int64_t split_batches = 0;    // EvaluateBatch calls run as two half-batches
+  double predict_seconds = 0;   // time spent predicting experts (incl. Prefetch)
+  PredictorStats predictor[2];  // [depth - 1]: predictions of layer L+1, L+2
 
   // Share of the time experts were outstanding during which the coordinator
   // computed (1 - wait / outstanding); 0 when nothing was outstanding.
@@ -268,6 +268,8 @@ class Session {
   absl::Status ForwardHalves(int n_a, int n_b);
   // Attention of layer il over the n active rows, then the FFN norm into xn_.
   void AttentionBlock(int il, int n);
+  // The dense FFN of leading dense layer il over n rows, added to x_.
+  void DenseFfnBlock(int il, int n);
   // What one half keeps from its routing to the sum of its experts' outputs,
   // and its rows, while the other half is computed: the members of the same
   // names hold the active half's (see ForwardHalves).
@@ -301,8 +303,8 @@ class Session {
   // scale * q·keys[row] over dim floats, out = Σ p_j values[row][0..out_dim).
   // With sink (not NaN) the softmax denominator has an extra exp(sink) term.
   static void AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
-                        int64_t value_stride, int first, int last, int ring, int dim,
-                        int out_dim, float scale, const float* sink, float* scores, float* out);
+                        int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
+                        float scale, const float* sink, float* scores, float* out);
   // Routing options of layer il (its selection bias).
   moe::RoutingOptions Routing(const LayerWeights& layer) const;
   absl::Status MoeBlock(int il, int n);
@@ -363,19 +365,19 @@ class Session {
   std::vector<float> rope_sin_;
 
   // Activations for up to n_batch tokens.
-  std::vector<float> x_;            // [n][n_embd] residual stream
-  std::vector<float> xn_;           // [n][n_embd] normed
-  std::vector<float> q_;            // [n][q_dim]
-  std::vector<float> k_;            // [n][kv_dim]
-  std::vector<float> v_;            // [n][v_dim]
-  std::vector<float> attn_;         // [n][n_head * head_dim_v]
-  std::vector<float> proj_;         // [n][n_embd]
-  std::vector<float> router_;       // [n][n_expert]
-  std::vector<int32_t> routes_;     // [n][k]
-  std::vector<float> route_w_;      // [n][k]
-  std::vector<float> expert_out_;   // [n][k][n_embd]
-  std::vector<float> shared_out_;   // [n][n_embd]
-  std::vector<float> scores_;       // [n_threads][n_ctx] attention scores
+  std::vector<float> x_;              // [n][n_embd] residual stream
+  std::vector<float> xn_;             // [n][n_embd] normed
+  std::vector<float> q_;              // [n][q_dim]
+  std::vector<float> k_;              // [n][kv_dim]
+  std::vector<float> v_;              // [n][v_dim]
+  std::vector<float> attn_;           // [n][n_head * head_dim_v]
+  std::vector<float> proj_;           // [n][n_embd]
+  std::vector<float> router_;         // [n][n_expert]
+  std::vector<int32_t> routes_;       // [n][k]
+  std::vector<float> route_w_;        // [n][k]
+  std::vector<float> expert_out_;     // [n][k][n_embd]
+  std::vector<float> shared_out_;     // [n][n_embd]
+  std::vector<float> scores_;         // [n_threads][n_ctx] attention scores
   std::vector<float> route_scratch_;  // moe::RouteScratchSize(n_expert)
   // [rows][n_vocab] logits of an EvaluateBatch when several chunks ask for
   // them (grown to the most rows asked so far).

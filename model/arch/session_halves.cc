@@ -83,12 +83,9 @@ absl::Status Session::ForwardHalves(int n_a, int n_b) {
     }
     while (layer[h] < c_.n_layer) {
       const int il = layer[h];
-      const LayerWeights& L = model_.layer(il);
       AttentionBlock(il, n[h]);
       if (c_.is_dense_layer(il)) {
-        moe::ExpertFfn(L.ffn, xn_.data(), n[h], proj_.data(), options_.path, pool_,
-                       &shared_scratch_);
-        ops::Add(x_.data(), proj_.data(), x_.data(), n[h] * d);
+        DenseFfnBlock(il, n[h]);
         ++layer[h];
         continue;
       }
