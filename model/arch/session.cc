@@ -315,7 +315,16 @@ absl::Status Session::EvaluateBatch(absl::Span<const SequenceChunk> chunks) {
   } else {
     COLIBRI_RETURN_IF_ERROR(ForwardRows(rows));
   }
-  GatherLogits(chunks);
+  rows = 0;
+  for (const SequenceChunk& chunk : chunks) {
+    const size_t size = chunk.tokens.size();
+    if (chunk.hidden != nullptr) {
+      const float* from = x_.data() + static_cast<int64_t>(rows) * c_.n_embd;
+      chunk.hidden->assign(from, from + static_cast<int64_t>(size) * c_.n_embd);
+    }
+    rows += static_cast<int>(size);
+  }
+  GatherLogits(chunks);  // moves the rows of x_
   for (const SequenceChunk& chunk : chunks) {
     n_past_[chunk.seq] += static_cast<int>(chunk.tokens.size());
   }
@@ -774,16 +783,20 @@ void Session::CountPrediction(int il, int n) {
   }
 }
 
-absl::Status Session::EvaluateEmbeddings(absl::Span<const float> embeddings, bool all_logits,
-                                         std::vector<float>* logits) {
+absl::Status Session::EvaluateEmbeddings(int seq, absl::Span<const float> embeddings,
+                                         bool all_logits, std::vector<float>* logits) {
+  if (seq < 0 || seq >= n_seq()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", seq, " is outside [0, ", n_seq(), ")"));
+  }
   const int64_t d = c_.n_embd;
   if (embeddings.empty() || embeddings.size() % d != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("embeddings of ", embeddings.size(), " floats are not rows of ", d));
   }
   const int64_t n_total = static_cast<int64_t>(embeddings.size()) / d;
-  if (n_past_[0] + n_total > n_ctx_) {
-    return absl::OutOfRangeError(absl::StrCat("context overflow: ", n_past_[0], " + ", n_total,
+  if (n_past_[seq] + n_total > n_ctx_) {
+    return absl::OutOfRangeError(absl::StrCat("context overflow: ", n_past_[seq], " + ", n_total,
                                               " rows exceed the context size ", n_ctx_));
   }
   const int64_t n_vocab = c_.n_vocab;
@@ -791,26 +804,26 @@ absl::Status Session::EvaluateEmbeddings(absl::Span<const float> embeddings, boo
     const size_t want = static_cast<size_t>(all_logits ? n_total * n_vocab : n_vocab);
     if (logits->size() != want) logits->resize(want);
   }
-  const int start = n_past_[0];
-  EnsureSlot(0);
+  const int start = n_past_[seq];
+  EnsureSlot(seq);
   for (int64_t done = 0; done < n_total; done += n_batch_) {
     const int n = static_cast<int>(std::min<int64_t>(n_batch_, n_total - done));
     std::memcpy(x_.data(), embeddings.data() + done * d, n * d * sizeof(float));
     for (int i = 0; i < n; ++i) {
-      row_seq_[i] = 0;
-      row_pos_[i] = n_past_[0] + i;
+      row_seq_[i] = seq;
+      row_pos_[i] = n_past_[seq] + i;
     }
     const absl::Status s = ForwardRows(n);
     if (!s.ok()) {
-      n_past_[0] = start;
+      n_past_[seq] = start;
       return s;
     }
-    if (hidden_observer_ != nullptr) hidden_observer_->OnHiddenStates(n_past_[0], n, x_.data());
+    if (hidden_observer_ != nullptr) hidden_observer_->OnHiddenStates(n_past_[seq], n, x_.data());
     if (logits != nullptr && all_logits) OutputHead(0, n, logits->data() + done * n_vocab);
     if (logits != nullptr && !all_logits && done + n == n_total) {
       OutputHead(n - 1, 1, logits->data());
     }
-    n_past_[0] += n;
+    n_past_[seq] += n;
   }
   stats_.tokens_evaluated += n_total;
   ++stats_.evaluate_calls;

@@ -117,11 +117,15 @@ struct SessionOptions {
 // [tokens.size()][n_vocab] when all_logits (e.g. a token and its drafts to
 // verify), else [n_vocab] for the last token. A chunk with null logits (a
 // prompt chunk that does not end its prompt) costs no output head.
+// `hidden` (may be null) receives [tokens.size()][n_embd]: each token's
+// residual stream after the last layer, before the output norm (what an
+// MTP / NextN block continues from, model/arch/nextn.h).
 struct SequenceChunk {
   int seq = 0;
   absl::Span<const int32_t> tokens;
   bool all_logits = false;
   std::vector<float>* logits = nullptr;
+  std::vector<float>* hidden = nullptr;
 };
 
 // Accuracy of the expert prediction for one depth, summed over the layers that
@@ -167,7 +171,7 @@ class HiddenStateObserver {
  public:
   virtual ~HiddenStateObserver() = default;
   // rows: [n][n_embd], the tokens at positions first_pos .. first_pos + n - 1
-  // of sequence 0; valid during the call only.
+  // of the sequence evaluated (0 for Evaluate); valid during the call only.
   virtual void OnHiddenStates(int first_pos, int n, const float* rows) = 0;
 };
 
@@ -200,6 +204,12 @@ class Session {
   // n_past() + i. Same errors as Evaluate (InvalidArgument when the size is
   // not a positive multiple of n_embd).
   absl::Status EvaluateEmbeddings(absl::Span<const float> embeddings, bool all_logits,
+                                  std::vector<float>* logits) {
+    return EvaluateEmbeddings(0, embeddings, all_logits, logits);
+  }
+  // The same for sequence `seq` (InvalidArgument outside [0, n_seq)), at
+  // positions n_past(seq) onwards.
+  absl::Status EvaluateEmbeddings(int seq, absl::Span<const float> embeddings, bool all_logits,
                                   std::vector<float>* logits);
 
   // Makes Evaluate and EvaluateEmbeddings report hidden states to `observer`
