@@ -31,6 +31,11 @@ class Drafter {
   // sequence accepted so far (empty when the drafter has no guess or
   // max_tokens <= 0).
   virtual void Propose(int max_tokens, std::vector<int32_t>* draft) = 0;
+
+  // Whether Propose runs a model, so that its time grows with max_tokens and
+  // counts in what a draft costs (a caller then asks only for the drafts it
+  // will evaluate). Default: false (a lookup, nearly free).
+  virtual bool ProposeIsCostly() const { return false; }
 };
 
 }  // namespace colibri::speculative

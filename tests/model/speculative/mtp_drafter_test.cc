@@ -413,5 +413,144 @@ TEST(MtpDrafterTest, FollowsTruncationsOfTheMainSession) {
   }
 }
 
+struct Main {
+  std::unique_ptr<arch::Model> model;
+  std::unique_ptr<moe::LocalExpertBackend> backend;
+  std::unique_ptr<arch::Session> session;
+};
+
+Main OpenMain(const std::string& path, int n_seq = 1) {
+  Main m;
+  auto model = arch::Model::Open(path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return m;
+  m.model = std::move(*model);
+  m.backend = std::make_unique<moe::LocalExpertBackend>(&m.model->experts(), M::kExperts,
+                                                        ops::NumericPath::kExact, nullptr);
+  arch::SessionOptions options;
+  options.path = ops::NumericPath::kExact;
+  options.n_seq = n_seq;
+  auto session = arch::Session::Create(*m.model, m.backend.get(), nullptr, options);
+  EXPECT_TRUE(session.ok()) << session.status();
+  if (session.ok()) m.session = std::move(*session);
+  return m;
+}
+
+// A conversation continued in the same session: the second generation's
+// prompt starts where the first one's fed tokens end (its last token, sampled
+// but never fed, is replaced). The drafter must catch up from that position:
+// its first proposal equals that of a drafter that saw the whole sequence as
+// one prompt, bitwise in the block's logits.
+TEST(MtpDrafterTest, ContinuesAConversationFromTheRightPosition) {
+  const std::string path = WriteModel(TinyNextnModel(), "mtp_continue");
+  Main main = OpenMain(path);
+  ASSERT_NE(main.session, nullptr);
+  auto mtp = MtpModule::Open(path, nullptr, Exact());
+  ASSERT_TRUE(mtp.ok()) << mtp.status();
+  MtpDrafter drafter(*main.session, **mtp);
+  const std::vector<int32_t> prompt1 = {1, 2, 3, 4}, fed = {5, 6, 7, 8}, prompt2 = {9, 10, 11};
+  const int32_t unfed = 29, next = 12;
+  std::vector<float> logits;
+  std::vector<int32_t> draft;
+  ASSERT_TRUE(main.session->Evaluate(prompt1, false, &logits).ok());
+  drafter.Restart();
+  drafter.Accept(prompt1);
+  for (int32_t token : fed) {
+    drafter.Accept({&token, 1});
+    drafter.Propose(2, &draft);
+    ASSERT_EQ(draft.size(), 2u);
+    ASSERT_TRUE(main.session->Evaluate({&token, 1}, false, &logits).ok());
+  }
+  // The first generation ends with a token sampled and never fed; the
+  // drafter ran the block with it.
+  drafter.Accept({&unfed, 1});
+  drafter.Propose(2, &draft);
+  ASSERT_EQ(draft.size(), 2u);
+  // The second generation continues at position 8.
+  ASSERT_EQ(main.session->n_past(), 8);
+  ASSERT_TRUE(main.session->Evaluate(prompt2, false, &logits).ok());
+  drafter.Restart();
+  drafter.Accept(prompt2);
+  drafter.Accept({&next, 1});
+  drafter.Propose(3, &draft);
+  ASSERT_EQ(draft.size(), 3u);
+  const std::vector<float> continued = drafter.first_draft_logits();
+
+  // Afresh: the whole sequence as one prompt at position 0.
+  Main fresh_main = OpenMain(path);
+  ASSERT_NE(fresh_main.session, nullptr);
+  auto fresh_mtp = MtpModule::Open(path, nullptr, Exact());
+  ASSERT_TRUE(fresh_mtp.ok()) << fresh_mtp.status();
+  MtpDrafter fresh(*fresh_main.session, **fresh_mtp);
+  std::vector<int32_t> whole = prompt1;
+  whole.insert(whole.end(), fed.begin(), fed.end());
+  whole.insert(whole.end(), prompt2.begin(), prompt2.end());
+  ASSERT_TRUE(fresh_main.session->Evaluate(whole, false, &logits).ok());
+  fresh.Accept(whole);
+  fresh.Accept({&next, 1});
+  std::vector<int32_t> fresh_draft;
+  fresh.Propose(3, &fresh_draft);
+  EXPECT_EQ(draft, fresh_draft);
+  ASSERT_EQ(continued.size(), static_cast<size_t>(M::kVocab));
+  EXPECT_EQ(continued, fresh.first_draft_logits());
+  EXPECT_EQ((*mtp)->n_past(), (*fresh_mtp)->n_past());
+}
+
+// A drafter whose owner passes it the hidden states of one sequence of a
+// batched session (SequenceChunk::hidden, as `serve` does) drafts exactly as
+// one observing a plain session; its sequence of the block is allocated on
+// use and freed with the drafter, the others untouched.
+TEST(MtpDrafterTest, FedDrafterOfABatchedSequenceDraftsLikeAnObservingOne) {
+  const std::string path = WriteModel(TinyNextnModel(), "mtp_fed");
+  Main batched = OpenMain(path, /*n_seq=*/3);
+  Main single = OpenMain(path);
+  ASSERT_NE(batched.session, nullptr);
+  ASSERT_NE(single.session, nullptr);
+  MtpOptions shared = Exact();
+  shared.n_seq = 3;
+  auto mtp = MtpModule::Open(path, nullptr, shared);
+  auto mtp1 = MtpModule::Open(path, nullptr, Exact());
+  ASSERT_TRUE(mtp.ok()) << mtp.status();
+  ASSERT_TRUE(mtp1.ok()) << mtp1.status();
+  auto fed = std::make_unique<MtpDrafter>(**mtp, 2);
+  MtpDrafter observing(*single.session, **mtp1);
+  const std::vector<int32_t> prompt = {4, 8, 15, 16, 23};
+  const std::vector<int32_t> other = {1, 1, 2, 3, 5, 8};
+  std::vector<float> logits, other_logits, hidden;
+  // Sequence 2 with sequence 0 beside it, in one batch.
+  std::vector<arch::SequenceChunk> chunks = {{0, other, false, &other_logits, nullptr},
+                                             {2, prompt, false, &logits, &hidden}};
+  ASSERT_TRUE(batched.session->EvaluateBatch(chunks).ok());
+  ASSERT_EQ(hidden.size(), prompt.size() * M::kEmbd);
+  fed->OnHiddenStates(0, static_cast<int>(prompt.size()), hidden.data());
+  fed->Accept(prompt);
+  ASSERT_TRUE(single.session->Evaluate(prompt, false, &logits).ok());
+  observing.Accept(prompt);
+  std::vector<int32_t> a, b;
+  for (int32_t token : {7, 30, 2, 11}) {
+    fed->Accept({&token, 1});
+    observing.Accept({&token, 1});
+    fed->Propose(3, &a);
+    observing.Propose(3, &b);
+    ASSERT_EQ(a.size(), 3u);
+    EXPECT_EQ(a, b) << "token " << token;
+    EXPECT_EQ(fed->first_draft_logits(), observing.first_draft_logits()) << "token " << token;
+    // The token and its drafts verified; only the token kept.
+    std::vector<int32_t> batch = {token};
+    batch.insert(batch.end(), a.begin(), a.end());
+    const int at = batched.session->n_past(2);
+    chunks = {{2, batch, true, &logits, &hidden}};
+    ASSERT_TRUE(batched.session->EvaluateBatch(chunks).ok());
+    fed->OnHiddenStates(at, static_cast<int>(batch.size()), hidden.data());
+    batched.session->Truncate(2, at + 1);
+    ASSERT_TRUE(single.session->Evaluate({&token, 1}, false, &logits).ok());
+  }
+  EXPECT_EQ((*mtp)->n_past(0), 0);
+  EXPECT_GT((*mtp)->kv_bytes_allocated(), 0);
+  fed.reset();
+  EXPECT_EQ((*mtp)->kv_bytes_allocated(), 0);
+  EXPECT_EQ((*mtp)->n_past(2), 0);
+}
+
 }  // namespace
 }  // namespace colibri::speculative
