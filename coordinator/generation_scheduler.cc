@@ -11,6 +11,7 @@
 #include "coordinator/remote_expert_backend.h"
 #include "coordinator/serve_metrics.h"
 #include "model/moe/local_expert_backend.h"
+#include "model/speculative/mtp_drafter.h"
 #include "model/speculative/ngram_drafter.h"
 
 namespace colibri::coordinator {
@@ -34,6 +35,8 @@ struct GenerationScheduler::Engine {
   // of the draft plan.
   speculative::StepCost cost;
   uint64_t draft_steps = 0;  // steps planned with drafting on, for the probes
+  // --draft mtp: the model's NextN block, one sequence per slot.
+  std::unique_ptr<speculative::MtpModule> mtp;
 };
 
 // A generation in a slot: its prompt's progress and its per-token state.
@@ -51,10 +54,13 @@ struct GenerationScheduler::Active {
   std::vector<float> logits;  // [rows][n_vocab] of the last step
   // Speculation (drafter null: plain decoding).
   std::unique_ptr<speculative::Drafter> drafter;
+  // --draft mtp: the drafter, which sees this generation's hidden states.
+  speculative::MtpDrafter* mtp = nullptr;
+  std::vector<float> hidden;  // [rows][n_embd] of the last step, for mtp
   speculative::DraftAcceptance acceptance;
   std::vector<int32_t> chunk;  // [1 + drafts] next and its drafts, this step
   int undrafted_steps = 0;     // steps since it last carried drafts
-  GenerationOutcome outcome;  // result and counters so far
+  GenerationOutcome outcome;   // result and counters so far
   Clock::time_point prompt_start, generate_start;
   absl::Time last_token;  // submission, then each token: for the latency metrics
   int generated = 0;      // tokens reported through on_token
@@ -155,6 +161,22 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
   COLIBRI_ASSIGN_OR_RETURN(e->session,
                            arch::Session::Create(model_, e->backend.get(), pool_, session_options));
   e->used.assign(options_.sessions, false);
+  if (options_.speculation.draft == DraftKind::kMtp && !options_.speculation.make_drafter) {
+    const arch::ModelConfig& config = model_.config();
+    if (config.n_nextn_layer == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--draft mtp: ", model_.file().path(), " has no NextN/MTP block (",
+                       config.arch, ".nextn_predict_layers is absent or 0); use --draft ngram"));
+    }
+    // Its routed experts run here, also with nodes (as in `run`).
+    speculative::MtpOptions mtp_options;
+    mtp_options.n_ctx = e->session->n_ctx();
+    mtp_options.n_batch = options_.batch_size;
+    mtp_options.n_seq = options_.sessions;
+    mtp_options.path = path;
+    COLIBRI_ASSIGN_OR_RETURN(
+        e->mtp, speculative::MtpModule::Open(model_.file().path(), pool_, mtp_options));
+  }
   engine = std::move(e);
   return engine.get();
 }
@@ -245,6 +267,10 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
   const SpeculationOptions& speculation = options_.speculation;
   if (speculation.make_drafter) {
     a->drafter = speculation.make_drafter();
+  } else if (engine->mtp != nullptr) {
+    auto drafter = std::make_unique<speculative::MtpDrafter>(*engine->mtp, a->seq);
+    a->mtp = drafter.get();
+    a->drafter = std::move(drafter);
   } else if (speculation.draft == DraftKind::kNgram) {
     a->drafter = std::make_unique<speculative::NgramDrafter>();
   }
@@ -299,14 +325,16 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   }
   // Then drafts: at most half of what is left while a prompt waits, so that
   // prompts keep moving.
+  double draft_seconds = 0;
   if (!decoding.empty() && budget > 0) {
-    PlanDrafts(e, decoding, prompt_waiting ? budget / 2 : budget);
+    draft_seconds = PlanDrafts(e, decoding, prompt_waiting ? budget / 2 : budget);
   }
   std::vector<arch::SequenceChunk> chunks;
   std::vector<Active*> members;
   for (Active* a : decoding) {
     const bool verify = a->chunk.size() > 1;
-    chunks.push_back({a->seq, a->chunk, verify, &a->logits});
+    chunks.push_back(
+        {a->seq, a->chunk, verify, &a->logits, a->mtp != nullptr ? &a->hidden : nullptr});
     members.push_back(a);
     budget -= static_cast<int>(a->chunk.size()) - 1;
   }
@@ -317,7 +345,8 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
     const int take = std::min(left, budget);
     // Only the chunk that ends the prompt needs logits.
     chunks.push_back({a->seq, absl::MakeConstSpan(a->prompt).subspan(a->prompt_done, take), false,
-                      take == left ? &a->logits : nullptr});
+                      take == left ? &a->logits : nullptr,
+                      a->mtp != nullptr ? &a->hidden : nullptr});
     members.push_back(a.get());
     budget -= take;
   }
@@ -332,8 +361,11 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   const auto step_start = Clock::now();
   const absl::Status status = session.EvaluateBatch(chunks);
   if (status.ok()) {
-    engine->cost.Observe(session.n_batch() - budget,
-                         std::chrono::duration<double>(Clock::now() - step_start).count());
+    // The drafters' time counts in the step's cost: drafts that need a
+    // forward of the NextN block cost that forward too.
+    engine->cost.Observe(
+        session.n_batch() - budget,
+        draft_seconds + std::chrono::duration<double>(Clock::now() - step_start).count());
   }
   const RemoteBackendStats remote_after =
       engine->remote != nullptr ? engine->remote->stats() : RemoteBackendStats();
@@ -359,6 +391,10 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
       Finish(a, status);
       continue;
     }
+    if (a.mtp != nullptr) {
+      const int rows = static_cast<int>(chunks[j].tokens.size());
+      a.mtp->OnHiddenStates(session.n_past(a.seq) - rows, rows, a.hidden.data());
+    }
     const int n_prompt = static_cast<int>(a.prompt.size());
     if (a.prompt_done < n_prompt) {
       a.prompt_done += static_cast<int>(chunks[j].tokens.size());
@@ -379,7 +415,7 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   }
 }
 
-void GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding, int budget) {
+double GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding, int budget) {
   Engine& engine = *engines_[e];
   const arch::Session& session = *engine.session;
   const SpeculationOptions& speculation = options_.speculation;
@@ -397,11 +433,14 @@ void GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding, 
         std::min({speculation.draft_max, a.options.max_tokens - generated - 1,
                   session.n_ctx() - session.n_past(a.seq) - 1, session.max_truncate()});
     if (most <= 0) continue;
-    a.drafter->Propose(most, &guesses[i]);
-    candidates[i] = {a.acceptance.rate(), static_cast<int>(guesses[i].size())};
-    any |= !guesses[i].empty();
+    // A costly drafter (a model) is asked once the plan knows how many
+    // drafts it will evaluate; until then it is taken to fill its cap.
+    if (!a.drafter->ProposeIsCostly()) a.drafter->Propose(most, &guesses[i]);
+    const int offered = a.drafter->ProposeIsCostly() ? most : static_cast<int>(guesses[i].size());
+    candidates[i] = {a.acceptance.rate(), offered};
+    any |= offered > 0;
   }
-  if (!any) return;
+  if (!any) return 0;
   const speculative::DraftLengthOptions defaults;
   const int initial = std::min(defaults.initial_draft, speculation.draft_max);
   std::vector<int> plan(decoding.size(), 0);
@@ -427,14 +466,23 @@ void GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding, 
       }
     }
   }
+  double draft_seconds = 0;
   for (size_t i = 0; i < decoding.size() && budget > 0; ++i) {
-    const int k = std::min(plan[i], budget);
+    int k = std::min(plan[i], budget);
     if (k <= 0) continue;
     Active& a = *decoding[i];
+    if (a.drafter->ProposeIsCostly()) {
+      const auto start = Clock::now();
+      a.drafter->Propose(k, &guesses[i]);
+      draft_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      k = std::min(k, static_cast<int>(guesses[i].size()));
+      if (k == 0) continue;
+    }
     a.chunk.insert(a.chunk.end(), guesses[i].begin(), guesses[i].begin() + k);
     a.undrafted_steps = 0;
     budget -= k;
   }
+  return draft_seconds;
 }
 
 void GenerationScheduler::Advance(Active& a, int rows) {
@@ -509,6 +557,8 @@ void GenerationScheduler::Complete(Active& a) {
 
 void GenerationScheduler::Finish(Active& a, absl::StatusOr<GenerationOutcome> outcome) {
   a.finished = true;
+  a.mtp = nullptr;
+  a.drafter.reset();  // an MTP drafter frees its slot of the NextN block
   engines_[a.engine]->used[a.seq] = false;
   engines_[a.engine]->session->Release(a.seq);  // its KV memory, until reused
   if (options_.metrics != nullptr) {

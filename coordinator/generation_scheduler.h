@@ -27,6 +27,10 @@
 // times measured on this run per token count (a longer step reads a wider
 // union of experts), after the decoding tokens and before prompt chunks in
 // the step's budget (at most half of what is left while a prompt waits).
+// With --draft mtp each generation drafts with the model's NextN block
+// (speculative::MtpDrafter, one block sequence per slot, freed with it), fed
+// the hidden states of that generation's rows of every step; the block runs
+// on this thread before the step, and its time counts in the step's cost.
 // The job's callbacks run on the stepping thread: they must not block (queue
 // the output for the client; never wait for it).
 //
@@ -143,8 +147,9 @@ class GenerationScheduler {
     // Pipelining of two half-batches in every step (arch::PipelineHalves).
     // Default: kAuto.
     arch::PipelineHalves pipeline_halves = arch::PipelineHalves::kAuto;
-    // Speculative decoding of every generation (draft kNone: plain).
-    // Default: plain.
+    // Speculative decoding of every generation (draft kNone: plain; kMtp
+    // needs a NextN block in the model's file, else Create fails with
+    // InvalidArgument). Default: plain.
     SpeculationOptions speculation;
     // Receives the token timings and outcomes; borrowed, must outlive the
     // scheduler. Default: null (none recorded).
@@ -205,7 +210,8 @@ class GenerationScheduler {
   void Step(int e, std::vector<std::unique_ptr<Active>>& active);
   // Drafts of the decoding generations `decoding` for the next step of
   // engine `e`, within `budget` tokens: appends them to each one's chunk.
-  void PlanDrafts(int e, absl::Span<Active* const> decoding, int budget);
+  // Returns the seconds costly drafters (MTP) spent proposing them.
+  double PlanDrafts(int e, absl::Span<Active* const> decoding, int budget);
   // Samples the next tokens of `a` from the `rows` rows of a->logits, row r
   // after chunk token r, accepting drafts while they are the sampled tokens;
   // truncates its slot to the accepted ones; finishes it when it ends.
