@@ -86,13 +86,15 @@ absl::Status SpeculativeDecoder::Feed(int32_t token, int max_drafts, std::vector
   // the context left and what the cache can drop again.
   int k = drafter_ != nullptr ? length_.Next() : 0;
   k = std::min({k, max_drafts, session_.n_ctx() - session_.n_past() - 1, session_.max_truncate()});
+  // The step's time includes the drafter's (a model's NextN block costs a
+  // forward of its own per draft), so that the draft length weighs it.
+  const auto start = Clock::now();
   batch_.assign(1, token);
   if (k > 0) {
     drafter_->Propose(k, &draft_);
     batch_.insert(batch_.end(), draft_.begin(), draft_.end());
   }
   const bool verify = !draft_.empty();
-  const auto start = Clock::now();
   absl::Status status = session_.Evaluate(batch_, verify, &logits_);
   const double seconds = Seconds(start);
   if (!status.ok()) {

@@ -64,11 +64,11 @@ struct SpeculationOptions {
 
 // Counters of one generation (plain fields, for stats and metrics).
 struct SpeculationStats {
-  int64_t verify_steps = 0;  // evaluations of a token with >= 1 draft
-  int64_t plain_steps = 0;   // evaluations of one token
-  int64_t drafted = 0;       // drafted tokens evaluated
-  int64_t accepted = 0;      // drafted tokens that were the sampled ones
-  double verify_seconds = 0;
+  int64_t verify_steps = 0;   // evaluations of a token with >= 1 draft
+  int64_t plain_steps = 0;    // evaluations of one token
+  int64_t drafted = 0;        // drafted tokens evaluated
+  int64_t accepted = 0;       // drafted tokens that were the sampled ones
+  double verify_seconds = 0;  // including the drafter's time for their drafts
   double plain_seconds = 0;
 
   // accepted / drafted (0 without drafts).
