@@ -105,8 +105,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--list-presets", list_presets, "print the presets and exit");
   app.add_option("--arch", arch_name,
-                 "general.architecture: qwen3moe, qwen2moe, llama, olmoe or deepseek2 (default: "
-                 "the preset's; deepseek2 needs the MLA fields of --preset deepseek-v3)");
+                 "general.architecture: qwen3moe, qwen2moe, llama, olmoe, deepseek2 or glm4moe "
+                 "(default: the preset's; deepseek2 needs the MLA fields of --preset deepseek-v3)");
   IntFlag int_flags[] = {
       {"--layers", &ModelSpec::n_layer, "transformer blocks"},
       {"--hidden", &ModelSpec::n_embd, "embedding width"},
@@ -122,9 +122,12 @@ int main(int argc, char** argv) {
       {"--vocab-size", &ModelSpec::vocab_size,
        "tokenizer size: trained as far as the built-in text allows (about 4,200), the rest unused "
        "padding"},
-      {"--dense-layers", &ModelSpec::n_dense_lead, "deepseek2: leading dense layers"},
+      {"--dense-layers", &ModelSpec::n_dense_lead, "deepseek2, glm4moe: leading dense layers"},
+      {"--dense-ffn", &ModelSpec::n_ff_dense, "deepseek2, glm4moe: their FFN width"},
+      {"--shared-experts", &ModelSpec::n_shared_exp,
+       "deepseek2, glm4moe: shared experts, each expert-ffn wide"},
       {"--nextn-layers", &ModelSpec::n_nextn,
-       "deepseek2: NextN/MTP blocks after the layers (for run --draft mtp)"},
+       "deepseek2, glm4moe: NextN/MTP blocks after the layers (for --draft mtp)"},
   };
   for (IntFlag& f : int_flags) f.option = app.add_option(f.flag, f.value, f.help);
   FloatFlag float_flags[] = {

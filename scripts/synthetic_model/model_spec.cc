@@ -15,9 +15,9 @@ namespace {
 using ::colibri::gguf::Value;
 using ::colibri::ops::TensorType;
 
-constexpr Architecture kArchitectures[] = {Architecture::kQwen3Moe, Architecture::kQwen2Moe,
-                                           Architecture::kLlama, Architecture::kOlmoe,
-                                           Architecture::kDeepseek2};
+constexpr Architecture kArchitectures[] = {Architecture::kQwen3Moe,  Architecture::kQwen2Moe,
+                                           Architecture::kLlama,     Architecture::kOlmoe,
+                                           Architecture::kDeepseek2, Architecture::kGlm4Moe};
 
 // A ModelSpec written field by field, for the preset table.
 ModelSpec Shape(Architecture arch, int n_layer, int n_embd, int n_head, int n_head_kv, int head_dim,
@@ -55,6 +55,17 @@ ModelSpec DeepseekV3() {
   return s;
 }
 
+// GLM-4.5-Air's shapes (46 layers, the first dense, and one NextN block).
+ModelSpec Glm45Air() {
+  ModelSpec s = Shape(Architecture::kGlm4Moe, 46, 4096, 96, 8, 128, 128, 8, 1408, 0, 1e6f, 1e-5f);
+  s.n_shared_exp = 1;
+  s.n_dense_lead = 1;
+  s.n_ff_dense = 10944;
+  s.n_nextn = 1;
+  s.n_ctx = 131072;
+  return s;
+}
+
 const Preset kPresets[] = {
     {"demo", "small qwen3moe that runs in seconds: d=256, 4 layers, 16 experts top-4", ModelSpec()},
     {"qwen3-30b-a3b",
@@ -71,6 +82,10 @@ const Preset kPresets[] = {
      "DeepSeek-V3 shapes (deepseek2, MLA): d=7168, 61 layers (3 dense), 128 heads, kv_lora 512, "
      "q_lora 1536, 256 experts top-8 in 8 groups (4 used), expert ffn 2048, 1 shared expert",
      DeepseekV3()},
+    {"glm-4.5-air",
+     "GLM-4.5-Air shapes (glm4moe): d=4096, 46 layers (1 dense) + 1 NextN block, 96/8 heads of "
+     "128, 128 experts top-8, expert ffn 1408, 1 shared expert",
+     Glm45Air()},
 };
 
 absl::Status Bad(absl::string_view field, int value, absl::string_view why) {
@@ -143,6 +158,80 @@ void PlanDeepseek2Blocks(const ModelSpec& spec, Matrix& matrix, Norm& norm, F32&
   }
 }
 
+// Rotated part of a glm4moe head: GLM-4.5's partial_rotary_factor of 0.5,
+// or the whole head when half of it is odd.
+int Glm4MoeRopeDim(const ModelSpec& spec) {
+  return spec.head_dim % 4 == 0 ? spec.head_dim / 2 : spec.head_dim;
+}
+
+// The blocks of a glm4moe model, in the tensor names and shapes (GGML order)
+// of the GGUF conversion of GLM-4.5: attention with q/k/v biases, the FFN norm
+// named post_attention_norm, a dense FFN or router + selection bias + routed
+// and shared experts, and after the main layers the NextN blocks' extra
+// tensors (their embed_tokens and shared_head_head, optional in the format,
+// are left out: the loader then uses token_embd and output, as for GLM-4.6).
+template <typename Matrix, typename Norm, typename F32>
+void PlanGlm4MoeBlocks(const ModelSpec& spec, Matrix& matrix, Norm& norm, F32& f32) {
+  const int64_t d = spec.n_embd, q = spec.q_dim(), kv = spec.kv_dim();
+  const int64_t ne = spec.n_expert, ff = spec.n_ff_exp;
+  const float router_std = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int layer = 0; layer < spec.n_layer + spec.n_nextn; ++layer) {
+    const std::string p = absl::StrCat("blk.", layer, ".");
+    norm(p + "attn_norm.weight", d);
+    matrix(p + "attn_q.weight", {d, q});
+    f32(p + "attn_q.bias", {q}, 0.0f, 0.02f);
+    matrix(p + "attn_k.weight", {d, kv});
+    f32(p + "attn_k.bias", {kv}, 0.0f, 0.02f);
+    matrix(p + "attn_v.weight", {d, kv});
+    f32(p + "attn_v.bias", {kv}, 0.0f, 0.02f);
+    matrix(p + "attn_output.weight", {q, d});
+    norm(p + "post_attention_norm.weight", d);
+    if (!spec.is_moe_layer(layer)) {
+      matrix(p + "ffn_gate.weight", {d, spec.n_ff_dense});
+      matrix(p + "ffn_up.weight", {d, spec.n_ff_dense});
+      matrix(p + "ffn_down.weight", {spec.n_ff_dense, d});
+      continue;
+    }
+    f32(p + "ffn_gate_inp.weight", {d, ne}, 0.0f, router_std);
+    f32(p + "exp_probs_b.bias", {ne}, 0.0f, 0.02f);
+    matrix(p + "ffn_gate_exps.weight", {d, ff, ne});
+    matrix(p + "ffn_up_exps.weight", {d, ff, ne});
+    matrix(p + "ffn_down_exps.weight", {ff, d, ne});
+    if (spec.n_shared_exp > 0) {
+      const int64_t sh = ff * spec.n_shared_exp;
+      matrix(p + "ffn_gate_shexp.weight", {d, sh});
+      matrix(p + "ffn_up_shexp.weight", {d, sh});
+      matrix(p + "ffn_down_shexp.weight", {sh, d});
+    }
+    if (layer >= spec.n_layer) {
+      matrix(p + "nextn.eh_proj.weight", {2 * d, d});
+      norm(p + "nextn.enorm.weight", d);
+      norm(p + "nextn.hnorm.weight", d);
+      norm(p + "nextn.shared_head_norm.weight", d);
+    }
+  }
+}
+
+// glm4moe.* keys beyond the common ones (the GGUF conversion's names).
+void AddGlm4MoeMetadata(const ModelSpec& spec, gguf::GgufWriter* writer) {
+  auto u32 = [&](absl::string_view key, int value) {
+    writer->SetValue(absl::StrCat("glm4moe.", key), Value::Uint32(static_cast<uint32_t>(value)));
+  };
+  u32("attention.key_length", spec.head_dim);
+  u32("attention.value_length", spec.head_dim);
+  u32("rope.dimension_count", Glm4MoeRopeDim(spec));
+  u32("feed_forward_length", spec.n_dense_lead > 0 ? spec.n_ff_dense : spec.n_ff_exp);
+  u32("expert_feed_forward_length", spec.n_ff_exp);
+  u32("leading_dense_block_count", spec.n_dense_lead);
+  u32("expert_shared_count", spec.n_shared_exp);
+  u32("expert_group_count", 1);
+  u32("expert_group_used_count", 1);
+  writer->SetValue("glm4moe.expert_weights_scale", Value::Float32(2.5f));
+  writer->SetValue("glm4moe.expert_weights_norm", Value::Bool(true));
+  u32("expert_gating_func", 2);  // sigmoid
+  if (spec.n_nextn > 0) u32("nextn_predict_layers", spec.n_nextn);
+}
+
 // deepseek2.* keys beyond the common ones (llama.cpp's names).
 void AddDeepseek2Metadata(const ModelSpec& spec, gguf::GgufWriter* writer) {
   auto u32 = [&](absl::string_view key, int value) {
@@ -190,6 +279,8 @@ const char* ArchitectureName(Architecture arch) {
       return "olmoe";
     case Architecture::kDeepseek2:
       return "deepseek2";
+    case Architecture::kGlm4Moe:
+      return "glm4moe";
   }
   return "unknown";
 }
@@ -235,9 +326,15 @@ absl::Status ModelSpec::Validate() const {
     COLIBRI_RETURN_IF_ERROR(CheckRange("dense-layers", n_dense_lead, 0, n_layer - 1));
     if (n_dense_lead > 0) COLIBRI_RETURN_IF_ERROR(CheckRange("dense-ffn", n_ff_dense, 1, kMaxDim));
     COLIBRI_RETURN_IF_ERROR(CheckRange("nextn-layers", n_nextn, 0, 16));
+  } else if (arch == Architecture::kGlm4Moe) {
+    COLIBRI_RETURN_IF_ERROR(CheckRange("shared-experts", n_shared_exp, 0, 64));
+    COLIBRI_RETURN_IF_ERROR(CheckRange("dense-layers", n_dense_lead, 0, n_layer - 1));
+    if (n_dense_lead > 0) COLIBRI_RETURN_IF_ERROR(CheckRange("dense-ffn", n_ff_dense, 1, kMaxDim));
+    COLIBRI_RETURN_IF_ERROR(CheckRange("nextn-layers", n_nextn, 0, 16));
   } else if (n_nextn != 0) {
     return Bad("nextn-layers", n_nextn,
-               absl::StrCat("is set but only deepseek2 models are made with NextN blocks, not ",
+               absl::StrCat("is set but only deepseek2 and glm4moe models are made with NextN "
+                            "blocks, not ",
                             ArchitectureName(arch)));
   }
   COLIBRI_RETURN_IF_ERROR(CheckRange("context", n_ctx, 1, 1 << 24));
@@ -315,6 +412,10 @@ std::vector<TensorPlan> PlanTensors(const ModelSpec& spec, int n_vocab, TensorTy
   if (!spec.tied_embeddings) matrix("output.weight", {d, n_vocab});
   if (spec.arch == Architecture::kDeepseek2) {
     PlanDeepseek2Blocks(spec, matrix, norm, f32);
+    return plans;
+  }
+  if (spec.arch == Architecture::kGlm4Moe) {
+    PlanGlm4MoeBlocks(spec, matrix, norm, f32);
     return plans;
   }
   for (int layer = 0; layer < spec.n_layer; ++layer) {
@@ -401,7 +502,7 @@ void AddMetadata(const ModelSpec& spec, TensorType matrix_type, const std::strin
   // the expert width for every released model); llama and olmoe keep the expert
   // width here.
   const bool qwen = spec.arch == Architecture::kQwen3Moe || spec.arch == Architecture::kQwen2Moe;
-  if (spec.arch != Architecture::kDeepseek2) {
+  if (spec.arch != Architecture::kDeepseek2 && spec.arch != Architecture::kGlm4Moe) {
     u32("feed_forward_length", qwen ? spec.n_expert_used * spec.n_ff_exp : spec.n_ff_exp);
   }
   u32("attention.head_count", spec.n_head);
@@ -416,6 +517,8 @@ void AddMetadata(const ModelSpec& spec, TensorType matrix_type, const std::strin
   }
   if (spec.arch == Architecture::kDeepseek2) {
     AddDeepseek2Metadata(spec, writer);
+  } else if (spec.arch == Architecture::kGlm4Moe) {
+    AddGlm4MoeMetadata(spec, writer);
   } else if (spec.head_dim * spec.n_head != spec.n_embd) {
     u32("attention.key_length", spec.head_dim);
     u32("attention.value_length", spec.head_dim);

@@ -25,6 +25,9 @@ enum class Architecture {
   kOlmoe,      // q/k RMSNorm over the whole projection
   kDeepseek2,  // MLA (compressed q and kv), leading dense layers, grouped sigmoid routing,
                // shared experts (DeepSeek-V3/R1, Kimi-K2)
+  kGlm4Moe,    // GLM-4.5/4.6: q/k/v biases, partial RoPE (half the head), leading dense
+               // layers, sigmoid routing with exp_probs_b, shared experts, FFN norm named
+               // post_attention_norm
 };
 
 const char* ArchitectureName(Architecture arch);  // "qwen3moe", ...
@@ -75,11 +78,12 @@ struct ModelSpec {
   int v_head_dim = 0;    // value head width
   int n_group = 0;       // expert groups (1: no group limit)
   int n_group_used = 0;  // groups a token may choose from
+  // deepseek2 and glm4moe (0 for the other architectures). Default: 0.
   int n_shared_exp = 0;  // shared experts, each n_ff_exp wide
   int n_dense_lead = 0;  // leading dense layers (ffn_gate/up/down)
   int n_ff_dense = 0;    // their FFN width
-  // NextN/MTP blocks after the n_layer main layers (deepseek2 only), as the
-  // GLM-4.5 and DeepSeek-V3 conversions carry them (model/arch/nextn.h):
+  // NextN/MTP blocks after the n_layer main layers (deepseek2 and glm4moe), as
+  // the GLM-4.5 and DeepSeek-V3 conversions carry them (model/arch/nextn.h):
   // counted in block_count, <arch>.nextn_predict_layers, each a MoE block
   // plus nextn.{eh_proj,enorm,hnorm,shared_head_norm}. Default: 0.
   int n_nextn = 0;
@@ -99,7 +103,8 @@ struct Preset {
   ModelSpec spec;
 };
 
-// demo, qwen3-30b-a3b, qwen1.5-moe-a2.7b, mixtral-8x7b, olmoe-1b-7b, deepseek-v3.
+// demo, qwen3-30b-a3b, qwen1.5-moe-a2.7b, mixtral-8x7b, olmoe-1b-7b, deepseek-v3,
+// glm-4.5-air.
 absl::Span<const Preset> Presets();
 // InvalidArgument listing the presets if there is none called `name`.
 absl::StatusOr<ModelSpec> FindPreset(absl::string_view name);
