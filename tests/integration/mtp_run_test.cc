@@ -103,6 +103,79 @@ TEST(MtpRunTest, SameTokensAndLogitsLocallyAndOnNodes) {
   EXPECT_GT(accepted_echo, 0);
 }
 
+// A glm4moe file made by colibri-make-model (GLM-4.5-Air's structure at a
+// tiny width: a dense first layer, shared expert, partial RoPE, one NextN
+// block): run --draft mtp gives the plain token ids and logits, locally and
+// on 2 nodes, greedy and seeded.
+TEST(MtpRunTest, Glm4MoeFilesFromTheMakerGiveThePlainOutput) {
+  const std::string dir = testing::MakeTempDir("mtp-glm");
+  const std::string model = dir + "/glm.gguf";
+  const CommandResult made = testing::RunCommand({testing::BinaryPath("scripts/colibri-make-model"),
+                                                  "--preset",
+                                                  "glm-4.5-air",
+                                                  "--layers",
+                                                  "2",
+                                                  "--hidden",
+                                                  "64",
+                                                  "--heads",
+                                                  "4",
+                                                  "--kv-heads",
+                                                  "2",
+                                                  "--head-dim",
+                                                  "16",
+                                                  "--experts",
+                                                  "8",
+                                                  "--top-k",
+                                                  "2",
+                                                  "--expert-ffn",
+                                                  "32",
+                                                  "--dense-ffn",
+                                                  "96",
+                                                  "--context",
+                                                  "256",
+                                                  "--vocab-size",
+                                                  "320",
+                                                  "--type",
+                                                  "q8_0",
+                                                  "--quiet",
+                                                  "--out",
+                                                  model});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  std::vector<std::unique_ptr<NodeProcess>> nodes;
+  std::vector<const NodeProcess*> views;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<NodeProcess>(
+        testing::MakeTempDir("mtp-glm-node" + std::to_string(i)), "node-" + std::to_string(i)));
+    std::string error;
+    ASSERT_TRUE(nodes.back()->Start(0, &error)) << error;
+    views.push_back(nodes.back().get());
+  }
+  for (bool seeded : {false, true}) {
+    SCOPED_TRACE(seeded ? "seeded" : "greedy");
+    std::vector<std::string> plain_args = RunArgs(model, seeded);
+    plain_args.insert(plain_args.end(), {"--logits-out", dir + "/plain.f32"});
+    const CommandResult plain = testing::RunCommand(plain_args);
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    const std::string reference = ReadAll(dir + "/plain.f32");
+    EXPECT_FALSE(reference.empty());
+    for (bool on_nodes : {false, true}) {
+      SCOPED_TRACE(on_nodes ? "nodes" : "local");
+      std::vector<std::string> a = RunArgs(model, seeded);
+      a.insert(a.end(), {"--draft", "mtp", "--draft-max", "3", "--draft-fixed", "--logits-out",
+                         dir + "/mtp.f32"});
+      if (on_nodes) a.insert(a.end(), {"--nodes", testing::JoinAddresses(views)});
+      const CommandResult spec = testing::RunCommand(a);
+      ASSERT_EQ(spec.exit_code, 0) << spec.err;
+      EXPECT_EQ(plain.out, spec.out);
+      EXPECT_TRUE(ReadAll(dir + "/mtp.f32") == reference) << "logits differ";
+      EXPECT_NE(spec.err.find("glm4moe"), std::string::npos) << spec.err;
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(spec.err, m, std::regex("([0-9]+) drafted"))) << spec.err;
+      EXPECT_GT(std::stoll(m[1]), 0) << spec.err;  // drafts were made and verified
+    }
+  }
+}
+
 TEST(MtpRunTest, RefusesAModelWithoutNextn) {
   testing::TinyNextnOptions options;
   options.n_nextn = 0;

@@ -5,7 +5,8 @@
 // block, give exactly the tokens that each gives alone on a plain server with
 // one session; drafts are accepted on the echo model
 // (tests/support/tiny_nextn_model.h), counted on /metrics. A model without
-// the block is refused at start.
+// the block is refused at start. A glm4moe file from colibri-make-model
+// drafts the same way.
 #include <unistd.h>
 
 #include <memory>
@@ -166,6 +167,43 @@ TEST_F(ServeMtpTest, ConcurrentMtpDraftingGivesThePlainTokensOnTwoNodes) {
     ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
   }
   EXPECT_GT(CheckSameAsPlain(WriteModel(true, 1, "echo")), 0);
+}
+
+// A glm4moe file with a NextN block, made by colibri-make-model.
+TEST_F(ServeMtpTest, ConcurrentMtpDraftingGivesThePlainTokensOnAGlm4MoeFile) {
+  const std::string model = testing::MakeTempDir("serve-mtp-glm") + "/glm.gguf";
+  const CommandResult made = testing::RunCommand({testing::BinaryPath("scripts/colibri-make-model"),
+                                                  "--preset",
+                                                  "glm-4.5-air",
+                                                  "--layers",
+                                                  "2",
+                                                  "--hidden",
+                                                  "64",
+                                                  "--heads",
+                                                  "4",
+                                                  "--kv-heads",
+                                                  "2",
+                                                  "--head-dim",
+                                                  "16",
+                                                  "--experts",
+                                                  "8",
+                                                  "--top-k",
+                                                  "2",
+                                                  "--expert-ffn",
+                                                  "32",
+                                                  "--dense-ffn",
+                                                  "96",
+                                                  "--context",
+                                                  "256",
+                                                  "--vocab-size",
+                                                  "320",
+                                                  "--type",
+                                                  "q8_0",
+                                                  "--quiet",
+                                                  "--out",
+                                                  model});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  CheckSameAsPlain(model);
 }
 
 TEST_F(ServeMtpTest, AModelWithoutNextnIsRefused) {
