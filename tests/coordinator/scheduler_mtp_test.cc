@@ -6,6 +6,7 @@
 // prompts chunked across steps, short max_tokens and a full context; on the
 // echo model (whose block predicts the main model) drafts are accepted. A
 // model without the block is refused.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/arch/model.h"
+#include "model/speculative/drafter.h"
 #include "tests/support/tiny_nextn_model.h"
 
 namespace colibri::coordinator {
@@ -188,6 +190,51 @@ TEST_F(SchedulerMtpTest, EchoModelAcceptsDraftsAndGivesWhatEachGivesAlone) {
   std::unique_ptr<arch::Model> model = Open(echo, "sched_mtp_echo");
   ASSERT_NE(model, nullptr);
   EXPECT_GT(ExpectMtpSameAsPlain(*model), 0);
+}
+
+// A drafter standing for a model (ProposeIsCostly): it counts the drafts it
+// was asked for.
+class CountingDrafter : public speculative::Drafter {
+ public:
+  explicit CountingDrafter(std::shared_ptr<int64_t> proposed) : proposed_(std::move(proposed)) {}
+  void Accept(absl::Span<const int32_t> tokens) override {
+    if (!tokens.empty()) last_ = tokens.back();
+  }
+  void Propose(int max_tokens, std::vector<int32_t>* draft) override {
+    draft->assign(static_cast<size_t>(std::max(0, max_tokens)), last_);
+    *proposed_ += static_cast<int64_t>(draft->size());
+  }
+  bool ProposeIsCostly() const override { return true; }
+
+ private:
+  std::shared_ptr<int64_t> proposed_;
+  int32_t last_ = 0;
+};
+
+// The adaptive plan asks a costly drafter only for the drafts the step then
+// evaluates (its time is counted in the step's cost, so it must not run for
+// drafts that are dropped): every proposed draft is accepted or rejected.
+TEST_F(SchedulerMtpTest, ACostlyDrafterIsAskedOnlyForTheDraftsEvaluated) {
+  std::unique_ptr<arch::Model> model = Open({}, "sched_mtp_costly");
+  ASSERT_NE(model, nullptr);
+  auto proposed = std::make_shared<int64_t>(0);
+  SpeculationOptions speculation;
+  speculation.draft = DraftKind::kMtp;
+  speculation.draft_max = 4;
+  speculation.make_drafter = [proposed] { return std::make_unique<CountingDrafter>(proposed); };
+  ServeMetrics metrics;
+  std::unique_ptr<GenerationScheduler> scheduler =
+      NewScheduler(*model, 2, 12, speculation, &metrics);
+  ASSERT_NE(scheduler, nullptr);
+  std::vector<GenerationSpec> specs = Specs();
+  specs.resize(3);
+  for (auto& job : RunTogether(*scheduler, specs)) ASSERT_TRUE(job->status.ok()) << job->status;
+  scheduler->Stop();
+  const std::string scraped = metrics.Render();
+  const double evaluated = Sample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}") +
+                           Sample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}");
+  EXPECT_GT(*proposed, 0);
+  EXPECT_EQ(static_cast<double>(*proposed), evaluated);
 }
 
 TEST_F(SchedulerMtpTest, AModelWithoutANextnBlockIsRefused) {
