@@ -168,6 +168,11 @@ void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
 void FillKQuantKernels(KernelSet* k);
 // 256-element i-quant tables, filled by vec_dot_avx2_iq.cc.
 void FillIqKernels(KernelSet* k);
+// Replaces k's Q4_K, Q5_K and Q6_K quantized tiles with the GEMM tiles of
+// gemm_avx2.cc, which hand their edge rows to the tiles k held before. Call
+// once while building the AVX2 kernel set, after FillKQuantKernels (not
+// thread-safe; the set is read-only afterwards).
+void InstallGemmTiles(KernelSet* k);
 
 }  // namespace colibri::ops::internal::avx2
 

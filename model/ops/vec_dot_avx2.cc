@@ -285,6 +285,8 @@ KernelSet MakeAvx2() {
   k.quant_tile[Slot(TensorType::kIQ4_NL)] = &QuantTile<Blocks32Kernel<IQ4_NLAvx2>>;
   FillKQuantKernels(&k);
   FillIqKernels(&k);
+  // R x T GEMM tiles for the K-quants; the per-row tiles above take the edges.
+  InstallGemmTiles(&k);
   return k;
 }
 
