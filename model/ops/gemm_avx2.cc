@@ -132,11 +132,10 @@ void Micro(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
   }
 }
 
-// Token groups of one or two tokens run as 8 x 1 and 4 x 2 tiles; groups of
-// three or four go to the per-row tile, whose 4-token kernel measured as fast
-// as a 2 x 4 tile (per thread-CPU-second, 4096 x 2048 Q4_K: 101 against 107
-// GFLOP/s), while the 8 x 1 and 4 x 2 tiles beat it (see the commit that added
-// them).
+// Token groups of one or two tokens run as 8 x 1 and 4 x 2 tiles, which beat
+// the per-row tile; groups of three or four go to the per-row tile, since a
+// 2 x 4 tile measured no faster than its 4-token kernel (4096 x 2048 Q4_K, per
+// thread-CPU-second: 101 against 107 GFLOP/s).
 template <typename D, TensorType kType>
 void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
