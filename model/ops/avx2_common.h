@@ -53,10 +53,10 @@ COLIBRI_INLINE __m256i Nibbles32(const uint8_t* p) {
 COLIBRI_INLINE __m256i BitsToBytes32(const uint8_t* p) {
   uint32_t bits;
   std::memcpy(&bits, p, sizeof(bits));
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                       3, 3, 3, 3, 3, 3));
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i mask = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
 }
@@ -105,23 +105,59 @@ COLIBRI_INLINE __m128i SumPairVector(__m256i a, __m256i b) {
   return _mm_hadd_epi32(s, s);
 }
 
+// Software prefetch of the weights. Rows of 2048 columns are 1-2 KiB, too
+// short a stream for the hardware prefetchers to ramp up before a tile moves
+// to the next row, so decode read the weights well below the memory
+// bandwidth. The tiles ask for the weights about kPrefetchBytes ahead of the
+// row they compute, so that a contiguous region is always in flight.
+inline constexpr uint64_t kPrefetchBytes = 12 * 1024;
+
+// Rows of row_bytes ahead (at least one) that cover kPrefetchBytes.
+COLIBRI_INLINE int64_t PrefetchRowsAhead(uint64_t row_bytes) {
+  return static_cast<int64_t>((kPrefetchBytes + row_bytes - 1) / row_bytes);
+}
+
+// Prefetches the `bytes` bytes at p + offset into L1, one request per 64-byte
+// line. Prefetching never faults, so an address past the matrix's end (the
+// last rows) is harmless; uintptr_t arithmetic keeps the pointer itself from
+// going out of bounds.
+COLIBRI_INLINE void PrefetchBytes(const void* p, uint64_t offset, uint64_t bytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p) + offset;
+  for (uint64_t b = 0; b < bytes; b += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T0);
+  }
+}
+
 // Tile driver: splits the tokens into groups of up to four and calls
-// Kernel::Run<T>(row, rows_of_activations, cols, out[T]) per row.
+// Kernel::Run<T>(row, rows_of_activations, cols, out[T]) per row. Before a
+// row, it prefetches the row PrefetchRowsAhead() further on (the rows of the
+// next call, at the end of a tile: RunQuantRows walks a matrix's rows in order).
 template <typename Kernel>
 void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
                const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
   QuantizedRow a[kMaxTokenTile];
-  for (int64_t t = 0; t < n_tokens; ++t) a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
+  const int64_t ahead = PrefetchRowsAhead(row_bytes);
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + r * row_bytes;
+    PrefetchBytes(w, (r + ahead) * row_bytes, row_bytes);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
       float out[4];
       const int64_t nt = n_tokens - t0 < 4 ? n_tokens - t0 : 4;
       switch (nt) {
-        case 1: Kernel::template Run<1>(row, a + t0, layout.cols, out); break;
-        case 2: Kernel::template Run<2>(row, a + t0, layout.cols, out); break;
-        case 3: Kernel::template Run<3>(row, a + t0, layout.cols, out); break;
-        default: Kernel::template Run<4>(row, a + t0, layout.cols, out); break;
+        case 1:
+          Kernel::template Run<1>(row, a + t0, layout.cols, out);
+          break;
+        case 2:
+          Kernel::template Run<2>(row, a + t0, layout.cols, out);
+          break;
+        case 3:
+          Kernel::template Run<3>(row, a + t0, layout.cols, out);
+          break;
+        default:
+          Kernel::template Run<4>(row, a + t0, layout.cols, out);
+          break;
       }
       for (int64_t t = 0; t < nt; ++t) y[(t0 + t) * y_stride + r] = out[t];
     }
@@ -132,6 +168,11 @@ void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
 void FillKQuantKernels(KernelSet* k);
 // 256-element i-quant tables, filled by vec_dot_avx2_iq.cc.
 void FillIqKernels(KernelSet* k);
+// Replaces k's Q4_K, Q5_K and Q6_K quantized tiles with the GEMM tiles of
+// gemm_avx2.cc, which hand their edge rows to the tiles k held before. Call
+// once while building the AVX2 kernel set, after FillKQuantKernels (not
+// thread-safe; the set is read-only afterwards).
+void InstallGemmTiles(KernelSet* k);
 
 }  // namespace colibri::ops::internal::avx2
 

@@ -17,8 +17,10 @@ namespace {
 
 // ---------------------------------------------------------------- float dots
 
-// R rows by T tokens of canonical 8-lane dots.
-template <int R, int T>
+// R rows by T tokens of canonical 8-lane dots. With kPrefetch (decode, where
+// the weight rows stream from memory once), every 16 columns it prefetches the
+// same columns of the R rows that follow, the next call's rows.
+template <int R, int T, bool kPrefetch = false>
 void FloatMicro(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t cols,
                 float* y, int64_t y_stride) {
   __m256 acc[R][T];
@@ -27,6 +29,13 @@ void FloatMicro(const float* w, int64_t w_stride, const float* x, int64_t x_stri
   }
   int64_t c = 0;
   for (; c + 8 <= cols; c += 8) {
+    if constexpr (kPrefetch) {
+      if (c % 16 == 0) {
+        for (int r = 0; r < R; ++r) {
+          PrefetchBytes(w, sizeof(float) * ((R + r) * w_stride + c), 64);
+        }
+      }
+    }
     __m256 xv[T];
     for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * x_stride + c);
     for (int r = 0; r < R; ++r) {
@@ -61,7 +70,7 @@ void FloatTile(const float* w, int64_t w_stride, int64_t n_rows, const float* x,
   if (n_tokens == 1) {
     int64_t r = 0;
     for (; r + 4 <= n_rows; r += 4) {
-      FloatMicro<4, 1>(w + r * w_stride, w_stride, x, x_stride, cols, y + r, y_stride);
+      FloatMicro<4, 1, true>(w + r * w_stride, w_stride, x, x_stride, cols, y + r, y_stride);
     }
     for (; r < n_rows; ++r) {
       FloatMicro<1, 1>(w + r * w_stride, w_stride, x, x_stride, cols, y + r, y_stride);
@@ -72,34 +81,47 @@ void FloatTile(const float* w, int64_t w_stride, int64_t n_rows, const float* x,
     const float* xt = x + t0 * x_stride;
     float* yt = y + t0 * y_stride;
     switch (n_tokens - t0 < 4 ? n_tokens - t0 : 4) {
-      case 1: FloatRowsForTokens<1>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride); break;
-      case 2: FloatRowsForTokens<2>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride); break;
-      case 3: FloatRowsForTokens<3>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride); break;
-      default: FloatRowsForTokens<4>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride); break;
+      case 1:
+        FloatRowsForTokens<1>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride);
+        break;
+      case 2:
+        FloatRowsForTokens<2>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride);
+        break;
+      case 3:
+        FloatRowsForTokens<3>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride);
+        break;
+      default:
+        FloatRowsForTokens<4>(w, w_stride, n_rows, xt, x_stride, cols, yt, y_stride);
+        break;
     }
   }
 }
 
-void DequantF16(const void* src, float* dst, int64_t n) {
-  const auto* h = static_cast<const uint16_t*>(src);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(dst + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-  }
-  for (; i < n; ++i) dst[i] = Half(h[i]);
+// The 16-bit float decoders run on the weights as MatMul reads them, row after
+// row: each 64-byte line asks for the line kPrefetchBytes further on (the
+// following rows' at a row's end).
+COLIBRI_INLINE __m256 F16x8(const uint16_t* h) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
-void DequantBF16(const void* src, float* dst, int64_t n) {
+COLIBRI_INLINE __m256 BF16x8(const uint16_t* h) {
+  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+template <__m256 (*kDecode8)(const uint16_t*), float (*kDecode1)(uint16_t)>
+void Dequant16Bit(const void* src, float* dst, int64_t n) {
   const auto* h = static_cast<const uint16_t*>(src);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i v =
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
-    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+  for (; i + 32 <= n; i += 32) {
+    PrefetchBytes(h, 2 * i + kPrefetchBytes, 64);
+    for (int k = 0; k < 32; k += 8) _mm256_storeu_ps(dst + i + k, kDecode8(h + i + k));
   }
-  for (; i < n; ++i) dst[i] = BfloatToFloat(h[i]);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, kDecode8(h + i));
+  for (; i < n; ++i) dst[i] = kDecode1(h[i]);
 }
+
+float HalfScalar(uint16_t h) { return Half(h); }
 
 // ------------------------------------------------------ 32-element block types
 
@@ -124,7 +146,8 @@ struct Q5_0Avx2 {
   static constexpr bool kSigned = true;
   // nibble | 0xF0 where the fifth bit is clear: as int8 that is value - 16.
   static __m256i Quants(const Block& b) {
-    const __m256i high = _mm256_andnot_si256(BitsToBytes32(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
+    const __m256i high =
+        _mm256_andnot_si256(BitsToBytes32(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
     return _mm256_or_si256(Nibbles32(b.qs), high);
   }
 };
@@ -244,8 +267,8 @@ KernelSet MakeAvx2() {
   k.float_tile = &FloatTile;
   k.dot = &Dot;
   k.dequant[Slot(TensorType::kF32)] = &DequantizeF32;
-  k.dequant[Slot(TensorType::kF16)] = &DequantF16;
-  k.dequant[Slot(TensorType::kBF16)] = &DequantBF16;
+  k.dequant[Slot(TensorType::kF16)] = &Dequant16Bit<&F16x8, &HalfScalar>;
+  k.dequant[Slot(TensorType::kBF16)] = &Dequant16Bit<&BF16x8, &BfloatToFloat>;
   k.dequant[Slot(TensorType::kQ4_0)] = &DequantBlocks32<Q4_0Avx2>;
   k.dequant[Slot(TensorType::kQ4_1)] = &DequantBlocks32<Q4_1Avx2>;
   k.dequant[Slot(TensorType::kQ5_0)] = &DequantBlocks32<Q5_0Avx2>;
@@ -262,6 +285,8 @@ KernelSet MakeAvx2() {
   k.quant_tile[Slot(TensorType::kIQ4_NL)] = &QuantTile<Blocks32Kernel<IQ4_NLAvx2>>;
   FillKQuantKernels(&k);
   FillIqKernels(&k);
+  // R x T GEMM tiles for the K-quants; the per-row tiles above take the edges.
+  InstallGemmTiles(&k);
   return k;
 }
 

@@ -108,6 +108,35 @@ TEST_P(GemmTest, EveryTokenCountAndThreadCountEqualsReferenceBitwise) {
   }
 }
 
+// Rows of many super-blocks: 35 (the AVX2 tiles work through 16 at a time,
+// so two full passes and a partial one), 37 rows (edges for every tile
+// height), 1-9 tokens and 1-2 threads, bitwise against MatMulReference.
+TEST_P(GemmTest, LongRowsEqualReferenceBitwise) {
+  ThreadPool pool2(2);
+  ThreadPool* pools[] = {nullptr, &pool2};
+  const int64_t rows = 37;
+  const int64_t cols = 35 * 256;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    const Matrix m = MakeMatrix(type, rows, cols, 5);
+    const std::vector<float> x = MakeActivations(9, cols, 6);
+    std::vector<float> ref(9 * rows);
+    MatMulReference(m.w, x.data(), 9, ref.data(), rows, NumericPath::kFast);
+    for (int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
+      for (ThreadPool* pool : pools) {
+        std::vector<float> y(n_tokens * rows, -7.0f);
+        MatMulScratch scratch;
+        MatMul(m.w, x.data(), n_tokens, y.data(), rows, NumericPath::kFast, pool, &scratch);
+        for (int64_t i = 0; i < n_tokens * rows; ++i) {
+          ASSERT_EQ(std::memcmp(&y[i], &ref[i], sizeof(float)), 0)
+              << TypeName(type) << " " << ActiveKernelSetName() << " n_tokens=" << n_tokens
+              << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << i / rows
+              << " r=" << i % rows << ": " << y[i] << " vs reference " << ref[i];
+        }
+      }
+    }
+  }
+}
+
 // MatMulGroup against separate MatMul calls: mixed weight types and widths,
 // products that share their input (as gate and up do) and some that do not,
 // empty products, 1-3 threads and both paths.

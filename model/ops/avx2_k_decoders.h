@@ -1,0 +1,120 @@
+// AVX2 decoders of the Q4_K, Q5_K and Q6_K super-blocks, shared by the per-row
+// kernels (vec_dot_avx2_k.cc) and the GEMM tiles (gemm_avx2.cc). Include only
+// from translation units compiled with -mavx2 -mfma -mf16c (see
+// avx2_common.h: every function here is forced inline for that reason).
+//
+// A decoder is constructed from one super-block and then yields, for chunk c
+// (elements 32c..32c+31), the unsigned quants u (Quants) and their int16
+// scales (Scales); BsumFactor() gives the int16 factors of the 16 activation
+// group sums (the mins, or the group scales when kOffset is not 0: the true
+// quant is u - kOffset).
+#ifndef COLIBRI_MODEL_OPS_AVX2_K_DECODERS_H_
+#define COLIBRI_MODEL_OPS_AVX2_K_DECODERS_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "model/ops/avx2_common.h"
+#include "model/ops/quant_blocks.h"
+
+namespace colibri::ops::internal::avx2 {
+
+// int16 word `lo` of v's low lane repeated across the low lane and word `hi`
+// of the high lane across the high lane. lo and hi are constants once the
+// chunk loop is unrolled, so the shuffle mask is a constant.
+COLIBRI_INLINE __m256i BroadcastWords(__m256i v, int lo, int hi) {
+  const char a = static_cast<char>(2 * lo), b = static_cast<char>(2 * lo + 1);
+  const char c = static_cast<char>(2 * hi), d = static_cast<char>(2 * hi + 1);
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, c,
+                                                 d, c, d, c, d, c, d, c, d, c, d, c, d, c, d));
+}
+
+// 16 signed 8-bit group scales, widened for Chunk(): the int16 scales of
+// groups 0..7 in both lanes of `low`, of groups 8..15 in both lanes of `high`.
+struct GroupScales {
+  __m256i low, high;
+  COLIBRI_INLINE explicit GroupScales(__m128i scales8) {
+    const __m256i s16 = _mm256_cvtepi8_epi16(scales8);
+    low = _mm256_permute4x64_epi64(s16, 0x44);
+    high = _mm256_permute4x64_epi64(s16, 0xEE);
+  }
+  // Chunk c covers groups 2c (first 16 elements) and 2c + 1.
+  COLIBRI_INLINE __m256i Chunk(int c) const {
+    return BroadcastWords(c < 4 ? low : high, (2 * c) % 8, (2 * c + 1) % 8);
+  }
+};
+
+// Q4_K / Q5_K: the 8 6-bit scales as int16 in both lanes, and the 8 6-bit
+// mins each repeated for the two 16-element groups of its sub-block.
+struct K4Scales {
+  __m256i scales;
+  __m256i mins;
+};
+
+COLIBRI_INLINE K4Scales UnpackK4(const uint8_t* packed) {
+  const __m128i v = K4ScalesMins(packed);
+  const __m128i m8 = _mm_unpackhi_epi8(v, v);  // m0 m0 m1 m1 ... m7 m7
+  return K4Scales{_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(v)), _mm256_cvtepu8_epi16(m8)};
+}
+
+template <bool kFiveBit>
+struct Q45KAvx2 {
+  using Block = std::conditional_t<kFiveBit, BlockQ5_K, BlockQ4_K>;
+  static constexpr int kOffset = 0;
+  static constexpr bool kHasMin = true;
+  const Block& b;
+  K4Scales k4;
+  COLIBRI_INLINE explicit Q45KAvx2(const Block& block) : b(block), k4(UnpackK4(block.scales)) {}
+  COLIBRI_INLINE __m256i Quants(int c) const {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (c / 2)));
+    __m256i u = _mm256_and_si256(c % 2 == 0 ? q : _mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0F));
+    if constexpr (kFiveBit) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+      const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(h, c), _mm256_set1_epi8(1));
+      u = _mm256_or_si256(u, _mm256_slli_epi16(bit, 4));
+    }
+    return u;
+  }
+  COLIBRI_INLINE __m256i Scales(int c) const { return BroadcastWords(k4.scales, c, c); }
+  COLIBRI_INLINE __m256i BsumFactor() const { return k4.mins; }
+  COLIBRI_INLINE float d() const { return Half(b.d); }
+  COLIBRI_INLINE float dmin() const { return Half(b.dmin); }
+};
+
+using Q4_KAvx2 = Q45KAvx2<false>;
+using Q5_KAvx2 = Q45KAvx2<true>;
+
+struct Q6_KAvx2 {
+  using Block = BlockQ6_K;
+  static constexpr int kOffset = 32;
+  static constexpr bool kHasMin = false;
+  const Block& b;
+  __m128i scales8;
+  GroupScales scales;
+  COLIBRI_INLINE explicit Q6_KAvx2(const Block& block)
+      : b(block),
+        scales8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block.scales))),
+        scales(scales8) {}
+  // Chunk c = 4 * half + k: low nibbles of ql[64 half + 32 (k % 2)] (high
+  // nibbles for k >= 2), and bits 2k, 2k+1 of qh[32 half] as bits 4, 5.
+  COLIBRI_INLINE __m256i Quants(int c) const {
+    const int half = c / 4, k = c % 4;
+    const __m256i l =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half + 32 * (k % 2)));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * half));
+    const __m256i low =
+        _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F));
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(h, 2 * k), _mm256_set1_epi8(3));
+    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+  }
+  COLIBRI_INLINE __m256i Scales(int c) const { return scales.Chunk(c); }
+  COLIBRI_INLINE __m256i BsumFactor() const { return _mm256_cvtepi8_epi16(scales8); }
+  COLIBRI_INLINE float d() const { return Half(b.d); }
+  COLIBRI_INLINE float dmin() const { return 0.0f; }
+};
+
+}  // namespace colibri::ops::internal::avx2
+
+#endif  // COLIBRI_MODEL_OPS_AVX2_K_DECODERS_H_
