@@ -30,6 +30,12 @@
 // The job's callbacks run on the stepping thread: they must not block (queue
 // the output for the client; never wait for it).
 //
+// Two pipelined half-batches (Options::pipeline_halves): with kAuto and
+// expert nodes, each step of at least two generations runs split or unsplit
+// as a HalvesChooser decides from the step times measured on this run (per
+// numeric path); its decisions are logged once per change and reported by
+// pipeline_halves(). kOn and kOff are the session's fixed rules.
+//
 // Thread-safety: Submit, Cancel (on a job), n_ctx, active_generations, queued
 // and predictor are thread-safe; BeginShutdown and Stop are called by the
 // owner.
@@ -40,6 +46,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +60,7 @@
 #include "common/thread_pool.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/generation.h"
+#include "coordinator/halves_chooser.h"
 #include "coordinator/speculative_decoder.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
@@ -140,9 +148,13 @@ class GenerationScheduler {
     int batch_size = 512;
     // Next-layer expert prediction of every session. Default: off.
     arch::PrefetchOptions prefetch;
-    // Pipelining of two half-batches in every step (arch::PipelineHalves).
+    // Pipelining of two half-batches in every step: kAuto decides from
+    // measured step times (see above), kOn / kOff as arch::PipelineHalves.
     // Default: kAuto.
     arch::PipelineHalves pipeline_halves = arch::PipelineHalves::kAuto;
+    // Where the kAuto decisions are logged, a line per change; borrowed.
+    // Default: null (not logged).
+    std::ostream* log = nullptr;
     // Speculative decoding of every generation (draft kNone: plain).
     // Default: plain.
     SpeculationOptions speculation;
@@ -188,6 +200,13 @@ class GenerationScheduler {
     int64_t split_batches = 0;       // steps run as two pipelined halves
   };
   ExpertOverlap expert_overlap() const;
+  // The kAuto decisions so far: per numeric path, every octave of step
+  // sizes decided in (none with kOn, kOff or local experts). Thread-safe.
+  struct HalvesDecision {
+    ops::NumericPath path = ops::NumericPath::kFast;
+    HalvesChooser::Octave octave;
+  };
+  std::vector<HalvesDecision> pipeline_halves() const;
 
  private:
   struct Engine;
@@ -203,6 +222,9 @@ class GenerationScheduler {
   absl::StatusOr<std::unique_ptr<Active>> Admit(std::shared_ptr<GenerationJob> job);
   // One forward step of the active generations of engine `e`.
   void Step(int e, std::vector<std::unique_ptr<Active>>& active);
+  // Gives engine e's HalvesChooser the time of its last step (of `tokens`
+  // tokens, run split or not); logs a change of decision.
+  void ObserveHalves(int e, int tokens, bool split, double seconds);
   // Drafts of the decoding generations `decoding` for the next step of
   // engine `e`, within `budget` tokens: appends them to each one's chunk.
   void PlanDrafts(int e, absl::Span<Active* const> decoding, int budget);
@@ -231,6 +253,7 @@ class GenerationScheduler {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   arch::PredictorStats predictor_ ABSL_GUARDED_BY(mu_);
   ExpertOverlap overlap_ ABSL_GUARDED_BY(mu_);
+  std::vector<HalvesDecision> halves_[2] ABSL_GUARDED_BY(mu_);  // [engine]
   std::thread stepper_;
 };
 

@@ -20,6 +20,52 @@ const std::vector<double> kInterTokenBuckets = metrics::ExponentialBuckets(0.001
 
 std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
 
+// --pipeline-halves auto: per numeric path and octave of step sizes, the
+// decision and the step times it was made from.
+void CollectHalves(const std::vector<GenerationScheduler::HalvesDecision>& decisions,
+                   metrics::TextWriter& w) {
+  if (decisions.empty()) return;
+  const std::vector<std::string> labels = {"path", "tokens"};
+  const std::vector<std::string> mode_labels = {"path", "tokens", "mode"};
+  const auto values = [](const GenerationScheduler::HalvesDecision& d) {
+    return std::vector<std::string>{d.path == ops::NumericPath::kExact ? "exact" : "fast",
+                                    absl::StrCat(d.octave.min_tokens, "-", d.octave.max_tokens)};
+  };
+  w.Family("colibri_pipeline_halves_split",
+           "1 when steps of these sizes run as two pipelined halves (--pipeline-halves auto).",
+           Type::kGauge);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_split", labels, values(d), d.octave.split ? 1 : 0);
+  }
+  w.Family("colibri_pipeline_halves_step_seconds",
+           "Measured step time of each mode at the octave's last step size (0: not measured).",
+           Type::kGauge);
+  for (const auto& d : decisions) {
+    std::vector<std::string> v = values(d);
+    v.push_back("split");
+    w.Sample("colibri_pipeline_halves_step_seconds", mode_labels, v, d.octave.split_seconds);
+    v.back() = "unsplit";
+    w.Sample("colibri_pipeline_halves_step_seconds", mode_labels, v, d.octave.unsplit_seconds);
+  }
+  w.Family("colibri_pipeline_halves_steps_total", "Steps decided.", Type::kCounter);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_steps_total", labels, values(d),
+             static_cast<double>(d.octave.steps));
+  }
+  w.Family("colibri_pipeline_halves_probe_steps_total",
+           "Steps run in the mode not chosen, to keep its time measured.", Type::kCounter);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_probe_steps_total", labels, values(d),
+             static_cast<double>(d.octave.probes));
+  }
+  w.Family("colibri_pipeline_halves_switches_total", "Changes of the decision after the first.",
+           Type::kCounter);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_switches_total", labels, values(d),
+             static_cast<double>(d.octave.switches));
+  }
+}
+
 // The scheduler's and cluster's values, read at scrape time.
 void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluster,
                     const metrics::Counter* generated_tokens, metrics::TextWriter& w) {
@@ -63,6 +109,7 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
              o.outstanding_seconds > 0
                  ? std::max(0.0, 1.0 - o.wait_seconds / o.outstanding_seconds)
                  : 0.0);
+    CollectHalves(scheduler->pipeline_halves(), w);
   }
   if (cluster == nullptr) return;
   Cluster& c = cluster->cluster();

@@ -64,6 +64,7 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
       channel_(experts),
       pool_(pool),
       options_(options),
+      pipeline_halves_(options.pipeline_halves),
       n_ctx_(n_ctx),
       n_batch_(std::min(options.n_batch, n_ctx)),
       prefetch_count_(options.prefetch.depth == 0  ? 0
@@ -298,7 +299,7 @@ absl::Status Session::EvaluateBatch(absl::Span<const SequenceChunk> chunks) {
   }
   // Two pipelined halves, split between sequences near the middle row.
   int split = 0;
-  const PipelineHalves mode = options_.pipeline_halves;
+  const PipelineHalves mode = pipeline_halves_;
   if (chunks.size() >= 2 && mode != PipelineHalves::kOff &&
       (mode == PipelineHalves::kOn || (static_cast<int>(chunks.size()) >= kMinPipelineSequences &&
                                        experts_->SecondChannel() != nullptr))) {

@@ -83,7 +83,8 @@ struct PrefetchOptions {
 // When EvaluateBatch pipelines two half-batches (see Session).
 enum class PipelineHalves {
   // When it pays: the backend has a SecondChannel() (remote experts) and the
-  // batch holds at least kMinPipelineSequences sequences.
+  // batch holds at least kMinPipelineSequences sequences. (serve decides from
+  // measured step times instead: see Session::set_pipeline_halves.)
   kAuto,
   // Whenever the batch holds at least two sequences (for tests and
   // benchmarks; correct with any backend).
@@ -227,6 +228,9 @@ class Session {
   int n_batch() const { return n_batch_; }
   const Model& model() const { return model_; }
   const SessionStats& stats() const { return stats_; }
+  // Replaces SessionOptions::pipeline_halves for the EvaluateBatch calls that
+  // follow (serve's scheduler decides step by step from measured times).
+  void set_pipeline_halves(PipelineHalves mode) { pipeline_halves_ = mode; }
 
   // Forgets every position of sequence 0 / `seq` (its cache is reused from
   // position 0).
@@ -336,6 +340,7 @@ class Session {
   moe::ExpertBackend* channel_;
   ThreadPool* const pool_;
   const SessionOptions options_;
+  PipelineHalves pipeline_halves_;  // options_.pipeline_halves until set
   const int n_ctx_;
   const int n_batch_;
   const int prefetch_count_;      // experts predicted per token (0 when off)
