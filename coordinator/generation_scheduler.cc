@@ -343,7 +343,7 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   const int64_t split_before = session.stats().split_batches;
   const arch::PredictorStats predictor_before = session.stats().predictor[0];
   const int tokens = session.n_batch() - budget;
-  const bool choose_halves = engine->halves != nullptr && chunks.size() >= 2;
+  const bool choose_halves = engine->halves != nullptr && tokens >= 2;
   if (choose_halves) {
     session.set_pipeline_halves(engine->halves->Split(tokens) ? arch::PipelineHalves::kOn
                                                               : arch::PipelineHalves::kOff);

@@ -31,7 +31,8 @@
 // the output for the client; never wait for it).
 //
 // Two pipelined half-batches (Options::pipeline_halves): with kAuto and
-// expert nodes, each step of at least two generations runs split or unsplit
+// expert nodes, each step of at least two tokens (several generations, or a
+// prompt chunk split at its middle) runs split or unsplit
 // as a HalvesChooser decides from the step times measured on this run (per
 // numeric path); its decisions are logged once per change and reported by
 // pipeline_halves(). kOn and kOff are the session's fixed rules.
