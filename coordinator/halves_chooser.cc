@@ -1,6 +1,7 @@
 #include "coordinator/halves_chooser.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_format.h"
 
@@ -9,14 +10,13 @@ namespace colibri::coordinator {
 std::string HalvesChooser::Change::Describe() const {
   const Octave& o = octave;
   return absl::StrFormat(
-      "steps of %d-%d tokens now run %s (step time at %d tokens: split %.2f ms, unsplit %.2f ms)",
-      o.min_tokens, o.max_tokens, o.split ? "split in two pipelined halves" : "unsplit",
-      o.last_tokens, o.split_seconds * 1e3, o.unsplit_seconds * 1e3);
+      "steps of %d-%d tokens now run %s (split / unsplit step time %.3f over %d pairs; "
+      "recent steps: split %.2f ms, unsplit %.2f ms)",
+      o.min_tokens, o.max_tokens, o.split ? "split in two pipelined halves" : "unsplit", o.ratio,
+      o.pairs, o.split_seconds * 1e3, o.unsplit_seconds * 1e3);
 }
 
-HalvesChooser::HalvesChooser(const Options& options)
-    : options_(options),
-      cost_{speculative::StepCost(options.weight), speculative::StepCost(options.weight)} {}
+HalvesChooser::HalvesChooser(const Options& options) : options_(options) {}
 
 int HalvesChooser::OctaveOf(int tokens) {
   int octave = 0;
@@ -45,8 +45,9 @@ bool HalvesChooser::Split(int tokens) {
   ++s.figures.steps;
   const bool mode = s.figures.split;
   if (!s.decided) {
-    // Measure both: the mode with fewer steps so far, the current one on a tie.
-    return s.seen[!mode] < s.seen[mode] ? !mode : mode;
+    // The mode this token count last did not run in, so that a pair forms.
+    const auto it = s.last.find(tokens);
+    return it == s.last.end() ? mode : !it->second.split;
   }
   if (++s.since_probe > options_.probe_interval) {
     s.since_probe = 0;
@@ -59,27 +60,40 @@ bool HalvesChooser::Split(int tokens) {
 std::optional<HalvesChooser::Change> HalvesChooser::Observe(int tokens, bool split,
                                                             double seconds) {
   State& s = StateOf(tokens);
+  const int64_t step = ++s.observed;
   if (s.seen[split]++ == 0) return std::nullopt;  // a first step pays one-off costs
-  cost_[split].Observe(tokens, seconds);
+  if (!(seconds > 0)) return std::nullopt;
   Octave& o = s.figures;
-  o.last_tokens = tokens;
-  o.split_seconds = Counted(s, true) > 0 ? cost_[1].Seconds(tokens) : 0;
-  o.unsplit_seconds = Counted(s, false) > 0 ? cost_[0].Seconds(tokens) : 0;
-  if (Counted(s, true) < options_.min_samples || Counted(s, false) < options_.min_samples) {
-    return std::nullopt;
+  double& mean = split ? o.split_seconds : o.unsplit_seconds;
+  mean = mean == 0 ? seconds : mean + options_.weight * (seconds - mean);
+
+  const auto it = s.last.find(tokens);
+  const bool paired = it != s.last.end() && it->second.split != split &&
+                      step - it->second.step <= options_.pair_distance;
+  if (paired) {
+    const double log_ratio =
+        split ? std::log(seconds / it->second.seconds) : std::log(it->second.seconds / seconds);
+    s.log_ratio =
+        o.pairs == 0 ? log_ratio : s.log_ratio + options_.weight * (log_ratio - s.log_ratio);
+    o.ratio = std::exp(s.log_ratio);
+    ++o.pairs;
+    ++s.pairs_since_switch;
   }
-  const double current = o.split ? o.split_seconds : o.unsplit_seconds;
-  const double other = o.split ? o.unsplit_seconds : o.split_seconds;
+  s.last[tokens] = {split, seconds, step};
+  if (!paired || s.pairs_since_switch < options_.min_pairs) return std::nullopt;
   if (!s.decided) {
     // The first decision takes the faster mode, and is reported either way.
     s.decided = true;
-    if (other < current) o.split = !o.split;
+    s.pairs_since_switch = 0;
+    o.split = o.ratio < 1;
     return Change{o};
   }
-  if (other >= current * (1 - options_.margin)) return std::nullopt;
+  const bool other_faster = o.split ? o.ratio > 1 + options_.margin : o.ratio < 1 - options_.margin;
+  if (!other_faster) return std::nullopt;
   o.split = !o.split;
   ++o.switches;
   s.since_probe = 0;
+  s.pairs_since_switch = 0;
   return Change{o};
 }
 

@@ -9,18 +9,19 @@
 // balance depends on the link, the nodes and the batch, so HalvesChooser
 // measures it: it times steps in both modes and runs the faster one.
 //
-// Steps are grouped by their token count into octaves (2-3, 4-7, 8-15, ...
-// tokens), each with its own decision. Per mode, a speculative::StepCost keeps
-// the moving average of the step time per token count, so the two modes are
-// compared at the step's own token count (interpolated between measured
-// counts). In each octave:
+// Step times drift with the machine's load far more than the two modes
+// differ, so the modes are compared in pairs: a step's time against the
+// other mode's step of the same token count a few steps before (the probe
+// against the steps around it). The decision follows a moving average of the
+// log of those split / unsplit ratios. Steps are grouped by token count into
+// octaves (2-3, 4-7, 8-15, ... tokens), each with its own decision. In each:
 //   - the first step in each mode is not counted (it pays one-off costs, such
 //     as the first split step's buffers);
-//   - until both modes have Options::min_samples counted steps, it
-//     alternates; then it runs the faster (its first decision);
-//   - after that, one step in every probe_interval + 1 runs the other mode,
-//     to keep its time current, and it switches only when the other mode's
-//     estimate is below the current one's by more than Options::margin
+//   - until Options::min_pairs pairs are measured, a step runs in the mode
+//     its token count last did not (so that pairs form);
+//   - then it runs the faster mode (its first decision); after that, one step
+//     in every probe_interval + 1 runs the other, and it switches when the
+//     averaged ratio favours the other mode by more than Options::margin
 //     (hysteresis: noise does not make it flap).
 //
 // Thread-safety: none; one per batched session, used by the stepping thread.
@@ -28,11 +29,10 @@
 #define COLIBRI_COORDINATOR_HALVES_CHOOSER_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "model/speculative/step_cost.h"
 
 namespace colibri::coordinator {
 
@@ -42,15 +42,18 @@ class HalvesChooser {
     // Steps in the chosen mode between two probes of the other, per octave.
     // Default: 16.
     int probe_interval = 16;
-    // Counted steps of each mode an octave needs before it compares them.
-    // Default: 2.
-    int min_samples = 2;
-    // The other mode must be faster by more than this share of the current
-    // mode's step time to be switched to. Default: 0.05.
-    double margin = 0.05;
-    // Weight of a new step time in its token count's moving average.
-    // Default: 0.25.
-    double weight = 0.25;
+    // Pairs an octave needs before its first decision, and between two
+    // switches. Default: 3.
+    int min_pairs = 3;
+    // A pair: the other mode's step of the same token count at most this many
+    // steps (of the octave) before. Default: 4.
+    int pair_distance = 4;
+    // The averaged ratio must favour the other mode by more than this share
+    // to switch. Default: 0.08.
+    double margin = 0.08;
+    // Weight of a new pair in the moving average of the log ratio, and of a
+    // new step in its mode's time (the figures). Default: 0.2.
+    double weight = 0.2;
     // Mode of an octave before anything is measured. Default: split.
     bool initial_split = true;
   };
@@ -59,15 +62,17 @@ class HalvesChooser {
   struct Octave {
     int min_tokens = 0;  // the octave: [min_tokens, max_tokens]
     int max_tokens = 0;
-    bool split = false;   // the mode its non-probe steps run in
-    int last_tokens = 0;  // token count of its last counted step
-    // Estimated seconds of a step of last_tokens tokens in each mode; 0 while
-    // that mode is not measured.
+    bool split = false;  // the mode its non-probe steps run in
+    // Averaged split / unsplit step time ratio over the pairs; 0 before any.
+    double ratio = 0;
+    int64_t pairs = 0;
+    // Moving averages of the step time in each mode (of any token count in
+    // the octave; for the reader: decisions use `ratio`); 0 while unmeasured.
     double split_seconds = 0;
     double unsplit_seconds = 0;
     int64_t steps = 0;     // steps decided
     int64_t probes = 0;    // of which ran in the other mode to measure it
-    int64_t switches = 0;  // changes of `split` after both were measured
+    int64_t switches = 0;  // changes of `split` after the first decision
   };
 
   // A change of an octave's decision, to log.
@@ -79,8 +84,7 @@ class HalvesChooser {
   HalvesChooser() : HalvesChooser(Options()) {}
   explicit HalvesChooser(const Options& options);
 
-  // Whether the next step, of `tokens` >= 2 tokens in at least two sequences,
-  // should split.
+  // Whether the next step, of `tokens` >= 2 tokens, should split.
   bool Split(int tokens);
 
   // The step of `tokens` tokens that Split was just asked about ran in mode
@@ -92,22 +96,27 @@ class HalvesChooser {
   std::vector<Octave> octaves() const;
 
  private:
+  // The last counted step of one token count.
+  struct Last {
+    bool split = false;
+    double seconds = 0;
+    int64_t step = 0;  // the octave's observation index
+  };
   struct State {
     Octave figures;
     int seen[2] = {0, 0};  // [split] steps observed, the first not counted
-    bool decided = false;  // both modes measured: figures.split is the faster
-    int since_probe = 0;   // steps in the chosen mode since the last probe
+    int64_t observed = 0;  // steps observed
+    double log_ratio = 0;  // moving average of log(split / unsplit)
+    int64_t pairs_since_switch = 0;
+    bool decided = false;      // figures.split follows the ratio
+    int since_probe = 0;       // steps in the chosen mode since the last probe
+    std::map<int, Last> last;  // [tokens]
   };
   static int OctaveOf(int tokens);
   State& StateOf(int tokens);
-  // Counted steps of mode `split` in `s`.
-  static int Counted(const State& s, bool split) {
-    return s.seen[split] > 0 ? s.seen[split] - 1 : 0;
-  }
 
   const Options options_;
-  speculative::StepCost cost_[2];  // [split]
-  std::vector<State> octaves_;     // [OctaveOf(tokens)]
+  std::vector<State> octaves_;  // [OctaveOf(tokens)]
 };
 
 }  // namespace colibri::coordinator

@@ -38,14 +38,20 @@ void CollectHalves(const std::vector<GenerationScheduler::HalvesDecision>& decis
     w.Sample("colibri_pipeline_halves_split", labels, values(d), d.octave.split ? 1 : 0);
   }
   w.Family("colibri_pipeline_halves_step_seconds",
-           "Measured step time of each mode at the octave's last step size (0: not measured).",
-           Type::kGauge);
+           "Moving average of the step time in each mode (0: not measured).", Type::kGauge);
   for (const auto& d : decisions) {
     std::vector<std::string> v = values(d);
     v.push_back("split");
     w.Sample("colibri_pipeline_halves_step_seconds", mode_labels, v, d.octave.split_seconds);
     v.back() = "unsplit";
     w.Sample("colibri_pipeline_halves_step_seconds", mode_labels, v, d.octave.unsplit_seconds);
+  }
+  w.Family("colibri_pipeline_halves_step_time_ratio",
+           "Split / unsplit step time, averaged over pairs of steps of equal size a few steps "
+           "apart: the decision's measure (0 before any pair).",
+           Type::kGauge);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_step_time_ratio", labels, values(d), d.octave.ratio);
   }
   w.Family("colibri_pipeline_halves_steps_total", "Steps decided.", Type::kCounter);
   for (const auto& d : decisions) {
@@ -98,17 +104,16 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
     w.Family("colibri_expert_wait_seconds_total",
              "Time forward steps were blocked waiting for routed experts.", Type::kCounter);
     w.Sample("colibri_expert_wait_seconds_total", {}, {}, o.wait_seconds);
-    w.Family("colibri_split_batches_total",
-             "Forward steps run as two pipelined half-batches.", Type::kCounter);
+    w.Family("colibri_split_batches_total", "Forward steps run as two pipelined half-batches.",
+             Type::kCounter);
     w.Sample("colibri_split_batches_total", {}, {}, static_cast<double>(o.split_batches));
     w.Family("colibri_expert_overlap_ratio",
              "Share of the experts' outstanding time the coordinator computed: "
              "1 - wait / outstanding since start (0 before any).",
              Type::kGauge);
     w.Sample("colibri_expert_overlap_ratio", {}, {},
-             o.outstanding_seconds > 0
-                 ? std::max(0.0, 1.0 - o.wait_seconds / o.outstanding_seconds)
-                 : 0.0);
+             o.outstanding_seconds > 0 ? std::max(0.0, 1.0 - o.wait_seconds / o.outstanding_seconds)
+                                       : 0.0);
     CollectHalves(scheduler->pipeline_halves(), w);
   }
   if (cluster == nullptr) return;

@@ -56,8 +56,10 @@ TEST(HalvesChooserTest, ChoosesUnsplitWhenSplitStepsAreSlower) {
   EXPECT_FALSE(o.split);
   ASSERT_EQ(run.changes.size(), 1u);
   EXPECT_FALSE(run.changes[0].octave.split);
+  EXPECT_NEAR(o.ratio, 1.2, 0.03);
   EXPECT_NEAR(o.split_seconds, 0.012, 0.0005);
   EXPECT_NEAR(o.unsplit_seconds, 0.010, 0.0005);
+  EXPECT_EQ(o.probes, run.split_steps + 2);  // steps 22 and 39 probed too
   // Of the last 300 steps, only the probes (one in 17) ran split.
   EXPECT_EQ(run.split_steps, 300 / (options.probe_interval + 1));
   EXPECT_EQ(o.switches, 0);
@@ -79,17 +81,19 @@ TEST(HalvesChooserTest, ChoosesSplitWhenSplitStepsAreFaster) {
 }
 
 TEST(HalvesChooserTest, MeasuresBothModesBeforeDeciding) {
-  HalvesChooser::Options options;
-  HalvesChooser chooser(options);
+  HalvesChooser chooser;
   const StepTime time = [](int, bool split, int) { return split ? 0.02 : 0.01; };
-  // Each mode: one uncounted step, then min_samples counted ones.
-  const int warmup = 2 * (1 + options.min_samples);
-  SimulatedRun run = Simulate(chooser, 4, warmup - 1, time);
+  // Split twice (the first not counted), unsplit twice (the second pairs
+  // with the counted split step), split (a pair), then unsplit: the third
+  // pair decides.
+  SimulatedRun run = Simulate(chooser, 4, 5, time);
   EXPECT_TRUE(run.changes.empty());
-  EXPECT_EQ(run.split_steps, 1 + options.min_samples);
+  EXPECT_EQ(run.split_steps, 3);
+  EXPECT_EQ(OctaveWith(chooser, 4).pairs, 2);
   run = Simulate(chooser, 4, 1, time);
   ASSERT_EQ(run.changes.size(), 1u);
   EXPECT_FALSE(run.changes[0].octave.split);
+  EXPECT_NEAR(run.changes[0].octave.ratio, 2.0, 1e-9);
 }
 
 TEST(HalvesChooserTest, TheFirstStepOfAModeIsNotCounted) {
@@ -118,6 +122,21 @@ TEST(HalvesChooserTest, NoiseWithinTheMarginDoesNotSwitch) {
   };
   const SimulatedRun run = Simulate(chooser, 8, 1000, time);
   EXPECT_EQ(run.changes.size(), 1u);  // the first decision only
+  EXPECT_EQ(OctaveWith(chooser, 8).switches, 0);
+}
+
+// The current mode's steps get slower with the machine's load while the
+// other mode was last measured before: comparing each mode's own average
+// would switch, the pairs do not.
+TEST(HalvesChooserTest, ALoadChangeAloneDoesNotSwitch) {
+  HalvesChooser chooser;
+  // Split 10 % faster throughout; every step 4 times slower from step 100.
+  const StepTime time = [](int, bool split, int step) {
+    return (split ? 0.009 : 0.010) * (step < 100 ? 1 : 4);
+  };
+  const SimulatedRun run = Simulate(chooser, 8, 400, time);
+  ASSERT_EQ(run.changes.size(), 1u);
+  EXPECT_TRUE(run.changes[0].octave.split);
   EXPECT_EQ(OctaveWith(chooser, 8).switches, 0);
 }
 
@@ -166,8 +185,7 @@ TEST(HalvesChooserTest, ComparesTheModesAtTheStepsTokenCount) {
   HalvesChooser chooser;
   // Steps alternate between 8 and 15 tokens, and a step's time grows with
   // its tokens far more than with its mode: split costs 20 % more at either
-  // count. While measuring, split steps fall on 8 tokens and unsplit ones on
-  // 15, so comparing whole octaves would pick split for good.
+  // count. Pairs are of equal counts, so the ratio is exact.
   const StepTime time = [](int tokens, bool split, int) {
     return (split ? 1.2 : 1.0) * 0.001 * tokens;
   };
@@ -180,8 +198,7 @@ TEST(HalvesChooserTest, ComparesTheModesAtTheStepsTokenCount) {
   }
   const HalvesChooser::Octave o = OctaveWith(chooser, 8);
   EXPECT_FALSE(o.split);
-  EXPECT_NEAR(o.split_seconds, 1.2 * 0.001 * o.last_tokens, 1e-9);
-  EXPECT_NEAR(o.unsplit_seconds, 0.001 * o.last_tokens, 1e-9);
+  EXPECT_NEAR(o.ratio, 1.2, 1e-9);
   EXPECT_LE(run.split_steps, 200 / 17 + 1);
 }
 
@@ -190,12 +207,13 @@ TEST(HalvesChooserTest, AChangeDescribesItsFigures) {
   change.octave.min_tokens = 8;
   change.octave.max_tokens = 15;
   change.octave.split = true;
-  change.octave.last_tokens = 9;
+  change.octave.ratio = 0.8333;
+  change.octave.pairs = 5;
   change.octave.split_seconds = 0.0125;
   change.octave.unsplit_seconds = 0.0150;
   EXPECT_EQ(change.Describe(),
-            "steps of 8-15 tokens now run split in two pipelined halves (step time at 9 tokens: "
-            "split 12.50 ms, unsplit 15.00 ms)");
+            "steps of 8-15 tokens now run split in two pipelined halves (split / unsplit step "
+            "time 0.833 over 5 pairs; recent steps: split 12.50 ms, unsplit 15.00 ms)");
 }
 
 }  // namespace

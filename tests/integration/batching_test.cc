@@ -286,6 +286,7 @@ TEST_F(BatchingTest, ConcurrentRequestsGiveWhatEachGivesAloneOnThreeNodes) {
   EXPECT_GT(Metric("colibri_pipeline_halves_steps_total" + octave),
             Metric("colibri_split_batches_total"));
   EXPECT_GE(Metric("colibri_pipeline_halves_split" + octave), 0);
+  EXPECT_GT(Metric("colibri_pipeline_halves_step_time_ratio" + octave), 0);
   EXPECT_GT(Metric("colibri_pipeline_halves_step_seconds{path=\"fast\",tokens=\"2-3\","
                    "mode=\"split\"}"),
             0);
