@@ -61,7 +61,8 @@ std::optional<HalvesChooser::Change> HalvesChooser::Observe(int tokens, bool spl
                                                             double seconds) {
   State& s = StateOf(tokens);
   const int64_t step = ++s.observed;
-  if (s.seen[split]++ == 0) return std::nullopt;  // a first step pays one-off costs
+  // The first steps of a mode pay one-off costs.
+  if (s.seen[split]++ < options_.warmup_steps) return std::nullopt;
   if (!(seconds > 0)) return std::nullopt;
   Octave& o = s.figures;
   double& mean = split ? o.split_seconds : o.unsplit_seconds;
@@ -73,8 +74,8 @@ std::optional<HalvesChooser::Change> HalvesChooser::Observe(int tokens, bool spl
   if (paired) {
     const double log_ratio =
         split ? std::log(seconds / it->second.seconds) : std::log(it->second.seconds / seconds);
-    s.log_ratio =
-        o.pairs == 0 ? log_ratio : s.log_ratio + options_.weight * (log_ratio - s.log_ratio);
+    const double weight = std::max(options_.weight, 1.0 / static_cast<double>(o.pairs + 1));
+    s.log_ratio += weight * (log_ratio - s.log_ratio);
     o.ratio = std::exp(s.log_ratio);
     ++o.pairs;
     ++s.pairs_since_switch;

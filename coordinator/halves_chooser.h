@@ -15,8 +15,9 @@
 // against the steps around it). The decision follows a moving average of the
 // log of those split / unsplit ratios. Steps are grouped by token count into
 // octaves (2-3, 4-7, 8-15, ... tokens), each with its own decision. In each:
-//   - the first step in each mode is not counted (it pays one-off costs, such
-//     as the first split step's buffers);
+//   - the first Options::warmup_steps steps in each mode are not counted
+//     (they pay one-off costs: the first split step's buffers, the second
+//     channel's connections to the nodes);
 //   - until Options::min_pairs pairs are measured, a step runs in the mode
 //     its token count last did not (so that pairs form);
 //   - then it runs the faster mode (its first decision); after that, one step
@@ -45,14 +46,17 @@ class HalvesChooser {
     // Pairs an octave needs before its first decision, and between two
     // switches. Default: 3.
     int min_pairs = 3;
+    // Steps of each mode an octave does not count at first. Default: 3.
+    int warmup_steps = 3;
     // A pair: the other mode's step of the same token count at most this many
     // steps (of the octave) before. Default: 4.
     int pair_distance = 4;
     // The averaged ratio must favour the other mode by more than this share
     // to switch. Default: 0.08.
     double margin = 0.08;
-    // Weight of a new pair in the moving average of the log ratio, and of a
-    // new step in its mode's time (the figures). Default: 0.2.
+    // Weight of a new pair in the moving average of the log ratio (the plain
+    // mean while the pairs are fewer than 1 / weight), and of a new step in
+    // its mode's time (the figures). Default: 0.2.
     double weight = 0.2;
     // Mode of an octave before anything is measured. Default: split.
     bool initial_split = true;
@@ -104,7 +108,7 @@ class HalvesChooser {
   };
   struct State {
     Octave figures;
-    int seen[2] = {0, 0};  // [split] steps observed, the first not counted
+    int seen[2] = {0, 0};  // [split] steps observed, warmup_steps not counted
     int64_t observed = 0;  // steps observed
     double log_ratio = 0;  // moving average of log(split / unsplit)
     int64_t pairs_since_switch = 0;

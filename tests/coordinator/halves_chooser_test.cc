@@ -47,6 +47,7 @@ HalvesChooser::Octave OctaveWith(const HalvesChooser& chooser, int tokens) {
 TEST(HalvesChooserTest, ChoosesUnsplitWhenSplitStepsAreSlower) {
   HalvesChooser::Options options;
   options.initial_split = true;
+  options.warmup_steps = 1;
   HalvesChooser chooser(options);
   const StepTime time = [](int, bool split, int step) {
     return (split ? 0.012 : 0.010) * Noise(step);
@@ -68,6 +69,7 @@ TEST(HalvesChooserTest, ChoosesUnsplitWhenSplitStepsAreSlower) {
 TEST(HalvesChooserTest, ChoosesSplitWhenSplitStepsAreFaster) {
   HalvesChooser::Options options;
   options.initial_split = false;
+  options.warmup_steps = 1;
   HalvesChooser chooser(options);
   const StepTime time = [](int, bool split, int step) {
     return (split ? 0.007 : 0.010) * Noise(step);
@@ -81,7 +83,9 @@ TEST(HalvesChooserTest, ChoosesSplitWhenSplitStepsAreFaster) {
 }
 
 TEST(HalvesChooserTest, MeasuresBothModesBeforeDeciding) {
-  HalvesChooser chooser;
+  HalvesChooser::Options options;
+  options.warmup_steps = 1;
+  HalvesChooser chooser(options);
   const StepTime time = [](int, bool split, int) { return split ? 0.02 : 0.01; };
   // Split twice (the first not counted), unsplit twice (the second pairs
   // with the counted split step), split (a pair), then unsplit: the third
@@ -96,20 +100,19 @@ TEST(HalvesChooserTest, MeasuresBothModesBeforeDeciding) {
   EXPECT_NEAR(run.changes[0].octave.ratio, 2.0, 1e-9);
 }
 
-TEST(HalvesChooserTest, TheFirstStepOfAModeIsNotCounted) {
-  HalvesChooser chooser;
-  // The first split step is slow (buffers allocated), later ones are fast.
-  bool first_split = true;
-  const StepTime time = [&first_split](int, bool split, int) {
-    if (split && first_split) {
-      first_split = false;
-      return 1.0;
-    }
+TEST(HalvesChooserTest, TheFirstStepsOfAModeAreNotCounted) {
+  HalvesChooser chooser;  // warmup_steps 3
+  // The first three split steps are slow (buffers, connections), later
+  // ones are fast.
+  int split_steps = 0;
+  const StepTime time = [&split_steps](int, bool split, int) {
+    if (split && ++split_steps <= 3) return 1.0;
     return split ? 0.005 : 0.010;
   };
-  Simulate(chooser, 16, 40, time);
+  Simulate(chooser, 16, 60, time);
   const HalvesChooser::Octave o = OctaveWith(chooser, 16);
   EXPECT_TRUE(o.split);
+  EXPECT_NEAR(o.ratio, 0.5, 1e-9);
   EXPECT_NEAR(o.split_seconds, 0.005, 1e-9);
 }
 
