@@ -37,6 +37,8 @@ struct GenerationScheduler::Engine {
   uint64_t draft_steps = 0;  // steps planned with drafting on, for the probes
   // --draft mtp: the model's NextN block, one sequence per slot.
   std::unique_ptr<speculative::MtpModule> mtp;
+  // Split or unsplit steps, with kAuto over nodes (null otherwise).
+  std::unique_ptr<HalvesChooser> halves;
 };
 
 // A generation in a slot: its prompt's progress and its per-token state.
@@ -139,6 +141,13 @@ GenerationScheduler::ExpertOverlap GenerationScheduler::expert_overlap() const {
   return overlap_;
 }
 
+std::vector<GenerationScheduler::HalvesDecision> GenerationScheduler::pipeline_halves() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<HalvesDecision> all = halves_[0];
+  all.insert(all.end(), halves_[1].begin(), halves_[1].end());
+  return all;
+}
+
 absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops::NumericPath path) {
   std::unique_ptr<Engine>& engine = engines_[path == ops::NumericPath::kExact ? 1 : 0];
   if (engine != nullptr) return engine.get();
@@ -176,6 +185,10 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
     mtp_options.path = path;
     COLIBRI_ASSIGN_OR_RETURN(
         e->mtp, speculative::MtpModule::Open(model_.file().path(), pool_, mtp_options));
+  }
+  if (options_.pipeline_halves == arch::PipelineHalves::kAuto &&
+      e->backend->SecondChannel() != nullptr) {
+    e->halves = std::make_unique<HalvesChooser>();
   }
   engine = std::move(e);
   return engine.get();
@@ -358,14 +371,20 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   const double outstanding_before = session.stats().expert_outstanding_seconds;
   const int64_t split_before = session.stats().split_batches;
   const arch::PredictorStats predictor_before = session.stats().predictor[0];
+  const int tokens = session.n_batch() - budget;
+  const bool choose_halves = engine->halves != nullptr && tokens >= 2;
+  if (choose_halves) {
+    session.set_pipeline_halves(engine->halves->Split(tokens) ? arch::PipelineHalves::kOn
+                                                              : arch::PipelineHalves::kOff);
+  }
   const auto step_start = Clock::now();
   const absl::Status status = session.EvaluateBatch(chunks);
-  if (status.ok()) {
-    // The drafters' time counts in the step's cost: drafts that need a
-    // forward of the NextN block cost that forward too.
-    engine->cost.Observe(
-        session.n_batch() - budget,
-        draft_seconds + std::chrono::duration<double>(Clock::now() - step_start).count());
+  const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+  // The drafters' time counts in the step's cost: drafts that need a forward
+  // of the NextN block cost that forward too.
+  if (status.ok()) engine->cost.Observe(tokens, draft_seconds + step_seconds);
+  if (choose_halves && status.ok()) {
+    ObserveHalves(e, tokens, session.stats().split_batches > split_before, step_seconds);
   }
   const RemoteBackendStats remote_after =
       engine->remote != nullptr ? engine->remote->stats() : RemoteBackendStats();
@@ -413,6 +432,21 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
     }
     Advance(a, static_cast<int>(chunks[j].tokens.size()));
   }
+}
+
+void GenerationScheduler::ObserveHalves(int e, int tokens, bool split, double seconds) {
+  HalvesChooser& chooser = *engines_[e]->halves;
+  const std::optional<HalvesChooser::Change> change = chooser.Observe(tokens, split, seconds);
+  if (change.has_value() && options_.log != nullptr) {
+    *options_.log << "serve: pipeline halves (" << (e == 1 ? "exact" : "fast")
+                  << " path): " << change->Describe() << std::endl;
+  }
+  std::vector<HalvesDecision> decisions;
+  for (const HalvesChooser::Octave& octave : chooser.octaves()) {
+    decisions.push_back({e == 1 ? ops::NumericPath::kExact : ops::NumericPath::kFast, octave});
+  }
+  absl::MutexLock lock(&mu_);
+  halves_[e] = std::move(decisions);
 }
 
 double GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding, int budget) {

@@ -34,6 +34,13 @@
 // The job's callbacks run on the stepping thread: they must not block (queue
 // the output for the client; never wait for it).
 //
+// Two pipelined half-batches (Options::pipeline_halves): with kAuto and
+// expert nodes, each step of at least two tokens (several generations, or a
+// prompt chunk split at its middle) runs split or unsplit
+// as a HalvesChooser decides from the step times measured on this run (per
+// numeric path); its decisions are logged once per change and reported by
+// pipeline_halves(). kOn and kOff are the session's fixed rules.
+//
 // Thread-safety: Submit, Cancel (on a job), n_ctx, active_generations, queued
 // and predictor are thread-safe; BeginShutdown and Stop are called by the
 // owner.
@@ -44,6 +51,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +65,7 @@
 #include "common/thread_pool.h"
 #include "coordinator/cluster_command.h"
 #include "coordinator/generation.h"
+#include "coordinator/halves_chooser.h"
 #include "coordinator/speculative_decoder.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
@@ -144,9 +153,13 @@ class GenerationScheduler {
     int batch_size = 512;
     // Next-layer expert prediction of every session. Default: off.
     arch::PrefetchOptions prefetch;
-    // Pipelining of two half-batches in every step (arch::PipelineHalves).
+    // Pipelining of two half-batches in every step: kAuto decides from
+    // measured step times (see above), kOn / kOff as arch::PipelineHalves.
     // Default: kAuto.
     arch::PipelineHalves pipeline_halves = arch::PipelineHalves::kAuto;
+    // Where the kAuto decisions are logged, a line per change; borrowed.
+    // Default: null (not logged).
+    std::ostream* log = nullptr;
     // Speculative decoding of every generation (draft kNone: plain; kMtp
     // needs a NextN block in the model's file, else Create fails with
     // InvalidArgument). Default: plain.
@@ -193,6 +206,13 @@ class GenerationScheduler {
     int64_t split_batches = 0;       // steps run as two pipelined halves
   };
   ExpertOverlap expert_overlap() const;
+  // The kAuto decisions so far: per numeric path, every octave of step
+  // sizes decided in (none with kOn, kOff or local experts). Thread-safe.
+  struct HalvesDecision {
+    ops::NumericPath path = ops::NumericPath::kFast;
+    HalvesChooser::Octave octave;
+  };
+  std::vector<HalvesDecision> pipeline_halves() const;
 
  private:
   struct Engine;
@@ -208,6 +228,9 @@ class GenerationScheduler {
   absl::StatusOr<std::unique_ptr<Active>> Admit(std::shared_ptr<GenerationJob> job);
   // One forward step of the active generations of engine `e`.
   void Step(int e, std::vector<std::unique_ptr<Active>>& active);
+  // Gives engine e's HalvesChooser the time of its last step (of `tokens`
+  // tokens, run split or not); logs a change of decision.
+  void ObserveHalves(int e, int tokens, bool split, double seconds);
   // Drafts of the decoding generations `decoding` for the next step of
   // engine `e`, within `budget` tokens: appends them to each one's chunk.
   // Returns the seconds costly drafters (MTP) spent proposing them.
@@ -237,6 +260,7 @@ class GenerationScheduler {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   arch::PredictorStats predictor_ ABSL_GUARDED_BY(mu_);
   ExpertOverlap overlap_ ABSL_GUARDED_BY(mu_);
+  std::vector<HalvesDecision> halves_[2] ABSL_GUARDED_BY(mu_);  // [engine]
   std::thread stepper_;
 };
 

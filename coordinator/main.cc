@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
     serve_cmd
         ->add_option("--pipeline-halves", serve.pipeline_halves,
                      "split each step's sequences into two halves pipelined against the expert "
-                     "nodes: auto (with nodes and at least 4 generations), on or off")
+                     "nodes: auto (with nodes, whichever is measured faster), on or off")
         ->transform(CLI::CheckedTransformer(halves))
         ->type_name("auto|on|off")
         ->default_str("auto");

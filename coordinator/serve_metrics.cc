@@ -20,6 +20,58 @@ const std::vector<double> kInterTokenBuckets = metrics::ExponentialBuckets(0.001
 
 std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
 
+// --pipeline-halves auto: per numeric path and octave of step sizes, the
+// decision and the step times it was made from.
+void CollectHalves(const std::vector<GenerationScheduler::HalvesDecision>& decisions,
+                   metrics::TextWriter& w) {
+  if (decisions.empty()) return;
+  const std::vector<std::string> labels = {"path", "tokens"};
+  const std::vector<std::string> mode_labels = {"path", "tokens", "mode"};
+  const auto values = [](const GenerationScheduler::HalvesDecision& d) {
+    return std::vector<std::string>{d.path == ops::NumericPath::kExact ? "exact" : "fast",
+                                    absl::StrCat(d.octave.min_tokens, "-", d.octave.max_tokens)};
+  };
+  w.Family("colibri_pipeline_halves_split",
+           "1 when steps of these sizes run as two pipelined halves (--pipeline-halves auto).",
+           Type::kGauge);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_split", labels, values(d), d.octave.split ? 1 : 0);
+  }
+  w.Family("colibri_pipeline_halves_step_seconds",
+           "Moving average of the step time in each mode (0: not measured).", Type::kGauge);
+  for (const auto& d : decisions) {
+    std::vector<std::string> v = values(d);
+    v.push_back("split");
+    w.Sample("colibri_pipeline_halves_step_seconds", mode_labels, v, d.octave.split_seconds);
+    v.back() = "unsplit";
+    w.Sample("colibri_pipeline_halves_step_seconds", mode_labels, v, d.octave.unsplit_seconds);
+  }
+  w.Family("colibri_pipeline_halves_step_time_ratio",
+           "Split / unsplit step time, averaged over pairs of steps of equal size a few steps "
+           "apart: the decision's measure (0 before any pair).",
+           Type::kGauge);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_step_time_ratio", labels, values(d), d.octave.ratio);
+  }
+  w.Family("colibri_pipeline_halves_steps_total", "Steps decided.", Type::kCounter);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_steps_total", labels, values(d),
+             static_cast<double>(d.octave.steps));
+  }
+  w.Family("colibri_pipeline_halves_probe_steps_total",
+           "Steps run in the mode not chosen, to keep its time measured.", Type::kCounter);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_probe_steps_total", labels, values(d),
+             static_cast<double>(d.octave.probes));
+  }
+  w.Family("colibri_pipeline_halves_switches_total", "Changes of the decision after the first.",
+           Type::kCounter);
+  for (const auto& d : decisions) {
+    w.Sample("colibri_pipeline_halves_switches_total", labels, values(d),
+             static_cast<double>(d.octave.switches));
+  }
+}
+
 // The scheduler's and cluster's values, read at scrape time.
 void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluster,
                     const metrics::Counter* generated_tokens, metrics::TextWriter& w) {
@@ -52,17 +104,17 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
     w.Family("colibri_expert_wait_seconds_total",
              "Time forward steps were blocked waiting for routed experts.", Type::kCounter);
     w.Sample("colibri_expert_wait_seconds_total", {}, {}, o.wait_seconds);
-    w.Family("colibri_split_batches_total",
-             "Forward steps run as two pipelined half-batches.", Type::kCounter);
+    w.Family("colibri_split_batches_total", "Forward steps run as two pipelined half-batches.",
+             Type::kCounter);
     w.Sample("colibri_split_batches_total", {}, {}, static_cast<double>(o.split_batches));
     w.Family("colibri_expert_overlap_ratio",
              "Share of the experts' outstanding time the coordinator computed: "
              "1 - wait / outstanding since start (0 before any).",
              Type::kGauge);
     w.Sample("colibri_expert_overlap_ratio", {}, {},
-             o.outstanding_seconds > 0
-                 ? std::max(0.0, 1.0 - o.wait_seconds / o.outstanding_seconds)
-                 : 0.0);
+             o.outstanding_seconds > 0 ? std::max(0.0, 1.0 - o.wait_seconds / o.outstanding_seconds)
+                                       : 0.0);
+    CollectHalves(scheduler->pipeline_halves(), w);
   }
   if (cluster == nullptr) return;
   Cluster& c = cluster->cluster();

@@ -64,6 +64,7 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
       channel_(experts),
       pool_(pool),
       options_(options),
+      pipeline_halves_(options.pipeline_halves),
       n_ctx_(n_ctx),
       n_batch_(std::min(options.n_batch, n_ctx)),
       prefetch_count_(options.prefetch.depth == 0  ? 0
@@ -296,12 +297,20 @@ absl::Status Session::EvaluateBatch(absl::Span<const SequenceChunk> chunks) {
     COLIBRI_RETURN_IF_ERROR(PlaceRows(chunk.seq, chunk.tokens, rows));
     rows += static_cast<int>(chunk.tokens.size());
   }
-  // Two pipelined halves, split between sequences near the middle row.
+  // Two pipelined halves, split between sequences near the middle row; when
+  // that leaves a half under a quarter of the rows (one long prompt chunk),
+  // at the middle row, inside that chunk.
   int split = 0;
-  const PipelineHalves mode = options_.pipeline_halves;
-  if (chunks.size() >= 2 && mode != PipelineHalves::kOff &&
-      (mode == PipelineHalves::kOn || (static_cast<int>(chunks.size()) >= kMinPipelineSequences &&
-                                       experts_->SecondChannel() != nullptr))) {
+  const PipelineHalves mode = pipeline_halves_;
+  if (mode == PipelineHalves::kOn && rows >= 2) {
+    for (size_t j = 0; j + 1 < chunks.size(); ++j) {
+      split += static_cast<int>(chunks[j].tokens.size());
+      if (2 * split >= rows) break;
+    }
+    if (4 * std::min(split, rows - split) < rows) split = rows / 2;
+  } else if (mode == PipelineHalves::kAuto &&
+             static_cast<int>(chunks.size()) >= kMinPipelineSequences &&
+             experts_->SecondChannel() != nullptr) {
     for (size_t j = 0; j + 1 < chunks.size(); ++j) {
       split += static_cast<int>(chunks[j].tokens.size());
       if (2 * split >= rows) break;

@@ -16,13 +16,16 @@
 // A session with n_seq = 1 is the plain single-sequence case.
 //
 // Two half-batches (SessionOptions::pipeline_halves): EvaluateBatch may split
-// its chunks by sequence into two halves A and B and pipeline them layer by
-// layer: while A's routed experts are in flight, the session runs B's
-// attention, norms and routing (and B's while A's are), so the coordinator's
-// compute hides behind the round trips to the nodes. A sequence's rows stay
-// in one half, and every kernel is batch-invariant, so the logits are bitwise
-// those of the unsplit batch. With a backend that has a SecondChannel() both
-// halves are in flight at once; without one (forced on) at most one is.
+// its rows into two halves A and B and pipeline them layer by layer: while
+// A's routed experts are in flight, the session runs B's attention, norms and
+// routing (and B's while A's are), so the coordinator's compute hides behind
+// the round trips to the nodes. The split falls between sequences, or inside
+// a sequence's chunk (a long prompt chunk), whose earlier positions are then
+// in A: A runs each layer's attention before B, so B's rows attend to A's
+// keys and values of that layer. Every kernel is batch-invariant, so the
+// logits are bitwise those of the unsplit batch. With a backend that has a
+// SecondChannel() both halves are in flight at once; without one (forced on)
+// at most one is.
 //
 // KV cache slots are allocated when a sequence is first evaluated (and left
 // uninitialized, so the system commits their pages only as positions are
@@ -83,10 +86,13 @@ struct PrefetchOptions {
 // When EvaluateBatch pipelines two half-batches (see Session).
 enum class PipelineHalves {
   // When it pays: the backend has a SecondChannel() (remote experts) and the
-  // batch holds at least kMinPipelineSequences sequences.
+  // batch holds at least kMinPipelineSequences sequences. (serve decides from
+  // measured step times instead: see Session::set_pipeline_halves.)
   kAuto,
-  // Whenever the batch holds at least two sequences (for tests and
-  // benchmarks; correct with any backend).
+  // Whenever the batch holds at least two tokens (for tests, benchmarks and
+  // serve's measured decision; correct with any backend): between sequences
+  // near the middle row, or at the middle row when no sequence boundary
+  // leaves each half a quarter of the rows.
   kOn,
   // Never.
   kOff,
@@ -237,6 +243,9 @@ class Session {
   int n_batch() const { return n_batch_; }
   const Model& model() const { return model_; }
   const SessionStats& stats() const { return stats_; }
+  // Replaces SessionOptions::pipeline_halves for the EvaluateBatch calls that
+  // follow (serve's scheduler decides step by step from measured times).
+  void set_pipeline_halves(PipelineHalves mode) { pipeline_halves_ = mode; }
 
   // Forgets every position of sequence 0 / `seq` (its cache is reused from
   // position 0).
@@ -346,6 +355,7 @@ class Session {
   moe::ExpertBackend* channel_;
   ThreadPool* const pool_;
   const SessionOptions options_;
+  PipelineHalves pipeline_halves_;  // options_.pipeline_halves until set
   const int n_ctx_;
   const int n_batch_;
   const int prefetch_count_;      // experts predicted per token (0 when off)

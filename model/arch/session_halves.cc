@@ -100,6 +100,8 @@ absl::Status Session::ForwardHalves(int n_a, int n_b) {
     return absl::OkStatus();
   };
 
+  // A before B at every layer: when a chunk is split across the halves, B's
+  // rows attend to A's keys and values of the same layer.
   absl::Status status = absl::OkStatus();
   while (status.ok() && (layer[0] < c_.n_layer || layer[1] < c_.n_layer)) {
     for (int h = 0; h < 2 && status.ok(); ++h) {

@@ -5,7 +5,8 @@
 // that each gives when it runs alone on the same server. The step budget
 // (--batch-size 3) is below the generations running, so prompts go in chunks
 // and the decoding generations take turns. On nodes, the same holds with
-// every step split into two pipelined halves (--pipeline-halves on). With
+// every step split into two pipelined halves (--pipeline-halves on), and
+// with steps split or not as measured (auto, the default). With
 // speculative decoding on (--draft ngram), the same concurrent requests give
 // exactly what each gives alone on a plain server with one session, and drafts
 // are accepted (counted on /metrics).
@@ -278,7 +279,20 @@ TEST_F(BatchingTest, ConcurrentRequestsGiveWhatEachGivesAloneLocally) { CheckBat
 TEST_F(BatchingTest, ConcurrentRequestsGiveWhatEachGivesAloneOnThreeNodes) {
   StartNodes(3);
   CheckBatchInvariance();
-  EXPECT_EQ(Metric("colibri_split_batches_total"), 0);  // auto: fewer than 4 generations
+  // --pipeline-halves auto measured steps of 2-3 tokens both ways (so the
+  // tokens above were checked with split and unsplit steps mixed) and decided.
+  const std::string octave = "{path=\"fast\",tokens=\"2-3\"}";
+  EXPECT_GT(Metric("colibri_split_batches_total"), 0);
+  EXPECT_GT(Metric("colibri_pipeline_halves_steps_total" + octave),
+            Metric("colibri_split_batches_total"));
+  EXPECT_GE(Metric("colibri_pipeline_halves_split" + octave), 0);
+  EXPECT_GT(Metric("colibri_pipeline_halves_step_time_ratio" + octave), 0);
+  EXPECT_GT(Metric("colibri_pipeline_halves_step_seconds{path=\"fast\",tokens=\"2-3\","
+                   "mode=\"split\"}"),
+            0);
+  EXPECT_GT(Metric("colibri_pipeline_halves_step_seconds{path=\"fast\",tokens=\"2-3\","
+                   "mode=\"unsplit\"}"),
+            0);
 }
 
 TEST_F(BatchingTest, ConcurrentRequestsGiveWhatEachGivesAloneInPipelinedHalvesOnThreeNodes) {

@@ -265,6 +265,43 @@ TEST(SessionBatchTest, TwoPipelinedHalvesOnOneChannelGiveTheSameLogits) {
                                   {ops::NumericPath::kExact});
 }
 
+// One sequence's prompt alone in a step, forced on: the chunk is split at its
+// middle row, the later positions attending to the earlier ones' keys and
+// values from the other half; every position's logits are bitwise those of
+// the plain session (every family: sliding windows, MLA, dense layers).
+TEST(SessionBatchTest, APromptChunkSplitAcrossTheHalvesGivesTheSameLogits) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  ThreadPool pool(2);
+  for (const std::string& name : testing::AllGoldenModels()) {
+    SCOPED_TRACE(name);
+    auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
+    ASSERT_TRUE(model.ok()) << model.status();
+    const testing::GoldenCase lng = LoadCase(name, "long");
+    const std::vector<std::vector<float>> alone =
+        RunAlone(**model, lng, ops::NumericPath::kFast, /*all_prompt=*/true, &pool);
+    ASSERT_FALSE(alone.empty());
+
+    CountingBackend backend(**model, ops::NumericPath::kFast, &pool, /*second_channel=*/true);
+    arch::SessionOptions options;
+    options.n_ctx = 1024;
+    options.pipeline_halves = arch::PipelineHalves::kOn;
+    auto session = arch::Session::Create(**model, &backend, &pool, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    std::vector<float> logits;
+    const arch::SequenceChunk prompt = {0, lng.prompt_tokens, /*all_logits=*/true, &logits};
+    ASSERT_TRUE((*session)->EvaluateBatch({&prompt, 1}).ok());
+    EXPECT_EQ((*session)->stats().split_batches, 1);
+    EXPECT_EQ(backend.most_in_flight(), 2);
+    EXPECT_TRUE(Bitwise(logits, alone[0])) << "prompt logits differ";
+    // Decoding on from the split prompt's cache gives the same rows too.
+    for (int g = 0; g < kDecodeSteps; ++g) {
+      const arch::SequenceChunk next = {0, {&lng.greedy_tokens[g], 1}, false, &logits};
+      ASSERT_TRUE((*session)->EvaluateBatch({&next, 1}).ok());
+      EXPECT_TRUE(Bitwise(logits, alone[g + 1])) << "decode row " << g;
+    }
+  }
+}
+
 // Speculative verification in a batch: chunks of a token and its drafts ask
 // for every position's logits, beside a prompt chunk that asks for none and
 // one that asks for its last; each row is bitwise the logits of the same
