@@ -45,8 +45,12 @@ class ThreadPool {
     // and lasts at most one chunk. Default: 0 (sleep at once). On the shared
     // 2-core machine at load average 20, colibri_thread_pool_bench measured
     // 30 us as 4x faster per 50 us job (twice) but from 1.5x slower to equal
-    // per 200 us job (medians, wide ranges): not settled, so the default
-    // keeps the behaviour decode was measured with.
+    // per 200 us job (medians, wide ranges). End to end (decode of the
+    // 4-layer Qwen3-30B-A3B-shaped Q4_K_M model, 2 threads, 5 interleaved
+    // runs each, load average ~10 from other jobs), 0 against 30 us gave
+    // median 12.3 (11.7-13.5) against 11.6 (7.9-13.2) tok/s, and with a busy
+    // loop besides for 2 s of every 5 s, 8.2 (7.3-9.6) against 8.6 (8.3-9.2):
+    // neither steadier nor faster in both, so sleeping at once stays.
     int caller_spin_us = 0;
   };
 
