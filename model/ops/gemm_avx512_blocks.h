@@ -136,12 +136,12 @@ COLIBRI_INLINE __m512i SumLanes16(const __m512i* v) {
 // Tokens a wide tile takes at most, and at least (fewer go to the 4 x 4
 // tiles, which do less work per token for so few).
 inline constexpr int kWideTokens = 16;
-inline constexpr int kWideMinTokens = 8;
+inline constexpr int kWideMinTokens = 5;
 
 // Wide tiles: y[t * y_stride + r] for r < n_rows (any count) and t <
-// n_tokens (kWideMinTokens..kWideTokens), each super-block of a weight row
-// decoded once for all n_tokens tokens. Bitwise the 4 x 4 tiles' results.
-// Thread-safe (per-thread scratch). D: Q45K<false>, Q45K<true> or Q6K.
+// n_tokens (1..kWideTokens; meant for kWideMinTokens and up), each
+// super-block of a weight row decoded once for all n_tokens tokens. Bitwise the 4 x 4 tiles'
+// results. Thread-safe (per-thread scratch). D: Q45K<false>, Q45K<true> or Q6K.
 template <typename D>
 void WideTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride);
