@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/moe/router.h"
+#include "model/ops/matmul.h"
 #include "model/ops/vector_ops.h"
 
 namespace colibri::arch {
@@ -504,6 +505,10 @@ void Session::Attention(int il, int n) {
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = c_.attention_scale();
   const int window = c_.is_window_layer(il) ? c_.sliding_window : 0;
+  if (n > 1 && window == 0) {
+    AttentionPrompt(il, n);
+    return;
+  }
   const int64_t items = static_cast<int64_t>(c_.n_head) * n;
   const int n_threads = pool_ ? pool_->num_threads() : 1;
   const int64_t chunk = (items + n_threads - 1) / n_threads;
@@ -526,6 +531,103 @@ void Session::Attention(int il, int n) {
     pool_->ParallelFor(items, chunk, body);
   } else {
     body(0, items);
+  }
+}
+
+void Session::AttentionPrompt(int il, int n) {
+  const LayerWeights& L = model_.layer(il);
+  const int q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), v_dim = c_.v_dim();
+  const int hd = c_.head_dim, hdv = c_.head_dim_v;
+  const int group = c_.n_head / c_.n_head_kv;
+  const float scale = c_.attention_scale();
+  // Blocks of up to kAttendBlock consecutive rows of one sequence.
+  std::vector<int> blocks;  // first row of each block, then n
+  for (int i = 0; i < n; ++i) {
+    if (blocks.empty() || i - blocks.back() == kAttendBlock || row_seq_[i] != row_seq_[i - 1]) {
+      blocks.push_back(i);
+    }
+  }
+  const int64_t n_blocks = static_cast<int64_t>(blocks.size());
+  blocks.push_back(n);
+  const int n_threads = pool_ ? pool_->num_threads() : 1;
+  const size_t per_thread = static_cast<size_t>(kAttendBlock) * (n_ctx_ + hd);
+  if (block_scratch_.size() < per_thread * n_threads) {
+    block_scratch_.resize(per_thread * n_threads);
+  }
+  const int64_t items = static_cast<int64_t>(c_.n_head) * n_blocks;
+  const int64_t chunk = (items + n_threads - 1) / n_threads;
+  auto body = [&](int64_t begin, int64_t end) {
+    float* scratch = block_scratch_.data() + static_cast<size_t>(begin / chunk) * per_thread;
+    for (int64_t item = begin; item < end; ++item) {
+      const int h = static_cast<int>(item / n_blocks);
+      const int b = static_cast<int>(item % n_blocks);
+      const int i0 = blocks[b], rows = blocks[b + 1] - blocks[b];
+      const int kvh = h / group;
+      const float* qs[kAttendBlock];
+      float* outs[kAttendBlock];
+      int lasts[kAttendBlock];
+      for (int t = 0; t < rows; ++t) {
+        qs[t] = q_.data() + (i0 + t) * q_dim + h * hd;
+        outs[t] = attn_.data() + (i0 + t) * c_.n_head * hdv + h * hdv;
+        lasts[t] = row_pos_[i0 + t];
+      }
+      const float* k_cache = KeyRows(row_seq_[i0], il, kv_dim);
+      const float* v_cache = ValueRows(row_seq_[i0], il);
+      AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd, hdv,
+                  scale, L.sinks ? L.sinks + h : nullptr, scratch, outs);
+    }
+  };
+  if (pool_ != nullptr) {
+    pool_->ParallelFor(items, chunk, body);
+  } else {
+    body(0, items);
+  }
+}
+
+void Session::AttendBlock(const float* const* q, int rows, const float* keys, int64_t key_stride,
+                          const float* values, int64_t value_stride, const int* lasts, int dim,
+                          int out_dim, float scale, const float* sink, float* scratch,
+                          float* const* out) {
+  int n_keys = 0;
+  for (int t = 0; t < rows; ++t) n_keys = std::max(n_keys, lasts[t] + 1);
+  float* qbuf = scratch;
+  float* dots = scratch + static_cast<size_t>(rows) * dim;  // [rows][n_keys]
+  for (int t = 0; t < rows; ++t) std::memcpy(qbuf + t * dim, q[t], dim * sizeof(float));
+  // dots[t][j] = q_t · key j, by the float tile (the canonical float dot of
+  // ops::Dot), each key row read once for the block.
+  ops::WeightMatrix k;
+  k.type = ops::TensorType::kF32;
+  k.data = reinterpret_cast<const uint8_t*>(keys);
+  k.rows = n_keys;
+  k.cols = dim;
+  k.row_bytes = static_cast<uint64_t>(key_stride) * sizeof(float);
+  ops::MatMulScratch matmul_scratch;
+  ops::MatMul(k, qbuf, rows, dots, n_keys, ops::NumericPath::kFast, nullptr, &matmul_scratch);
+  // Per query, AttendOne's softmax and weighted sum, operation for operation.
+  for (int t = 0; t < rows; ++t) {
+    float* scores = dots + static_cast<size_t>(t) * n_keys;
+    const int n = lasts[t] + 1;
+    float max = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+      const float s = scores[j] * scale;
+      scores[j] = s;
+      max = std::max(max, s);
+    }
+    if (sink != nullptr) max = std::max(max, *sink);
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      scores[j] = std::exp(scores[j] - max);
+      sum += scores[j];
+    }
+    if (sink != nullptr) sum += std::exp(*sink - max);
+    const float inv = 1.0f / sum;
+    float* o = out[t];
+    std::fill(o, o + out_dim, 0.0f);
+    for (int j = 0; j < n; ++j) {
+      const float p = scores[j] * inv;
+      const float* v = values + static_cast<size_t>(j) * value_stride;
+      for (int e = 0; e < out_dim; ++e) o[e] += p * v[e];
+    }
   }
 }
 

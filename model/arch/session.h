@@ -324,6 +324,20 @@ class Session {
   static void AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
                         int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
                         float scale, const float* sink, float* scores, float* out);
+  // Attention() for a prompt chunk (n > 1) on a layer without a sliding
+  // window: blocks of up to kAttendBlock consecutive rows of one sequence per
+  // head, each through AttendBlock.
+  void AttentionPrompt(int il, int n);
+  static constexpr int kAttendBlock = 16;
+  // AttendOne for `rows` queries q[t] of one head over the cache rows of
+  // positions 0 .. lasts[t] (no ring wrap), out[t] for each: the dot products
+  // of the block run as one float GEMM (each key row read once), then every
+  // query's softmax and weighted sum as in AttendOne, so out[t] is bitwise
+  // AttendOne's. scratch: kAttendBlock * (dim + max lasts + 1) floats.
+  static void AttendBlock(const float* const* q, int rows, const float* keys, int64_t key_stride,
+                          const float* values, int64_t value_stride, const int* lasts, int dim,
+                          int out_dim, float scale, const float* sink, float* scratch,
+                          float* const* out);
   // Routing options of layer il (its selection bias).
   moe::RoutingOptions Routing(const LayerWeights& layer) const;
   absl::Status MoeBlock(int il, int n);
@@ -398,6 +412,9 @@ class Session {
   std::vector<float> expert_out_;     // [n][k][n_embd]
   std::vector<float> shared_out_;     // [n][n_embd]
   std::vector<float> scores_;         // [n_threads][n_ctx] attention scores
+
+  // [n_threads][kAttendBlock * (n_ctx + head_dim)]: AttendBlock's scratch.
+  std::vector<float> block_scratch_;
   std::vector<float> route_scratch_;  // moe::RouteScratchSize(n_expert)
   // [rows][n_vocab] logits of an EvaluateBatch when several chunks ask for
   // them (grown to the most rows asked so far).

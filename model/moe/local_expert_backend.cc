@@ -55,6 +55,9 @@ absl::Status ExpertGroupRunner::Run(const ExpertBatch& batch, const ExpertLookup
   // Experts in runs of at most kMaxRunRoutes routes: each run is two parallel
   // jobs over all its experts (gate and up, then down), which bounds the
   // buffers while keeping thread hand-offs per layer, not per expert.
+  // The runs are laid out first so that the buffers grow once per batch.
+  runs_.clear();
+  int64_t max_routes = 0, max_ff_floats = 0;
   size_t first = 0;
   while (first < group_.size()) {
     size_t last = first;
@@ -68,23 +71,33 @@ absl::Status ExpertGroupRunner::Run(const ExpertBatch& batch, const ExpertLookup
       ff_floats += m * g.w.n_ff();
       ++last;
     } while (last < group_.size() && routes < kMaxRunRoutes);
-    COLIBRI_RETURN_IF_ERROR(RunExperts(batch, first, last, routes, ff_floats, out));
+    runs_.push_back({first, last});
+    max_routes = std::max(max_routes, routes);
+    max_ff_floats = std::max(max_ff_floats, ff_floats);
     first = last;
+  }
+  gathered_in_.Reserve(static_cast<size_t>(max_routes * n_embd));
+  gathered_out_.Reserve(static_cast<size_t>(max_routes * n_embd));
+  gate_.Reserve(static_cast<size_t>(max_ff_floats));
+  up_.Reserve(static_cast<size_t>(max_ff_floats));
+  for (const RunSpan& run : runs_) {
+    COLIBRI_RETURN_IF_ERROR(RunExperts(batch, run.first, run.last, out));
   }
   return absl::OkStatus();
 }
 
+float* ExpertGroupRunner::FloatScratch::Reserve(size_t n) {
+  if (n > size_) {
+    data_.reset();              // the old buffer goes before the new one is mapped
+    data_.reset(new float[n]);  // default-initialized: not zeroed
+    size_ = n;
+  }
+  return data_.get();
+}
+
 absl::Status ExpertGroupRunner::RunExperts(const ExpertBatch& batch, size_t first, size_t last,
-                                           int64_t routes, int64_t ff_floats, float* out) {
+                                           float* out) {
   const int64_t n_embd = batch.n_embd;
-  if (gathered_in_.size() < static_cast<size_t>(routes * n_embd)) {
-    gathered_in_.resize(routes * n_embd);
-    gathered_out_.resize(routes * n_embd);
-  }
-  if (gate_.size() < static_cast<size_t>(ff_floats)) {
-    gate_.resize(ff_floats);
-    up_.resize(ff_floats);
-  }
   for (size_t j = first; j < last; ++j) {
     const Member& g = group_[j];
     const int64_t begin = expert_begin_[g.expert];

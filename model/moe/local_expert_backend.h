@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,9 +46,13 @@ class ExpertGroupRunner {
     int64_t row;        // first row in gathered_in_ / gathered_out_
     int64_t ff_offset;  // first float in gate_ / up_
   };
-  // Runs group_[first, last): `routes` rows, `ff_floats` floats of gate/up.
-  absl::Status RunExperts(const ExpertBatch& batch, size_t first, size_t last, int64_t routes,
-                          int64_t ff_floats, float* out);
+  // Runs group_[first, last) (rows and gate/up offsets set; the buffers
+  // already hold its routes).
+  absl::Status RunExperts(const ExpertBatch& batch, size_t first, size_t last, float* out);
+  // One run: group_[first, last).
+  struct RunSpan {
+    size_t first, last;
+  };
 
   const int n_expert_;
   const ops::NumericPath path_;
@@ -57,9 +62,23 @@ class ExpertGroupRunner {
   std::vector<int64_t> expert_begin_;   // [n_expert + 1]
   std::vector<int64_t> sorted_routes_;  // [n_tokens * k]
   std::vector<Member> group_;           // the experts to run
-  std::vector<float> gathered_in_;      // [routes][n_embd]
-  std::vector<float> gathered_out_;     // [routes][n_embd]
-  std::vector<float> gate_, up_;        // [routes][n_ff]
+  std::vector<RunSpan> runs_;           // group_ in runs
+  // A float buffer that grows without zeroing or copying: the runs write
+  // every float they read, and a prompt's first layer would otherwise zero
+  // and copy tens of MB.
+  class FloatScratch {
+   public:
+    // At least n floats, uninitialized (contents are lost when it grows).
+    float* Reserve(size_t n);
+    float* data() const { return data_.get(); }
+
+   private:
+    std::unique_ptr<float[]> data_;
+    size_t size_ = 0;
+  };
+  FloatScratch gathered_in_;   // [routes][n_embd]
+  FloatScratch gathered_out_;  // [routes][n_embd]
+  FloatScratch gate_, up_;     // [routes][n_ff]
   std::vector<ops::MatMulProblem> problems_;
   ExpertFfnScratch scratch_;
 };

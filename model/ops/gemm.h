@@ -14,7 +14,9 @@
 // formed in) and, per output, the same float operations in the same order, so
 // every result is bitwise the per-row tile's (and MatMulReference's).
 // Rows and tokens that do not fill a 4 x 4 tile go to the per-row tile the
-// kernel set had before.
+// kernel set had before. Prompts of 8 or more tokens go to the wide tiles
+// (gemm_avx512_wide.cc), which decode each weight super-block once per 16
+// tokens, with the same arithmetic per output.
 #ifndef COLIBRI_MODEL_OPS_GEMM_H_
 #define COLIBRI_MODEL_OPS_GEMM_H_
 
@@ -23,7 +25,7 @@
 namespace colibri::ops::internal {
 
 // Replaces k's Q4_K, Q5_K and Q6_K quantized tiles with the AVX-512 VNNI
-// 4 x 4 GEMM tiles, which hand the edges to the tiles k held before. Call once
+// GEMM tiles, which hand the edges to the tiles k held before. Call once
 // while building the AVX-512 kernel set (not thread-safe; the set is
 // read-only afterwards). Defined only in builds with AVX-512 kernels.
 void InstallAvx512GemmTiles(KernelSet* k);

@@ -44,7 +44,7 @@
 namespace colibri::ops::internal {
 
 // Tiles never hold more tokens than this.
-inline constexpr int kMaxTokenTile = 8;
+inline constexpr int kMaxTokenTile = 16;
 // Table slots, indexed by TensorType id.
 inline constexpr int kTypeSlots = 40;
 

@@ -245,6 +245,55 @@ void CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves halves, bool second_ch
   }
 }
 
+// Batch invariance across chunking: a prompt evaluated as one chunk (its
+// attention runs in blocks of queries, Session::AttendBlock) gives every
+// position's logits bitwise as the same tokens fed one at a time (AttendOne),
+// on every golden model (including sliding-window and sink layers).
+TEST(SessionBatchTest, PromptLogitsDoNotDependOnChunking) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  ThreadPool pool(2);
+  for (const std::string& name : testing::AllGoldenModels()) {
+    const testing::GoldenCase c = LoadCase(name, "long");
+    auto model = arch::Model::Open(c.model_path);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const int64_t n_vocab = (*model)->config().n_vocab;
+    const int n = static_cast<int>(c.prompt_tokens.size());
+    ASSERT_GT(n, 20) << name;
+    for (ops::NumericPath path : {ops::NumericPath::kFast}) {
+      std::vector<std::vector<float>> by_chunk;
+      for (int chunk : {n, 1}) {
+        moe::LocalExpertBackend backend(&(*model)->experts(), (*model)->config().n_expert, path,
+                                        &pool);
+        arch::SessionOptions options;
+        options.path = path;
+        options.n_ctx = 1024;
+        auto session = arch::Session::Create(**model, &backend, &pool, options);
+        ASSERT_TRUE(session.ok()) << session.status();
+        std::vector<float> all, logits;
+        for (int first = 0; first < n; first += chunk) {
+          const int len = std::min(chunk, n - first);
+          ASSERT_TRUE((*session)
+                          ->Evaluate({c.prompt_tokens.data() + first, static_cast<size_t>(len)},
+                                     /*all_logits=*/true, &logits)
+                          .ok());
+          all.insert(all.end(), logits.begin(), logits.end());
+        }
+        ASSERT_EQ(all.size(), static_cast<size_t>(n * n_vocab));
+        by_chunk.push_back(std::move(all));
+      }
+      for (size_t k = 1; k < by_chunk.size(); ++k) {
+        for (int pos = 0; pos < n; ++pos) {
+          ASSERT_EQ(std::memcmp(by_chunk[0].data() + pos * n_vocab,
+                                by_chunk[k].data() + pos * n_vocab, n_vocab * sizeof(float)),
+                    0)
+              << name << (path == ops::NumericPath::kFast ? " fast" : " exact")
+              << ": one chunk vs one token at a time differ at position " << pos;
+        }
+      }
+    }
+  }
+}
+
 TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAlone) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
   // kAuto does not split with 3 sequences (fewer than kMinPipelineSequences).
