@@ -42,6 +42,8 @@ usage: scripts/bench-network.sh [options]
                        demo model models/demo/colibri-demo-kjv-q8_0.gguf)
   --spec-tokens N      tokens per speculation run (default 96)
   --draft-max K        --draft-max of the speculation runs (default 8)
+  --no-local           skip the runs without nodes (for investigations: T1
+                       needs them)
   --llama-dir DIR      a llama.cpp build of your own: DIR holds llama-bench and
                        ggml-rpc-server (or rpc-server); without it no
                        llama.cpp figures (the project never downloads or
@@ -103,6 +105,7 @@ run_args=""
 serve_args=""
 node_args=""
 client_args=""
+no_local=0
 spec_model=models/demo/colibri-demo-kjv-q8_0.gguf
 spec_tokens=96
 draft_max=8
@@ -129,6 +132,7 @@ while [ $# -gt 0 ]; do
     --serve-args) serve_args="$2"; shift 2 ;;
     --node-args) node_args="$2"; shift 2 ;;
     --client-args) client_args="$2"; shift 2 ;;
+    --no-local) no_local=1; shift ;;
     --variant)
       [[ "${2:-}" == ?*:* ]] || bench_die "--variant takes LABEL:FLAGS"
       variants+=("$2"); shift 2 ;;
@@ -461,7 +465,7 @@ targets() {
 targets_of() {
   local layers="$1" link delay rate config
   local t_local
-  t_local=$(bench_div 1000 "${SINGLE_TPS[$layers/local$variant_suffix]}" "%.3f")
+  t_local=$(bench_div 1000 "${SINGLE_TPS[$layers/local$variant_suffix]:-}" "%.3f")
   for link in $links; do
     delay="${link%%:*}" rate="${link#*:}"
     [ "$rate" = 0 ] && rate=""
@@ -470,12 +474,16 @@ targets_of() {
     local t step bound ok
     t=$(bench_div 1000 "${SINGLE_TPS[$layers/$config]}" "%.3f")
     step="${SINGLE_STEP[$layers/$config]}"
-    bound=$(awk -v l="$t_local" -v m="$MODEL_MOE_LAYERS" -v d="$delay" -v s="$step" \
-      'BEGIN { printf "%.3f", l + 1.2 * m * 2 * d / s }')
-    ok=$(awk -v t="$t" -v b="$bound" 'BEGIN { print (t + 0 > 0 && t <= b) ? 1 : 0 }')
-    target_rows+=("$(printf '%-7s %-34s T1 time/token %s ms <= local %s + 1.2 x %s x %s ms / %s = %s ms: %s' \
-      "$layers" "$config" "$t" "$t_local" "$MODEL_MOE_LAYERS" \
-      "$(awk -v d="$delay" 'BEGIN { print 2 * d }')" "$step" "$bound" "$(verdict "$ok")")")
+    if [ "$t_local" = n/a ]; then
+      target_rows+=("$(printf '%-7s %-34s T1 n/a (no local run: --no-local)' "$layers" "$config")")
+    else
+      bound=$(awk -v l="$t_local" -v m="$MODEL_MOE_LAYERS" -v d="$delay" -v s="$step" \
+        'BEGIN { printf "%.3f", l + 1.2 * m * 2 * d / s }')
+      ok=$(awk -v t="$t" -v b="$bound" 'BEGIN { print (t + 0 > 0 && t <= b) ? 1 : 0 }')
+      target_rows+=("$(printf '%-7s %-34s T1 time/token %s ms <= local %s + 1.2 x %s x %s ms / %s = %s ms: %s' \
+        "$layers" "$config" "$t" "$t_local" "$MODEL_MOE_LAYERS" \
+        "$(awk -v d="$delay" 'BEGIN { print 2 * d }')" "$step" "$bound" "$(verdict "$ok")")")
+    fi
     # The same bound from the nodes without a relay (when measured): on a
     # machine this small, local is no lower bound (the nodes add cores).
     local t_loop="${SINGLE_TPS[$layers/3 nodes loopback$variant_suffix]:-}"
@@ -533,10 +541,11 @@ bench_layers() {
   # The same run first, so that the measured one finds the experts it routes
   # to in the page cache (as the nodes' warm-up run does for theirs).
   echo "local warm-up run..." >&2
-  bench_run "$dir/local-warmup" run -m "$model" -p "$prompt" -n "$n_predict" --temp 0 \
+  [ "$no_local" = 1 ] || bench_run "$dir/local-warmup" run -m "$model" -p "$prompt" -n "$n_predict" --temp 0 \
     --ignore-eos --threads "$threads" "${run_extra[@]}"
   local v
   for v in "" "${variants[@]}"; do
+    [ "$no_local" = 1 ] && break
     use_variant "$v"
     single "$layers" "local$variant_suffix" "$dir/local$variant_tag"
     concurrent "$layers" "local$variant_suffix" "$dir/local$variant_tag"
