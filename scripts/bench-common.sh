@@ -418,6 +418,30 @@ bench_serve_counters() {
     END { printf "%.0f %.0f %.0f %.0f %.6f %.6f %.0f %.0f\n", t, s, r, g, w, o, a, j }' <<<"$metrics"
 }
 
+# bench_conc_prompts: BENCH_CONC_PROMPTS, 16 short prompts on different
+# subjects for concurrent generations (one each, in rotation), so that their
+# expert unions do not coincide as one shared prompt would make them.
+bench_conc_prompts() {
+  BENCH_CONC_PROMPTS=(
+    "The small birds of the valley"
+    "Write a function that sorts a list of names"
+    "Quote the first line of the old song"
+    "Why does the river freeze in winter"
+    "Tell the story of a lighthouse keeper"
+    "List five uses of a wooden ladder"
+    "Translate the greeting into French"
+    "Explain how a steam engine works"
+    "Describe the market on a Saturday"
+    "Compose a poem about the first snow"
+    "Summarize the history of the city walls"
+    "How many days are there in a leap year"
+    "Fix the bug in this loop over the array"
+    "Dear committee, I am writing to ask"
+    "Once upon a time a fox found a key"
+    "Given the table of prices, compute the total"
+  )
+}
+
 # bench_spec_prompts: BENCH_SPEC_NAMES (code quote free) and
 # BENCH_SPEC_PROMPTS, the three prompts speculation is measured on: a
 # code-editing prompt, a quoting prompt and free text.
