@@ -190,11 +190,13 @@ bench_start_relay() {
 # bench_run PREFIX ARGS...: colibri-coordinator ARGS with stdout in PREFIX.out
 # and stderr in PREFIX.err; RUN_HWM_KB is its peak RSS, polled from /proc
 # while it runs (VmHWM only grows, so the last reading is the peak to within
-# the 50 ms poll), and RUN_CPU_S its CPU time (user + system, from this
+# the 20 ms poll), RUN_CPU_S its CPU time (user + system, from this
 # shell's reaped-children times; the poll forks nothing, so nothing else adds
-# to them). Dies when the run fails.
+# to them) and RUN_DECODE_CPU_S the part of it after its first byte of output
+# (`run` streams the generated text, so: after the prompt and first token, to
+# within the poll; "" when it printed nothing). Dies when the run fails.
 bench_run() {
-  local prefix="$1" pid key value rest v rc=0 running cpu0
+  local prefix="$1" pid key value rest v rc=0 running cpu0 first="" line f
   shift
   bench_children_ticks
   cpu0=$BENCH_CHILDREN_TICKS
@@ -212,15 +214,21 @@ bench_run() {
     done 2>/dev/null <"/proc/$pid/status" || true
     [ "$running" = 1 ] || break
     [ "${v:-0}" -gt "$RUN_HWM_KB" ] && RUN_HWM_KB=$v
+    if [ -z "$first" ] && [ -s "$prefix.out" ] && read -r line 2>/dev/null <"/proc/$pid/stat"; then
+      read -r -a f <<<"${line##*) }"
+      first=$((f[11] + f[12]))  # utime + stime so far
+    fi
     bench_nap
   done
   wait "$pid" || rc=$?
   bench_children_ticks
   RUN_CPU_S=$(bench_ticks_to_s "$((BENCH_CHILDREN_TICKS - cpu0))")
+  RUN_DECODE_CPU_S=""
+  [ -z "$first" ] || RUN_DECODE_CPU_S=$(bench_ticks_to_s "$((BENCH_CHILDREN_TICKS - cpu0 - first))")
   [ "$rc" -eq 0 ] || bench_die "colibri-coordinator $* failed ($rc): $(tail -5 "$prefix.err")"
 }
 
-# bench_nap: waits 50 ms without forking (a `sleep` process per poll costs
+# bench_nap: waits 20 ms without forking (a `sleep` process per poll costs
 # milliseconds of CPU, which would count as the run's): a read that times out
 # on a FIFO nobody writes.
 BENCH_NAP_FD=""
@@ -232,7 +240,7 @@ bench_nap() {
     exec {BENCH_NAP_FD}<>"$fifo"
     rm -f "$fifo"
   fi
-  read -r -t 0.05 -u "$BENCH_NAP_FD" _ || true
+  read -r -t 0.02 -u "$BENCH_NAP_FD" _ || true
 }
 
 BENCH_CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)

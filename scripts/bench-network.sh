@@ -244,7 +244,7 @@ single() {
   n1=$(bench_cpu_ticks "${pids[@]}") r1=$(bench_cpu_ticks "${relay[@]}")
   bench_parse_run "$prefix.base.err"
   local t0="${STATS[decode_round_trips]:-0}" s0="${STATS[bytes_sent]:-0}" r0b="${STATS[bytes_received]:-0}"
-  local rq0="${STATS[requests]:-0}" w0="${STATS[overlap_wait_s]:-0}" c0="$RUN_CPU_S"
+  local rq0="${STATS[requests]:-0}" w0="${STATS[overlap_wait_s]:-0}"
   n2=$(bench_cpu_ticks "${pids[@]}") r2=$(bench_cpu_ticks "${relay[@]}")
   bench_run "$prefix" "${args[@]}" -n "$n_predict"
   n3=$(bench_cpu_ticks "${pids[@]}") r3=$(bench_cpu_ticks "${relay[@]}")
@@ -264,7 +264,9 @@ single() {
   # Decode only: the full run minus the prompt-only one.
   local wall wait="-" coord nt="-" rt="-" overlap="-"
   wall=$(bench_div "$decode_tokens" "$tps" "%.6f")
-  coord=$(awk -v a="$RUN_CPU_S" -v b="$c0" -v h="$BENCH_CLK_TCK" 'BEGIN { printf "%.0f", (a - b) * h }')
+  # The coordinator's own: from its first generated token on (the base run's
+  # share would carry its load, which hashes every expert with nodes).
+  coord=$(awk -v a="${RUN_DECODE_CPU_S:-0}" -v h="$BENCH_CLK_TCK" 'BEGIN { printf "%.0f", a * h }')
   if [ -n "$nodes" ]; then
     wait=$(awk -v a="${STATS[overlap_wait_s]:-0}" -v b="$w0" 'BEGIN { printf "%.6f", a - b }')
     nt=$(((n3 - n2) - (n1 - n0)))
