@@ -36,8 +36,10 @@ usage: scripts/bench-network.sh [options]
                        one more configuration, measured after the plain one
                        locally and on every link: FLAGS go to its `run` and
                        `serve` (both take --draft, --draft-max, --wire-reduce,
-                       --wire-dtype), e.g. "spec+reduce:--draft ngram
-                       --wire-reduce"; repeatable
+                       --wire-dtype); repeatable. Default: "spec+reduce:--draft
+                       ngram --wire-reduce" (drafting, node-side reduction and,
+                       from 4 generations, serve's pipelined halves together);
+                       --variant none measures the plain configuration only
   --spec-model M       model of the speculation figures (default the trained
                        demo model models/demo/colibri-demo-kjv-q8_0.gguf)
   --spec-tokens N      tokens per speculation run (default 96)
@@ -111,7 +113,8 @@ spec_tokens=96
 draft_max=8
 llama_dir=""
 llama_reps=2
-variants=()
+variants=("spec+reduce:--draft ngram --wire-reduce")
+variants_given=0
 build=build
 work=""
 vocab=151936
@@ -134,8 +137,13 @@ while [ $# -gt 0 ]; do
     --client-args) client_args="$2"; shift 2 ;;
     --no-local) no_local=1; shift ;;
     --variant)
-      [[ "${2:-}" == ?*:* ]] || bench_die "--variant takes LABEL:FLAGS"
-      variants+=("$2"); shift 2 ;;
+      [ "$variants_given" = 1 ] || variants=()
+      variants_given=1
+      if [ "${2:-}" != none ]; then
+        [[ "${2:-}" == ?*:* ]] || bench_die "--variant takes LABEL:FLAGS or none"
+        variants+=("$2")
+      fi
+      shift 2 ;;
     --spec-model) spec_model="${2:?}"; shift 2 ;;
     --spec-tokens) spec_tokens="${2:?}"; shift 2 ;;
     --draft-max) draft_max="${2:?}"; shift 2 ;;
