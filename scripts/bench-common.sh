@@ -78,8 +78,9 @@ bench_to_bytes() {
 }
 
 # bench_model_info MODEL: MODEL_LAYERS, MODEL_EMBD (hidden width),
-# MODEL_MOE_LAYERS (layers with routed experts), MODEL_ACTIVE_BYTES (per token,
-# from inspect), MODEL_ROUTED_BYTES (exact, summed from plan --assume-equal).
+# MODEL_MOE_LAYERS (layers with routed experts), MODEL_EXPERTS (routed
+# experts per layer), MODEL_TOP_K (routed per token), MODEL_ACTIVE_BYTES (per token, from inspect),
+# MODEL_ROUTED_BYTES (exact, summed from plan --assume-equal).
 bench_model_info() {
   local model="$1" inspect line
   inspect=$("$COORD" inspect -m "$model")
@@ -89,6 +90,8 @@ bench_model_info() {
   experts=$(sed -n 's/^  experts \([0-9]*\),.*/\1/p' <<<"$inspect")
   routed=$(sed -n 's/^routed experts: \([0-9]*\),.*/\1/p' <<<"$inspect")
   MODEL_MOE_LAYERS=$(bench_div "${routed:-}" "${experts:-}" "%.0f")
+  MODEL_EXPERTS="${experts:-}"
+  MODEL_TOP_K=$(sed -n 's/^  experts [0-9]*, top-\([0-9]*\).*/\1/p' <<<"$inspect")
   line=$(grep '^active weight bytes per token:' <<<"$inspect")
   MODEL_ACTIVE_TEXT=$(awk '{print $6, $7}' <<<"$line")
   local value unit

@@ -83,6 +83,10 @@ Targets (issue 13), for each link with RTT = 2 x delay:
      L = generated tokens per verify step of that run (1 without --draft);
   T2 aggregate at 8 concurrent >= 4 x aggregate at 1 (the issue: at 0.25 ms);
   T3 single-stream decode >= 2 x llama.cpp RPC decode on the same link.
+Beside T2: "T2 if weight reads bound the steps", the ratio of weight bytes
+read per generated token at 1 and at 8 concurrent (the dense part once per
+step, plus the experts the nodes read per token, both from the runs): where
+routing spreads the generations over more experts, batching saves less.
 llama.cpp splits by layers, not experts: with -ngl 99 its model loader puts
 the token embedding on the host CPU and cuts the repeating layers plus the
 output head into contiguous ranges, one per RPC server, in proportion to the
@@ -202,6 +206,7 @@ target_rows=()
 declare -A SINGLE_TPS   # "LAYERS/CONFIG" -> tok/s
 declare -A SINGLE_STEP  # "LAYERS/CONFIG" -> generated tokens per verify step
 declare -A CONC_TPS     # "LAYERS/CONFIG/C" -> aggregate tok/s
+declare -A CONC_EXPERTS # "LAYERS/CONFIG/C" -> experts the nodes read per generated token
 declare -A LLAMA_TPS    # "LAYERS/CONFIG" -> llama-bench tg tok/s
 declare -A LLAMA_SPLIT  # LAYERS -> llama.cpp's model buffers per device
 
@@ -336,6 +341,7 @@ concurrent() {
     fi
     tps=$(awk -v t="$tps" 'BEGIN { printf "%.2f", t }')
     CONC_TPS["$layers/$config/$c"]=$tps
+    [ -n "$nodes" ] && CONC_EXPERTS["$layers/$config/$c"]=$(bench_div "$((e1 - e0))" "$tokens" "%.2f")
     conc_rows+=("$(printf '%-7s %-34s %6s %10s %9s %9s %9s %11s %11s' "$layers" "$config" "$c" \
       "$tps" "$ttft" "$itl" "$trips" "$sent" "$received")")
     local wait="-" nt="-" rt="-" overlap="-" accepted="-"
@@ -514,6 +520,19 @@ targets_of() {
         "$(bench_div "$a8" "$a1")" "$(verdict "$ok")")")
     else
       target_rows+=("$(printf '%-7s %-34s T2 n/a (needs --concurrency with 1 and 8)' "$layers" "$config")")
+    fi
+    # What T2 can reach when weight reads bound the steps: weight bytes per
+    # generated token alone over those at 8 concurrent, with the experts the
+    # nodes read (E1, E8 per token) and the dense part read once per step.
+    local e1="${CONC_EXPERTS[$layers/$config/1]:-}" e8="${CONC_EXPERTS[$layers/$config/8]:-}"
+    if [ -n "$e1" ] && [ -n "$e8" ] && [ "$e1" != n/a ] && [ "$e8" != n/a ]; then
+      target_rows+=("$(awk -v l="$layers" -v c="$config" -v a="$MODEL_ACTIVE_BYTES" \
+        -v r="$MODEL_ROUTED_BYTES" -v m="$MODEL_MOE_LAYERS" -v n="$MODEL_EXPERTS" \
+        -v k="$MODEL_TOP_K" -v e1="$e1" -v e8="$e8" 'BEGIN {
+          e = r / (m * n); d = a - m * k * e; mib = 1048576
+          b1 = d + e1 * e; b8 = d / 8 + e8 * e
+          printf "%-7s %-34s T2 if weight reads bound the steps: (%.0f + %.1f x %.2f) / (%.0f / 8 + %.1f x %.2f) MiB per token = %.2fx", \
+            l, c, d / mib, e1, e / mib, d / mib, e8, e / mib, b1 / b8 }')")
     fi
     local l="${LLAMA_TPS[$layers/3 nodes $(link_name "$delay" "$rate")]:-}"
     local s="${SINGLE_TPS[$layers/$config]}"

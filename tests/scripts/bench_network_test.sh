@@ -82,6 +82,8 @@ done
 expect "T1 time/token $num ms <= local $num \+ 1\.2 x 4 x 0\.5 ms / $num = $num ms: (MET|NOT MET)\$" \
   "target T1"
 expect "T2 aggregate x8 $num >= 4 x $num = $num tok/s \(${num}x\): (MET|NOT MET)\$" "target T2"
+expect "T2 if weight reads bound the steps: \($num \+ $num x $num\) / \($num / 8 \+ $num x $num\) MiB per token = ${num}x\$" \
+  "T2's bound from the experts read"
 expect "T3 decode $num >= 2 x llama.cpp RPC 12\.50 = 25\.00 tok/s \(${num}x\): (MET|NOT MET)\$" \
   "target T3"
 # Nothing the script started is left running.
