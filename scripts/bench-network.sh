@@ -24,7 +24,10 @@ usage: scripts/bench-network.sh [options]
   --concurrency "C ..." concurrent generations through serve (default "1 4 8 16")
   --conc-tokens N      tokens per concurrent generation (default 16)
   --threads T          coordinator and llama-bench threads (default 2)
-  --node-threads T     threads per expert node and per ggml-rpc-server (default 1)
+  --node-threads T     threads per expert node (default 1)
+  --rpc-threads T      threads per ggml-rpc-server (default: --node-threads;
+                       llama.cpp's servers take their turns, one computes at a
+                       time, so 2 lets it use both cores here)
   --run-args "FLAGS"   more flags for every `colibri-coordinator run`
                        (e.g. "--draft ngram"); word-split
   --serve-args "FLAGS" more flags for every `colibri-coordinator serve`
@@ -107,6 +110,7 @@ concurrency="1 4 8 16"
 conc_tokens=16
 threads=2
 node_threads=1
+rpc_threads=""
 run_args=""
 serve_args=""
 node_args=""
@@ -135,6 +139,7 @@ while [ $# -gt 0 ]; do
     --conc-tokens) conc_tokens="${2:?}"; shift 2 ;;
     --threads) threads="${2:?}"; shift 2 ;;
     --node-threads) node_threads="${2:?}"; shift 2 ;;
+    --rpc-threads) rpc_threads="${2:?}"; shift 2 ;;
     --run-args) run_args="$2"; shift 2 ;;
     --serve-args) serve_args="$2"; shift 2 ;;
     --node-args) node_args="$2"; shift 2 ;;
@@ -162,6 +167,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$n_predict" -ge 2 ] 2>/dev/null || bench_die "-n must be at least 2"
+[ -n "$rpc_threads" ] || rpc_threads=$node_threads
 read -r -a run_extra <<<"$run_args"
 read -r -a serve_extra <<<"$serve_args"
 read -r -a node_extra <<<"$node_args"
@@ -380,7 +386,7 @@ free_port() {
   done
 }
 
-# llama_start_servers: 3 ggml-rpc-servers (CPU device, --node-threads
+# llama_start_servers: 3 ggml-rpc-servers (CPU device, --rpc-threads
 # threads, each with its own tensor cache under $work); sets RPC_PIDS and
 # RPC_ADDRS.
 llama_start_servers() {
@@ -391,7 +397,7 @@ llama_start_servers() {
     for _ in 1 2 3 4 5; do
       port=$(free_port)
       mkdir -p "$work/llama-cache$i"
-      LLAMA_CACHE="$work/llama-cache$i/" "$RPC_SERVER" -H 127.0.0.1 -p "$port" -t "$node_threads" \
+      LLAMA_CACHE="$work/llama-cache$i/" "$RPC_SERVER" -H 127.0.0.1 -p "$port" -t "$rpc_threads" \
         -c >"$work/rpc$i.out" 2>"$work/rpc$i.err" &
       local pid=$!
       sleep 1  # it prints nothing once it listens (stdout is buffered): wait, then check
@@ -662,7 +668,7 @@ fi
 
 echo
 echo "models: ${model_list[*]}"
-echo "coordinator threads $threads, node threads $node_threads; links: $links" \
+echo "coordinator threads $threads, node threads $node_threads, rpc-server threads $rpc_threads; links: $links" \
   "(one-way delay:bandwidth per direction, RTT = 2 x delay)${run_args:+; run $run_args}${serve_args:+; serve $serve_args}"
 [ -z "$client_args" ] || echo "colibri-client bench $client_args"
 for v in "${variants[@]}"; do echo "variant ${v%%:*}: run and serve with ${v#*:}"; done
@@ -699,7 +705,7 @@ echo "experts the nodes read per generated token (RAM hits + misses; one per exp
 if [ "${#llama_rows[@]}" -gt 0 ]; then
   echo
   echo "llama.cpp ($LLAMA_BENCH): llama-bench -p 0 -n $n_predict -r $llama_reps -t $threads," \
-    "3 ggml-rpc-servers -t $node_threads (-ngl 99: layers split across them)"
+    "3 ggml-rpc-servers -t $rpc_threads (-ngl 99: layers split across them)"
   printf '%-7s %-22s %9s\n' "layers" "config" "tg tok/s"
   printf '%s\n' "${llama_rows[@]}"
   for layers in "${!LLAMA_SPLIT[@]}"; do
