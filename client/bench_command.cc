@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/bench_prompts.h"
 #include "nlohmann/json.hpp"
 
 namespace colibri::client {
@@ -37,7 +39,7 @@ nlohmann::ordered_json ToJson(const Percentiles& p) {
 
 }  // namespace
 
-absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& options) {
+absl::StatusOr<BenchReport> RunBench(BenchTarget& target, const BenchOptions& options) {
   if (options.concurrency < 1) return absl::InvalidArgumentError("--concurrency must be >= 1");
   if (options.duration_seconds <= 0 && options.requests < 1) {
     return absl::InvalidArgumentError("--requests must be >= 1 (or give --duration)");
@@ -45,17 +47,28 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& options
   if (options.prompt_tokens < 1 || options.max_tokens < 1) {
     return absl::InvalidArgumentError("--prompt-tokens and --max-tokens must be >= 1");
   }
-  absl::StatusOr<v1::ModelInfoReply> info = client.ModelInfo();
-  if (!info.ok()) return info.status();
-  const int n_vocab = std::max(1, info->n_vocab());
+  const TokenizeFunction tokenize =
+      [&target](const std::string& text, bool add_special) -> absl::StatusOr<std::vector<int32_t>> {
+    v1::TokenizeRequest request;
+    request.set_text(text);
+    request.set_add_special(add_special);
+    absl::StatusOr<v1::TokenizeReply> reply = target.Tokenize(request);
+    if (!reply.ok()) return reply.status();
+    return std::vector<int32_t>(reply->ids().begin(), reply->ids().end());
+  };
+  absl::StatusOr<std::vector<std::vector<int32_t>>> prompts =
+      TokenizeBenchPrompts(options.prompts.empty() ? BuiltInBenchPrompts() : options.prompts,
+                           options.prompt_tokens, tokenize);
+  if (!prompts.ok()) return prompts.status();
 
-  v1::GenerateRequest request;
-  for (int i = 0; i < options.prompt_tokens; ++i) {
-    request.mutable_tokens()->add_ids(static_cast<int32_t>((1 + 7919LL * i) % n_vocab));
+  std::vector<v1::GenerateRequest> requests(prompts->size());
+  for (size_t i = 0; i < prompts->size(); ++i) {
+    v1::GenerateRequest& request = requests[i];
+    request.mutable_tokens()->mutable_ids()->Add((*prompts)[i].begin(), (*prompts)[i].end());
+    request.set_max_tokens(options.max_tokens);
+    request.set_ignore_eos(true);
+    request.mutable_sampling()->set_temperature(0);
   }
-  request.set_max_tokens(options.max_tokens);
-  request.set_ignore_eos(true);
-  request.mutable_sampling()->set_temperature(0);
 
   absl::Mutex mu;
   BenchReport report;
@@ -65,18 +78,20 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& options
   const absl::Time end = start + absl::Seconds(options.duration_seconds);
   const auto worker = [&] {
     for (;;) {
+      const int64_t k = next.fetch_add(1);
       if (options.duration_seconds > 0) {
         if (absl::Now() >= end) return;
-      } else if (next.fetch_add(1) >= options.requests) {
+      } else if (k >= options.requests) {
         return;
       }
+      const v1::GenerateRequest& request = requests[k % requests.size()];
       const absl::Time sent = absl::Now();
       absl::Time last = sent;
       std::vector<double> gaps;
       double ttft = -1;
       int64_t tokens = 0;
       absl::StatusOr<GenerateResult> result =
-          client.Generate(request, [&](const v1::GenerateReply& reply) {
+          target.Generate(request, [&](const v1::GenerateReply& reply) {
             if (reply.done()) return true;
             const absl::Time now = absl::Now();
             if (tokens == 0) {
@@ -106,14 +121,22 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& options
   report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   report.output_tokens_per_second =
       report.seconds > 0 ? static_cast<double>(report.output_tokens) / report.seconds : 0;
+  report.distinct_prompts =
+      static_cast<int64_t>(std::set<std::vector<int32_t>>(prompts->begin(), prompts->end()).size());
   report.time_to_first_token = Summarize(std::move(first_token));
   report.inter_token_latency = Summarize(std::move(inter_token));
   return report;
 }
 
+absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& options) {
+  ClientBenchTarget target(client);
+  return RunBench(target, options);
+}
+
 void PrintBenchTable(const BenchOptions& options, const BenchReport& r, std::ostream& out) {
-  out << absl::StrFormat("concurrency %d, prompt %d tokens, output %d tokens\n",
-                         options.concurrency, options.prompt_tokens, options.max_tokens);
+  out << absl::StrFormat("concurrency %d, prompt %d tokens (%lld distinct), output %d tokens\n",
+                         options.concurrency, options.prompt_tokens,
+                         static_cast<long long>(r.distinct_prompts), options.max_tokens);
   out << absl::StrFormat("%-28s %lld (ok %lld)\n", "requests", static_cast<long long>(r.requests),
                          static_cast<long long>(r.ok));
   for (const auto& [code, n] : r.errors) {
@@ -135,6 +158,7 @@ void PrintBenchJson(const BenchOptions& options, const BenchReport& r, std::ostr
   const nlohmann::ordered_json j = {
       {"concurrency", options.concurrency},
       {"prompt_tokens", options.prompt_tokens},
+      {"distinct_prompts", r.distinct_prompts},
       {"max_tokens", options.max_tokens},
       {"requests", r.requests},
       {"ok", r.ok},

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/bench_command.h"
+#include "client/bench_prompts.h"
 #include "client/chat_command.h"
 #include "client/client.h"
 #include "common/cli_config.h"
@@ -233,9 +234,15 @@ int main(int argc, char** argv) {
       ->add_option("--duration", bench_options.duration_seconds,
                    "seconds to run instead of a request count")
       ->check(CLI::Range(0.001, 86400.0));
-  bench_cmd->add_option("--prompt-tokens", bench_options.prompt_tokens, "prompt length")
+  bench_cmd
+      ->add_option("--prompt-tokens", bench_options.prompt_tokens,
+                   "prompt length: each prompt text is cut or repeated to it")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  std::string bench_prompts_file;
+  bench_cmd->add_option("--prompts-file", bench_prompts_file,
+                        "prompt texts, one per line, used in rotation by the requests (default: "
+                        "16 built-in texts)");
   bench_cmd->add_option("--max-tokens", bench_options.max_tokens, "output tokens per request")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
@@ -299,6 +306,12 @@ int main(int argc, char** argv) {
     return colibri::client::RunChat(**client, chat_options, std::cin, std::cout, std::cerr);
   }
   if (bench_cmd->parsed()) {
+    if (!bench_prompts_file.empty()) {
+      absl::StatusOr<std::vector<std::string>> prompts =
+          colibri::client::ReadBenchPrompts(bench_prompts_file);
+      if (!prompts.ok()) return Fail(prompts.status());
+      bench_options.prompts = *std::move(prompts);
+    }
     absl::StatusOr<colibri::client::BenchReport> report =
         colibri::client::RunBench(**client, bench_options);
     if (!report.ok()) return Fail(report.status());

@@ -24,7 +24,10 @@ usage: scripts/bench-batching.sh [options]
   --draft-fixed      serve --draft-fixed: always draft --draft-max tokens
   --layers L         layers of the synthetic model (default $LAYERS or 4)
   --model M          benchmark this GGUF instead of the synthetic model
-  --prompt TEXT      prompt of every generation (default "The small birds of the valley")
+  --prompt TEXT      prompt of every generation (default: generation i of a
+                     run gets text i of 16 different ones, as colibri-client
+                     bench does, so their expert unions do not coincide)
+  --serve-args FLAGS more flags for every serve, e.g. "--wire-reduce" (word-split)
   --threads T        coordinator threads (default 0: physical cores)
   --node-threads T   compute threads per node (default 1)
   --delay-ms X       also run the 3 nodes through relays with this one-way delay
@@ -63,7 +66,8 @@ draft_max=8
 draft_fixed=()
 layers="${LAYERS:-4}"
 model=""
-prompt="The small birds of the valley"
+prompt=""
+serve_args=""
 threads=0
 node_threads=1
 delay_ms=""
@@ -80,11 +84,15 @@ while [ $# -gt 0 ]; do
     --draft) drafts="${2:?}"; shift 2 ;;
     --draft-max) draft_max="${2:?}"; shift 2 ;;
     --draft-fixed) draft_fixed=(--draft-fixed); shift ;;
+    --serve-args) serve_args="$2"; shift 2 ;;
     *) bench_common_option "$@" || { usage >&2; exit 2; }; shift "$BENCH_SHIFT" ;;
   esac
 done
 [ "$n_predict" -ge 1 ] 2>/dev/null || bench_die "-n must be at least 1"
 [ -n "$bandwidth" ] && [ -z "$delay_ms" ] && bench_die "--bandwidth needs --delay-ms"
+read -r -a serve_extra <<<"$serve_args"
+bench_conc_prompts
+[ -z "$prompt" ] || BENCH_CONC_PROMPTS=("$prompt")
 
 bench_init "$build"
 CLIENT="$build/client/colibri-client"
@@ -115,7 +123,7 @@ start_serve() {
   [ "$draft" = none ] || speculation+=(--draft-max "$draft_max" "${draft_fixed[@]}")
   bench_start_serve "$work/$name" -m "$model" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
     --threads "$threads" --sessions "$max_sessions" --pipeline-halves "$mode" \
-    "${speculation[@]}" "$@"
+    "${speculation[@]}" "${serve_extra[@]}" "$@"
   SERVE_PIDS+=("$SERVE_PID")
   SERVE_ADDRS+=("$SERVE_ADDR")
   SERVE_HTTPS+=("$SERVE_HTTP")
@@ -148,7 +156,8 @@ measure() {
   t0=$(serve_figures "$http")
   start=$(date +%s.%N)
   for i in $(seq "$n"); do
-    "$CLIENT" --coordinator "$addr" generate "$prompt" -n "$n_predict" --ignore-eos \
+    "$CLIENT" --coordinator "$addr" generate \
+      "${BENCH_CONC_PROMPTS[$(((i - 1) % ${#BENCH_CONC_PROMPTS[@]}))]}" -n "$n_predict" --ignore-eos \
       --temp 0 --stats >"$work/$tag.$i.out" 2>"$work/$tag.$i.err" &
     pids+=($!)
   done
@@ -182,8 +191,11 @@ run_config() {
     for draft in $drafts; do
       start_serve "$name-$mode-$draft" "$mode" "$draft" "$@"
       # Warm-up: the experts reach the nodes' RAM tiers, the pages the OS cache.
-      "$CLIENT" --coordinator "${SERVE_ADDRS[-1]}" generate "$prompt" -n "$n_predict" \
-        --ignore-eos --temp 0 >/dev/null 2>&1 || bench_die "warm-up failed"
+      local p
+      for p in "${BENCH_CONC_PROMPTS[@]}"; do
+        "$CLIENT" --coordinator "${SERVE_ADDRS[-1]}" generate "$p" -n "$n_predict" \
+          --ignore-eos --temp 0 >/dev/null 2>&1 || bench_die "warm-up failed"
+      done
     done
   done
   for _ in $(seq "$reps"); do
@@ -223,7 +235,9 @@ fi
 echo
 draft_note=""
 [ "$drafts" = none ] || draft_note=", --draft-max $draft_max${draft_fixed[*]:+ --draft-fixed}"
-echo "model: $model, $n_predict tokens per generation, prompt \"$prompt\", --sessions $max_sessions$draft_note, $reps repetition(s)"
+prompt_note="${#BENCH_CONC_PROMPTS[@]} different prompts in rotation"
+[ -z "$prompt" ] || prompt_note="prompt \"$prompt\""
+echo "model: $model, $n_predict tokens per generation, $prompt_note, --sessions $max_sessions$draft_note${serve_args:+, serve $serve_args}, $reps repetition(s)"
 printf '%-32s %-6s %-6s %6s %10s %13s %10s %8s %8s\n' "config" "halves" "draft" "concur" \
   "aggregate" "range" "round" "overlap" "accepted"
 printf '%-32s %-6s %-6s %6s %10s %13s %10s %8s %8s\n' "" "" "" "" "tok/s" "tok/s" "trips/tok" "" ""

@@ -78,8 +78,9 @@ bench_to_bytes() {
 }
 
 # bench_model_info MODEL: MODEL_LAYERS, MODEL_EMBD (hidden width),
-# MODEL_MOE_LAYERS (layers with routed experts), MODEL_ACTIVE_BYTES (per token,
-# from inspect), MODEL_ROUTED_BYTES (exact, summed from plan --assume-equal).
+# MODEL_MOE_LAYERS (layers with routed experts), MODEL_EXPERTS (routed
+# experts per layer), MODEL_TOP_K (routed per token), MODEL_ACTIVE_BYTES (per token, from inspect),
+# MODEL_ROUTED_BYTES (exact, summed from plan --assume-equal).
 bench_model_info() {
   local model="$1" inspect line
   inspect=$("$COORD" inspect -m "$model")
@@ -89,6 +90,8 @@ bench_model_info() {
   experts=$(sed -n 's/^  experts \([0-9]*\),.*/\1/p' <<<"$inspect")
   routed=$(sed -n 's/^routed experts: \([0-9]*\),.*/\1/p' <<<"$inspect")
   MODEL_MOE_LAYERS=$(bench_div "${routed:-}" "${experts:-}" "%.0f")
+  MODEL_EXPERTS="${experts:-}"
+  MODEL_TOP_K=$(sed -n 's/^  experts [0-9]*, top-\([0-9]*\).*/\1/p' <<<"$inspect")
   line=$(grep '^active weight bytes per token:' <<<"$inspect")
   MODEL_ACTIVE_TEXT=$(awk '{print $6, $7}' <<<"$line")
   local value unit
@@ -190,23 +193,87 @@ bench_start_relay() {
 # bench_run PREFIX ARGS...: colibri-coordinator ARGS with stdout in PREFIX.out
 # and stderr in PREFIX.err; RUN_HWM_KB is its peak RSS, polled from /proc
 # while it runs (VmHWM only grows, so the last reading is the peak to within
-# the 50 ms poll). Dies when the run fails.
+# the 20 ms poll), RUN_CPU_S its CPU time (user + system, from this
+# shell's reaped-children times; the poll forks nothing, so nothing else adds
+# to them) and RUN_DECODE_CPU_S the part of it after its first byte of output
+# (`run` streams the generated text, so: after the prompt and first token, to
+# within the poll; "" when it printed nothing). Dies when the run fails.
 bench_run() {
-  local prefix="$1" pid state v rc=0
+  local prefix="$1" pid key value rest v rc=0 running cpu0 first="" line f
   shift
+  bench_children_ticks
+  cpu0=$BENCH_CHILDREN_TICKS
   "$COORD" "$@" >"$prefix.out" 2>"$prefix.err" &
   pid=$!
   RUN_HWM_KB=0
   while true; do
-    state=$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
-    [ -z "$state" ] || [ "$state" = Z ] && break
-    v=$(bench_vmhwm "$pid")
+    running=0
+    v=0
+    while read -r key value rest; do
+      case "$key" in
+        State:) [ "$value" = Z ] || running=1 ;;
+        VmHWM:) v=$value ;;
+      esac
+    done 2>/dev/null <"/proc/$pid/status" || true
+    [ "$running" = 1 ] || break
     [ "${v:-0}" -gt "$RUN_HWM_KB" ] && RUN_HWM_KB=$v
-    sleep 0.05
+    if [ -z "$first" ] && [ -s "$prefix.out" ] && read -r line 2>/dev/null <"/proc/$pid/stat"; then
+      read -r -a f <<<"${line##*) }"
+      first=$((f[11] + f[12]))  # utime + stime so far
+    fi
+    bench_nap
   done
   wait "$pid" || rc=$?
+  bench_children_ticks
+  RUN_CPU_S=$(bench_ticks_to_s "$((BENCH_CHILDREN_TICKS - cpu0))")
+  RUN_DECODE_CPU_S=""
+  [ -z "$first" ] || RUN_DECODE_CPU_S=$(bench_ticks_to_s "$((BENCH_CHILDREN_TICKS - cpu0 - first))")
   [ "$rc" -eq 0 ] || bench_die "colibri-coordinator $* failed ($rc): $(tail -5 "$prefix.err")"
 }
+
+# bench_nap: waits 20 ms without forking (a `sleep` process per poll costs
+# milliseconds of CPU, which would count as the run's): a read that times out
+# on a FIFO nobody writes.
+BENCH_NAP_FD=""
+bench_nap() {
+  if [ -z "$BENCH_NAP_FD" ]; then
+    local fifo
+    fifo=$(mktemp -u "${TMPDIR:-/tmp}/bench-nap.XXXXXX")
+    mkfifo "$fifo"
+    exec {BENCH_NAP_FD}<>"$fifo"
+    rm -f "$fifo"
+  fi
+  read -r -t 0.02 -u "$BENCH_NAP_FD" _ || true
+}
+
+BENCH_CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+
+# bench_cpu_ticks PID...: user + system CPU time of the running processes, in
+# clock ticks (a process that is gone counts 0).
+bench_cpu_ticks() {
+  local pid line total=0 f
+  for pid in "$@"; do
+    line=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+    line=${line##*) }  # after the command name, which may hold spaces
+    read -r -a f <<<"$line"
+    total=$((total + f[11] + f[12]))  # utime, stime: fields 14 and 15 of stat
+  done
+  echo "$total"
+}
+
+# bench_children_ticks: sets BENCH_CHILDREN_TICKS to the user + system CPU
+# time of this shell's reaped children, in clock ticks (not a $(...): that
+# would read its own subshell's).
+bench_children_ticks() {
+  local line f
+  read -r line <"/proc/$BASHPID/stat"
+  line=${line##*) }
+  read -r -a f <<<"$line"
+  BENCH_CHILDREN_TICKS=$((f[13] + f[14]))  # cutime, cstime: fields 16 and 17 of stat
+}
+
+# bench_ticks_to_s TICKS -> seconds
+bench_ticks_to_s() { awk -v t="$1" -v h="$BENCH_CLK_TCK" 'BEGIN { printf "%.3f\n", t / h }'; }
 
 # bench_parse_run FILE: the one parser of what `colibri-coordinator run` prints
 # on stderr. Fills the associative array STATS:
@@ -219,6 +286,7 @@ bench_run() {
 #   tier_prefetch_issued tier_prefetch_used tier_prefetch_wasted tier_prefetch_dropped
 #                     (decode only, sums over the "node-tier ... decode:" lines)
 #   predict_recall predict_precision   (decode, "prediction L+1: ... decode: ...")
+#   overlap_outstanding_s overlap_wait_s   (the whole run, "expert overlap: ...")
 # Keys are absent when their line is (a local run has no node lines).
 declare -A STATS
 bench_parse_run() {
@@ -239,6 +307,9 @@ bench_parse_run() {
     }
     /^experts decode: / {
       for (i = 3; i <= NF; i++) { split($i, kv, "="); print "decode_" kv[1] "=" kv[2] }
+    }
+    /^expert overlap: / {
+      for (i = 3; i <= NF; i++) { split($i, kv, "="); print "overlap_" kv[1] "=" kv[2] }
     }
     /^wire decode: / {
       for (i = 3; i <= NF; i++) { split($i, kv, "="); print "wire_" kv[1] "=" kv[2] }
@@ -340,8 +411,9 @@ bench_serve_metrics() {
 }
 
 # bench_serve_counters HOST:PORT: serve's /metrics summed over the nodes, as
-# "round_trips sent_bytes received_bytes generated_tokens" (0 for a family
-# that is absent, e.g. without nodes).
+# "round_trips sent_bytes received_bytes generated_tokens expert_wait_s
+# expert_outstanding_s drafts_accepted drafts_rejected" (0 for a family that
+# is absent, e.g. without nodes or drafts).
 bench_serve_counters() {
   local metrics
   metrics=$(bench_serve_metrics "$1") || exit 1
@@ -350,7 +422,35 @@ bench_serve_counters() {
     $1 ~ /^colibri_node_sent_bytes_total/ { s += $2 }
     $1 ~ /^colibri_node_received_bytes_total/ { r += $2 }
     $1 == "colibri_generated_tokens_total" { g += $2 }
-    END { printf "%.0f %.0f %.0f %.0f\n", t, s, r, g }' <<<"$metrics"
+    $1 == "colibri_expert_wait_seconds_total" { w = $2 }
+    $1 == "colibri_expert_outstanding_seconds_total" { o = $2 }
+    $1 == "colibri_draft_tokens_total{outcome=\"accepted\"}" { a = $2 }
+    $1 == "colibri_draft_tokens_total{outcome=\"rejected\"}" { j = $2 }
+    END { printf "%.0f %.0f %.0f %.0f %.6f %.6f %.0f %.0f\n", t, s, r, g, w, o, a, j }' <<<"$metrics"
+}
+
+# bench_conc_prompts: BENCH_CONC_PROMPTS, 16 short prompts on different
+# subjects for concurrent generations (one each, in rotation), so that their
+# expert unions do not coincide as one shared prompt would make them.
+bench_conc_prompts() {
+  BENCH_CONC_PROMPTS=(
+    "The small birds of the valley"
+    "Write a function that sorts a list of names"
+    "Quote the first line of the old song"
+    "Why does the river freeze in winter"
+    "Tell the story of a lighthouse keeper"
+    "List five uses of a wooden ladder"
+    "Translate the greeting into French"
+    "Explain how a steam engine works"
+    "Describe the market on a Saturday"
+    "Compose a poem about the first snow"
+    "Summarize the history of the city walls"
+    "How many days are there in a leap year"
+    "Fix the bug in this loop over the array"
+    "Dear committee, I am writing to ask"
+    "Once upon a time a fox found a key"
+    "Given the table of prices, compute the total"
+  )
 }
 
 # bench_spec_prompts: BENCH_SPEC_NAMES (code quote free) and

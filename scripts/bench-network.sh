@@ -24,15 +24,31 @@ usage: scripts/bench-network.sh [options]
   --concurrency "C ..." concurrent generations through serve (default "1 4 8 16")
   --conc-tokens N      tokens per concurrent generation (default 16)
   --threads T          coordinator and llama-bench threads (default 2)
-  --node-threads T     threads per expert node and per ggml-rpc-server (default 1)
+  --node-threads T     threads per expert node (default 1)
+  --rpc-threads T      threads per ggml-rpc-server (default: --node-threads;
+                       llama.cpp's servers take their turns, one computes at a
+                       time, so 2 lets it use both cores here)
   --run-args "FLAGS"   more flags for every `colibri-coordinator run`
                        (e.g. "--draft ngram"); word-split
   --serve-args "FLAGS" more flags for every `colibri-coordinator serve`
   --node-args "FLAGS"  more flags for every colibri-expert-node
+  --client-args "FLAGS" more flags for every `colibri-client bench` (e.g.
+                       "--prompts-file F"; a file of one line gives every
+                       request the same prompt, as before)
+  --variant "LABEL:FLAGS"
+                       one more configuration, measured after the plain one
+                       locally and on every link: FLAGS go to its `run` and
+                       `serve` (both take --draft, --draft-max, --wire-reduce,
+                       --wire-dtype); repeatable. Default: "spec+reduce:--draft
+                       ngram --wire-reduce" (drafting, node-side reduction and,
+                       from 4 generations, serve's pipelined halves together);
+                       --variant none measures the plain configuration only
   --spec-model M       model of the speculation figures (default the trained
                        demo model models/demo/colibri-demo-kjv-q8_0.gguf)
   --spec-tokens N      tokens per speculation run (default 96)
   --draft-max K        --draft-max of the speculation runs (default 8)
+  --no-local           skip the runs without nodes (for investigations: T1
+                       needs them)
   --llama-dir DIR      a llama.cpp build of your own: DIR holds llama-bench and
                        ggml-rpc-server (or rpc-server); without it no
                        llama.cpp figures (the project never downloads or
@@ -51,18 +67,29 @@ Single stream: `run` (greedy, EOS ignored). Its round trips and bytes per
 generated token are the coordinator's node counters of the run minus those of
 a prompt-only run (-n 0), divided by the decode evaluations' tokens (N - 1).
 Aggregate: `serve --sessions <max C>` and `colibri-client bench -c C
---requests C` (C generations started together, 8-token prompts): output
-tokens / wall time; trips and bytes per token are serve's /metrics deltas over
-the generated tokens (prompts included). colibri-client bench sends one prompt
-to every request, so concurrent greedy generations route to the same experts:
-a best case for batching (distinct texts widen the union of experts per layer). "floor" is the hidden-state floor of
+--requests C` (C generations started together, each with its own 8-token
+prompt: the client's built-in texts in rotation): output tokens / wall time;
+trips and bytes per token are serve's /metrics deltas over the generated
+tokens (prompts included). A warm-up sends all 16 built-in prompts first. "floor" is the hidden-state floor of
 one token: hidden width x 4 bytes x MoE layers x 3 nodes, each way.
+
+Where the time goes (one row per measurement, per generated token): wall
+time; "wait", the time the coordinator was blocked on routed experts (run's
+`expert overlap:` line, serve's colibri_expert_wait_seconds_total): network,
+relay and node compute together; CPU time (user + system, /proc) of the
+coordinator, of the 3 nodes together and of the relay; "cores" = all that CPU
+/ wall time (this machine has `nproc` cores for all of them). Single-stream
+rows subtract a prompt-only run (-n 0), so they are decode only.
 
 Targets (issue 13), for each link with RTT = 2 x delay:
   T1 time per token through the link <= local + 1.2 x MoE layers x RTT / L,
      L = generated tokens per verify step of that run (1 without --draft);
   T2 aggregate at 8 concurrent >= 4 x aggregate at 1 (the issue: at 0.25 ms);
   T3 single-stream decode >= 2 x llama.cpp RPC decode on the same link.
+Beside T2: "T2 if weight reads bound the steps", the ratio of weight bytes
+read per generated token at 1 and at 8 concurrent (the dense part once per
+step, plus the experts the nodes read per token, both from the runs): where
+routing spreads the generations over more experts, batching saves less.
 llama.cpp splits by layers, not experts: with -ngl 99 its model loader puts
 the token embedding on the host CPU and cuts the repeating layers plus the
 output head into contiguous ranges, one per RPC server, in proportion to the
@@ -83,14 +110,19 @@ concurrency="1 4 8 16"
 conc_tokens=16
 threads=2
 node_threads=1
+rpc_threads=""
 run_args=""
 serve_args=""
 node_args=""
+client_args=""
+no_local=0
 spec_model=models/demo/colibri-demo-kjv-q8_0.gguf
 spec_tokens=96
 draft_max=8
 llama_dir=""
 llama_reps=2
+variants=("spec+reduce:--draft ngram --wire-reduce")
+variants_given=0
 build=build
 work=""
 vocab=151936
@@ -107,9 +139,20 @@ while [ $# -gt 0 ]; do
     --conc-tokens) conc_tokens="${2:?}"; shift 2 ;;
     --threads) threads="${2:?}"; shift 2 ;;
     --node-threads) node_threads="${2:?}"; shift 2 ;;
+    --rpc-threads) rpc_threads="${2:?}"; shift 2 ;;
     --run-args) run_args="$2"; shift 2 ;;
     --serve-args) serve_args="$2"; shift 2 ;;
     --node-args) node_args="$2"; shift 2 ;;
+    --client-args) client_args="$2"; shift 2 ;;
+    --no-local) no_local=1; shift ;;
+    --variant)
+      [ "$variants_given" = 1 ] || variants=()
+      variants_given=1
+      if [ "${2:-}" != none ]; then
+        [[ "${2:-}" == ?*:* ]] || bench_die "--variant takes LABEL:FLAGS or none"
+        variants+=("$2")
+      fi
+      shift 2 ;;
     --spec-model) spec_model="${2:?}"; shift 2 ;;
     --spec-tokens) spec_tokens="${2:?}"; shift 2 ;;
     --draft-max) draft_max="${2:?}"; shift 2 ;;
@@ -124,9 +167,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$n_predict" -ge 2 ] 2>/dev/null || bench_die "-n must be at least 2"
+[ -n "$rpc_threads" ] || rpc_threads=$node_threads
 read -r -a run_extra <<<"$run_args"
 read -r -a serve_extra <<<"$serve_args"
 read -r -a node_extra <<<"$node_args"
+read -r -a client_extra <<<"$client_args"
 
 bench_init "$build"
 bench_need_relay
@@ -158,11 +203,16 @@ link_name() {
 # Result tables, one row per line.
 single_rows=()
 conc_rows=()
+time_rows=()
+variant_label=""   # the configuration being measured: "" (plain) or a --variant's label
+variant_flags=()
+CUR_RELAY_PID=""   # the relay in front of the nodes being measured, if any
 llama_rows=()
 target_rows=()
 declare -A SINGLE_TPS   # "LAYERS/CONFIG" -> tok/s
 declare -A SINGLE_STEP  # "LAYERS/CONFIG" -> generated tokens per verify step
 declare -A CONC_TPS     # "LAYERS/CONFIG/C" -> aggregate tok/s
+declare -A CONC_EXPERTS # "LAYERS/CONFIG/C" -> experts the nodes read per generated token
 declare -A LLAMA_TPS    # "LAYERS/CONFIG" -> llama-bench tg tok/s
 declare -A LLAMA_SPLIT  # LAYERS -> llama.cpp's model buffers per device
 
@@ -177,58 +227,115 @@ tokens_per_step() {
   bench_div "$((STATS[gen_tokens] - 1))" "$((verify + ${plain:-0}))"
 }
 
-# single LAYERS CONFIG PREFIX [NODES]: one single-stream run (and, with NODES,
-# its prompt-only baseline); appends a row.
+# time_row LAYERS CONFIG CONCUR TOKENS WALL_S WAIT_S COORD_TICKS NODE_TICKS
+# RELAY_TICKS OVERLAP ACCEPTED EXPERTS: appends a row of "where the time
+# goes", per generated token (TOKENS of them in WALL_S seconds); EXPERTS is
+# the experts the nodes acquired (RAM hits + misses: one per expert per
+# request) or "-".
+time_row() {
+  local layers="$1" config="$2" concur="$3" tokens="$4" wall="$5" wait="$6"
+  time_rows+=("$(awk -v l="$layers" -v c="$config" -v k="$concur" -v t="$tokens" -v w="$wall" \
+    -v x="$wait" -v a="$7" -v n="$8" -v r="$9" -v h="$BENCH_CLK_TCK" -v o="${10}" -v acc="${11}" -v e="${12:--}" '
+    function ms(v) { return (v == "-") ? "-" : sprintf("%.2f", 1000 * v / t) }
+    BEGIN {
+      if (t <= 0 || w <= 0) { printf "%-7s %-34s %6s   n/a", l, c, k; exit }
+      cpu = a / h + (n == "-" ? 0 : n / h) + (r == "-" ? 0 : r / h)
+      printf "%-7s %-34s %6s %9s %9s %9s %9s %9s %6.2f %8s %8s %8s", l, c, k, ms(w), ms(x),
+        ms(a / h), (n == "-") ? "-" : ms(n / h), (r == "-") ? "-" : ms(r / h), cpu / w, o, acc,
+        (e == "-") ? "-" : sprintf("%.1f", e / t)
+    }')")
+}
+
+# single LAYERS CONFIG PREFIX [NODES]: one single-stream run and its
+# prompt-only baseline; appends a row to the single-stream table and one to
+# the time table.
 single() {
   local layers="$1" config="$2" prefix="$3" nodes="${4:-}" node_flags=()
   [ -n "$nodes" ] && node_flags=(--nodes "$nodes")
   local args=(run -m "$model" -p "$prompt" --temp 0 --ignore-eos --threads "$threads"
-    "${node_flags[@]}" "${run_extra[@]}")
-  local trips="-" sent="-" received="-"
-  if [ -n "$nodes" ]; then
-    bench_run "$prefix.base" "${args[@]}" -n 0
-    bench_parse_run "$prefix.base.err"
-    local t0="${STATS[decode_round_trips]:-0}" s0="${STATS[bytes_sent]:-0}" r0="${STATS[bytes_received]:-0}"
-    local rq0="${STATS[requests]:-0}"
-  fi
+    "${node_flags[@]}" "${run_extra[@]}" "${variant_flags[@]}")
+  local trips="-" sent="-" received="-" pids=() relay=()
+  [ -n "$nodes" ] && pids=("${NODE_PIDS[@]}")
+  [ -n "$nodes" ] && [ -n "$CUR_RELAY_PID" ] && relay=("$CUR_RELAY_PID")
+  local n0 r0 n1 r1 n2 r2 n3 r3
+  n0=$(bench_cpu_ticks "${pids[@]}") r0=$(bench_cpu_ticks "${relay[@]}")
+  bench_run "$prefix.base" "${args[@]}" -n 0
+  n1=$(bench_cpu_ticks "${pids[@]}") r1=$(bench_cpu_ticks "${relay[@]}")
+  bench_parse_run "$prefix.base.err"
+  local t0="${STATS[decode_round_trips]:-0}" s0="${STATS[bytes_sent]:-0}" r0b="${STATS[bytes_received]:-0}"
+  local rq0="${STATS[requests]:-0}" w0="${STATS[overlap_wait_s]:-0}"
+  n2=$(bench_cpu_ticks "${pids[@]}") r2=$(bench_cpu_ticks "${relay[@]}")
   bench_run "$prefix" "${args[@]}" -n "$n_predict"
+  n3=$(bench_cpu_ticks "${pids[@]}") r3=$(bench_cpu_ticks "${relay[@]}")
   bench_parse_run "$prefix.err"
   local tps="${STATS[gen_tps]:-n/a}" decode_tokens=$((STATS[gen_tokens] - 1))
   if [ -n "$nodes" ]; then
     trips=$(bench_div "$((STATS[requests] - rq0))" "$decode_tokens")
     sent=$(bench_div "$((STATS[bytes_sent] - s0))" "$decode_tokens" "%.0f")
-    received=$(bench_div "$((STATS[bytes_received] - r0))" "$decode_tokens" "%.0f")
+    received=$(bench_div "$((STATS[bytes_received] - r0b))" "$decode_tokens" "%.0f")
   fi
   local step
   step=$(tokens_per_step "$prefix.err")
   SINGLE_TPS["$layers/$config"]=$tps
   SINGLE_STEP["$layers/$config"]=$step
-  single_rows+=("$(printf '%-7s %-22s %9s %9s %8s %11s %11s %11s' "$layers" "$config" "$tps" \
+  single_rows+=("$(printf '%-7s %-34s %9s %9s %8s %11s %11s %11s' "$layers" "$config" "$tps" \
     "$(bench_div 1000 "$tps")" "$step" "$trips" "$sent" "$received")")
+  # Decode only: the full run minus the prompt-only one.
+  local wall wait="-" coord nt="-" rt="-" overlap="-"
+  wall=$(bench_div "$decode_tokens" "$tps" "%.6f")
+  # The coordinator's own: from its first generated token on (the base run's
+  # share would carry its load, which hashes every expert with nodes).
+  coord=$(awk -v a="${RUN_DECODE_CPU_S:-0}" -v h="$BENCH_CLK_TCK" 'BEGIN { printf "%.0f", a * h }')
+  if [ -n "$nodes" ]; then
+    wait=$(awk -v a="${STATS[overlap_wait_s]:-0}" -v b="$w0" 'BEGIN { printf "%.6f", a - b }')
+    nt=$(((n3 - n2) - (n1 - n0)))
+  fi
+  [ "${#relay[@]}" -gt 0 ] && rt=$(((r3 - r2) - (r1 - r0)))
+  local experts="-"
+  [ -n "$nodes" ] && experts=$((${STATS[tier_ram_hits]:-0} + ${STATS[tier_ram_misses]:-0}))
+  time_row "$layers" "$config" run "$decode_tokens" "$wall" "$wait" "$coord" "$nt" "$rt" "$overlap" \
+    "$(bench_div "$(bench_spec_field "$prefix.err" accepted)" "$(bench_spec_field "$prefix.err" drafted)" "%.2f")" \
+    "$experts"
   echo "  $layers layers, $config: $tps tok/s, $trips trips/token" >&2
+}
+
+# node_experts ADDR: the experts the nodes acquired so far (RAM tier hits +
+# misses summed over the nodes, from the TOTAL row of colibri-client status).
+node_experts() {
+  "$CLIENT" --coordinator "$1" status | awk '$1 == "TOTAL" { print $(NF - 4) + $(NF - 3) }'
 }
 
 # concurrent LAYERS CONFIG PREFIX [NODES]: serve, then every concurrency.
 concurrent() {
-  local layers="$1" config="$2" prefix="$3" nodes="${4:-}" node_flags=() c
+  local layers="$1" config="$2" prefix="$3" nodes="${4:-}" node_flags=() c pids=() relay=()
   [ -n "$nodes" ] && node_flags=(--nodes "$nodes")
+  [ -n "$nodes" ] && pids=("${NODE_PIDS[@]}")
+  [ -n "$nodes" ] && [ -n "$CUR_RELAY_PID" ] && relay=("$CUR_RELAY_PID")
   bench_start_serve "$prefix.serve" -m "$model" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
-    --threads "$threads" --sessions "$max_conc" "${node_flags[@]}" "${serve_extra[@]}"
-  # colibri-client bench sends the same prompt in every request, so one
-  # generation first puts every expert the measured ones route to in the page
-  # cache (or the nodes' RAM tiers).
-  "$CLIENT" --coordinator "$SERVE_ADDR" bench -c 1 --requests 1 --prompt-tokens 8 \
-    --max-tokens "$conc_tokens" >"$prefix.warmup" 2>&1 ||
+    --threads "$threads" --sessions "$max_conc" "${node_flags[@]}" "${serve_extra[@]}" \
+    "${variant_flags[@]}"
+  # Every built-in prompt once, so that the measured generations find the
+  # experts their prompts route to in the page cache (or the nodes' RAM
+  # tiers), as the single-stream runs do after their warm-up.
+  "$CLIENT" --coordinator "$SERVE_ADDR" bench -c "$max_conc" --requests 16 --prompt-tokens 8 \
+    --max-tokens "$conc_tokens" "${client_extra[@]}" >"$prefix.warmup" 2>&1 ||
     bench_die "serve warm-up failed: $(tail -3 "$prefix.warmup")"
   for c in $concurrency; do
-    local t0 s0 r0 g0 t1 s1 r1 g1 out="$prefix.c$c.json"
-    read -r t0 s0 r0 g0 <<<"$(bench_serve_counters "$SERVE_HTTP")"
+    local t0 s0 r0 g0 w0 o0 a0 j0 t1 s1 r1 g1 w1 o1 a1 j1 out="$prefix.c$c.json"
+    local sc0 sc1 n0 n1 l0 l1
+    local e0=0 e1=0
+    [ -n "$nodes" ] && e0=$(node_experts "$SERVE_ADDR")
+    read -r t0 s0 r0 g0 w0 o0 a0 j0 <<<"$(bench_serve_counters "$SERVE_HTTP")"
+    sc0=$(bench_cpu_ticks "$SERVE_PID") n0=$(bench_cpu_ticks "${pids[@]}") l0=$(bench_cpu_ticks "${relay[@]}")
     "$CLIENT" --coordinator "$SERVE_ADDR" bench -c "$c" --requests "$c" --prompt-tokens 8 \
-      --max-tokens "$conc_tokens" --json >"$out" 2>"$prefix.c$c.err" ||
+      --max-tokens "$conc_tokens" --json "${client_extra[@]}" >"$out" 2>"$prefix.c$c.err" ||
       bench_die "colibri-client bench -c $c failed: $(tail -3 "$prefix.c$c.err")"
-    read -r t1 s1 r1 g1 <<<"$(bench_serve_counters "$SERVE_HTTP")"
-    local tps ok itl ttft trips="-" sent="-" received="-" tokens=$((g1 - g0))
+    sc1=$(bench_cpu_ticks "$SERVE_PID") n1=$(bench_cpu_ticks "${pids[@]}") l1=$(bench_cpu_ticks "${relay[@]}")
+    read -r t1 s1 r1 g1 w1 o1 a1 j1 <<<"$(bench_serve_counters "$SERVE_HTTP")"
+    [ -n "$nodes" ] && e1=$(node_experts "$SERVE_ADDR")
+    local tps ok itl ttft trips="-" sent="-" received="-" tokens=$((g1 - g0)) seconds
     tps=$(sed -n 's/^ *"output_tokens_per_second": *\([0-9.e+-]*\).*/\1/p' "$out")
+    seconds=$(sed -n 's/^ *"seconds": *\([0-9.e+-]*\).*/\1/p' "$out")
     ok=$(sed -n 's/^ *"ok": *\([0-9]*\).*/\1/p' "$out")
     [ "$ok" = "$c" ] || bench_die "$config: $((c - ${ok:-0})) of $c generations failed ($out)"
     itl=$(json_p50 "$out" inter_token_latency_seconds)
@@ -240,8 +347,23 @@ concurrent() {
     fi
     tps=$(awk -v t="$tps" 'BEGIN { printf "%.2f", t }')
     CONC_TPS["$layers/$config/$c"]=$tps
-    conc_rows+=("$(printf '%-7s %-22s %6s %10s %9s %9s %9s %11s %11s' "$layers" "$config" "$c" \
+    [ -n "$nodes" ] && CONC_EXPERTS["$layers/$config/$c"]=$(bench_div "$((e1 - e0))" "$tokens" "%.2f")
+    conc_rows+=("$(printf '%-7s %-34s %6s %10s %9s %9s %9s %11s %11s' "$layers" "$config" "$c" \
       "$tps" "$ttft" "$itl" "$trips" "$sent" "$received")")
+    local wait="-" nt="-" rt="-" overlap="-" accepted="-"
+    if [ -n "$nodes" ]; then
+      wait=$(awk -v a="$w1" -v b="$w0" 'BEGIN { printf "%.6f", a - b }')
+      nt=$((n1 - n0))
+      overlap=$(awk -v w="$wait" -v a="$o1" -v b="$o0" \
+        'BEGIN { o = a - b; if (o > 0) printf "%.0f%%", 100 * (1 - w / o); else print "-" }')
+    fi
+    [ "${#relay[@]}" -gt 0 ] && rt=$((l1 - l0))
+    accepted=$(awk -v a="$((a1 - a0))" -v j="$((j1 - j0))" \
+      'BEGIN { if (a + j > 0) printf "%.2f", a / (a + j); else print "-" }')
+    local experts="-"
+    [ -n "$nodes" ] && experts=$((e1 - e0))
+    time_row "$layers" "$config" "$c" "$tokens" "$seconds" "$wait" "$((sc1 - sc0))" "$nt" "$rt" \
+      "$overlap" "$accepted" "$experts"
     echo "  $layers layers, $config, $c concurrent: $tps tok/s, $trips trips/token" >&2
   done
   bench_stop "$SERVE_PID"
@@ -264,7 +386,7 @@ free_port() {
   done
 }
 
-# llama_start_servers: 3 ggml-rpc-servers (CPU device, --node-threads
+# llama_start_servers: 3 ggml-rpc-servers (CPU device, --rpc-threads
 # threads, each with its own tensor cache under $work); sets RPC_PIDS and
 # RPC_ADDRS.
 llama_start_servers() {
@@ -275,7 +397,7 @@ llama_start_servers() {
     for _ in 1 2 3 4 5; do
       port=$(free_port)
       mkdir -p "$work/llama-cache$i"
-      LLAMA_CACHE="$work/llama-cache$i/" "$RPC_SERVER" -H 127.0.0.1 -p "$port" -t "$node_threads" \
+      LLAMA_CACHE="$work/llama-cache$i/" "$RPC_SERVER" -H 127.0.0.1 -p "$port" -t "$rpc_threads" \
         -c >"$work/rpc$i.out" 2>"$work/rpc$i.err" &
       local pid=$!
       sleep 1  # it prints nothing once it listens (stdout is buffered): wait, then check
@@ -352,54 +474,95 @@ verdict() { if [ "$1" = 1 ]; then echo "MET"; else echo "NOT MET"; fi; }
 
 # targets LAYERS: the issue's targets for every link.
 targets() {
+  local layers="$1" v
+  for v in "" "${variants[@]}"; do
+    use_variant "$v"
+    targets_of "$layers"
+  done
+  use_variant ""
+}
+
+# targets_of LAYERS: the targets of the configuration use_variant chose, on
+# every link (its local run is the local time of T1).
+targets_of() {
   local layers="$1" link delay rate config
   local t_local
-  t_local=$(bench_div 1000 "${SINGLE_TPS[$layers/local]}" "%.3f")
+  t_local=$(bench_div 1000 "${SINGLE_TPS[$layers/local$variant_suffix]:-}" "%.3f")
   for link in $links; do
     delay="${link%%:*}" rate="${link#*:}"
     [ "$rate" = 0 ] && rate=""
     [ "$delay" = 0 ] && continue  # no link: nothing to hide
-    config="3 nodes $(link_name "$delay" "$rate")"
+    config="3 nodes $(link_name "$delay" "$rate")$variant_suffix"
     local t step bound ok
     t=$(bench_div 1000 "${SINGLE_TPS[$layers/$config]}" "%.3f")
     step="${SINGLE_STEP[$layers/$config]}"
-    bound=$(awk -v l="$t_local" -v m="$MODEL_MOE_LAYERS" -v d="$delay" -v s="$step" \
-      'BEGIN { printf "%.3f", l + 1.2 * m * 2 * d / s }')
-    ok=$(awk -v t="$t" -v b="$bound" 'BEGIN { print (t + 0 > 0 && t <= b) ? 1 : 0 }')
-    target_rows+=("$(printf '%-7s %-22s T1 time/token %s ms <= local %s + 1.2 x %s x %s ms / %s = %s ms: %s' \
-      "$layers" "$config" "$t" "$t_local" "$MODEL_MOE_LAYERS" \
-      "$(awk -v d="$delay" 'BEGIN { print 2 * d }')" "$step" "$bound" "$(verdict "$ok")")")
+    if [ "$t_local" = n/a ]; then
+      target_rows+=("$(printf '%-7s %-34s T1 n/a (no local run: --no-local)' "$layers" "$config")")
+    else
+      bound=$(awk -v l="$t_local" -v m="$MODEL_MOE_LAYERS" -v d="$delay" -v s="$step" \
+        'BEGIN { printf "%.3f", l + 1.2 * m * 2 * d / s }')
+      ok=$(awk -v t="$t" -v b="$bound" 'BEGIN { print (t + 0 > 0 && t <= b) ? 1 : 0 }')
+      target_rows+=("$(printf '%-7s %-34s T1 time/token %s ms <= local %s + 1.2 x %s x %s ms / %s = %s ms: %s' \
+        "$layers" "$config" "$t" "$t_local" "$MODEL_MOE_LAYERS" \
+        "$(awk -v d="$delay" 'BEGIN { print 2 * d }')" "$step" "$bound" "$(verdict "$ok")")")
+    fi
     # The same bound from the nodes without a relay (when measured): on a
     # machine this small, local is no lower bound (the nodes add cores).
-    local t_loop="${SINGLE_TPS[$layers/3 nodes loopback]:-}"
+    local t_loop="${SINGLE_TPS[$layers/3 nodes loopback$variant_suffix]:-}"
     if [ -n "$t_loop" ] && [ "$delay" != 0 ]; then
       t_loop=$(bench_div 1000 "$t_loop" "%.3f")
       bound=$(awk -v l="$t_loop" -v m="$MODEL_MOE_LAYERS" -v d="$delay" -v s="$step" \
         'BEGIN { printf "%.3f", l + 1.2 * m * 2 * d / s }')
       ok=$(awk -v t="$t" -v b="$bound" 'BEGIN { print (t + 0 > 0 && t <= b) ? 1 : 0 }')
-      target_rows+=("$(printf '%-7s %-22s T1 vs loopback nodes: %s ms <= %s + 1.2 x %s x %s ms / %s = %s ms: %s' \
+      target_rows+=("$(printf '%-7s %-34s T1 vs loopback nodes: %s ms <= %s + 1.2 x %s x %s ms / %s = %s ms: %s' \
         "$layers" "$config" "$t" "$t_loop" "$MODEL_MOE_LAYERS" \
         "$(awk -v d="$delay" 'BEGIN { print 2 * d }')" "$step" "$bound" "$(verdict "$ok")")")
     fi
     local a1="${CONC_TPS[$layers/$config/1]:-}" a8="${CONC_TPS[$layers/$config/8]:-}"
     if [ -n "$a1" ] && [ -n "$a8" ]; then
       ok=$(awk -v a="$a8" -v b="$a1" 'BEGIN { print (a >= 4 * b) ? 1 : 0 }')
-      target_rows+=("$(printf '%-7s %-22s T2 aggregate x8 %s >= 4 x %s = %s tok/s (%sx): %s' \
+      target_rows+=("$(printf '%-7s %-34s T2 aggregate x8 %s >= 4 x %s = %s tok/s (%sx): %s' \
         "$layers" "$config" "$a8" "$a1" "$(awk -v b="$a1" 'BEGIN { printf "%.2f", 4 * b }')" \
         "$(bench_div "$a8" "$a1")" "$(verdict "$ok")")")
     else
-      target_rows+=("$(printf '%-7s %-22s T2 n/a (needs --concurrency with 1 and 8)' "$layers" "$config")")
+      target_rows+=("$(printf '%-7s %-34s T2 n/a (needs --concurrency with 1 and 8)' "$layers" "$config")")
     fi
-    local l="${LLAMA_TPS[$layers/$config]:-}" s="${SINGLE_TPS[$layers/$config]}"
+    # What T2 can reach when weight reads bound the steps: weight bytes per
+    # generated token alone over those at 8 concurrent, with the experts the
+    # nodes read (E1, E8 per token) and the dense part read once per step.
+    local e1="${CONC_EXPERTS[$layers/$config/1]:-}" e8="${CONC_EXPERTS[$layers/$config/8]:-}"
+    if [ -n "$e1" ] && [ -n "$e8" ] && [ "$e1" != n/a ] && [ "$e8" != n/a ]; then
+      target_rows+=("$(awk -v l="$layers" -v c="$config" -v a="$MODEL_ACTIVE_BYTES" \
+        -v r="$MODEL_ROUTED_BYTES" -v m="$MODEL_MOE_LAYERS" -v n="$MODEL_EXPERTS" \
+        -v k="$MODEL_TOP_K" -v e1="$e1" -v e8="$e8" 'BEGIN {
+          e = r / (m * n); d = a - m * k * e; mib = 1048576
+          b1 = d + e1 * e; b8 = d / 8 + e8 * e
+          printf "%-7s %-34s T2 if weight reads bound the steps: (%.0f + %.1f x %.2f) / (%.0f / 8 + %.1f x %.2f) MiB per token = %.2fx", \
+            l, c, d / mib, e1, e / mib, d / mib, e8, e / mib, b1 / b8 }')")
+    fi
+    local l="${LLAMA_TPS[$layers/3 nodes $(link_name "$delay" "$rate")]:-}"
+    local s="${SINGLE_TPS[$layers/$config]}"
     if [ -n "$l" ] && [ "$l" != n/a ]; then
       ok=$(awk -v a="$s" -v b="$l" 'BEGIN { print (b + 0 > 0 && a >= 2 * b) ? 1 : 0 }')
-      target_rows+=("$(printf '%-7s %-22s T3 decode %s >= 2 x llama.cpp RPC %s = %s tok/s (%sx): %s' \
+      target_rows+=("$(printf '%-7s %-34s T3 decode %s >= 2 x llama.cpp RPC %s = %s tok/s (%sx): %s' \
         "$layers" "$config" "$s" "$l" "$(awk -v b="$l" 'BEGIN { printf "%.2f", 2 * b }')" \
         "$(bench_div "$s" "$l")" "$(verdict "$ok")")")
     else
-      target_rows+=("$(printf '%-7s %-22s T3 n/a (no llama.cpp figure; --llama-dir)' "$layers" "$config")")
+      target_rows+=("$(printf '%-7s %-34s T3 n/a (no llama.cpp figure; --llama-dir)' "$layers" "$config")")
     fi
   done
+}
+
+# use_variant "" | "LABEL:FLAGS": the configuration the next runs measure;
+# sets variant_label, variant_flags, variant_suffix (" LABEL", for the
+# config column) and variant_tag ("-LABEL", for file names).
+use_variant() {
+  variant_label="" variant_flags=() variant_suffix="" variant_tag=""
+  [ -n "$1" ] || return 0
+  variant_label="${1%%:*}"
+  read -r -a variant_flags <<<"${1#*:}"
+  variant_suffix=" $variant_label"
+  variant_tag="-${variant_label//[^A-Za-z0-9_.+-]/_}"
 }
 
 # bench_layers LAYERS: every Colibri and llama.cpp run on one model.
@@ -413,10 +576,16 @@ bench_layers() {
   # The same run first, so that the measured one finds the experts it routes
   # to in the page cache (as the nodes' warm-up run does for theirs).
   echo "local warm-up run..." >&2
-  bench_run "$dir/local-warmup" run -m "$model" -p "$prompt" -n "$n_predict" --temp 0 \
+  [ "$no_local" = 1 ] || bench_run "$dir/local-warmup" run -m "$model" -p "$prompt" -n "$n_predict" --temp 0 \
     --ignore-eos --threads "$threads" "${run_extra[@]}"
-  single "$layers" local "$dir/local"
-  concurrent "$layers" local "$dir/local"
+  local v
+  for v in "" "${variants[@]}"; do
+    [ "$no_local" = 1 ] && break
+    use_variant "$v"
+    single "$layers" "local$variant_suffix" "$dir/local$variant_tag"
+    concurrent "$layers" "local$variant_suffix" "$dir/local$variant_tag"
+  done
+  use_variant ""
   echo "starting 3 nodes..." >&2
   bench_start_nodes "$dir" 3 --threads "$node_threads" "${node_extra[@]}"
   nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
@@ -427,15 +596,22 @@ bench_layers() {
     delay="${link%%:*}" rate="${link#*:}"
     [ "$rate" = 0 ] && rate=""
     config="3 nodes $(link_name "$delay" "$rate")"
+    CUR_RELAY_PID=""
     if [ "$delay" = 0 ]; then
       addrs="$nodes"
     else
       bench_start_relay "$dir" "$delay" "$rate" "${NODE_ADDRS[@]}"
       addrs=$(IFS=,; echo "${RELAY_ADDRS[*]}")
+      CUR_RELAY_PID=$RELAY_PID
     fi
-    single "$layers" "$config" "$dir/relay-$delay" "$addrs"
-    concurrent "$layers" "$config" "$dir/relay-$delay" "$addrs"
+    for v in "" "${variants[@]}"; do
+      use_variant "$v"
+      single "$layers" "$config$variant_suffix" "$dir/relay-$delay$variant_tag" "$addrs"
+      concurrent "$layers" "$config$variant_suffix" "$dir/relay-$delay$variant_tag" "$addrs"
+    done
+    use_variant ""
     [ "$delay" = 0 ] || bench_stop "$RELAY_PID"
+    CUR_RELAY_PID=""
   done
   bench_stop_nodes
   [ -z "$LLAMA_BENCH" ] || llama_all "$layers"
@@ -492,13 +668,15 @@ fi
 
 echo
 echo "models: ${model_list[*]}"
-echo "coordinator threads $threads, node threads $node_threads; links: $links" \
+echo "coordinator threads $threads, node threads $node_threads, rpc-server threads $rpc_threads; links: $links" \
   "(one-way delay:bandwidth per direction, RTT = 2 x delay)${run_args:+; run $run_args}${serve_args:+; serve $serve_args}"
+[ -z "$client_args" ] || echo "colibri-client bench $client_args"
+for v in "${variants[@]}"; do echo "variant ${v%%:*}: run and serve with ${v#*:}"; done
 echo
 echo "single stream: $n_predict greedy tokens (run; per token: decode, prompt excluded)"
-printf '%-7s %-22s %9s %9s %8s %11s %11s %11s\n' "layers" "config" "decode" "ms per" "tokens" \
+printf '%-7s %-34s %9s %9s %8s %11s %11s %11s\n' "layers" "config" "decode" "ms per" "tokens" \
   "round trips" "sent" "received"
-printf '%-7s %-22s %9s %9s %8s %11s %11s %11s\n' "" "" "tok/s" "token" "/step" "per token" \
+printf '%-7s %-34s %9s %9s %8s %11s %11s %11s\n' "" "" "tok/s" "token" "/step" "per token" \
   "bytes/tok" "bytes/tok"
 printf '%s\n' "${single_rows[@]}"
 echo "round trips: ComputeLayer calls summed over the nodes (one layer's calls go out in parallel)"
@@ -508,15 +686,26 @@ done
 echo
 echo "concurrent generations: serve --sessions $max_conc, colibri-client bench," \
   "$conc_tokens tokens each (per token: prompts included)"
-printf '%-7s %-22s %6s %10s %9s %9s %9s %11s %11s\n' "layers" "config" "concur" "aggregate" \
+printf '%-7s %-34s %6s %10s %9s %9s %9s %11s %11s\n' "layers" "config" "concur" "aggregate" \
   "TTFT p50" "ITL p50" "trips" "sent" "received"
-printf '%-7s %-22s %6s %10s %9s %9s %9s %11s %11s\n' "" "" "" "tok/s" "ms" "ms" "per tok" \
+printf '%-7s %-34s %6s %10s %9s %9s %9s %11s %11s\n' "" "" "" "tok/s" "ms" "ms" "per tok" \
   "bytes/tok" "bytes/tok"
 printf '%s\n' "${conc_rows[@]}"
+echo
+echo "where the time goes, per generated token (ms; concur \"run\": single-stream decode)"
+printf '%-7s %-34s %6s %9s %9s %9s %9s %9s %6s %8s %8s %8s\n' "layers" "config" "concur" \
+  "wall" "wait" "coord" "nodes" "relay" "cores" "overlap" "accepted" "experts"
+printf '%-7s %-34s %6s %9s %9s %9s %9s %9s %6s %8s %8s %8s\n' "" "" "" "" "experts" "CPU" "CPU" \
+  "CPU" "busy" "" "drafts" "/token"
+printf '%s\n' "${time_rows[@]}"
+echo "wait: coordinator blocked on routed experts (network + relay + node compute); CPU: user +"
+echo "system time of the coordinator, the 3 nodes together, the relay; cores busy: all of it /"
+echo "wall ($(nproc) cores here); overlap: 1 - wait / experts outstanding (serve); experts/token:"
+echo "experts the nodes read per generated token (RAM hits + misses; one per expert per request)"
 if [ "${#llama_rows[@]}" -gt 0 ]; then
   echo
   echo "llama.cpp ($LLAMA_BENCH): llama-bench -p 0 -n $n_predict -r $llama_reps -t $threads," \
-    "3 ggml-rpc-servers -t $node_threads (-ngl 99: layers split across them)"
+    "3 ggml-rpc-servers -t $rpc_threads (-ngl 99: layers split across them)"
   printf '%-7s %-22s %9s\n' "layers" "config" "tg tok/s"
   printf '%s\n' "${llama_rows[@]}"
   for layers in "${!LLAMA_SPLIT[@]}"; do

@@ -137,6 +137,7 @@ TEST_F(ClientCommandsTest, BenchJsonCountsAddUpAndMatchTheServersMetrics) {
   ASSERT_TRUE(j.is_object()) << bench.out;
   EXPECT_EQ(j["concurrency"], 2);
   EXPECT_EQ(j["prompt_tokens"], 8);
+  EXPECT_EQ(j["distinct_prompts"], 16);  // the built-in texts, 8 tokens each
   EXPECT_EQ(j["max_tokens"], 4);
   EXPECT_EQ(j["requests"], 6);
   EXPECT_EQ(j["ok"], 6);

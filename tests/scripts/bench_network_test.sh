@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Smoke test of scripts/bench-network.sh --quick on the committed demo model:
-# every table and target line is printed, with the figures of a stand-in
-# llama.cpp (a llama-bench that prints one fixed JSON line, an rpc server that
-# only sleeps) carried through to the llama.cpp table and target T3. No timing
-# is asserted. Exit 77 (skipped) when a binary or the model is absent.
+# every table and target line is printed, for the plain configuration and a
+# --variant (speculation and node-side reduction together), with the figures
+# of a stand-in llama.cpp (a llama-bench that prints one fixed JSON line, an
+# rpc server that only sleeps) carried through to the llama.cpp table and
+# target T3. No timing is asserted. Exit 77 (skipped) when a binary or the model is absent.
 # usage: bench_network_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src="$1"
@@ -27,7 +28,8 @@ chmod +x "$tmp/llama/llama-bench" "$tmp/llama/ggml-rpc-server"
 
 out="$tmp/out.txt"
 if ! bash "$src/scripts/bench-network.sh" --quick --concurrency "1 8" --model "$model" \
-  --build "$bin" --work "$tmp/work" --llama-dir "$tmp/llama" >"$out" 2>"$tmp/err.txt"; then
+  --build "$bin" --work "$tmp/work" --llama-dir "$tmp/llama" \
+  --variant "spec+reduce:--draft ngram --wire-reduce" >"$out" 2>"$tmp/err.txt"; then
   echo "FAIL: bench-network.sh exited with an error"
   cat "$out" "$tmp/err.txt"
   exit 1
@@ -47,6 +49,29 @@ for c in 1 8; do
   expect "^4 +3 nodes 0\.25 ms 1Gbit +$c +$num +$num +$num +$num +[0-9]+ +[0-9]+\$" \
     "relayed row with $c concurrent"
 done
+for v in "" " spec\+reduce"; do
+  expect "^4 +local$v +$num +$num +$num " "local$v single-stream row"
+  expect "^4 +3 nodes 0\.25 ms 1Gbit$v +$num +$num +$num +$num +[0-9]+ +[0-9]+\$" \
+    "relayed$v single-stream row"
+  for c in 1 8; do
+    expect "^4 +3 nodes 0\.25 ms 1Gbit$v +$c +$num +$num +$num +$num +[0-9]+ +[0-9]+\$" \
+      "relayed$v row with $c concurrent"
+  done
+  # Where the time goes: wall, wait, CPU of coordinator, nodes and relay,
+  # cores busy, overlap (serve with nodes), share of drafts accepted.
+  cpu='-?[0-9]+\.[0-9]+'
+  expect "^4 +local$v +run +$num +- +$cpu +- +- +$cpu +- +" "local$v time row"
+  # ... and the experts the nodes read per token.
+  expect "^4 +3 nodes 0\.25 ms 1Gbit$v +run +$num +$cpu +$cpu +$cpu +$cpu +$cpu +- +[^ ]+ +$num\$" \
+    "relayed$v single-stream time row"
+  for c in 1 8; do
+    expect "^4 +3 nodes 0\.25 ms 1Gbit$v +$c +$num +$cpu +$cpu +$cpu +$cpu +$cpu +([0-9]+%|-) +[^ ]+ +$num\$" \
+      "relayed$v time row with $c concurrent"
+  done
+done
+expect "^4 +3 nodes 0\.25 ms 1Gbit spec\+reduce +T3 decode $num >= 2 x llama\.cpp RPC 12\.50" \
+  "target T3 of the variant"
+expect "^variant spec\+reduce: run and serve with --draft ngram --wire-reduce\$" "variant line"
 expect "^4 +local \(CPU\) +12\.50\$" "llama.cpp CPU row from the stub"
 expect "^4 +3 nodes 0\.25 ms 1Gbit +12\.50\$" "llama.cpp RPC row from the stub"
 for p in code quote free; do
@@ -57,6 +82,8 @@ done
 expect "T1 time/token $num ms <= local $num \+ 1\.2 x 4 x 0\.5 ms / $num = $num ms: (MET|NOT MET)\$" \
   "target T1"
 expect "T2 aggregate x8 $num >= 4 x $num = $num tok/s \(${num}x\): (MET|NOT MET)\$" "target T2"
+expect "T2 if weight reads bound the steps: \($num \+ $num x $num\) / \($num / 8 \+ $num x $num\) MiB per token = ${num}x\$" \
+  "T2's bound from the experts read"
 expect "T3 decode $num >= 2 x llama.cpp RPC 12\.50 = 25\.00 tok/s \(${num}x\): (MET|NOT MET)\$" \
   "target T3"
 # Nothing the script started is left running.
