@@ -214,10 +214,10 @@ COLIBRI_INLINE __m512i SumLanes16Half(const __m256i* v) {
 // it asks for the next tile's 16 rows into L1, prefetch_step bytes per
 // super-block in address order, so the whole next tile is in flight before it
 // starts. Rows of 2048 columns are 1-2 KiB, too short a stream for the
-// hardware prefetchers to ramp up: without software prefetch decode read at
-// about 0.6x the speed. Other distances (the next tile -16/-8/+8 KiB) and
-// hints (T1/T2/NTA) measured no better (call-by-call interleaved, 1-2
-// threads, Q4_K and Q6_K at 2048 and 7168 columns).
+// hardware prefetchers to ramp up, and without software prefetch decode read
+// at half the speed. Distances of the next tile -16/-8/+0/+8 KiB, and hints
+// T1/T2/NTA, measured no better (call-by-call interleaved, 1-2 threads, Q4_K and
+// Q6_K at 2048 and 7168 columns).
 template <typename D>
 void Micro16x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64_t nb,
                uint64_t prefetch_step, float* y) {
@@ -284,10 +284,10 @@ void Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* a
           const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
   // The gather of the d fields takes 32-bit row offsets.
   const bool fits = row_bytes <= (uint64_t{1} << 31) / kRows;
-  const int64_t nb = layout.cols / kQK_K;
-  const int64_t full_rows = n_tokens == 1 && fits && nb > 0 ? n_rows / kRows * kRows : 0;
+  const int64_t full_rows = n_tokens == 1 && fits ? n_rows / kRows * kRows : 0;
   if (full_rows > 0) {
     const QuantizedRow a = QuantizedRow::At(layout, act);
+    const int64_t nb = layout.cols / kQK_K;
     // Cache lines per super-block step that cover the tile's 16 rows.
     const uint64_t tile_bytes = kRows * row_bytes;
     const uint64_t lines = (tile_bytes + 64 * nb - 1) / (64 * nb);
