@@ -57,10 +57,7 @@ struct Job {
 
 void RunQuantRows(const Job& job, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *job.w;
-  // Whole 16-row decode tiles (gemv.h) per block, so that a part (a multiple
-  // of 16 rows) leaves no edge rows to the slower 4-row and per-row tiles.
-  int64_t rb = RowBlock(w.row_bytes);
-  if (rb > kMinRowsPerPart) rb = rb / kMinRowsPerPart * kMinRowsPerPart;
+  const int64_t rb = RowBlock(w.row_bytes);
   for (int64_t rs = r0; rs < r1; rs += rb) {
     const int64_t nr = std::min(rb, r1 - rs);
     for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
