@@ -19,7 +19,6 @@
 
 #include "model/ops/avx2_common.h"
 #include "model/ops/gemm.h"
-#include "model/ops/gemv.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/vec_dot.h"
 
@@ -276,8 +275,6 @@ KernelSet MakeAvx512() {
   k.quant_tile[Slot(TensorType::kQ6_K)] = &avx2::QuantTile<SuperBlockKernel<Q6_KAvx512>>;
   // 4 x 4 GEMM tiles for batches of tokens; the tiles above take the edges.
   InstallAvx512GemmTiles(&k);
-  // 16-row tiles for one token (decode); the tiles above take the rest.
-  InstallAvx512GemvTiles(&k);
   return k;
 }
 
