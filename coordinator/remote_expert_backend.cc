@@ -224,6 +224,7 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
       const auto start = std::chrono::steady_clock::now();
       // Null once the node was retired; its experts have moved by then.
       std::shared_ptr<NodeClient> client = cluster_->client(call->node);
+      call->retired = client == nullptr;
       call->reply = client != nullptr ? client->ComputeLayer(call->request)
                                       : absl::UnavailableError("node retired from the cluster");
       call->wait_seconds =
@@ -308,7 +309,7 @@ void RemoteExpertBackend::WeighFallbackRoutes() {
 
 absl::Status RemoteExpertBackend::Wait() {
   if (!submit_status_.ok()) return std::exchange(submit_status_, absl::OkStatus());
-  const int replicas = placement_->replicas();
+  int replicas = placement_->replicas();
   size_t first = 0;
   while (first < calls_.size()) {
     {
@@ -331,6 +332,17 @@ absl::Status RemoteExpertBackend::Wait() {
         stats_.payload_received += static_cast<int64_t>(call.reply->outputs().data().size());
       }
       if (status.ok()) continue;
+      // A node retired while this layer was under way: the placement that
+      // retired it is installed, so its experts have moved. Route the call's
+      // experts again by that placement; the node is not at fault.
+      if (call.retired && &cluster_->placement() != placement_) {
+        placement_ = &cluster_->placement();
+        replicas = placement_->replicas();
+        AddWorkers(placement_->n_nodes());  // nodes that joined since Submit
+        for (int64_t route : call.routes) attempt_[batch_.experts[route]] = 0;
+        retry.insert(retry.end(), call.routes.begin(), call.routes.end());
+        continue;
+      }
       // DataLoss / NotFound answered by the node: it lost (a stored value
       // failed its checksum and was dropped) or misses an expert of this
       // call. That is the expert's loss, not the node's: have it re-sent and

@@ -128,6 +128,9 @@ class RemoteExpertBackend : public moe::ExpertBackend {
     v1::ComputeLayerRequest request;
     absl::StatusOr<v1::ComputeLayerReply> reply;
     double wait_seconds = 0;
+    // The node was retired (its client released) before the call went out:
+    // the layer read a placement older than the one that moved its experts.
+    bool retired = false;
   };
 
   // Groups `routes` by each expert's current replica (attempt_) and sends the
