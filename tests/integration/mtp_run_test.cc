@@ -110,36 +110,8 @@ TEST(MtpRunTest, SameTokensAndLogitsLocallyAndOnNodes) {
 TEST(MtpRunTest, Glm4MoeFilesFromTheMakerGiveThePlainOutput) {
   const std::string dir = testing::MakeTempDir("mtp-glm");
   const std::string model = dir + "/glm.gguf";
-  const CommandResult made = testing::RunCommand({testing::BinaryPath("scripts/colibri-make-model"),
-                                                  "--preset",
-                                                  "glm-4.5-air",
-                                                  "--layers",
-                                                  "2",
-                                                  "--hidden",
-                                                  "64",
-                                                  "--heads",
-                                                  "4",
-                                                  "--kv-heads",
-                                                  "2",
-                                                  "--head-dim",
-                                                  "16",
-                                                  "--experts",
-                                                  "8",
-                                                  "--top-k",
-                                                  "2",
-                                                  "--expert-ffn",
-                                                  "32",
-                                                  "--dense-ffn",
-                                                  "96",
-                                                  "--context",
-                                                  "256",
-                                                  "--vocab-size",
-                                                  "320",
-                                                  "--type",
-                                                  "q8_0",
-                                                  "--quiet",
-                                                  "--out",
-                                                  model});
+  const CommandResult made = testing::RunCommand(testing::TinyGlm4MoeMakeModelCommand(
+      testing::BinaryPath("scripts/colibri-make-model"), model));
   ASSERT_EQ(made.exit_code, 0) << made.err;
   std::vector<std::unique_ptr<NodeProcess>> nodes;
   std::vector<const NodeProcess*> views;

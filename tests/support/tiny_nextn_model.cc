@@ -146,4 +146,13 @@ absl::Status TinyNextnModel::WriteFile(const std::string& path) const {
   return w.WriteFile(path);
 }
 
+std::vector<std::string> TinyGlm4MoeMakeModelCommand(const std::string& make_model,
+                                                     const std::string& out) {
+  return {make_model, "--preset",    "glm-4.5-air", "--layers",   "2",     "--hidden",
+          "64",       "--heads",     "4",           "--kv-heads", "2",     "--head-dim",
+          "16",       "--experts",   "8",           "--top-k",    "2",     "--expert-ffn",
+          "32",       "--dense-ffn", "96",          "--context",  "256",   "--vocab-size",
+          "320",      "--type",      "q8_0",        "--quiet",    "--out", out};
+}
+
 }  // namespace colibri::testing

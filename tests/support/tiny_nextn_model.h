@@ -31,6 +31,13 @@
 
 namespace colibri::testing {
 
+// The command line that has colibri-make-model (the binary at `make_model`)
+// write a tiny glm4moe file with one NextN block to `out`: GLM-4.5-Air's structure (a dense
+// first layer, shared expert, partial RoPE) at width 64, 2 layers, 8 experts
+// top-2, vocabulary 320, Q8_0.
+std::vector<std::string> TinyGlm4MoeMakeModelCommand(const std::string& make_model,
+                                                     const std::string& out);
+
 struct TinyNextnOptions {
   // NextN blocks after the main layers (0: a plain model). Default: 1.
   int n_nextn = 1;
