@@ -108,14 +108,46 @@ std::string NotePattern(const std::string& name) {
   return dot == std::string::npos ? name : absl::StrCat("blk.*", name.substr(dot));
 }
 
+// The FFN of block `layer` (prefix p) shared by deepseek2 and glm4moe: a
+// dense FFN, or a router with selection bias, routed experts and shared
+// experts; after the main layers, the NextN block's extra tensors.
+template <typename Matrix, typename Norm, typename F32>
+void PlanFfnAndNextn(const ModelSpec& spec, int layer, const std::string& p, Matrix& matrix,
+                     Norm& norm, F32& f32) {
+  const int64_t d = spec.n_embd, ne = spec.n_expert, ff = spec.n_ff_exp;
+  const float router_std = 1.0f / std::sqrt(static_cast<float>(d));
+  if (!spec.is_moe_layer(layer)) {
+    matrix(p + "ffn_gate.weight", {d, spec.n_ff_dense});
+    matrix(p + "ffn_up.weight", {d, spec.n_ff_dense});
+    matrix(p + "ffn_down.weight", {spec.n_ff_dense, d});
+    return;
+  }
+  f32(p + "ffn_gate_inp.weight", {d, ne}, 0.0f, router_std);
+  f32(p + "exp_probs_b.bias", {ne}, 0.0f, 0.02f);
+  matrix(p + "ffn_gate_exps.weight", {d, ff, ne});
+  matrix(p + "ffn_up_exps.weight", {d, ff, ne});
+  matrix(p + "ffn_down_exps.weight", {ff, d, ne});
+  if (spec.n_shared_exp > 0) {
+    const int64_t sh = ff * spec.n_shared_exp;
+    matrix(p + "ffn_gate_shexp.weight", {d, sh});
+    matrix(p + "ffn_up_shexp.weight", {d, sh});
+    matrix(p + "ffn_down_shexp.weight", {sh, d});
+  }
+  if (layer >= spec.n_layer) {
+    matrix(p + "nextn.eh_proj.weight", {2 * d, d});
+    norm(p + "nextn.enorm.weight", d);
+    norm(p + "nextn.hnorm.weight", d);
+    norm(p + "nextn.shared_head_norm.weight", d);
+  }
+}
+
 // The blocks of a deepseek2 model, in llama.cpp's tensor names and shapes
 // (GGML order): MLA, then a dense FFN or routed + shared experts.
 template <typename Matrix, typename Norm, typename F32>
 void PlanDeepseek2Blocks(const ModelSpec& spec, Matrix& matrix, Norm& norm, F32& f32) {
-  const int64_t d = spec.n_embd, h = spec.n_head, ne = spec.n_expert, ff = spec.n_ff_exp;
+  const int64_t d = spec.n_embd, h = spec.n_head;
   const int64_t nope = spec.head_dim - spec.qk_rope_dim, rope = spec.qk_rope_dim;
   const int64_t rank = spec.kv_lora_rank, v = spec.v_head_dim;
-  const float router_std = 1.0f / std::sqrt(static_cast<float>(d));
   for (int layer = 0; layer < spec.n_layer + spec.n_nextn; ++layer) {
     const std::string p = absl::StrCat("blk.", layer, ".");
     norm(p + "attn_norm.weight", d);
@@ -132,29 +164,7 @@ void PlanDeepseek2Blocks(const ModelSpec& spec, Matrix& matrix, Norm& norm, F32&
     matrix(p + "attn_v_b.weight", {rank, v, h});
     matrix(p + "attn_output.weight", {h * v, d});
     norm(p + "ffn_norm.weight", d);
-    if (!spec.is_moe_layer(layer)) {
-      matrix(p + "ffn_gate.weight", {d, spec.n_ff_dense});
-      matrix(p + "ffn_up.weight", {d, spec.n_ff_dense});
-      matrix(p + "ffn_down.weight", {spec.n_ff_dense, d});
-      continue;
-    }
-    f32(p + "ffn_gate_inp.weight", {d, ne}, 0.0f, router_std);
-    f32(p + "exp_probs_b.bias", {ne}, 0.0f, 0.02f);
-    matrix(p + "ffn_gate_exps.weight", {d, ff, ne});
-    matrix(p + "ffn_up_exps.weight", {d, ff, ne});
-    matrix(p + "ffn_down_exps.weight", {ff, d, ne});
-    if (spec.n_shared_exp > 0) {
-      const int64_t sh = ff * spec.n_shared_exp;
-      matrix(p + "ffn_gate_shexp.weight", {d, sh});
-      matrix(p + "ffn_up_shexp.weight", {d, sh});
-      matrix(p + "ffn_down_shexp.weight", {sh, d});
-    }
-    if (layer >= spec.n_layer) {
-      matrix(p + "nextn.eh_proj.weight", {2 * d, d});
-      norm(p + "nextn.enorm.weight", d);
-      norm(p + "nextn.hnorm.weight", d);
-      norm(p + "nextn.shared_head_norm.weight", d);
-    }
+    PlanFfnAndNextn(spec, layer, p, matrix, norm, f32);
   }
 }
 
@@ -173,8 +183,6 @@ int Glm4MoeRopeDim(const ModelSpec& spec) {
 template <typename Matrix, typename Norm, typename F32>
 void PlanGlm4MoeBlocks(const ModelSpec& spec, Matrix& matrix, Norm& norm, F32& f32) {
   const int64_t d = spec.n_embd, q = spec.q_dim(), kv = spec.kv_dim();
-  const int64_t ne = spec.n_expert, ff = spec.n_ff_exp;
-  const float router_std = 1.0f / std::sqrt(static_cast<float>(d));
   for (int layer = 0; layer < spec.n_layer + spec.n_nextn; ++layer) {
     const std::string p = absl::StrCat("blk.", layer, ".");
     norm(p + "attn_norm.weight", d);
@@ -186,29 +194,7 @@ void PlanGlm4MoeBlocks(const ModelSpec& spec, Matrix& matrix, Norm& norm, F32& f
     f32(p + "attn_v.bias", {kv}, 0.0f, 0.02f);
     matrix(p + "attn_output.weight", {q, d});
     norm(p + "post_attention_norm.weight", d);
-    if (!spec.is_moe_layer(layer)) {
-      matrix(p + "ffn_gate.weight", {d, spec.n_ff_dense});
-      matrix(p + "ffn_up.weight", {d, spec.n_ff_dense});
-      matrix(p + "ffn_down.weight", {spec.n_ff_dense, d});
-      continue;
-    }
-    f32(p + "ffn_gate_inp.weight", {d, ne}, 0.0f, router_std);
-    f32(p + "exp_probs_b.bias", {ne}, 0.0f, 0.02f);
-    matrix(p + "ffn_gate_exps.weight", {d, ff, ne});
-    matrix(p + "ffn_up_exps.weight", {d, ff, ne});
-    matrix(p + "ffn_down_exps.weight", {ff, d, ne});
-    if (spec.n_shared_exp > 0) {
-      const int64_t sh = ff * spec.n_shared_exp;
-      matrix(p + "ffn_gate_shexp.weight", {d, sh});
-      matrix(p + "ffn_up_shexp.weight", {d, sh});
-      matrix(p + "ffn_down_shexp.weight", {sh, d});
-    }
-    if (layer >= spec.n_layer) {
-      matrix(p + "nextn.eh_proj.weight", {2 * d, d});
-      norm(p + "nextn.enorm.weight", d);
-      norm(p + "nextn.hnorm.weight", d);
-      norm(p + "nextn.shared_head_norm.weight", d);
-    }
+    PlanFfnAndNextn(spec, layer, p, matrix, norm, f32);
   }
 }
 
