@@ -33,7 +33,9 @@ class MappedFile {
 
   // Maps every page of the file into this process now (reading from disk
   // what the page cache does not hold), so that later reads take no page
-  // faults: MADV_POPULATE_READ, or one read per page on kernels before 5.14.
+  // faults: MADV_POPULATE_READ, then one read per page (which also takes the
+  // first-touch trap some hypervisors add, and is the only way on kernels
+  // before 5.14).
   // Blocks until done. For a file that is read whole soon anyway (a model
   // whose experts all run here); never for one larger than memory.
   void Populate() const;

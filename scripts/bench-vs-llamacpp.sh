@@ -131,7 +131,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && a + 0 > 0) printf "%
 active_line=$("$COORD" inspect -m "$model" | grep '^active weight bytes per token:' || true)
 read -r av au <<<"$(awk '{print $6, $7}' <<<"$active_line")"
 active_bytes=$(bench_to_bytes "${av:-0}" "${au:-B}")
-bench_memory_bandwidth
+bench_memory_bandwidth "$threads"
 limit=$(awk -v g="$MEM_READ_GBS" -v b="$active_bytes" \
   'BEGIN { if (g + 0 > 0 && b > 0) printf "%.1f", g * 1e9 / b; else print "n/a" }')
 pct() { awk -v a="$1" -v l="$limit" 'BEGIN { if (l + 0 > 0 && a + 0 > 0) printf "%.0f%%", 100 * a / l; else print "n/a" }'; }
