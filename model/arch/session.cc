@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/moe/router.h"
+#include "model/ops/attend.h"
 #include "model/ops/matmul.h"
 #include "model/ops/vector_ops.h"
 
@@ -593,17 +594,12 @@ void Session::AttendBlock(const float* const* q, int rows, const float* keys, in
   float* qbuf = scratch;
   float* dots = scratch + static_cast<size_t>(rows) * dim;  // [rows][n_keys]
   for (int t = 0; t < rows; ++t) std::memcpy(qbuf + t * dim, q[t], dim * sizeof(float));
-  // dots[t][j] = q_t · key j, by the float tile (the canonical float dot of
-  // ops::Dot), each key row read once for the block.
-  ops::WeightMatrix k;
-  k.type = ops::TensorType::kF32;
-  k.data = reinterpret_cast<const uint8_t*>(keys);
-  k.rows = n_keys;
-  k.cols = dim;
-  k.row_bytes = static_cast<uint64_t>(key_stride) * sizeof(float);
-  ops::MatMulScratch matmul_scratch;
-  ops::MatMul(k, qbuf, rows, dots, n_keys, ops::NumericPath::kFast, nullptr, &matmul_scratch);
+  // dots[t][j] = q_t · key j, the canonical float dot of ops::Dot, each key
+  // row read once for the block.
+  ops::AttendDots(qbuf, dim, rows, keys, key_stride, n_keys, dim, dots, n_keys);
   // Per query, AttendOne's softmax and weighted sum, operation for operation.
+  const float* probs[kAttendBlock];
+  int counts[kAttendBlock];
   for (int t = 0; t < rows; ++t) {
     float* scores = dots + static_cast<size_t>(t) * n_keys;
     const int n = lasts[t] + 1;
@@ -621,24 +617,29 @@ void Session::AttendBlock(const float* const* q, int rows, const float* keys, in
     }
     if (sink != nullptr) sum += std::exp(*sink - max);
     const float inv = 1.0f / sum;
-    float* o = out[t];
-    std::fill(o, o + out_dim, 0.0f);
-    for (int j = 0; j < n; ++j) {
-      const float p = scores[j] * inv;
-      const float* v = values + static_cast<size_t>(j) * value_stride;
-      for (int e = 0; e < out_dim; ++e) o[e] += p * v[e];
-    }
+    for (int j = 0; j < n; ++j) scores[j] *= inv;
+    std::fill(out[t], out[t] + out_dim, 0.0f);
+    probs[t] = scores;
+    counts[t] = n;
   }
+  ops::AttendValues(probs, counts, rows, values, value_stride, out_dim, out);
 }
 
 void Session::AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
                         int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
                         float scale, const float* sink, float* scores, float* out) {
   const int n_keys = last - first + 1;
+  // The keys as runs of consecutive ring rows (two when the window wraps).
+  for (int j = 0; j < n_keys;) {
+    const int row = (first + j) % ring;
+    const int run = std::min(n_keys - j, ring - row);
+    ops::AttendDots(q, dim, 1, keys + static_cast<size_t>(row) * key_stride, key_stride, run, dim,
+                    scores + j, run);
+    j += run;
+  }
   float max = -INFINITY;
   for (int j = 0; j < n_keys; ++j) {
-    const size_t row = static_cast<size_t>((first + j) % ring);
-    const float s = ops::Dot(q, keys + row * key_stride, dim) * scale;
+    const float s = scores[j] * scale;
     scores[j] = s;
     max = std::max(max, s);
   }
@@ -650,11 +651,15 @@ void Session::AttendOne(const float* q, const float* keys, int64_t key_stride, c
   }
   if (sink != nullptr) sum += std::exp(*sink - max);
   const float inv = 1.0f / sum;
+  for (int j = 0; j < n_keys; ++j) scores[j] *= inv;
   std::fill(out, out + out_dim, 0.0f);
-  for (int j = 0; j < n_keys; ++j) {
-    const float p = scores[j] * inv;
-    const float* v = values + static_cast<size_t>((first + j) % ring) * value_stride;
-    for (int e = 0; e < out_dim; ++e) out[e] += p * v[e];
+  for (int j = 0; j < n_keys;) {
+    const int row = (first + j) % ring;
+    const int run = std::min(n_keys - j, ring - row);
+    const float* p = scores + j;
+    ops::AttendValues(&p, &run, 1, values + static_cast<size_t>(row) * value_stride, value_stride,
+                      out_dim, &out);
+    j += run;
   }
 }
 

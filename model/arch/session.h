@@ -331,9 +331,9 @@ class Session {
   static constexpr int kAttendBlock = 16;
   // AttendOne for `rows` queries q[t] of one head over the cache rows of
   // positions 0 .. lasts[t] (no ring wrap), out[t] for each: the dot products
-  // of the block run as one float GEMM (each key row read once), then every
-  // query's softmax and weighted sum as in AttendOne, so out[t] is bitwise
-  // AttendOne's. scratch: kAttendBlock * (dim + max lasts + 1) floats.
+  // and the weighted sums of the block each run as one ops::Attend* call (each
+  // key and value row read once per few queries), the softmax per query as in
+  // AttendOne, so out[t] is bitwise AttendOne's. scratch: kAttendBlock * (dim + max lasts + 1) floats.
   static void AttendBlock(const float* const* q, int rows, const float* keys, int64_t key_stride,
                           const float* values, int64_t value_stride, const int* lasts, int dim,
                           int out_dim, float scale, const float* sink, float* scratch,

@@ -125,6 +125,10 @@ bool ForceKernelSetForTesting(KernelSetChoice choice) {
 
 const char* ActiveKernelSetName() { return Active().name; }
 
+namespace internal {
+const KernelSet& ActiveKernels() { return Active(); }
+}  // namespace internal
+
 namespace {
 
 // Row ranges of one matrix: `parts` ranges of `per_part` rows (a multiple of

@@ -65,12 +65,25 @@ using QuantTileFn = void (*)(const uint8_t* w, uint64_t row_bytes, int64_t n_row
                              const uint8_t* act, const ActivationLayout& layout,
                              int64_t n_tokens, float* y, int64_t y_stride);
 
+// Attention products (model/ops/attend.h): query · key dots in the canonical
+// float order, and probability-weighted sums of value rows.
+using AttendDotsFn = void (*)(const float* q, int64_t q_stride, int n_q, const float* keys,
+                              int64_t key_stride, int n_keys, int dim, float* dots,
+                              int64_t dots_stride);
+using AttendValuesFn = void (*)(const float* const* p, const int* n, int n_q,
+                                const float* values, int64_t value_stride, int dim,
+                                float* const* out);
+
 struct KernelSet {
   const char* name;
   DequantFn dequant[kTypeSlots];       // every supported type
   QuantTileFn quant_tile[kTypeSlots];  // the types with a quantized fast path
   FloatTileFn float_tile;
   float (*dot)(const float* a, const float* b, int64_t n);  // one float dot
+  // Null: attend.cc's generic loops (float_tile for the dots). attend_dots
+  // takes dim % 8 == 0, attend_values dim % 16 == 0.
+  AttendDotsFn attend_dots;
+  AttendValuesFn attend_values;
 };
 
 const KernelSet& PortableKernels();
@@ -83,6 +96,9 @@ const KernelSet* Avx512Kernels();
 // The set MatMul picks by default: the best of AVX-512, AVX2 and portable that
 // is built and that the CPU supports (COLIBRI_CPU can hide features).
 const KernelSet& DefaultKernels();
+// The set MatMul uses now: the calibrated one (kernel_calibration.h) unless a
+// test forced another.
+const KernelSet& ActiveKernels();
 
 inline int Slot(TensorType type) { return static_cast<int>(type); }
 

@@ -17,6 +17,7 @@
 
 #include <type_traits>
 
+#include "model/ops/attend_avx512.h"
 #include "model/ops/avx2_common.h"
 #include "model/ops/gemm.h"
 #include "model/ops/quant_blocks.h"
@@ -275,6 +276,8 @@ KernelSet MakeAvx512() {
   k.quant_tile[Slot(TensorType::kQ6_K)] = &avx2::QuantTile<SuperBlockKernel<Q6_KAvx512>>;
   // 4 x 4 GEMM tiles for batches of tokens; the tiles above take the edges.
   InstallAvx512GemmTiles(&k);
+  // Attention: query · key dots and weighted value sums.
+  InstallAvx512AttendKernels(&k);
   return k;
 }
 

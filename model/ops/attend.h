@@ -1,0 +1,32 @@
+// The two products of softmax attention, on the kernel set MatMul uses.
+//
+// Both keep the canonical float order, so every kernel set, every batch of
+// queries and every split of the keys gives bitwise the same numbers:
+//  - a dot is Dot()'s: eight lanes, lane l summing q[c] * k[c] (rounded
+//    product, then rounded add) for c = l, l + 8, ... in order, the lanes then
+//    combined by ReduceLanes (vec_dot.h);
+//  - a weighted sum adds p[j] * v_j[e] (rounded product, rounded add) to
+//    out[e] for j = 0, 1, ... in order.
+// Prompt attention (a block of queries against all keys at once) and decode
+// attention (one query) therefore agree bit for bit.
+#ifndef COLIBRI_MODEL_OPS_ATTEND_H_
+#define COLIBRI_MODEL_OPS_ATTEND_H_
+
+#include <cstdint>
+
+namespace colibri::ops {
+
+// dots[t * dots_stride + j] = Dot(q + t * q_stride, keys + j * key_stride, dim)
+// for t < n_q, j < n_keys.
+void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, int64_t key_stride,
+                int n_keys, int dim, float* dots, int64_t dots_stride);
+
+// For each query i < n_q: out[i][e] += p[i][j] * values[j * value_stride + e]
+// for j = 0 .. n[i] - 1 in order, e < dim. out[i] holds the sum so far (zeros
+// to start), so a caller may split the keys into consecutive runs.
+void AttendValues(const float* const* p, const int* n, int n_q, const float* values,
+                  int64_t value_stride, int dim, float* const* out);
+
+}  // namespace colibri::ops
+
+#endif  // COLIBRI_MODEL_OPS_ATTEND_H_

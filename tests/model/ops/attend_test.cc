@@ -1,0 +1,128 @@
+// The attention products on every kernel set against plain loops written
+// here from the canonical order of model/ops/attend.h: bitwise equal.
+#include "model/ops/attend.h"
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/support/kernel_sets.h"
+
+namespace colibri::ops {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// Eight lanes over the columns in order, then ((0+4)+(2+6)) + ((1+5)+(3+7)).
+float CanonicalDot(const float* a, const float* b, int n) {
+  float lanes[8] = {};
+  for (int c = 0; c < n; ++c) {
+    const float product = a[c] * b[c];
+    lanes[c % 8] = lanes[c % 8] + product;
+  }
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+class AttendTest : public testing::KernelSetTest {};
+
+TEST_P(AttendTest, DotsAreTheCanonicalDots) {
+  for (int dim : {8, 12, 40, 64, 128, 136, 256}) {
+    for (int n_q : {1, 2, 3, 7, 8, 9, 16}) {
+      for (int n_keys : {1, 3, 4, 5, 16, 17, 70}) {
+        const int64_t q_stride = dim + 8, key_stride = 3 * dim + 16, dots_stride = n_keys + 5;
+        const std::vector<float> q = Random(n_q * q_stride, 1 + dim + n_q);
+        const std::vector<float> keys = Random(n_keys * key_stride, 2 + dim + n_keys);
+        std::vector<float> dots(n_q * dots_stride, -7.0f);
+        AttendDots(q.data(), q_stride, n_q, keys.data(), key_stride, n_keys, dim, dots.data(),
+                   dots_stride);
+        for (int t = 0; t < n_q; ++t) {
+          for (int j = 0; j < n_keys; ++j) {
+            const float want = CanonicalDot(q.data() + t * q_stride, keys.data() + j * key_stride,
+                                            dim);
+            ASSERT_EQ(Bits(dots[t * dots_stride + j]), Bits(want))
+                << "dim " << dim << " queries " << n_q << " keys " << n_keys << " at " << t
+                << ", " << j;
+          }
+          for (int j = n_keys; j < dots_stride; ++j) {
+            ASSERT_EQ(dots[t * dots_stride + j], -7.0f) << "wrote past key " << n_keys - 1;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(AttendTest, ValuesAreSequentialWeightedSums) {
+  for (int dim : {16, 24, 64, 128, 144, 256}) {
+    for (int n_q : {1, 2, 3, 5, 16}) {
+      const int64_t stride = dim + 32;
+      const int max_keys = 40;
+      const std::vector<float> values = Random(max_keys * stride, 3 + dim);
+      std::vector<std::vector<float>> p(n_q), out(n_q), want(n_q);
+      std::vector<int> n(n_q);
+      std::vector<const float*> p_ptr(n_q);
+      std::vector<float*> out_ptr(n_q);
+      for (int i = 0; i < n_q; ++i) {
+        n[i] = (i * 13 + 7) % max_keys;  // uneven lengths, zero for some
+        p[i] = Random(max_keys, 4 + i);
+        out[i] = Random(dim, 5 + i);  // a sum so far: added to, not replaced
+        want[i] = out[i];
+        for (int j = 0; j < n[i]; ++j) {
+          for (int e = 0; e < dim; ++e) {
+            const float product = p[i][j] * values[j * stride + e];
+            want[i][e] = want[i][e] + product;
+          }
+        }
+        p_ptr[i] = p[i].data();
+        out_ptr[i] = out[i].data();
+      }
+      AttendValues(p_ptr.data(), n.data(), n_q, values.data(), stride, dim, out_ptr.data());
+      for (int i = 0; i < n_q; ++i) {
+        for (int e = 0; e < dim; ++e) {
+          ASSERT_EQ(Bits(out[i][e]), Bits(want[i][e]))
+              << "dim " << dim << " queries " << n_q << " query " << i << " column " << e;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(AttendTest, ValuesSplitIntoRunsEqualOneCall) {
+  const int dim = 128, n_keys = 37, cut = 20;
+  const int64_t stride = 4 * dim;
+  const std::vector<float> values = Random(n_keys * stride, 9);
+  const std::vector<float> p = Random(n_keys, 10);
+  std::vector<float> whole(dim, 0.0f), split(dim, 0.0f);
+  const float* pp = p.data();
+  float* o = whole.data();
+  AttendValues(&pp, &n_keys, 1, values.data(), stride, dim, &o);
+  const int first = cut, second = n_keys - cut;
+  o = split.data();
+  AttendValues(&pp, &first, 1, values.data(), stride, dim, &o);
+  const float* rest = p.data() + cut;
+  AttendValues(&rest, &second, 1, values.data() + cut * stride, stride, dim, &o);
+  for (int e = 0; e < dim; ++e) ASSERT_EQ(Bits(whole[e]), Bits(split[e])) << "column " << e;
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelSets, AttendTest,
+                         ::testing::Values(KernelSetChoice::kPortable, KernelSetChoice::kAvx2,
+                                           KernelSetChoice::kAvx512),
+                         testing::KernelSetParamName);
+
+}  // namespace
+}  // namespace colibri::ops
