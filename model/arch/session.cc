@@ -144,6 +144,9 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   route_w_.resize(B * c.n_expert_used);
   expert_out_.resize(B * c.n_expert_used * c.n_embd);
   if (c.shared_expert) shared_out_.resize(B * c.n_embd);
+  // The buffers above are written (zeroed) now; the backend's are touched
+  // here as well, so that the first prompt does not page-fault through them.
+  experts_->Reserve(B, c.n_expert_used);
   const int n_threads = pool_ ? pool_->num_threads() : 1;
   scores_.resize(static_cast<size_t>(n_threads) * n_ctx);
   route_scratch_.resize(moe::RouteScratchSize(c.n_expert));

@@ -57,6 +57,14 @@ class ExpertBackend {
   // for a backend's lifetime.
   virtual bool OutputsWeighted() const { return false; }
 
+  // Makes room for batches of up to n_tokens tokens before the first one:
+  // scratch memory is allocated and touched now, so that the first prompt
+  // does not pay a page fault per page of it. Advice only.
+  virtual void Reserve(int64_t n_tokens, int k) {
+    (void)n_tokens;
+    (void)k;
+  }
+
   // Advice that `experts` of `layer` will probably be needed soon.
   virtual void Prefetch(int layer, absl::Span<const int32_t> experts) {
     (void)layer;

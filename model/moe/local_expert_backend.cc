@@ -86,6 +86,22 @@ absl::Status ExpertGroupRunner::Run(const ExpertBatch& batch, const ExpertLookup
   return absl::OkStatus();
 }
 
+void ExpertGroupRunner::Reserve(int64_t n_routes, int64_t n_embd, int64_t n_ff) {
+  // A run holds at most kMaxRunRoutes routes plus its last expert's, at most
+  // one per token.
+  const int64_t routes = std::min(n_routes, 2 * kMaxRunRoutes);
+  gathered_in_.Touch(static_cast<size_t>(routes * n_embd));
+  gathered_out_.Touch(static_cast<size_t>(routes * n_embd));
+  gate_.Touch(static_cast<size_t>(routes * n_ff));
+  up_.Touch(static_cast<size_t>(routes * n_ff));
+  if (sorted_routes_.size() < static_cast<size_t>(n_routes)) sorted_routes_.resize(n_routes);
+}
+
+void ExpertGroupRunner::FloatScratch::Touch(size_t n) {
+  float* p = Reserve(n);
+  std::memset(p, 0, n * sizeof(float));
+}
+
 float* ExpertGroupRunner::FloatScratch::Reserve(size_t n) {
   if (n > size_) {
     data_.reset();              // the old buffer goes before the new one is mapped
@@ -164,6 +180,17 @@ absl::Status LocalExpertBackend::Wait() {
   absl::Status s = std::move(pending_);
   pending_ = absl::OkStatus();
   return s;
+}
+
+void LocalExpertBackend::Reserve(int64_t n_tokens, int k) {
+  int64_t n_embd = 0, n_ff = 0;
+  for (const std::vector<ExpertWeights>& layer : *experts_) {
+    for (const ExpertWeights& w : layer) {
+      n_embd = std::max<int64_t>(n_embd, w.n_embd());
+      n_ff = std::max<int64_t>(n_ff, w.n_ff());
+    }
+  }
+  if (n_embd > 0) runner_.Reserve(n_tokens * k, n_embd, n_ff);
 }
 
 void LocalExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) {

@@ -36,6 +36,10 @@ class ExpertGroupRunner {
   absl::Status Run(const ExpertBatch& batch, const ExpertLookup& lookup,
                    const std::function<bool(int)>& owned, float* out);
 
+  // Allocates and touches the buffers that batches of up to n_routes routes
+  // (tokens times k) of experts n_embd wide with n_ff hidden need.
+  void Reserve(int64_t n_routes, int64_t n_embd, int64_t n_ff);
+
  private:
   // Routes per run of experts: bounds the gathered buffers (about
   // kMaxRunRoutes * (2 n_embd + 2 n_ff) floats).
@@ -70,6 +74,8 @@ class ExpertGroupRunner {
    public:
     // At least n floats, uninitialized (contents are lost when it grows).
     float* Reserve(size_t n);
+    // Reserve(n), then every page written once.
+    void Touch(size_t n);
     float* data() const { return data_.get(); }
 
    private:
@@ -95,6 +101,8 @@ class LocalExpertBackend : public ExpertBackend {
   // page is not resident (mincore), so that experts paged out of the mmapped
   // GGUF are read ahead. Out-of-range layers and experts are ignored.
   void Prefetch(int layer, absl::Span<const int32_t> experts) override;
+  // Sizes the runner's buffers for the widest experts of the model.
+  void Reserve(int64_t n_tokens, int k) override;
 
  private:
   const std::vector<std::vector<ExpertWeights>>* const experts_;

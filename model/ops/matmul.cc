@@ -42,6 +42,38 @@ int64_t RowBlock(uint64_t bytes_per_row) {
   return std::clamp<int64_t>(rb, 1, kMaxRowBlock);
 }
 
+// Rows below which quantizing activations on the calling thread beats a hand-off.
+constexpr int64_t kMinParallelQuantRows = 32;
+
+// Quantizes the rows of `count` inputs: input i has rows(i) rows in
+// layout(i), row t of it from x(i, t) into out(i, t). Every row on its own,
+// so splitting the rows over the pool (when they are many) changes no byte.
+template <typename Rows, typename Layout, typename In, typename Out>
+void QuantizeInputs(int64_t count, Rows rows, Layout layout, In x, Out out, ThreadPool* pool,
+                    std::vector<int64_t>* first_row) {
+  first_row->resize(static_cast<size_t>(count) + 1);
+  int64_t* first = first_row->data();
+  first[0] = 0;
+  for (int64_t i = 0; i < count; ++i) first[i + 1] = first[i] + rows(i);
+  const int64_t total = first[count];
+  auto body = [&](int64_t begin, int64_t end) {
+    int64_t i = std::upper_bound(first, first + count + 1, begin) - first - 1;
+    ActivationLayout l = layout(i);
+    for (int64_t r = begin; r < end; ++r) {
+      if (r >= first[i + 1]) {
+        while (r >= first[i + 1]) ++i;
+        l = layout(i);
+      }
+      internal::QuantizeActivationRow(l, x(i, r - first[i]), out(i, r - first[i]));
+    }
+  };
+  if (pool == nullptr || pool->num_threads() < 2 || total < kMinParallelQuantRows) {
+    body(0, total);
+  } else {
+    pool->ParallelFor(total, kMinParallelQuantRows / 2, body);
+  }
+}
+
 // Everything one call needs, shared read-only by the parts.
 struct Job {
   const KernelSet* kernels;
@@ -175,9 +207,10 @@ void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, i
   const size_t need = static_cast<size_t>(n_tokens) * layout.row_bytes + 64;
   if (scratch->activations.size() < need) scratch->activations.resize(need);
   uint8_t* base = Align64(scratch->activations.data());
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    internal::QuantizeActivationRow(layout, x + t * w0.cols, base + t * layout.row_bytes);
-  }
+  QuantizeInputs(
+      1, [&](int64_t) { return n_tokens; }, [&](int64_t) { return layout; },
+      [&](int64_t, int64_t t) { return x + t * w0.cols; },
+      [&](int64_t, int64_t t) { return base + t * layout.row_bytes; }, pool, &scratch->first_row);
 
   // One job over the row ranges of every matrix, so the threads hand off once.
   const int threads = pool != nullptr ? pool->num_threads() : 1;
@@ -267,17 +300,28 @@ void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path,
   const size_t need = static_cast<size_t>(act_bytes) + 64;
   if (scratch->activations.size() < need) scratch->activations.resize(need);
   uint8_t* base = Align64(scratch->activations.data());
-  // Each token's row is quantized on its own, as in MatMul.
+  // Each token's row is quantized on its own, as in MatMul: the inputs not
+  // shared with the product before, all their rows as one job.
+  std::vector<int64_t>& inputs = scratch->inputs;
+  inputs.clear();
   for (int64_t i = 0; i < count; ++i) {
-    const MatMulProblem& p = problems[i];
-    if (empty(i) || shares_previous(i)) continue;
-    const ActivationLayout layout =
-        internal::MakeActivationLayout(internal::ActivationFormatFor(p.w->type), p.w->cols);
-    for (int64_t t = 0; t < p.n_tokens; ++t) {
-      internal::QuantizeActivationRow(layout, p.x + t * p.w->cols,
-                                      base + act_start[i] + t * layout.row_bytes);
-    }
+    if (!empty(i) && !shares_previous(i)) inputs.push_back(i);
   }
+  auto layout_of = [&](int64_t k) {
+    const WeightMatrix& w = *problems[inputs[k]].w;
+    return internal::MakeActivationLayout(internal::ActivationFormatFor(w.type), w.cols);
+  };
+  QuantizeInputs(
+      static_cast<int64_t>(inputs.size()), [&](int64_t k) { return problems[inputs[k]].n_tokens; },
+      layout_of,
+      [&](int64_t k, int64_t t) {
+        const MatMulProblem& p = problems[inputs[k]];
+        return p.x + t * p.w->cols;
+      },
+      [&](int64_t k, int64_t t) {
+        return base + act_start[inputs[k]] + t * layout_of(k).row_bytes;
+      },
+      pool, &scratch->first_row);
   auto body = [&](int64_t p_begin, int64_t p_end) {
     for (int64_t part = p_begin; part < p_end; ++part) {
       // The product whose parts hold `part`.
@@ -328,9 +372,11 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, i
     const size_t need = static_cast<size_t>(n_tokens) * job.layout.row_bytes + 64;
     if (scratch->activations.size() < need) scratch->activations.resize(need);
     uint8_t* base = Align64(scratch->activations.data());
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      internal::QuantizeActivationRow(job.layout, x + t * w.cols, base + t * job.layout.row_bytes);
-    }
+    QuantizeInputs(
+        1, [&](int64_t) { return n_tokens; }, [&](int64_t) { return job.layout; },
+        [&](int64_t, int64_t t) { return x + t * w.cols; },
+        [&](int64_t, int64_t t) { return base + t * job.layout.row_bytes; }, pool,
+        &scratch->first_row);
     job.act = base;
   }
 

@@ -55,6 +55,10 @@ class MatMulScratch {
   std::vector<std::vector<float>> rows;
   // MatMulGroup's per-product offsets
   std::vector<int64_t> group;
+  // The products whose inputs MatMulGroup quantizes, and each input's first
+  // row in the job that quantizes them (every MatMul* call).
+  std::vector<int64_t> inputs;
+  std::vector<int64_t> first_row;
 };
 
 // x: [n_tokens][w.cols] float32, row stride w.cols; y: [n_tokens][w.rows], row
