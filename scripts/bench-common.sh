@@ -118,7 +118,7 @@ bench_memory_bandwidth() {
       best=$(awk -v a="$best" -v b="${probe:-0}" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
     done
     MEM_READ_GBS="$best"
-    [ "$best" = 0 ] && MEM_READ_GBS="n/a"
+    if [ "$best" = 0 ]; then MEM_READ_GBS="n/a"; fi
   else
     MEM_READ_GBS="n/a"
   fi

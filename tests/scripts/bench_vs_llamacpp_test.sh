@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Smoke test of scripts/bench-vs-llamacpp.sh on the committed demo model with
+# a stand-in llama-bench (one fixed pp and one fixed tg JSON line): the summary
+# table, the ratios against the stand-in's figures and the bandwidth-limit lines
+# are printed. No timing is asserted. Exit 77 (skipped) when a binary or the
+# model is absent.
+# usage: bench_vs_llamacpp_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src="$1"
+bin="$2"
+model="$src/models/demo/colibri-demo-kjv-q8_0.gguf"
+for b in coordinator/colibri-coordinator model/ops/colibri_ops_bench; do
+  [ -x "$bin/$b" ] || { echo "SKIP: $bin/$b is not built"; exit 77; }
+done
+[ -f "$model" ] || { echo "SKIP: no demo model at $model"; exit 77; }
+
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/bench_vs_llamacpp.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+cat >"$tmp/llama-bench" <<'STUB'
+#!/bin/sh
+echo '{"build_commit": "stub", "n_prompt": 8, "n_gen": 0, "avg_ts": 1000.0, "stddev_ts": 1}'
+echo '{"build_commit": "stub", "n_prompt": 0, "n_gen": 4, "avg_ts": 20.0, "stddev_ts": 1}'
+STUB
+chmod +x "$tmp/llama-bench"
+
+out="$tmp/out.txt"
+if ! bash "$src/scripts/bench-vs-llamacpp.sh" --llama-bench "$tmp/llama-bench" --model "$model" \
+  --build "$bin" -r 2 -p 8 -n 4 >"$out" 2>"$tmp/err.txt"; then
+  echo "FAIL: bench-vs-llamacpp.sh exited with an error"
+  cat "$out" "$tmp/err.txt"
+  exit 1
+fi
+
+fail=0
+expect() {  # expect REGEX WHAT
+  grep -Eq -- "$1" "$out" || { echo "FAIL: no $2 (/$1/)"; fail=1; }
+}
+num='[0-9]+(\.[0-9]+)?'
+expect "^model: .*; 2 interleaved runs; prompt 8 tokens, decode 4 tokens\$" "header line"
+expect "^prompt tok/s +$num \($num-$num\) $num +1000\.00 \(1000\.00-1000\.00\) 1\.00 +$num\$" \
+  "prompt row against the stand-in's 1000 tok/s"
+expect "^decode tok/s +$num \($num-$num\) $num +20\.00 \(20\.00-20\.00\) 1\.00 +$num\$" \
+  "decode row against the stand-in's 20 tok/s"
+expect "^bandwidth limit: $num tok/s = memory read $num GB/s / active weight bytes $num [KMG]iB per token\$" \
+  "bandwidth limit line"
+expect "^decode vs limit: Colibri [0-9]+%, llama\.cpp [0-9]+%\$" "decode vs limit line"
+if [ "$fail" != 0 ]; then
+  echo "--- output"
+  cat "$out"
+  echo "--- stderr"
+  cat "$tmp/err.txt"
+  exit 1
+fi
+echo "PASS"
