@@ -172,6 +172,84 @@ void Micro4xT(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64
   }
 }
 
+// The int32 lane totals of four vectors: lane r of the result = Σ lanes of
+// v[r]. Integer adds are exact, so any order gives the same totals.
+COLIBRI_INLINE __m128i Totals4(const __m512i* v) {
+  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]),
+                                     _mm512_unpackhi_epi32(v[0], v[1]));
+  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]),
+                                     _mm512_unpackhi_epi32(v[2], v[3]));
+  // Each 128-bit lane: partial sums of v[0], v[1], v[2], v[3].
+  const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(c), _mm512_extracti64x4_epi64(c, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// The same for four vectors of 8 int32 lanes.
+COLIBRI_INLINE __m128i Totals4(const __m256i* v) {
+  const __m256i a = _mm256_add_epi32(_mm256_unpacklo_epi32(v[0], v[1]),
+                                     _mm256_unpackhi_epi32(v[0], v[1]));
+  const __m256i b = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2], v[3]),
+                                     _mm256_unpackhi_epi32(v[2], v[3]));
+  const __m256i c = _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+  return _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+}
+
+// Micro4xT for one token (decode): the same integers per row and super-block
+// and the same float update, lane r for row r, without the 16-pair transpose
+// whose other 12 pairs would be zeros.
+template <typename D>
+void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64_t cols, float* y,
+              int64_t prefetch_rows) {
+  using Block = typename D::Block;
+  const int64_t nb = cols / kQK_K;
+  const __m512i index01 = _mm512_load_si512(kScaleIndex01);
+  const __m512i index23 = _mm512_load_si512(kScaleIndex23);
+  const __m512i zero = _mm512_setzero_si512();
+  __m128 acc = _mm_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    for (int r = 0; r < kRows; ++r) {
+      PrefetchBlock(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
+    }
+    const int8_t* qa = a.qs + kQK_K * i;
+    __m512i qa_parts[4];
+    for (int p = 0; p < 4; ++p) qa_parts[p] = _mm512_loadu_si512(qa + 64 * p);
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums + 16 * i));
+    __m512i prod[kRows];
+    __m256i mins[kRows];
+    alignas(16) float d[kRows], dmin[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
+      const D dec(block);
+      d[r] = dec.d();
+      dmin[r] = dec.dmin();
+      const __m256i sc16 = dec.GroupScales();
+      const __m512i sc = _mm512_castsi256_si512(sc16);
+      const __m512i s01 = _mm512_permutexvar_epi16(index01, sc);
+      const __m512i s23 = _mm512_permutexvar_epi16(index23, sc);
+      __m512i v[4];
+      for (int p = 0; p < 4; ++p) v[p] = _mm512_dpbusd_epi32(zero, dec.Quants(p), qa_parts[p]);
+      __m512i s = zero;
+      if constexpr (D::kOffset != 0) {
+        const __m256i bias_factor = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-D::kOffset));
+        s = _mm512_dpwssd_epi32(s, _mm512_zextsi256_si512(bsums),
+                                _mm512_zextsi256_si512(bias_factor));
+      }
+      s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[0], v[1]), s01);
+      prod[r] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]), s23);
+      if constexpr (D::kHasMin) mins[r] = _mm256_madd_epi16(bsums, dec.MinFactor());
+    }
+    const __m128 da = _mm_set1_ps(a.d[i]);
+    const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
+    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_load_ps(d), da), isum));
+    if constexpr (D::kHasMin) {
+      const __m128 msum = _mm_cvtepi32_ps(Totals4(mins));
+      acc = _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_load_ps(dmin), da), msum));
+    }
+  }
+  _mm_storeu_ps(y, acc);
+}
+
 template <typename D, TensorType kType>
 void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
@@ -199,7 +277,7 @@ void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
         float* out = y + t0 * y_stride + r0;
         switch (nt) {
           case 1:
-            Micro4xT<D, 1>(rows, row_bytes, a, layout.cols, out, y_stride, prefetch_rows);
+            Micro4x1<D>(rows, row_bytes, a[0], layout.cols, out, prefetch_rows);
             break;
           case 2:
             Micro4xT<D, 2>(rows, row_bytes, a, layout.cols, out, y_stride, prefetch_rows);
