@@ -76,7 +76,25 @@ absl::Status ExpertGroupRunner::Run(const ExpertBatch& batch, const ExpertLookup
     max_ff_floats = std::max(max_ff_floats, ff_floats);
     first = last;
   }
-  gathered_in_.Reserve(static_cast<size_t>(max_routes * n_embd));
+  // Gate and up of every expert read the batch's token rows: when they all
+  // take the same quantized rows, each token is quantized once here and its
+  // bytes are copied per route (the rows are those MatMul would make).
+  in_format_ = ops::InputRowFormat{};
+  if (!group_.empty()) {
+    const ops::InputRowFormat f = ops::InputRowFormatFor(group_[0].w.gate, path_);
+    bool same = f.row_bytes > 0;
+    for (size_t j = 0; same && j < group_.size(); ++j) {
+      same = ops::InputRowFormatFor(group_[j].w.gate, path_) == f &&
+             ops::InputRowFormatFor(group_[j].w.up, path_) == f;
+    }
+    if (same) {
+      in_format_ = f;
+      uint8_t* rows = token_rows_.Reserve(static_cast<size_t>(batch.n_tokens) * f.row_bytes);
+      ops::QuantizeInputRows(f, batch.x, n_embd, batch.n_tokens, rows, pool_);
+      gathered_q_.Reserve(static_cast<size_t>(max_routes) * f.row_bytes);
+    }
+  }
+  if (in_format_.row_bytes == 0) gathered_in_.Reserve(static_cast<size_t>(max_routes * n_embd));
   gathered_out_.Reserve(static_cast<size_t>(max_routes * n_embd));
   gate_.Reserve(static_cast<size_t>(max_ff_floats));
   up_.Reserve(static_cast<size_t>(max_ff_floats));
@@ -86,52 +104,75 @@ absl::Status ExpertGroupRunner::Run(const ExpertBatch& batch, const ExpertLookup
   return absl::OkStatus();
 }
 
-void ExpertGroupRunner::Reserve(int64_t n_routes, int64_t n_embd, int64_t n_ff) {
+void ExpertGroupRunner::Reserve(int64_t n_tokens, int k, const ExpertWeights& w) {
   // A run holds at most kMaxRunRoutes routes plus its last expert's, at most
   // one per token.
-  const int64_t routes = std::min(n_routes, 2 * kMaxRunRoutes);
-  gathered_in_.Touch(static_cast<size_t>(routes * n_embd));
-  gathered_out_.Touch(static_cast<size_t>(routes * n_embd));
-  gate_.Touch(static_cast<size_t>(routes * n_ff));
-  up_.Touch(static_cast<size_t>(routes * n_ff));
+  const int64_t n_routes = n_tokens * k;
+  const int64_t routes = std::min(n_routes, kMaxRunRoutes + n_tokens);
+  const ops::InputRowFormat f = ops::InputRowFormatFor(w.gate, path_);
+  if (f.row_bytes > 0) {
+    token_rows_.Touch(static_cast<size_t>(n_tokens) * f.row_bytes);
+    gathered_q_.Touch(static_cast<size_t>(routes) * f.row_bytes);
+  } else {
+    gathered_in_.Touch(static_cast<size_t>(routes * w.n_embd()));
+  }
+  gathered_out_.Touch(static_cast<size_t>(routes * w.n_embd()));
+  gate_.Touch(static_cast<size_t>(routes * w.n_ff()));
+  up_.Touch(static_cast<size_t>(routes * w.n_ff()));
   if (sorted_routes_.size() < static_cast<size_t>(n_routes)) sorted_routes_.resize(n_routes);
 }
 
-void ExpertGroupRunner::FloatScratch::Touch(size_t n) {
-  float* p = Reserve(n);
-  std::memset(p, 0, n * sizeof(float));
+template <typename T>
+void ExpertGroupRunner::Scratch<T>::Touch(size_t n) {
+  std::memset(static_cast<void*>(Reserve(n)), 0, n * sizeof(T));
 }
 
-float* ExpertGroupRunner::FloatScratch::Reserve(size_t n) {
+template <typename T>
+T* ExpertGroupRunner::Scratch<T>::Reserve(size_t n) {
   if (n > size_) {
-    data_.reset();              // the old buffer goes before the new one is mapped
-    data_.reset(new float[n]);  // default-initialized: not zeroed
+    bytes_.reset();  // the old buffer goes before the new one is mapped
+    bytes_.reset(new uint8_t[n * sizeof(T) + 64]);  // default-initialized: not zeroed
+    const auto at = reinterpret_cast<uintptr_t>(bytes_.get());
+    aligned_ = reinterpret_cast<T*>((at + 63) & ~uintptr_t{63});
     size_ = n;
   }
-  return data_.get();
+  return aligned_;
 }
 
 absl::Status ExpertGroupRunner::RunExperts(const ExpertBatch& batch, size_t first, size_t last,
                                            float* out) {
   const int64_t n_embd = batch.n_embd;
+  const uint64_t q_bytes = in_format_.row_bytes;  // 0: float rows
   for (size_t j = first; j < last; ++j) {
     const Member& g = group_[j];
     const int64_t begin = expert_begin_[g.expert];
     const int64_t m = expert_begin_[g.expert + 1] - begin;
     for (int64_t i = 0; i < m; ++i) {
       const int64_t t = sorted_routes_[begin + i] / batch.k;
-      std::memcpy(gathered_in_.data() + (g.row + i) * n_embd, batch.x + t * n_embd,
-                  n_embd * sizeof(float));
+      if (q_bytes > 0) {
+        std::memcpy(gathered_q_.data() + (g.row + i) * q_bytes, token_rows_.data() + t * q_bytes,
+                    q_bytes);
+      } else {
+        std::memcpy(gathered_in_.data() + (g.row + i) * n_embd, batch.x + t * n_embd,
+                    n_embd * sizeof(float));
+      }
     }
   }
-  // Gate and up of every expert: one job (each expert's x quantized once).
+  // Gate and up of every expert: one job (each expert's x quantized once, or
+  // already quantized per token).
   problems_.clear();
   for (size_t j = first; j < last; ++j) {
     const Member& g = group_[j];
     const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
-    const float* x = gathered_in_.data() + g.row * n_embd;
-    problems_.push_back({&g.w.gate, x, m, gate_.data() + g.ff_offset, g.w.n_ff()});
-    problems_.push_back({&g.w.up, x, m, up_.data() + g.ff_offset, g.w.n_ff()});
+    if (q_bytes > 0) {
+      const uint8_t* xq = gathered_q_.data() + g.row * q_bytes;
+      problems_.push_back({&g.w.gate, nullptr, m, gate_.data() + g.ff_offset, g.w.n_ff(), xq});
+      problems_.push_back({&g.w.up, nullptr, m, up_.data() + g.ff_offset, g.w.n_ff(), xq});
+    } else {
+      const float* x = gathered_in_.data() + g.row * n_embd;
+      problems_.push_back({&g.w.gate, x, m, gate_.data() + g.ff_offset, g.w.n_ff()});
+      problems_.push_back({&g.w.up, x, m, up_.data() + g.ff_offset, g.w.n_ff()});
+    }
   }
   ops::MatMulGroup(problems_.data(), static_cast<int64_t>(problems_.size()), path_, pool_,
                    &scratch_.matmul);
@@ -183,14 +224,13 @@ absl::Status LocalExpertBackend::Wait() {
 }
 
 void LocalExpertBackend::Reserve(int64_t n_tokens, int k) {
-  int64_t n_embd = 0, n_ff = 0;
+  const ExpertWeights* widest = nullptr;
   for (const std::vector<ExpertWeights>& layer : *experts_) {
     for (const ExpertWeights& w : layer) {
-      n_embd = std::max<int64_t>(n_embd, w.n_embd());
-      n_ff = std::max<int64_t>(n_ff, w.n_ff());
+      if (w.gate.data != nullptr && (widest == nullptr || w.n_ff() > widest->n_ff())) widest = &w;
     }
   }
-  if (n_embd > 0) runner_.Reserve(n_tokens * k, n_embd, n_ff);
+  if (widest != nullptr) runner_.Reserve(n_tokens, k, *widest);
 }
 
 void LocalExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) {

@@ -36,9 +36,9 @@ class ExpertGroupRunner {
   absl::Status Run(const ExpertBatch& batch, const ExpertLookup& lookup,
                    const std::function<bool(int)>& owned, float* out);
 
-  // Allocates and touches the buffers that batches of up to n_routes routes
-  // (tokens times k) of experts n_embd wide with n_ff hidden need.
-  void Reserve(int64_t n_routes, int64_t n_embd, int64_t n_ff);
+  // Allocates and touches the buffers that batches of up to n_tokens tokens,
+  // k routes each, need for experts shaped like w.
+  void Reserve(int64_t n_tokens, int k, const ExpertWeights& w);
 
  private:
   // Routes per run of experts: bounds the gathered buffers (about
@@ -70,21 +70,31 @@ class ExpertGroupRunner {
   // A float buffer that grows without zeroing or copying: the runs write
   // every float they read, and a prompt's first layer would otherwise zero
   // and copy tens of MB.
-  class FloatScratch {
+  template <typename T>
+  class Scratch {
    public:
-    // At least n floats, uninitialized (contents are lost when it grows).
-    float* Reserve(size_t n);
+    // At least n elements, 64-byte aligned, uninitialized (contents are lost
+    // when it grows).
+    T* Reserve(size_t n);
     // Reserve(n), then every page written once.
     void Touch(size_t n);
-    float* data() const { return data_.get(); }
+    T* data() const { return aligned_; }
 
    private:
-    std::unique_ptr<float[]> data_;
+    std::unique_ptr<uint8_t[]> bytes_;
+    T* aligned_ = nullptr;
     size_t size_ = 0;
   };
+  using FloatScratch = Scratch<float>;
   FloatScratch gathered_in_;   // [routes][n_embd]
   FloatScratch gathered_out_;  // [routes][n_embd]
   FloatScratch gate_, up_;     // [routes][n_ff]
+  // When every expert's gate and up take the same quantized rows
+  // (in_format_.row_bytes > 0): the batch's token rows quantized once, and
+  // gathered per route in place of gathered_in_.
+  ops::InputRowFormat in_format_;
+  Scratch<uint8_t> token_rows_;   // [n_tokens][row_bytes]
+  Scratch<uint8_t> gathered_q_;   // [routes][row_bytes]
   std::vector<ops::MatMulProblem> problems_;
   ExpertFfnScratch scratch_;
 };

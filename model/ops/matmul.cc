@@ -56,6 +56,7 @@ void QuantizeInputs(int64_t count, Rows rows, Layout layout, In x, Out out, Thre
   first[0] = 0;
   for (int64_t i = 0; i < count; ++i) first[i + 1] = first[i] + rows(i);
   const int64_t total = first[count];
+  if (total == 0) return;
   auto body = [&](int64_t begin, int64_t end) {
     int64_t i = std::upper_bound(first, first + count + 1, begin) - first - 1;
     ActivationLayout l = layout(i);
@@ -182,6 +183,34 @@ RowSplit SplitRows(const WeightMatrix& w, int64_t n_tokens, int threads) {
 
 }  // namespace
 
+InputRowFormat InputRowFormatFor(const WeightMatrix& w, NumericPath path) {
+  InputRowFormat f;
+  if (path != NumericPath::kFast || Active().quant_tile[internal::Slot(w.type)] == nullptr) {
+    return f;
+  }
+  const internal::ActivationFormat format = internal::ActivationFormatFor(w.type);
+  f.format = static_cast<int>(format);
+  f.cols = w.cols;
+  f.row_bytes = internal::MakeActivationLayout(format, w.cols).row_bytes;
+  return f;
+}
+
+void QuantizeInputRows(const InputRowFormat& f, const float* x, int64_t x_stride, int64_t n,
+                       uint8_t* out, ThreadPool* pool) {
+  const ActivationLayout layout =
+      internal::MakeActivationLayout(static_cast<internal::ActivationFormat>(f.format), f.cols);
+  auto body = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      internal::QuantizeActivationRow(layout, x + t * x_stride, out + t * layout.row_bytes);
+    }
+  };
+  if (pool == nullptr || pool->num_threads() < 2 || n < kMinParallelQuantRows) {
+    body(0, n);
+  } else {
+    pool->ParallelFor(n, kMinParallelQuantRows / 2, body);
+  }
+}
+
 void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, int64_t n_tokens,
                        NumericPath path, ThreadPool* pool, MatMulScratch* scratch) {
   if (n_tokens <= 0 || count <= 0) return;
@@ -261,7 +290,11 @@ void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path,
   if (!grouped) {
     for (int64_t i = 0; i < count; ++i) {
       const MatMulProblem& p = problems[i];
-      MatMul(*p.w, p.x, p.n_tokens, p.y, p.y_stride, path, pool, scratch);
+      if (p.x_quantized != nullptr) {
+        MatMulGroup(&p, 1, path, pool, scratch);  // its own type has a quantized tile
+      } else {
+        MatMul(*p.w, p.x, p.n_tokens, p.y, p.y_stride, path, pool, scratch);
+      }
     }
     return;
   }
@@ -278,9 +311,12 @@ void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path,
     if (i == 0 || empty(i - 1)) return false;
     const MatMulProblem& p = problems[i];
     const MatMulProblem& q = problems[i - 1];
+    if (p.x_quantized != nullptr || q.x_quantized != nullptr) return false;
     return p.x == q.x && p.n_tokens == q.n_tokens && p.w->cols == q.w->cols &&
            internal::ActivationFormatFor(p.w->type) == internal::ActivationFormatFor(q.w->type);
   };
+  // Rows quantized by the caller take no room here.
+  auto quantized_here = [&](int64_t i) { return problems[i].x_quantized == nullptr; };
   int64_t act_bytes = 0;
   first_part[0] = 0;
   for (int64_t i = 0; i < count; ++i) {
@@ -292,7 +328,7 @@ void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path,
       continue;
     }
     act_start[i] = act_bytes;
-    if (!empty(i)) {
+    if (!empty(i) && quantized_here(i)) {
       act_bytes += p.n_tokens * static_cast<int64_t>(
                                     internal::MakeActivationLayout(format, p.w->cols).row_bytes);
     }
@@ -305,7 +341,7 @@ void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path,
   std::vector<int64_t>& inputs = scratch->inputs;
   inputs.clear();
   for (int64_t i = 0; i < count; ++i) {
-    if (!empty(i) && !shares_previous(i)) inputs.push_back(i);
+    if (!empty(i) && !shares_previous(i) && quantized_here(i)) inputs.push_back(i);
   }
   auto layout_of = [&](int64_t k) {
     const WeightMatrix& w = *problems[inputs[k]].w;
@@ -340,7 +376,7 @@ void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path,
               p.y_stride,
               kernels->quant_tile[internal::Slot(w.type)],
               internal::MakeActivationLayout(internal::ActivationFormatFor(w.type), w.cols),
-              base + act_start[i]};
+              p.x_quantized != nullptr ? p.x_quantized : base + act_start[i]};
       RunQuantRows(job, r0, r1);
     }
   };

@@ -90,7 +90,32 @@ struct MatMulProblem {
   int64_t n_tokens;
   float* y;  // [n_tokens][w->rows], row stride y_stride (>= w->rows)
   int64_t y_stride;
+  // Optional: the rows of x already quantized by QuantizeInputRows in
+  // InputRowFormat(*w, path) (row stride row_bytes); x is then not read.
+  const uint8_t* x_quantized = nullptr;
 };
+
+// The form MatMul puts an input row in for w on `path`: row_bytes > 0 when
+// it quantizes rows (the kFast path with a quantized kernel for w's type on
+// the kernel set in use), 0 when it multiplies float rows. Two matrices with
+// equal formats take the same quantized rows.
+struct InputRowFormat {
+  int format = 0;  // internal::ActivationFormat
+  int64_t cols = 0;
+  uint64_t row_bytes = 0;  // a multiple of 64
+  bool operator==(const InputRowFormat& o) const {
+    return format == o.format && cols == o.cols && row_bytes == o.row_bytes;
+  }
+};
+InputRowFormat InputRowFormatFor(const WeightMatrix& w, NumericPath path);
+
+// Quantizes n rows of f.cols floats (row t at x + t * x_stride) into
+// out + t * f.row_bytes (out 64-byte aligned) exactly as MatMul would, over
+// the pool when the rows are many. Requires f.row_bytes > 0. For rows that
+// several products read in several combinations (an MoE layer's tokens,
+// gathered per expert): quantize each once, then copy the bytes.
+void QuantizeInputRows(const InputRowFormat& f, const float* x, int64_t x_stride, int64_t n,
+                       uint8_t* out, ThreadPool* pool);
 
 // For i < count: MatMul(*p[i].w, p[i].x, p[i].n_tokens, p[i].y, p[i].y_stride,
 // path, ...), with results bitwise identical to those separate calls (y

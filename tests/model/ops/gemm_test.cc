@@ -190,6 +190,34 @@ TEST_P(GemmTest, GroupEqualsSeparateProductsBitwise) {
               << (path == NumericPath::kFast ? " fast" : " exact") << " threads "
               << (pool != nullptr ? pool->num_threads() : 1);
         }
+        // Again with the inputs that have a quantized form quantized ahead
+        // (QuantizeInputRows, x_quantized; x then null): the same results.
+        std::vector<std::vector<uint8_t>> rows(specs.size());
+        std::vector<MatMulProblem> prequantized;
+        int ahead = 0;
+        for (size_t i = 0; i < specs.size(); ++i) {
+          const Spec& s = specs[i];
+          got[i].assign(want[i].size(), -5.0f);
+          MatMulProblem p{&s.m->w, s.x, s.n_tokens, got[i].data(), s.m->w.rows + 2};
+          const InputRowFormat f = InputRowFormatFor(s.m->w, path);
+          if (f.row_bytes > 0 && s.n_tokens > 0) {
+            rows[i].resize(s.n_tokens * f.row_bytes + 64);
+            const auto at = reinterpret_cast<uintptr_t>(rows[i].data());
+            uint8_t* aligned = rows[i].data() + ((64 - at % 64) % 64);
+            QuantizeInputRows(f, s.x, s.m->w.cols, s.n_tokens, aligned, pool);
+            p.x = nullptr;
+            p.x_quantized = aligned;
+            ++ahead;
+          }
+          prequantized.push_back(p);
+        }
+        MatMulGroup(prequantized.data(), static_cast<int64_t>(prequantized.size()), path, pool,
+                    &scratch);
+        for (size_t i = 0; i < specs.size(); ++i) {
+          ASSERT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)), 0)
+              << "product " << i << " quantized ahead (" << ahead << " of " << specs.size()
+              << ") " << ActiveKernelSetName() << (path == NumericPath::kFast ? " fast" : " exact");
+        }
       }
     }
   }
