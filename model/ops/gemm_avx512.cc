@@ -98,6 +98,51 @@ COLIBRI_INLINE void PrefetchBlock(const uint8_t* p, uint64_t offset, uint64_t by
   }
 }
 
+// One weight row's super-block, decoded for the integer sums below.
+struct DecodedBlock {
+  float d, dmin;
+  __m512i s01, s23;      // group scales spread over parts 0-1 and 2-3
+  __m512i u[4];          // quants of the four 64-element parts
+  __m256i bias_factor;   // -kOffset * scale per group (Q6_K), else zero
+  __m256i min_factor;    // Q4_K/Q5_K min factors
+};
+
+template <typename D>
+COLIBRI_INLINE DecodedBlock DecodeBlock(const typename D::Block& block, __m512i index01,
+                                        __m512i index23) {
+  const D dec(block);
+  DecodedBlock b;
+  b.d = dec.d();
+  b.dmin = dec.dmin();
+  const __m256i sc16 = dec.GroupScales();
+  const __m512i sc = _mm512_castsi256_si512(sc16);
+  b.s01 = _mm512_permutexvar_epi16(index01, sc);
+  b.s23 = _mm512_permutexvar_epi16(index23, sc);
+  for (int p = 0; p < 4; ++p) b.u[p] = dec.Quants(p);
+  b.bias_factor = _mm256_setzero_si256();
+  if constexpr (D::kOffset != 0) {
+    b.bias_factor = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-D::kOffset));
+  }
+  b.min_factor = dec.MinFactor();
+  return b;
+}
+
+// The 16 int32 lanes whose total is Σ sc*q*qa of one row and token over the
+// super-block (qa: the token's four 64-quant parts, bsums its group sums).
+template <typename D>
+COLIBRI_INLINE __m512i BlockSum(const DecodedBlock& b, const __m512i* qa, __m256i bsums) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i v[4];
+  for (int p = 0; p < 4; ++p) v[p] = _mm512_dpbusd_epi32(zero, b.u[p], qa[p]);
+  __m512i s = zero;
+  if constexpr (D::kOffset != 0) {
+    s = _mm512_dpwssd_epi32(s, _mm512_zextsi256_si512(bsums),
+                            _mm512_zextsi256_si512(b.bias_factor));
+  }
+  s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[0], v[1]), b.s01);
+  return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]), b.s23);
+}
+
 template <typename D, int T>
 void Micro4xT(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t cols, float* y,
               int64_t y_stride, int64_t prefetch_rows) {
@@ -121,38 +166,17 @@ void Micro4xT(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64
     }
     for (int r = 0; r < kRows; ++r) {
       const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
-      const D dec(block);
-      d[r] = dec.d();
-      dmin[r] = dec.dmin();
-      const __m256i sc16 = dec.GroupScales();
-      const __m512i sc = _mm512_castsi256_si512(sc16);
-      const __m512i s01 = _mm512_permutexvar_epi16(index01, sc);
-      const __m512i s23 = _mm512_permutexvar_epi16(index23, sc);
-      __m512i u[4];
-      for (int p = 0; p < 4; ++p) u[p] = dec.Quants(p);
-      __m256i bias_factor = _mm256_setzero_si256();
-      if constexpr (D::kOffset != 0) {
-        bias_factor = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-D::kOffset));
-      }
-      const __m256i min_factor = dec.MinFactor();
+      const DecodedBlock b = DecodeBlock<D>(block, index01, index23);
+      d[r] = b.d;
+      dmin[r] = b.dmin;
       for (int t = 0; t < T; ++t) {
         const int8_t* qa = a[t].qs + kQK_K * i;
         const __m256i bsums =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].bsums + 16 * i));
-        const __m512i zero = _mm512_setzero_si512();
-        __m512i v[4];
-        for (int p = 0; p < 4; ++p) {
-          v[p] = _mm512_dpbusd_epi32(zero, u[p], _mm512_loadu_si512(qa + 64 * p));
-        }
-        __m512i s = zero;
-        if constexpr (D::kOffset != 0) {
-          s = _mm512_dpwssd_epi32(s, _mm512_zextsi256_si512(bsums),
-                                  _mm512_zextsi256_si512(bias_factor));
-        }
-        s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[0], v[1]), s01);
-        s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]), s23);
-        prod[r * kTokens + t] = s;
-        if constexpr (D::kHasMin) mins[r * kTokens + t] = _mm256_madd_epi16(bsums, min_factor);
+        __m512i q[4];
+        for (int p = 0; p < 4; ++p) q[p] = _mm512_loadu_si512(qa + 64 * p);
+        prod[r * kTokens + t] = BlockSum<D>(b, q, bsums);
+        if constexpr (D::kHasMin) mins[r * kTokens + t] = _mm256_madd_epi16(bsums, b.min_factor);
       }
     }
     float da[kTokens] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -205,7 +229,6 @@ void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64
   const int64_t nb = cols / kQK_K;
   const __m512i index01 = _mm512_load_si512(kScaleIndex01);
   const __m512i index23 = _mm512_load_si512(kScaleIndex23);
-  const __m512i zero = _mm512_setzero_si512();
   __m128 acc = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     for (int r = 0; r < kRows; ++r) {
@@ -220,24 +243,11 @@ void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64
     alignas(16) float d[kRows], dmin[kRows];
     for (int r = 0; r < kRows; ++r) {
       const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
-      const D dec(block);
-      d[r] = dec.d();
-      dmin[r] = dec.dmin();
-      const __m256i sc16 = dec.GroupScales();
-      const __m512i sc = _mm512_castsi256_si512(sc16);
-      const __m512i s01 = _mm512_permutexvar_epi16(index01, sc);
-      const __m512i s23 = _mm512_permutexvar_epi16(index23, sc);
-      __m512i v[4];
-      for (int p = 0; p < 4; ++p) v[p] = _mm512_dpbusd_epi32(zero, dec.Quants(p), qa_parts[p]);
-      __m512i s = zero;
-      if constexpr (D::kOffset != 0) {
-        const __m256i bias_factor = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-D::kOffset));
-        s = _mm512_dpwssd_epi32(s, _mm512_zextsi256_si512(bsums),
-                                _mm512_zextsi256_si512(bias_factor));
-      }
-      s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[0], v[1]), s01);
-      prod[r] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]), s23);
-      if constexpr (D::kHasMin) mins[r] = _mm256_madd_epi16(bsums, dec.MinFactor());
+      const DecodedBlock b = DecodeBlock<D>(block, index01, index23);
+      d[r] = b.d;
+      dmin[r] = b.dmin;
+      prod[r] = BlockSum<D>(b, qa_parts, bsums);
+      if constexpr (D::kHasMin) mins[r] = _mm256_madd_epi16(bsums, b.min_factor);
     }
     const __m128 da = _mm_set1_ps(a.d[i]);
     const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
