@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/http_listener.h"
 #include "coordinator/chat_prompt.h"
 #include "coordinator/serve_metrics.h"
 #include "httplib.h"
@@ -218,7 +219,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   if (server->port_ <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen, " (HTTP)"));
   }
-  server->listener_ = std::thread([s = server.get()] { s->server_->listen_after_bind(); });
+  server->listener_ = StartHttpListener(server->server_.get());
   return server;
 }
 

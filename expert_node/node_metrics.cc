@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/http_listener.h"
 #include "common/status_macros.h"
 #include "expert_node/expert_service.h"
 #include "google/protobuf/descriptor.h"
@@ -111,7 +112,7 @@ absl::StatusOr<std::unique_ptr<NodeMetricsServer>> NodeMetricsServer::Start(
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen, " (metrics)"));
   }
   server->address_ = rpc::BoundAddress(options.listen, bound);
-  server->listener_ = std::thread([s = server.get()] { s->server_->listen_after_bind(); });
+  server->listener_ = StartHttpListener(server->server_.get());
   return server;
 }
 

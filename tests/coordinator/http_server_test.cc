@@ -3,8 +3,14 @@
 // "down".
 #include "coordinator/http_server.h"
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <thread>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -47,6 +53,31 @@ TEST(HttpServerTest, BadAddressesAndThreadCountsAreRefused) {
   options.listen = "127.0.0.1:0";
   options.threads = 0;
   EXPECT_EQ(HttpServer::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A start-up step after Start can fail at once, and the server is then
+// stopped before its listener thread has run: the stop must still end it
+// (cpp-httplib ignores a stop() before its accept loop runs). A hang fails
+// through the watchdog rather than the test's timeout.
+TEST(HttpServerTest, StopRightAfterStartEndsTheListener) {
+  std::atomic<bool> done{false};
+  std::thread starts([&done] {
+    HttpServer::Options options;
+    options.listen = "127.0.0.1:0";
+    for (int i = 0; i < 300; ++i) {
+      absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(options);
+      ASSERT_TRUE(server.ok()) << server.status();
+    }
+    done = true;
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!done && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  if (!done) {
+    ADD_FAILURE() << "a server stopped right after Start did not end within 60 s";
+    std::fflush(stdout);
+    std::_Exit(1);  // the listener thread cannot be joined
+  }
+  starts.join();
 }
 
 }  // namespace
