@@ -67,9 +67,9 @@ class ExpertGroupRunner {
   std::vector<int64_t> sorted_routes_;  // [n_tokens * k]
   std::vector<Member> group_;           // the experts to run
   std::vector<RunSpan> runs_;           // group_ in runs
-  // A float buffer that grows without zeroing or copying: the runs write
-  // every float they read, and a prompt's first layer would otherwise zero
-  // and copy tens of MB.
+  // A buffer that grows without zeroing or copying: the runs write every
+  // element they read, and a prompt's first layer would otherwise zero and
+  // copy tens of MB (Reserve touches the pages up front instead).
   template <typename T>
   class Scratch {
    public:
