@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "model/ops/attend_avx2.h"
 #include "model/ops/avx2_common.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/quant_reference.h"
@@ -266,6 +267,7 @@ KernelSet MakeAvx2() {
   k.name = "avx2";
   k.float_tile = &FloatTile;
   k.dot = &Dot;
+  InstallAvx2AttendKernels(&k);
   k.dequant[Slot(TensorType::kF32)] = &DequantizeF32;
   k.dequant[Slot(TensorType::kF16)] = &Dequant16Bit<&F16x8, &HalfScalar>;
   k.dequant[Slot(TensorType::kBF16)] = &Dequant16Bit<&BF16x8, &BfloatToFloat>;

@@ -1,0 +1,14 @@
+// Internal to model/ops: the AVX2 attention products (attend_avx2.cc).
+#ifndef COLIBRI_MODEL_OPS_ATTEND_AVX2_H_
+#define COLIBRI_MODEL_OPS_ATTEND_AVX2_H_
+
+#include "model/ops/vec_dot.h"
+
+namespace colibri::ops::internal::avx2 {
+
+// Sets k->attend_values (the dots stay with k->float_tile).
+void InstallAvx2AttendKernels(KernelSet* k);
+
+}  // namespace colibri::ops::internal::avx2
+
+#endif  // COLIBRI_MODEL_OPS_ATTEND_AVX2_H_
