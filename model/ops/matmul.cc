@@ -45,27 +45,41 @@ int64_t RowBlock(uint64_t bytes_per_row) {
 // Rows below which quantizing activations on the calling thread beats a hand-off.
 constexpr int64_t kMinParallelQuantRows = 32;
 
-// Quantizes the rows of `count` inputs: input i has rows(i) rows in
-// layout(i), row t of it from x(i, t) into out(i, t). Every row on its own,
-// so splitting the rows over the pool (when they are many) changes no byte.
-template <typename Rows, typename Layout, typename In, typename Out>
-void QuantizeInputs(int64_t count, Rows rows, Layout layout, In x, Out out, ThreadPool* pool,
+// One input of a quantization job: n rows, row t at x + t * x_stride, into
+// out + t * layout.row_bytes.
+struct QuantInput {
+  ActivationLayout layout;
+  const float* x;
+  int64_t x_stride;
+  int64_t n;
+  uint8_t* out;
+};
+
+// Quantizes the rows of `count` inputs, input(i) describing input i, as one
+// job: every row on its own, so splitting the rows over the pool (when they
+// are many) changes no byte. first_row holds the inputs' row offsets when
+// count > 1 (may be null for one input).
+template <typename Input>
+void QuantizeInputs(int64_t count, Input input, ThreadPool* pool,
                     std::vector<int64_t>* first_row) {
-  first_row->resize(static_cast<size_t>(count) + 1);
-  int64_t* first = first_row->data();
+  int64_t one[2] = {0, 0};
+  int64_t* first = one;
+  if (count > 1) {
+    first_row->resize(static_cast<size_t>(count) + 1);
+    first = first_row->data();
+  }
   first[0] = 0;
-  for (int64_t i = 0; i < count; ++i) first[i + 1] = first[i] + rows(i);
+  for (int64_t i = 0; i < count; ++i) first[i + 1] = first[i] + input(i).n;
   const int64_t total = first[count];
   if (total == 0) return;
   auto body = [&](int64_t begin, int64_t end) {
     int64_t i = std::upper_bound(first, first + count + 1, begin) - first - 1;
-    ActivationLayout l = layout(i);
+    QuantInput in = input(i);
     for (int64_t r = begin; r < end; ++r) {
-      if (r >= first[i + 1]) {
-        while (r >= first[i + 1]) ++i;
-        l = layout(i);
-      }
-      internal::QuantizeActivationRow(l, x(i, r - first[i]), out(i, r - first[i]));
+      while (r >= first[i + 1]) in = input(++i);
+      const int64_t t = r - first[i];
+      internal::QuantizeActivationRow(in.layout, in.x + t * in.x_stride,
+                                      in.out + t * in.layout.row_bytes);
     }
   };
   if (pool == nullptr || pool->num_threads() < 2 || total < kMinParallelQuantRows) {
@@ -197,18 +211,10 @@ InputRowFormat InputRowFormatFor(const WeightMatrix& w, NumericPath path) {
 
 void QuantizeInputRows(const InputRowFormat& f, const float* x, int64_t x_stride, int64_t n,
                        uint8_t* out, ThreadPool* pool) {
-  const ActivationLayout layout =
-      internal::MakeActivationLayout(static_cast<internal::ActivationFormat>(f.format), f.cols);
-  auto body = [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      internal::QuantizeActivationRow(layout, x + t * x_stride, out + t * layout.row_bytes);
-    }
-  };
-  if (pool == nullptr || pool->num_threads() < 2 || n < kMinParallelQuantRows) {
-    body(0, n);
-  } else {
-    pool->ParallelFor(n, kMinParallelQuantRows / 2, body);
-  }
+  const QuantInput in{
+      internal::MakeActivationLayout(static_cast<internal::ActivationFormat>(f.format), f.cols), x,
+      x_stride, n, out};
+  QuantizeInputs(1, [&](int64_t) { return in; }, pool, nullptr);
 }
 
 void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, int64_t n_tokens,
@@ -236,10 +242,8 @@ void MatMulSharedInput(const MatMulOutput* outputs, int count, const float* x, i
   const size_t need = static_cast<size_t>(n_tokens) * layout.row_bytes + 64;
   if (scratch->activations.size() < need) scratch->activations.resize(need);
   uint8_t* base = Align64(scratch->activations.data());
-  QuantizeInputs(
-      1, [&](int64_t) { return n_tokens; }, [&](int64_t) { return layout; },
-      [&](int64_t, int64_t t) { return x + t * w0.cols; },
-      [&](int64_t, int64_t t) { return base + t * layout.row_bytes; }, pool, &scratch->first_row);
+  const QuantInput in{layout, x, w0.cols, n_tokens, base};
+  QuantizeInputs(1, [&](int64_t) { return in; }, pool, nullptr);
 
   // One job over the row ranges of every matrix, so the threads hand off once.
   const int threads = pool != nullptr ? pool->num_threads() : 1;
@@ -343,19 +347,13 @@ void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path,
   for (int64_t i = 0; i < count; ++i) {
     if (!empty(i) && !shares_previous(i) && quantized_here(i)) inputs.push_back(i);
   }
-  auto layout_of = [&](int64_t k) {
-    const WeightMatrix& w = *problems[inputs[k]].w;
-    return internal::MakeActivationLayout(internal::ActivationFormatFor(w.type), w.cols);
-  };
   QuantizeInputs(
-      static_cast<int64_t>(inputs.size()), [&](int64_t k) { return problems[inputs[k]].n_tokens; },
-      layout_of,
-      [&](int64_t k, int64_t t) {
+      static_cast<int64_t>(inputs.size()),
+      [&](int64_t k) {
         const MatMulProblem& p = problems[inputs[k]];
-        return p.x + t * p.w->cols;
-      },
-      [&](int64_t k, int64_t t) {
-        return base + act_start[inputs[k]] + t * layout_of(k).row_bytes;
+        return QuantInput{
+            internal::MakeActivationLayout(internal::ActivationFormatFor(p.w->type), p.w->cols),
+            p.x, p.w->cols, p.n_tokens, base + act_start[inputs[k]]};
       },
       pool, &scratch->first_row);
   auto body = [&](int64_t p_begin, int64_t p_end) {
@@ -408,11 +406,8 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, i
     const size_t need = static_cast<size_t>(n_tokens) * job.layout.row_bytes + 64;
     if (scratch->activations.size() < need) scratch->activations.resize(need);
     uint8_t* base = Align64(scratch->activations.data());
-    QuantizeInputs(
-        1, [&](int64_t) { return n_tokens; }, [&](int64_t) { return job.layout; },
-        [&](int64_t, int64_t t) { return x + t * w.cols; },
-        [&](int64_t, int64_t t) { return base + t * job.layout.row_bytes; }, pool,
-        &scratch->first_row);
+    const QuantInput in{job.layout, x, w.cols, n_tokens, base};
+    QuantizeInputs(1, [&](int64_t) { return in; }, pool, nullptr);
     job.act = base;
   }
 

@@ -56,7 +56,7 @@ class MatMulScratch {
   // MatMulGroup's per-product offsets
   std::vector<int64_t> group;
   // The products whose inputs MatMulGroup quantizes, and each input's first
-  // row in the job that quantizes them (every MatMul* call).
+  // row in the job that quantizes them.
   std::vector<int64_t> inputs;
   std::vector<int64_t> first_row;
 };
