@@ -243,7 +243,7 @@ int64_t Cluster::expert_losses() const {
 }
 
 void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
-                         bool ok) {
+                         double node_seconds, bool ok) {
   absl::MutexLock lock(&mu_);
   NodeCounters& c = counters_[node];
   ++c.requests;
@@ -251,6 +251,7 @@ void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, d
   c.bytes_sent += bytes_sent;
   c.bytes_received += bytes_received;
   c.wait_seconds += wait_seconds;
+  c.node_seconds += node_seconds;
 }
 
 void Cluster::RecordWireFloor(int node, int64_t floor_bytes) {

@@ -101,6 +101,10 @@ struct NodeCounters {
   int64_t bytes_sent = 0;      // ComputeLayer request bytes
   int64_t bytes_received = 0;  // ComputeLayer reply bytes
   double wait_seconds = 0;     // time from sending a call to its completion
+  // Of that, the time the node reported working on the calls (its replies'
+  // compute_micros + disk_wait_micros); the rest is transport, queueing and
+  // the gRPC paths on both ends.
+  double node_seconds = 0;
   // The hidden-state floor of those calls: 2 x tokens x n_embd x 4 bytes
   // (each token's row once each way, float32).
   int64_t floor_bytes = 0;
@@ -193,7 +197,7 @@ class Cluster {
   int64_t expert_losses() const;
 
   void RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
-                  bool ok);
+                  double node_seconds, bool ok);
   void RecordWireFloor(int node, int64_t floor_bytes);
   void RecordFailover(int node);
   void RecordFallbackRoutes(int64_t n);

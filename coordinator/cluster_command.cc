@@ -177,9 +177,9 @@ void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const 
     const NodeCounters c = cluster_->counters(i);
     err << absl::StrFormat(
         "node %s: requests=%d failures=%d failovers=%d bytes_sent=%d bytes_received=%d "
-        "wait_s=%.3f healthy=%d\n",
+        "wait_s=%.3f node_s=%.3f healthy=%d\n",
         cluster_->node(i).address, c.requests, c.failures, c.failovers, c.bytes_sent,
-        c.bytes_received, c.wait_seconds, cluster_->healthy(i) ? 1 : 0);
+        c.bytes_received, c.wait_seconds, c.node_seconds, cluster_->healthy(i) ? 1 : 0);
   }
   const RemoteBackendStats s = backend_->stats();
   err << absl::StrFormat(

@@ -161,6 +161,9 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
   }
   per_node("colibri_node_wait_seconds_total", "Time from sending calls to their completion.",
            Type::kCounter, [&](int i) { return counters[i].wait_seconds; });
+  per_node("colibri_node_work_seconds_total",
+           "Of that wait, the time the node reported computing and reading from disk.",
+           Type::kCounter, [&](int i) { return counters[i].node_seconds; });
   per_node("colibri_node_healthy", "1 while the node is healthy.", Type::kGauge,
            [&](int i) { return c.healthy(i) ? 1 : 0; });
   per_node("colibri_node_excluded", "1 while the node is excluded from the placement.",

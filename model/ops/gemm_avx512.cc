@@ -240,24 +240,122 @@ void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums + 16 * i));
     __m512i prod[kRows];
     __m256i mins[kRows];
-    alignas(16) float d[kRows], dmin[kRows];
+    alignas(16) float dmin[kRows];
+    __m128i d_halves = _mm_setzero_si128();  // the rows' fp16 d, converted together
     for (int r = 0; r < kRows; ++r) {
       const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
       const DecodedBlock b = DecodeBlock<D>(block, index01, index23);
-      d[r] = b.d;
+      d_halves = _mm_insert_epi16(d_halves, block.d, r);
       dmin[r] = b.dmin;
       prod[r] = BlockSum<D>(b, qa_parts, bsums);
       if constexpr (D::kHasMin) mins[r] = _mm256_madd_epi16(bsums, b.min_factor);
     }
     const __m128 da = _mm_set1_ps(a.d[i]);
     const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
-    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_load_ps(d), da), isum));
+    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_cvtph_ps(d_halves), da), isum));
     if constexpr (D::kHasMin) {
       const __m128 msum = _mm_cvtepi32_ps(Totals4(mins));
       acc = _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_load_ps(dmin), da), msum));
     }
   }
   _mm_storeu_ps(y, acc);
+}
+
+// Micro4x1 for Q4_K and Q5_K, with the per-row work that does not need a
+// whole vector done once for the four rows: their block factors d and dmin
+// (one fp16 conversion of all eight), their min terms (one vpmaddwd of the
+// four rows' eight mins against the token's sub-block sums, then one lane
+// reduction) and the group scales (vpshufb from the packed bytes instead of
+// widening and two vpermw). The integers and the float update are Micro4x1's:
+// Σ m*(bsum[2j] + bsum[2j+1]) over the sub-blocks is exactly the Σ over the
+// sixteen 16-element groups, whose mins come in equal pairs.
+alignas(64) inline constexpr int8_t kK4ScaleShuffle01[64] = {
+    0, -128, 0, -128, 0, -128, 0, -128, 2, -128, 2, -128, 2, -128, 2, -128,
+    0, -128, 0, -128, 0, -128, 0, -128, 2, -128, 2, -128, 2, -128, 2, -128,
+    1, -128, 1, -128, 1, -128, 1, -128, 3, -128, 3, -128, 3, -128, 3, -128,
+    1, -128, 1, -128, 1, -128, 1, -128, 3, -128, 3, -128, 3, -128, 3, -128};
+alignas(64) inline constexpr int8_t kK4ScaleShuffle23[64] = {
+    4, -128, 4, -128, 4, -128, 4, -128, 6, -128, 6, -128, 6, -128, 6, -128,
+    4, -128, 4, -128, 4, -128, 4, -128, 6, -128, 6, -128, 6, -128, 6, -128,
+    5, -128, 5, -128, 5, -128, 5, -128, 7, -128, 7, -128, 7, -128, 7, -128,
+    5, -128, 5, -128, 5, -128, 5, -128, 7, -128, 7, -128, 7, -128, 7, -128};
+
+template <bool kFiveBit>
+void Micro4x1K45(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64_t cols,
+                 float* y, int64_t prefetch_rows) {
+  using D = Q45K<kFiveBit>;
+  using Block = typename D::Block;
+  const int64_t nb = cols / kQK_K;
+  const __m512i shuffle01 = _mm512_load_si512(kK4ScaleShuffle01);
+  const __m512i shuffle23 = _mm512_load_si512(kK4ScaleShuffle23);
+  const __m512i lane0_of_each = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m128 acc = _mm_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    for (int r = 0; r < kRows; ++r) {
+      PrefetchBlock(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
+    }
+    const int8_t* qa = a.qs + kQK_K * i;
+    __m512i qa_parts[4];
+    for (int p = 0; p < 4; ++p) qa_parts[p] = _mm512_loadu_si512(qa + 64 * p);
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums + 16 * i));
+    // The token's 8 sub-block sums as int16 (each |.| <= 32 * 127), in all
+    // four 128-bit lanes.
+    const __m256i pairs32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+    const __m128i pairs = _mm_packs_epi32(_mm256_castsi256_si128(pairs32),
+                                          _mm256_extracti128_si256(pairs32, 1));
+    const Block* blocks[kRows];
+    __m128i packed[kRows];
+    __m512i prod[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      blocks[r] = &reinterpret_cast<const Block*>(w + r * row_bytes)[i];
+      const D dec(*blocks[r]);
+      packed[r] = dec.packed;
+      const __m512i sc = _mm512_broadcast_i32x4(dec.packed);
+      const __m512i zero = _mm512_setzero_si512();
+      __m512i v[4];
+      for (int p = 0; p < 4; ++p) v[p] = _mm512_dpbusd_epi32(zero, dec.Quants(p), qa_parts[p]);
+      __m512i s = _mm512_dpwssd_epi32(zero, _mm512_packs_epi32(v[0], v[1]),
+                                      _mm512_shuffle_epi8(sc, shuffle01));
+      prod[r] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]),
+                                    _mm512_shuffle_epi8(sc, shuffle23));
+    }
+    // d, dmin of the four rows: the first 4 bytes of each block.
+    __m128i halves = _mm_cvtsi32_si128(*reinterpret_cast<const int32_t*>(blocks[0]));
+    halves = _mm_insert_epi32(halves, *reinterpret_cast<const int32_t*>(blocks[1]), 1);
+    halves = _mm_insert_epi32(halves, *reinterpret_cast<const int32_t*>(blocks[2]), 2);
+    halves = _mm_insert_epi32(halves, *reinterpret_cast<const int32_t*>(blocks[3]), 3);
+    const __m256 factors = _mm256_cvtph_ps(halves);  // d0 dmin0 d1 dmin1 ...
+    const __m128 f_lo = _mm256_castps256_ps128(factors);
+    const __m128 f_hi = _mm256_extractf128_ps(factors, 1);
+    const __m128 d = _mm_shuffle_ps(f_lo, f_hi, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m128 dmin = _mm_shuffle_ps(f_lo, f_hi, _MM_SHUFFLE(3, 1, 3, 1));
+    // Min terms: 128-bit lane r holds row r's 8 mins (int16) times the pairs.
+    const __m256i mins8 = _mm256_set_m128i(_mm_unpackhi_epi64(packed[2], packed[3]),
+                                           _mm_unpackhi_epi64(packed[0], packed[1]));
+    __m512i m = _mm512_madd_epi16(_mm512_cvtepu8_epi16(mins8), _mm512_broadcast_i32x4(pairs));
+    m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_BADC));
+    m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_CDAB));
+    const __m128i msum_i = _mm512_castsi512_si128(_mm512_permutexvar_epi32(lane0_of_each, m));
+
+    const __m128 da = _mm_set1_ps(a.d[i]);
+    const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
+    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d, da), isum));
+    const __m128 msum = _mm_cvtepi32_ps(msum_i);
+    acc = _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(dmin, da), msum));
+  }
+  _mm_storeu_ps(y, acc);
+}
+
+template <typename D>
+COLIBRI_INLINE void OneTokenTile(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a,
+                                 int64_t cols, float* y, int64_t prefetch_rows) {
+  if constexpr (std::is_same_v<D, Q45K<false>>) {
+    Micro4x1K45<false>(w, row_bytes, a, cols, y, prefetch_rows);
+  } else if constexpr (std::is_same_v<D, Q45K<true>>) {
+    Micro4x1K45<true>(w, row_bytes, a, cols, y, prefetch_rows);
+  } else {
+    Micro4x1<D>(w, row_bytes, a, cols, y, prefetch_rows);
+  }
 }
 
 template <typename D, TensorType kType>
@@ -287,7 +385,7 @@ void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
         float* out = y + t0 * y_stride + r0;
         switch (nt) {
           case 1:
-            Micro4x1<D>(rows, row_bytes, a[0], layout.cols, out, prefetch_rows);
+            OneTokenTile<D>(rows, row_bytes, a[0], layout.cols, out, prefetch_rows);
             break;
           case 2:
             Micro4xT<D, 2>(rows, row_bytes, a, layout.cols, out, y_stride, prefetch_rows);
