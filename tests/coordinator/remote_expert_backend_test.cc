@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <vector>
@@ -97,7 +98,21 @@ class FakeNode : public testing::FakeNodeClient {
                      reinterpret_cast<float*>(&(*data)[i * kEmbd * sizeof(float)]), path, nullptr,
                      &scratch);
     }
+    absl::MutexLock lock(&mu_);
+    if (report_after_.has_value()) {
+      absl::SleepFor(*report_after_);
+      reply.set_compute_micros(reported_compute_);
+      reply.set_disk_wait_micros(reported_disk_);
+    }
     return reply;
+  }
+  // Replies report these times, after sleeping `after` (so that the call
+  // takes at least that long).
+  void set_reported_micros(absl::Duration after, int64_t compute, int64_t disk) {
+    absl::MutexLock lock(&mu_);
+    report_after_ = after;
+    reported_compute_ = compute;
+    reported_disk_ = disk;
   }
   // Records the call; blocks while hold_prefetch is set.
   absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest& request) override {
@@ -133,6 +148,9 @@ class FakeNode : public testing::FakeNodeClient {
   const FakeModel* const model_;
   absl::Mutex mu_;
   bool garbage_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Duration> report_after_ ABSL_GUARDED_BY(mu_);
+  int64_t reported_compute_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reported_disk_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status lose_ ABSL_GUARDED_BY(mu_);
   bool hold_prefetch_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::ComputeLayerRequest> requests_ ABSL_GUARDED_BY(mu_);
@@ -265,6 +283,33 @@ TEST_F(RemoteExpertBackendTest, MatchesLocalBitwiseWithOneCallPerInvolvedNode) {
     EXPECT_EQ(s.layers, kLayers);
     EXPECT_EQ(s.fallback_routes, 0);
   }
+}
+
+// node_seconds sums what the replies report (compute + disk wait), never
+// less than zero nor more than the call's own wait (a reply is untrusted).
+TEST_F(RemoteExpertBackendTest, NodeWorkSecondsComeFromTheReplies) {
+  MakeCluster(1, 1);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
+                             ops::NumericPath::kFast, &pool_);
+  std::vector<float> local_out, remote_out;
+  nodes_[0]->set_reported_micros(absl::Milliseconds(5), 3000, 1000);
+  RunBoth(RandomBatch(3, 2, 5), 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  NodeCounters c = cluster_->counters(0);
+  ASSERT_EQ(c.requests, 1);
+  EXPECT_DOUBLE_EQ(c.node_seconds, 0.004);
+  EXPECT_GE(c.wait_seconds, 0.005);
+
+  nodes_[0]->set_reported_micros(absl::ZeroDuration(), -7000000, -1);
+  RunBoth(RandomBatch(3, 2, 6), 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  c = cluster_->counters(0);
+  EXPECT_DOUBLE_EQ(c.node_seconds, 0.004);
+
+  nodes_[0]->set_reported_micros(absl::ZeroDuration(), int64_t{1} << 50, 0);
+  RunBoth(RandomBatch(3, 2, 7), 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  c = cluster_->counters(0);
+  EXPECT_EQ(c.requests, 3);
+  EXPECT_LE(c.node_seconds, c.wait_seconds);
+  EXPECT_GT(c.node_seconds, 0.004);
 }
 
 // Two half-batches in flight at once: one on the backend, one on its second
