@@ -143,6 +143,30 @@ COLIBRI_INLINE __m512i BlockSum(const DecodedBlock& b, const __m512i* qa, __m256
   return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]), b.s23);
 }
 
+// What the one-token tiles read of the token per super-block: its four
+// 64-quant parts and its 16 group sums.
+struct TokenBlock {
+  __m512i parts[4];
+  __m256i bsums;
+};
+
+COLIBRI_INLINE TokenBlock LoadTokenBlock(const QuantizedRow& a, int64_t i) {
+  TokenBlock t;
+  const int8_t* qa = a.qs + kQK_K * i;
+  for (int p = 0; p < 4; ++p) t.parts[p] = _mm512_loadu_si512(qa + 64 * p);
+  t.bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums + 16 * i));
+  return t;
+}
+
+// Super-block i of the kRows rows `prefetch_rows` after those at w.
+template <typename Block>
+COLIBRI_INLINE void PrefetchAhead(const uint8_t* w, uint64_t row_bytes, int64_t prefetch_rows,
+                                  int64_t i) {
+  for (int r = 0; r < kRows; ++r) {
+    PrefetchBlock(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
+  }
+}
+
 template <typename D, int T>
 void Micro4xT(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t cols, float* y,
               int64_t y_stride, int64_t prefetch_rows) {
@@ -161,22 +185,18 @@ void Micro4xT(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64
       }
     }
     float d[kRows], dmin[kRows];
-    for (int r = 0; r < kRows; ++r) {
-      PrefetchBlock(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
-    }
+    PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
     for (int r = 0; r < kRows; ++r) {
       const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
       const DecodedBlock b = DecodeBlock<D>(block, index01, index23);
       d[r] = b.d;
       dmin[r] = b.dmin;
       for (int t = 0; t < T; ++t) {
-        const int8_t* qa = a[t].qs + kQK_K * i;
-        const __m256i bsums =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].bsums + 16 * i));
-        __m512i q[4];
-        for (int p = 0; p < 4; ++p) q[p] = _mm512_loadu_si512(qa + 64 * p);
-        prod[r * kTokens + t] = BlockSum<D>(b, q, bsums);
-        if constexpr (D::kHasMin) mins[r * kTokens + t] = _mm256_madd_epi16(bsums, b.min_factor);
+        const TokenBlock tb = LoadTokenBlock(a[t], i);
+        prod[r * kTokens + t] = BlockSum<D>(b, tb.parts, tb.bsums);
+        if constexpr (D::kHasMin) {
+          mins[r * kTokens + t] = _mm256_madd_epi16(tb.bsums, b.min_factor);
+        }
       }
     }
     float da[kTokens] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -219,44 +239,32 @@ COLIBRI_INLINE __m128i Totals4(const __m256i* v) {
   return _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
 }
 
-// Micro4xT for one token (decode): the same integers per row and super-block
-// and the same float update, lane r for row r, without the 16-pair transpose
-// whose other 12 pairs would be zeros.
+// Micro4xT for one token (decode) of a type without mins (Q6_K): the same
+// integers per row and super-block and the same float update, lane r for row
+// r, without the 16-pair transpose whose other 12 pairs would be zeros; the
+// four rows' fp16 d are converted together.
 template <typename D>
 void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64_t cols, float* y,
               int64_t prefetch_rows) {
+  static_assert(!D::kHasMin, "Q4_K and Q5_K take Micro4x1K45");
   using Block = typename D::Block;
   const int64_t nb = cols / kQK_K;
   const __m512i index01 = _mm512_load_si512(kScaleIndex01);
   const __m512i index23 = _mm512_load_si512(kScaleIndex23);
   __m128 acc = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    for (int r = 0; r < kRows; ++r) {
-      PrefetchBlock(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
-    }
-    const int8_t* qa = a.qs + kQK_K * i;
-    __m512i qa_parts[4];
-    for (int p = 0; p < 4; ++p) qa_parts[p] = _mm512_loadu_si512(qa + 64 * p);
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums + 16 * i));
+    PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
+    const TokenBlock t = LoadTokenBlock(a, i);
     __m512i prod[kRows];
-    __m256i mins[kRows];
-    alignas(16) float dmin[kRows];
-    __m128i d_halves = _mm_setzero_si128();  // the rows' fp16 d, converted together
+    __m128i d_halves = _mm_setzero_si128();
     for (int r = 0; r < kRows; ++r) {
       const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
-      const DecodedBlock b = DecodeBlock<D>(block, index01, index23);
       d_halves = _mm_insert_epi16(d_halves, block.d, r);
-      dmin[r] = b.dmin;
-      prod[r] = BlockSum<D>(b, qa_parts, bsums);
-      if constexpr (D::kHasMin) mins[r] = _mm256_madd_epi16(bsums, b.min_factor);
+      prod[r] = BlockSum<D>(DecodeBlock<D>(block, index01, index23), t.parts, t.bsums);
     }
     const __m128 da = _mm_set1_ps(a.d[i]);
     const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
     acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_cvtph_ps(d_halves), da), isum));
-    if constexpr (D::kHasMin) {
-      const __m128 msum = _mm_cvtepi32_ps(Totals4(mins));
-      acc = _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_load_ps(dmin), da), msum));
-    }
   }
   _mm_storeu_ps(y, acc);
 }
@@ -266,7 +274,7 @@ void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64
 // (one fp16 conversion of all eight), their min terms (one vpmaddwd of the
 // four rows' eight mins against the token's sub-block sums, then one lane
 // reduction) and the group scales (vpshufb from the packed bytes instead of
-// widening and two vpermw). The integers and the float update are Micro4x1's:
+// widening and two vpermw). The integers and the float update are Micro4xT's:
 // Σ m*(bsum[2j] + bsum[2j+1]) over the sub-blocks is exactly the Σ over the
 // sixteen 16-element groups, whose mins come in equal pairs.
 alignas(64) inline constexpr int8_t kK4ScaleShuffle01[64] = {
@@ -291,16 +299,11 @@ void Micro4x1K45(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, in
   const __m512i lane0_of_each = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
   __m128 acc = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    for (int r = 0; r < kRows; ++r) {
-      PrefetchBlock(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
-    }
-    const int8_t* qa = a.qs + kQK_K * i;
-    __m512i qa_parts[4];
-    for (int p = 0; p < 4; ++p) qa_parts[p] = _mm512_loadu_si512(qa + 64 * p);
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums + 16 * i));
+    PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
+    const TokenBlock t = LoadTokenBlock(a, i);
     // The token's 8 sub-block sums as int16 (each |.| <= 32 * 127), in all
     // four 128-bit lanes.
-    const __m256i pairs32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+    const __m256i pairs32 = _mm256_madd_epi16(t.bsums, _mm256_set1_epi16(1));
     const __m128i pairs = _mm_packs_epi32(_mm256_castsi256_si128(pairs32),
                                           _mm256_extracti128_si256(pairs32, 1));
     const Block* blocks[kRows];
@@ -313,7 +316,7 @@ void Micro4x1K45(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, in
       const __m512i sc = _mm512_broadcast_i32x4(dec.packed);
       const __m512i zero = _mm512_setzero_si512();
       __m512i v[4];
-      for (int p = 0; p < 4; ++p) v[p] = _mm512_dpbusd_epi32(zero, dec.Quants(p), qa_parts[p]);
+      for (int p = 0; p < 4; ++p) v[p] = _mm512_dpbusd_epi32(zero, dec.Quants(p), t.parts[p]);
       __m512i s = _mm512_dpwssd_epi32(zero, _mm512_packs_epi32(v[0], v[1]),
                                       _mm512_shuffle_epi8(sc, shuffle01));
       prod[r] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]),
