@@ -21,6 +21,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "model/ops/avx2_common.h"
@@ -256,15 +257,20 @@ void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64
     PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
     const TokenBlock t = LoadTokenBlock(a, i);
     __m512i prod[kRows];
-    __m128i d_halves = _mm_setzero_si128();
+    uint16_t d16[kRows];  // the rows' fp16 d, converted together below
     for (int r = 0; r < kRows; ++r) {
       const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
-      d_halves = _mm_insert_epi16(d_halves, block.d, r);
+      d16[r] = block.d;
       prod[r] = BlockSum<D>(DecodeBlock<D>(block, index01, index23), t.parts, t.bsums);
     }
+    static_assert(kRows == 4, "d16 fills four lanes");
+    const __m128 d = _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(d16[0]),
+                                                 static_cast<int16_t>(d16[1]),
+                                                 static_cast<int16_t>(d16[2]),
+                                                 static_cast<int16_t>(d16[3]), 0, 0, 0, 0));
     const __m128 da = _mm_set1_ps(a.d[i]);
     const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
-    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_cvtph_ps(d_halves), da), isum));
+    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d, da), isum));
   }
   _mm_storeu_ps(y, acc);
 }
@@ -323,10 +329,9 @@ void Micro4x1K45(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, in
                                     _mm512_shuffle_epi8(sc, shuffle23));
     }
     // d, dmin of the four rows: the first 4 bytes of each block.
-    __m128i halves = _mm_cvtsi32_si128(*reinterpret_cast<const int32_t*>(blocks[0]));
-    halves = _mm_insert_epi32(halves, *reinterpret_cast<const int32_t*>(blocks[1]), 1);
-    halves = _mm_insert_epi32(halves, *reinterpret_cast<const int32_t*>(blocks[2]), 2);
-    halves = _mm_insert_epi32(halves, *reinterpret_cast<const int32_t*>(blocks[3]), 3);
+    int32_t pair[kRows];
+    for (int r = 0; r < kRows; ++r) std::memcpy(&pair[r], blocks[r], sizeof(int32_t));
+    const __m128i halves = _mm_setr_epi32(pair[0], pair[1], pair[2], pair[3]);
     const __m256 factors = _mm256_cvtph_ps(halves);  // d0 dmin0 d1 dmin1 ...
     const __m128 f_lo = _mm256_castps256_ps128(factors);
     const __m128 f_hi = _mm256_extractf128_ps(factors, 1);
