@@ -20,6 +20,7 @@
 #include "client/client.h"
 #include "common/cli_config.h"
 #include "common/cli_checks.h"
+#include "common/mutex_mode.h"
 
 namespace {
 
@@ -137,6 +138,7 @@ void PrintStatus(const v1::ClusterStatusReply& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  colibri::UseReleaseMutexMode();
   CLI::App app{"colibri-client: talks to a Colibri coordinator (colibri-coordinator serve)"};
   app.require_subcommand(1);
   ClientOptions options;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cli_config.h"
 #include "common/cli_checks.h"
+#include "common/mutex_mode.h"
 #include "common/shutdown_signals.h"
 #include "coordinator/chat_template_command.h"
 #include "coordinator/cluster_command.h"
@@ -192,6 +193,7 @@ void AddWireFlags(CLI::App* cmd, colibri::coordinator::WireOptions* o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  colibri::UseReleaseMutexMode();
   CLI::App app{"colibri-coordinator: runs Mixture-of-Experts GGUF models"};
   app.require_subcommand(1);
 

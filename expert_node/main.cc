@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "common/cli_config.h"
 #include "common/cli_checks.h"
+#include "common/mutex_mode.h"
 #include "common/shutdown_signals.h"
 #include "expert_node/event_log.h"
 #include "expert_node/node_config.h"
@@ -37,6 +38,7 @@ using colibri::expert_node::NodeServer;
 }  // namespace
 
 int main(int argc, char** argv) {
+  colibri::UseReleaseMutexMode();
   // Expert buffers do not come from malloc (BlobBufferPool maps and recycles
   // them). What still goes through malloc in megabytes is RocksDB's transient
   // buffers of each read (an expert's size, freed before Get returns). Keep

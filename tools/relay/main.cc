@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/mutex_mode.h"
 #include "common/shutdown_signals.h"
 #include "tools/relay/relay.h"
 #include "tools/relay/relay_flags.h"
 
 int main(int argc, char** argv) {
+  colibri::UseReleaseMutexMode();
   CLI::App app{
       "colibri-relay: relays TCP through an emulated link (delay + bandwidth cap per direction)"};
   std::vector<std::string> routes;
