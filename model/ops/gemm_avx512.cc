@@ -63,14 +63,6 @@ COLIBRI_INLINE __m512i SumLanes16Half(const __m256i* v) {
   return _mm512_permutexvar_epi32(order, x);
 }
 
-// Lane 4r + t = v[r].
-COLIBRI_INLINE __m512 PerRow(const float* v) {
-  __m512 out = _mm512_castps128_ps512(_mm_set1_ps(v[0]));
-  out = _mm512_insertf32x4(out, _mm_set1_ps(v[1]), 1);
-  out = _mm512_insertf32x4(out, _mm_set1_ps(v[2]), 2);
-  return _mm512_insertf32x4(out, _mm_set1_ps(v[3]), 3);
-}
-
 // 4 rows (at w, row_bytes apart) x T <= 4 tokens (a[0..T-1]): y[t * y_stride
 // + r]. Lanes of missing tokens hold zeros and are not stored.
 // Software prefetch of the weights a tile will read later. Rows of 2048
@@ -101,7 +93,6 @@ COLIBRI_INLINE void PrefetchBlock(const uint8_t* p, uint64_t offset, uint64_t by
 
 // One weight row's super-block, decoded for the integer sums below.
 struct DecodedBlock {
-  float d, dmin;
   __m512i s01, s23;      // group scales spread over parts 0-1 and 2-3
   __m512i u[4];          // quants of the four 64-element parts
   __m256i bias_factor;   // -kOffset * scale per group (Q6_K), else zero
@@ -113,8 +104,6 @@ COLIBRI_INLINE DecodedBlock DecodeBlock(const typename D::Block& block, __m512i 
                                         __m512i index23) {
   const D dec(block);
   DecodedBlock b;
-  b.d = dec.d();
-  b.dmin = dec.dmin();
   const __m256i sc16 = dec.GroupScales();
   const __m512i sc = _mm512_castsi256_si512(sc16);
   b.s01 = _mm512_permutexvar_epi16(index01, sc);
@@ -168,6 +157,44 @@ COLIBRI_INLINE void PrefetchAhead(const uint8_t* w, uint64_t row_bytes, int64_t 
   }
 }
 
+// The block factors of four rows' super-blocks, each converted with one
+// vcvtph2ps. Types with mins: lanes 2r and 2r + 1 hold row r's d and dmin
+// (Q4_K and Q5_K blocks start with them, not necessarily 4-byte aligned).
+template <typename D>
+COLIBRI_INLINE __m256 RowFactorPairs(const typename D::Block* const* blocks) {
+  static_assert(D::kHasMin && kRows == 4, "four rows' d, dmin fill eight lanes");
+  int32_t pair[kRows];
+  for (int r = 0; r < kRows; ++r) std::memcpy(&pair[r], blocks[r], sizeof(int32_t));
+  return _mm256_cvtph_ps(_mm_setr_epi32(pair[0], pair[1], pair[2], pair[3]));
+}
+
+// Types without mins: lane r holds row r's d.
+template <typename D>
+COLIBRI_INLINE __m128 RowScales(const typename D::Block* const* blocks) {
+  static_assert(!D::kHasMin && kRows == 4, "four rows' d fill four lanes");
+  __m128i h = _mm_cvtsi32_si128(blocks[0]->d);
+  h = _mm_insert_epi16(h, blocks[1]->d, 1);
+  h = _mm_insert_epi16(h, blocks[2]->d, 2);
+  h = _mm_insert_epi16(h, blocks[3]->d, 3);
+  return _mm_cvtph_ps(h);
+}
+
+// Lanes 0-3: lane 2r + which of pairs (which 0: the rows' d, 1: their dmin).
+COLIBRI_INLINE __m128 PickFactors(__m256 pairs, int which) {
+  const __m128 lo = _mm256_castps256_ps128(pairs);
+  const __m128 hi = _mm256_extractf128_ps(pairs, 1);
+  return which == 0 ? _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))
+                    : _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// Lane 4r + t = lane stride * r + first of v (row r's factor for every token).
+COLIBRI_INLINE __m512 PerRowLanes(__m512 v, int stride, int first) {
+  const __m512i rows = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i index = _mm512_add_epi32(_mm512_mullo_epi32(rows, _mm512_set1_epi32(stride)),
+                                         _mm512_set1_epi32(first));
+  return _mm512_permutexvar_ps(index, v);
+}
+
 template <typename D, int T>
 void Micro4xT(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t cols, float* y,
               int64_t y_stride, int64_t prefetch_rows) {
@@ -185,13 +212,11 @@ void Micro4xT(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64
         mins[j] = _mm256_setzero_si256();
       }
     }
-    float d[kRows], dmin[kRows];
+    const Block* blocks[kRows];
     PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
     for (int r = 0; r < kRows; ++r) {
-      const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
-      const DecodedBlock b = DecodeBlock<D>(block, index01, index23);
-      d[r] = b.d;
-      dmin[r] = b.dmin;
+      blocks[r] = &reinterpret_cast<const Block*>(w + r * row_bytes)[i];
+      const DecodedBlock b = DecodeBlock<D>(*blocks[r], index01, index23);
       for (int t = 0; t < T; ++t) {
         const TokenBlock tb = LoadTokenBlock(a[t], i);
         prod[r * kTokens + t] = BlockSum<D>(b, tb.parts, tb.bsums);
@@ -204,10 +229,14 @@ void Micro4xT(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64
     for (int t = 0; t < T; ++t) da[t] = a[t].d[i];
     const __m512 da_v = _mm512_broadcast_f32x4(_mm_loadu_ps(da));
     const __m512 isum = _mm512_cvtepi32_ps(SumLanes16(prod));
-    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(PerRow(d), da_v), isum));
     if constexpr (D::kHasMin) {
+      const __m512 pairs = _mm512_castps256_ps512(RowFactorPairs<D>(blocks));
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(PerRowLanes(pairs, 2, 0), da_v), isum));
       const __m512 msum = _mm512_cvtepi32_ps(SumLanes16Half(mins));
-      acc = _mm512_sub_ps(acc, _mm512_mul_ps(_mm512_mul_ps(PerRow(dmin), da_v), msum));
+      acc = _mm512_sub_ps(acc, _mm512_mul_ps(_mm512_mul_ps(PerRowLanes(pairs, 2, 1), da_v), msum));
+    } else {
+      const __m512 d = _mm512_castps128_ps512(RowScales<D>(blocks));
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(PerRowLanes(d, 1, 0), da_v), isum));
     }
   }
   alignas(64) float out[kRows * kTokens];
@@ -230,16 +259,6 @@ COLIBRI_INLINE __m128i Totals4(const __m512i* v) {
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-// The same for four vectors of 8 int32 lanes.
-COLIBRI_INLINE __m128i Totals4(const __m256i* v) {
-  const __m256i a = _mm256_add_epi32(_mm256_unpacklo_epi32(v[0], v[1]),
-                                     _mm256_unpackhi_epi32(v[0], v[1]));
-  const __m256i b = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2], v[3]),
-                                     _mm256_unpackhi_epi32(v[2], v[3]));
-  const __m256i c = _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
-  return _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-}
-
 // Micro4xT for one token (decode) of a type without mins (Q6_K): the same
 // integers per row and super-block and the same float update, lane r for row
 // r, without the 16-pair transpose whose other 12 pairs would be zeros; the
@@ -257,17 +276,12 @@ void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64
     PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
     const TokenBlock t = LoadTokenBlock(a, i);
     __m512i prod[kRows];
-    uint16_t d16[kRows];  // the rows' fp16 d, converted together below
+    const Block* blocks[kRows];
     for (int r = 0; r < kRows; ++r) {
-      const Block& block = reinterpret_cast<const Block*>(w + r * row_bytes)[i];
-      d16[r] = block.d;
-      prod[r] = BlockSum<D>(DecodeBlock<D>(block, index01, index23), t.parts, t.bsums);
+      blocks[r] = &reinterpret_cast<const Block*>(w + r * row_bytes)[i];
+      prod[r] = BlockSum<D>(DecodeBlock<D>(*blocks[r], index01, index23), t.parts, t.bsums);
     }
-    static_assert(kRows == 4, "d16 fills four lanes");
-    const __m128 d = _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(d16[0]),
-                                                 static_cast<int16_t>(d16[1]),
-                                                 static_cast<int16_t>(d16[2]),
-                                                 static_cast<int16_t>(d16[3]), 0, 0, 0, 0));
+    const __m128 d = RowScales<D>(blocks);
     const __m128 da = _mm_set1_ps(a.d[i]);
     const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
     acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d, da), isum));
@@ -328,15 +342,9 @@ void Micro4x1K45(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, in
       prod[r] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]),
                                     _mm512_shuffle_epi8(sc, shuffle23));
     }
-    // d, dmin of the four rows: the first 4 bytes of each block.
-    int32_t pair[kRows];
-    for (int r = 0; r < kRows; ++r) std::memcpy(&pair[r], blocks[r], sizeof(int32_t));
-    const __m128i halves = _mm_setr_epi32(pair[0], pair[1], pair[2], pair[3]);
-    const __m256 factors = _mm256_cvtph_ps(halves);  // d0 dmin0 d1 dmin1 ...
-    const __m128 f_lo = _mm256_castps256_ps128(factors);
-    const __m128 f_hi = _mm256_extractf128_ps(factors, 1);
-    const __m128 d = _mm_shuffle_ps(f_lo, f_hi, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m128 dmin = _mm_shuffle_ps(f_lo, f_hi, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m256 factors = RowFactorPairs<D>(blocks);
+    const __m128 d = PickFactors(factors, 0);
+    const __m128 dmin = PickFactors(factors, 1);
     // Min terms: 128-bit lane r holds row r's 8 mins (int16) times the pairs.
     const __m256i mins8 = _mm256_set_m128i(_mm_unpackhi_epi64(packed[2], packed[3]),
                                            _mm_unpackhi_epi64(packed[0], packed[1]));
