@@ -325,12 +325,13 @@ absl::Status RemoteExpertBackend::Wait() {
       absl::Status status = call.reply.ok() ? Scatter(call) : call.reply.status();
       const int64_t reply_bytes =
           call.reply.ok() ? static_cast<int64_t>(call.reply->ByteSizeLong()) : 0;
-      // What the node says it spent on the call (clamped: a reply is untrusted).
+      // What the node says it spent on the call (clamped: a reply is untrusted;
+      // summed as doubles, so that no reported value can overflow).
       const double node_seconds =
-          call.reply.ok() ? 1e-6 * static_cast<double>(
-                                       std::max<int64_t>(0, call.reply->compute_micros()) +
-                                       std::max<int64_t>(0, call.reply->disk_wait_micros()))
-                          : 0.0;
+          call.reply.ok()
+              ? 1e-6 * (std::max(0.0, static_cast<double>(call.reply->compute_micros())) +
+                        std::max(0.0, static_cast<double>(call.reply->disk_wait_micros())))
+              : 0.0;
       cluster_->RecordCall(call.node, static_cast<int64_t>(call.request.ByteSizeLong()),
                            reply_bytes, call.wait_seconds, std::min(node_seconds, call.wait_seconds),
                            status.ok());

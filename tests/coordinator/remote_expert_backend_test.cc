@@ -5,6 +5,7 @@
 #include "coordinator/remote_expert_backend.h"
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -304,7 +305,8 @@ TEST_F(RemoteExpertBackendTest, NodeWorkSecondsComeFromTheReplies) {
   c = cluster_->counters(0);
   EXPECT_DOUBLE_EQ(c.node_seconds, 0.004);
 
-  nodes_[0]->set_reported_micros(absl::ZeroDuration(), int64_t{1} << 50, 0);
+  nodes_[0]->set_reported_micros(absl::ZeroDuration(), std::numeric_limits<int64_t>::max(),
+                                 std::numeric_limits<int64_t>::max());
   RunBoth(RandomBatch(3, 2, 7), 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
   c = cluster_->counters(0);
   EXPECT_EQ(c.requests, 3);
