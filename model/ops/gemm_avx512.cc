@@ -91,28 +91,52 @@ COLIBRI_INLINE void PrefetchBlock(const uint8_t* p, uint64_t offset, uint64_t by
   }
 }
 
+// vpshufb controls spreading Q4_K/Q5_K's eight sub-block scales (bytes 0-7 of
+// K4ScalesMins, in every 128-bit lane) over vpackssdw's layout as int16:
+// 128-bit lane k of packs(v_a, v_b) holds four quads of sub-block 2a' + k / 2,
+// then four of sub-block 2b' + k / 2 (parts a', b' = 0, 1 or 2, 3).
+alignas(64) inline constexpr int8_t kK4ScaleShuffle01[64] = {
+    0, -128, 0, -128, 0, -128, 0, -128, 2, -128, 2, -128, 2, -128, 2, -128,
+    0, -128, 0, -128, 0, -128, 0, -128, 2, -128, 2, -128, 2, -128, 2, -128,
+    1, -128, 1, -128, 1, -128, 1, -128, 3, -128, 3, -128, 3, -128, 3, -128,
+    1, -128, 1, -128, 1, -128, 1, -128, 3, -128, 3, -128, 3, -128, 3, -128};
+alignas(64) inline constexpr int8_t kK4ScaleShuffle23[64] = {
+    4, -128, 4, -128, 4, -128, 4, -128, 6, -128, 6, -128, 6, -128, 6, -128,
+    4, -128, 4, -128, 4, -128, 4, -128, 6, -128, 6, -128, 6, -128, 6, -128,
+    5, -128, 5, -128, 5, -128, 5, -128, 7, -128, 7, -128, 7, -128, 7, -128,
+    5, -128, 5, -128, 5, -128, 5, -128, 7, -128, 7, -128, 7, -128, 7, -128};
+
 // One weight row's super-block, decoded for the integer sums below.
 struct DecodedBlock {
   __m512i s01, s23;      // group scales spread over parts 0-1 and 2-3
   __m512i u[4];          // quants of the four 64-element parts
   __m256i bias_factor;   // -kOffset * scale per group (Q6_K), else zero
-  __m256i min_factor;    // Q4_K/Q5_K min factors
+  __m256i min_factor;    // Q4_K/Q5_K min factors of the 16 groups
+  __m128i packed;        // Q4_K/Q5_K: K4ScalesMins (8 scales, then 8 mins)
 };
 
+// index01/index23 (kScaleIndex01/23) spread Q6_K's 16 group scales with
+// vpermw; Q4_K/Q5_K's 8 sub-block scales take one vpshufb each instead.
 template <typename D>
 COLIBRI_INLINE DecodedBlock DecodeBlock(const typename D::Block& block, __m512i index01,
                                         __m512i index23) {
   const D dec(block);
   DecodedBlock b;
-  const __m256i sc16 = dec.GroupScales();
-  const __m512i sc = _mm512_castsi256_si512(sc16);
-  b.s01 = _mm512_permutexvar_epi16(index01, sc);
-  b.s23 = _mm512_permutexvar_epi16(index23, sc);
-  for (int p = 0; p < 4; ++p) b.u[p] = dec.Quants(p);
-  b.bias_factor = _mm256_setzero_si256();
-  if constexpr (D::kOffset != 0) {
+  if constexpr (D::kHasMin) {
+    b.packed = dec.packed;
+    const __m512i sc = _mm512_broadcast_i32x4(dec.packed);
+    b.s01 = _mm512_shuffle_epi8(sc, _mm512_load_si512(kK4ScaleShuffle01));
+    b.s23 = _mm512_shuffle_epi8(sc, _mm512_load_si512(kK4ScaleShuffle23));
+    b.bias_factor = _mm256_setzero_si256();
+  } else {
+    b.packed = _mm_setzero_si128();
+    const __m256i sc16 = dec.GroupScales();
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    b.s01 = _mm512_permutexvar_epi16(index01, sc);
+    b.s23 = _mm512_permutexvar_epi16(index23, sc);
     b.bias_factor = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-D::kOffset));
   }
+  for (int p = 0; p < 4; ++p) b.u[p] = dec.Quants(p);
   b.min_factor = dec.MinFactor();
   return b;
 }
@@ -259,119 +283,58 @@ COLIBRI_INLINE __m128i Totals4(const __m512i* v) {
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-// Micro4xT for one token (decode) of a type without mins (Q6_K): the same
-// integers per row and super-block and the same float update, lane r for row
-// r, without the 16-pair transpose whose other 12 pairs would be zeros; the
-// four rows' fp16 d are converted together.
+// Micro4xT for one token (decode): the same integers per row and super-block
+// and the same float update, lane r for row r, without the 16-pair transpose
+// whose other 12 pairs would be zeros. What does not need a whole vector per
+// row is done once for the four: their block factors (one vcvtph2ps) and, for
+// Q4_K/Q5_K, their min terms: one vpmaddwd of the rows' eight sub-block mins
+// against the token's eight sub-block sums, then one lane reduction
+// (Σ m*(bsum[2j] + bsum[2j+1]) over the sub-blocks is exactly Micro4xT's Σ
+// over the sixteen 16-element groups, whose mins come in equal pairs).
 template <typename D>
 void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64_t cols, float* y,
               int64_t prefetch_rows) {
-  static_assert(!D::kHasMin, "Q4_K and Q5_K take Micro4x1K45");
   using Block = typename D::Block;
   const int64_t nb = cols / kQK_K;
   const __m512i index01 = _mm512_load_si512(kScaleIndex01);
   const __m512i index23 = _mm512_load_si512(kScaleIndex23);
-  __m128 acc = _mm_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
-    const TokenBlock t = LoadTokenBlock(a, i);
-    __m512i prod[kRows];
-    const Block* blocks[kRows];
-    for (int r = 0; r < kRows; ++r) {
-      blocks[r] = &reinterpret_cast<const Block*>(w + r * row_bytes)[i];
-      prod[r] = BlockSum<D>(DecodeBlock<D>(*blocks[r], index01, index23), t.parts, t.bsums);
-    }
-    const __m128 d = RowScales<D>(blocks);
-    const __m128 da = _mm_set1_ps(a.d[i]);
-    const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
-    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d, da), isum));
-  }
-  _mm_storeu_ps(y, acc);
-}
-
-// Micro4x1 for Q4_K and Q5_K, with the per-row work that does not need a
-// whole vector done once for the four rows: their block factors d and dmin
-// (one fp16 conversion of all eight), their min terms (one vpmaddwd of the
-// four rows' eight mins against the token's sub-block sums, then one lane
-// reduction) and the group scales (vpshufb from the packed bytes instead of
-// widening and two vpermw). The integers and the float update are Micro4xT's:
-// Σ m*(bsum[2j] + bsum[2j+1]) over the sub-blocks is exactly the Σ over the
-// sixteen 16-element groups, whose mins come in equal pairs.
-alignas(64) inline constexpr int8_t kK4ScaleShuffle01[64] = {
-    0, -128, 0, -128, 0, -128, 0, -128, 2, -128, 2, -128, 2, -128, 2, -128,
-    0, -128, 0, -128, 0, -128, 0, -128, 2, -128, 2, -128, 2, -128, 2, -128,
-    1, -128, 1, -128, 1, -128, 1, -128, 3, -128, 3, -128, 3, -128, 3, -128,
-    1, -128, 1, -128, 1, -128, 1, -128, 3, -128, 3, -128, 3, -128, 3, -128};
-alignas(64) inline constexpr int8_t kK4ScaleShuffle23[64] = {
-    4, -128, 4, -128, 4, -128, 4, -128, 6, -128, 6, -128, 6, -128, 6, -128,
-    4, -128, 4, -128, 4, -128, 4, -128, 6, -128, 6, -128, 6, -128, 6, -128,
-    5, -128, 5, -128, 5, -128, 5, -128, 7, -128, 7, -128, 7, -128, 7, -128,
-    5, -128, 5, -128, 5, -128, 5, -128, 7, -128, 7, -128, 7, -128, 7, -128};
-
-template <bool kFiveBit>
-void Micro4x1K45(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64_t cols,
-                 float* y, int64_t prefetch_rows) {
-  using D = Q45K<kFiveBit>;
-  using Block = typename D::Block;
-  const int64_t nb = cols / kQK_K;
-  const __m512i shuffle01 = _mm512_load_si512(kK4ScaleShuffle01);
-  const __m512i shuffle23 = _mm512_load_si512(kK4ScaleShuffle23);
   const __m512i lane0_of_each = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
   __m128 acc = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
     const TokenBlock t = LoadTokenBlock(a, i);
-    // The token's 8 sub-block sums as int16 (each |.| <= 32 * 127), in all
-    // four 128-bit lanes.
-    const __m256i pairs32 = _mm256_madd_epi16(t.bsums, _mm256_set1_epi16(1));
-    const __m128i pairs = _mm_packs_epi32(_mm256_castsi256_si128(pairs32),
-                                          _mm256_extracti128_si256(pairs32, 1));
     const Block* blocks[kRows];
     __m128i packed[kRows];
     __m512i prod[kRows];
     for (int r = 0; r < kRows; ++r) {
       blocks[r] = &reinterpret_cast<const Block*>(w + r * row_bytes)[i];
-      const D dec(*blocks[r]);
-      packed[r] = dec.packed;
-      const __m512i sc = _mm512_broadcast_i32x4(dec.packed);
-      const __m512i zero = _mm512_setzero_si512();
-      __m512i v[4];
-      for (int p = 0; p < 4; ++p) v[p] = _mm512_dpbusd_epi32(zero, dec.Quants(p), t.parts[p]);
-      __m512i s = _mm512_dpwssd_epi32(zero, _mm512_packs_epi32(v[0], v[1]),
-                                      _mm512_shuffle_epi8(sc, shuffle01));
-      prod[r] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]),
-                                    _mm512_shuffle_epi8(sc, shuffle23));
+      const DecodedBlock b = DecodeBlock<D>(*blocks[r], index01, index23);
+      packed[r] = b.packed;
+      prod[r] = BlockSum<D>(b, t.parts, t.bsums);
     }
-    const __m256 factors = RowFactorPairs<D>(blocks);
-    const __m128 d = PickFactors(factors, 0);
-    const __m128 dmin = PickFactors(factors, 1);
-    // Min terms: 128-bit lane r holds row r's 8 mins (int16) times the pairs.
-    const __m256i mins8 = _mm256_set_m128i(_mm_unpackhi_epi64(packed[2], packed[3]),
-                                           _mm_unpackhi_epi64(packed[0], packed[1]));
-    __m512i m = _mm512_madd_epi16(_mm512_cvtepu8_epi16(mins8), _mm512_broadcast_i32x4(pairs));
-    m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_BADC));
-    m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_CDAB));
-    const __m128i msum_i = _mm512_castsi512_si128(_mm512_permutexvar_epi32(lane0_of_each, m));
-
     const __m128 da = _mm_set1_ps(a.d[i]);
     const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
-    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d, da), isum));
-    const __m128 msum = _mm_cvtepi32_ps(msum_i);
-    acc = _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(dmin, da), msum));
+    if constexpr (D::kHasMin) {
+      const __m256 factors = RowFactorPairs<D>(blocks);
+      acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(PickFactors(factors, 0), da), isum));
+      // The token's 8 sub-block sums as int16 (each |.| <= 32 * 127).
+      const __m256i sums32 = _mm256_madd_epi16(t.bsums, _mm256_set1_epi16(1));
+      const __m128i sums = _mm_packs_epi32(_mm256_castsi256_si128(sums32),
+                                           _mm256_extracti128_si256(sums32, 1));
+      // 128-bit lane r: row r's 8 mins (int16) times the sums, then its total.
+      const __m256i mins8 = _mm256_set_m128i(_mm_unpackhi_epi64(packed[2], packed[3]),
+                                             _mm_unpackhi_epi64(packed[0], packed[1]));
+      __m512i m = _mm512_madd_epi16(_mm512_cvtepu8_epi16(mins8), _mm512_broadcast_i32x4(sums));
+      m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_BADC));
+      m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_CDAB));
+      const __m128 msum =
+          _mm_cvtepi32_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(lane0_of_each, m)));
+      acc = _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(PickFactors(factors, 1), da), msum));
+    } else {
+      acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(RowScales<D>(blocks), da), isum));
+    }
   }
   _mm_storeu_ps(y, acc);
-}
-
-template <typename D>
-COLIBRI_INLINE void OneTokenTile(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a,
-                                 int64_t cols, float* y, int64_t prefetch_rows) {
-  if constexpr (std::is_same_v<D, Q45K<false>>) {
-    Micro4x1K45<false>(w, row_bytes, a, cols, y, prefetch_rows);
-  } else if constexpr (std::is_same_v<D, Q45K<true>>) {
-    Micro4x1K45<true>(w, row_bytes, a, cols, y, prefetch_rows);
-  } else {
-    Micro4x1<D>(w, row_bytes, a, cols, y, prefetch_rows);
-  }
 }
 
 template <typename D, TensorType kType>
@@ -401,7 +364,7 @@ void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
         float* out = y + t0 * y_stride + r0;
         switch (nt) {
           case 1:
-            OneTokenTile<D>(rows, row_bytes, a[0], layout.cols, out, prefetch_rows);
+            Micro4x1<D>(rows, row_bytes, a[0], layout.cols, out, prefetch_rows);
             break;
           case 2:
             Micro4xT<D, 2>(rows, row_bytes, a, layout.cols, out, y_stride, prefetch_rows);
