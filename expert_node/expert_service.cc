@@ -431,8 +431,7 @@ ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store,
       io_queue_(std::make_unique<TaskQueue>(1, 0)),
       import_queue_(std::make_unique<TaskQueue>(1, 0)),
       prefetch_queue_(std::make_unique<TaskQueue>(std::max(options.io_threads, 1),
-                                                   options.prefetch_queue_limit)),
-      compute_queue_(std::make_unique<TaskQueue>(options.compute_workers, 0)) {
+                                                   options.prefetch_queue_limit)) {
   if (options_.ingest_idle_timeout > absl::ZeroDuration()) {
     watchdog_ = std::thread([this] { WatchIngestStreams(); });
   }
@@ -483,13 +482,13 @@ ExpertServiceImpl::~ExpertServiceImpl() {
     watchdog_stop_ = true;
   }
   if (watchdog_.joinable()) watchdog_.join();
-  compute_queue_.reset();
+  StopComputeLayer();
   prefetch_queue_.reset();
   import_queue_.reset();
   io_queue_.reset();
 }
 
-bool ExpertServiceImpl::Authorized(const grpc::CallbackServerContext* context) const {
+bool ExpertServiceImpl::Authorized(const grpc::ServerContextBase* context) const {
   return rpc::BearerTokenMatches(*context, options_.auth_token);
 }
 
@@ -613,36 +612,100 @@ uint64_t ExpertServiceImpl::ComputeLayerRequestLimit() const {
   return limit;
 }
 
-grpc::ServerUnaryReactor* ExpertServiceImpl::ComputeLayer(grpc::CallbackServerContext* context,
-                                                          const grpc::ByteBuffer* raw,
-                                                          grpc::ByteBuffer* response) {
+// One ComputeLayer call on the asynchronous API: its tag on the queue.
+struct ExpertServiceImpl::ComputeCall {
+  grpc::ServerContext context;
+  grpc::ByteBuffer request;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder{&context};
+  // False while the call is awaited, true once it was finished (its next
+  // event is the last).
+  bool finishing = false;
+};
+
+void ExpertServiceImpl::ServeComputeLayer(std::unique_ptr<grpc::ServerCompletionQueue> queue) {
+  compute_cq_ = std::move(queue);
+  const int workers = std::max(options_.compute_workers, 1);
+  // One call awaited per worker: a call that arrives while every worker is
+  // busy waits in gRPC until one registers its next.
+  for (int i = 0; i < workers; ++i) AwaitComputeCall();
+  for (int i = 0; i < workers; ++i) {
+    compute_workers_.emplace_back([this] { ComputeWorkerLoop(); });
+  }
+}
+
+void ExpertServiceImpl::StopComputeLayer() {
+  {
+    absl::MutexLock lock(&compute_mu_);
+    if (compute_stopping_) return;
+    compute_stopping_ = true;
+    if (compute_cq_ != nullptr) compute_cq_->Shutdown();
+  }
+  for (std::thread& worker : compute_workers_) worker.join();
+  compute_workers_.clear();
+}
+
+void ExpertServiceImpl::AwaitComputeCall() {
+  absl::MutexLock lock(&compute_mu_);
+  if (compute_stopping_) return;
+  auto* call = new ComputeCall;
+  RequestComputeLayer(&call->context, &call->request, &call->responder, compute_cq_.get(),
+                      compute_cq_.get(), call);
+}
+
+void ExpertServiceImpl::ComputeWorkerLoop() {
+  void* tag = nullptr;
+  bool ok = false;
+  while (compute_cq_->Next(&tag, &ok)) {
+    auto* call = static_cast<ComputeCall*>(tag);
+    if (call->finishing) {  // the reply went out (or the call was cancelled)
+      delete call;
+      active_calls_.fetch_sub(1);
+      continue;
+    }
+    if (!ok) {  // the server is shutting down: no call came
+      delete call;
+      continue;
+    }
+    AwaitComputeCall();  // the next call can arrive while this one runs
+    ServeComputeCall(call);
+  }
+}
+
+void ExpertServiceImpl::ServeComputeCall(ComputeCall* call) {
   active_calls_.fetch_add(1);
-  auto* call = new rpc::ParsedUnaryCall<v1::ComputeLayerRequest, v1::ComputeLayerReply>(response);
-  if (!Authorized(context)) {
-    Finish(call, kUnauthenticated);
-    return call;
+  call->finishing = true;
+  if (!Authorized(&call->context)) {
+    call->responder.FinishWithError(kUnauthenticated, call);
+    return;
   }
-  if (absl::Status s = call->Parse(*raw, ComputeLayerRequestLimit(), "ComputeLayer"); !s.ok()) {
-    Finish(call, ToGrpc(s));
-    return call;
+  v1::ComputeLayerRequest request;
+  if (absl::Status s =
+          rpc::ParseRequest(call->request, ComputeLayerRequestLimit(), "ComputeLayer", &request);
+      !s.ok()) {
+    call->responder.FinishWithError(ToGrpc(s), call);
+    return;
   }
-  const v1::ComputeLayerRequest* request = &call->request();
-  v1::ComputeLayerReply* reply = call->reply();
-  rpc::RawUnaryReactor* reactor = call;
-  for (const v1::ExpertKey& key : request->prefetch()) QueuePrefetch(key);
+  call->request.Clear();
+  for (const v1::ExpertKey& key : request.prefetch()) QueuePrefetch(key);
+  v1::ComputeLayerReply reply;
   in_flight_.fetch_add(1);
-  const bool queued = compute_queue_->Post([this, request, reply, reactor] {
-    const absl::Time start = absl::Now();
-    const absl::Status s = DoComputeLayer(*request, reply);
-    compute_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
-    in_flight_.fetch_sub(1);
-    Finish(reactor, ToGrpc(s));
-  });
-  if (!queued) {
-    in_flight_.fetch_sub(1);
-    Finish(reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
+  const absl::Time start = absl::Now();
+  const absl::Status s = DoComputeLayer(request, &reply);
+  compute_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  in_flight_.fetch_sub(1);
+  if (!s.ok()) {
+    call->responder.FinishWithError(ToGrpc(s), call);
+    return;
   }
-  return reactor;
+  grpc::ByteBuffer out;
+  bool own = false;
+  const grpc::Status serialized =
+      grpc::SerializationTraits<v1::ComputeLayerReply>::Serialize(reply, &out, &own);
+  if (!serialized.ok()) {
+    call->responder.FinishWithError(serialized, call);
+    return;
+  }
+  call->responder.Finish(out, grpc::Status::OK, call);
 }
 
 absl::Status ExpertServiceImpl::DoComputeLayer(const v1::ComputeLayerRequest& request,

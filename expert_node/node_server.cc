@@ -125,10 +125,17 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   transport.keepalive_time = options.keepalive_time;
   transport.keepalive_timeout = options.keepalive_timeout;
   rpc::ConfigureServerBuilder(transport, &builder);
+  std::unique_ptr<grpc::ServerCompletionQueue> compute_queue = builder.AddCompletionQueue();
   node->server_ = builder.BuildAndStart();
   if (node->server_ == nullptr || node->port_ == 0) {
+    compute_queue->Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (compute_queue->Next(&tag, &ok)) {
+    }
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
+  node->service_->ServeComputeLayer(std::move(compute_queue));
   node->address_ = rpc::BoundAddress(options.listen, node->port_);
   return node;
 }
@@ -146,6 +153,7 @@ void NodeServer::Shutdown(absl::Duration deadline) {
       absl::SleepFor(absl::Milliseconds(5));
     }
     server_->Shutdown(std::chrono::system_clock::now());
+    service_->StopComputeLayer();  // after Shutdown, which fails the calls awaited
     server_->Wait();
     server_.reset();
   }

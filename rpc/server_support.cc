@@ -142,7 +142,7 @@ void ConfigureServerBuilder(const ServerTransportOptions& options, grpc::ServerB
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 }
 
-bool BearerTokenMatches(const grpc::CallbackServerContext& context, absl::string_view token) {
+bool BearerTokenMatches(const grpc::ServerContextBase& context, absl::string_view token) {
   if (token.empty()) return true;
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");

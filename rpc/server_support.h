@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 
 namespace grpc {
-class CallbackServerContext;
+class ServerContextBase;
 class ServerBuilder;
 class ServerCredentials;
 class Status;
@@ -86,7 +86,7 @@ void ConfigureServerBuilder(const ServerTransportOptions& options, grpc::ServerB
 
 // True when `token` is empty or the call carries "authorization: Bearer
 // <token>" (compared in constant time). The token is never logged.
-bool BearerTokenMatches(const grpc::CallbackServerContext& context, absl::string_view token);
+bool BearerTokenMatches(const grpc::ServerContextBase& context, absl::string_view token);
 
 // True when `token` is empty or `authorization` (an HTTP Authorization
 // header's value) is "Bearer <token>" (compared in constant time).

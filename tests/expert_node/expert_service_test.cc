@@ -3,11 +3,14 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "expert_node/node_server.h"
@@ -170,6 +173,64 @@ class ExpertServiceTest : public ::testing::Test {
   LoadedModel m_;
   TempDir dir_;
 };
+
+// ComputeLayer's workers take calls from several clients at once (more
+// clients than workers), each answered with its own bitwise-correct outputs;
+// a shutdown while calls keep coming ends each of them with a reply or an
+// error, never a crash or a hang (the sanitizer build runs this too).
+TEST_F(ExpertServiceTest, ConcurrentComputeCallsAndAShutdownUnderLoad) {
+  auto node = StartNode(dir_.path());
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  v1::IngestReply ingest;
+  ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest).ok());
+  const int n_layer = m_.model->config().n_layer;
+
+  constexpr int kClients = 5;
+  std::vector<v1::ComputeLayerRequest> requests;
+  std::vector<std::vector<float>> expected;
+  for (int i = 0; i < kClients; ++i) {
+    requests.push_back(RandomRequest(*m_.model, m_.fingerprint, i % n_layer, 3, 2, 500 + i));
+    expected.push_back(LocalOutputs(*m_.model, requests.back()));
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok_calls{0};
+  std::atomic<int> failed_calls{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      auto own_stub = ConnectTo(node->address());
+      while (!stop.load()) {
+        v1::ComputeLayerReply reply;
+        const grpc::Status s = Compute(own_stub.get(), requests[i], &reply);
+        if (!s.ok()) {
+          // Only the shutdown may fail a call.
+          EXPECT_TRUE(s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                      s.error_code() == grpc::StatusCode::CANCELLED)
+              << s.error_code() << " " << s.error_message();
+          failed_calls.fetch_add(1);
+          absl::SleepFor(absl::Milliseconds(5));
+          continue;
+        }
+        ASSERT_EQ(reply.outputs().data().size(), expected[i].size() * sizeof(float));
+        EXPECT_EQ(std::memcmp(reply.outputs().data().data(), expected[i].data(),
+                              expected[i].size() * sizeof(float)),
+                  0)
+            << "client " << i;
+        ok_calls.fetch_add(1);
+      }
+    });
+  }
+  while (ok_calls.load() < 50 * kClients) absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_EQ(failed_calls.load(), 0);
+  const absl::Time start = absl::Now();
+  node->Shutdown(absl::Milliseconds(100));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  absl::SleepFor(absl::Milliseconds(50));
+  stop.store(true);
+  for (std::thread& t : clients) t.join();
+  EXPECT_GT(failed_calls.load(), 0);  // the calls after the shutdown
+}
 
 TEST_F(ExpertServiceTest, MalformedRequestsAreRejectedAndTheNodeKeepsServing) {
   auto node = StartNode(dir_.path());
