@@ -1,8 +1,12 @@
 #include "coordinator/node_client.h"
 
 #include <chrono>
+#include <deque>
 #include <utility>
 #include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 
 #include "absl/strings/str_cat.h"
 #include "colibri/v1/expert.grpc.pb.h"
@@ -58,6 +62,113 @@ class GrpcIngestStream : public IngestStream {
   bool finished_ = false;
 };
 
+// One ComputeLayer call in flight on a ComputeQueue: its tag on the gRPC queue.
+struct AsyncComputeCall {
+  std::string address;
+  void* tag = nullptr;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ComputeLayerReply>> reader;
+  v1::ComputeLayerReply reply;
+  grpc::Status status;
+};
+
+}  // namespace
+
+class ComputeQueue::Impl {
+ public:
+  ~Impl() {
+    {
+      absl::MutexLock lock(&mu_);
+      for (AsyncComputeCall* call : in_flight_) call->context.TryCancel();
+    }
+    // Every started call comes back once (cancelled or not).
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (in_flight_.empty()) break;
+      }
+      TakeFromGrpc();
+    }
+    queue_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue_.Next(&tag, &ok)) {
+    }
+  }
+
+  grpc::CompletionQueue* grpc_queue() { return &queue_; }
+
+  void Started(AsyncComputeCall* call) {
+    absl::MutexLock lock(&mu_);
+    in_flight_.insert(call);
+  }
+
+  void Complete(void* tag, absl::StatusOr<v1::ComputeLayerReply> reply) {
+    absl::MutexLock lock(&mu_);
+    done_.push_back(Completion{tag, std::move(reply)});
+  }
+
+  int outstanding() const {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(in_flight_.size() + done_.size());
+  }
+
+  Completion Next() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!done_.empty()) {
+        Completion c = std::move(done_.front());
+        done_.pop_front();
+        return c;
+      }
+    }
+    AsyncComputeCall* call = TakeFromGrpc();
+    Completion c;
+    c.tag = call->tag;
+    if (call->status.ok()) {
+      c.reply = std::move(call->reply);
+    } else {
+      c.reply = rpc::FromGrpc(call->status, call->address, "ComputeLayer");
+    }
+    delete call;
+    return c;
+  }
+
+ private:
+  // Blocks for the next call back from gRPC and forgets it as in flight.
+  AsyncComputeCall* TakeFromGrpc() {
+    void* tag = nullptr;
+    bool ok = false;
+    // Never false before Shutdown, which only the destructor calls after
+    // every call came back.
+    queue_.Next(&tag, &ok);
+    auto* call = static_cast<AsyncComputeCall*>(tag);
+    absl::MutexLock lock(&mu_);
+    in_flight_.erase(call);
+    return call;
+  }
+
+  grpc::CompletionQueue queue_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_set<AsyncComputeCall*> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::deque<Completion> done_ ABSL_GUARDED_BY(mu_);
+};
+
+ComputeQueue::ComputeQueue() : impl_(std::make_unique<Impl>()) {}
+ComputeQueue::~ComputeQueue() = default;
+int ComputeQueue::outstanding() const { return impl_->outstanding(); }
+ComputeQueue::Completion ComputeQueue::Next() { return impl_->Next(); }
+void ComputeQueue::Complete(void* tag, absl::StatusOr<v1::ComputeLayerReply> reply) {
+  impl_->Complete(tag, std::move(reply));
+}
+
+void NodeClient::StartComputeLayer(const v1::ComputeLayerRequest& request, ComputeQueue* queue,
+                                   void* tag) {
+  queue->Complete(tag, ComputeLayer(request));
+}
+
+namespace {
+
 class GrpcNodeClient : public NodeClient {
  public:
   GrpcNodeClient(NodeClientOptions options, std::shared_ptr<grpc::Channel> channel)
@@ -77,6 +188,19 @@ class GrpcNodeClient : public NodeClient {
         FromGrpc(stub_->ComputeLayer(&ctx, request, &reply), address(), "ComputeLayer");
     if (!s.ok()) return s;
     return reply;
+  }
+
+  void StartComputeLayer(const v1::ComputeLayerRequest& request, ComputeQueue* queue,
+                         void* tag) override {
+    auto* call = new AsyncComputeCall;
+    call->address = address();
+    call->tag = tag;
+    Prepare(&call->context, options_.compute_deadline);
+    ComputeQueue::Impl* impl = queue->impl();
+    call->reader = stub_->PrepareAsyncComputeLayer(&call->context, request, impl->grpc_queue());
+    impl->Started(call);
+    call->reader->StartCall();
+    call->reader->Finish(&call->reply, &call->status, call);
   }
 
   absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest& request) override {

@@ -56,6 +56,41 @@ struct NodeClientOptions {
   int max_message_bytes = 256 << 20;
 };
 
+// Where ComputeLayer calls started with NodeClient::StartComputeLayer complete,
+// on any number of clients: the thread that takes them (Next) drives the gRPC
+// calls itself, so a layer's calls to several nodes cost no thread hand-off.
+//
+// Thread-safety: Start and Next from one thread at a time (the owner's).
+class ComputeQueue {
+ public:
+  struct Completion {
+    void* tag = nullptr;
+    absl::StatusOr<v1::ComputeLayerReply> reply;
+  };
+
+  ComputeQueue();
+  // Cancels the calls still outstanding and waits until gRPC has let go of
+  // them.
+  ~ComputeQueue();
+  ComputeQueue(const ComputeQueue&) = delete;
+  ComputeQueue& operator=(const ComputeQueue&) = delete;
+
+  // Calls started and not yet taken by Next.
+  int outstanding() const;
+  // Blocks until one of the outstanding calls completes and returns it
+  // (calls completed at their start first). Requires outstanding() > 0.
+  Completion Next();
+  // Records a call that completed as it started (NodeClient's default
+  // StartComputeLayer, a client with no node behind it).
+  void Complete(void* tag, absl::StatusOr<v1::ComputeLayerReply> reply);
+
+  class Impl;  // node_client.cc
+  Impl* impl() { return impl_.get(); }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // A client-streaming Ingest call in progress.
 class IngestStream {
  public:
@@ -75,6 +110,13 @@ class NodeClient {
 
   virtual absl::StatusOr<v1::ComputeLayerReply> ComputeLayer(
       const v1::ComputeLayerRequest& request) = 0;
+  // Starts ComputeLayer without waiting: its result comes out of
+  // queue->Next() with `tag`. The request may go as soon as this returns.
+  // The gRPC client sends it and returns; this default (for clients with no
+  // asynchronous path, such as test fakes) calls ComputeLayer and records
+  // its result.
+  virtual void StartComputeLayer(const v1::ComputeLayerRequest& request, ComputeQueue* queue,
+                                 void* tag);
   virtual absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest& request) = 0;
   virtual absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() = 0;
   virtual absl::StatusOr<v1::ImportReply> Import(const v1::ImportRequest& request) = 0;

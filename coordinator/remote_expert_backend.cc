@@ -12,8 +12,8 @@
 
 namespace colibri::coordinator {
 
-// A thread that runs closures in order: the calls to one node, so that calls
-// to different nodes are in flight at once.
+// A thread that runs closures in order: the separate Prefetch calls to one
+// node.
 class RemoteExpertBackend::Worker {
  public:
   Worker() : thread_([this] { Loop(); }) {}
@@ -74,18 +74,16 @@ RemoteExpertBackend::RemoteExpertBackend(
 }
 
 void RemoteExpertBackend::AddWorkers(int n_nodes) {
-  while (static_cast<int>(workers_.size()) < n_nodes) {
-    workers_.push_back(std::make_unique<Worker>());
+  while (static_cast<int>(prefetch_workers_.size()) < n_nodes) {
     prefetch_workers_.push_back(std::make_unique<Worker>());
   }
   absl::MutexLock lock(&mu_);
-  prefetch_outstanding_.resize(workers_.size(), false);
+  prefetch_outstanding_.resize(prefetch_workers_.size(), false);
 }
 
 RemoteExpertBackend::~RemoteExpertBackend() {
   // Drains queued calls before the members they use go.
   prefetch_workers_.clear();
-  workers_.clear();
 }
 
 RemoteBackendStats& RemoteBackendStats::operator+=(const RemoteBackendStats& o) {
@@ -215,24 +213,20 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
     cluster_->RecordWireFloor(call->node, floor);
     {
       absl::MutexLock lock(&mu_);
-      ++in_flight_;
       ++stats_.round_trips;
       stats_.bytes_sent += request_bytes;
       stats_.payload_sent += static_cast<int64_t>(call->request.hidden().data().size());
       stats_.floor_bytes += floor;
     }
-    workers_[call->node]->Post([this, call] {
-      const auto start = std::chrono::steady_clock::now();
-      // Null once the node was retired; its experts have moved by then.
-      std::shared_ptr<NodeClient> client = cluster_->client(call->node);
-      call->retired = client == nullptr;
-      call->reply = client != nullptr ? client->ComputeLayer(call->request)
-                                      : absl::UnavailableError("node retired from the cluster");
-      call->wait_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      absl::MutexLock lock(&mu_);
-      --in_flight_;
-    });
+    call->start = std::chrono::steady_clock::now();
+    // Null once the node was retired; its experts have moved by then.
+    std::shared_ptr<NodeClient> client = cluster_->client(call->node);
+    call->retired = client == nullptr;
+    if (client != nullptr) {
+      client->StartComputeLayer(call->request, &queue_, call);
+    } else {
+      queue_.Complete(call, absl::UnavailableError("node retired from the cluster"));
+    }
   }
 }
 
@@ -313,10 +307,13 @@ absl::Status RemoteExpertBackend::Wait() {
   int replicas = placement_->replicas();
   size_t first = 0;
   while (first < calls_.size()) {
-    {
-      absl::MutexLock lock(&mu_);
-      auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
-      mu_.Await(absl::Condition(&done));
+    // Every call of [first, end) is outstanding: take them all.
+    while (queue_.outstanding() > 0) {
+      ComputeQueue::Completion done = queue_.Next();
+      Call* call = static_cast<Call*>(done.tag);
+      call->reply = std::move(done.reply);
+      call->wait_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - call->start).count();
     }
     std::vector<int64_t> retry;
     const size_t end = calls_.size();

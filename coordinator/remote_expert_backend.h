@@ -4,8 +4,11 @@
 //
 // Submit groups the batch's (token, rank) routes by the first healthy replica
 // of each route's expert, sends each involved node the hidden rows it needs
-// (each token once) and its routes, and returns. Wait collects the replies and
-// scatters them into out[t][r]. A call that fails or misses its deadline marks
+// (each token once) and its routes, and returns: the calls are started on the
+// backend's ComputeQueue from the caller's thread. Wait takes the replies on
+// that thread (no thread hand-off either way) and scatters them into
+// out[t][r]. A call's wait time runs from its start until Wait takes it, so it
+// includes the caller's own work when the reply came before Wait. A call that fails or misses its deadline marks
 // its node unhealthy (except DataLoss / NotFound from the node: an expert's
 // loss, Cluster::ReportExpertLoss) and its routes go to each expert's next
 // healthy replica;
@@ -24,7 +27,7 @@
 // which drops them as stale. Hints never change results.
 //
 // SecondChannel() is a sibling backend on the same cluster with its own
-// per-node threads, so that two half-batches of one forward pass are in
+// queue, so that two half-batches of one forward pass are in
 // flight at once; stats() includes its counters.
 // Wire (WireOptions): activations go as float32 (default, remote outputs
 // bitwise equal to local ones) or bfloat16 both ways; with `reduce` each node
@@ -41,6 +44,7 @@
 #ifndef COLIBRI_COORDINATOR_REMOTE_EXPERT_BACKEND_H_
 #define COLIBRI_COORDINATOR_REMOTE_EXPERT_BACKEND_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -116,8 +120,8 @@ class RemoteExpertBackend : public moe::ExpertBackend {
 
  private:
   class Worker;
-  // Grows workers_ and prefetch_workers_ to n_nodes (nodes join a running
-  // cluster). Caller thread only.
+  // Grows prefetch_workers_ to n_nodes (nodes join a running cluster).
+  // Caller thread only.
   void AddWorkers(int n_nodes);
   // One ComputeLayer call: the routes (t * k + r) one node computes.
   struct Call {
@@ -127,6 +131,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
     std::vector<int32_t> route_row;  // [routes]: its token's hidden row
     v1::ComputeLayerRequest request;
     absl::StatusOr<v1::ComputeLayerReply> reply;
+    std::chrono::steady_clock::time_point start;  // when the call was started
     double wait_seconds = 0;
     // The node was retired (its client released) before the call went out:
     // the layer read a placement older than the one that moved its experts.
@@ -156,9 +161,10 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   ThreadPool* const pool_;
   const WireOptions wire_;
   moe::ExpertGroupRunner fallback_;
-  // [nodes the cluster had at the last Submit]
-  std::vector<std::unique_ptr<Worker>> workers_;
-  std::vector<std::unique_ptr<Worker>> prefetch_workers_;  // Prefetch calls
+  // Where this backend's ComputeLayer calls complete (caller thread only).
+  ComputeQueue queue_;
+  // [nodes the cluster had at the last Submit]: separate Prefetch calls.
+  std::vector<std::unique_ptr<Worker>> prefetch_workers_;
 
   // The batch in progress (between Submit and Wait; touched by the caller only).
   moe::ExpertBatch batch_;
@@ -173,7 +179,6 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   std::vector<std::pair<int, int32_t>> hints_;
 
   mutable absl::Mutex mu_;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> prefetch_outstanding_ ABSL_GUARDED_BY(mu_);  // [n_nodes]
   RemoteBackendStats stats_ ABSL_GUARDED_BY(mu_);
   // SecondChannel(), created on first use (null before).

@@ -160,5 +160,123 @@ TEST_F(NodeClientTest, UnreachableNodeIsUnavailable) {
   EXPECT_EQ((*client)->CheckHealth().code(), absl::StatusCode::kUnavailable);
 }
 
+// Asynchronous ComputeLayer: calls to several clients complete on one queue,
+// each with its own tag and its own reply; a missed deadline comes back as a
+// status like the blocking call's.
+TEST_F(NodeClientTest, ComputeQueueCollectsCallsOfSeveralClients) {
+  NodeClientOptions options;
+  options.compute_deadline = absl::Milliseconds(300);
+  std::unique_ptr<NodeClient> a = Client(options);
+  std::unique_ptr<NodeClient> b = Client(options);
+  ComputeQueue queue;
+  int tags[4];
+  for (int i = 0; i < 4; ++i) {
+    v1::ComputeLayerRequest request;
+    request.set_layer(i == 3 ? 99 : i);  // 99 sleeps past the deadline
+    request.mutable_hidden()->set_data(std::string(1000 + i, static_cast<char>('a' + i)));
+    (i % 2 == 0 ? a : b)->StartComputeLayer(request, &queue, &tags[i]);
+  }
+  EXPECT_EQ(queue.outstanding(), 4);
+  bool seen[4] = {false, false, false, false};
+  for (int n = 0; n < 4; ++n) {
+    ComputeQueue::Completion done = queue.Next();
+    const int i = static_cast<int>(static_cast<int*>(done.tag) - tags);
+    ASSERT_GE(i, 0);
+    ASSERT_LT(i, 4);
+    EXPECT_FALSE(seen[i]) << "tag " << i << " came back twice";
+    seen[i] = true;
+    if (i == 3) {
+      EXPECT_EQ(done.reply.status().code(), absl::StatusCode::kDeadlineExceeded) << done.reply.status();
+      continue;
+    }
+    ASSERT_TRUE(done.reply.ok()) << done.reply.status();
+    EXPECT_EQ(done.reply->outputs().data(), std::string(1000 + i, static_cast<char>('a' + i)));
+  }
+  EXPECT_EQ(queue.outstanding(), 0);
+}
+
+TEST_F(NodeClientTest, ComputeQueueReportsAnUnreachableNode) {
+  NodeClientOptions options;
+  options.address = "127.0.0.1:1";  // nothing listens there
+  options.compute_deadline = absl::Seconds(5);
+  absl::StatusOr<std::unique_ptr<NodeClient>> client = CreateGrpcNodeClient(options);
+  ASSERT_TRUE(client.ok());
+  ComputeQueue queue;
+  int tag = 0;
+  (*client)->StartComputeLayer(v1::ComputeLayerRequest(), &queue, &tag);
+  ComputeQueue::Completion done = queue.Next();
+  EXPECT_EQ(done.tag, &tag);
+  EXPECT_EQ(done.reply.status().code(), absl::StatusCode::kUnavailable) << done.reply.status();
+  EXPECT_NE(done.reply.status().message().find("127.0.0.1:1"), std::string::npos)
+      << done.reply.status();
+}
+
+// A queue destroyed with calls in flight cancels them instead of waiting for
+// the replies (the service sleeps 2 s on layer 99; the deadline is 30 s).
+TEST_F(NodeClientTest, AComputeQueueDestroyedWithCallsInFlightCancelsThem) {
+  std::unique_ptr<NodeClient> client = Client();
+  const absl::Time start = absl::Now();
+  {
+    ComputeQueue queue;
+    int tag = 0;
+    v1::ComputeLayerRequest request;
+    request.set_layer(99);
+    client->StartComputeLayer(request, &queue, &tag);
+    client->StartComputeLayer(request, &queue, &tag);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1.5));
+}
+
+// Clients without an asynchronous path (test fakes) complete at the start.
+TEST(ComputeQueueTest, TheDefaultStartRecordsTheBlockingResult) {
+  class Blocking : public NodeClient {
+   public:
+    const std::string& address() const override { return address_; }
+    absl::StatusOr<v1::ComputeLayerReply> ComputeLayer(
+        const v1::ComputeLayerRequest& request) override {
+      if (request.layer() == 1) return absl::DataLossError("lost");
+      v1::ComputeLayerReply reply;
+      reply.set_compute_micros(request.layer());
+      return reply;
+    }
+    absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest&) override {
+      return absl::UnimplementedError("");
+    }
+    absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() override {
+      return absl::UnimplementedError("");
+    }
+    absl::StatusOr<v1::ImportReply> Import(const v1::ImportRequest&) override {
+      return absl::UnimplementedError("");
+    }
+    absl::StatusOr<v1::InventoryReply> Inventory(const v1::InventoryRequest&) override {
+      return absl::UnimplementedError("");
+    }
+    absl::StatusOr<v1::NodeStatsReply> NodeStats() override {
+      return absl::UnimplementedError("");
+    }
+    absl::Status CheckHealth() override { return absl::OkStatus(); }
+
+   private:
+    std::string address_ = "blocking";
+  } client;
+  ComputeQueue queue;
+  int tags[2];
+  v1::ComputeLayerRequest request;
+  request.set_layer(7);
+  client.StartComputeLayer(request, &queue, &tags[0]);
+  request.set_layer(1);
+  client.StartComputeLayer(request, &queue, &tags[1]);
+  ASSERT_EQ(queue.outstanding(), 2);
+  ComputeQueue::Completion first = queue.Next();
+  EXPECT_EQ(first.tag, &tags[0]);
+  ASSERT_TRUE(first.reply.ok());
+  EXPECT_EQ(first.reply->compute_micros(), 7);
+  ComputeQueue::Completion second = queue.Next();
+  EXPECT_EQ(second.tag, &tags[1]);
+  EXPECT_EQ(second.reply.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(queue.outstanding(), 0);
+}
+
 }  // namespace
 }  // namespace colibri::coordinator
