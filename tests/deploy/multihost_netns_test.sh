@@ -99,7 +99,10 @@ lab="$tmp/lab"
 start() {
   local ns="$1" log="$2"
   shift 2
-  in_ns "$ns" "$@" > "$log" 2>&1 &
+  # Not through in_ns: a function in the background runs in a subshell, and
+  # $! would name that subshell, not the server (cleanup's kill would leave
+  # the server running). ip execs the command, so $! is the server itself.
+  ip netns exec "$ns" "$@" > "$log" 2>&1 &
   pids+=("$!")
   disown "$!"
   for _ in $(seq 200); do
