@@ -1,6 +1,5 @@
 #include "model/ops/kernel_calibration.h"
 
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cache_dir.h"
 #include "common/cpu_features.h"
 #include "model/ops/activation_quant.h"
 #include "model/ops/quantize.h"
@@ -104,25 +104,6 @@ const KernelSet* Measure(const std::vector<const KernelSet*>& candidates) {
   return candidates[pick];
 }
 
-std::string DefaultCacheDir() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/colibri";
-  const char* home = std::getenv("HOME");
-  if (home != nullptr && home[0] == '/') return std::string(home) + "/.cache/colibri";
-  return "";
-}
-
-// mkdir -p; returns false if the directory is not there afterwards.
-bool MakeDirs(const std::string& dir) {
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos == dir.size() || dir[pos] == '/') {
-      mkdir(dir.substr(0, pos).c_str(), 0755);  // EEXIST is fine
-    }
-  }
-  struct stat st;
-  return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 }  // namespace
 
 std::vector<const KernelSet*> RunnableKernelSets() {
@@ -178,7 +159,7 @@ Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,
     }
   }
   result.set = candidates.size() == 1 ? candidates[0] : Measure(candidates);
-  if (!result.cache_path.empty() && MakeDirs(cache_dir)) {
+  if (!result.cache_path.empty() && MakeCacheDirs(cache_dir)) {
     // Written whole then renamed, so a concurrent reader sees all or nothing.
     const std::string tmp = result.cache_path + ".tmp";
     {
@@ -197,7 +178,7 @@ const KernelSet& CalibratedKernels() {
     if ((force != nullptr && force[0] != '\0') || sets.size() <= 1) return &DefaultKernels();
     // The portable set is only a candidate where no SIMD set runs.
     const std::vector<const KernelSet*> simd(sets.begin() + 1, sets.end());
-    return CalibrateKernels(simd, DefaultCacheDir(), CpuModelForCache()).set;
+    return CalibrateKernels(simd, CacheDir(), CpuModelForCache()).set;
   }();
   return *chosen;
 }

@@ -7,8 +7,10 @@
 // cache, for the type families that dominate decode (Q4_K, Q6_K, Q8_0); the set
 // with the lowest total, each type's time relative to the fastest set's, wins.
 // The choice is cached per CPU model in
-//   $XDG_CACHE_HOME/colibri/kernels-<cpu model>.txt   (else ~/.cache/colibri/)
-// so later processes start without measuring. All sets give bitwise identical
+//   CACHE/kernels-<cpu model>.txt
+// (CACHE: colibri::CacheDir(), common/cache_dir.h: $COLIBRI_CACHE_DIR, else
+// $XDG_CACHE_HOME/colibri, else ~/.cache/colibri) so later processes start
+// without measuring. All sets give bitwise identical
 // results (model/ops/vec_dot.h), so the choice only changes speed.
 //
 // COLIBRI_CPU (common/cpu_features.h), when set, skips the calibration: MatMul

@@ -1,0 +1,25 @@
+// Where Colibri keeps its caches (the kernel set chosen per CPU model, the
+// coordinator's expert hashes): files that only save work and may be deleted
+// at any time.
+//
+// Thread-safety: both functions may be called from any thread (CacheDir reads
+// the environment, which the caller must not change meanwhile).
+#ifndef COLIBRI_COMMON_CACHE_DIR_H_
+#define COLIBRI_COMMON_CACHE_DIR_H_
+
+#include <string>
+
+namespace colibri {
+
+// $COLIBRI_CACHE_DIR when set (set but empty: "", no cache), else
+// $XDG_CACHE_HOME/colibri when that is an absolute path, else
+// $HOME/.cache/colibri when HOME is absolute, else "".
+std::string CacheDir();
+
+// mkdir -p `dir` (new directories mode 0700); true when it is a directory
+// afterwards.
+bool MakeCacheDirs(const std::string& dir);
+
+}  // namespace colibri
+
+#endif  // COLIBRI_COMMON_CACHE_DIR_H_
