@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/cache_dir.h"
 #include "common/status_macros.h"
 #include "coordinator/model_summary.h"
 #include "coordinator/node_discovery.h"
@@ -72,6 +73,19 @@ absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& o
   return out;
 }
 
+namespace {
+
+// Keeps the expert hashes for the next start; a failure only costs that
+// start the hashing, so it is reported and ignored.
+void SaveChecksums(ExpertChecksums& checksums, std::ostream& err) {
+  if (absl::Status s = checksums.Save(); !s.ok()) {
+    err << "expert hash cache not saved (the next start hashes the experts again): "
+        << s.message() << "\n";
+  }
+}
+
+}  // namespace
+
 std::vector<int> ExpertsPerLayer(const arch::Model& model) {
   std::vector<int> out;
   for (const auto& layer : model.experts()) out.push_back(static_cast<int>(layer.size()));
@@ -95,12 +109,21 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   experts->wire_ = options.wire;
   COLIBRI_ASSIGN_OR_RETURN(experts->cluster_,
                            Cluster::Connect(cluster_options, fingerprint, ExpertsPerLayer(model)));
+  experts->checksums_ =
+      std::make_unique<ExpertChecksums>(CacheDir(), &model, fingerprint);
   ExpertSetupOptions setup;
   setup.node_gguf_path = options.node_gguf;
   setup.progress = &err;
   setup.skip_failed_nodes = true;
+  setup.checksums = experts->checksums_.get();
   COLIBRI_ASSIGN_OR_RETURN(ExpertSetupResult result,
                            EnsureExperts(*experts->cluster_, model, setup));
+  SaveChecksums(*experts->checksums_, err);
+  if (experts->checksums_->hits() + experts->checksums_->computed() > 0) {
+    err << "expert hashes: " << experts->checksums_->hits() << " read from "
+        << (experts->checksums_->path().empty() ? "(no cache)" : experts->checksums_->path())
+        << ", " << experts->checksums_->computed() << " computed\n";
+  }
   // A node lost during the transfer does not stop the start-up: it is marked
   // unhealthy (its work goes to a replica or is computed here), and once it
   // answers again the repair path re-sends what it misses.
@@ -119,9 +142,12 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   replace.refresh_inventory = true;
   replace.skip_failed_nodes = false;
   replace.cancelled = [cluster] { return cluster->stopping(); };
-  cluster->SetRebalancer([cluster, &model, replace, &err](const Placement& placement) {
+  ExpertChecksums* checksums = experts->checksums_.get();
+  cluster->SetRebalancer([cluster, &model, replace, checksums,
+                          &err](const Placement& placement) {
     absl::StatusOr<ExpertSetupResult> moved = EnsureExperts(*cluster, placement, model, replace);
     ReleaseExpertPages(model);
+    SaveChecksums(*checksums, err);
     if (!moved.ok()) return moved.status();
     err << "re-placement: " << moved->bytes_sent << " bytes sent (" << moved->experts_sent
         << " experts), " << moved->experts_imported << " experts imported\n";

@@ -13,6 +13,7 @@
 #include "common/thread_pool.h"
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_setup.h"
+#include "coordinator/expert_checksums.h"
 #include "coordinator/membership_watcher.h"
 #include "coordinator/remote_expert_backend.h"
 #include "model/arch/model.h"
@@ -112,6 +113,8 @@ class ClusterExperts {
   ClusterExperts() = default;
   const arch::Model* model_ = nullptr;
   ThreadPool* pool_ = nullptr;
+  // Before cluster_: its rebalancer uses them until the cluster is gone.
+  std::unique_ptr<ExpertChecksums> checksums_;
   std::unique_ptr<Cluster> cluster_;
   std::vector<std::string> start_addresses_;
   WireOptions wire_;

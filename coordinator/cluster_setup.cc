@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "coordinator/expert_checksums.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -95,10 +96,18 @@ void FillBiasesAndActivation(const moe::ExpertWeights& w, v1::IngestChunk* chunk
 // What `placement` assigns node `i` and its inventory does not list.
 // DataLoss when the node holds an assigned expert with other bytes than
 // `model`'s (its content hash differs): those must never be served.
+// The model's hash of expert (layer, expert): from the cache when one is given.
+uint64_t ModelChecksum(const arch::Model& model, const ExpertSetupOptions& options, int layer,
+                       int expert) {
+  if (options.checksums != nullptr) return options.checksums->Get(layer, expert);
+  return ExpertChecksum(model.experts()[layer][expert]);
+}
+
 absl::StatusOr<std::vector<ExpertId>> MissingExperts(const Cluster& cluster,
                                                      const Placement& placement, int i,
                                                      const arch::Model& model,
-                                                     bool refresh_inventory) {
+                                                     const ExpertSetupOptions& options) {
+  const bool refresh_inventory = options.refresh_inventory;
   std::vector<std::pair<int, int>> assigned = placement.ExpertsOf(i);
   if (assigned.empty()) return std::vector<ExpertId>();
   v1::InventoryReply fresh;
@@ -134,7 +143,7 @@ absl::StatusOr<std::vector<ExpertId>> MissingExperts(const Cluster& cluster,
         expert >= static_cast<int>(experts[layer].size())) {
       continue;
     }
-    if (*it->second != ExpertChecksum(experts[layer][expert])) {
+    if (*it->second != ModelChecksum(model, options, layer, expert)) {
       if (++n_mismatched <= 4) absl::StrAppend(&mismatched, " L", layer, "E", expert);
     }
   }
@@ -234,7 +243,7 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
           FillTensor(w.down, chunk.mutable_down());
           FillBiasesAndActivation(w, &chunk);
           chunk.set_total_bytes(expert_bytes);
-          chunk.set_xxh64(ExpertChecksum(w));
+          chunk.set_xxh64(ModelChecksum(model, options, id.layer, id.expert));
           v1::ModelShape* shape = chunk.mutable_model();
           shape->set_n_layer(model.config().n_layer);
           shape->set_n_expert(model.config().n_expert);
@@ -331,7 +340,7 @@ absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const Pl
   for (int i = 0; i < n_nodes; ++i) {
     threads.emplace_back([&, i] {
       absl::StatusOr<std::vector<ExpertId>> missing =
-          MissingExperts(cluster, placement, i, model, options.refresh_inventory);
+          MissingExperts(cluster, placement, i, model, options);
       if (!missing.ok()) {
         statuses[i] = missing.status();
         return;

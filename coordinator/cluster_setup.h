@@ -19,6 +19,8 @@
 
 namespace colibri::coordinator {
 
+class ExpertChecksums;
+
 struct ExpertSetupOptions {
   // When set, each node imports its experts from the GGUF at this path on its
   // own file system instead of receiving them. Default: empty (stream them).
@@ -41,6 +43,10 @@ struct ExpertSetupOptions {
   // experts are computed by the coordinator until it is back and repaired).
   // Default: false.
   bool skip_failed_nodes = false;
+  // The model's expert hashes, for checking what nodes hold and for Ingest:
+  // borrowed; kept between starts (expert_checksums.h). Default: null, every
+  // hash computed from the model's bytes.
+  ExpertChecksums* checksums = nullptr;
 };
 
 struct ExpertSetupResult {

@@ -39,6 +39,9 @@ if [ -z "${TEST_TMPDIR:-}" ]; then
   export TEST_TMPDIR
   trap 'rm -rf "$TEST_TMPDIR"' EXIT
 fi
+# The coordinators the tests start keep their expert hash caches there too,
+# not in the user's ~/.cache.
+export COLIBRI_CACHE_DIR="${COLIBRI_CACHE_DIR:-$TEST_TMPDIR/cache}"
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${fixtures[@]}"
 cmake --build "$build"
