@@ -12,6 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/fake_node_client.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -230,9 +231,9 @@ TEST_F(NodeClientTest, AComputeQueueDestroyedWithCallsInFlightCancelsThem) {
 
 // Clients without an asynchronous path (test fakes) complete at the start.
 TEST(ComputeQueueTest, TheDefaultStartRecordsTheBlockingResult) {
-  class Blocking : public NodeClient {
+  class Blocking : public testing::FakeNodeClient {
    public:
-    const std::string& address() const override { return address_; }
+    Blocking() : FakeNodeClient("blocking") {}
     absl::StatusOr<v1::ComputeLayerReply> ComputeLayer(
         const v1::ComputeLayerRequest& request) override {
       if (request.layer() == 1) return absl::DataLossError("lost");
@@ -240,25 +241,6 @@ TEST(ComputeQueueTest, TheDefaultStartRecordsTheBlockingResult) {
       reply.set_compute_micros(request.layer());
       return reply;
     }
-    absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest&) override {
-      return absl::UnimplementedError("");
-    }
-    absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() override {
-      return absl::UnimplementedError("");
-    }
-    absl::StatusOr<v1::ImportReply> Import(const v1::ImportRequest&) override {
-      return absl::UnimplementedError("");
-    }
-    absl::StatusOr<v1::InventoryReply> Inventory(const v1::InventoryRequest&) override {
-      return absl::UnimplementedError("");
-    }
-    absl::StatusOr<v1::NodeStatsReply> NodeStats() override {
-      return absl::UnimplementedError("");
-    }
-    absl::Status CheckHealth() override { return absl::OkStatus(); }
-
-   private:
-    std::string address_ = "blocking";
   } client;
   ComputeQueue queue;
   int tags[2];
