@@ -87,7 +87,7 @@ class ComputeQueue::Impl {
         absl::MutexLock lock(&mu_);
         if (in_flight_.empty()) break;
       }
-      TakeFromGrpc();
+      delete TakeFromGrpc();
     }
     queue_.Shutdown();
     void* tag = nullptr;
