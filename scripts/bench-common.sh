@@ -149,6 +149,7 @@ bench_start_nodes() {
   NODE_ADDRS=()
   NODE_IDS=()
   for i in $(seq "$count"); do
+    : >"$dir/node$i.out"  # not a previous run's "listening on" (see bench_run)
     "$NODE" --listen 127.0.0.1:0 --data-dir "$dir/node$i" --node-id "bench$i" "$@" \
       >"$dir/node$i.out" 2>"$dir/node$i.err" &
     NODE_PIDS+=($!)
@@ -191,6 +192,7 @@ bench_start_relay() {
   local args=(--delay-ms "$delay")
   [ -n "$bandwidth" ] && args+=(--bandwidth "$bandwidth")
   for target in "$@"; do args+=(--route "127.0.0.1:0=$target"); done
+  : >"$dir/relay.out"  # not a previous run's "listening on" (see bench_run)
   "$RELAY" "${args[@]}" >"$dir/relay.out" 2>"$dir/relay.err" &
   RELAY_PID=$!
   BENCH_PIDS+=($!)
@@ -212,6 +214,10 @@ bench_run() {
   shift
   bench_children_ticks
   cpu0=$BENCH_CHILDREN_TICKS
+  # Emptied here, not only by the child's redirection: the poll below can run
+  # before the child has truncated the file, and would take a previous run's
+  # text for this one's first output (counting the load as decode).
+  : >"$prefix.out"
   "$COORD" "$@" >"$prefix.out" 2>"$prefix.err" &
   pid=$!
   RUN_HWM_KB=0
@@ -392,6 +398,7 @@ bench_start_serve() {
   local prefix="$1" arg http=0 i
   shift
   for arg in "$@"; do [ "$arg" = --http-listen ] && http=1; done
+  : >"$prefix.out"  # not a previous run's "listening on" (see bench_run)
   "$COORD" serve "$@" >"$prefix.out" 2>"$prefix.err" &
   SERVE_PID=$!
   BENCH_PIDS+=($!)

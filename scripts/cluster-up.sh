@@ -82,6 +82,9 @@ mkdir -p "$dir/pids" "$dir/logs"
 start() {
   local name="$1" timeout="$2"
   shift 2
+  # Emptied before the start: the loop below may look before the child's own
+  # redirection truncates it, and must not read a previous run's address.
+  : >"$dir/logs/$name.out"
   "$@" </dev/null >"$dir/logs/$name.out" 2>"$dir/logs/$name.log" &
   local pid=$!
   echo "$pid" >"$dir/pids/$name.pid"
