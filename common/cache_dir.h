@@ -2,12 +2,15 @@
 // coordinator's expert hashes): files that only save work and may be deleted
 // at any time.
 //
-// Thread-safety: both functions may be called from any thread (CacheDir reads
+// Thread-safety: every function may be called from any thread (CacheDir reads
 // the environment, which the caller must not change meanwhile).
 #ifndef COLIBRI_COMMON_CACHE_DIR_H_
 #define COLIBRI_COMMON_CACHE_DIR_H_
 
 #include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace colibri {
 
@@ -19,6 +22,13 @@ std::string CacheDir();
 // mkdir -p `dir` (new directories mode 0700); true when it is a directory
 // afterwards.
 bool MakeCacheDirs(const std::string& dir);
+
+// Writes `contents` to `path` through a temporary file of this process
+// renamed into place, so a concurrent reader sees a whole file or none (no
+// fsync: a cache lost in a crash only costs the work again). The file is
+// 0600; its directory must exist (MakeCacheDirs). Unavailable naming the
+// path on failure, the temporary file removed.
+absl::Status WriteCacheFile(const std::string& path, absl::string_view contents);
 
 }  // namespace colibri
 

@@ -93,9 +93,6 @@ void FillBiasesAndActivation(const moe::ExpertWeights& w, v1::IngestChunk* chunk
   }
 }
 
-// What `placement` assigns node `i` and its inventory does not list.
-// DataLoss when the node holds an assigned expert with other bytes than
-// `model`'s (its content hash differs): those must never be served.
 // The model's hash of expert (layer, expert): from the cache when one is given.
 uint64_t ModelChecksum(const arch::Model& model, const ExpertSetupOptions& options, int layer,
                        int expert) {
@@ -103,6 +100,9 @@ uint64_t ModelChecksum(const arch::Model& model, const ExpertSetupOptions& optio
   return ExpertChecksum(model.experts()[layer][expert]);
 }
 
+// What `placement` assigns node `i` and its inventory does not list.
+// DataLoss when the node holds an assigned expert with other bytes than
+// `model`'s (its content hash differs): those must never be served.
 absl::StatusOr<std::vector<ExpertId>> MissingExperts(const Cluster& cluster,
                                                      const Placement& placement, int i,
                                                      const arch::Model& model,

@@ -1,17 +1,15 @@
 #include "coordinator/expert_checksums.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/cache_dir.h"
 #include "common/mapped_file.h"
 #include "coordinator/cluster_setup.h"
@@ -34,7 +32,7 @@ void Append(std::string* out, T v) {
 
 // Reads a T at *pos of data (advancing it); false when it does not fit.
 template <typename T>
-bool Take(const std::string& data, size_t* pos, T* v) {
+bool Take(absl::string_view data, size_t* pos, T* v) {
   if (data.size() - *pos < sizeof(T)) return false;
   std::memcpy(v, data.data() + *pos, sizeof(T));
   *pos += sizeof(T);
@@ -76,7 +74,7 @@ void ExpertChecksums::Load() {
   uint64_t sum = 0;
   std::memcpy(&sum, data.data() + body, sizeof(sum));
   if (XXH64(data.data(), body, 0) != sum) return;
-  const std::string content = data.substr(0, body);
+  const absl::string_view content(data.data(), body);
   size_t pos = sizeof(kMagic);
   uint32_t id_bytes = 0;
   if (!Take(content, &pos, &id_bytes) || content.size() - pos < id_bytes) return;
@@ -138,29 +136,7 @@ absl::Status ExpertChecksums::Save() {
   if (!MakeCacheDirs(dir_)) {
     return absl::UnavailableError(absl::StrCat("cannot create the directory ", dir_));
   }
-  const std::string tmp = absl::StrCat(path_, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::write(fd, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot write ", path_, ": ", std::strerror(err)));
-  }
-  return absl::OkStatus();
+  return WriteCacheFile(path_, out);
 }
 
 int64_t ExpertChecksums::hits() const {

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -160,13 +159,8 @@ Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,
   }
   result.set = candidates.size() == 1 ? candidates[0] : Measure(candidates);
   if (!result.cache_path.empty() && MakeCacheDirs(cache_dir)) {
-    // Written whole then renamed, so a concurrent reader sees all or nothing.
-    const std::string tmp = result.cache_path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << result.set->name << "\n";
-    }
-    std::rename(tmp.c_str(), result.cache_path.c_str());
+    // A failure only costs the next process the measurement.
+    WriteCacheFile(result.cache_path, std::string(result.set->name) + "\n").IgnoreError();
   }
   return result;
 }

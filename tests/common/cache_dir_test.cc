@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -60,6 +63,33 @@ TEST(CacheDirTest, MakeCacheDirsCreatesPrivateParents) {
   EXPECT_FALSE(MakeCacheDirs(base + "/file/d"));
   EXPECT_FALSE(MakeCacheDirs(""));
   std::system(("rm -rf '" + base + "'").c_str());
+}
+
+TEST(CacheDirTest, WriteCacheFileReplacesWholeAndReportsFailures) {
+  char tmpl[] = "/tmp/colibri-cachefile-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string base = tmpl;
+  const std::string path = base + "/f";
+  ASSERT_TRUE(WriteCacheFile(path, "first, longer contents").ok());
+  ASSERT_TRUE(WriteCacheFile(path, "second").ok());
+  std::ifstream in(path);
+  std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, "second");
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // A directory that is not there: an error naming the path, nothing left.
+  const absl::Status s = WriteCacheFile(base + "/missing/f", "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(base + "/missing/f"), std::string::npos) << s;
+  // Only the file itself: no temporary left behind.
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(base)) {
+    ++entries;
+    EXPECT_EQ(entry.path().filename(), "f");
+  }
+  EXPECT_EQ(entries, 1);
+  std::filesystem::remove_all(base);
 }
 
 }  // namespace
