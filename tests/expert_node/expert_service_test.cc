@@ -221,7 +221,12 @@ TEST_F(ExpertServiceTest, ConcurrentComputeCallsAndAShutdownUnderLoad) {
       }
     });
   }
-  while (ok_calls.load() < 50 * kClients) absl::SleepFor(absl::Milliseconds(2));
+  // Bounded: calls that stop being served fail here rather than hang.
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (ok_calls.load() < 50 * kClients && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_GE(ok_calls.load(), 50 * kClients) << "the node stopped serving calls";
   EXPECT_EQ(failed_calls.load(), 0);
   const absl::Time start = absl::Now();
   node->Shutdown(absl::Milliseconds(100));
