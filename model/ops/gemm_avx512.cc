@@ -283,56 +283,176 @@ COLIBRI_INLINE __m128i Totals4(const __m512i* v) {
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-// Micro4xT for one token (decode): the same integers per row and super-block
-// and the same float update, lane r for row r, without the 16-pair transpose
-// whose other 12 pairs would be zeros. What does not need a whole vector per
-// row is done once for the four: their block factors (one vcvtph2ps) and, for
-// Q4_K/Q5_K, their min terms: one vpmaddwd of the rows' eight sub-block mins
-// against the token's eight sub-block sums, then one lane reduction
-// (Σ m*(bsum[2j] + bsum[2j+1]) over the sub-blocks is exactly Micro4xT's Σ
-// over the sixteen 16-element groups, whose mins come in equal pairs).
+// Micro4xT for one token (decode) of types without mins (Q6_K): the same
+// integers per row and super-block and the same float update, lane r for row
+// r, without the 16-pair transpose whose other 12 pairs would be zeros, and
+// with the four rows' block factors converted by one vcvtph2ps.
 template <typename D>
 void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64_t cols, float* y,
               int64_t prefetch_rows) {
+  static_assert(!D::kHasMin, "Q4_K and Q5_K take Micro4x1K");
   using Block = typename D::Block;
   const int64_t nb = cols / kQK_K;
   const __m512i index01 = _mm512_load_si512(kScaleIndex01);
   const __m512i index23 = _mm512_load_si512(kScaleIndex23);
-  const __m512i lane0_of_each = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
   __m128 acc = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
     const TokenBlock t = LoadTokenBlock(a, i);
     const Block* blocks[kRows];
-    __m128i packed[kRows];
     __m512i prod[kRows];
     for (int r = 0; r < kRows; ++r) {
       blocks[r] = &reinterpret_cast<const Block*>(w + r * row_bytes)[i];
-      const DecodedBlock b = DecodeBlock<D>(*blocks[r], index01, index23);
-      packed[r] = b.packed;
-      prod[r] = BlockSum<D>(b, t.parts, t.bsums);
+      prod[r] = BlockSum<D>(DecodeBlock<D>(*blocks[r], index01, index23), t.parts, t.bsums);
     }
     const __m128 da = _mm_set1_ps(a.d[i]);
     const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
-    if constexpr (D::kHasMin) {
-      const __m256 factors = RowFactorPairs<D>(blocks);
-      acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(PickFactors(factors, 0), da), isum));
-      // The token's 8 sub-block sums as int16 (each |.| <= 32 * 127).
-      const __m256i sums32 = _mm256_madd_epi16(t.bsums, _mm256_set1_epi16(1));
-      const __m128i sums = _mm_packs_epi32(_mm256_castsi256_si128(sums32),
-                                           _mm256_extracti128_si256(sums32, 1));
-      // 128-bit lane r: row r's 8 mins (int16) times the sums, then its total.
-      const __m256i mins8 = _mm256_set_m128i(_mm_unpackhi_epi64(packed[2], packed[3]),
-                                             _mm_unpackhi_epi64(packed[0], packed[1]));
-      __m512i m = _mm512_madd_epi16(_mm512_cvtepu8_epi16(mins8), _mm512_broadcast_i32x4(sums));
-      m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_BADC));
-      m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_CDAB));
-      const __m128 msum =
-          _mm_cvtepi32_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(lane0_of_each, m)));
-      acc = _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(PickFactors(factors, 1), da), msum));
-    } else {
-      acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(RowScales<D>(blocks), da), isum));
+    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(RowScales<D>(blocks), da), isum));
+  }
+  _mm_storeu_ps(y, acc);
+}
+
+// The one-token tile of Q4_K and Q5_K, Micro4x1K, forms Micro4xT's integers
+// for one token from 64-byte loads of qs: the low nibbles of
+// qs[64h..64h+63] are elements 128h + 0..31 and 128h + 64..95 (sub-blocks 4h
+// and 4h + 2), the high nibbles elements 128h + 32..63 and 128h + 96..127
+// (sub-blocks 4h + 1 and 4h + 3). The token's parts are gathered in that
+// "pair order" once per super-block for the four rows, instead of each row
+// spreading 32-byte halves of qs over a vector (integer sums do not depend
+// on the order of their terms). The four rows' scales and mins are unpacked
+// together, their block factors converted by one vcvtph2ps, and their min
+// terms formed by one vpmaddwd of the rows' eight sub-block mins against the
+// token's eight sub-block sums and one in-lane reduction (Σ m*(bsum[2j] +
+// bsum[2j+1]) over the sub-blocks is exactly Micro4xT's Σ over the sixteen
+// 16-element groups, whose mins come in equal pairs). Against the per-row
+// decoding it replaced: 33-41 against 27-35 GB/s on one Zen 5 thread with
+// the weights in cache (colibri_ops_bench --in_cache --rows=4096
+// --cols=2048, 4 interleaved pairs, +9-21% each); from memory the two are
+// level, the memory being the limit there.
+
+// The token's quants of super-block i in pair order: part 2h = elements
+// 128h + [0..31 | 64..95], part 2h + 1 = 128h + [32..63 | 96..127].
+COLIBRI_INLINE TokenBlock LoadTokenBlockPaired(const QuantizedRow& a, int64_t i) {
+  const __m512i low_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
+  const __m512i high_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+  TokenBlock t;
+  const int8_t* qa = a.qs + kQK_K * i;
+  for (int h = 0; h < 2; ++h) {
+    const __m512i x = _mm512_loadu_si512(qa + 128 * h);
+    const __m512i y = _mm512_loadu_si512(qa + 128 * h + 64);
+    t.parts[2 * h] = _mm512_permutex2var_epi64(x, low_halves, y);
+    t.parts[2 * h + 1] = _mm512_permutex2var_epi64(x, high_halves, y);
+  }
+  t.bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums + 16 * i));
+  return t;
+}
+
+// Part p (pair order) of a Q4_K/Q5_K block's unsigned quants; for Q5_K bit
+// 4h + k of qh[l] is bit 4 of element 128h + 32k + l.
+template <bool kFiveBit>
+COLIBRI_INLINE __m512i PairQuants(const typename Q45K<kFiveBit>::Block& b, int p) {
+  const int h = p / 2;
+  const __m512i q = _mm512_loadu_si512(b.qs + 64 * h);
+  const __m512i u = _mm512_and_si512(p % 2 == 0 ? q : _mm512_srli_epi16(q, 4),
+                                     _mm512_set1_epi8(0x0F));
+  if constexpr (!kFiveBit) {
+    return u;
+  } else {
+    const int k = p % 2;
+    const __mmask64 set = _mm512_test_epi8_mask(
+        Broadcast32Bytes(b.qh), HalfBytes(1 << (4 * h + k), 1 << (4 * h + k + 2)));
+    return _mm512_mask_add_epi8(u, set, u, _mm512_set1_epi8(0x10));
+  }
+}
+
+// vpshufb controls spreading the eight sub-block scales (bytes 0-7 of each
+// 128-bit lane) as int16 over packs(v[2h], v[2h + 1]) in pair order: 128-bit
+// lanes 0 and 1 hold four quads of sub-block 4h, then four of 4h + 1; lanes 2
+// and 3 four of 4h + 2, then four of 4h + 3.
+alignas(64) inline constexpr int8_t kPairScaleShuffle01[64] = {
+    0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1, -128,
+    0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1, -128,
+    2, -128, 2, -128, 2, -128, 2, -128, 3, -128, 3, -128, 3, -128, 3, -128,
+    2, -128, 2, -128, 2, -128, 2, -128, 3, -128, 3, -128, 3, -128, 3, -128};
+alignas(64) inline constexpr int8_t kPairScaleShuffle23[64] = {
+    4, -128, 4, -128, 4, -128, 4, -128, 5, -128, 5, -128, 5, -128, 5, -128,
+    4, -128, 4, -128, 4, -128, 4, -128, 5, -128, 5, -128, 5, -128, 5, -128,
+    6, -128, 6, -128, 6, -128, 6, -128, 7, -128, 7, -128, 7, -128, 7, -128,
+    6, -128, 6, -128, 6, -128, 6, -128, 7, -128, 7, -128, 7, -128, 7, -128};
+
+// avx2::K4ScalesMins of four blocks at once: 128-bit lane r holds block r's
+// eight 6-bit scales, then its eight mins, as bytes.
+COLIBRI_INLINE __m512i K4ScalesMins4(const uint8_t* const* scales) {
+  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales[0])));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales[1])), 1);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales[2])), 2);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales[3])), 3);
+  // Per lane, as in K4ScalesMins: words w0 w2 w1 w2, shifted by 0 0 0 4.
+  __m512i low = _mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 1, 2, 0)));
+  low = _mm512_srlv_epi32(low, _mm512_set4_epi32(4, 0, 0, 0));
+  low = _mm512_and_si512(low, _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+  __m512i high = _mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 1, 0, 0)));
+  high = _mm512_and_si512(_mm512_srli_epi32(high, 2),
+                          _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0));
+  return _mm512_or_si512(low, high);
+}
+
+// Micro4x1 for Q4_K (kFiveBit false) and Q5_K: the same integers per row and
+// super-block and the same float update, with the quants in pair order and
+// the four rows' scales and mins unpacked together.
+template <bool kFiveBit>
+void Micro4x1K(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64_t cols,
+               float* y, int64_t prefetch_rows) {
+  using D = Q45K<kFiveBit>;
+  using Block = typename D::Block;
+  const int64_t nb = cols / kQK_K;
+  const __m512i shuffle01 = _mm512_load_si512(kPairScaleShuffle01);
+  const __m512i shuffle23 = _mm512_load_si512(kPairScaleShuffle23);
+  const __m512i mins_of_each = _mm512_setr_epi64(1, 3, 5, 7, 1, 3, 5, 7);
+  const __m512i lane0_of_each = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i zero = _mm512_setzero_si512();
+  __m128 acc = _mm_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
+    const TokenBlock t = LoadTokenBlockPaired(a, i);
+    const Block* blocks[kRows];
+    const uint8_t* scales[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      blocks[r] = &reinterpret_cast<const Block*>(w + r * row_bytes)[i];
+      scales[r] = blocks[r]->scales;
     }
+    const __m512i packed = K4ScalesMins4(scales);
+    alignas(64) uint8_t packed_rows[64];
+    _mm512_store_si512(packed_rows, packed);
+    __m512i prod[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      const __m512i sc =
+          _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(packed_rows + 16 * r)));
+      __m512i v[4];
+      for (int p = 0; p < 4; ++p) {
+        v[p] = _mm512_dpbusd_epi32(zero, PairQuants<kFiveBit>(*blocks[r], p), t.parts[p]);
+      }
+      __m512i s = _mm512_dpwssd_epi32(zero, _mm512_packs_epi32(v[0], v[1]),
+                                      _mm512_shuffle_epi8(sc, shuffle01));
+      prod[r] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(v[2], v[3]),
+                                    _mm512_shuffle_epi8(sc, shuffle23));
+    }
+    const __m128 da = _mm_set1_ps(a.d[i]);
+    const __m128 isum = _mm_cvtepi32_ps(Totals4(prod));
+    const __m256 factors = RowFactorPairs<D>(blocks);
+    acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(PickFactors(factors, 0), da), isum));
+    // The token's 8 sub-block sums as int16 (each |.| <= 32 * 127).
+    const __m256i sums32 = _mm256_madd_epi16(t.bsums, _mm256_set1_epi16(1));
+    const __m128i sums = _mm_packs_epi32(_mm256_castsi256_si128(sums32),
+                                         _mm256_extracti128_si256(sums32, 1));
+    // 128-bit lane r: row r's 8 mins (int16) times the sums, then its total.
+    const __m256i mins8 = _mm512_castsi512_si256(_mm512_permutexvar_epi64(mins_of_each, packed));
+    __m512i m = _mm512_madd_epi16(_mm512_cvtepu8_epi16(mins8), _mm512_broadcast_i32x4(sums));
+    m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_BADC));
+    m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_CDAB));
+    const __m128 msum =
+        _mm_cvtepi32_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(lane0_of_each, m)));
+    acc = _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(PickFactors(factors, 1), da), msum));
   }
   _mm_storeu_ps(y, acc);
 }
@@ -364,7 +484,12 @@ void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
         float* out = y + t0 * y_stride + r0;
         switch (nt) {
           case 1:
-            Micro4x1<D>(rows, row_bytes, a[0], layout.cols, out, prefetch_rows);
+            if constexpr (D::kHasMin) {
+              Micro4x1K<std::is_same_v<D, Q45K<true>>>(rows, row_bytes, a[0], layout.cols, out,
+                                                       prefetch_rows);
+            } else {
+              Micro4x1<D>(rows, row_bytes, a[0], layout.cols, out, prefetch_rows);
+            }
             break;
           case 2:
             Micro4xT<D, 2>(rows, row_bytes, a, layout.cols, out, y_stride, prefetch_rows);
