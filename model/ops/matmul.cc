@@ -38,10 +38,11 @@ uint8_t* Align64(uint8_t* p) {
 }
 
 // Rows a row block holds a multiple of when it can: the one-token tiles take
-// 8 (AVX2) or 4 (AVX-512) rows at a time and pass a block's remainder to the
-// per-row kernels, several times slower per byte. Row blocks of 58 rows (the
-// 96 KiB of a 2048-column Q6_K output head) left 2 rows of every 58 to them:
-// 2.3% of decode time in the per-row Q6_K kernel (4-layer Q4_K_M model, perf).
+// 8 (AVX2) or 4 (AVX-512) rows at a time and hand a block's remaining rows to
+// the per-row kernels. Blocks of 58 rows (the 96 KiB of a 2048-column Q6_K
+// output head) sent 2 rows in 58 there: 2.3% of decode time of the 4-layer
+// Q4_K_M model in the per-row Q6_K kernel (perf); end to end the difference
+// was inside the noise.
 constexpr int64_t kRowBlockMultiple = 8;
 
 int64_t RowBlock(uint64_t bytes_per_row) {
