@@ -108,11 +108,10 @@ alignas(64) inline constexpr int8_t kK4ScaleShuffle23[64] = {
 
 // One weight row's super-block, decoded for the integer sums below.
 struct DecodedBlock {
-  __m512i s01, s23;      // group scales spread over parts 0-1 and 2-3
-  __m512i u[4];          // quants of the four 64-element parts
-  __m256i bias_factor;   // -kOffset * scale per group (Q6_K), else zero
-  __m256i min_factor;    // Q4_K/Q5_K min factors of the 16 groups
-  __m128i packed;        // Q4_K/Q5_K: K4ScalesMins (8 scales, then 8 mins)
+  __m512i s01, s23;     // group scales spread over parts 0-1 and 2-3
+  __m512i u[4];         // quants of the four 64-element parts
+  __m256i bias_factor;  // -kOffset * scale per group (Q6_K), else zero
+  __m256i min_factor;   // Q4_K/Q5_K min factors of the 16 groups
 };
 
 // index01/index23 (kScaleIndex01/23) spread Q6_K's 16 group scales with
@@ -123,13 +122,11 @@ COLIBRI_INLINE DecodedBlock DecodeBlock(const typename D::Block& block, __m512i 
   const D dec(block);
   DecodedBlock b;
   if constexpr (D::kHasMin) {
-    b.packed = dec.packed;
     const __m512i sc = _mm512_broadcast_i32x4(dec.packed);
     b.s01 = _mm512_shuffle_epi8(sc, _mm512_load_si512(kK4ScaleShuffle01));
     b.s23 = _mm512_shuffle_epi8(sc, _mm512_load_si512(kK4ScaleShuffle23));
     b.bias_factor = _mm256_setzero_si256();
   } else {
-    b.packed = _mm_setzero_si128();
     const __m256i sc16 = dec.GroupScales();
     const __m512i sc = _mm512_castsi256_si512(sc16);
     b.s01 = _mm512_permutexvar_epi16(index01, sc);
@@ -426,8 +423,8 @@ void Micro4x1K(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int6
     _mm512_store_si512(packed_rows, packed);
     __m512i prod[kRows];
     for (int r = 0; r < kRows; ++r) {
-      const __m512i sc =
-          _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(packed_rows + 16 * r)));
+      const __m512i sc = _mm512_broadcast_i32x4(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(packed_rows + 16 * r)));
       __m512i v[4];
       for (int p = 0; p < 4; ++p) {
         v[p] = _mm512_dpbusd_epi32(zero, PairQuants<kFiveBit>(*blocks[r], p), t.parts[p]);
