@@ -109,8 +109,7 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   experts->wire_ = options.wire;
   COLIBRI_ASSIGN_OR_RETURN(experts->cluster_,
                            Cluster::Connect(cluster_options, fingerprint, ExpertsPerLayer(model)));
-  experts->checksums_ =
-      std::make_unique<ExpertChecksums>(CacheDir(), &model, fingerprint);
+  experts->checksums_ = std::make_unique<ExpertChecksums>(CacheDir(), &model, fingerprint);
   ExpertSetupOptions setup;
   setup.node_gguf_path = options.node_gguf;
   setup.progress = &err;

@@ -6,9 +6,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/synchronization/mutex.h"
-
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "colibri/v1/expert.grpc.pb.h"
 #include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"

@@ -60,7 +60,8 @@ struct NodeClientOptions {
 // on any number of clients: the thread that takes them (Next) drives the gRPC
 // calls itself, so a layer's calls to several nodes cost no thread hand-off.
 //
-// Thread-safety: Start and Next from one thread at a time (the owner's).
+// Thread-safety: StartComputeLayer on it and Next from one thread at a time
+// (the owner's).
 class ComputeQueue {
  public:
   struct Completion {

@@ -8,13 +8,13 @@
 // backend's ComputeQueue from the caller's thread. Wait takes the replies on
 // that thread (no thread hand-off either way) and scatters them into
 // out[t][r]. A call's wait time runs from its start until Wait takes it, so it
-// includes the caller's own work when the reply came before Wait. A call that fails or misses its deadline marks
-// its node unhealthy (except DataLoss / NotFound from the node: an expert's
-// loss, Cluster::ReportExpertLoss) and its routes go to each expert's next
-// healthy replica;
-// routes with no replica left are computed here from the model's own experts
-// (ExpertGroupRunner), so a generation completes, bit for bit the same: every
-// expert output depends only on its token's row, the weights and the path.
+// includes the caller's own work when the reply came before Wait. A call that
+// fails or misses its deadline marks its node unhealthy (except DataLoss /
+// NotFound from the node: an expert's loss, Cluster::ReportExpertLoss) and its
+// routes go to each expert's next healthy replica; routes with no replica left
+// are computed here from the model's own experts (ExpertGroupRunner), so a
+// generation completes, bit for bit the same: every expert output depends only
+// on its token's row, the weights and the path.
 //
 // Prefetch hints (moe::ExpertBackend::Prefetch) are stashed and sent with the
 // next Submit, each to its expert's first healthy replica: riding on that
@@ -27,8 +27,8 @@
 // which drops them as stale. Hints never change results.
 //
 // SecondChannel() is a sibling backend on the same cluster with its own
-// queue, so that two half-batches of one forward pass are in
-// flight at once; stats() includes its counters.
+// queue, so that two half-batches of one forward pass are in flight at once;
+// stats() includes its counters.
 // Wire (WireOptions): activations go as float32 (default, remote outputs
 // bitwise equal to local ones) or bfloat16 both ways; with `reduce` each node
 // returns one weighted sum per token instead of one row per route, written

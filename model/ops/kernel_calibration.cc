@@ -1,6 +1,5 @@
 #include "model/ops/kernel_calibration.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
