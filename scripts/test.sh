@@ -43,6 +43,14 @@ fi
 # not in the user's ~/.cache.
 export COLIBRI_CACHE_DIR="${COLIBRI_CACHE_DIR:-$TEST_TMPDIR/cache}"
 
+# The three builds, ccache and the tests' stores take about 2 GB at the peak.
+# Say so up front when the disk is short: a full disk otherwise surfaces as a
+# linker error deep into the run.
+free_kb="$(df -Pk . | awk 'NR == 2 {print $4}')"
+if [ "${free_kb:-0}" -lt $((3 * 1024 * 1024)) ]; then
+  echo "test.sh: warning: only $((free_kb / 1024)) MiB free here; the builds need about 2 GB" >&2
+fi
+
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${fixtures[@]}"
 cmake --build "$build"
 ctest --test-dir "$build" --output-on-failure -j2
