@@ -34,16 +34,18 @@ fi
 # The tests put node stores, logits and logs under GoogleTest's TempDir
 # (TEST_TMPDIR): one short directory per run (unix socket paths must stay short),
 # removed at the end, so runs do not collide and /tmp does not fill up.
+own_tmpdir=0
 if [ -z "${TEST_TMPDIR:-}" ]; then
   TEST_TMPDIR="$(mktemp -d /tmp/colibri-test.XXXXXX)"
   export TEST_TMPDIR
   trap 'rm -rf "$TEST_TMPDIR"' EXIT
+  own_tmpdir=1
 fi
 # The coordinators the tests start keep their expert hash caches there too,
 # not in the user's ~/.cache.
 export COLIBRI_CACHE_DIR="${COLIBRI_CACHE_DIR:-$TEST_TMPDIR/cache}"
 
-# The three builds, ccache and the tests' stores take about 2 GB at the peak.
+# The three builds, ccache and the tests' files take about 2 GB at the peak.
 # Say so up front when the disk is short: a full disk otherwise surfaces as a
 # linker error deep into the run.
 free_kb="$(df -Pk . | awk 'NR == 2 {print $4}')"
@@ -54,6 +56,8 @@ fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${fixtures[@]}"
 cmake --build "$build"
 ctest --test-dir "$build" --output-on-failure -j2
+# What the passing tests left behind goes before the next build needs the disk.
+if [ "$own_tmpdir" = 1 ]; then find "$TEST_TMPDIR" -mindepth 1 -delete; fi
 
 if [ "${COLIBRI_SKIP_SANITIZE:-0}" != 1 ]; then
   cmake -S . -B "$build-asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOLIBRI_SANITIZE=ON "${fixtures[@]}"

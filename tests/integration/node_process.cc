@@ -2,6 +2,10 @@
 
 #include <stdlib.h>
 
+#include <filesystem>
+#include <mutex>
+#include <system_error>
+
 #include "gtest/gtest.h"
 #include "tests/support/paths.h"
 
@@ -29,10 +33,49 @@ bool NodeProcess::Start(int port, std::string* error) {
 
 void NodeProcess::Stop(int signal) { process_.Stop(signal); }
 
+namespace {
+
+// The directories MakeTempDir made in this process. A node's store holds a
+// preallocated RocksDB log of ~72 MB however little it stores, and ctest runs
+// a few hundred of these tests: left behind, they filled a CI disk.
+struct MadeDirs {
+  std::mutex mu;
+  std::vector<std::string> dirs;
+  bool cleanup_registered = false;
+};
+
+MadeDirs& Made() {
+  static MadeDirs* made = new MadeDirs;
+  return *made;
+}
+
+// At exit (each test runs in a process of its own under ctest), after the
+// fixtures have stopped their nodes: the directories of a passing run go, a
+// failing run's stay for a look.
+void RemoveMadeDirs() {
+  if (!::testing::UnitTest::GetInstance()->Passed()) return;
+  MadeDirs& made = Made();
+  std::lock_guard<std::mutex> lock(made.mu);
+  for (const std::string& dir : made.dirs) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+  made.dirs.clear();
+}
+
+}  // namespace
+
 std::string MakeTempDir(const std::string& name) {
   std::string templ = ::testing::TempDir() + "/" + name + ".XXXXXX";
-  char* dir = ::mkdtemp(templ.data());
-  return dir != nullptr ? std::string(dir) : std::string();
+  if (::mkdtemp(templ.data()) == nullptr) return std::string();
+  MadeDirs& made = Made();
+  std::lock_guard<std::mutex> lock(made.mu);
+  if (!made.cleanup_registered) {
+    std::atexit(RemoveMadeDirs);
+    made.cleanup_registered = true;
+  }
+  made.dirs.push_back(templ);
+  return templ;
 }
 
 std::string JoinAddresses(const std::vector<const NodeProcess*>& nodes) {

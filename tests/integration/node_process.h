@@ -37,7 +37,8 @@ class NodeProcess {
   ServerProcess process_;
 };
 
-// A fresh directory below the test temp dir.
+// A fresh directory below the test temp dir, removed with what is in it when
+// the process exits after its tests passed (kept after a failure).
 std::string MakeTempDir(const std::string& name);
 
 // "a,b,c" of the nodes' addresses.
