@@ -1,7 +1,5 @@
 #include "coordinator/cluster_setup.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/mapped_file.h"
 #include "common/status_macros.h"
 #include "coordinator/expert_checksums.h"
 
@@ -362,7 +361,6 @@ absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const Pl
 }
 
 void ReleaseExpertPages(const arch::Model& model) {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   for (const std::vector<moe::ExpertWeights>& layer : model.experts()) {
     for (auto member :
          {&moe::ExpertWeights::gate, &moe::ExpertWeights::up, &moe::ExpertWeights::down}) {
@@ -374,11 +372,12 @@ void ReleaseExpertPages(const arch::Model& model) {
         begin = std::min(begin, reinterpret_cast<uintptr_t>(m.data));
         end = std::max(end, reinterpret_cast<uintptr_t>(m.data) + MatrixBytes(m));
       }
-      // Whole pages inside the region only: the edges may hold dense tensors.
-      begin = (begin + page - 1) / page * page;
-      end = end / page * page;
-      if (begin < end) {
-        ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+      if (begin >= end) continue;
+      // Whole pages inside the region only, and none the coordinator copied
+      // into RAM (the edges may hold dense tensors).
+      for (int i = 0; const MappedFile* file = model.file().mapping(i); ++i) {
+        const uintptr_t data = reinterpret_cast<uintptr_t>(file->data());
+        if (begin >= data && end <= data + file->size()) file->DropPages(begin - data, end - begin);
       }
     }
   }

@@ -78,9 +78,9 @@ absl::StatusOr<ExpertSetupResult> EnsureExperts(const Cluster& cluster, const ar
                                                 const ExpertSetupOptions& options);
 
 // Drops the coordinator's resident pages of every routed expert tensor
-// (madvise MADV_DONTNEED on the read-only mapping), so that its RSS stays near
-// the dense part once experts live on nodes. The pages read back from the file
-// if the local fallback ever needs them.
+// (MappedFile::DropPages), so that its RSS stays near the dense part once
+// experts live on nodes. The pages read back from the file if the local
+// fallback ever needs them.
 void ReleaseExpertPages(const arch::Model& model);
 
 }  // namespace colibri::coordinator

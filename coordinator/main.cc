@@ -25,6 +25,10 @@
 
 namespace {
 
+constexpr const char* kMmapHelp =
+    "keep the weights mapped from the file instead of copying them into RAM on huge pages "
+    "(the copy is made when they take at most half of the memory limit)";
+
 using colibri::coordinator::InspectOptions;
 using colibri::coordinator::RunOptions;
 
@@ -94,6 +98,7 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
   cmd->add_flag("--all-logits", o->all_logits, "with --logits-out: a row per prompt position");
   cmd->add_flag("--print-token-ids", o->print_token_ids,
                 "print the generated ids on one line instead of the text");
+  cmd->add_flag("--mmap", o->keep_mapped, kMmapHelp);
   cmd->add_option("--prefetch-depth", o->prefetch_depth,
                   "layers ahead to predict experts for, 0-2 (default: 1 with --nodes, 0 without)")
       ->check(CLI::Range(0, 2));
@@ -248,6 +253,7 @@ int main(int argc, char** argv) {
                         "--node-auth-token-file is given");
   serve_cmd->add_option("--node-auth-token-file", serve.node_auth_token_file,
                         "the nodes' token when it differs from --auth-token-file");
+  serve_cmd->add_flag("--mmap", serve.keep_mapped, kMmapHelp);
   serve_cmd->add_option("--prefetch-depth", serve.prefetch_depth,
                         "layers ahead to predict experts for, 0-2 (default: 1 with nodes, 0 "
                         "without)")

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "coordinator/generation.h"
+#include "coordinator/resident_weights.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/moe/local_expert_backend.h"
@@ -129,14 +130,16 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   }
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
 
+  // Every expert runs here without nodes: all weights into RAM now rather than
+  // by page faults during the prompt and the first tokens (counted in the load
+  // time); with nodes the dense part, before they are set up.
+  MakeWeightsResident(*model, /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
+                      err);
   ThreadPool pool(options.threads);
   std::unique_ptr<moe::ExpertBackend> local_backend;
   std::unique_ptr<ClusterExperts> cluster;
   moe::ExpertBackend* backend = nullptr;
   if (!options.cluster.enabled()) {
-    // Every expert runs here: map the weights in now rather than by page
-    // faults during the prompt and the first tokens (counted in the load time).
-    model->PopulateIfItFits();
     local_backend = std::make_unique<moe::LocalExpertBackend>(&model->experts(), config.n_expert,
                                                               options.path, &pool);
     backend = local_backend.get();

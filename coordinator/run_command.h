@@ -44,6 +44,9 @@ struct RunOptions {
   // Print the generated ids on one line to stdout instead of the text.
   // Default: false.
   bool print_token_ids = false;
+  // Keep the weights mapped from the file instead of copying them into RAM
+  // on huge pages (MakeWeightsResident). Default: false.
+  bool keep_mapped = false;
   // Next-layer expert prediction (arch::PrefetchOptions): layers ahead, 0 to 2,
   // or -1 for 1 with cluster.nodes and 0 without. Default: -1.
   int prefetch_depth = -1;

@@ -15,6 +15,7 @@
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/resident_weights.h"
 #include "coordinator/serve_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -78,6 +79,10 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
         << model->config().n_ctx_train << "; using " << model->config().n_ctx_train << "\n";
   }
 
+  // Before the nodes are set up and the first request: every weight when every
+  // expert runs here, else the dense part.
+  MakeWeightsResident(*model, /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
+                      err);
   ThreadPool pool(options.threads);
   std::unique_ptr<ClusterExperts> cluster;
   if (options.cluster.enabled()) {
@@ -89,9 +94,6 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(cluster_options, *model,
                                                             ops::NumericPath::kFast, &pool, err));
     COLIBRI_RETURN_IF_ERROR(cluster->WatchMembership(cluster_options, err));
-  } else {
-    // Every expert runs here: map the weights in before the first request.
-    model->PopulateIfItFits();
   }
 
   GenerationScheduler::Options scheduler_options;

@@ -51,6 +51,9 @@ struct ServeOptions {
   int batch_size = 512;
   // Concurrent generations; more requests queue. Default: 1.
   int sessions = 1;
+  // Keep the weights mapped from the file instead of copying them into RAM
+  // on huge pages (MakeWeightsResident). Default: false.
+  bool keep_mapped = false;
   // Next-layer expert prediction, as RunOptions: layers ahead 0 to 2, or -1
   // for 1 with nodes and 0 without. Default: -1.
   int prefetch_depth = -1;

@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/mapped_file.h"
+#include "common/memory_limit.h"
 #include "common/status_macros.h"
 #include "model/arch/nextn.h"
 #include "model/ops/quantize.h"
@@ -14,6 +17,10 @@ namespace colibri::arch {
 // Resolves tensor names to typed views, checking shape and type.
 class Model::Binder {
  public:
+  // How a step reads a matrix: whole, only when its experts are routed to, or
+  // a row at a time (an embedding).
+  enum class Use { kEveryStep, kRoutedExperts, kRows };
+
   Binder(Model* model) : model_(model), file_(*model->file_) {}
 
   const gguf::TensorInfo* Find(const std::string& name) const { return file_.FindTensor(name); }
@@ -40,22 +47,34 @@ class Model::Binder {
     return absl::OkStatus();
   }
 
-  // A 2-D matrix [rows][cols] (GGML dims {cols, rows}).
-  absl::StatusOr<ops::WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows) {
+  // A 2-D matrix [rows][cols] (GGML dims {cols, rows}), read whole by every
+  // step unless `use` says otherwise.
+  absl::StatusOr<ops::WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows,
+                                           Use use = Use::kEveryStep) {
     COLIBRI_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Require(name));
     COLIBRI_RETURN_IF_ERROR(CheckDims(*t, {cols, rows}));
+    Record(*t, use);
     return View(*t, cols, rows, 0);
   }
 
   // Expert e of a merged 3-D tensor {cols, rows, n_expert}.
   absl::StatusOr<std::vector<ops::WeightMatrix>> ExpertMatrices(const std::string& name,
                                                                 int64_t cols, int64_t rows,
-                                                                int n_expert) {
+                                                                int n_expert,
+                                                                Use use = Use::kEveryStep) {
     COLIBRI_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Require(name));
     COLIBRI_RETURN_IF_ERROR(CheckDims(*t, {cols, rows, n_expert}));
+    Record(*t, use);
     std::vector<ops::WeightMatrix> out;
     for (int e = 0; e < n_expert; ++e) out.push_back(View(*t, cols, rows, e));
     return out;
+  }
+
+  // Notes where a matrix's bytes are, for Model::CopyWeightsToRam.
+  void Record(const gguf::TensorInfo& t, Use use) {
+    if (use == Use::kRows) return;
+    model_->weight_ranges_.push_back(
+        {t.split_index, t.offset_in_file, t.n_bytes, use == Use::kRoutedExperts});
   }
 
   // A float32 copy of a vector tensor of n elements (any supported type).
@@ -190,12 +209,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadBlocks(std::unique_ptr<gguf::G
   const ModelConfig& c = model->config_;
   Binder b(model.get());
 
-  COLIBRI_ASSIGN_OR_RETURN(model->token_embd_, b.Matrix("token_embd.weight", c.n_embd, c.n_vocab));
+  using Use = Binder::Use;
+  COLIBRI_ASSIGN_OR_RETURN(model->token_embd_,
+                           b.Matrix("token_embd.weight", c.n_embd, c.n_vocab, Use::kRows));
   COLIBRI_ASSIGN_OR_RETURN(model->output_norm_, b.Vector("output_norm.weight", c.n_embd));
   if (b.Find("output.weight") != nullptr) {
     COLIBRI_ASSIGN_OR_RETURN(model->output_, b.Matrix("output.weight", c.n_embd, c.n_vocab));
   } else {
-    model->output_ = model->token_embd_;
+    // The embedding is the output head as well: read whole every step.
+    COLIBRI_ASSIGN_OR_RETURN(model->output_, b.Matrix("token_embd.weight", c.n_embd, c.n_vocab));
     model->tied_embeddings_ = true;
   }
   if (nextn_index >= 0) {
@@ -208,7 +230,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadBlocks(std::unique_ptr<gguf::G
                              b.Vector(p + "shared_head_norm.weight", c.n_embd));
     if (b.Find(p + "embed_tokens.weight") != nullptr) {
       COLIBRI_ASSIGN_OR_RETURN(model->token_embd_,
-                               b.Matrix(p + "embed_tokens.weight", c.n_embd, c.n_vocab));
+                               b.Matrix(p + "embed_tokens.weight", c.n_embd, c.n_vocab,
+                                        model->tied_embeddings_ ? Use::kEveryStep : Use::kRows));
       if (model->tied_embeddings_) model->output_ = model->token_embd_;
     }
     if (b.Find(p + "shared_head_head.weight") != nullptr) {
@@ -250,12 +273,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadBlocks(std::unique_ptr<gguf::G
 
     l.experts.resize(c.n_expert);
     if (b.Find(p + "ffn_gate_exps.weight") != nullptr) {
+      const Use routed = Use::kRoutedExperts;
       COLIBRI_ASSIGN_OR_RETURN(auto gate, b.ExpertMatrices(p + "ffn_gate_exps.weight", c.n_embd,
-                                                           c.n_ff_exp, c.n_expert));
-      COLIBRI_ASSIGN_OR_RETURN(
-          auto up, b.ExpertMatrices(p + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp, c.n_expert));
+                                                           c.n_ff_exp, c.n_expert, routed));
+      COLIBRI_ASSIGN_OR_RETURN(auto up, b.ExpertMatrices(p + "ffn_up_exps.weight", c.n_embd,
+                                                         c.n_ff_exp, c.n_expert, routed));
       COLIBRI_ASSIGN_OR_RETURN(auto down, b.ExpertMatrices(p + "ffn_down_exps.weight", c.n_ff_exp,
-                                                           c.n_embd, c.n_expert));
+                                                           c.n_embd, c.n_expert, routed));
       for (int e = 0; e < c.n_expert; ++e) l.experts[e] = {gate[e], up[e], down[e]};
       if (c.expert_bias) {
         COLIBRI_ASSIGN_OR_RETURN(const float* bg,
@@ -281,9 +305,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadBlocks(std::unique_ptr<gguf::G
       for (int e = 0; e < c.n_expert; ++e) {
         const std::string pe = absl::StrCat(".", e, ".weight");
         moe::ExpertWeights& w = l.experts[e];
-        COLIBRI_ASSIGN_OR_RETURN(w.gate, b.Matrix(p + "ffn_gate" + pe, c.n_embd, c.n_ff_exp));
-        COLIBRI_ASSIGN_OR_RETURN(w.up, b.Matrix(p + "ffn_up" + pe, c.n_embd, c.n_ff_exp));
-        COLIBRI_ASSIGN_OR_RETURN(w.down, b.Matrix(p + "ffn_down" + pe, c.n_ff_exp, c.n_embd));
+        const Use routed = Use::kRoutedExperts;
+        COLIBRI_ASSIGN_OR_RETURN(w.gate,
+                                 b.Matrix(p + "ffn_gate" + pe, c.n_embd, c.n_ff_exp, routed));
+        COLIBRI_ASSIGN_OR_RETURN(w.up, b.Matrix(p + "ffn_up" + pe, c.n_embd, c.n_ff_exp, routed));
+        COLIBRI_ASSIGN_OR_RETURN(w.down,
+                                 b.Matrix(p + "ffn_down" + pe, c.n_ff_exp, c.n_embd, routed));
       }
     }
     if (c.shared_expert) {
@@ -311,6 +338,41 @@ absl::Status Model::EmbedToken(int32_t id, float* out) const {
   ops::DequantizeRow(token_embd_.type, token_embd_.data + id * token_embd_.row_bytes, out,
                      config_.n_embd);
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Model::CopyWeightsToRam(RamWeights which) const {
+  // Merged per file: ranges in offset order, joined when the gap between them
+  // is under a huge page (CopyToRam moves whole huge-page chunks anyway).
+  constexpr uint64_t kChunk = MappedFile::kHugePageBytes;
+  std::vector<WeightRange> ranges;
+  for (const WeightRange& r : weight_ranges_) {
+    if (r.routed_expert && which != RamWeights::kAll) continue;
+    if (file_->mapping(r.split) == nullptr || r.bytes == 0) continue;
+    ranges.push_back(r);
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const WeightRange& a, const WeightRange& b) {
+    return a.split != b.split ? a.split < b.split : a.offset < b.offset;
+  });
+  std::vector<WeightRange> merged;
+  for (const WeightRange& r : ranges) {
+    WeightRange* last = merged.empty() ? nullptr : &merged.back();
+    if (last != nullptr && last->split == r.split &&
+        r.offset <= last->offset + last->bytes + kChunk) {
+      last->bytes = std::max(last->bytes, r.offset + r.bytes - last->offset);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  uint64_t total = 0;
+  for (const WeightRange& r : merged) {
+    total += (r.offset + r.bytes + kChunk - 1) / kChunk * kChunk - r.offset / kChunk * kChunk;
+  }
+  const uint64_t limit = MemoryLimitBytes();
+  if (total == 0 || limit == 0 || total > limit / 2) return uint64_t{0};
+  for (const WeightRange& r : merged) {
+    COLIBRI_RETURN_IF_ERROR(file_->mapping(r.split)->CopyToRam(r.offset, r.bytes));
+  }
+  return total;
 }
 
 bool Model::PopulateIfItFits() const {

@@ -87,6 +87,19 @@ class Model {
   // first prompt and tokens take no page faults; for runs whose experts are
   // all computed here. Returns whether it did. Blocks until done.
   bool PopulateIfItFits() const;
+
+  // Which weights CopyWeightsToRam moves: those every step reads whole (all
+  // but the token embedding and the routed experts), or those and the routed
+  // experts, for runs whose experts are all computed here.
+  enum class RamWeights { kDense, kAll };
+  // Moves those weights out of the file's page-cache mapping into anonymous
+  // memory on transparent huge pages (MappedFile::CopyToRam), where a decode
+  // step streams them faster, when they take at most half of the memory this
+  // process may use (MemoryLimitBytes). Returns the bytes moved, 0 when they
+  // do not fit (or the model was not loaded from a file). An error (no memory,
+  // a read error) leaves the rest mapped from the file; the model computes the
+  // same either way. Call before any session runs. Blocks until done.
+  absl::StatusOr<uint64_t> CopyWeightsToRam(RamWeights which) const;
   const LayerWeights& layer(int i) const { return layers_[i]; }
   // experts()[layer][expert], for moe::LocalExpertBackend. Empty for a
   // leading dense layer.
@@ -111,6 +124,15 @@ class Model {
 
   ModelConfig config_;
   std::unique_ptr<gguf::GgufFile> file_;
+  // Where the matrices are in the model's files, for CopyWeightsToRam (the
+  // token embedding only when it is the output head too).
+  struct WeightRange {
+    int split = 0;
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
+    bool routed_expert = false;
+  };
+  std::vector<WeightRange> weight_ranges_;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<moe::ExpertWeights>> experts_;
   ops::WeightMatrix token_embd_;

@@ -94,5 +94,110 @@ TEST_F(MappedFileTest, PopulateMapsEveryPageIn) {
   EXPECT_EQ((*f)->data()[kBytes - 1], 'x');
 }
 
+// Bytes that differ from chunk to chunk and within one: byte i of a file made
+// by WritePattern(seed) is Pattern(seed, i).
+uint8_t Pattern(int seed, uint64_t i) {
+  return static_cast<uint8_t>((i * 131 + i / 4093 + seed) & 0xff);
+}
+
+void WritePattern(const std::string& path, uint64_t size, int seed) {
+  std::string bytes(size, '\0');
+  for (uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(Pattern(seed, i));
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Overwrites the whole file in place with WritePattern(seed)'s bytes (the
+// same inode, so a shared mapping of it sees them).
+void RewriteInPlace(const std::string& path, uint64_t size, int seed) {
+  std::string bytes(size, '\0');
+  for (uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(Pattern(seed, i));
+  std::fstream out(path, std::ios::binary | std::ios::in | std::ios::out);
+  out.write(bytes.data(), static_cast<std::streamsize>(size));
+}
+
+constexpr uint64_t kChunk = MappedFile::kHugePageBytes;
+
+TEST_F(MappedFileTest, TheMappingStartsOnAHugePageBoundary) {
+  const std::string path = dir_ + "/f";
+  WritePattern(path, 3 * 4096 + 5, 1);
+  absl::StatusOr<std::unique_ptr<MappedFile>> f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*f)->data()) % kChunk, 0u);
+}
+
+TEST_F(MappedFileTest, CopyToRamKeepsTheBytesAndDetachesThemFromTheFile) {
+  const std::string path = dir_ + "/f";
+  const uint64_t size = 3 * kChunk + 12345;  // the last page is partial
+  WritePattern(path, size, 1);
+  absl::StatusOr<std::unique_ptr<MappedFile>> f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const uint8_t* data = (*f)->data();
+  // A range inside the second chunk: that whole chunk moves, no other.
+  ASSERT_TRUE((*f)->CopyToRam(kChunk + 100, 5000).ok());
+  EXPECT_EQ((*f)->data(), data);
+  for (uint64_t i = 0; i < size; ++i) ASSERT_EQ(data[i], Pattern(1, i)) << "byte " << i;
+
+  // The file changes under the mapping: the chunks still mapped from it show
+  // the new bytes, the copied chunk keeps the old ones.
+  RewriteInPlace(path, size, 2);
+  EXPECT_EQ(data[0], Pattern(2, 0));
+  EXPECT_EQ(data[kChunk - 1], Pattern(2, kChunk - 1));
+  for (uint64_t i = kChunk; i < 2 * kChunk; ++i) ASSERT_EQ(data[i], Pattern(1, i)) << "byte " << i;
+  EXPECT_EQ(data[2 * kChunk], Pattern(2, 2 * kChunk));
+  EXPECT_EQ(data[size - 1], Pattern(2, size - 1));
+}
+
+TEST_F(MappedFileTest, CopyToRamOfTheWholeFileIncludesThePartialLastPage) {
+  const std::string path = dir_ + "/f";
+  const uint64_t size = kChunk + 4096 * 3 + 77;
+  WritePattern(path, size, 3);
+  absl::StatusOr<std::unique_ptr<MappedFile>> f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE((*f)->CopyToRam(0, size).ok());
+  RewriteInPlace(path, size, 4);
+  const uint8_t* data = (*f)->data();
+  for (uint64_t i = 0; i < size; ++i) ASSERT_EQ(data[i], Pattern(3, i)) << "byte " << i;
+  // Ranges past the end, or empty, change nothing and are not errors.
+  EXPECT_TRUE((*f)->CopyToRam(size, 10).ok());
+  EXPECT_TRUE((*f)->CopyToRam(0, 0).ok());
+}
+
+TEST_F(MappedFileTest, CopyToRamOfAShortenedFileIsDataLossAndKeepsTheMapping) {
+  const std::string path = dir_ + "/f";
+  const uint64_t size = 2 * kChunk + 999;
+  WritePattern(path, size, 5);
+  absl::StatusOr<std::unique_ptr<MappedFile>> f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kChunk + 10)), 0);
+  const absl::Status s = (*f)->CopyToRam(kChunk, kChunk);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find(path), std::string::npos) << s;
+  // Still mapped from the file: what is left of it reads as before.
+  EXPECT_EQ((*f)->data()[kChunk + 5], Pattern(5, kChunk + 5));
+}
+
+
+TEST_F(MappedFileTest, DropPagesReleasesTheFilesPagesAndKeepsTheCopiedChunks) {
+  const std::string path = dir_ + "/f";
+  const uint64_t size = 4 * kChunk;
+  WritePattern(path, size, 6);
+  absl::StatusOr<std::unique_ptr<MappedFile>> f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE((*f)->CopyToRam(2 * kChunk, 1).ok());
+  (*f)->Populate();
+  const uint8_t* data = (*f)->data();
+  // The first mapping now ends where the copied chunk starts.
+  ASSERT_EQ(ResidentKb(data), static_cast<int64_t>(2 * kChunk / 1024));
+
+  (*f)->DropPages(0, size);
+  EXPECT_LT(ResidentKb(data), static_cast<int64_t>(2 * kChunk / 1024 / 4));
+  RewriteInPlace(path, size, 7);
+  for (uint64_t i = 2 * kChunk; i < 3 * kChunk; ++i) {
+    ASSERT_EQ(data[i], Pattern(6, i)) << "byte " << i;  // not zeroed, not refaulted
+  }
+  EXPECT_EQ(data[0], Pattern(7, 0));  // faulted back in from the file
+  EXPECT_EQ(data[size - 1], Pattern(7, size - 1));
+}
+
 }  // namespace
 }  // namespace colibri

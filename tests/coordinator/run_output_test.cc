@@ -1,7 +1,9 @@
 // What `colibri-coordinator run` prints: valid UTF-8 whatever bytes the model
-// emits (as serve sends them).
+// emits (as serve sends them); the same tokens whether the weights were copied
+// into RAM (the default) or stay mapped from the file (--mmap).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
@@ -55,6 +57,36 @@ TEST(RunOutputTest, IsValidUtf8WhateverTheModelEmits) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_GT(r.out.size(), 500u);
   EXPECT_TRUE(IsValidUtf8(r.out)) << r.out;
+}
+
+TEST(RunOutputTest, TheSameTokensWithTheWeightsInRamOrMapped) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  const std::vector<std::string> args = {testing::BinaryPath("coordinator/colibri-coordinator"),
+                                         "run",
+                                         "--model",
+                                         testing::FixturesDir() + "/models/qwen2moe-tiny-q8_0.gguf",
+                                         "--prompt",
+                                         "Once upon a time",
+                                         "--n-predict",
+                                         "24",
+                                         "--temp",
+                                         "0",
+                                         "--ignore-eos",
+                                         "--print-token-ids",
+                                         "--threads",
+                                         "2"};
+  const testing::CommandResult in_ram = testing::RunCommand(args);
+  ASSERT_EQ(in_ram.exit_code, 0) << in_ram.err;
+  EXPECT_NE(in_ram.err.find("MiB copied into RAM on huge pages (every expert runs here)"),
+            std::string::npos)
+      << in_ram.err;
+  std::vector<std::string> mapped_args = args;
+  mapped_args.push_back("--mmap");
+  const testing::CommandResult mapped = testing::RunCommand(mapped_args);
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.err;
+  EXPECT_EQ(mapped.err.find("copied into RAM"), std::string::npos) << mapped.err;
+  EXPECT_FALSE(in_ram.out.empty());
+  EXPECT_EQ(in_ram.out, mapped.out);
 }
 
 }  // namespace

@@ -1,0 +1,25 @@
+// Where the weights a coordinator computes with live while it runs: copied
+// into RAM on huge pages (the default), or read through the file's mapping.
+#ifndef COLIBRI_COORDINATOR_RESIDENT_WEIGHTS_H_
+#define COLIBRI_COORDINATOR_RESIDENT_WEIGHTS_H_
+
+#include <ostream>
+
+#include "model/arch/model.h"
+
+namespace colibri {
+
+// Before the first session: with `experts_here` (no nodes: every expert is
+// computed in this process) all matrices, else the dense ones, are copied
+// into RAM by Model::CopyWeightsToRam, unless `keep_mapped` (--mmap) or they
+// take more than half of the memory this process may use. Weights that stay
+// mapped are paged in now when every expert is computed here and the files
+// fit (Model::PopulateIfItFits), as before. Says on `err` what it did, in one
+// line; a failure to copy is reported there and is not an error: the weights
+// then stay mapped, and compute the same.
+void MakeWeightsResident(const arch::Model& model, bool experts_here, bool keep_mapped,
+                         std::ostream& err);
+
+}  // namespace colibri
+
+#endif  // COLIBRI_COORDINATOR_RESIDENT_WEIGHTS_H_

@@ -1,0 +1,180 @@
+// Model::CopyWeightsToRam: the weights a step reads move from the file's
+// mapping into anonymous memory (checked in /proc/self/maps) at the same
+// addresses, the routed experts only when asked, the token embedding never;
+// and the model computes bitwise the same logits before and after.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "gtest/gtest.h"
+#include "model/arch/model.h"
+#include "model/arch/session.h"
+#include "model/gguf/gguf_file.h"
+#include "model/moe/local_expert_backend.h"
+#include "scripts/synthetic_model/synthetic_model.h"
+
+namespace colibri {
+namespace {
+
+// Whether the mapping holding `p` is backed by a file (else anonymous).
+// Fails the test when no mapping holds it.
+bool FileBacked(const void* p) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long long begin = 0, end = 0, offset = 0, inode = 0;
+    char perms[8] = {};
+    char dev[16] = {};
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %15s %llu", &begin, &end, perms, &offset, dev,
+                    &inode) != 6) {
+      continue;
+    }
+    if (at >= begin && at < end) return inode != 0;
+  }
+  ADD_FAILURE() << "no mapping holds " << p;
+  return false;
+}
+
+// The middle byte of a matrix.
+const void* Middle(const ops::WeightMatrix& m) {
+  return m.data + static_cast<uint64_t>(m.rows) * m.row_bytes / 2;
+}
+
+class ResidentWeightsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Routed expert tensors of ~4.4 MB (16 experts of 256 x 1024 in Q8_0),
+    // more than a huge page apart from the dense tensors around them.
+    synthetic::ModelSpec spec;
+    spec.n_layer = 2;
+    spec.n_embd = 256;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.head_dim = 64;
+    spec.n_expert = 16;
+    spec.n_expert_used = 2;
+    spec.n_ff_exp = 1024;
+    spec.n_ctx = 128;
+    spec.vocab_size = 320;
+    synthetic::GenerateOptions options;
+    options.type = ops::TensorType::kQ8_0;
+    options.num_threads = 2;
+    path_ = new std::string(::testing::TempDir() + "/resident-weights.gguf");
+    absl::StatusOr<synthetic::GenerateReport> report =
+        synthetic::GenerateModel(spec, options, *path_);
+    ASSERT_TRUE(report.ok()) << report.status();
+  }
+  static void TearDownTestSuite() {
+    std::remove(path_->c_str());
+    delete path_;
+  }
+
+  static std::unique_ptr<arch::Model> Open() {
+    absl::StatusOr<std::unique_ptr<arch::Model>> model = arch::Model::Open(*path_);
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() ? std::move(model).value() : nullptr;
+  }
+
+  // The logits after a short prompt and two decode steps, concatenated.
+  static std::vector<float> Logits(const arch::Model& model) {
+    ThreadPool pool(2);
+    moe::LocalExpertBackend backend(&model.experts(), model.config().n_expert,
+                                    ops::NumericPath::kFast, &pool);
+    arch::SessionOptions options;
+    options.n_ctx = 64;
+    absl::StatusOr<std::unique_ptr<arch::Session>> session =
+        arch::Session::Create(model, &backend, &pool, options);
+    EXPECT_TRUE(session.ok()) << session.status();
+    if (!session.ok()) return {};
+    std::vector<float> all;
+    std::vector<float> step;
+    const std::vector<int32_t> prompt = {5, 17, 260, 3, 99};
+    EXPECT_TRUE((*session)->Evaluate(prompt, false, &step).ok());
+    all.insert(all.end(), step.begin(), step.end());
+    for (int32_t token : {42, 7}) {
+      EXPECT_TRUE((*session)->Evaluate({&token, 1}, false, &step).ok());
+      all.insert(all.end(), step.begin(), step.end());
+    }
+    return all;
+  }
+
+  static std::string* path_;
+};
+
+std::string* ResidentWeightsTest::path_ = nullptr;
+
+bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
+  return !a.empty() && a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(ResidentWeightsTest, TheDensePartMovesAndTheRoutedExpertsStayMapped) {
+  std::unique_ptr<arch::Model> model = Open();
+  ASSERT_NE(model, nullptr);
+  const std::vector<float> before = Logits(*model);
+  const arch::LayerWeights& l0 = model->layer(0);
+  const ops::WeightMatrix& expert_up = model->experts()[0][8].up;
+  ASSERT_TRUE(FileBacked(Middle(l0.wq)));
+  ASSERT_TRUE(FileBacked(Middle(model->output())));
+  ASSERT_TRUE(FileBacked(Middle(expert_up)));
+  const uint8_t* wq = l0.wq.data;
+
+  absl::StatusOr<uint64_t> copied = model->CopyWeightsToRam(arch::Model::RamWeights::kDense);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_GT(*copied, 0u);
+  EXPECT_EQ(model->layer(0).wq.data, wq);  // the same addresses
+  EXPECT_FALSE(FileBacked(Middle(l0.wq)));
+  EXPECT_FALSE(FileBacked(Middle(l0.wo)));
+  EXPECT_FALSE(FileBacked(Middle(l0.router)));
+  EXPECT_FALSE(FileBacked(Middle(model->layer(1).wk)));
+  EXPECT_FALSE(FileBacked(Middle(model->output())));
+  EXPECT_TRUE(FileBacked(Middle(expert_up)));
+  EXPECT_TRUE(Bitwise(Logits(*model), before));
+}
+
+TEST_F(ResidentWeightsTest, AllMovesTheRoutedExpertsToo) {
+  std::unique_ptr<arch::Model> model = Open();
+  ASSERT_NE(model, nullptr);
+  const std::vector<float> before = Logits(*model);
+  absl::StatusOr<uint64_t> copied = model->CopyWeightsToRam(arch::Model::RamWeights::kAll);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  for (int il = 0; il < model->config().n_layer; ++il) {
+    for (const moe::ExpertWeights& e : model->experts()[il]) {
+      EXPECT_FALSE(FileBacked(Middle(e.gate)));
+      EXPECT_FALSE(FileBacked(Middle(e.down)));
+    }
+  }
+  EXPECT_FALSE(FileBacked(Middle(model->layer(1).wv)));
+  EXPECT_TRUE(Bitwise(Logits(*model), before));
+
+  // Every routed expert's bytes are now in the copy: more than the dense part.
+  std::unique_ptr<arch::Model> dense_only = Open();
+  ASSERT_NE(dense_only, nullptr);
+  absl::StatusOr<uint64_t> dense = dense_only->CopyWeightsToRam(arch::Model::RamWeights::kDense);
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_GT(*copied, *dense);
+}
+
+TEST_F(ResidentWeightsTest, AModelWithoutAFileHasNothingToMove) {
+  std::ifstream in(*path_, std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file =
+      gguf::GgufFile::FromBytes(bytes, "in-memory");
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<std::unique_ptr<arch::Model>> model = arch::Model::Load(std::move(file).value());
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<uint64_t> copied = (*model)->CopyWeightsToRam(arch::Model::RamWeights::kAll);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(*copied, 0u);
+}
+
+}  // namespace
+}  // namespace colibri
