@@ -140,6 +140,14 @@ absl::Status MappedFile::CopyToRam(uint64_t offset, uint64_t length) const {
     return absl::InternalError(absl::StrCat(path_, ": mremap: ", std::strerror(err)));
   }
   copied_.emplace_back(begin, end);
+  // One read per page from this process, as Populate does: under a hypervisor
+  // that shadows the guest's page tables the first user access to each page
+  // traps to the host, and the pread above wrote the pages through the
+  // kernel's mapping, not this one. Without it the first prompt after load
+  // ran 10-20% slower than from the populated file mapping.
+  volatile uint8_t sink = 0;
+  for (uint64_t i = begin; i < end; i += PageSize()) sink = sink + data_[i];
+  (void)sink;
   return absl::OkStatus();
 }
 
