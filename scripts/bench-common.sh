@@ -101,20 +101,28 @@ bench_model_info() {
     sed -n 's/.*(\([0-9]*\) bytes)$/\1/p' | awk '{s += $1} END {printf "%.0f\n", s}')
 }
 
+# bench_memory_probe [THREADS]: one colibri_ops_bench read-bandwidth probe over
+# 1 GiB, in GB/s (empty when the bench is not built or prints none).
+bench_memory_probe() {
+  local threads_flag=()
+  [ -n "${1:-}" ] && threads_flag=(--threads="$1")
+  [ -x "$OPS_BENCH" ] || return 0
+  "$OPS_BENCH" "${threads_flag[@]}" --types=Q4_K --no_prefill --rows=256 --cols=256 |
+    sed -n 's/^memory: read \([0-9.]*\) GB\/s.*/\1/p'
+}
+
 # bench_memory_bandwidth [THREADS]: MEM_READ_GBS, the parallel read bandwidth
 # that colibri_ops_bench measures over 1 GiB with THREADS threads (default:
 # the bench's own, the physical cores), the best of three probes, since one
 # probe now and then catches a neighbour's burst ($MEM_BW_GBS overrides; "n/a"
 # when the bench is not built).
 bench_memory_bandwidth() {
-  local threads_flag=() probe best=0 i
-  [ -n "${1:-}" ] && threads_flag=(--threads="$1")
+  local probe best=0 i
   if [ -n "${MEM_BW_GBS:-}" ]; then
     MEM_READ_GBS="$MEM_BW_GBS"
   elif [ -x "$OPS_BENCH" ]; then
     for i in 1 2 3; do
-      probe=$("$OPS_BENCH" "${threads_flag[@]}" --types=Q4_K --no_prefill --rows=256 --cols=256 |
-        sed -n 's/^memory: read \([0-9.]*\) GB\/s.*/\1/p')
+      probe=$(bench_memory_probe "${1:-}")
       best=$(awk -v a="$best" -v b="${probe:-0}" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
     done
     MEM_READ_GBS="$best"

@@ -96,6 +96,7 @@ llama_pp=()
 llama_tg=()
 colibri_pp=()
 colibri_tg=()
+probes=()
 for i in $(seq "$reps"); do
   if [ "$colibri_only" = 0 ]; then
     # One pp and one tg test, one repetition each, a JSON object per line.
@@ -113,8 +114,12 @@ for i in $(seq "$reps"); do
     bench_die "colibri-coordinator run failed: $(tail -3 "$work/colibri.$i.err")"
   colibri_pp+=("$(sed -n 's/^prompt: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
   colibri_tg+=("$(sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
+  # The memory as it was during this run: the host's load moves it from run
+  # to run, so each run's decode is also set against its own probe.
+  probes+=("$(bench_memory_probe "$threads")")
   echo "run $i/$reps: colibri pp ${colibri_pp[-1]} tg ${colibri_tg[-1]}" \
-    "${llama_pp:+llama.cpp pp ${llama_pp[-1]} tg ${llama_tg[-1]:-}}" >&2
+    "${llama_pp:+llama.cpp pp ${llama_pp[-1]} tg ${llama_tg[-1]:-}}" \
+    "memory read ${probes[-1]:-n/a} GB/s" >&2
 done
 
 read -r c_pp c_pp_min c_pp_max c_pp_spread <<<"$(stats "${colibri_pp[@]}")"
@@ -145,4 +150,23 @@ printf '%-22s %-30s %-30s %s\n' "decode tok/s" "$c_tg ($c_tg_min-$c_tg_max) $c_t
   "$l_tg ($l_tg_min-$l_tg_max) $l_tg_spread" "$(ratio "$c_tg" "$l_tg")"
 echo "bandwidth limit: $limit tok/s = memory read $MEM_READ_GBS GB/s / active weight bytes ${av:-?} ${au:-} per token"
 echo "decode vs limit: Colibri $(pct "$c_tg"), llama.cpp $(pct "$l_tg")"
+# Each run's decode against the probe taken right after it (median, range).
+run_shares() {
+  local -n tgs=$1
+  local shares=() i
+  for i in "${!tgs[@]}"; do
+    shares+=("$(awk -v t="${tgs[$i]}" -v g="${probes[$i]:-0}" -v b="$active_bytes" \
+      'BEGIN { if (g + 0 > 0 && t + 0 > 0) printf "%.1f", 100 * t * b / (g * 1e9); }')")
+  done
+  local filled=()
+  for i in "${shares[@]}"; do [ -n "$i" ] && filled+=("$i"); done
+  if [ "${#filled[@]}" -eq 0 ]; then echo "n/a"; return; fi
+  read -r med lo hi _ <<<"$(stats "${filled[@]}")"
+  echo "$med% ($lo-$hi%)"
+}
+if [ "$active_bytes" -gt 0 ] 2>/dev/null; then
+  line="decode vs its own run's memory probe (median, range): Colibri $(run_shares colibri_tg)"
+  [ "${#llama_tg[@]}" -gt 0 ] && line="$line, llama.cpp $(run_shares llama_tg)"
+  echo "$line"
+fi
 echo "spread = max/min of the runs (target <= 1.2); logs in $work/"

@@ -44,6 +44,8 @@ expect "^decode tok/s +$num \($num-$num\) $num +20\.00 \(20\.00-20\.00\) 1\.00 +
 expect "^bandwidth limit: $num tok/s = memory read $num GB/s / active weight bytes $num [KMG]iB per token\$" \
   "bandwidth limit line"
 expect "^decode vs limit: Colibri [0-9]+%, llama\.cpp [0-9]+%\$" "decode vs limit line"
+expect "^decode vs its own run's memory probe \(median, range\): Colibri $num% \($num-$num%\), llama\.cpp $num% \($num-$num%\)\$" \
+  "per-run share line"
 if [ "$fail" != 0 ]; then
   echo "--- output"
   cat "$out"
