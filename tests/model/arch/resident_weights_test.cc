@@ -2,6 +2,8 @@
 // mapping into anonymous memory (checked in /proc/self/maps) at the same
 // addresses, the routed experts only when asked, the token embedding never;
 // and the model computes bitwise the same logits before and after.
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -66,7 +68,10 @@ class ResidentWeightsTest : public ::testing::Test {
     synthetic::GenerateOptions options;
     options.type = ops::TensorType::kQ8_0;
     options.num_threads = 2;
-    path_ = new std::string(::testing::TempDir() + "/resident-weights.gguf");
+    // One file per process: ctest runs each test of the suite in its own
+    // process, at the same time as the others.
+    path_ = new std::string(::testing::TempDir() + "/resident-weights-" +
+                            std::to_string(::getpid()) + ".gguf");
     absl::StatusOr<synthetic::GenerateReport> report =
         synthetic::GenerateModel(spec, options, *path_);
     ASSERT_TRUE(report.ok()) << report.status();
