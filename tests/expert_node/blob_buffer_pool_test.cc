@@ -1,6 +1,9 @@
 #include "expert_node/blob_buffer_pool.h"
 
+#include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -94,6 +97,38 @@ TEST(BlobBufferPoolTest, BufferKeepsItsPoolAlive) {
   EXPECT_FALSE(weak.expired());
   a = BlobBuffer();
   EXPECT_TRUE(weak.expired());
+}
+
+
+// The VmFlags line of the mapping that starts at `start` in /proc/self/smaps;
+// "" when no mapping starts there.
+std::string VmFlags(const void* start) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_mapping = false;
+  while (std::getline(smaps, line)) {
+    const size_t dash = line.find('-');
+    if (dash != std::string::npos && dash > 0 && line.find(' ') > dash) {
+      in_mapping =
+          std::stoull(line.substr(0, dash), nullptr, 16) == reinterpret_cast<uintptr_t>(start);
+      continue;
+    }
+    if (in_mapping && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST(BlobBufferPoolTest, ExpertSizedBuffersSitOnHugePages) {
+  auto pool = Pool(0);
+  BlobBuffer big = pool->Take(3 * kMiB + 12345);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % BlobBufferPool::kHugePageBytes, 0u);
+  std::memset(big.data(), 0x33, big.size());  // all of it is writable
+  const std::string flags = VmFlags(big.data());
+  ASSERT_FALSE(flags.empty()) << "no mapping starts at the buffer";
+  EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;  // MADV_HUGEPAGE
+  // Below a huge page: a plain mapping.
+  BlobBuffer small = pool->Take(kMiB);
+  EXPECT_EQ(VmFlags(small.data()).find(" hg"), std::string::npos) << VmFlags(small.data());
 }
 
 }  // namespace
