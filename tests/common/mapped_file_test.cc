@@ -11,6 +11,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/proc_self.h"
 
 namespace colibri {
 namespace {
@@ -56,19 +57,8 @@ TEST_F(MappedFileTest, AFifoIsRefusedWithoutBlocking) {
 // Kilobytes of the mapping starting at `start` that are mapped into this
 // process (its Rss in /proc/self/smaps); -1 when not found.
 int64_t ResidentKb(const void* start) {
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool in_mapping = false;
-  while (std::getline(smaps, line)) {
-    const size_t dash = line.find('-');
-    if (dash != std::string::npos && dash > 0 && line.find(' ') > dash) {
-      in_mapping =
-          std::stoull(line.substr(0, dash), nullptr, 16) == reinterpret_cast<uintptr_t>(start);
-      continue;
-    }
-    if (in_mapping && line.rfind("Rss:", 0) == 0) return std::stoll(line.substr(4));
-  }
-  return -1;
+  const std::string line = testing::SmapsLine(start, "Rss:");
+  return line.empty() ? -1 : std::stoll(line.substr(4));
 }
 
 // Populate maps every page into the process: the whole file counts as
@@ -175,7 +165,6 @@ TEST_F(MappedFileTest, CopyToRamOfAShortenedFileIsDataLossAndKeepsTheMapping) {
   // Still mapped from the file: what is left of it reads as before.
   EXPECT_EQ((*f)->data()[kChunk + 5], Pattern(5, kChunk + 5));
 }
-
 
 TEST_F(MappedFileTest, DropPagesReleasesTheFilesPagesAndKeepsTheCopiedChunks) {
   const std::string path = dir_ + "/f";

@@ -2,11 +2,11 @@
 
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/proc_self.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -99,24 +99,7 @@ TEST(BlobBufferPoolTest, BufferKeepsItsPoolAlive) {
   EXPECT_TRUE(weak.expired());
 }
 
-
-// The VmFlags line of the mapping that starts at `start` in /proc/self/smaps;
-// "" when no mapping starts there.
-std::string VmFlags(const void* start) {
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool in_mapping = false;
-  while (std::getline(smaps, line)) {
-    const size_t dash = line.find('-');
-    if (dash != std::string::npos && dash > 0 && line.find(' ') > dash) {
-      in_mapping =
-          std::stoull(line.substr(0, dash), nullptr, 16) == reinterpret_cast<uintptr_t>(start);
-      continue;
-    }
-    if (in_mapping && line.rfind("VmFlags:", 0) == 0) return line;
-  }
-  return "";
-}
+std::string VmFlags(const void* start) { return testing::SmapsLine(start, "VmFlags:"); }
 
 TEST(BlobBufferPoolTest, ExpertSizedBuffersSitOnHugePages) {
   auto pool = Pool(0);

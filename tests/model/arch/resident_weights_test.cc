@@ -5,11 +5,9 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +18,7 @@
 #include "model/gguf/gguf_file.h"
 #include "model/moe/local_expert_backend.h"
 #include "scripts/synthetic_model/synthetic_model.h"
+#include "tests/support/proc_self.h"
 
 namespace colibri {
 namespace {
@@ -27,21 +26,10 @@ namespace {
 // Whether the mapping holding `p` is backed by a file (else anonymous).
 // Fails the test when no mapping holds it.
 bool FileBacked(const void* p) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    unsigned long long begin = 0, end = 0, offset = 0, inode = 0;
-    char perms[8] = {};
-    char dev[16] = {};
-    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %15s %llu", &begin, &end, perms, &offset, dev,
-                    &inode) != 6) {
-      continue;
-    }
-    if (at >= begin && at < end) return inode != 0;
-  }
-  ADD_FAILURE() << "no mapping holds " << p;
-  return false;
+  bool found = false;
+  const bool file = testing::FileBacked(p, &found);
+  EXPECT_TRUE(found) << "no mapping holds " << p;
+  return file;
 }
 
 // The middle byte of a matrix.
