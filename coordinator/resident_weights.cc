@@ -4,7 +4,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace colibri {
+namespace colibri::coordinator {
 
 void MakeWeightsResident(const arch::Model& model, bool experts_here, bool keep_mapped,
                          std::ostream& err) {
@@ -26,4 +26,4 @@ void MakeWeightsResident(const arch::Model& model, bool experts_here, bool keep_
   if (experts_here) model.PopulateIfItFits();
 }
 
-}  // namespace colibri
+}  // namespace colibri::coordinator

@@ -7,7 +7,7 @@
 
 #include "model/arch/model.h"
 
-namespace colibri {
+namespace colibri::coordinator {
 
 // Before the first session: with `experts_here` (no nodes: every expert is
 // computed in this process) all matrices, else the dense ones, are copied
@@ -20,6 +20,6 @@ namespace colibri {
 void MakeWeightsResident(const arch::Model& model, bool experts_here, bool keep_mapped,
                          std::ostream& err);
 
-}  // namespace colibri
+}  // namespace colibri::coordinator
 
 #endif  // COLIBRI_COORDINATOR_RESIDENT_WEIGHTS_H_
