@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/huge_pages.h"
 
 namespace colibri {
 
@@ -70,7 +71,7 @@ class MappedFile {
 
   // The mapping starts at a multiple of this, so that a copied chunk can sit on
   // huge pages.
-  static constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+  static constexpr uint64_t kHugePageBytes = colibri::kHugePageBytes;
 
  private:
   MappedFile(std::string path, int fd, const uint8_t* data, uint64_t size)
@@ -80,7 +81,8 @@ class MappedFile {
   const int fd_;
   const uint8_t* const data_;
   const uint64_t size_;
-  // The [begin, end) byte ranges CopyToRam moved, whole chunks, in no order.
+  // The [begin, end) byte ranges CopyToRam moved, whole chunks, in offset
+  // order.
   mutable absl::Mutex mu_;
   mutable std::vector<std::pair<uint64_t, uint64_t>> copied_ ABSL_GUARDED_BY(mu_);
 };

@@ -9,34 +9,25 @@
 #include <utility>
 #include <vector>
 
+#include "common/huge_pages.h"
+
 namespace colibri::expert_node {
 namespace {
 
 constexpr uint64_t kAlign = 64;
 
-// An anonymous mapping of `bytes` starting on a huge-page boundary, advised
-// into transparent huge pages and populated; null when out of memory.
+// An anonymous mapping of `bytes` on transparent huge pages, populated; null
+// when out of memory.
 void* MapHuge(uint64_t bytes) {
-  constexpr uint64_t kHuge = BlobBufferPool::kHugePageBytes;
-  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  const uint64_t length = (bytes + page - 1) / page * page;
-  void* p =
-      mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  uint8_t* const raw = static_cast<uint8_t*>(p);
-  uint8_t* const at =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge);
-  if (at > raw) munmap(raw, static_cast<size_t>(at - raw));
-  if (raw + length + kHuge > at + length) {
-    munmap(at + length, static_cast<size_t>(raw + length + kHuge - (at + length)));
-  }
-  madvise(at, length, MADV_HUGEPAGE);
+  uint8_t* const at = MapHugePages(bytes);
+  if (at == nullptr) return nullptr;
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
 #endif
-  if (madvise(at, length, MADV_POPULATE_WRITE) != 0) {
+  if (madvise(at, bytes, MADV_POPULATE_WRITE) != 0) {
     // Older kernels: one write per page.
-    for (uint64_t i = 0; i < length; i += page) at[i] = 0;
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    for (uint64_t i = 0; i < bytes; i += page) at[i] = 0;
   }
   return at;
 }

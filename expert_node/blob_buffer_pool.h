@@ -27,6 +27,7 @@
 #include <memory>
 
 #include "absl/synchronization/mutex.h"
+#include "common/huge_pages.h"
 
 namespace colibri::expert_node {
 
@@ -89,7 +90,7 @@ class BlobBufferPool : public std::enable_shared_from_this<BlobBufferPool> {
   // (MappedFile::CopyToRam). On one node of the 8-layer Qwen3-30B-A3B shape
   // the node's compute time moved within the noise (medians 0.89 against
   // 0.90 s per 129 tokens, 5 interleaved runs).
-  static constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+  static constexpr uint64_t kHugePageBytes = colibri::kHugePageBytes;
 
   static std::shared_ptr<BlobBufferPool> Create(const Options& options);
   ~BlobBufferPool();
