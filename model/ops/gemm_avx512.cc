@@ -83,11 +83,14 @@ COLIBRI_INLINE int64_t PrefetchRowsAhead(uint64_t row_bytes) {
 
 // Prefetches `bytes` bytes at p + offset into L1. Prefetching never faults, so
 // an address past the matrix's end (the last tiles) is harmless; uintptr_t
-// arithmetic keeps the pointer itself from going out of bounds.
+// arithmetic keeps the pointer itself from going out of bounds. kLocality is
+// __builtin_prefetch's: 3 (prefetcht0) by default, 0 (prefetchnta) for
+// weights read once (the one-token tiles; see Micro4x1).
+template <int kLocality>
 COLIBRI_INLINE void PrefetchBlock(const uint8_t* p, uint64_t offset, uint64_t bytes) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p) + offset;
   for (uint64_t b = 0; b < bytes; b += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T0);
+    __builtin_prefetch(reinterpret_cast<const void*>(at + b), 0, kLocality);
   }
 }
 
@@ -170,11 +173,11 @@ COLIBRI_INLINE TokenBlock LoadTokenBlock(const QuantizedRow& a, int64_t i) {
 }
 
 // Super-block i of the kRows rows `prefetch_rows` after those at w.
-template <typename Block>
+template <typename Block, int kLocality = 3>
 COLIBRI_INLINE void PrefetchAhead(const uint8_t* w, uint64_t row_bytes, int64_t prefetch_rows,
                                   int64_t i) {
   for (int r = 0; r < kRows; ++r) {
-    PrefetchBlock(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
+    PrefetchBlock<kLocality>(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
   }
 }
 
@@ -294,7 +297,7 @@ void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64
   const __m512i index23 = _mm512_load_si512(kScaleIndex23);
   __m128 acc = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
+    PrefetchAhead<Block, 0>(w, row_bytes, prefetch_rows, i);
     const TokenBlock t = LoadTokenBlock(a, i);
     const Block* blocks[kRows];
     __m512i prod[kRows];
@@ -410,7 +413,7 @@ void Micro4x1K(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int6
   const __m512i zero = _mm512_setzero_si512();
   __m128 acc = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    PrefetchAhead<Block>(w, row_bytes, prefetch_rows, i);
+    PrefetchAhead<Block, 0>(w, row_bytes, prefetch_rows, i);
     const TokenBlock t = LoadTokenBlockPaired(a, i);
     const Block* blocks[kRows];
     const uint8_t* scales[kRows];
