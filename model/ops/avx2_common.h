@@ -120,11 +120,15 @@ COLIBRI_INLINE int64_t PrefetchRowsAhead(uint64_t row_bytes) {
 // Prefetches the `bytes` bytes at p + offset into L1, one request per 64-byte
 // line. Prefetching never faults, so an address past the matrix's end (the
 // last rows) is harmless; uintptr_t arithmetic keeps the pointer itself from
-// going out of bounds.
+// going out of bounds. kLocality is __builtin_prefetch's: 3 (prefetcht0), or
+// kReadOnce for weights that a one-token product reads once and that nothing
+// reads again soon (prefetchnta; it keeps them out of the outer caches).
+inline constexpr int kReadOnce = 0;
+template <int kLocality = 3>
 COLIBRI_INLINE void PrefetchBytes(const void* p, uint64_t offset, uint64_t bytes) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p) + offset;
   for (uint64_t b = 0; b < bytes; b += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T0);
+    __builtin_prefetch(reinterpret_cast<const void*>(at + b), 0, kLocality);
   }
 }
 

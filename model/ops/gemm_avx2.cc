@@ -52,7 +52,7 @@ constexpr int kBlocksPerPhase = 16;
 // super-block; phase 2 sums them and updates the eight outputs super-block by
 // super-block. While reading super-block i of a row it prefetches super-block
 // i of the row prefetch_rows further on.
-template <typename D, int R, int T, int NT>
+template <typename D, int R, int T, int NT, int kLocality = 3>
 void Micro(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t cols, float* y,
            int64_t y_stride, int64_t prefetch_rows) {
   static_assert(R * T == 8 && NT >= 1 && NT <= T, "tiles have 8 outputs");
@@ -75,7 +75,8 @@ void Micro(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
     for (int r = 0; r < R; ++r) {
       const auto* x = reinterpret_cast<const Block*>(w + r * row_bytes);
       for (int64_t i = i0; i < i1; ++i) {
-        PrefetchBytes(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
+        PrefetchBytes<kLocality>(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block),
+                                 sizeof(Block));
         const D dec(x[i]);
         __m256i s[NT];
         for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
@@ -154,7 +155,10 @@ void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
           (PrefetchRowsAhead(row_bytes) + rows_per_tile - 1) / rows_per_tile * rows_per_tile;
       for (int64_t r0 = 0; r0 < full_rows; r0 += rows_per_tile) {
         const uint8_t* rows = w + r0 * row_bytes;
-        if (nt == 1) {
+        if (n_tokens == 1) {  // decode: the weights are read once
+          Micro<D, 8, 1, 1, kReadOnce>(rows, row_bytes, a, layout.cols, yt + r0, y_stride,
+                                       prefetch_rows);
+        } else if (nt == 1) {
           Micro<D, 8, 1, 1>(rows, row_bytes, a, layout.cols, yt + r0, y_stride, prefetch_rows);
         } else {
           Micro<D, 4, 2, 2>(rows, row_bytes, a, layout.cols, yt + r0, y_stride, prefetch_rows);

@@ -81,19 +81,6 @@ COLIBRI_INLINE int64_t PrefetchRowsAhead(uint64_t row_bytes) {
   return static_cast<int64_t>(tiles) * kRows;
 }
 
-// Prefetches `bytes` bytes at p + offset into L1. Prefetching never faults, so
-// an address past the matrix's end (the last tiles) is harmless; uintptr_t
-// arithmetic keeps the pointer itself from going out of bounds. kLocality is
-// __builtin_prefetch's: 3 (prefetcht0) by default, 0 (prefetchnta) for
-// weights read once (the one-token tiles; see Micro4x1).
-template <int kLocality>
-COLIBRI_INLINE void PrefetchBlock(const uint8_t* p, uint64_t offset, uint64_t bytes) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p) + offset;
-  for (uint64_t b = 0; b < bytes; b += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(at + b), 0, kLocality);
-  }
-}
-
 // vpshufb controls spreading Q4_K/Q5_K's eight sub-block scales (bytes 0-7 of
 // K4ScalesMins, in every 128-bit lane) over vpackssdw's layout as int16:
 // 128-bit lane k of packs(v_a, v_b) holds four quads of sub-block 2a' + k / 2,
@@ -173,11 +160,12 @@ COLIBRI_INLINE TokenBlock LoadTokenBlock(const QuantizedRow& a, int64_t i) {
 }
 
 // Super-block i of the kRows rows `prefetch_rows` after those at w.
+// kLocality: see avx2::PrefetchBytes.
 template <typename Block, int kLocality = 3>
 COLIBRI_INLINE void PrefetchAhead(const uint8_t* w, uint64_t row_bytes, int64_t prefetch_rows,
                                   int64_t i) {
   for (int r = 0; r < kRows; ++r) {
-    PrefetchBlock<kLocality>(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
+    avx2::PrefetchBytes<kLocality>(w, (prefetch_rows + r) * row_bytes + i * sizeof(Block), sizeof(Block));
   }
 }
 
@@ -297,7 +285,7 @@ void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64
   const __m512i index23 = _mm512_load_si512(kScaleIndex23);
   __m128 acc = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    PrefetchAhead<Block, 0>(w, row_bytes, prefetch_rows, i);
+    PrefetchAhead<Block, avx2::kReadOnce>(w, row_bytes, prefetch_rows, i);
     const TokenBlock t = LoadTokenBlock(a, i);
     const Block* blocks[kRows];
     __m512i prod[kRows];
@@ -413,7 +401,7 @@ void Micro4x1K(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int6
   const __m512i zero = _mm512_setzero_si512();
   __m128 acc = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    PrefetchAhead<Block, 0>(w, row_bytes, prefetch_rows, i);
+    PrefetchAhead<Block, avx2::kReadOnce>(w, row_bytes, prefetch_rows, i);
     const TokenBlock t = LoadTokenBlockPaired(a, i);
     const Block* blocks[kRows];
     const uint8_t* scales[kRows];
