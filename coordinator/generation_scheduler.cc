@@ -167,6 +167,7 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
   session_options.prefetch = options_.prefetch;
   session_options.n_seq = options_.sessions;
   session_options.pipeline_halves = options_.pipeline_halves;
+  session_options.kv_type = options_.kv_type;
   COLIBRI_ASSIGN_OR_RETURN(e->session,
                            arch::Session::Create(model_, e->backend.get(), pool_, session_options));
   e->used.assign(options_.sessions, false);

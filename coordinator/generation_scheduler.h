@@ -157,6 +157,8 @@ class GenerationScheduler {
     // measured step times (see above), kOn / kOff as arch::PipelineHalves.
     // Default: kAuto.
     arch::PipelineHalves pipeline_halves = arch::PipelineHalves::kAuto;
+    // Element type of every session's KV cache. Default: kF32.
+    arch::KvType kv_type = arch::KvType::kF32;
     // Where the kAuto decisions are logged, a line per change; borrowed.
     // Default: null (not logged).
     std::ostream* log = nullptr;

@@ -45,6 +45,18 @@ bool ParseIdList(const std::string& text, std::vector<int32_t>* ids, std::string
   return true;
 }
 
+// --kv-type f32|f16 (arch::KvType).
+void AddKvTypeFlag(CLI::App* cmd, colibri::arch::KvType* kv_type) {
+  using colibri::arch::KvType;
+  const std::map<std::string, KvType> types = {{"f32", KvType::kF32}, {"f16", KvType::kF16}};
+  cmd->add_option("--kv-type", *kv_type,
+                  "element type of the KV cache: f32, or f16 (half the memory and the bytes "
+                  "attention reads; not for deepseek2's latent attention)")
+      ->transform(CLI::CheckedTransformer(types))
+      ->type_name("f32|f16")
+      ->default_str("f32");
+}
+
 void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool* exact) {
   cmd->add_option("--model,-m", o->model_path, "GGUF model file (first file of a split model)")
       ->required();
@@ -99,6 +111,7 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
   cmd->add_flag("--print-token-ids", o->print_token_ids,
                 "print the generated ids on one line instead of the text");
   cmd->add_flag("--mmap", o->keep_mapped, kMmapHelp);
+  AddKvTypeFlag(cmd, &o->kv_type);
   cmd->add_option("--prefetch-depth", o->prefetch_depth,
                   "layers ahead to predict experts for, 0-2 (default: 1 with --nodes, 0 without)")
       ->check(CLI::Range(0, 2));
@@ -254,6 +267,7 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--node-auth-token-file", serve.node_auth_token_file,
                         "the nodes' token when it differs from --auth-token-file");
   serve_cmd->add_flag("--mmap", serve.keep_mapped, kMmapHelp);
+  AddKvTypeFlag(serve_cmd, &serve.kv_type);
   serve_cmd->add_option("--prefetch-depth", serve.prefetch_depth,
                         "layers ahead to predict experts for, 0-2 (default: 1 with nodes, 0 "
                         "without)")
@@ -311,6 +325,7 @@ int main(int argc, char** argv) {
                              "worker threads (0: physical cores)")
       ->capture_default_str()
       ->check(colibri::cli::kThreadCount);
+  AddKvTypeFlag(perplexity_cmd, &perplexity.kv_type);
   perplexity_cmd->add_flag("--exact", perplexity_exact,
                            "keep activations in float32 (the reference path)");
 

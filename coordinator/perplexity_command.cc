@@ -75,6 +75,7 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(const PerplexityOptions& opti
   session_options.n_ctx = result.ctx;
   session_options.n_batch = result.ctx;
   session_options.path = options.path;
+  session_options.kv_type = options.kv_type;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Session> session,
                            arch::Session::Create(*model, &backend, &pool, session_options));
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "model/arch/session.h"
 #include "model/ops/matmul.h"
 
 namespace colibri::coordinator {
@@ -30,6 +31,8 @@ struct PerplexityOptions {
   int threads = 0;
   // Numeric path: kExact keeps activations in float32. Default: kFast.
   ops::NumericPath path = ops::NumericPath::kFast;
+  // Element type of the KV cache (arch::KvType). Default: kF32.
+  arch::KvType kv_type = arch::KvType::kF32;
 };
 
 struct PerplexityResult {

@@ -160,6 +160,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
                                    : options.cluster.enabled() ? 1
                                                                : 0;
   session_options.prefetch.count = options.prefetch_count;
+  session_options.kv_type = options.kv_type;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Session> session,
                            arch::Session::Create(*model, backend, &pool, session_options));
   // --draft mtp: the NextN block, made now so that it sees the prompt.
@@ -184,11 +185,12 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   LogitsWriter logits_out;
   COLIBRI_RETURN_IF_ERROR(logits_out.Open(options.logits_out));
   err << absl::StrFormat(
-      "colibri: %s (%s), %d layers, %d experts top-%d, %d threads, %s, %s path, "
+      "colibri: %s (%s), %d layers, %d experts top-%d, %d threads, %s, %s path, KV cache %s, "
       "loaded in %.2f s\n",
       config.arch, config.name, config.n_layer, config.n_expert, config.n_expert_used,
       pool.num_threads(), DescribeCpuFeatures(GetCpuFeatures()),
-      options.path == ops::NumericPath::kExact ? "exact" : "fast", Seconds(load_start));
+      options.path == ops::NumericPath::kExact ? "exact" : "fast",
+      arch::KvTypeName(options.kv_type), Seconds(load_start));
 
   GenerationOptions generation;
   generation.max_tokens = options.n_predict;

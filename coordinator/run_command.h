@@ -47,6 +47,8 @@ struct RunOptions {
   // Keep the weights mapped from the file instead of copying them into RAM
   // on huge pages (MakeWeightsResident). Default: false.
   bool keep_mapped = false;
+  // Element type of the KV cache (arch::KvType). Default: kF32.
+  arch::KvType kv_type = arch::KvType::kF32;
   // Next-layer expert prediction (arch::PrefetchOptions): layers ahead, 0 to 2,
   // or -1 for 1 with cluster.nodes and 0 without. Default: -1.
   int prefetch_depth = -1;

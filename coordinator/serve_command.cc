@@ -105,6 +105,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                                                                  : 0;
   scheduler_options.prefetch.count = options.prefetch_count;
   scheduler_options.pipeline_halves = options.pipeline_halves;
+  scheduler_options.kv_type = options.kv_type;
   scheduler_options.log = &err;
   scheduler_options.metrics = &metrics;
   scheduler_options.speculation = options.speculation;

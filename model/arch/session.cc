@@ -11,6 +11,7 @@
 #include "model/moe/router.h"
 #include "model/ops/attend.h"
 #include "model/ops/matmul.h"
+#include "model/ops/quantize.h"
 #include "model/ops/vector_ops.h"
 
 namespace colibri::arch {
@@ -29,6 +30,8 @@ int Session::ContextSize(const ModelConfig& config, int requested) {
   if (requested <= 0) return std::min(config.n_ctx_train, kDefaultMaxCtx);
   return std::min(requested, config.n_ctx_train);
 }
+
+const char* KvTypeName(KvType type) { return type == KvType::kF16 ? "f16" : "f32"; }
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
                                                          moe::ExpertBackend* experts,
@@ -54,6 +57,11 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
   if (p.max_union < 0) return absl::InvalidArgumentError("prefetch max_union must be >= 0");
   if (options.n_seq < 1) {
     return absl::InvalidArgumentError(absl::StrCat("n_seq ", options.n_seq, " is < 1"));
+  }
+  if (options.kv_type == KvType::kF16 && c.attention == AttentionKind::kMla) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a KV cache of f16 is not supported for ", c.arch,
+                     " (Multi-head Latent Attention keeps its latent cache in f32)"));
   }
   return std::unique_ptr<Session>(new Session(model, experts, pool, options, n_ctx));
 }
@@ -94,8 +102,9 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   seq_cache_rows_ = total_rows;
   k_slots_.resize(n_seq);
   v_slots_.resize(n_seq);
-  k_slot_floats_ = total_rows * (mla ? latent_row : c.kv_dim());
-  v_slot_floats_ = mla ? 0 : total_rows * c.v_dim();
+  k_slot_elems_ = total_rows * (mla ? latent_row : c.kv_dim());
+  v_slot_elems_ = mla ? 0 : total_rows * c.v_dim();
+  kv_elem_bytes_ = options.kv_type == KvType::kF16 ? sizeof(uint16_t) : sizeof(float);
 
   const int half = c.n_rot / 2;
   rope_cos_.resize(static_cast<size_t>(n_ctx) * half);
@@ -175,8 +184,8 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
 void Session::EnsureSlot(int seq) {
   if (k_slots_[seq] != nullptr) return;
   // Default-initialized: the pages are committed as positions are written.
-  k_slots_[seq].reset(new float[k_slot_floats_]);
-  if (v_slot_floats_ > 0) v_slots_[seq].reset(new float[v_slot_floats_]);
+  k_slots_[seq].reset(new uint8_t[k_slot_elems_ * kv_elem_bytes_]);
+  if (v_slot_elems_ > 0) v_slots_[seq].reset(new uint8_t[v_slot_elems_ * kv_elem_bytes_]);
   ++n_slots_;
 }
 
@@ -190,7 +199,7 @@ void Session::Release(int seq) {
 
 int64_t Session::kv_bytes_allocated() const {
   return static_cast<int64_t>(n_slots_) *
-         static_cast<int64_t>((k_slot_floats_ + v_slot_floats_) * sizeof(float));
+         static_cast<int64_t>((k_slot_elems_ + v_slot_elems_) * kv_elem_bytes_);
 }
 
 void Session::Truncate(int seq, int n) {
@@ -476,9 +485,8 @@ void Session::Attention(int il, int n) {
   ops::MatMulSharedInput(qkv, 3, xn_.data(), n, options_.path, pool_, &matmul_scratch_);
 
   const int ring = cache_rows_[il];
+  const bool half = options_.kv_type == KvType::kF16;
   for (int i = 0; i < n; ++i) {
-    float* k_cache = KeyRows(row_seq_[i], il, kv_dim);
-    float* v_cache = ValueRows(row_seq_[i], il);
     float* q = q_.data() + i * q_dim;
     float* k = k_.data() + i * kv_dim;
     float* v = v_.data() + i * v_dim;
@@ -501,8 +509,16 @@ void Session::Attention(int il, int n) {
     ApplyRope(q, c_.n_head, hd, pos);
     ApplyRope(k, c_.n_head_kv, hd, pos);
     const size_t slot = static_cast<size_t>(pos % ring);
-    std::memcpy(k_cache + slot * kv_dim, k, kv_dim * sizeof(float));
-    std::memcpy(v_cache + slot * v_dim, v, v_dim * sizeof(float));
+    if (half) {
+      uint16_t* k_row = KeyRows<uint16_t>(row_seq_[i], il, kv_dim) + slot * kv_dim;
+      uint16_t* v_row = ValueRows<uint16_t>(row_seq_[i], il) + slot * v_dim;
+      for (int e = 0; e < kv_dim; ++e) k_row[e] = ops::Fp32ToFp16(k[e]);
+      for (int e = 0; e < v_dim; ++e) v_row[e] = ops::Fp32ToFp16(v[e]);
+    } else {
+      std::memcpy(KeyRows<float>(row_seq_[i], il, kv_dim) + slot * kv_dim, k,
+                  kv_dim * sizeof(float));
+      std::memcpy(ValueRows<float>(row_seq_[i], il) + slot * v_dim, v, v_dim * sizeof(float));
+    }
   }
 
   // Causal attention, one (head, token) pair per work item.
@@ -524,11 +540,16 @@ void Session::Attention(int il, int n) {
       const int kvh = h / group;
       const int last = row_pos_[i];
       const int first = window > 0 ? std::max(0, last - window + 1) : 0;
-      const float* k_cache = KeyRows(row_seq_[i], il, kv_dim);
-      const float* v_cache = ValueRows(row_seq_[i], il);
-      AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
-                v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr, scores,
-                attn_.data() + i * c_.n_head * hdv + h * hdv);
+      auto attend = [&](const auto* k_cache, const auto* v_cache) {
+        AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
+                  v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr,
+                  scores, attn_.data() + i * c_.n_head * hdv + h * hdv);
+      };
+      if (half) {
+        attend(KeyRows<uint16_t>(row_seq_[i], il, kv_dim), ValueRows<uint16_t>(row_seq_[i], il));
+      } else {
+        attend(KeyRows<float>(row_seq_[i], il, kv_dim), ValueRows<float>(row_seq_[i], il));
+      }
     }
   };
   if (pool_ != nullptr) {
@@ -575,10 +596,16 @@ void Session::AttentionPrompt(int il, int n) {
         outs[t] = attn_.data() + (i0 + t) * c_.n_head * hdv + h * hdv;
         lasts[t] = row_pos_[i0 + t];
       }
-      const float* k_cache = KeyRows(row_seq_[i0], il, kv_dim);
-      const float* v_cache = ValueRows(row_seq_[i0], il);
-      AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd, hdv,
-                  scale, L.sinks ? L.sinks + h : nullptr, scratch, outs);
+      auto attend = [&](const auto* k_cache, const auto* v_cache) {
+        AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd,
+                    hdv, scale, L.sinks ? L.sinks + h : nullptr, scratch, outs);
+      };
+      if (options_.kv_type == KvType::kF16) {
+        attend(KeyRows<uint16_t>(row_seq_[i0], il, kv_dim),
+               ValueRows<uint16_t>(row_seq_[i0], il));
+      } else {
+        attend(KeyRows<float>(row_seq_[i0], il, kv_dim), ValueRows<float>(row_seq_[i0], il));
+      }
     }
   };
   if (pool_ != nullptr) {
@@ -588,8 +615,9 @@ void Session::AttentionPrompt(int il, int n) {
   }
 }
 
-void Session::AttendBlock(const float* const* q, int rows, const float* keys, int64_t key_stride,
-                          const float* values, int64_t value_stride, const int* lasts, int dim,
+template <typename T>
+void Session::AttendBlock(const float* const* q, int rows, const T* keys, int64_t key_stride,
+                          const T* values, int64_t value_stride, const int* lasts, int dim,
                           int out_dim, float scale, const float* sink, float* scratch,
                           float* const* out) {
   int n_keys = 0;
@@ -628,7 +656,8 @@ void Session::AttendBlock(const float* const* q, int rows, const float* keys, in
   ops::AttendValues(probs, counts, rows, values, value_stride, out_dim, out);
 }
 
-void Session::AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
+template <typename T>
+void Session::AttendOne(const float* q, const T* keys, int64_t key_stride, const T* values,
                         int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
                         float scale, const float* sink, float* scores, float* out) {
   const int n_keys = last - first + 1;
@@ -685,7 +714,7 @@ void Session::AttentionMla(int il, int n) {
   ops::MatMul(L.wkv_a, xn_.data(), n, kv_a_.data(), row, path, pool_, &matmul_scratch_);
 
   for (int i = 0; i < n; ++i) {
-    float* cache = KeyRows(row_seq_[i], il, row);
+    float* cache = KeyRows<float>(row_seq_[i], il, row);
     const int pos = row_pos_[i];
     float* a = kv_a_.data() + i * row;
     ops::RmsNorm(a, L.kv_a_norm, c_.rms_eps, rank, a);
@@ -720,7 +749,7 @@ void Session::AttentionMla(int il, int n) {
       const int h = static_cast<int>(item / n);
       const int i = static_cast<int>(item % n);
       const size_t at = static_cast<size_t>(i) * n_head + h;
-      const float* cache = KeyRows(row_seq_[i], il, row);
+      const float* cache = KeyRows<float>(row_seq_[i], il, row);
       AttendOne(q_abs_.data() + at * row, cache, row, cache, row, 0, row_pos_[i], n_ctx_, row, rank,
                 scale, nullptr, scores, latent_.data() + at * rank);
     }

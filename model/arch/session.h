@@ -100,6 +100,14 @@ enum class PipelineHalves {
 // Fewest sequences a batch needs for kAuto to split it.
 inline constexpr int kMinPipelineSequences = 4;
 
+// Element type of the KV cache. kF16 stores keys and values as IEEE half
+// floats: half the cache memory and half the bytes attention reads per token,
+// for keys and values rounded to 11 significant bits (the attention products
+// then run exactly as on float rows holding those values, see
+// ops::AttendDots). Not for Multi-head Latent Attention (deepseek2).
+enum class KvType { kF32, kF16 };
+const char* KvTypeName(KvType type);
+
 struct SessionOptions {
   // Positions the KV cache holds, at most the model's context_length (a larger
   // value is capped: see Session::ContextSize). Default: 0, meaning
@@ -116,6 +124,8 @@ struct SessionOptions {
   int n_seq = 1;
   // Pipelining of two half-batches in EvaluateBatch. Default: kAuto.
   PipelineHalves pipeline_halves = PipelineHalves::kAuto;
+  // Element type of the KV cache. Default: kF32.
+  KvType kv_type = KvType::kF32;
 };
 
 // One sequence's part of an EvaluateBatch step: `tokens` evaluated at that
@@ -307,12 +317,15 @@ class Session {
   // product over the wanted rows of x_ (which it moves to the front).
   void GatherLogits(absl::Span<const SequenceChunk> chunks);
   // First row of layer il in sequence seq's slot of k_slots_ / v_slots_
-  // (kv_dim / v_dim floats a row; MLA: kv_lora_rank + n_rot, keys only).
-  float* KeyRows(int seq, int il, int row_floats) const {
-    return k_slots_[seq].get() + cache_offset_[il] * row_floats;
+  // (kv_dim / v_dim elements a row; MLA: kv_lora_rank + n_rot, keys only),
+  // as elements of type T: float, or uint16_t (half) with KvType::kF16.
+  template <typename T>
+  T* KeyRows(int seq, int il, int row_elems) const {
+    return reinterpret_cast<T*>(k_slots_[seq].get()) + cache_offset_[il] * row_elems;
   }
-  float* ValueRows(int seq, int il) const {
-    return v_slots_[seq].get() + cache_offset_[il] * c_.v_dim();
+  template <typename T>
+  T* ValueRows(int seq, int il) const {
+    return reinterpret_cast<T*>(v_slots_[seq].get()) + cache_offset_[il] * c_.v_dim();
   }
   void Attention(int il, int n);
   // Multi-head Latent Attention (deepseek2), absorbed form over the latent cache.
@@ -321,7 +334,9 @@ class Session {
   // positions first .. last: row of position j is j % ring. Scores are
   // scale * q·keys[row] over dim floats, out = Σ p_j values[row][0..out_dim).
   // With sink (not NaN) the softmax denominator has an extra exp(sink) term.
-  static void AttendOne(const float* q, const float* keys, int64_t key_stride, const float* values,
+  // T: the cache's element type (float, or uint16_t halves).
+  template <typename T>
+  static void AttendOne(const float* q, const T* keys, int64_t key_stride, const T* values,
                         int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
                         float scale, const float* sink, float* scores, float* out);
   // Attention() for a prompt chunk (n > 1) on a layer without a sliding
@@ -334,8 +349,9 @@ class Session {
   // and the weighted sums of the block each run as one ops::Attend* call (each
   // key and value row read once per few queries), the softmax per query as in
   // AttendOne, so out[t] is bitwise AttendOne's. scratch: kAttendBlock * (dim + max lasts + 1) floats.
-  static void AttendBlock(const float* const* q, int rows, const float* keys, int64_t key_stride,
-                          const float* values, int64_t value_stride, const int* lasts, int dim,
+  template <typename T>
+  static void AttendBlock(const float* const* q, int rows, const T* keys, int64_t key_stride,
+                          const T* values, int64_t value_stride, const int* lasts, int dim,
                           int out_dim, float scale, const float* sink, float* scratch,
                           float* const* out);
   // Routing options of layer il (its selection bias).
@@ -389,10 +405,11 @@ class Session {
   // k_slots_ hold [n_layer][n_ctx][kv_lora_rank + n_rot] (the normed latent
   // and the roped shared k_pe) and v_slots_ stay null. Uninitialized: a
   // position is read only after it was written.
-  std::vector<std::unique_ptr<float[]>> k_slots_;
-  std::vector<std::unique_ptr<float[]>> v_slots_;
-  size_t k_slot_floats_ = 0;  // floats of one slot
-  size_t v_slot_floats_ = 0;
+  std::vector<std::unique_ptr<uint8_t[]>> k_slots_;
+  std::vector<std::unique_ptr<uint8_t[]>> v_slots_;
+  size_t k_slot_elems_ = 0;  // elements of one slot
+  size_t v_slot_elems_ = 0;
+  size_t kv_elem_bytes_ = sizeof(float);  // 2 with KvType::kF16
   int n_slots_ = 0;  // slots allocated
   // RoPE table: [n_ctx][n_rot / 2] cosines and sines.
   std::vector<float> rope_cos_;

@@ -27,6 +27,16 @@ void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, in
 void AttendValues(const float* const* p, const int* n, int n_q, const float* values,
                   int64_t value_stride, int dim, float* const* out);
 
+// The same products over keys / values stored as IEEE half floats (a KV
+// cache of half floats): each half is widened to float, which is exact, and
+// the float products above run on the widened rows, so the results are
+// theirs bit for bit, on every kernel set. The rows are widened in blocks
+// into a per-thread buffer; strides and counts are as above.
+void AttendDots(const float* q, int64_t q_stride, int n_q, const uint16_t* keys,
+                int64_t key_stride, int n_keys, int dim, float* dots, int64_t dots_stride);
+void AttendValues(const float* const* p, const int* n, int n_q, const uint16_t* values,
+                  int64_t value_stride, int dim, float* const* out);
+
 }  // namespace colibri::ops
 
 #endif  // COLIBRI_MODEL_OPS_ATTEND_H_

@@ -89,5 +89,43 @@ TEST(RunOutputTest, TheSameTokensWithTheWeightsInRamOrMapped) {
   EXPECT_EQ(in_ram.out, mapped.out);
 }
 
+// --kv-type: f16 generates (and says so on the summary line), f32 is the
+// default, and latent attention (deepseek2) is refused by name before any
+// token is generated.
+TEST(RunOutputTest, KvTypeF16GeneratesAndLatentAttentionRefusesIt) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  auto args = [](const std::string& model) {
+    return std::vector<std::string>{testing::BinaryPath("coordinator/colibri-coordinator"),
+                                    "run",
+                                    "--model",
+                                    testing::FixturesDir() + "/models/" + model,
+                                    "--prompt",
+                                    "Once upon a time",
+                                    "--n-predict",
+                                    "8",
+                                    "--temp",
+                                    "0",
+                                    "--ignore-eos",
+                                    "--print-token-ids"};
+  };
+  const testing::CommandResult plain = testing::RunCommand(args("qwen2moe-tiny-q8_0.gguf"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("KV cache f32"), std::string::npos) << plain.err;
+  std::vector<std::string> half = args("qwen2moe-tiny-q8_0.gguf");
+  half.insert(half.end(), {"--kv-type", "f16"});
+  const testing::CommandResult f16 = testing::RunCommand(half);
+  ASSERT_EQ(f16.exit_code, 0) << f16.err;
+  EXPECT_NE(f16.err.find("KV cache f16"), std::string::npos) << f16.err;
+  EXPECT_FALSE(f16.out.empty());
+
+  std::vector<std::string> mla = args("deepseek2-tiny-q8_0.gguf");
+  mla.insert(mla.end(), {"--kv-type", "f16"});
+  const testing::CommandResult refused = testing::RunCommand(mla);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("f16 is not supported for deepseek2"), std::string::npos)
+      << refused.err;
+  EXPECT_TRUE(refused.out.empty()) << refused.out;
+}
+
 }  // namespace
 }  // namespace colibri

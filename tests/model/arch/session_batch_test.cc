@@ -259,7 +259,11 @@ TEST(SessionBatchTest, PromptLogitsDoNotDependOnChunking) {
     const int64_t n_vocab = (*model)->config().n_vocab;
     const int n = static_cast<int>(c.prompt_tokens.size());
     ASSERT_GT(n, 20) << name;
-    for (ops::NumericPath path : {ops::NumericPath::kFast}) {
+    const bool mla = (*model)->config().attention == arch::AttentionKind::kMla;
+    for (arch::KvType kv : {arch::KvType::kF32, arch::KvType::kF16}) {
+      if (kv == arch::KvType::kF16 && mla) continue;  // refused (see below)
+      SCOPED_TRACE(std::string("KV cache ") + arch::KvTypeName(kv));
+      const ops::NumericPath path = ops::NumericPath::kFast;
       std::vector<std::vector<float>> by_chunk;
       for (int chunk : {n, 1}) {
         moe::LocalExpertBackend backend(&(*model)->experts(), (*model)->config().n_expert, path,
@@ -267,6 +271,7 @@ TEST(SessionBatchTest, PromptLogitsDoNotDependOnChunking) {
         arch::SessionOptions options;
         options.path = path;
         options.n_ctx = 1024;
+        options.kv_type = kv;
         auto session = arch::Session::Create(**model, &backend, &pool, options);
         ASSERT_TRUE(session.ok()) << session.status();
         std::vector<float> all, logits;
@@ -292,6 +297,48 @@ TEST(SessionBatchTest, PromptLogitsDoNotDependOnChunking) {
       }
     }
   }
+}
+
+// A KV cache of half floats: slots of half the bytes, logits that differ
+// from the float cache's, and a clear refusal for latent attention
+// (deepseek2).
+TEST(SessionBatchTest, AHalfFloatKvCacheHalvesTheSlots) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  ThreadPool pool(2);
+  int compared = 0;
+  for (const std::string& name : testing::AllGoldenModels()) {
+    SCOPED_TRACE(name);
+    const testing::GoldenCase c = LoadCase(name, "long");
+    auto model = arch::Model::Open(c.model_path);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const arch::ModelConfig& config = (*model)->config();
+    moe::LocalExpertBackend backend(&(*model)->experts(), config.n_expert,
+                                    ops::NumericPath::kFast, &pool);
+    arch::SessionOptions options;
+    options.n_ctx = 1024;
+    options.kv_type = arch::KvType::kF16;
+    if (config.attention == arch::AttentionKind::kMla) {
+      const auto refused = arch::Session::Create(**model, &backend, &pool, options);
+      ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(refused.status().message().find("f16"), std::string::npos)
+          << refused.status();
+      continue;
+    }
+    std::vector<std::vector<float>> logits(2);
+    int64_t slot_bytes[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      options.kv_type = k == 0 ? arch::KvType::kF32 : arch::KvType::kF16;
+      auto session = arch::Session::Create(**model, &backend, &pool, options);
+      ASSERT_TRUE(session.ok()) << session.status();
+      ASSERT_TRUE((*session)->Evaluate(c.prompt_tokens, /*all_logits=*/true, &logits[k]).ok());
+      slot_bytes[k] = (*session)->kv_bytes_allocated();
+    }
+    EXPECT_EQ(slot_bytes[1] * 2, slot_bytes[0]);
+    // How close: decode_golden_test, against the exact reference.
+    EXPECT_FALSE(logits[0] == logits[1]) << "the half cache changed no logit: is it used?";
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
 }
 
 TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAlone) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "model/ops/quantize.h"
 #include "tests/support/kernel_sets.h"
 
 namespace colibri::ops {
@@ -117,6 +118,82 @@ TEST_P(AttendTest, ValuesSplitIntoRunsEqualOneCall) {
   const float* rest = p.data() + cut;
   AttendValues(&rest, &second, 1, values.data() + cut * stride, stride, dim, &o);
   for (int e = 0; e < dim; ++e) ASSERT_EQ(Bits(whole[e]), Bits(split[e])) << "column " << e;
+}
+
+// Random values rounded to half floats: the halves, and the floats they widen to.
+struct HalfRows {
+  std::vector<uint16_t> halves;
+  std::vector<float> widened;
+};
+
+HalfRows RandomHalves(size_t n, uint32_t seed) {
+  HalfRows r;
+  for (float x : Random(n, seed)) {
+    r.halves.push_back(Fp32ToFp16(x));
+    r.widened.push_back(Fp16ToFp32(r.halves.back()));
+  }
+  return r;
+}
+
+TEST_P(AttendTest, HalfKeysGiveTheDotsOfTheirWidenedRows) {
+  for (int dim : {8, 64, 128, 136}) {
+    for (int n_q : {1, 3, 16}) {
+      for (int n_keys : {1, 31, 32, 33, 70}) {  // across the 32-row blocks
+        const int64_t q_stride = dim + 8, key_stride = 2 * dim + 8, dots_stride = n_keys + 3;
+        const std::vector<float> q = Random(n_q * q_stride, 11 + dim + n_q);
+        const HalfRows keys = RandomHalves(n_keys * key_stride, 12 + dim + n_keys);
+        std::vector<float> dots(n_q * dots_stride, -7.0f);
+        AttendDots(q.data(), q_stride, n_q, keys.halves.data(), key_stride, n_keys, dim,
+                   dots.data(), dots_stride);
+        for (int t = 0; t < n_q; ++t) {
+          for (int j = 0; j < dots_stride; ++j) {
+            const float want = j < n_keys ? CanonicalDot(q.data() + t * q_stride,
+                                                         keys.widened.data() + j * key_stride, dim)
+                                          : -7.0f;
+            ASSERT_EQ(Bits(dots[t * dots_stride + j]), Bits(want))
+                << "dim " << dim << " queries " << n_q << " keys " << n_keys << " at " << t
+                << ", " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(AttendTest, HalfValuesGiveTheSumsOfTheirWidenedRows) {
+  for (int dim : {16, 64, 128, 144}) {
+    for (int n_q : {1, 2, 5, 16}) {
+      const int64_t stride = dim + 16;
+      const int max_keys = 75;  // counts on both sides of the 32-row blocks
+      const HalfRows values = RandomHalves(max_keys * stride, 13 + dim);
+      std::vector<std::vector<float>> p(n_q), out(n_q), want(n_q);
+      std::vector<int> n(n_q);
+      std::vector<const float*> p_ptr(n_q);
+      std::vector<float*> out_ptr(n_q);
+      for (int i = 0; i < n_q; ++i) {
+        n[i] = (i * 29 + 33) % (max_keys + 1);
+        p[i] = Random(max_keys, 14 + i);
+        out[i] = Random(dim, 15 + i);
+        want[i] = out[i];
+        for (int j = 0; j < n[i]; ++j) {
+          for (int e = 0; e < dim; ++e) {
+            const float product = p[i][j] * values.widened[j * stride + e];
+            want[i][e] = want[i][e] + product;
+          }
+        }
+        p_ptr[i] = p[i].data();
+        out_ptr[i] = out[i].data();
+      }
+      AttendValues(p_ptr.data(), n.data(), n_q, values.halves.data(), stride, dim,
+                   out_ptr.data());
+      for (int i = 0; i < n_q; ++i) {
+        for (int e = 0; e < dim; ++e) {
+          ASSERT_EQ(Bits(out[i][e]), Bits(want[i][e]))
+              << "dim " << dim << " queries " << n_q << " query " << i << " column " << e;
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelSets, AttendTest,
