@@ -525,9 +525,19 @@ void Session::Attention(int il, int n) {
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = c_.attention_scale();
   const int window = c_.is_window_layer(il) ? c_.sliding_window : 0;
-  if (n > 1 && window == 0) {
-    AttentionPrompt(il, n);
-    return;
+  if (window == 0) {
+    // Rows of one sequence in a row (a prompt chunk): blocks of rows per
+    // head. Otherwise (decode) blocks of the heads that share a KV head.
+    bool distinct = true;
+    for (int i = 1; i < n && distinct; ++i) distinct = row_seq_[i] != row_seq_[i - 1];
+    if (!distinct) {
+      AttentionPrompt(il, n);
+      return;
+    }
+    if (group > 1) {
+      AttentionGrouped(il, n);
+      return;
+    }
   }
   const int64_t items = static_cast<int64_t>(c_.n_head) * n;
   const int n_threads = pool_ ? pool_->num_threads() : 1;
@@ -542,8 +552,8 @@ void Session::Attention(int il, int n) {
       const int first = window > 0 ? std::max(0, last - window + 1) : 0;
       auto attend = [&](const auto* k_cache, const auto* v_cache) {
         AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
-                  v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr,
-                  scores, attn_.data() + i * c_.n_head * hdv + h * hdv);
+                  v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr, scores,
+                  attn_.data() + i * c_.n_head * hdv + h * hdv);
       };
       if (half) {
         attend(KeyRows<uint16_t>(row_seq_[i], il, kv_dim), ValueRows<uint16_t>(row_seq_[i], il));
@@ -591,20 +601,79 @@ void Session::AttentionPrompt(int il, int n) {
       const float* qs[kAttendBlock];
       float* outs[kAttendBlock];
       int lasts[kAttendBlock];
+      const float* sinks[kAttendBlock];
       for (int t = 0; t < rows; ++t) {
         qs[t] = q_.data() + (i0 + t) * q_dim + h * hd;
         outs[t] = attn_.data() + (i0 + t) * c_.n_head * hdv + h * hdv;
         lasts[t] = row_pos_[i0 + t];
+        sinks[t] = L.sinks ? L.sinks + h : nullptr;
       }
       auto attend = [&](const auto* k_cache, const auto* v_cache) {
         AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd,
-                    hdv, scale, L.sinks ? L.sinks + h : nullptr, scratch, outs);
+                    hdv, scale, sinks, scratch, outs);
       };
       if (options_.kv_type == KvType::kF16) {
-        attend(KeyRows<uint16_t>(row_seq_[i0], il, kv_dim),
-               ValueRows<uint16_t>(row_seq_[i0], il));
+        attend(KeyRows<uint16_t>(row_seq_[i0], il, kv_dim), ValueRows<uint16_t>(row_seq_[i0], il));
       } else {
         attend(KeyRows<float>(row_seq_[i0], il, kv_dim), ValueRows<float>(row_seq_[i0], il));
+      }
+    }
+  };
+  if (pool_ != nullptr) {
+    pool_->ParallelFor(items, chunk, body);
+  } else {
+    body(0, items);
+  }
+}
+
+void Session::AttentionGrouped(int il, int n) {
+  const LayerWeights& L = model_.layer(il);
+  const int q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), v_dim = c_.v_dim();
+  const int hd = c_.head_dim, hdv = c_.head_dim_v;
+  const int group = c_.n_head / c_.n_head_kv;
+  const float scale = c_.attention_scale();
+  const int n_threads = pool_ ? pool_->num_threads() : 1;
+  // Heads per block: the whole group when that leaves every thread an item,
+  // else halved until it does (fewer heads share each read, more threads
+  // read).
+  int per = std::min(group, kAttendBlock);
+  const auto items_for = [&](int heads) {
+    return static_cast<int64_t>(c_.n_head_kv) * n * ((group + heads - 1) / heads);
+  };
+  while (per > 1 && items_for(per) < n_threads) per = (per + 1) / 2;
+  const int blocks_per_group = (group + per - 1) / per;
+  const int64_t items = items_for(per);
+  const size_t per_thread = static_cast<size_t>(kAttendBlock) * (n_ctx_ + hd);
+  if (block_scratch_.size() < per_thread * n_threads) {
+    block_scratch_.resize(per_thread * n_threads);
+  }
+  const int64_t chunk = (items + n_threads - 1) / n_threads;
+  auto body = [&](int64_t begin, int64_t end) {
+    float* scratch = block_scratch_.data() + static_cast<size_t>(begin / chunk) * per_thread;
+    for (int64_t item = begin; item < end; ++item) {
+      const int b = static_cast<int>(item % blocks_per_group);
+      const int i = static_cast<int>(item / blocks_per_group % n);
+      const int kvh = static_cast<int>(item / blocks_per_group / n);
+      const int h0 = kvh * group + b * per;
+      const int rows = std::min(per, (kvh + 1) * group - h0);
+      const float* qs[kAttendBlock];
+      float* outs[kAttendBlock];
+      int lasts[kAttendBlock];
+      const float* sinks[kAttendBlock];
+      for (int t = 0; t < rows; ++t) {
+        qs[t] = q_.data() + i * q_dim + (h0 + t) * hd;
+        outs[t] = attn_.data() + i * c_.n_head * hdv + (h0 + t) * hdv;
+        lasts[t] = row_pos_[i];
+        sinks[t] = L.sinks ? L.sinks + h0 + t : nullptr;
+      }
+      auto attend = [&](const auto* k_cache, const auto* v_cache) {
+        AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd,
+                    hdv, scale, sinks, scratch, outs);
+      };
+      if (options_.kv_type == KvType::kF16) {
+        attend(KeyRows<uint16_t>(row_seq_[i], il, kv_dim), ValueRows<uint16_t>(row_seq_[i], il));
+      } else {
+        attend(KeyRows<float>(row_seq_[i], il, kv_dim), ValueRows<float>(row_seq_[i], il));
       }
     }
   };
@@ -618,7 +687,7 @@ void Session::AttentionPrompt(int il, int n) {
 template <typename T>
 void Session::AttendBlock(const float* const* q, int rows, const T* keys, int64_t key_stride,
                           const T* values, int64_t value_stride, const int* lasts, int dim,
-                          int out_dim, float scale, const float* sink, float* scratch,
+                          int out_dim, float scale, const float* const* sinks, float* scratch,
                           float* const* out) {
   int n_keys = 0;
   for (int t = 0; t < rows; ++t) n_keys = std::max(n_keys, lasts[t] + 1);
@@ -634,6 +703,7 @@ void Session::AttendBlock(const float* const* q, int rows, const T* keys, int64_
   for (int t = 0; t < rows; ++t) {
     float* scores = dots + static_cast<size_t>(t) * n_keys;
     const int n = lasts[t] + 1;
+    const float* sink = sinks != nullptr ? sinks[t] : nullptr;
     float max = -INFINITY;
     for (int j = 0; j < n; ++j) {
       const float s = scores[j] * scale;

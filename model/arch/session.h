@@ -343,16 +343,25 @@ class Session {
   // window: blocks of up to kAttendBlock consecutive rows of one sequence per
   // head, each through AttendBlock.
   void AttentionPrompt(int il, int n);
+  // Attention() for rows of distinct sequences (decode: one row per
+  // sequence) on a layer without a sliding window and with several query
+  // heads per KV head: the query heads sharing a KV head go through one
+  // AttendBlock, so each cached key and value row is read once per block of
+  // heads rather than once per head. Bitwise the per-head AttendOne.
+  void AttentionGrouped(int il, int n);
   static constexpr int kAttendBlock = 16;
-  // AttendOne for `rows` queries q[t] of one head over the cache rows of
-  // positions 0 .. lasts[t] (no ring wrap), out[t] for each: the dot products
-  // and the weighted sums of the block each run as one ops::Attend* call (each
-  // key and value row read once per few queries), the softmax per query as in
-  // AttendOne, so out[t] is bitwise AttendOne's. scratch: kAttendBlock * (dim + max lasts + 1) floats.
+  // AttendOne for `rows` queries q[t] over the cache rows of positions
+  // 0 .. lasts[t] (no ring wrap), out[t] for each, with sinks[t] (null, or
+  // null entries: no sink): the dot products and the weighted sums of the
+  // block each run as one ops::Attend* call (each key and value row read once
+  // per few queries), the softmax per query as in AttendOne, so out[t] is
+  // bitwise AttendOne's. The queries may be rows of one head (a prompt) or
+  // heads sharing one KV head (AttentionGrouped). scratch: kAttendBlock *
+  // (dim + max lasts + 1) floats.
   template <typename T>
   static void AttendBlock(const float* const* q, int rows, const T* keys, int64_t key_stride,
                           const T* values, int64_t value_stride, const int* lasts, int dim,
-                          int out_dim, float scale, const float* sink, float* scratch,
+                          int out_dim, float scale, const float* const* sinks, float* scratch,
                           float* const* out);
   // Routing options of layer il (its selection bias).
   moe::RoutingOptions Routing(const LayerWeights& layer) const;

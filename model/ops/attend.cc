@@ -66,8 +66,8 @@ void AttendValues(const float* const* p, const int* n, int n_q, const float* val
   }
 }
 
-void AttendDots(const float* q, int64_t q_stride, int n_q, const uint16_t* keys,
-                int64_t key_stride, int n_keys, int dim, float* dots, int64_t dots_stride) {
+void AttendDots(const float* q, int64_t q_stride, int n_q, const uint16_t* keys, int64_t key_stride,
+                int n_keys, int dim, float* dots, int64_t dots_stride) {
   for (int j0 = 0; j0 < n_keys; j0 += kHalfRows) {
     const int nk = std::min(kHalfRows, n_keys - j0);
     AttendDots(q, q_stride, n_q, WidenRows(keys + j0 * key_stride, key_stride, nk, dim), dim, nk,

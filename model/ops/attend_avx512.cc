@@ -7,8 +7,8 @@
 // tree, both dots of a vector at once. One query (decode) runs 16 keys per
 // pass instead, enough independent sums to hide the add latency.
 //
-// Weighted sums: up to 128 output columns of two queries stay in 16
-// registers while the value rows stream past once for both.
+// Weighted sums: 32 output columns of up to eight queries stay in 16
+// registers while the value rows stream past once for all of them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -88,31 +88,31 @@ void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, in
   }
 }
 
-// Columns [0, 16 * kNv) of out for one or two queries (a second query's
-// pointers are used only when two).
-template <int kNv>
-void ValuesColumns(const float* const* p, const int* n, int n_q, const float* values,
-                   int64_t value_stride, float* const* out) {
-  __m512 a[2][kNv];
+// Columns [0, 16 * kNv) of out for kQ queries: the value rows shared by all
+// of them (j below every n[i]) stream past once for the block, each query's
+// own further rows after. (kQ is the exact count, so that the sums stay in
+// registers.)
+template <int kQ, int kNv>
+void ValuesColumns(const float* const* p, const int* n, const float* values, int64_t value_stride,
+                   float* const* out) {
+  constexpr int n_q = kQ;
+  __m512 a[kQ][kNv];
+  int shared = n[0];
   for (int i = 0; i < n_q; ++i) {
+    shared = std::min(shared, n[i]);
     for (int k = 0; k < kNv; ++k) a[i][k] = _mm512_loadu_ps(out[i] + 16 * k);
   }
-  int j = 0;
-  if (n_q == 2) {
-    const int both = std::min(n[0], n[1]);
-    for (; j < both; ++j) {
-      const float* v = values + j * value_stride;
-      const __m512 p0 = _mm512_set1_ps(p[0][j]);
-      const __m512 p1 = _mm512_set1_ps(p[1][j]);
-      for (int k = 0; k < kNv; ++k) {
-        const __m512 vk = _mm512_loadu_ps(v + 16 * k);
-        a[0][k] = _mm512_add_ps(a[0][k], _mm512_mul_ps(p0, vk));
-        a[1][k] = _mm512_add_ps(a[1][k], _mm512_mul_ps(p1, vk));
-      }
+  for (int j = 0; j < shared; ++j) {
+    const float* v = values + j * value_stride;
+    __m512 vk[kNv];
+    for (int k = 0; k < kNv; ++k) vk[k] = _mm512_loadu_ps(v + 16 * k);
+    for (int i = 0; i < n_q; ++i) {
+      const __m512 pi = _mm512_set1_ps(p[i][j]);
+      for (int k = 0; k < kNv; ++k) a[i][k] = _mm512_add_ps(a[i][k], _mm512_mul_ps(pi, vk[k]));
     }
   }
   for (int i = 0; i < n_q; ++i) {
-    for (int jj = j; jj < n[i]; ++jj) {
+    for (int jj = shared; jj < n[i]; ++jj) {
       const float* v = values + jj * value_stride;
       const __m512 pi = _mm512_set1_ps(p[i][jj]);
       for (int k = 0; k < kNv; ++k) {
@@ -125,24 +125,38 @@ void ValuesColumns(const float* const* p, const int* n, int n_q, const float* va
   }
 }
 
+// ValuesColumns for `count` (1 to 8) queries.
+template <int kNv>
+void ValuesBlock(int count, const float* const* p, const int* n, const float* values,
+                 int64_t value_stride, float* const* out) {
+  switch (count) {
+    case 1: ValuesColumns<1, kNv>(p, n, values, value_stride, out); break;
+    case 2: ValuesColumns<2, kNv>(p, n, values, value_stride, out); break;
+    case 3: ValuesColumns<3, kNv>(p, n, values, value_stride, out); break;
+    case 4: ValuesColumns<4, kNv>(p, n, values, value_stride, out); break;
+    case 5: ValuesColumns<5, kNv>(p, n, values, value_stride, out); break;
+    case 6: ValuesColumns<6, kNv>(p, n, values, value_stride, out); break;
+    case 7: ValuesColumns<7, kNv>(p, n, values, value_stride, out); break;
+    default: ValuesColumns<8, kNv>(p, n, values, value_stride, out); break;
+  }
+}
+
+// Queries in blocks of up to 8 and columns in strips of 32: 16 sums in
+// registers, and each value row read once per block of queries (the strips
+// of a row are disjoint cache lines). Decode's query heads that share a KV
+// head (up to 8 of them) thus read its values once, not once per pair.
 void AttendValues(const float* const* p, const int* n, int n_q, const float* values,
                   int64_t value_stride, int dim, float* const* out) {
-  for (int i = 0; i < n_q; i += 2) {
-    const int pair = std::min(2, n_q - i);
-    for (int e = 0; e < dim; e += 128) {
-      float* o[2] = {out[i] + e, pair == 2 ? out[i + 1] + e : nullptr};
-      const float* const* pi = p + i;
-      const int* ni = n + i;
-      const float* v = values + e;
-      switch (std::min(128, dim - e) / 16) {
-        case 1: ValuesColumns<1>(pi, ni, pair, v, value_stride, o); break;
-        case 2: ValuesColumns<2>(pi, ni, pair, v, value_stride, o); break;
-        case 3: ValuesColumns<3>(pi, ni, pair, v, value_stride, o); break;
-        case 4: ValuesColumns<4>(pi, ni, pair, v, value_stride, o); break;
-        case 5: ValuesColumns<5>(pi, ni, pair, v, value_stride, o); break;
-        case 6: ValuesColumns<6>(pi, ni, pair, v, value_stride, o); break;
-        case 7: ValuesColumns<7>(pi, ni, pair, v, value_stride, o); break;
-        default: ValuesColumns<8>(pi, ni, pair, v, value_stride, o); break;
+  constexpr int kQ = 8;
+  float* o[kQ];
+  for (int i = 0; i < n_q; i += kQ) {
+    const int block = std::min(kQ, n_q - i);
+    for (int e = 0; e < dim; e += 32) {  // dim % 16 == 0: strips of 32, then 16
+      for (int t = 0; t < block; ++t) o[t] = out[i + t] + e;
+      if (dim - e >= 32) {
+        ValuesBlock<2>(block, p + i, n + i, values + e, value_stride, o);
+      } else {
+        ValuesBlock<1>(block, p + i, n + i, values + e, value_stride, o);
       }
     }
   }

@@ -121,7 +121,8 @@ TEST_P(DecodeGoldenTest, KvCacheDecodeMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, DecodeGoldenTest, ::testing::ValuesIn(testing::AllGoldenModels()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, DecodeGoldenTest,
+                         ::testing::ValuesIn(testing::AllGoldenModels()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& ch : name) {

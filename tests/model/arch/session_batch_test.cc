@@ -246,12 +246,17 @@ void CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves halves, bool second_ch
 }
 
 // Batch invariance across chunking: a prompt evaluated as one chunk (its
-// attention runs in blocks of queries, Session::AttendBlock) gives every
-// position's logits bitwise as the same tokens fed one at a time (AttendOne),
-// on every golden model (including sliding-window and sink layers).
+// attention runs in blocks of rows of one head, Session::AttentionPrompt)
+// gives every position's logits bitwise as the same tokens fed one at a time
+// (blocks of the query heads sharing a KV head, AttentionGrouped, or
+// AttendOne per head on sliding-window layers), on every golden model
+// (including sliding-window and sink layers), with both KV cache types.
 TEST(SessionBatchTest, PromptLogitsDoNotDependOnChunking) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
   ThreadPool pool(2);
+  // Five threads split decode's groups of query heads per KV head into
+  // smaller blocks (Session::AttentionGrouped), so that each thread has one.
+  ThreadPool five(5);
   for (const std::string& name : testing::AllGoldenModels()) {
     const testing::GoldenCase c = LoadCase(name, "long");
     auto model = arch::Model::Open(c.model_path);
@@ -265,14 +270,16 @@ TEST(SessionBatchTest, PromptLogitsDoNotDependOnChunking) {
       SCOPED_TRACE(std::string("KV cache ") + arch::KvTypeName(kv));
       const ops::NumericPath path = ops::NumericPath::kFast;
       std::vector<std::vector<float>> by_chunk;
-      for (int chunk : {n, 1}) {
+      for (int chunk : {n, 1, -1}) {
+        ThreadPool* threads = chunk < 0 ? &five : &pool;
+        chunk = std::max(chunk, 1);
         moe::LocalExpertBackend backend(&(*model)->experts(), (*model)->config().n_expert, path,
-                                        &pool);
+                                        threads);
         arch::SessionOptions options;
         options.path = path;
         options.n_ctx = 1024;
         options.kv_type = kv;
-        auto session = arch::Session::Create(**model, &backend, &pool, options);
+        auto session = arch::Session::Create(**model, &backend, threads, options);
         ASSERT_TRUE(session.ok()) << session.status();
         std::vector<float> all, logits;
         for (int first = 0; first < n; first += chunk) {
@@ -312,16 +319,15 @@ TEST(SessionBatchTest, AHalfFloatKvCacheHalvesTheSlots) {
     auto model = arch::Model::Open(c.model_path);
     ASSERT_TRUE(model.ok()) << model.status();
     const arch::ModelConfig& config = (*model)->config();
-    moe::LocalExpertBackend backend(&(*model)->experts(), config.n_expert,
-                                    ops::NumericPath::kFast, &pool);
+    moe::LocalExpertBackend backend(&(*model)->experts(), config.n_expert, ops::NumericPath::kFast,
+                                    &pool);
     arch::SessionOptions options;
     options.n_ctx = 1024;
     options.kv_type = arch::KvType::kF16;
     if (config.attention == arch::AttentionKind::kMla) {
       const auto refused = arch::Session::Create(**model, &backend, &pool, options);
       ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_NE(refused.status().message().find("f16"), std::string::npos)
-          << refused.status();
+      EXPECT_NE(refused.status().message().find("f16"), std::string::npos) << refused.status();
       continue;
     }
     std::vector<std::vector<float>> logits(2);

@@ -53,11 +53,11 @@ TEST_P(AttendTest, DotsAreTheCanonicalDots) {
                    dots_stride);
         for (int t = 0; t < n_q; ++t) {
           for (int j = 0; j < n_keys; ++j) {
-            const float want = CanonicalDot(q.data() + t * q_stride, keys.data() + j * key_stride,
-                                            dim);
+            const float want =
+                CanonicalDot(q.data() + t * q_stride, keys.data() + j * key_stride, dim);
             ASSERT_EQ(Bits(dots[t * dots_stride + j]), Bits(want))
-                << "dim " << dim << " queries " << n_q << " keys " << n_keys << " at " << t
-                << ", " << j;
+                << "dim " << dim << " queries " << n_q << " keys " << n_keys << " at " << t << ", "
+                << j;
           }
           for (int j = n_keys; j < dots_stride; ++j) {
             ASSERT_EQ(dots[t * dots_stride + j], -7.0f) << "wrote past key " << n_keys - 1;
@@ -151,8 +151,8 @@ TEST_P(AttendTest, HalfKeysGiveTheDotsOfTheirWidenedRows) {
                                                          keys.widened.data() + j * key_stride, dim)
                                           : -7.0f;
             ASSERT_EQ(Bits(dots[t * dots_stride + j]), Bits(want))
-                << "dim " << dim << " queries " << n_q << " keys " << n_keys << " at " << t
-                << ", " << j;
+                << "dim " << dim << " queries " << n_q << " keys " << n_keys << " at " << t << ", "
+                << j;
           }
         }
       }
@@ -184,8 +184,7 @@ TEST_P(AttendTest, HalfValuesGiveTheSumsOfTheirWidenedRows) {
         p_ptr[i] = p[i].data();
         out_ptr[i] = out[i].data();
       }
-      AttendValues(p_ptr.data(), n.data(), n_q, values.halves.data(), stride, dim,
-                   out_ptr.data());
+      AttendValues(p_ptr.data(), n.data(), n_q, values.halves.data(), stride, dim, out_ptr.data());
       for (int i = 0; i < n_q; ++i) {
         for (int e = 0; e < dim; ++e) {
           ASSERT_EQ(Bits(out[i][e]), Bits(want[i][e]))
