@@ -18,6 +18,10 @@ usage: scripts/bench-vs-llamacpp.sh --llama-bench PATH [options]
   -t T                threads for both (default 2)
   -p P                prompt tokens (default 128)
   -n N                generated tokens (default 64)
+  -d D                decode at a context depth of D tokens (default 0): the
+                      decode rows only (llama-bench -d D; Colibri after a
+                      D-token prompt)
+  --colibri-args "A"  more flags for colibri-coordinator run (e.g. --kv-type f16)
   --build DIR         Colibri build folder (default build)
   -h, --help          this text
 
@@ -44,6 +48,8 @@ reps=5
 threads=2
 n_prompt=128
 n_gen=64
+depth=0
+colibri_args=""
 build=build
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -54,6 +60,8 @@ while [ $# -gt 0 ]; do
     -t) threads="${2:?}"; shift 2 ;;
     -p) n_prompt="${2:?}"; shift 2 ;;
     -n) n_gen="${2:?}"; shift 2 ;;
+    -d) depth="${2:?}"; shift 2 ;;
+    --colibri-args) colibri_args="${2:?}"; shift 2 ;;
     --build) build="${2:?}"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -78,8 +86,20 @@ if [ -z "$model" ]; then
 fi
 [ -f "$model" ] || bench_die "no model at $model"
 
-# Token ids 100, 101, ...: any ids below the vocabulary size do.
-prompt_ids=$(seq -s, 100 $((100 + n_prompt - 1)))
+# Token ids 100, 101, ...: any ids below the vocabulary size do. At a depth,
+# Colibri's prompt is the D tokens of context and only decode is compared
+# (llama-bench's pp at a depth times P tokens after the D, which one run of
+# Colibri's does not separate).
+llama_args=(-p "$n_prompt" -n "$n_gen")
+colibri_run=(-b "$n_prompt")
+if [ "$depth" -gt 0 ]; then
+  prompt_ids=$(seq -s, 100 $((100 + depth - 1)))
+  llama_args=(-p 0 -n "$n_gen" -d "$depth")
+  colibri_run=(-c $((depth + n_gen)))
+else
+  prompt_ids=$(seq -s, 100 $((100 + n_prompt - 1)))
+fi
+read -r -a extra <<<"$colibri_args"
 
 # stats VALUES...: "median min max max/min" of the values.
 stats() {
@@ -100,7 +120,7 @@ probes=()
 for i in $(seq "$reps"); do
   if [ "$colibri_only" = 0 ]; then
     # One pp and one tg test, one repetition each, a JSON object per line.
-    "$llama_bench" -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o jsonl \
+    "$llama_bench" -m "$model" -t "$threads" "${llama_args[@]}" -r 1 -o jsonl \
       >"$work/llama.$i.jsonl" 2>"$work/llama.$i.err" ||
       bench_die "llama-bench failed: $(tail -3 "$work/llama.$i.err")"
     while read -r np ng ts; do
@@ -109,20 +129,28 @@ for i in $(seq "$reps"); do
     done < <(sed -n 's/.*"n_prompt": *\([0-9]*\).*"n_gen": *\([0-9]*\).*"avg_ts": *\([0-9.e+-]*\).*/\1 \2 \3/p' \
       "$work/llama.$i.jsonl")
   fi
-  "$COORD" run -m "$model" --prompt-tokens "$prompt_ids" -b "$n_prompt" -n "$n_gen" --ignore-eos \
-    --temp 0 -t "$threads" >"$work/colibri.$i.out" 2>"$work/colibri.$i.err" ||
+  "$COORD" run -m "$model" --prompt-tokens "$prompt_ids" "${colibri_run[@]}" -n "$n_gen" \
+    --ignore-eos --temp 0 -t "$threads" "${extra[@]}" >"$work/colibri.$i.out" \
+    2>"$work/colibri.$i.err" ||
     bench_die "colibri-coordinator run failed: $(tail -3 "$work/colibri.$i.err")"
-  colibri_pp+=("$(sed -n 's/^prompt: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
+  if [ "$depth" = 0 ]; then
+    colibri_pp+=("$(sed -n 's/^prompt: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
+  fi
   colibri_tg+=("$(sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
   # The memory as it was during this run: the host's load moves it from run
   # to run, so each run's decode is also set against its own probe.
   probes+=("$(bench_memory_probe "$threads")")
-  echo "run $i/$reps: colibri pp ${colibri_pp[-1]} tg ${colibri_tg[-1]}" \
+  pp_now="n/a"
+  if [ "${#colibri_pp[@]}" -gt 0 ]; then pp_now=${colibri_pp[-1]}; fi
+  echo "run $i/$reps: colibri pp $pp_now tg ${colibri_tg[-1]}" \
     "${llama_pp:+llama.cpp pp ${llama_pp[-1]} tg ${llama_tg[-1]:-}}" \
     "memory read ${probes[-1]:-n/a} GB/s" >&2
 done
 
-read -r c_pp c_pp_min c_pp_max c_pp_spread <<<"$(stats "${colibri_pp[@]}")"
+c_pp="n/a" c_pp_min="" c_pp_max="" c_pp_spread="n/a"
+if [ "${#colibri_pp[@]}" -gt 0 ]; then
+  read -r c_pp c_pp_min c_pp_max c_pp_spread <<<"$(stats "${colibri_pp[@]}")"
+fi
 read -r c_tg c_tg_min c_tg_max c_tg_spread <<<"$(stats "${colibri_tg[@]}")"
 l_pp="n/a" l_pp_min="" l_pp_max="" l_pp_spread="n/a" l_tg="n/a" l_tg_min="" l_tg_max="" l_tg_spread="n/a"
 if [ "${#llama_pp[@]}" -gt 0 ]; then
@@ -142,7 +170,11 @@ limit=$(awk -v g="$MEM_READ_GBS" -v b="$active_bytes" \
 pct() { awk -v a="$1" -v l="$limit" 'BEGIN { if (l + 0 > 0 && a + 0 > 0) printf "%.0f%%", 100 * a / l; else print "n/a" }'; }
 
 echo
-echo "model: $model; $threads threads; $reps interleaved runs; prompt $n_prompt tokens, decode $n_gen tokens"
+if [ "$depth" -gt 0 ]; then
+  echo "model: $model; $threads threads; $reps interleaved runs; decode $n_gen tokens at a depth of $depth tokens${colibri_args:+; colibri $colibri_args}"
+else
+  echo "model: $model; $threads threads; $reps interleaved runs; prompt $n_prompt tokens, decode $n_gen tokens${colibri_args:+; colibri $colibri_args}"
+fi
 printf '%-22s %-30s %-30s %s\n' "" "Colibri median (min-max) spread" "llama.cpp median (min-max) spread" "Colibri/llama.cpp"
 printf '%-22s %-30s %-30s %s\n' "prompt tok/s" "$c_pp ($c_pp_min-$c_pp_max) $c_pp_spread" \
   "$l_pp ($l_pp_min-$l_pp_max) $l_pp_spread" "$(ratio "$c_pp" "$l_pp")"

@@ -46,6 +46,26 @@ expect "^bandwidth limit: $num tok/s = memory read $num GB/s / active weight byt
 expect "^decode vs limit: Colibri [0-9]+%, llama\.cpp [0-9]+%\$" "decode vs limit line"
 expect "^decode vs its own run's memory probe \(median, range\): Colibri $num% \($num-$num%\), llama\.cpp $num% \($num-$num%\)\$" \
   "per-run share line"
+
+# At a depth (-d): decode only, after a D-token prompt, with Colibri's extra
+# flags passed through.
+if [ "$fail" = 0 ]; then
+  if ! bash "$src/scripts/bench-vs-llamacpp.sh" --llama-bench "$tmp/llama-bench" --model "$model" \
+    --build "$bin" -r 1 -n 4 -d 16 --colibri-args "--kv-type f16" >"$out" 2>"$tmp/err.txt"; then
+    echo "FAIL: bench-vs-llamacpp.sh -d 16 exited with an error"
+    cat "$out" "$tmp/err.txt"
+    exit 1
+  fi
+  expect "^model: .*; 1 interleaved runs; decode 4 tokens at a depth of 16 tokens; colibri --kv-type f16\$" \
+    "header line at a depth"
+  expect "^prompt tok/s +n/a " "no Colibri prompt figure at a depth"
+  expect "^decode tok/s +$num \($num-$num\) $num +20\.00 \(20\.00-20\.00\) 1\.00 +$num\$" \
+    "decode row at a depth"
+  grep -q "KV cache f16" "$bin/bench-vs-llamacpp/colibri.1.err" ||
+    { echo "FAIL: --colibri-args did not reach colibri-coordinator run"; fail=1; }
+  grep -q "^prompt: 16 tokens" "$bin/bench-vs-llamacpp/colibri.1.err" ||
+    { echo "FAIL: Colibri's prompt was not the 16 tokens of depth"; fail=1; }
+fi
 if [ "$fail" != 0 ]; then
   echo "--- output"
   cat "$out"
