@@ -476,6 +476,18 @@ void Session::ApplyRope(float* v, int n_heads, int head_stride, int pos) const {
   }
 }
 
+namespace {
+
+// A KV cache row from n floats: copied, or rounded to halves.
+void StoreCacheRow(const float* src, int n, float* dst) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+void StoreCacheRow(const float* src, int n, uint16_t* dst) {
+  for (int e = 0; e < n; ++e) dst[e] = ops::Fp32ToFp16(src[e]);
+}
+
+}  // namespace
+
 void Session::Attention(int il, int n) {
   const LayerWeights& L = model_.layer(il);
   const int q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), v_dim = c_.v_dim();
@@ -485,7 +497,6 @@ void Session::Attention(int il, int n) {
   ops::MatMulSharedInput(qkv, 3, xn_.data(), n, options_.path, pool_, &matmul_scratch_);
 
   const int ring = cache_rows_[il];
-  const bool half = options_.kv_type == KvType::kF16;
   for (int i = 0; i < n; ++i) {
     float* q = q_.data() + i * q_dim;
     float* k = k_.data() + i * kv_dim;
@@ -509,16 +520,10 @@ void Session::Attention(int il, int n) {
     ApplyRope(q, c_.n_head, hd, pos);
     ApplyRope(k, c_.n_head_kv, hd, pos);
     const size_t slot = static_cast<size_t>(pos % ring);
-    if (half) {
-      uint16_t* k_row = KeyRows<uint16_t>(row_seq_[i], il, kv_dim) + slot * kv_dim;
-      uint16_t* v_row = ValueRows<uint16_t>(row_seq_[i], il) + slot * v_dim;
-      for (int e = 0; e < kv_dim; ++e) k_row[e] = ops::Fp32ToFp16(k[e]);
-      for (int e = 0; e < v_dim; ++e) v_row[e] = ops::Fp32ToFp16(v[e]);
-    } else {
-      std::memcpy(KeyRows<float>(row_seq_[i], il, kv_dim) + slot * kv_dim, k,
-                  kv_dim * sizeof(float));
-      std::memcpy(ValueRows<float>(row_seq_[i], il) + slot * v_dim, v, v_dim * sizeof(float));
-    }
+    WithCacheRows(row_seq_[i], il, [&](auto* k_cache, auto* v_cache) {
+      StoreCacheRow(k, kv_dim, k_cache + slot * kv_dim);
+      StoreCacheRow(v, v_dim, v_cache + slot * v_dim);
+    });
   }
 
   // Causal attention, one (head, token) pair per work item.
@@ -550,16 +555,11 @@ void Session::Attention(int il, int n) {
       const int kvh = h / group;
       const int last = row_pos_[i];
       const int first = window > 0 ? std::max(0, last - window + 1) : 0;
-      auto attend = [&](const auto* k_cache, const auto* v_cache) {
+      WithCacheRows(row_seq_[i], il, [&](const auto* k_cache, const auto* v_cache) {
         AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
                   v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr, scores,
                   attn_.data() + i * c_.n_head * hdv + h * hdv);
-      };
-      if (half) {
-        attend(KeyRows<uint16_t>(row_seq_[i], il, kv_dim), ValueRows<uint16_t>(row_seq_[i], il));
-      } else {
-        attend(KeyRows<float>(row_seq_[i], il, kv_dim), ValueRows<float>(row_seq_[i], il));
-      }
+      });
     }
   };
   if (pool_ != nullptr) {
@@ -608,15 +608,10 @@ void Session::AttentionPrompt(int il, int n) {
         lasts[t] = row_pos_[i0 + t];
         sinks[t] = L.sinks ? L.sinks + h : nullptr;
       }
-      auto attend = [&](const auto* k_cache, const auto* v_cache) {
+      WithCacheRows(row_seq_[i0], il, [&](const auto* k_cache, const auto* v_cache) {
         AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd,
                     hdv, scale, sinks, scratch, outs);
-      };
-      if (options_.kv_type == KvType::kF16) {
-        attend(KeyRows<uint16_t>(row_seq_[i0], il, kv_dim), ValueRows<uint16_t>(row_seq_[i0], il));
-      } else {
-        attend(KeyRows<float>(row_seq_[i0], il, kv_dim), ValueRows<float>(row_seq_[i0], il));
-      }
+      });
     }
   };
   if (pool_ != nullptr) {
@@ -666,15 +661,10 @@ void Session::AttentionGrouped(int il, int n) {
         lasts[t] = row_pos_[i];
         sinks[t] = L.sinks ? L.sinks + h0 + t : nullptr;
       }
-      auto attend = [&](const auto* k_cache, const auto* v_cache) {
+      WithCacheRows(row_seq_[i], il, [&](const auto* k_cache, const auto* v_cache) {
         AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd,
                     hdv, scale, sinks, scratch, outs);
-      };
-      if (options_.kv_type == KvType::kF16) {
-        attend(KeyRows<uint16_t>(row_seq_[i], il, kv_dim), ValueRows<uint16_t>(row_seq_[i], il));
-      } else {
-        attend(KeyRows<float>(row_seq_[i], il, kv_dim), ValueRows<float>(row_seq_[i], il));
-      }
+      });
     }
   };
   if (pool_ != nullptr) {

@@ -327,6 +327,16 @@ class Session {
   T* ValueRows(int seq, int il) const {
     return reinterpret_cast<T*>(v_slots_[seq].get()) + cache_offset_[il] * c_.v_dim();
   }
+  // Calls f(keys, values) with layer il's first rows in sequence seq's slot
+  // (standard attention), as floats or as halves (KvType::kF16).
+  template <typename F>
+  void WithCacheRows(int seq, int il, F&& f) const {
+    if (options_.kv_type == KvType::kF16) {
+      f(KeyRows<uint16_t>(seq, il, c_.kv_dim()), ValueRows<uint16_t>(seq, il));
+    } else {
+      f(KeyRows<float>(seq, il, c_.kv_dim()), ValueRows<float>(seq, il));
+    }
+  }
   void Attention(int il, int n);
   // Multi-head Latent Attention (deepseek2), absorbed form over the latent cache.
   void AttentionMla(int il, int n);
