@@ -799,19 +799,42 @@ void Session::AttentionMla(int il, int n) {
     }
   }
 
+  // Every head reads the same latent rows: blocks of up to kAttendBlock
+  // heads of a token go through one AttendBlock, so each cached row is read
+  // once per block rather than once per head (bitwise AttendOne's). Blocks
+  // are halved while there are fewer of them than threads.
   const float scale = c_.attention_scale();
-  const int64_t items = static_cast<int64_t>(n_head) * n;
   const int n_threads = pool_ ? pool_->num_threads() : 1;
+  int per = std::min(n_head, kAttendBlock);
+  const auto items_for = [&](int heads) {
+    return static_cast<int64_t>(n) * ((n_head + heads - 1) / heads);
+  };
+  while (per > 1 && items_for(per) < n_threads) per = (per + 1) / 2;
+  const int blocks = (n_head + per - 1) / per;
+  const int64_t items = items_for(per);
+  const size_t per_thread = static_cast<size_t>(kAttendBlock) * (n_ctx_ + row);
+  if (block_scratch_.size() < per_thread * n_threads) {
+    block_scratch_.resize(per_thread * n_threads);
+  }
   const int64_t chunk = (items + n_threads - 1) / n_threads;
   auto body = [&](int64_t begin, int64_t end) {
-    float* scores = scores_.data() + static_cast<size_t>(begin / chunk) * n_ctx_;
+    float* scratch = block_scratch_.data() + static_cast<size_t>(begin / chunk) * per_thread;
     for (int64_t item = begin; item < end; ++item) {
-      const int h = static_cast<int>(item / n);
-      const int i = static_cast<int>(item % n);
-      const size_t at = static_cast<size_t>(i) * n_head + h;
+      const int i = static_cast<int>(item / blocks);
+      const int h0 = static_cast<int>(item % blocks) * per;
+      const int rows = std::min(per, n_head - h0);
+      const float* qs[kAttendBlock];
+      float* outs[kAttendBlock];
+      int lasts[kAttendBlock];
+      for (int t = 0; t < rows; ++t) {
+        const size_t at = static_cast<size_t>(i) * n_head + h0 + t;
+        qs[t] = q_abs_.data() + at * row;
+        outs[t] = latent_.data() + at * rank;
+        lasts[t] = row_pos_[i];
+      }
       const float* cache = KeyRows<float>(row_seq_[i], il, row);
-      AttendOne(q_abs_.data() + at * row, cache, row, cache, row, 0, row_pos_[i], n_ctx_, row, rank,
-                scale, nullptr, scores, latent_.data() + at * rank);
+      AttendBlock(qs, rows, cache, row, cache, row, lasts, row, rank, scale, nullptr, scratch,
+                  outs);
     }
   };
   if (pool_ != nullptr) {
