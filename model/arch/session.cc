@@ -569,6 +569,33 @@ void Session::Attention(int il, int n) {
   }
 }
 
+int Session::HeadsPerBlock(int64_t units, int heads) const {
+  const int n_threads = pool_ ? pool_->num_threads() : 1;
+  int per = std::min(heads, kAttendBlock);
+  while (per > 1 && units * ((heads + per - 1) / per) < n_threads) per = (per + 1) / 2;
+  return per;
+}
+
+template <typename F>
+void Session::ForAttendItems(int64_t items, int dim, F&& f) {
+  const int n_threads = pool_ ? pool_->num_threads() : 1;
+  const size_t per_thread = static_cast<size_t>(kAttendBlock) * (n_ctx_ + dim);
+  if (block_scratch_.size() < per_thread * n_threads) {
+    block_scratch_.resize(per_thread * n_threads);
+  }
+  const int64_t chunk = (items + n_threads - 1) / n_threads;
+  auto body = [&](int64_t begin, int64_t end) {
+    // At most n_threads chunks run: chunk index begin / chunk picks the buffer.
+    float* scratch = block_scratch_.data() + static_cast<size_t>(begin / chunk) * per_thread;
+    for (int64_t item = begin; item < end; ++item) f(item, scratch);
+  };
+  if (pool_ != nullptr) {
+    pool_->ParallelFor(items, chunk, body);
+  } else {
+    body(0, items);
+  }
+}
+
 void Session::AttentionPrompt(int il, int n) {
   const LayerWeights& L = model_.layer(il);
   const int q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), v_dim = c_.v_dim();
@@ -584,41 +611,26 @@ void Session::AttentionPrompt(int il, int n) {
   }
   const int64_t n_blocks = static_cast<int64_t>(blocks.size());
   blocks.push_back(n);
-  const int n_threads = pool_ ? pool_->num_threads() : 1;
-  const size_t per_thread = static_cast<size_t>(kAttendBlock) * (n_ctx_ + hd);
-  if (block_scratch_.size() < per_thread * n_threads) {
-    block_scratch_.resize(per_thread * n_threads);
-  }
-  const int64_t items = static_cast<int64_t>(c_.n_head) * n_blocks;
-  const int64_t chunk = (items + n_threads - 1) / n_threads;
-  auto body = [&](int64_t begin, int64_t end) {
-    float* scratch = block_scratch_.data() + static_cast<size_t>(begin / chunk) * per_thread;
-    for (int64_t item = begin; item < end; ++item) {
-      const int h = static_cast<int>(item / n_blocks);
-      const int b = static_cast<int>(item % n_blocks);
-      const int i0 = blocks[b], rows = blocks[b + 1] - blocks[b];
-      const int kvh = h / group;
-      const float* qs[kAttendBlock];
-      float* outs[kAttendBlock];
-      int lasts[kAttendBlock];
-      const float* sinks[kAttendBlock];
-      for (int t = 0; t < rows; ++t) {
-        qs[t] = q_.data() + (i0 + t) * q_dim + h * hd;
-        outs[t] = attn_.data() + (i0 + t) * c_.n_head * hdv + h * hdv;
-        lasts[t] = row_pos_[i0 + t];
-        sinks[t] = L.sinks ? L.sinks + h : nullptr;
-      }
-      WithCacheRows(row_seq_[i0], il, [&](const auto* k_cache, const auto* v_cache) {
-        AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd,
-                    hdv, scale, sinks, scratch, outs);
-      });
+  ForAttendItems(c_.n_head * n_blocks, hd, [&](int64_t item, float* scratch) {
+    const int h = static_cast<int>(item / n_blocks);
+    const int b = static_cast<int>(item % n_blocks);
+    const int i0 = blocks[b], rows = blocks[b + 1] - blocks[b];
+    const int kvh = h / group;
+    const float* qs[kAttendBlock];
+    float* outs[kAttendBlock];
+    int lasts[kAttendBlock];
+    const float* sinks[kAttendBlock];
+    for (int t = 0; t < rows; ++t) {
+      qs[t] = q_.data() + (i0 + t) * q_dim + h * hd;
+      outs[t] = attn_.data() + (i0 + t) * c_.n_head * hdv + h * hdv;
+      lasts[t] = row_pos_[i0 + t];
+      sinks[t] = L.sinks ? L.sinks + h : nullptr;
     }
-  };
-  if (pool_ != nullptr) {
-    pool_->ParallelFor(items, chunk, body);
-  } else {
-    body(0, items);
-  }
+    WithCacheRows(row_seq_[i0], il, [&](const auto* k_cache, const auto* v_cache) {
+      AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd, hdv,
+                  scale, sinks, scratch, outs);
+    });
+  });
 }
 
 void Session::AttentionGrouped(int il, int n) {
@@ -627,51 +639,30 @@ void Session::AttentionGrouped(int il, int n) {
   const int hd = c_.head_dim, hdv = c_.head_dim_v;
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = c_.attention_scale();
-  const int n_threads = pool_ ? pool_->num_threads() : 1;
-  // Heads per block: the whole group when that leaves every thread an item,
-  // else halved until it does (fewer heads share each read, more threads
-  // read).
-  int per = std::min(group, kAttendBlock);
-  const auto items_for = [&](int heads) {
-    return static_cast<int64_t>(c_.n_head_kv) * n * ((group + heads - 1) / heads);
-  };
-  while (per > 1 && items_for(per) < n_threads) per = (per + 1) / 2;
+  const int64_t units = static_cast<int64_t>(c_.n_head_kv) * n;
+  const int per = HeadsPerBlock(units, group);
   const int blocks_per_group = (group + per - 1) / per;
-  const int64_t items = items_for(per);
-  const size_t per_thread = static_cast<size_t>(kAttendBlock) * (n_ctx_ + hd);
-  if (block_scratch_.size() < per_thread * n_threads) {
-    block_scratch_.resize(per_thread * n_threads);
-  }
-  const int64_t chunk = (items + n_threads - 1) / n_threads;
-  auto body = [&](int64_t begin, int64_t end) {
-    float* scratch = block_scratch_.data() + static_cast<size_t>(begin / chunk) * per_thread;
-    for (int64_t item = begin; item < end; ++item) {
-      const int b = static_cast<int>(item % blocks_per_group);
-      const int i = static_cast<int>(item / blocks_per_group % n);
-      const int kvh = static_cast<int>(item / blocks_per_group / n);
-      const int h0 = kvh * group + b * per;
-      const int rows = std::min(per, (kvh + 1) * group - h0);
-      const float* qs[kAttendBlock];
-      float* outs[kAttendBlock];
-      int lasts[kAttendBlock];
-      const float* sinks[kAttendBlock];
-      for (int t = 0; t < rows; ++t) {
-        qs[t] = q_.data() + i * q_dim + (h0 + t) * hd;
-        outs[t] = attn_.data() + i * c_.n_head * hdv + (h0 + t) * hdv;
-        lasts[t] = row_pos_[i];
-        sinks[t] = L.sinks ? L.sinks + h0 + t : nullptr;
-      }
-      WithCacheRows(row_seq_[i], il, [&](const auto* k_cache, const auto* v_cache) {
-        AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd,
-                    hdv, scale, sinks, scratch, outs);
-      });
+  ForAttendItems(units * blocks_per_group, hd, [&](int64_t item, float* scratch) {
+    const int b = static_cast<int>(item % blocks_per_group);
+    const int i = static_cast<int>(item / blocks_per_group % n);
+    const int kvh = static_cast<int>(item / blocks_per_group / n);
+    const int h0 = kvh * group + b * per;
+    const int rows = std::min(per, (kvh + 1) * group - h0);
+    const float* qs[kAttendBlock];
+    float* outs[kAttendBlock];
+    int lasts[kAttendBlock];
+    const float* sinks[kAttendBlock];
+    for (int t = 0; t < rows; ++t) {
+      qs[t] = q_.data() + i * q_dim + (h0 + t) * hd;
+      outs[t] = attn_.data() + i * c_.n_head * hdv + (h0 + t) * hdv;
+      lasts[t] = row_pos_[i];
+      sinks[t] = L.sinks ? L.sinks + h0 + t : nullptr;
     }
-  };
-  if (pool_ != nullptr) {
-    pool_->ParallelFor(items, chunk, body);
-  } else {
-    body(0, items);
-  }
+    WithCacheRows(row_seq_[i], il, [&](const auto* k_cache, const auto* v_cache) {
+      AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd, hdv,
+                  scale, sinks, scratch, outs);
+    });
+  });
 }
 
 template <typename T>
@@ -804,44 +795,24 @@ void Session::AttentionMla(int il, int n) {
   // once per block rather than once per head (bitwise AttendOne's). Blocks
   // are halved while there are fewer of them than threads.
   const float scale = c_.attention_scale();
-  const int n_threads = pool_ ? pool_->num_threads() : 1;
-  int per = std::min(n_head, kAttendBlock);
-  const auto items_for = [&](int heads) {
-    return static_cast<int64_t>(n) * ((n_head + heads - 1) / heads);
-  };
-  while (per > 1 && items_for(per) < n_threads) per = (per + 1) / 2;
+  const int per = HeadsPerBlock(n, n_head);
   const int blocks = (n_head + per - 1) / per;
-  const int64_t items = items_for(per);
-  const size_t per_thread = static_cast<size_t>(kAttendBlock) * (n_ctx_ + row);
-  if (block_scratch_.size() < per_thread * n_threads) {
-    block_scratch_.resize(per_thread * n_threads);
-  }
-  const int64_t chunk = (items + n_threads - 1) / n_threads;
-  auto body = [&](int64_t begin, int64_t end) {
-    float* scratch = block_scratch_.data() + static_cast<size_t>(begin / chunk) * per_thread;
-    for (int64_t item = begin; item < end; ++item) {
-      const int i = static_cast<int>(item / blocks);
-      const int h0 = static_cast<int>(item % blocks) * per;
-      const int rows = std::min(per, n_head - h0);
-      const float* qs[kAttendBlock];
-      float* outs[kAttendBlock];
-      int lasts[kAttendBlock];
-      for (int t = 0; t < rows; ++t) {
-        const size_t at = static_cast<size_t>(i) * n_head + h0 + t;
-        qs[t] = q_abs_.data() + at * row;
-        outs[t] = latent_.data() + at * rank;
-        lasts[t] = row_pos_[i];
-      }
-      const float* cache = KeyRows<float>(row_seq_[i], il, row);
-      AttendBlock(qs, rows, cache, row, cache, row, lasts, row, rank, scale, nullptr, scratch,
-                  outs);
+  ForAttendItems(static_cast<int64_t>(n) * blocks, row, [&](int64_t item, float* scratch) {
+    const int i = static_cast<int>(item / blocks);
+    const int h0 = static_cast<int>(item % blocks) * per;
+    const int rows = std::min(per, n_head - h0);
+    const float* qs[kAttendBlock];
+    float* outs[kAttendBlock];
+    int lasts[kAttendBlock];
+    for (int t = 0; t < rows; ++t) {
+      const size_t at = static_cast<size_t>(i) * n_head + h0 + t;
+      qs[t] = q_abs_.data() + at * row;
+      outs[t] = latent_.data() + at * rank;
+      lasts[t] = row_pos_[i];
     }
-  };
-  if (pool_ != nullptr) {
-    pool_->ParallelFor(items, chunk, body);
-  } else {
-    body(0, items);
-  }
+    const float* cache = KeyRows<float>(row_seq_[i], il, row);
+    AttendBlock(qs, rows, cache, row, cache, row, lasts, row, rank, scale, nullptr, scratch, outs);
+  });
 
   // Back from the latent: o[h] = Vb[h] · latent[h].
   for (int h = 0; h < n_head; ++h) {

@@ -360,6 +360,16 @@ class Session {
   // heads rather than once per head. Bitwise the per-head AttendOne.
   void AttentionGrouped(int il, int n);
   static constexpr int kAttendBlock = 16;
+  // Heads per AttendBlock when `units` units (a KV group of a row, or a row)
+  // of `heads` heads each are split into blocks: all of them, up to
+  // kAttendBlock, halved while the blocks are fewer than the threads (fewer
+  // heads share each read, more threads read).
+  int HeadsPerBlock(int64_t units, int heads) const;
+  // Runs f(item, scratch) for every item < items over the pool, scratch
+  // being the running thread's AttendBlock buffer for queries of dim floats
+  // (block_scratch_, grown to fit).
+  template <typename F>
+  void ForAttendItems(int64_t items, int dim, F&& f);
   // AttendOne for `rows` queries q[t] over the cache rows of positions
   // 0 .. lasts[t] (no ring wrap), out[t] for each, with sinks[t] (null, or
   // null entries: no sink): the dot products and the weighted sums of the
