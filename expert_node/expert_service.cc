@@ -985,6 +985,7 @@ void ExpertServiceImpl::FillNodeStats(v1::NodeStatsReply* reply) const {
   reply->set_prefetch_resident(prefetch_resident_.load() + c.prefetch_resident);
   reply->set_prefetch_coalesced(prefetch_coalesced_.load() + c.prefetch_coalesced);
   reply->set_prefetch_loaded(c.prefetch_loaded);
+  reply->set_ram_warmed_experts(c.warm_loaded);
   reply->set_load_waits(c.load_waits);
   reply->set_evictions(c.evictions);
   reply->set_uncached(c.uncached);

@@ -96,6 +96,11 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", options.tls_ca_file, "PEM CA: require and verify client certificates");
   app.add_flag("--insecure", options.insecure,
                "allow listening beyond loopback without an auth token");
+  options.warm_ram = true;
+  app.add_flag("--warm-ram,!--no-warm-ram", options.warm_ram,
+               "fill the RAM tier's free room from disk in the background after start-up and "
+               "after experts are ingested or imported (most used first; evicts nothing)")
+      ->capture_default_str();
   app.add_flag("--direct-io", options.store.direct_reads,
                "read experts with O_DIRECT (bypass the page cache)");
   app.add_option("--io-threads", options.service.io_threads,

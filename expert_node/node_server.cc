@@ -137,12 +137,17 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   }
   node->service_->ServeComputeLayer(std::move(compute_queue));
   node->address_ = rpc::BoundAddress(options.listen, node->port_);
+  if (options.warm_ram) {
+    node->warmer_ = std::make_unique<RamWarmer>(options.warmer, store, node->tier_.get(),
+                                                node->usage_.get());
+  }
   return node;
 }
 
 NodeServer::~NodeServer() { Shutdown(absl::Seconds(5)); }
 
 void NodeServer::Shutdown(absl::Duration deadline) {
+  warmer_.reset();
   if (service_ != nullptr) service_->BeginShutdown();
   if (server_ != nullptr) {
     // gRPC's graceful shutdown also waits for clients to close their idle

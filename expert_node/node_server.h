@@ -17,6 +17,7 @@
 #include "expert_node/expert_service.h"
 #include "expert_node/expert_store.h"
 #include "expert_node/ram_tier.h"
+#include "expert_node/ram_warmer.h"
 #include "expert_node/usage_counts.h"
 
 namespace grpc {
@@ -53,6 +54,11 @@ class NodeServer {
     // Bytes of the hottest experts (by persisted usage) loaded and pinned
     // resident before serving; must be <= ram.budget_bytes. Default: 0.
     uint64_t pin_budget_bytes = 0;
+    // Fill the RAM tier's free room from the store in the background once
+    // serving, and again whenever experts are ingested or imported
+    // (ram_warmer.h; --warm-ram, on by default in the binary). Default: false.
+    bool warm_ram = false;
+    RamWarmer::Options warmer;
     // When the store cannot be opened because it is damaged (DataLoss):
     // run RocksDB's repair, then verify every expert, dropping what fails
     // (--repair). Default: false.
@@ -65,7 +71,8 @@ class NodeServer {
   };
 
   // Opens the store, pins the hottest experts (pin_budget_bytes; before
-  // listening, logging what was pinned) and starts serving.
+  // listening, logging what was pinned), starts serving and then the RAM
+  // warm-up (warm_ram).
   // FailedPrecondition when the address is beyond loopback with neither a
   // token nor `insecure`; InvalidArgument when the token is shorter than
   // rpc::kMinServerTokenBytes, the node id breaks ValidateNodeId's rule or
@@ -77,7 +84,8 @@ class NodeServer {
   NodeServer(const NodeServer&) = delete;
   NodeServer& operator=(const NodeServer&) = delete;
 
-  // Stops an Import in progress (ExpertServiceImpl::BeginShutdown), waits
+  // Stops the RAM warm-up and an Import in progress
+  // (ExpertServiceImpl::BeginShutdown), waits
   // (until the deadline) for the service's calls in progress to finish,
   // then stops the server, cancelling whatever is left, and drains the
   // executors. Calls arriving meanwhile are cancelled. Idempotent.
@@ -91,6 +99,7 @@ class NodeServer {
   ExpertStore* store() { return store_.get(); }
   RamTier* ram_tier() { return tier_.get(); }
   UsageCounts* usage_counts() { return usage_.get(); }
+  RamWarmer* ram_warmer() { return warmer_.get(); }  // null unless warm_ram
 
  private:
   NodeServer() = default;
@@ -102,6 +111,7 @@ class NodeServer {
   std::unique_ptr<UsageCounts> usage_;
   std::unique_ptr<ExpertServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<RamWarmer> warmer_;
 };
 
 }  // namespace colibri::expert_node

@@ -49,10 +49,14 @@ void RamTier::LoadAndFinish(const ExpertId& id, const std::shared_ptr<Flight>& f
     flight->blob = blob;
     // Someone waits for it: it is demand now, and admitted as such.
     const bool pure_prefetch = flight->prefetch && flight->waiters == 0;
-    const Admission admission = pure_prefetch ? Admission::kPrefetch : Admission::kDemand;
+    const bool pure_warm = flight->warm && flight->waiters == 0;
+    const Admission admission = pure_prefetch ? Admission::kPrefetch
+                                : pure_warm   ? Admission::kWarm
+                                              : Admission::kDemand;
     if (!entries_.contains(id) && MakeRoom(blob->size_bytes(), admission, end)) {
-      Entry& e = Admit(id, std::move(blob), end);
+      Entry& e = Admit(id, std::move(blob), end, /*coldest=*/pure_warm);
       if (flight->prefetch) ++counters_.prefetch_loaded;
+      if (flight->warm) ++counters_.warm_loaded;
       if (pure_prefetch) {
         e.prefetched_unused = true;
         e.protected_until = end + options_.prefetch_protection;
@@ -136,6 +140,25 @@ absl::Status RamTier::Prefetch(const ExpertId& id, uint64_t expected_bytes) {
   return absl::OkStatus();
 }
 
+absl::Status RamTier::Warm(const ExpertId& id, uint64_t expected_bytes) {
+  absl::MutexLock lock(&mu_);
+  if (entries_.contains(id) || loading_.contains(id)) return absl::OkStatus();
+  const auto no_room = [&id] {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(ToString(id), ": no free room in the RAM tier to warm it"));
+  };
+  if (expected_bytes > 0 && !CanMakeRoom(expected_bytes, Admission::kWarm, absl::Now())) {
+    return no_room();
+  }
+  auto flight = std::make_shared<Flight>();
+  flight->warm = true;
+  loading_[id] = flight;
+  LoadAndFinish(id, flight);
+  if (!flight->status.ok()) return flight->status;
+  if (!entries_.contains(id)) return no_room();
+  return absl::OkStatus();
+}
+
 absl::Status RamTier::PinResident(const ExpertId& id) {
   absl::MutexLock lock(&mu_);
   while (true) {
@@ -170,7 +193,7 @@ absl::Status RamTier::PinResident(const ExpertId& id) {
 }
 
 bool RamTier::Evictable(const Entry& e, Admission admission, absl::Time now) const {
-  if (e.pins > 0 || e.resident) return false;
+  if (admission == Admission::kWarm || e.pins > 0 || e.resident) return false;
   if (e.prefetched_unused && now < e.protected_until) return false;
   return admission == Admission::kDemand || now - e.last_use >= options_.prefetch_victim_min_idle;
 }
@@ -203,14 +226,13 @@ bool RamTier::MakeRoom(uint64_t bytes, Admission admission, absl::Time now) {
 }
 
 RamTier::Entry& RamTier::Admit(const ExpertId& id, std::shared_ptr<const ExpertBlob> blob,
-                               absl::Time now) {
-  lru_.push_front(id);
+                               absl::Time now, bool coldest) {
   Entry& e = entries_[id];
   used_bytes_ += blob->size_bytes();
   counters_.peak_used_bytes = std::max(counters_.peak_used_bytes, used_bytes_);
   e.blob = std::move(blob);
   e.last_use = now;
-  e.lru_pos = lru_.begin();
+  e.lru_pos = lru_.insert(coldest ? lru_.end() : lru_.begin(), id);
   return e;
 }
 

@@ -21,6 +21,10 @@
 //                  layer must not push out what the current layer uses).
 // A prefetch that cannot make room under its rule is dropped ("memory
 // pressure"); with an expected size it is dropped before reading the disk.
+// Warm (the background warm-up, ram_warmer.h) evicts nothing: it only fills
+// free room, and puts what it loads at the least recently used end, so that
+// the first demand load that needs room evicts warmed, never-used experts
+// before anything a request has used.
 //
 // Loads coalesce: while an expert's load is in flight (demand or prefetch), a
 // second Acquire of it waits for that load instead of reading again (counted
@@ -108,6 +112,7 @@ class RamTier {
     uint64_t prefetch_resident = 0;   // Prefetch of a resident expert: no-op
     uint64_t prefetch_coalesced = 0;  // Prefetch of an expert whose load is in flight
     uint64_t prefetch_no_room = 0;    // prefetches dropped under memory pressure
+    uint64_t warm_loaded = 0;         // experts Warm read and admitted
     uint64_t peak_used_bytes = 0;     // most bytes ever resident (<= budget)
     uint64_t used_bytes = 0;          // bytes resident now
     uint64_t pinned_experts = 0;      // experts pinned by PinResident
@@ -127,6 +132,11 @@ class RamTier {
   // expected_bytes (its ExpertBlob::SizeFor, 0: unknown) cannot be made room
   // for; loader errors pass through.
   absl::Status Prefetch(const ExpertId& id, uint64_t expected_bytes = 0);
+  // Loads the expert into free room unless resident or in flight, evicting
+  // nothing. OK when resident afterwards, already, or being loaded;
+  // ResourceExhausted when it does not fit in the free room — before reading
+  // when expected_bytes (as for Prefetch) says so; loader errors pass through.
+  absl::Status Warm(const ExpertId& id, uint64_t expected_bytes = 0);
   // Loads the expert unless resident and keeps it resident for the tier's
   // lifetime. ResourceExhausted when it does not fit (evicting only what a
   // demand load may); loader errors pass through.
@@ -140,7 +150,8 @@ class RamTier {
 
  private:
   friend class PinnedExpert;
-  enum class Admission { kDemand, kPrefetch };
+  // What an admission may evict (Evictable); kWarm evicts nothing.
+  enum class Admission { kDemand, kPrefetch, kWarm };
 
   struct Entry {
     std::shared_ptr<const ExpertBlob> blob;
@@ -154,6 +165,7 @@ class RamTier {
   // A load in flight; waiters block on load_done_ until `done`.
   struct Flight {
     bool prefetch = false;  // started by Prefetch
+    bool warm = false;      // started by Warm
     int waiters = 0;        // Acquires waiting for it
     bool done = false;
     absl::Status status;
@@ -174,9 +186,10 @@ class RamTier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Evictable(const Entry& e, Admission admission, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Inserts a new entry (room already made) at the LRU front.
-  Entry& Admit(const ExpertId& id, std::shared_ptr<const ExpertBlob> blob, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts a new entry (room already made) at the LRU front, or at its back
+  // (the first to be evicted) when `coldest`.
+  Entry& Admit(const ExpertId& id, std::shared_ptr<const ExpertBlob> blob, absl::Time now,
+               bool coldest = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A cached handle of the resident entry `e`, pinned and moved to the front.
   PinnedExpert PinEntry(const ExpertId& id, Entry& e, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

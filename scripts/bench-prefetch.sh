@@ -25,7 +25,8 @@ usage: scripts/bench-prefetch.sh [options]
   --fresh            delete the nodes' stored experts first (forces a new ingest)
   -h, --help         this text
 
-Each node gets --ram-budget = routed expert bytes / 3 nodes * F and --direct-io.
+Each node gets --ram-budget = routed expert bytes / 3 nodes * F, --direct-io
+and --no-warm-ram (the tier fills only from the measured runs' own loads).
 Prefetch is switched with the coordinator's --prefetch-depth 0 / 1. Node-side
 disk wait, RAM hit rates and prefetch use are the decode-only change of the
 nodes' NodeStats that `run` prints (node-tier lines). Data and logs go to
@@ -87,7 +88,8 @@ prefetch_flags() {
 }
 
 echo "starting 3 nodes, RAM budget $ram_budget bytes each, --direct-io..." >&2
-bench_start_nodes "$work" 3 --threads "$node_threads" --ram-budget "$ram_budget" --direct-io
+bench_start_nodes "$work" 3 --threads "$node_threads" --ram-budget "$ram_budget" --direct-io \
+  --no-warm-ram
 nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
 echo "nodes $nodes; ingest and warm-up run..." >&2
 bench_run "$work/warmup" "${run_args[@]}" -n "$n_predict" --nodes "$nodes"
@@ -96,7 +98,7 @@ if [ "$pin_budget" -gt 0 ]; then
   echo "restarting the nodes with --pin-budget $pin_budget (usage counts of the warm-up)..." >&2
   bench_stop_nodes
   bench_start_nodes "$work" 3 --threads "$node_threads" --ram-budget "$ram_budget" --direct-io \
-    --pin-budget "$pin_budget"
+    --no-warm-ram --pin-budget "$pin_budget"
   nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
   grep -h "pinned" "$work"/node*.err >&2 || true
 fi

@@ -273,7 +273,7 @@ TEST(ExpertNodeBinaryTest, PinnedExpertsSurviveARestart) {
   }
   NodeProcess node;
   ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", db, "--ram-budget", "16M",
-                          "--pin-budget", std::to_string(2 * size)}));
+                          "--pin-budget", std::to_string(2 * size), "--no-warm-ram"}));
   auto stub = testing::ConnectTo(node.address());
   const v1::NodeStatsReply stats = Stats(stub.get());
   EXPECT_EQ(stats.pinned_experts(), 2u);
@@ -285,6 +285,49 @@ TEST(ExpertNodeBinaryTest, PinnedExpertsSurviveARestart) {
                   .ok());
   EXPECT_EQ(reply.ram_hits(), 2);
   EXPECT_EQ(reply.ram_misses(), 0);
+  EXPECT_EQ(node.Stop(), 0);
+}
+
+TEST(ExpertNodeBinaryTest, WarmsTheRamTierAfterAnImportUnlessTurnedOff) {
+  const std::string fixtures = colibri::testing::FixturesDir();
+  if (fixtures.empty()) GTEST_SKIP() << "fixtures dir not found";
+  const std::string gguf = fixtures + "/models/qwen3moe-tiny-f32.gguf";
+  auto model = arch::Model::Open(gguf);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string fp = *gguf::ModelFingerprint((*model)->file());
+  const uint64_t n_experts = (*model)->config().n_layer * (*model)->config().n_expert;
+  TempDir dir;
+  const std::string db = dir.path() + "/db";
+  {
+    NodeProcess node;  // --warm-ram is the default
+    ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", db, "--import-gguf", gguf}));
+    auto stub = testing::ConnectTo(node.address());
+    v1::NodeStatsReply stats;
+    for (int i = 0; i < 400; ++i) {
+      stats = Stats(stub.get());
+      if (stats.experts_in_ram() == n_experts) break;
+      ::usleep(25000);
+    }
+    EXPECT_EQ(stats.experts_stored(), n_experts);
+    EXPECT_EQ(stats.experts_in_ram(), n_experts);
+    EXPECT_EQ(stats.ram_warmed_experts(), n_experts);
+    EXPECT_EQ(stats.ram_misses(), 0u);
+    v1::ComputeLayerReply reply;
+    auto context = testing::MakeContext();
+    ASSERT_TRUE(
+        stub->ComputeLayer(context.get(), RequestFor(**model, fp, 1, {0, 3}, 7), &reply).ok());
+    EXPECT_EQ(reply.ram_misses(), 0);
+    EXPECT_EQ(reply.ram_hits(), 2);
+    EXPECT_EQ(node.Stop(), 0);
+  }
+  NodeProcess node;
+  ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", db, "--no-warm-ram"}));
+  auto stub = testing::ConnectTo(node.address());
+  ::usleep(300000);  // a warm-up would have run at once
+  const v1::NodeStatsReply stats = Stats(stub.get());
+  EXPECT_EQ(stats.experts_stored(), n_experts);
+  EXPECT_EQ(stats.experts_in_ram(), 0u);
+  EXPECT_EQ(stats.ram_warmed_experts(), 0u);
   EXPECT_EQ(node.Stop(), 0);
 }
 

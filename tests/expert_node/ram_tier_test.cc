@@ -298,6 +298,76 @@ TEST(RamTierTest, LoadsInFlightAreSharedByPrefetchesAndMisses) {
   for (const auto& b : bytes) EXPECT_EQ(b, expected.gate);
 }
 
+TEST(RamTierTest, WarmFillsFreeRoomAndEvictsNothing) {
+  FakeDisk disk(16);
+  const uint64_t size = disk.BlobBytes(0);  // experts 0, 3, 6 have the same size
+  RamTier tier(TierOptions(2 * size), disk.loader());
+  ASSERT_TRUE(tier.Acquire(Id(0)).ok());
+  ASSERT_TRUE(tier.Warm(Id(3), size).ok());
+  EXPECT_TRUE(tier.Contains(Id(3)));
+  EXPECT_TRUE(tier.Warm(Id(3), size).ok());  // resident: nothing read
+  EXPECT_EQ(disk.loads(), 2);
+  // Full: refused before reading when the size is known...
+  EXPECT_EQ(tier.Warm(Id(6), size).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(disk.loads(), 2);
+  // ...and after reading when it is not, without admitting it.
+  EXPECT_EQ(tier.Warm(Id(6)).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(disk.loads(), 3);
+  EXPECT_FALSE(tier.Contains(Id(6)));
+  EXPECT_TRUE(tier.Contains(Id(0)));
+  const RamTier::Counters c = tier.counters();
+  EXPECT_EQ(c.warm_loaded, 1u);
+  EXPECT_EQ(c.evictions, 0u);
+  EXPECT_EQ(c.misses, 1u);  // warming is not a lookup
+  EXPECT_EQ(c.hits, 0u);
+  EXPECT_EQ(tier.Warm(Id(-1)).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RamTierTest, WarmedExpertsAreTheFirstVictimsInTheOrderWarmed) {
+  FakeDisk disk(16);
+  const uint64_t size = disk.BlobBytes(0);  // experts 0, 3, 6, 9, 12 have the same size
+  RamTier tier(TierOptions(3 * size), disk.loader());
+  ASSERT_TRUE(tier.Acquire(Id(0)).ok());  // used by a request
+  ASSERT_TRUE(tier.Warm(Id(3)).ok());     // warmed first (the hotter)
+  ASSERT_TRUE(tier.Warm(Id(6)).ok());
+  ASSERT_TRUE(tier.Acquire(Id(9)).ok());  // evicts 6, the last warmed
+  EXPECT_TRUE(tier.Contains(Id(0)));
+  EXPECT_TRUE(tier.Contains(Id(3)));
+  EXPECT_FALSE(tier.Contains(Id(6)));
+  ASSERT_TRUE(tier.Acquire(Id(12)).ok());  // then 3; 0 was used, so it stays
+  EXPECT_TRUE(tier.Contains(Id(0)));
+  EXPECT_FALSE(tier.Contains(Id(3)));
+  EXPECT_EQ(tier.counters().evictions, 2u);
+}
+
+TEST(RamTierTest, AnAcquireJoiningAWarmLoadMakesItDemand) {
+  FakeDisk disk(16);
+  const uint64_t size = disk.BlobBytes(0);
+  absl::Notification started, release;
+  RamTier::Loader inner = disk.loader();
+  RamTier tier(TierOptions(size), [&](const ExpertId& id) {
+    if (id.expert == 3) {
+      started.Notify();
+      release.WaitForNotification();
+    }
+    return inner(id);
+  });
+  ASSERT_TRUE(tier.Acquire(Id(0)).ok());  // the tier is full
+  // The size unknown, the warm-up reads; a request then waits for that read.
+  std::thread warmer([&] { EXPECT_TRUE(tier.Warm(Id(3)).ok()); });
+  started.WaitForNotification();
+  std::thread reader([&] { EXPECT_TRUE(tier.Acquire(Id(3)).ok()); });
+  while (tier.counters().load_waits < 1) std::this_thread::yield();
+  release.Notify();
+  warmer.join();
+  reader.join();
+  EXPECT_EQ(disk.loads(), 2);
+  // Admitted by the demand rule: 0 was evicted to make room.
+  EXPECT_TRUE(tier.Contains(Id(3)));
+  EXPECT_FALSE(tier.Contains(Id(0)));
+  EXPECT_EQ(tier.counters().uncached, 0u);
+}
+
 // Many threads acquire, hold and prefetch random experts (more than fit):
 // resident bytes never exceed the budget, at any instant, and every handle
 // sees its own expert's bytes.

@@ -20,6 +20,7 @@
 #include "coordinator/node_client.h"
 #include "expert_node/expert_store.h"
 #include "gtest/gtest.h"
+#include "tests/expert_node/node_test_client.h"
 #include "tests/integration/node_process.h"
 #include "tests/support/coordinator_run.h"
 #include "tests/support/golden.h"
@@ -41,9 +42,9 @@ class DistributedRunTest : public ::testing::Test {
     if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
   }
 
-  void StartNodes(int n) {
+  void StartNodes(int n, const std::vector<std::string>& extra_args = {}) {
     std::string error;
-    ASSERT_TRUE(testing::StartNodes(n, "node", &dirs_, &nodes_, &error)) << error;
+    ASSERT_TRUE(testing::StartNodes(n, "node", &dirs_, &nodes_, &error, extra_args)) << error;
   }
   std::string Addresses() const { return testing::JoinAddresses(nodes_); }
 
@@ -262,8 +263,33 @@ TEST_F(DistributedRunTest, ARestartedNodeKeepsItsExperts) {
 // next run meets the checksum failure, computes those routes itself, and has
 // the coordinator re-send the dropped expert: the run after it needs nothing
 // from the fallback and sends nothing at start-up.
+// Overwrites the value of the first expert stored in `dir` (a stopped
+// node's store) with junk. One expert: corruption is found when a value is
+// read, so one bad value is one failure, after which the node is healthy.
+void CorruptOneExpert(const std::string& dir) {
+  expert_node::ExpertStore::Options options;
+  options.data_dir = dir;
+  auto store = expert_node::ExpertStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto models = (*store)->List("");
+  ASSERT_TRUE(models.ok()) << models.status();
+  for (const auto& [fingerprint, layers] : *models) {
+    for (const auto& [layer, experts] : layers) {
+      if (experts.empty()) continue;
+      ASSERT_TRUE((*store)
+                      ->PutRawValueForTesting(
+                          expert_node::ExpertId{fingerprint, layer, experts[0]},
+                          std::string(300, 'z'))
+                      .ok());
+      return;
+    }
+  }
+  FAIL() << "no expert stored in " << dir;
+}
+
 TEST_F(DistributedRunTest, CorruptedStoredExpertsAreHealedDuringTheRun) {
-  StartNodes(3);
+  // No warm-up: it would find the damage before the run (the next test).
+  StartNodes(3, {"--no-warm-ram"});
   const testing::GoldenCase c = Case("qwen3moe-tiny-f32");
   std::vector<std::string> args = RunArgs(c, 64);
   args.insert(args.end(), {"--nodes", Addresses()});
@@ -272,29 +298,7 @@ TEST_F(DistributedRunTest, CorruptedStoredExpertsAreHealedDuringTheRun) {
 
   const int port = nodes_[0]->port();
   nodes_[0]->Stop(SIGTERM);
-  int corrupted = 0;
-  {
-    expert_node::ExpertStore::Options options;
-    options.data_dir = dirs_[0];
-    auto store = expert_node::ExpertStore::Open(options);
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto models = (*store)->List("");
-    ASSERT_TRUE(models.ok()) << models.status();
-    // One expert: corruption is found when a value is read, so one bad
-    // value is one failure, after which the node is healthy again.
-    for (const auto& [fingerprint, layers] : *models) {
-      for (const auto& [layer, experts] : layers) {
-        if (corrupted > 0 || experts.empty()) continue;
-        ASSERT_TRUE((*store)
-                        ->PutRawValueForTesting(
-                            expert_node::ExpertId{fingerprint, layer, experts[0]},
-                            std::string(300, 'z'))
-                        .ok());
-        ++corrupted;
-      }
-    }
-  }
-  ASSERT_GT(corrupted, 0);
+  ASSERT_NO_FATAL_FAILURE(CorruptOneExpert(dirs_[0]));
   std::string error;
   ASSERT_TRUE(nodes_[0]->Start(port, &error)) << error;
 
@@ -312,6 +316,45 @@ TEST_F(DistributedRunTest, CorruptedStoredExpertsAreHealedDuringTheRun) {
   EXPECT_NE(healed.err.find("ingest: 0 bytes sent"), std::string::npos) << healed.err;
   EXPECT_EQ(Counter(healed.err, "node " + nodes_[0]->address(), "failures"), 0) << healed.err;
   EXPECT_EQ(Counter(healed.err, "experts:", "fallback_routes"), 0) << healed.err;
+}
+
+// The RAM warm-up (on by default) reads a restarted node's experts at once,
+// so a damaged one is found and dropped before any request: the next run
+// re-sends it at its start and sees no failure.
+TEST_F(DistributedRunTest, TheWarmUpFindsACorruptedExpertBeforeTheRun) {
+  StartNodes(3);
+  const testing::GoldenCase c = Case("qwen3moe-tiny-f32");
+  std::vector<std::string> args = RunArgs(c, 64);
+  args.insert(args.end(), {"--nodes", Addresses()});
+  const CommandResult first = testing::RunCommand(args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+
+  const int port = nodes_[0]->port();
+  nodes_[0]->Stop(SIGTERM);
+  ASSERT_NO_FATAL_FAILURE(CorruptOneExpert(dirs_[0]));
+  std::string error;
+  ASSERT_TRUE(nodes_[0]->Start(port, &error)) << error;
+  auto stub = expert_node::testing::ConnectTo(nodes_[0]->address());
+  v1::NodeStatsReply stats;
+  const auto warmed = [&stats] {
+    return stats.checksum_failures() > 0 && stats.experts_in_ram() == stats.experts_stored();
+  };
+  for (int i = 0; i < 800 && !warmed(); ++i) {
+    auto context = expert_node::testing::MakeContext();
+    ASSERT_TRUE(stub->NodeStats(context.get(), v1::NodeStatsRequest(), &stats).ok());
+    if (!warmed()) ::usleep(25000);
+  }
+  ASSERT_EQ(stats.checksum_failures(), 1u);
+  EXPECT_EQ(stats.experts_in_ram(), stats.experts_stored());
+  EXPECT_EQ(stats.ram_misses(), 0u);
+
+  const CommandResult resent = testing::RunCommand(args);
+  ASSERT_EQ(resent.exit_code, 0) << resent.err;
+  EXPECT_EQ(resent.out, first.out);
+  EXPECT_NE(resent.err.find("(1 experts)"), std::string::npos) << resent.err;
+  EXPECT_EQ(resent.err.find("repairing"), std::string::npos) << resent.err;
+  EXPECT_EQ(Counter(resent.err, "node " + nodes_[0]->address(), "failures"), 0) << resent.err;
+  EXPECT_EQ(Counter(resent.err, "experts:", "fallback_routes"), 0) << resent.err;
 }
 
 // Runs a long generation against the nodes and SIGKILLs nodes_[victim] once it

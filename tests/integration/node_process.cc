@@ -94,11 +94,13 @@ std::string JoinAddresses(const std::vector<std::unique_ptr<NodeProcess>>& nodes
 }
 
 bool StartNodes(int n, const std::string& dir_prefix, std::vector<std::string>* dirs,
-                std::vector<std::unique_ptr<NodeProcess>>* nodes, std::string* error) {
+                std::vector<std::unique_ptr<NodeProcess>>* nodes, std::string* error,
+                const std::vector<std::string>& extra_args) {
   for (int i = 0; i < n; ++i) {
     const std::string dir = MakeTempDir(dir_prefix + std::to_string(i));
     if (dirs != nullptr) dirs->push_back(dir);
-    nodes->push_back(std::make_unique<NodeProcess>(dir, "node-" + std::to_string(i)));
+    nodes->push_back(
+        std::make_unique<NodeProcess>(dir, "node-" + std::to_string(i), extra_args));
     if (!nodes->back()->Start(0, error)) return false;
   }
   return true;

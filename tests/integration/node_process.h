@@ -47,10 +47,11 @@ std::string JoinAddresses(const std::vector<std::unique_ptr<NodeProcess>>& nodes
 
 // Starts n nodes "node-0" .. "node-<n-1>" on ports the OS picks, node i on a
 // fresh MakeTempDir(dir_prefix + i), and appends them to *nodes and their
-// directories to *dirs (when not null). False with a message when one does not
-// come up; the ones started before it stay in *nodes.
+// directories to *dirs (when not null), each with `extra_args`. False with a
+// message when one does not come up; the ones started before it stay in *nodes.
 bool StartNodes(int n, const std::string& dir_prefix, std::vector<std::string>* dirs,
-                std::vector<std::unique_ptr<NodeProcess>>* nodes, std::string* error);
+                std::vector<std::unique_ptr<NodeProcess>>* nodes, std::string* error,
+                const std::vector<std::string>& extra_args = {});
 
 }  // namespace colibri::testing
 

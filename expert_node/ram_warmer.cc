@@ -1,0 +1,123 @@
+#include "expert_node/ram_warmer.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "expert_node/event_log.h"
+#include "expert_node/expert_store.h"
+#include "expert_node/ram_tier.h"
+#include "expert_node/usage_counts.h"
+
+namespace colibri::expert_node {
+
+RamWarmer::RamWarmer(const Options& options, ExpertStore* store, RamTier* tier,
+                     const UsageCounts* usage)
+    : options_(options), store_(store), tier_(tier), usage_(usage) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+RamWarmer::~RamWarmer() { Stop(); }
+
+void RamWarmer::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+RamWarmer::Counters RamWarmer::counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+bool RamWarmer::stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stop_;
+}
+
+void RamWarmer::Loop() {
+  // Linux keeps a nice value per thread: this one yields to the compute
+  // threads. Raising one's own nice value needs no privilege; if it fails
+  // anyway the warm-up still runs, at normal priority.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  uint64_t stored_at_last_pass = std::numeric_limits<uint64_t>::max();
+  while (true) {
+    const uint64_t stored = store_->experts_stored();
+    if (stored != stored_at_last_pass) {
+      stored_at_last_pass = stored;
+      Pass();
+    }
+    absl::MutexLock lock(&mu_);
+    if (mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.poll_interval)) return;
+  }
+}
+
+void RamWarmer::Pass() {
+  const absl::Time start = absl::Now();
+  std::vector<ExpertId> order;
+  if (usage_ != nullptr) {
+    for (const auto& [id, score] : usage_->Hottest(start)) order.push_back(id);
+  }
+  absl::StatusOr<std::map<std::string, ExpertStore::Inventory>> listed = store_->List("");
+  if (!listed.ok()) {
+    LogEvent(absl::StrCat("RAM warm-up: cannot list the stored experts: ",
+                          listed.status().message()));
+    return;
+  }
+  for (const auto& [fingerprint, layers] : *listed) {
+    for (const auto& [layer, experts] : layers) {
+      for (const int32_t expert : experts) order.push_back(ExpertId{fingerprint, layer, expert});
+    }
+  }
+
+  const uint64_t budget = tier_->budget_bytes();
+  uint64_t smallest = std::numeric_limits<uint64_t>::max();
+  Counters pass;
+  for (const ExpertId& id : order) {
+    if (stopping()) break;
+    if (tier_->Contains(id)) continue;
+    absl::StatusOr<uint64_t> size = store_->RamBytes(id);
+    if (!size.ok()) continue;  // a usage record of an expert no longer stored
+    smallest = std::min(smallest, *size);
+    const uint64_t used = tier_->used_bytes();
+    const uint64_t free = budget > used ? budget - used : 0;
+    if (free < smallest) break;
+    if (*size > free) continue;
+    const uint64_t loaded_before = tier_->counters().warm_loaded;
+    const absl::Status s = tier_->Warm(id, *size);
+    if (s.ok()) {
+      if (tier_->counters().warm_loaded > loaded_before) {
+        ++pass.experts;
+        pass.bytes += *size;
+      }
+    } else if (!absl::IsResourceExhausted(s)) {  // no room: a demand load took it
+      ++pass.errors;
+      LogEvent(absl::StrCat("RAM warm-up: skipped ", s.message()));
+    }
+  }
+  if (pass.experts > 0) {
+    LogEvent(absl::StrFormat(
+        "RAM warm-up: loaded %d experts (%.1f MiB) in %.2f s; the RAM tier holds %.1f of %.1f MiB",
+        pass.experts, pass.bytes / 1048576.0, absl::ToDoubleSeconds(absl::Now() - start),
+        tier_->used_bytes() / 1048576.0, budget / 1048576.0));
+  }
+  absl::MutexLock lock(&mu_);
+  ++counters_.passes;
+  counters_.experts += pass.experts;
+  counters_.bytes += pass.bytes;
+  counters_.errors += pass.errors;
+}
+
+}  // namespace colibri::expert_node

@@ -1,0 +1,78 @@
+// Fills the RAM tier's free room from the disk tier in the background, so
+// that the first requests after a node starts (or after experts are ingested
+// or imported) find their experts in RAM instead of reading them one miss at
+// a time.
+//
+// A thread at the lowest CPU priority (nice 19: compute threads take the
+// cores first) runs a pass whenever the number of stored experts has changed
+// since its last pass (checked every Options::poll_interval; the first check
+// is at once). A pass loads, through RamTier::Warm, the experts it finds not
+// resident: the most used first (UsageCounts), then every stored expert by
+// model fingerprint, layer and expert. Warm evicts nothing, so a pass only
+// fills free room; it ends when the room left is smaller than every expert
+// it has seen, or when the list is done. Read errors are logged and skipped
+// (a damaged expert is dropped by the store, as on any read).
+//
+// Thread-safety: counters() from any thread; Stop and the destructor from
+// the owner.
+#ifndef COLIBRI_EXPERT_NODE_RAM_WARMER_H_
+#define COLIBRI_EXPERT_NODE_RAM_WARMER_H_
+
+#include <cstdint>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace colibri::expert_node {
+
+class ExpertStore;
+class RamTier;
+class UsageCounts;
+
+class RamWarmer {
+ public:
+  struct Options {
+    // How often the thread looks for newly stored experts. Default: 1 s.
+    absl::Duration poll_interval = absl::Seconds(1);
+  };
+  struct Counters {
+    uint64_t passes = 0;   // passes run
+    uint64_t experts = 0;  // experts loaded into the tier
+    uint64_t bytes = 0;    // their RAM bytes
+    uint64_t errors = 0;   // reads that failed (logged, skipped)
+  };
+
+  // store, tier and usage (may be null) are borrowed and must outlive this.
+  // Starts the thread.
+  RamWarmer(const Options& options, ExpertStore* store, RamTier* tier, const UsageCounts* usage);
+  // Stop().
+  ~RamWarmer();
+  RamWarmer(const RamWarmer&) = delete;
+  RamWarmer& operator=(const RamWarmer&) = delete;
+
+  // Ends a pass in progress after the expert being loaded and joins the
+  // thread. Idempotent.
+  void Stop();
+  Counters counters() const;
+
+ private:
+  void Loop();
+  // One pass; returns early when stopped.
+  void Pass();
+  bool stopping() const;
+
+  const Options options_;
+  ExpertStore* const store_;
+  RamTier* const tier_;
+  const UsageCounts* const usage_;
+
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Counters counters_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace colibri::expert_node
+
+#endif  // COLIBRI_EXPERT_NODE_RAM_WARMER_H_
