@@ -48,10 +48,16 @@ bool RamWarmer::stopping() const {
 }
 
 void RamWarmer::Loop() {
-  // Linux keeps a nice value per thread: this one yields to the compute
-  // threads. Raising one's own nice value needs no privilege; if it fails
-  // anyway the warm-up still runs, at normal priority.
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  // Linux keeps a nice value and an I/O priority per thread: this one yields
+  // the CPU to the compute threads and, under I/O schedulers with priorities
+  // (BFQ), the disk to their misses. Lowering one's own priorities needs no
+  // privilege; if it fails anyway the warm-up still runs, at normal priority.
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  setpriority(PRIO_PROCESS, tid, 19);
+  constexpr int kIoprioWhoProcess = 1;    // linux/ioprio.h IOPRIO_WHO_PROCESS
+  constexpr int kIoprioClassIdle = 3;     // IOPRIO_CLASS_IDLE
+  constexpr int kIoprioClassShift = 13;  // IOPRIO_CLASS_SHIFT
+  syscall(SYS_ioprio_set, kIoprioWhoProcess, tid, kIoprioClassIdle << kIoprioClassShift);
   uint64_t stored_at_last_pass = std::numeric_limits<uint64_t>::max();
   while (true) {
     const uint64_t stored = store_->experts_stored();

@@ -4,7 +4,7 @@
 // a time.
 //
 // A thread at the lowest CPU priority (nice 19: compute threads take the
-// cores first) runs a pass whenever the number of stored experts has changed
+// cores first) and the idle I/O class runs a pass whenever the number of stored experts has changed
 // since its last pass (checked every Options::poll_interval; the first check
 // is at once). A pass loads, through RamTier::Warm, the experts it finds not
 // resident: the most used first (UsageCounts), then every stored expert by
