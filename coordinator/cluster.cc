@@ -207,7 +207,7 @@ int64_t Cluster::replacements() const {
 void Cluster::Log(const std::string& line) const {
   absl::MutexLock lock(&log_mu_);
   std::ostream& out = options_.log != nullptr ? *options_.log : std::cerr;
-  out << line << "\n" << std::flush;
+  out << line + "\n" << std::flush;
 }
 
 bool Cluster::healthy(int node) const {

@@ -209,6 +209,10 @@ class Cluster {
   void Shutdown();
   bool stopping() const;
 
+  // Writes `line` and a newline to ClusterOptions::log in one write, so that
+  // lines from the cluster's threads and the rebalancer never interleave.
+  void Log(const std::string& line) const;
+
  private:
   Cluster(const ClusterOptions& options, std::string fingerprint,
           std::vector<int> experts_per_layer, Placement placement,
@@ -229,7 +233,6 @@ class Cluster {
   // Updates wanted_available_ from health and how long nodes have been away.
   void UpdateWantedPlacement() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebalanceLoop();
-  void Log(const std::string& line) const;
 
   const ClusterOptions options_;
   const std::string fingerprint_;

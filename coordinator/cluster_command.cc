@@ -77,11 +77,12 @@ namespace {
 
 // Keeps the expert hashes for the next start; a failure only costs that
 // start the hashing, so it is reported and ignored.
-void SaveChecksums(ExpertChecksums& checksums, std::ostream& err) {
-  if (absl::Status s = checksums.Save(); !s.ok()) {
-    err << "expert hash cache not saved (the next start hashes the experts again): "
-        << s.message() << "\n";
-  }
+// Saves the expert hash cache; on failure, the line that says so (else "").
+std::string SaveChecksums(ExpertChecksums& checksums) {
+  const absl::Status s = checksums.Save();
+  if (s.ok()) return "";
+  return absl::StrCat("expert hash cache not saved (the next start hashes the experts again): ",
+                      s.message());
 }
 
 }  // namespace
@@ -117,7 +118,9 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   setup.checksums = experts->checksums_.get();
   COLIBRI_ASSIGN_OR_RETURN(ExpertSetupResult result,
                            EnsureExperts(*experts->cluster_, model, setup));
-  SaveChecksums(*experts->checksums_, err);
+  if (const std::string line = SaveChecksums(*experts->checksums_); !line.empty()) {
+    err << line << "\n";
+  }
   if (experts->checksums_->hits() + experts->checksums_->computed() > 0) {
     err << "expert hashes: " << experts->checksums_->hits() << " read from "
         << (experts->checksums_->path().empty() ? "(no cache)" : experts->checksums_->path())
@@ -142,14 +145,15 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   replace.skip_failed_nodes = false;
   replace.cancelled = [cluster] { return cluster->stopping(); };
   ExpertChecksums* checksums = experts->checksums_.get();
-  cluster->SetRebalancer([cluster, &model, replace, checksums,
-                          &err](const Placement& placement) {
+  cluster->SetRebalancer([cluster, &model, replace, checksums](const Placement& placement) {
     absl::StatusOr<ExpertSetupResult> moved = EnsureExperts(*cluster, placement, model, replace);
     ReleaseExpertPages(model);
-    SaveChecksums(*checksums, err);
+    // On the rebalancer's thread: whole lines through the cluster's log.
+    if (const std::string line = SaveChecksums(*checksums); !line.empty()) cluster->Log(line);
     if (!moved.ok()) return moved.status();
-    err << "re-placement: " << moved->bytes_sent << " bytes sent (" << moved->experts_sent
-        << " experts), " << moved->experts_imported << " experts imported\n";
+    cluster->Log(absl::StrCat("re-placement: ", moved->bytes_sent, " bytes sent (",
+                              moved->experts_sent, " experts), ", moved->experts_imported,
+                              " experts imported"));
     return absl::OkStatus();
   });
   experts->backend_ = experts->NewBackend(path);
