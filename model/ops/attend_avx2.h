@@ -6,7 +6,7 @@
 
 namespace colibri::ops::internal::avx2 {
 
-// Sets k->attend_values (the dots stay with k->float_tile).
+// Sets k->attend_dots and k->attend_values.
 void InstallAvx2AttendKernels(KernelSet* k);
 
 }  // namespace colibri::ops::internal::avx2
