@@ -54,8 +54,8 @@ void RamWarmer::Loop() {
   // privilege; if it fails anyway the warm-up still runs, at normal priority.
   const auto tid = static_cast<id_t>(syscall(SYS_gettid));
   setpriority(PRIO_PROCESS, tid, 19);
-  constexpr int kIoprioWhoProcess = 1;    // linux/ioprio.h IOPRIO_WHO_PROCESS
-  constexpr int kIoprioClassIdle = 3;     // IOPRIO_CLASS_IDLE
+  constexpr int kIoprioWhoProcess = 1;   // linux/ioprio.h IOPRIO_WHO_PROCESS
+  constexpr int kIoprioClassIdle = 3;    // IOPRIO_CLASS_IDLE
   constexpr int kIoprioClassShift = 13;  // IOPRIO_CLASS_SHIFT
   syscall(SYS_ioprio_set, kIoprioWhoProcess, tid, kIoprioClassIdle << kIoprioClassShift);
   uint64_t stored_at_last_pass = std::numeric_limits<uint64_t>::max();
@@ -78,8 +78,8 @@ void RamWarmer::Pass() {
   }
   absl::StatusOr<std::map<std::string, ExpertStore::Inventory>> listed = store_->List("");
   if (!listed.ok()) {
-    LogEvent(absl::StrCat("RAM warm-up: cannot list the stored experts: ",
-                          listed.status().message()));
+    LogEvent(
+        absl::StrCat("RAM warm-up: cannot list the stored experts: ", listed.status().message()));
     return;
   }
   for (const auto& [fingerprint, layers] : *listed) {

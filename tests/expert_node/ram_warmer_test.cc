@@ -46,7 +46,8 @@ class RamWarmerTest : public ::testing::Test {
     RamTier::Options options;
     options.budget_bytes = budget;
     ExpertStore* store = store_.get();
-    return std::make_unique<RamTier>(options, [store](const ExpertId& id) { return store->Get(id); });
+    return std::make_unique<RamTier>(options,
+                                     [store](const ExpertId& id) { return store->Get(id); });
   }
   // Waits (up to 20 s) until `done` holds.
   template <typename Done>
