@@ -86,18 +86,21 @@ if [ -z "$model" ]; then
 fi
 [ -f "$model" ] || bench_die "no model at $model"
 
-# Token ids 100, 101, ...: any ids below the vocabulary size do. At a depth,
-# Colibri's prompt is the D tokens of context and only decode is compared
-# (llama-bench's pp at a depth times P tokens after the D, which one run of
-# Colibri's does not separate).
+# Token ids 100, 101, ..., wrapping below the vocabulary size (a synthetic
+# model's may be 4,096). At a depth, Colibri's prompt is the D tokens of
+# context and only decode is compared (llama-bench's pp at a depth times P
+# tokens after the D, which one run of Colibri's does not separate).
+vocab=$("$COORD" inspect -m "$model" | sed -n 's/.*, vocab \([0-9]*\),.*/\1/p')
+[ "${vocab:-0}" -gt 100 ] 2>/dev/null || bench_die "cannot read the vocabulary size of $model"
+token_ids() { awk -v n="$1" -v v="$vocab" 'BEGIN { for (i = 0; i < n; i++) printf "%s%d", (i ? "," : ""), 100 + i % (v - 100) }'; }
 llama_args=(-p "$n_prompt" -n "$n_gen")
 colibri_run=(-b "$n_prompt")
 if [ "$depth" -gt 0 ]; then
-  prompt_ids=$(seq -s, 100 $((100 + depth - 1)))
+  prompt_ids=$(token_ids "$depth")
   llama_args=(-p 0 -n "$n_gen" -d "$depth")
   colibri_run=(-c $((depth + n_gen)))
 else
-  prompt_ids=$(seq -s, 100 $((100 + n_prompt - 1)))
+  prompt_ids=$(token_ids "$n_prompt")
 fi
 read -r -a extra <<<"$colibri_args"
 

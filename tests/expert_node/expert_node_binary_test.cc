@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -241,15 +242,33 @@ v1::ComputeLayerRequest RequestFor(const arch::Model& model, const std::string& 
   return request;
 }
 
-TEST(ExpertNodeBinaryTest, PinnedExpertsSurviveARestart) {
+// The tiny Qwen3-MoE fixture; gguf stays empty when the fixtures are absent.
+struct TinyModel {
+  std::string gguf;
+  std::unique_ptr<arch::Model> model;
+  std::string fingerprint;
+  int n_experts = 0;  // all layers'
+};
+void OpenTinyModel(TinyModel* tiny) {
   const std::string fixtures = colibri::testing::FixturesDir();
-  if (fixtures.empty()) GTEST_SKIP() << "fixtures dir not found";
-  const std::string gguf = fixtures + "/models/qwen3moe-tiny-f32.gguf";
-  auto model = arch::Model::Open(gguf);
+  if (fixtures.empty()) return;
+  tiny->gguf = fixtures + "/models/qwen3moe-tiny-f32.gguf";
+  auto model = arch::Model::Open(tiny->gguf);
   ASSERT_TRUE(model.ok()) << model.status();
-  const std::string fp = *gguf::ModelFingerprint((*model)->file());
-  const uint64_t size = ExpertBlob::SizeFor(LayoutOf((*model)->experts()[0][1]));
-  const int n_experts = (*model)->config().n_layer * (*model)->config().n_expert;
+  tiny->model = std::move(*model);
+  tiny->fingerprint = *gguf::ModelFingerprint(tiny->model->file());
+  tiny->n_experts = tiny->model->config().n_layer * tiny->model->config().n_expert;
+}
+
+TEST(ExpertNodeBinaryTest, PinnedExpertsSurviveARestart) {
+  TinyModel tiny;
+  ASSERT_NO_FATAL_FAILURE(OpenTinyModel(&tiny));
+  if (tiny.gguf.empty()) GTEST_SKIP() << "fixtures dir not found";
+  const arch::Model* model = tiny.model.get();
+  const std::string& gguf = tiny.gguf;
+  const std::string& fp = tiny.fingerprint;
+  const uint64_t size = ExpertBlob::SizeFor(LayoutOf(model->experts()[0][1]));
+  const int n_experts = tiny.n_experts;
   TempDir dir;
   const std::string db = dir.path() + "/db";
   {
@@ -264,11 +283,11 @@ TEST(ExpertNodeBinaryTest, PinnedExpertsSurviveARestart) {
       v1::ComputeLayerReply reply;
       auto context = testing::MakeContext();
       ASSERT_TRUE(
-          stub->ComputeLayer(context.get(), RequestFor(**model, fp, 0, {1, 2}, i), &reply).ok());
+          stub->ComputeLayer(context.get(), RequestFor(*model, fp, 0, {1, 2}, i), &reply).ok());
     }
     v1::ComputeLayerReply reply;  // expert 3 of layer 1: used once
     auto context = testing::MakeContext();
-    ASSERT_TRUE(stub->ComputeLayer(context.get(), RequestFor(**model, fp, 1, {3}, 9), &reply).ok());
+    ASSERT_TRUE(stub->ComputeLayer(context.get(), RequestFor(*model, fp, 1, {3}, 9), &reply).ok());
     EXPECT_EQ(node.Stop(), 0);  // a clean shutdown saves the usage counts
   }
   NodeProcess node;
@@ -281,7 +300,7 @@ TEST(ExpertNodeBinaryTest, PinnedExpertsSurviveARestart) {
   EXPECT_EQ(stats.experts_in_ram(), 2u);
   v1::ComputeLayerReply reply;
   auto context = testing::MakeContext();
-  ASSERT_TRUE(stub->ComputeLayer(context.get(), RequestFor(**model, fp, 0, {1, 2}, 42), &reply)
+  ASSERT_TRUE(stub->ComputeLayer(context.get(), RequestFor(*model, fp, 0, {1, 2}, 42), &reply)
                   .ok());
   EXPECT_EQ(reply.ram_hits(), 2);
   EXPECT_EQ(reply.ram_misses(), 0);
@@ -289,13 +308,11 @@ TEST(ExpertNodeBinaryTest, PinnedExpertsSurviveARestart) {
 }
 
 TEST(ExpertNodeBinaryTest, WarmsTheRamTierAfterAnImportUnlessTurnedOff) {
-  const std::string fixtures = colibri::testing::FixturesDir();
-  if (fixtures.empty()) GTEST_SKIP() << "fixtures dir not found";
-  const std::string gguf = fixtures + "/models/qwen3moe-tiny-f32.gguf";
-  auto model = arch::Model::Open(gguf);
-  ASSERT_TRUE(model.ok()) << model.status();
-  const std::string fp = *gguf::ModelFingerprint((*model)->file());
-  const uint64_t n_experts = (*model)->config().n_layer * (*model)->config().n_expert;
+  TinyModel tiny;
+  ASSERT_NO_FATAL_FAILURE(OpenTinyModel(&tiny));
+  if (tiny.gguf.empty()) GTEST_SKIP() << "fixtures dir not found";
+  const std::string& gguf = tiny.gguf;
+  const uint64_t n_experts = tiny.n_experts;
   TempDir dir;
   const std::string db = dir.path() + "/db";
   {
@@ -315,7 +332,7 @@ TEST(ExpertNodeBinaryTest, WarmsTheRamTierAfterAnImportUnlessTurnedOff) {
     v1::ComputeLayerReply reply;
     auto context = testing::MakeContext();
     ASSERT_TRUE(
-        stub->ComputeLayer(context.get(), RequestFor(**model, fp, 1, {0, 3}, 7), &reply).ok());
+        stub->ComputeLayer(context.get(), RequestFor(*tiny.model, tiny.fingerprint, 1, {0, 3}, 7), &reply).ok());
     EXPECT_EQ(reply.ram_misses(), 0);
     EXPECT_EQ(reply.ram_hits(), 2);
     EXPECT_EQ(node.Stop(), 0);

@@ -58,6 +58,7 @@ class DistributedRunTest : public ::testing::Test {
   static std::vector<std::string> RunArgs(const testing::GoldenCase& c, int n_predict) {
     return testing::GreedyRunArgs(c, n_predict);
   }
+  void RunThenDamageNode0(std::vector<std::string>* args, CommandResult* first);
 
   std::vector<std::string> dirs_;
   std::vector<std::unique_ptr<NodeProcess>> nodes_;
@@ -287,20 +288,27 @@ void CorruptOneExpert(const std::string& dir) {
   FAIL() << "no expert stored in " << dir;
 }
 
-TEST_F(DistributedRunTest, CorruptedStoredExpertsAreHealedDuringTheRun) {
-  // No warm-up: it would find the damage before the run (the next test).
-  StartNodes(3, {"--no-warm-ram"});
-  const testing::GoldenCase c = Case("qwen3moe-tiny-f32");
-  std::vector<std::string> args = RunArgs(c, 64);
-  args.insert(args.end(), {"--nodes", Addresses()});
-  const CommandResult first = testing::RunCommand(args);
-  ASSERT_EQ(first.exit_code, 0) << first.err;
-
+// *args: a greedy run of qwen3moe-tiny-f32 against the nodes. Runs it once
+// (*first), then stops node 0, damages one of its experts and starts it again
+// on its port.
+void DistributedRunTest::RunThenDamageNode0(std::vector<std::string>* args, CommandResult* first) {
+  *args = RunArgs(Case("qwen3moe-tiny-f32"), 64);
+  args->insert(args->end(), {"--nodes", Addresses()});
+  *first = testing::RunCommand(*args);
+  ASSERT_EQ(first->exit_code, 0) << first->err;
   const int port = nodes_[0]->port();
   nodes_[0]->Stop(SIGTERM);
   ASSERT_NO_FATAL_FAILURE(CorruptOneExpert(dirs_[0]));
   std::string error;
   ASSERT_TRUE(nodes_[0]->Start(port, &error)) << error;
+}
+
+TEST_F(DistributedRunTest, CorruptedStoredExpertsAreHealedDuringTheRun) {
+  // No warm-up: it would find the damage before the run (the next test).
+  StartNodes(3, {"--no-warm-ram"});
+  std::vector<std::string> args;
+  CommandResult first;
+  ASSERT_NO_FATAL_FAILURE(RunThenDamageNode0(&args, &first));
 
   const CommandResult healing = testing::RunCommand(args);
   ASSERT_EQ(healing.exit_code, 0) << healing.err;
@@ -323,17 +331,9 @@ TEST_F(DistributedRunTest, CorruptedStoredExpertsAreHealedDuringTheRun) {
 // re-sends it at its start and sees no failure.
 TEST_F(DistributedRunTest, TheWarmUpFindsACorruptedExpertBeforeTheRun) {
   StartNodes(3);
-  const testing::GoldenCase c = Case("qwen3moe-tiny-f32");
-  std::vector<std::string> args = RunArgs(c, 64);
-  args.insert(args.end(), {"--nodes", Addresses()});
-  const CommandResult first = testing::RunCommand(args);
-  ASSERT_EQ(first.exit_code, 0) << first.err;
-
-  const int port = nodes_[0]->port();
-  nodes_[0]->Stop(SIGTERM);
-  ASSERT_NO_FATAL_FAILURE(CorruptOneExpert(dirs_[0]));
-  std::string error;
-  ASSERT_TRUE(nodes_[0]->Start(port, &error)) << error;
+  std::vector<std::string> args;
+  CommandResult first;
+  ASSERT_NO_FATAL_FAILURE(RunThenDamageNode0(&args, &first));
   auto stub = expert_node::testing::ConnectTo(nodes_[0]->address());
   v1::NodeStatsReply stats;
   const auto warmed = [&stats] {
