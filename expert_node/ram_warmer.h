@@ -33,8 +33,9 @@ class UsageCounts;
 class RamWarmer {
  public:
   struct Options {
-    // How often the thread looks for newly stored experts. Default: 1 s.
-    absl::Duration poll_interval = absl::Seconds(1);
+    // How often the thread looks for newly stored experts (a read of one
+    // counter). Default: 250 ms.
+    absl::Duration poll_interval = absl::Milliseconds(250);
   };
   struct Counters {
     uint64_t passes = 0;   // passes run
