@@ -27,19 +27,12 @@ printf '#!/bin/sh\nexec sleep 600\n' >"$tmp/llama/ggml-rpc-server"
 chmod +x "$tmp/llama/llama-bench" "$tmp/llama/ggml-rpc-server"
 
 out="$tmp/out.txt"
-if ! bash "$src/scripts/bench-network.sh" --quick --concurrency "1 8" --model "$model" \
+# shellcheck source=tests/scripts/script_test_lib.sh
+source "$src/tests/scripts/script_test_lib.sh"
+run_script "$src/scripts/bench-network.sh" --quick --concurrency "1 8" --model "$model" \
   --build "$bin" --work "$tmp/work" --llama-dir "$tmp/llama" \
-  --variant "spec+reduce:--draft ngram --wire-reduce" >"$out" 2>"$tmp/err.txt"; then
-  echo "FAIL: bench-network.sh exited with an error"
-  cat "$out" "$tmp/err.txt"
-  exit 1
-fi
+  --variant "spec+reduce:--draft ngram --wire-reduce"
 
-fail=0
-expect() {  # expect REGEX WHAT
-  grep -Eq -- "$1" "$out" || { echo "FAIL: no $2 (/$1/)"; fail=1; }
-}
-num='[0-9]+(\.[0-9]+)?'
 expect "^4 +local +$num +$num +1 " "local single-stream row"
 expect "^4 +3 nodes 0\.25 ms 1Gbit +$num +$num +1 +$num +[0-9]+ +[0-9]+\$" \
   "relayed single-stream row with trips and bytes"

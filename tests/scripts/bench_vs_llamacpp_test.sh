@@ -24,18 +24,11 @@ STUB
 chmod +x "$tmp/llama-bench"
 
 out="$tmp/out.txt"
-if ! bash "$src/scripts/bench-vs-llamacpp.sh" --llama-bench "$tmp/llama-bench" --model "$model" \
-  --build "$bin" -r 2 -p 8 -n 4 >"$out" 2>"$tmp/err.txt"; then
-  echo "FAIL: bench-vs-llamacpp.sh exited with an error"
-  cat "$out" "$tmp/err.txt"
-  exit 1
-fi
+# shellcheck source=tests/scripts/script_test_lib.sh
+source "$src/tests/scripts/script_test_lib.sh"
+run_script "$src/scripts/bench-vs-llamacpp.sh" --llama-bench "$tmp/llama-bench" --model "$model" \
+  --build "$bin" -r 2 -p 8 -n 4
 
-fail=0
-expect() {  # expect REGEX WHAT
-  grep -Eq -- "$1" "$out" || { echo "FAIL: no $2 (/$1/)"; fail=1; }
-}
-num='[0-9]+(\.[0-9]+)?'
 expect "^model: .*; 2 interleaved runs; prompt 8 tokens, decode 4 tokens\$" "header line"
 expect "^prompt tok/s +$num \($num-$num\) $num +1000\.00 \(1000\.00-1000\.00\) 1\.00 +$num\$" \
   "prompt row against the stand-in's 1000 tok/s"

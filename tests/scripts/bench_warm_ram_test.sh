@@ -17,18 +17,11 @@ done
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/bench_warm_ram.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 out="$tmp/out.txt"
-if ! bash "$src/scripts/bench-warm-ram.sh" --model "$model" --build "$bin" --work "$tmp/work" \
-  -r 1 -n 4 --prompt "In the beginning" >"$out" 2>"$tmp/err.txt"; then
-  echo "FAIL: bench-warm-ram.sh exited with an error"
-  cat "$out" "$tmp/err.txt"
-  exit 1
-fi
+# shellcheck source=tests/scripts/script_test_lib.sh
+source "$src/tests/scripts/script_test_lib.sh"
+run_script "$src/scripts/bench-warm-ram.sh" --model "$model" --build "$bin" --work "$tmp/work" \
+  -r 1 -n 4 --prompt "In the beginning"
 
-fail=0
-expect() {  # expect REGEX WHAT
-  grep -Eq -- "$1" "$out" || { echo "FAIL: no $2 (/$1/)"; fail=1; }
-}
-num='[0-9]+(\.[0-9]+)?'
 expect "^1 +warm +$num +$num +$num +0\$" "warm row with no decode misses"
 expect "^1 +cold +- +$num +$num +[0-9]+\$" "cold row"
 expect "^  --warm-ram +prompt $num \($num-$num\) s, decode $num \($num-$num\) tok/s\$" "warm summary"
