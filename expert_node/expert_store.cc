@@ -274,7 +274,20 @@ absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
   }
   ++experts_stored_;
   payload_bytes_ += layout.payload_bytes();
+  for (const auto& [observer_id, observer] : write_observers_) observer();
   return absl::OkStatus();
+}
+
+int ExpertStore::AddWriteObserver(std::function<void()> observer) {
+  absl::MutexLock lock(&write_mu_);
+  const int id = next_observer_id_++;
+  write_observers_.emplace(id, std::move(observer));
+  return id;
+}
+
+void ExpertStore::RemoveWriteObserver(int id) {
+  absl::MutexLock lock(&write_mu_);
+  write_observers_.erase(id);
 }
 
 absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id) {

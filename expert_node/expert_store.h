@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -137,6 +138,13 @@ class ExpertStore {
 
   uint64_t experts_stored() const;
   uint64_t payload_bytes_stored() const;
+
+  // Calls `observer` after every Put that wrote an expert, on the writer's
+  // thread, until RemoveWriteObserver(the returned id) returns. An observer
+  // must be quick and must not call the store (it runs under the store's
+  // writer lock): the RAM warm-up uses one to wake its thread.
+  int AddWriteObserver(std::function<void()> observer);
+  void RemoveWriteObserver(int id);
   uint64_t checksum_failures() const { return checksum_failures_.load(); }
   const std::string& data_dir() const { return data_dir_; }
   // Options::buffer_pool (may be null).
@@ -173,6 +181,8 @@ class ExpertStore {
   mutable absl::Mutex write_mu_;
   uint64_t experts_stored_ ABSL_GUARDED_BY(write_mu_) = 0;
   uint64_t payload_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;
+  std::map<int, std::function<void()>> write_observers_ ABSL_GUARDED_BY(write_mu_);
+  int next_observer_id_ ABSL_GUARDED_BY(write_mu_) = 0;
   std::atomic<uint64_t> checksum_failures_{0};
 };
 

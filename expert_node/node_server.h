@@ -58,7 +58,6 @@ class NodeServer {
     // serving, and again whenever experts are ingested or imported
     // (ram_warmer.h; --warm-ram, on by default in the binary). Default: false.
     bool warm_ram = false;
-    RamWarmer::Options warmer;
     // When the store cannot be opened because it is damaged (DataLoss):
     // run RocksDB's repair, then verify every expert, dropping what fails
     // (--repair). Default: false.

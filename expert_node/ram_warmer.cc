@@ -21,9 +21,12 @@
 
 namespace colibri::expert_node {
 
-RamWarmer::RamWarmer(const Options& options, ExpertStore* store, RamTier* tier,
-                     const UsageCounts* usage)
-    : options_(options), store_(store), tier_(tier), usage_(usage) {
+RamWarmer::RamWarmer(ExpertStore* store, RamTier* tier, const UsageCounts* usage)
+    : store_(store), tier_(tier), usage_(usage) {
+  observer_id_ = store_->AddWriteObserver([this] {
+    absl::MutexLock lock(&mu_);
+    stored_since_pass_ = true;
+  });
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -33,6 +36,10 @@ void RamWarmer::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+  }
+  if (observer_id_ >= 0) {
+    store_->RemoveWriteObserver(observer_id_);
+    observer_id_ = -1;
   }
   if (thread_.joinable()) thread_.join();
 }
@@ -58,19 +65,55 @@ void RamWarmer::Loop() {
   constexpr int kIoprioClassIdle = 3;    // IOPRIO_CLASS_IDLE
   constexpr int kIoprioClassShift = 13;  // IOPRIO_CLASS_SHIFT
   syscall(SYS_ioprio_set, kIoprioWhoProcess, tid, kIoprioClassIdle << kIoprioClassShift);
-  uint64_t stored_at_last_pass = std::numeric_limits<uint64_t>::max();
-  while (true) {
-    const uint64_t stored = store_->experts_stored();
-    if (stored != stored_at_last_pass) {
-      stored_at_last_pass = stored;
-      Pass();
+  auto stop_or_stored = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || stored_since_pass_;
+  };
+  // An ingest wakes the thread once per expert, so passes come in bursts:
+  // one log line per burst (once no write has come for kQuiet), or every
+  // kLogInterval during a long one.
+  constexpr absl::Duration kQuiet = absl::Seconds(1);
+  constexpr absl::Duration kLogInterval = absl::Seconds(10);
+  Counters unlogged;
+  absl::Time unlogged_since, unlogged_until;  // start of its first pass, end of its last
+  auto log_unlogged = [&] {
+    if (unlogged.experts > 0) {
+      LogEvent(absl::StrFormat(
+          "RAM warm-up: loaded %d experts (%.1f MiB) in %.2f s (%d passes); the RAM tier holds "
+          "%.1f of %.1f MiB",
+          unlogged.experts, unlogged.bytes / 1048576.0,
+          absl::ToDoubleSeconds(unlogged_until - unlogged_since), unlogged.passes,
+          tier_->used_bytes() / 1048576.0, tier_->budget_bytes() / 1048576.0));
     }
-    absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.poll_interval)) return;
+    unlogged = Counters();
+  };
+  while (true) {
+    bool stored;
+    {
+      absl::MutexLock lock(&mu_);
+      if (unlogged.passes == 0) {
+        mu_.Await(absl::Condition(&stop_or_stored));
+      } else {
+        mu_.AwaitWithTimeout(absl::Condition(&stop_or_stored), kQuiet);
+      }
+      stored = stored_since_pass_ && !stop_;
+      stored_since_pass_ = false;
+    }
+    if (!stored) {
+      log_unlogged();
+      if (stopping()) return;
+      continue;
+    }
+    if (unlogged.passes == 0) unlogged_since = absl::Now();
+    const Counters pass = Pass();
+    unlogged.passes += pass.passes;
+    unlogged.experts += pass.experts;
+    unlogged.bytes += pass.bytes;
+    unlogged_until = absl::Now();
+    if (unlogged_until - unlogged_since >= kLogInterval) log_unlogged();
   }
 }
 
-void RamWarmer::Pass() {
+RamWarmer::Counters RamWarmer::Pass() {
   const absl::Time start = absl::Now();
   std::vector<ExpertId> order;
   if (usage_ != nullptr) {
@@ -80,7 +123,7 @@ void RamWarmer::Pass() {
   if (!listed.ok()) {
     LogEvent(
         absl::StrCat("RAM warm-up: cannot list the stored experts: ", listed.status().message()));
-    return;
+    return Counters();
   }
   for (const auto& [fingerprint, layers] : *listed) {
     for (const auto& [layer, experts] : layers) {
@@ -91,6 +134,7 @@ void RamWarmer::Pass() {
   const uint64_t budget = tier_->budget_bytes();
   uint64_t smallest = std::numeric_limits<uint64_t>::max();
   Counters pass;
+  pass.passes = 1;
   for (const ExpertId& id : order) {
     if (stopping()) break;
     if (tier_->Contains(id)) continue;
@@ -113,17 +157,12 @@ void RamWarmer::Pass() {
       LogEvent(absl::StrCat("RAM warm-up: skipped ", s.message()));
     }
   }
-  if (pass.experts > 0) {
-    LogEvent(absl::StrFormat(
-        "RAM warm-up: loaded %d experts (%.1f MiB) in %.2f s; the RAM tier holds %.1f of %.1f MiB",
-        pass.experts, pass.bytes / 1048576.0, absl::ToDoubleSeconds(absl::Now() - start),
-        tier_->used_bytes() / 1048576.0, budget / 1048576.0));
-  }
   absl::MutexLock lock(&mu_);
   ++counters_.passes;
   counters_.experts += pass.experts;
   counters_.bytes += pass.bytes;
   counters_.errors += pass.errors;
+  return pass;
 }
 
 }  // namespace colibri::expert_node

@@ -4,14 +4,16 @@
 // a time.
 //
 // A thread at the lowest CPU priority (nice 19: compute threads take the
-// cores first) and the idle I/O class runs a pass whenever the number of stored experts has changed
-// since its last pass (checked every Options::poll_interval; the first check
-// is at once). A pass loads, through RamTier::Warm, the experts it finds not
-// resident: the most used first (UsageCounts), then every stored expert by
-// model fingerprint, layer and expert. Warm evicts nothing, so a pass only
-// fills free room; it ends when the room left is smaller than every expert
-// it has seen, or when the list is done. Read errors are logged and skipped
-// (a damaged expert is dropped by the store, as on any read).
+// cores first) and the idle I/O class runs a pass when it starts and again
+// after every expert the store writes (an ingest, an import, a re-sent
+// expert: the store's write observer wakes it; writes during a pass bring one
+// more pass after it). A pass loads, through RamTier::Warm, the experts it
+// finds not resident: the most used first (UsageCounts), then every stored
+// expert by model fingerprint, layer and expert. Warm evicts nothing, so a
+// pass only fills free room; it ends when the room left is smaller than every
+// expert it has seen, or when the list is done. Read errors are logged and
+// skipped (a damaged expert is dropped by the store, as on any read). One log
+// line per burst of passes (an ingest wakes it once per expert).
 //
 // Thread-safety: counters() from any thread; Stop and the destructor from
 // the owner.
@@ -22,7 +24,6 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 
 namespace colibri::expert_node {
 
@@ -32,11 +33,6 @@ class UsageCounts;
 
 class RamWarmer {
  public:
-  struct Options {
-    // How often the thread looks for newly stored experts (a read of one
-    // counter). Default: 250 ms.
-    absl::Duration poll_interval = absl::Milliseconds(250);
-  };
   struct Counters {
     uint64_t passes = 0;   // passes run
     uint64_t experts = 0;  // experts loaded into the tier
@@ -46,7 +42,7 @@ class RamWarmer {
 
   // store, tier and usage (may be null) are borrowed and must outlive this.
   // Starts the thread.
-  RamWarmer(const Options& options, ExpertStore* store, RamTier* tier, const UsageCounts* usage);
+  RamWarmer(ExpertStore* store, RamTier* tier, const UsageCounts* usage);
   // Stop().
   ~RamWarmer();
   RamWarmer(const RamWarmer&) = delete;
@@ -59,17 +55,18 @@ class RamWarmer {
 
  private:
   void Loop();
-  // One pass; returns early when stopped.
-  void Pass();
+  // One pass (added to counters_); returns early when stopped.
+  Counters Pass();
   bool stopping() const;
 
-  const Options options_;
   ExpertStore* const store_;
   RamTier* const tier_;
   const UsageCounts* const usage_;
 
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool stored_since_pass_ ABSL_GUARDED_BY(mu_) = true;  // the first pass runs at once
+  int observer_id_ = -1;                                // of the store's write observer
   Counters counters_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

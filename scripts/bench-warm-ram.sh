@@ -95,7 +95,7 @@ wait_warmed() {
       grep -q 'RAM warm-up: loaded' "$f" && done_count=$((done_count + 1))
     done
     if [ "$done_count" -eq 3 ]; then
-      sed -n 's/.*RAM warm-up: loaded .* in \([0-9.]*\) s;.*/\1/p' "$work"/node{1,2,3}.err |
+      sed -n 's/.*RAM warm-up: loaded .* in \([0-9.]*\) s .*/\1/p' "$work"/node{1,2,3}.err |
         sort -g | tail -1
       return 0
     fi

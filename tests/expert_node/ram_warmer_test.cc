@@ -60,12 +60,6 @@ class RamWarmerTest : public ::testing::Test {
     return true;
   }
 
-  static RamWarmer::Options FastPoll() {
-    RamWarmer::Options options;
-    options.poll_interval = absl::Milliseconds(10);
-    return options;
-  }
-
   TempDir dir_;
   std::unique_ptr<ExpertStore> store_;
 };
@@ -85,7 +79,7 @@ TEST_F(RamWarmerTest, FillsTheFreeRoomMostUsedFirstAndEvictsNothing) {
   auto tier = MakeTier(3 * size + size / 2);
   ASSERT_TRUE(tier->Acquire(ExpertId{kFp, 0, 2}).ok());
 
-  RamWarmer warmer(FastPoll(), store_.get(), tier.get(), usage->get());
+  RamWarmer warmer(store_.get(), tier.get(), usage->get());
   ASSERT_TRUE(WaitFor([&] { return warmer.counters().passes >= 1; }));
   EXPECT_EQ(tier->resident_count(), 3u);
   EXPECT_TRUE(tier->Contains(ExpertId{kFp, 0, 2}));
@@ -104,9 +98,11 @@ TEST_F(RamWarmerTest, WarmsExpertsStoredAfterItStarted) {
   Store(0, 2);
   const uint64_t size = ExpertBytes();
   auto tier = MakeTier(10 * size);
-  RamWarmer warmer(FastPoll(), store_.get(), tier.get(), nullptr);
+  RamWarmer warmer(store_.get(), tier.get(), nullptr);
   ASSERT_TRUE(WaitFor([&] { return tier->resident_count() == 2; }));
-  Store(3, 5);  // an ingest
+  // An ingest: the store's write observer wakes the warmer (it does not
+  // poll), so without the wake-up these would never be warmed.
+  Store(3, 5);
   ASSERT_TRUE(WaitFor([&] { return tier->resident_count() == 7; }))
       << tier->resident_count() << " resident";
   EXPECT_TRUE(tier->Contains(ExpertId{kFp, 3, 4}));
@@ -120,7 +116,7 @@ TEST_F(RamWarmerTest, ADamagedExpertIsSkippedAndTheRestWarmed) {
   Store(0, 3);
   ASSERT_TRUE(store_->PutRawValueForTesting(ExpertId{kFp, 0, 1}, "not an expert").ok());
   auto tier = MakeTier(10 * ExpertBytes());
-  RamWarmer warmer(FastPoll(), store_.get(), tier.get(), nullptr);
+  RamWarmer warmer(store_.get(), tier.get(), nullptr);
   ASSERT_TRUE(WaitFor([&] { return warmer.counters().passes >= 1; }));
   EXPECT_TRUE(tier->Contains(ExpertId{kFp, 0, 0}));
   EXPECT_FALSE(tier->Contains(ExpertId{kFp, 0, 1}));
