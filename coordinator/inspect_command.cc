@@ -26,7 +26,7 @@ const char* QkNormName(arch::QkNorm n) {
 }
 
 // The hyper-parameters of the deepseek2 / glm4moe families, and the KV cache
-// size per token (float32 cache).
+// size per token (float32 and half cache).
 void PrintFamilyConfig(const arch::ModelConfig& c, std::ostream& out) {
   const bool deepseek_routing = c.gating == arch::Gating::kSigmoid || c.selection_bias ||
                                 c.n_expert_groups > 1 || c.expert_weights_scale != 1.0f ||
@@ -52,10 +52,11 @@ void PrintFamilyConfig(const arch::ModelConfig& c, std::ostream& out) {
         c.qk_nope(), c.n_rot, c.head_dim_v, c.attention_scale());
   }
   const int64_t per_token = c.kv_cache_floats_per_token() * 4 * c.n_layer;
-  out << "  KV cache per token: " << FormatBytes(per_token);
+  out << "  KV cache per token: " << FormatBytes(per_token) << " (f32), "
+      << FormatBytes(per_token / 2) << " (--kv-type f16)";
   if (c.kv_expanded_floats_per_token() != c.kv_cache_floats_per_token()) {
     const int64_t expanded = c.kv_expanded_floats_per_token() * 4 * c.n_layer;
-    out << absl::StrFormat(" (compressed latent; expanded K/V would be %s, %.1fx)",
+    out << absl::StrFormat("; compressed latent (expanded K/V would be %s in f32, %.1fx)",
                            FormatBytes(expanded), static_cast<double>(expanded) / per_token);
   }
   out << "\n";

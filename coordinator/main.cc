@@ -51,7 +51,7 @@ void AddKvTypeFlag(CLI::App* cmd, colibri::arch::KvType* kv_type) {
   const std::map<std::string, KvType> types = {{"f32", KvType::kF32}, {"f16", KvType::kF16}};
   cmd->add_option("--kv-type", *kv_type,
                   "element type of the KV cache: f32, or f16 (half the memory and the bytes "
-                  "attention reads; not for deepseek2's latent attention)")
+                  "attention reads)")
       ->transform(CLI::CheckedTransformer(types))
       ->type_name("f32|f16")
       ->default_str("f32");

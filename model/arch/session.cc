@@ -58,11 +58,6 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
   if (options.n_seq < 1) {
     return absl::InvalidArgumentError(absl::StrCat("n_seq ", options.n_seq, " is < 1"));
   }
-  if (options.kv_type == KvType::kF16 && c.attention == AttentionKind::kMla) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a KV cache of f16 is not supported for ", c.arch,
-                     " (Multi-head Latent Attention keeps its latent cache in f32)"));
-  }
   return std::unique_ptr<Session>(new Session(model, experts, pool, options, n_ctx));
 }
 
@@ -765,12 +760,13 @@ void Session::AttentionMla(int il, int n) {
   ops::MatMul(L.wkv_a, xn_.data(), n, kv_a_.data(), row, path, pool_, &matmul_scratch_);
 
   for (int i = 0; i < n; ++i) {
-    float* cache = KeyRows<float>(row_seq_[i], il, row);
     const int pos = row_pos_[i];
     float* a = kv_a_.data() + i * row;
     ops::RmsNorm(a, L.kv_a_norm, c_.rms_eps, rank, a);
     ApplyRope(a + rank, 1, 0, pos);
-    std::memcpy(cache + static_cast<size_t>(pos) * row, a, row * sizeof(float));
+    WithLatentRows(row_seq_[i], il, [&](auto* cache) {
+      StoreCacheRow(a, row, cache + static_cast<size_t>(pos) * row);
+    });
     ApplyRope(q_.data() + i * q_dim + nope, n_head, hd, pos);
   }
 
@@ -810,8 +806,10 @@ void Session::AttentionMla(int il, int n) {
       outs[t] = latent_.data() + at * rank;
       lasts[t] = row_pos_[i];
     }
-    const float* cache = KeyRows<float>(row_seq_[i], il, row);
-    AttendBlock(qs, rows, cache, row, cache, row, lasts, row, rank, scale, nullptr, scratch, outs);
+    WithLatentRows(row_seq_[i], il, [&](const auto* cache) {
+      AttendBlock(qs, rows, cache, row, cache, row, lasts, row, rank, scale, nullptr, scratch,
+                  outs);
+    });
   });
 
   // Back from the latent: o[h] = Vb[h] · latent[h].

@@ -104,7 +104,8 @@ inline constexpr int kMinPipelineSequences = 4;
 // floats: half the cache memory and half the bytes attention reads per token,
 // for keys and values rounded to 11 significant bits (the attention products
 // then run exactly as on float rows holding those values, see
-// ops::AttendDots). Not for Multi-head Latent Attention (deepseek2).
+// ops::AttendDots). For Multi-head Latent Attention (deepseek2) the one
+// latent cache (the normed latent and the roped k_pe) is stored so.
 enum class KvType { kF32, kF16 };
 const char* KvTypeName(KvType type);
 
@@ -337,6 +338,17 @@ class Session {
       f(KeyRows<float>(seq, il, c_.kv_dim()), ValueRows<float>(seq, il));
     }
   }
+  // Calls f(latent) with layer il's first latent rows in sequence seq's slot
+  // (MLA: kv_lora_rank + n_rot elements a row), as floats or as halves.
+  template <typename F>
+  void WithLatentRows(int seq, int il, F&& f) const {
+    const int row = c_.kv_lora_rank + c_.n_rot;
+    if (options_.kv_type == KvType::kF16) {
+      f(KeyRows<uint16_t>(seq, il, row));
+    } else {
+      f(KeyRows<float>(seq, il, row));
+    }
+  }
   void Attention(int il, int n);
   // Multi-head Latent Attention (deepseek2), absorbed form over the latent cache.
   void AttentionMla(int il, int n);
@@ -432,7 +444,8 @@ class Session {
   // KV cache slots, null until the sequence is first evaluated:
   // [n_seq] of [n_layer][rows][kv_dim] and [n_layer][rows][v_dim]; for MLA
   // k_slots_ hold [n_layer][n_ctx][kv_lora_rank + n_rot] (the normed latent
-  // and the roped shared k_pe) and v_slots_ stay null. Uninitialized: a
+  // and the roped shared k_pe; halves with KvType::kF16) and v_slots_ stay
+  // null. Uninitialized: a
   // position is read only after it was written.
   std::vector<std::unique_ptr<uint8_t[]>> k_slots_;
   std::vector<std::unique_ptr<uint8_t[]>> v_slots_;
