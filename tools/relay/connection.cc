@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -22,8 +23,8 @@ using Clock = std::chrono::steady_clock;
 // Bytes per read(): large enough for throughput, small enough that a capped
 // link's chunks interleave finely with the other connections' traffic.
 constexpr size_t kReadChunkBytes = 64 * 1024;
-// Sleeps are cut into slices of at most this so that Abort() is noticed.
-constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+// Waits are cut into slices of at most this so that Abort() is noticed.
+constexpr auto kWaitSlice = std::chrono::milliseconds(50);
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 
 void SetNoDelay(int fd) {
@@ -42,85 +43,72 @@ sockaddr_storage CopyAddress(const addrinfo& ai) {
 Direction::Direction(int src, int dst, const LinkModel::Options& link, size_t queue_limit_bytes)
     : src_(src), dst_(dst), queue_limit_bytes_(queue_limit_bytes), link_(link) {}
 
-bool Direction::ReadLoop() {
-  std::vector<char> buffer(kReadChunkBytes);
-  const auto may_read = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return aborted_.load() || queued_bytes_ <= queue_limit_bytes_;
-  };
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&may_read));
+bool Direction::WriteDue(LinkModel::TimePoint now, bool* blocked, bool* ended) {
+  *blocked = false;
+  *ended = false;
+  while (!queue_.empty() && queue_.front().deliver <= now) {
+    Chunk& head = queue_.front();
+    if (head.data.empty()) {
+      ::shutdown(dst_, SHUT_WR);
+      *ended = true;
+      return true;
     }
-    if (aborted_.load()) return false;
-    const ssize_t n = ::read(src_, buffer.data(), buffer.size());
+    const ssize_t n = ::send(dst_, head.data.data() + head_written_,
+                             head.data.size() - head_written_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 || aborted_.load()) return false;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      *blocked = true;
+      return true;
+    }
+    if (n <= 0) return false;
+    head_written_ += static_cast<size_t>(n);
+    if (head_written_ == head.data.size()) {
+      queued_bytes_ -= head.data.size();
+      queue_.pop_front();
+      head_written_ = 0;
+    }
+  }
+  return true;
+}
+
+bool Direction::Run() {
+  // The default 50 us timer slack would dominate sub-millisecond delays.
+  ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  std::vector<char> buffer(kReadChunkBytes);
+  bool src_open = true;
+  while (!aborted_.load()) {
+    bool blocked = false, ended = false;
+    if (!WriteDue(Clock::now(), &blocked, &ended)) return false;
+    if (ended) return true;
+    // Wait for the source (unless it ended or the queue is full), for the
+    // destination when it blocked, and at most until the head is due.
+    pollfd fds[2];
+    nfds_t n_fds = 0;
+    const bool reading = src_open && queued_bytes_ <= queue_limit_bytes_;
+    if (reading) fds[n_fds++] = pollfd{src_, POLLIN, 0};
+    if (blocked) fds[n_fds++] = pollfd{dst_, POLLOUT, 0};
+    auto wait = std::chrono::duration_cast<LinkModel::Duration>(kWaitSlice);
+    if (!blocked && !queue_.empty()) {
+      wait =
+          std::min(wait, std::max(LinkModel::Duration(0), queue_.front().deliver - Clock::now()));
+    }
+    const timespec timeout{static_cast<time_t>(wait.count() / 1'000'000'000),
+                           static_cast<long>(wait.count() % 1'000'000'000)};
+    const int ready = ::ppoll(fds, n_fds, &timeout, nullptr);
+    if (ready < 0 && errno != EINTR) return false;
+    if (aborted_.load()) return false;
+    if (ready <= 0 || !reading || fds[0].revents == 0) continue;
+    const ssize_t n = ::recv(src_, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n < 0) return false;
     Chunk chunk;
     chunk.deliver = link_.Deliver(Clock::now(), static_cast<uint64_t>(n));
     chunk.data.assign(buffer.begin(), buffer.begin() + n);
-    absl::MutexLock lock(&mu_);
     queued_bytes_ += chunk.data.size();
     queue_.push_back(std::move(chunk));
-    if (n == 0) return true;
-  }
-}
-
-bool Direction::WriteLoop() {
-  // The default 50 us timer slack would dominate sub-millisecond delays.
-  ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-  const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return aborted_.load() || !queue_.empty();
-  };
-  while (true) {
-    Chunk chunk;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&ready));
-      if (aborted_.load()) return false;
-      chunk = std::move(queue_.front());
-      queue_.pop_front();
-      queued_bytes_ -= chunk.data.size();
-    }
-    if (!SleepUntil(chunk.deliver)) return false;
-    if (chunk.data.empty()) {
-      ::shutdown(dst_, SHUT_WR);
-      return true;
-    }
-    if (!WriteAll(chunk.data)) return false;
-  }
-}
-
-void Direction::Abort() {
-  aborted_.store(true);
-  // Taking and releasing the lock makes waiters re-check their conditions.
-  absl::MutexLock lock(&mu_);
-}
-
-bool Direction::SleepUntil(LinkModel::TimePoint deadline) const {
-  while (!aborted_.load()) {
-    const auto now = Clock::now();
-    if (now >= deadline) return true;
-    const LinkModel::TimePoint wake = std::min<LinkModel::TimePoint>(deadline, now + kSleepSlice);
-    // steady_clock is CLOCK_MONOTONIC in libstdc++ and libc++ on Linux.
-    const int64_t ns = wake.time_since_epoch().count();
-    timespec ts;
-    ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-    ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
-    ::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+    if (n == 0) src_open = false;
   }
   return false;
-}
-
-bool Direction::WriteAll(const std::vector<char>& data) const {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::send(dst_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0 || aborted_.load()) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 Connection::Connection(int client_fd, const addrinfo& target, const LinkModel::Options& link,
@@ -165,16 +153,12 @@ void Connection::Run() {
   if (!ConnectTarget()) return;  // the destructor closes the client: it sees EOF
   SetNoDelay(client_fd_);
   SetNoDelay(target_fd_);
-  const auto run = [this](Direction* d, bool (Direction::*loop)()) {
-    if (!(d->*loop)()) Abort();
+  const auto run = [this](Direction* d) {
+    if (!d->Run()) Abort();
   };
-  std::thread up_read(run, &upstream_, &Direction::ReadLoop);
-  std::thread up_write(run, &upstream_, &Direction::WriteLoop);
-  std::thread down_read(run, &downstream_, &Direction::ReadLoop);
-  run(&downstream_, &Direction::WriteLoop);
-  up_read.join();
-  up_write.join();
-  down_read.join();
+  std::thread up(run, &upstream_);
+  run(&downstream_);
+  up.join();
 }
 
 void Connection::Abort() {

@@ -1,12 +1,15 @@
 // One relayed TCP connection: the accepted client socket, the socket to the
 // target, and a Direction for each way through its own LinkModel.
 //
-// Each Direction has a reader thread (reads chunks, stamps their delivery time,
-// queues them) and a writer thread (sleeps until a chunk's delivery time, then
-// writes it). The reader stops reading while the queue holds more than
-// `queue_limit_bytes`, so memory stays bounded and a slow receiver slows the
-// sender down, as TCP would. End of stream is forwarded as a half-close after
-// the queued data; a reset or error on either socket aborts both ways.
+// Each Direction is one thread that waits (ppoll) for whichever comes first:
+// its source readable, the delivery time of the chunk at the head of its
+// queue, or (when a write would block) its destination writable. It reads
+// chunks, stamps their delivery time and queues them, and writes each when
+// it is due, so a chunk costs no hand-off between threads. It stops reading
+// while the queue holds more than `queue_limit_bytes`, so memory stays
+// bounded and a slow receiver slows the sender down, as TCP would. End of
+// stream is forwarded as a half-close after the queued data; a reset or error
+// on either socket aborts both ways.
 //
 // Thread-safety: Run() once, from one thread; Abort() from any thread, any
 // number of times, until the Connection is destroyed.
@@ -20,26 +23,26 @@
 #include <deque>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "tools/relay/link_model.h"
 
 namespace colibri::relay {
 
-// One way of a connection, from `src` to `dst`. The sockets are borrowed.
+// One way of a connection, from `src` to `dst`. The sockets are borrowed;
+// they stay blocking (reads and writes pass MSG_DONTWAIT), since the other
+// Direction shares them.
 class Direction {
  public:
   Direction(int src, int dst, const LinkModel::Options& link, size_t queue_limit_bytes);
   Direction(const Direction&) = delete;
   Direction& operator=(const Direction&) = delete;
 
-  // ReadLoop reads `src` into the queue, WriteLoop writes the queue to `dst` as
-  // the link delivers it (a half-close for the end of stream). Each returns
-  // true at the end of the stream, false on an error or after Abort().
-  bool ReadLoop();
-  bool WriteLoop();
-  // Wakes both loops; they return without delivering what is queued.
-  void Abort();
+  // Relays `src` to `dst` as the link delivers it (a half-close for the end
+  // of the stream). True at the end of the stream, false on an error or
+  // after Abort().
+  bool Run();
+  // Makes Run() return within kWaitSlice without delivering what is queued
+  // (at once when the sockets are shut down too, as Connection::Abort does).
+  void Abort() { aborted_.store(true); }
 
  private:
   struct Chunk {
@@ -47,20 +50,20 @@ class Direction {
     std::vector<char> data;  // empty: end of stream
   };
 
-  // Sleeps until `deadline` (CLOCK_MONOTONIC, absolute) unless aborted first.
-  // False when aborted.
-  bool SleepUntil(LinkModel::TimePoint deadline) const;
-  bool WriteAll(const std::vector<char>& data) const;
+  // Writes the due chunks at the queue's head. Returns false on an error,
+  // and sets *blocked when the destination takes no more for now, *ended
+  // after the end of stream was forwarded.
+  bool WriteDue(LinkModel::TimePoint now, bool* blocked, bool* ended);
 
   const int src_;
   const int dst_;
   const size_t queue_limit_bytes_;
-  LinkModel link_;  // used by the reader thread only
+  LinkModel link_;
   std::atomic<bool> aborted_{false};
-
-  absl::Mutex mu_;
-  std::deque<Chunk> queue_ ABSL_GUARDED_BY(mu_);
-  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Owned by the thread in Run().
+  std::deque<Chunk> queue_;
+  size_t queued_bytes_ = 0;
+  size_t head_written_ = 0;  // bytes of queue_.front() already written
 };
 
 class Connection {
