@@ -284,6 +284,20 @@ bench_cpu_ticks() {
   echo "$total"
 }
 
+# bench_wait_idle PID...: until the processes' CPU time grows by at most one
+# tick in 0.5 s (at most 300 s), so that a background task (an expert node's
+# RAM warm-up after a start or an ingest) does not land in a measurement.
+bench_wait_idle() {
+  local before after i
+  for i in $(seq 600); do
+    before=$(bench_cpu_ticks "$@")
+    sleep 0.5
+    after=$(bench_cpu_ticks "$@")
+    [ $((after - before)) -le 1 ] && return 0
+  done
+  echo "bench: the processes $* were still busy after 300 s; measuring anyway" >&2
+}
+
 # bench_children_ticks: sets BENCH_CHILDREN_TICKS to the user + system CPU
 # time of this shell's reaped children, in clock ticks (not a $(...): that
 # would read its own subshell's).

@@ -592,6 +592,7 @@ bench_layers() {
   echo "nodes $nodes: ingest and warm-up run..." >&2
   bench_run "$dir/warmup" run -m "$model" -p "$prompt" -n "$n_predict" --temp 0 --ignore-eos \
     --threads "$threads" --nodes "$nodes" "${run_extra[@]}"
+  bench_wait_idle "${NODE_PIDS[@]}"  # the RAM warm-up of what was ingested
   for link in $links; do
     delay="${link%%:*}" rate="${link#*:}"
     [ "$rate" = 0 ] && rate=""
