@@ -5,6 +5,7 @@
 # before the child's redirection has emptied it). The stand-in coordinator
 # burns ~0.4 s of CPU, prints, burns ~0.4 s more; the check allows wide
 # margins (it asserts where the CPU was counted, not how fast anything is).
+# Then bench_wait_idle on a process that is busy for a second, then idle.
 # usage: bench_common_test.sh SOURCE_DIR
 set -uo pipefail
 src="$1"
@@ -46,4 +47,24 @@ for round in 1 2 3 4 5; do
     status=1
   fi
 done
+
+# bench_wait_idle returns only once a busy process has stopped burning CPU:
+# here one that burns 2 s, then sleeps.
+cat >"$tmp/busy" <<'STUB'
+#!/usr/bin/env bash
+start=${EPOCHREALTIME/./}
+while [ $((${EPOCHREALTIME/./} - start)) -lt 2000000 ]; do :; done
+echo idle >"$1"
+exec sleep 30
+STUB
+rm -f "$tmp/idle"
+bash "$tmp/busy" "$tmp/idle" &
+busy=$!
+bench_wait_idle "$busy"
+if [ ! -e "$tmp/idle" ]; then
+  echo "FAIL: bench_wait_idle returned while the process was still busy"
+  status=1
+fi
+kill "$busy" 2>/dev/null
+wait "$busy" 2>/dev/null
 exit "$status"
