@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "coordinator/node_client.h"
@@ -69,13 +70,16 @@ TEST_F(DistributedRunTest, LogitsAreBitwiseEqualToTheLocalRun) {
   const std::string dir = testing::MakeTempDir("logits");
   for (const std::string& model : testing::AllGoldenModels()) {
     const testing::GoldenCase c = Case(model);
-    for (bool exact : {true, false}) {
-      SCOPED_TRACE(model + (exact ? " exact" : " fast"));
+    // The exact and fast paths, and the fast path with a half KV cache
+    // (deepseek2's latent cache too).
+    for (const auto& [exact, kv] :
+         {std::pair<bool, const char*>{true, "f32"}, {false, "f32"}, {false, "f16"}}) {
+      SCOPED_TRACE(model + (exact ? " exact" : " fast") + ", KV " + kv);
       const std::string local_out = dir + "/local.f32";
       const std::string remote_out = dir + "/remote.f32";
-      auto args = [&](const std::string& logits_out) {
+      auto args = [&, exact = exact, kv = kv](const std::string& logits_out) {
         std::vector<std::string> a = RunArgs(c, 4);
-        a.insert(a.end(), {"--all-logits", "--logits-out", logits_out});
+        a.insert(a.end(), {"--all-logits", "--logits-out", logits_out, "--kv-type", kv});
         if (exact) a.push_back("--exact");
         return a;
       };
@@ -278,9 +282,8 @@ void CorruptOneExpert(const std::string& dir) {
     for (const auto& [layer, experts] : layers) {
       if (experts.empty()) continue;
       ASSERT_TRUE((*store)
-                      ->PutRawValueForTesting(
-                          expert_node::ExpertId{fingerprint, layer, experts[0]},
-                          std::string(300, 'z'))
+                      ->PutRawValueForTesting(expert_node::ExpertId{fingerprint, layer, experts[0]},
+                                              std::string(300, 'z'))
                       .ok());
       return;
     }
@@ -446,9 +449,8 @@ TEST_F(DistributedRunTest, KilledNodeWithoutReplicaFallsBackLocally) {
 TEST_F(DistributedRunTest, ExpertsOfANodeAwayTooLongAreReplaced) {
   StartNodes(3);
   const std::string victim = nodes_[1]->address();
-  const std::string err =
-      KillMidGeneration(&nodes_, Addresses(), 1, "480",
-                        {"--replace-after", "0.05", "--probe-interval", "0.01"});
+  const std::string err = KillMidGeneration(
+      &nodes_, Addresses(), 1, "480", {"--replace-after", "0.05", "--probe-interval", "0.01"});
   EXPECT_NE(err.find("new placement in force (excluded: " + victim + ")"), std::string::npos)
       << err;
   const size_t at = err.find("re-placement: ");
@@ -505,14 +507,13 @@ TEST_F(DistributedRunTest, NodesDnsFindsTheNodesOfAName) {
   StartNodes(1);
   const testing::GoldenCase c = Case("olmoe-tiny-f16");
   const std::string port = std::to_string(nodes_[0]->port());
-  const CommandResult r =
-      testing::RunCommand({Coordinator(), "plan", "--model", c.model_path, "--nodes-dns",
-                           "127.0.0.1:" + port, "--summary"});
+  const CommandResult r = testing::RunCommand({Coordinator(), "plan", "--model", c.model_path,
+                                               "--nodes-dns", "127.0.0.1:" + port, "--summary"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("node 127.0.0.1:" + port), std::string::npos) << r.out;
-  const CommandResult both = testing::RunCommand({Coordinator(), "plan", "--model", c.model_path,
-                                                  "--nodes-dns", "127.0.0.1:" + port, "--nodes",
-                                                  "127.0.0.1:" + port});
+  const CommandResult both =
+      testing::RunCommand({Coordinator(), "plan", "--model", c.model_path, "--nodes-dns",
+                           "127.0.0.1:" + port, "--nodes", "127.0.0.1:" + port});
   EXPECT_NE(both.exit_code, 0);
 }
 
