@@ -198,6 +198,8 @@ run_config() {
       done
     done
   done
+  # The nodes' RAM warm-up of what was ingested runs in the background.
+  if [ "$kind" = nodes ]; then bench_wait_idle "${NODE_PIDS[@]}"; fi
   for _ in $(seq "$reps"); do
     for c in $concurrency; do
       s=0

@@ -110,6 +110,7 @@ nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
 # RAM tiers (and, on the first run, ingested) before anything is measured.
 echo "nodes $nodes; ingest and warm-up run..." >&2
 bench_run "$work/warmup" "${run_args[@]}" -n "$n_predict" --nodes "$nodes"
+bench_wait_idle "${NODE_PIDS[@]}"  # the RAM warm-up of what was ingested
 
 # cluster_rows NAME PREFIX NODES: per --wire setting, a prompt-only baseline,
 # then the full run.

@@ -116,6 +116,7 @@ measure() {
 measure "local" ""
 echo "starting 3 nodes..." >&2
 bench_start_nodes "$work" 3 --threads "$node_threads"
+bench_wait_idle "${NODE_PIDS[@]}"  # a restart's RAM warm-up of the stored experts
 nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
 measure "3 nodes loopback" "$nodes"
 if [ "$delay_ms" != 0 ]; then
