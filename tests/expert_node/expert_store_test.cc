@@ -316,6 +316,37 @@ TEST(ExpertStoreTest, ADamagedStoredCopyIsReplaced) {
   EXPECT_EQ(store->experts_stored(), 1u);
 }
 
+// Write observers run once per expert written: a new one and a damaged copy
+// replaced, not the same bytes again nor a refused Put, and not after they
+// were removed.
+TEST(ExpertStoreTest, WriteObserversSeeEveryExpertWritten) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  int calls = 0, other_calls = 0;
+  const int id1 = store->AddWriteObserver([&] { ++calls; });
+  const int id2 = store->AddWriteObserver([&] { ++other_calls; });
+  EXPECT_NE(id1, id2);
+  const SyntheticExpert e = MakeExpert(16, 24, 3);
+  const ExpertId id{kFp, 1, 2};
+  ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
+  EXPECT_EQ(calls, 1);
+  ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());  // nothing written
+  EXPECT_EQ(calls, 1);
+  const SyntheticExpert other = MakeExpert(16, 24, 4);
+  EXPECT_FALSE(store->Put(id, other.layout, other.gate, other.up, other.down).ok());
+  EXPECT_EQ(calls, 1);
+  std::string value = EncodeHeader(id.layer, id.expert, e.layout);
+  value.append(e.layout.payload_bytes(), 'z');
+  ASSERT_TRUE(store->PutRawValueForTesting(id, value).ok());
+  ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());  // replaces the damage
+  EXPECT_EQ(calls, 2);
+  store->RemoveWriteObserver(id1);
+  ASSERT_TRUE(store->Put(ExpertId{kFp, 1, 3}, e.layout, e.gate, e.up, e.down).ok());
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(other_calls, 3);
+}
+
 // A store of `n` experts in layer 0, flushed into SST and blob files.
 std::vector<SyntheticExpert> FillStore(const std::string& dir, int n) {
   std::vector<SyntheticExpert> experts;
