@@ -445,8 +445,7 @@ class Session {
   // [n_seq] of [n_layer][rows][kv_dim] and [n_layer][rows][v_dim]; for MLA
   // k_slots_ hold [n_layer][n_ctx][kv_lora_rank + n_rot] (the normed latent
   // and the roped shared k_pe; halves with KvType::kF16) and v_slots_ stay
-  // null. Uninitialized: a
-  // position is read only after it was written.
+  // null. Uninitialized: a position is read only after it was written.
   std::vector<std::unique_ptr<uint8_t[]>> k_slots_;
   std::vector<std::unique_ptr<uint8_t[]>> v_slots_;
   size_t k_slot_elems_ = 0;  // elements of one slot
