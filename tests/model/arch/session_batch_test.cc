@@ -16,7 +16,9 @@
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/moe/local_expert_backend.h"
+#include "model/ops/matmul.h"
 #include "tests/support/golden.h"
+#include "tests/support/kernel_sets.h"
 
 namespace colibri {
 namespace {
@@ -338,6 +340,59 @@ TEST(SessionBatchTest, AHalfFloatKvCacheHalvesTheSlots) {
   }
   EXPECT_GT(compared, 0);
   EXPECT_GT(mla, 0) << "no latent-attention model among the golden models";
+}
+
+// Every kernel set this machine runs (portable, AVX2, AVX-512) gives a prompt
+// and the tokens decoded after it bitwise the same logits on every golden
+// model, with either KV cache type: the prompt and decode tiles, the
+// activation quantization and the attention kernels all agree with the
+// portable ones to the bit.
+TEST(SessionBatchTest, EveryKernelSetGivesBitwiseTheSameLogits) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  std::vector<ops::KernelSetChoice> sets;
+  for (ops::KernelSetChoice set : {ops::KernelSetChoice::kPortable, ops::KernelSetChoice::kAvx2,
+                                   ops::KernelSetChoice::kAvx512}) {
+    if (ops::ForceKernelSetForTesting(set)) sets.push_back(set);
+  }
+  // Back to the automatic choice however the test ends.
+  struct AutoKernelSet {
+    ~AutoKernelSet() { ops::ForceKernelSetForTesting(ops::KernelSetChoice::kAuto); }
+  } restore;
+  if (sets.size() < 2) GTEST_SKIP() << "only one kernel set runs here";
+  ThreadPool pool(2);
+  for (const std::string& name : testing::AllGoldenModels()) {
+    const testing::GoldenCase c = LoadCase(name, "long");
+    auto model = arch::Model::Open(c.model_path);
+    ASSERT_TRUE(model.ok()) << model.status();
+    for (arch::KvType kv : {arch::KvType::kF32, arch::KvType::kF16}) {
+      std::vector<float> first;
+      for (ops::KernelSetChoice set : sets) {
+        SCOPED_TRACE(name + ", KV " + arch::KvTypeName(kv) + ", kernel set " +
+                     testing::KernelSetChoiceName(set));
+        ASSERT_TRUE(ops::ForceKernelSetForTesting(set));
+        moe::LocalExpertBackend backend(&(*model)->experts(), (*model)->config().n_expert,
+                                        ops::NumericPath::kFast, &pool);
+        arch::SessionOptions options;
+        options.path = ops::NumericPath::kFast;
+        options.n_ctx = 1024;
+        options.kv_type = kv;
+        auto session = arch::Session::Create(**model, &backend, &pool, options);
+        ASSERT_TRUE(session.ok()) << session.status();
+        // The prompt (the prompt tiles), then tokens one at a time (decode's).
+        std::vector<float> logits, step;
+        ASSERT_TRUE((*session)->Evaluate(c.prompt_tokens, /*all_logits=*/true, &logits).ok());
+        for (int g = 0; g < 4; ++g) {
+          ASSERT_TRUE((*session)->Evaluate({&c.greedy_tokens[g], 1}, false, &step).ok());
+          logits.insert(logits.end(), step.begin(), step.end());
+        }
+        if (first.empty()) {
+          first = std::move(logits);
+        } else {
+          EXPECT_TRUE(Bitwise(first, logits)) << "differs from the portable kernels' logits";
+        }
+      }
+    }
+  }
 }
 
 TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAlone) {
