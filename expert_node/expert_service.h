@@ -73,6 +73,7 @@
 #include "expert_node/ram_tier.h"
 #include "expert_node/task_queue.h"
 #include "expert_node/usage_counts.h"
+#include "grpcpp/alarm.h"
 #include "rpc/raw_unary.h"
 
 namespace colibri::expert_node {
@@ -86,8 +87,8 @@ namespace colibri::expert_node {
 // shapes and Options::max_batch_tokens (ComputeLayerRequestLimit), Prefetch
 // and Import take at most kMaxControlRequestBytes, Inventory and NodeStats
 // kMaxQueryRequestBytes.
-using ExpertServiceBase = v1::ExpertService::WithRawMethod_ComputeLayer<
-    v1::ExpertService::WithRawCallbackMethod_Prefetch<
+using ExpertServiceBase =
+    v1::ExpertService::WithRawMethod_ComputeLayer<v1::ExpertService::WithRawCallbackMethod_Prefetch<
         v1::ExpertService::WithRawCallbackMethod_Ingest<
             v1::ExpertService::WithRawCallbackMethod_Import<
                 v1::ExpertService::WithRawCallbackMethod_Inventory<
@@ -169,10 +170,12 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   // server this service is registered with (ServerBuilder::AddCompletionQueue),
   // once the server has started. Until then ComputeLayer calls wait in gRPC.
   void ServeComputeLayer(std::unique_ptr<grpc::ServerCompletionQueue> queue);
-  // Stops accepting ComputeLayer calls, shuts the queue down and joins the
-  // workers once they have drained it. Call after the server's Shutdown
-  // (which fails the calls still waiting for a worker); the destructor calls
-  // it too. Idempotent.
+  // Stops accepting ComputeLayer calls, lets every worker finish the call it
+  // serves (its reply or error is sent: the queue is still open), joins the
+  // workers, then shuts the queue down and drains it. No operation starts on
+  // the queue after its shutdown (gRPC aborts the process if one does). Call
+  // after the server's Shutdown (which fails the calls still waiting for a
+  // worker); the destructor calls it too. Idempotent.
   void StopComputeLayer();
 
   // The callback handlers read a serialized request and write a serialized
@@ -202,8 +205,7 @@ class ExpertServiceImpl final : public ExpertServiceBase {
 
   // The blocking bodies of the handlers, run on executor threads (and by
   // main for --import-gguf).
-  absl::Status DoComputeLayer(const v1::ComputeLayerRequest& request,
-                              v1::ComputeLayerReply* reply);
+  absl::Status DoComputeLayer(const v1::ComputeLayerRequest& request, v1::ComputeLayerReply* reply);
   absl::Status DoImport(const v1::ImportRequest& request, v1::ImportReply* reply);
   absl::Status DoInventory(const v1::InventoryRequest& request, v1::InventoryReply* reply);
   void FillNodeStats(v1::NodeStatsReply* reply) const;
@@ -226,8 +228,7 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   // when its finish event comes back).
   void ServeComputeCall(ComputeCall* call);
 
-  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier,
-                    UsageCounts* usage);
+  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier, UsageCounts* usage);
 
   // True when the call carries the configured token (or none is configured).
   bool Authorized(const grpc::ServerContextBase* context) const;
@@ -301,6 +302,9 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   bool compute_stopping_ ABSL_GUARDED_BY(compute_mu_) = false;
   std::unique_ptr<grpc::ServerCompletionQueue> compute_cq_;
   std::vector<std::thread> compute_workers_;
+  // One per worker, set by StopComputeLayer to fire at once with
+  // kStopWorkerTag: the worker that takes it returns.
+  std::vector<std::unique_ptr<grpc::Alarm>> stop_alarms_;
 };
 
 }  // namespace colibri::expert_node
