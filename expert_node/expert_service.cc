@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "grpc/support/time.h"
 #include "common/status_macros.h"
 #include "expert_node/event_log.h"
 #include "expert_node/layer_compute.h"
-#include "grpc/support/time.h"
 #include "model/arch/model.h"
 #include "model/gguf/gguf_fingerprint.h"
 #include "rpc/server_support.h"
@@ -31,8 +31,8 @@ const grpc::Status kUnauthenticated = rpc::UnauthenticatedStatus();
 absl::StatusOr<ExpertId> ParseKey(const v1::ExpertKey& key) {
   COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(key.model_fingerprint()));
   if (key.layer() < 0 || key.layer() > 99999 || key.expert() < 0 || key.expert() > 99999) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expert key: layer ", key.layer(), " expert ", key.expert(), " out of range"));
+    return absl::InvalidArgumentError(absl::StrCat("expert key: layer ", key.layer(), " expert ",
+                                                   key.expert(), " out of range"));
   }
   return ExpertId{key.model_fingerprint(), key.layer(), key.expert()};
 }
@@ -247,9 +247,9 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
       if (context_->IsCancelled()) {
         Finish(grpc::Status(grpc::StatusCode::CANCELLED, "ingest cancelled"));
       } else if (assembling_) {
-        Finish(ToGrpc(absl::InvalidArgumentError(absl::StrCat("stream ended after ", received_,
-                                                              " of ", layout_.payload_bytes(),
-                                                              " bytes of ", ToString(id_)))));
+        Finish(ToGrpc(absl::InvalidArgumentError(
+            absl::StrCat("stream ended after ", received_, " of ", layout_.payload_bytes(),
+                         " bytes of ", ToString(id_)))));
       } else {
         const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
         if (reply_->stored_size() > 0) {
@@ -280,8 +280,8 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
     COLIBRI_ASSIGN_OR_RETURN(ExpertId id, ParseKey(chunk_.key()));
     if (chunk_.has_gate()) {
       if (assembling_) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("header of ", ToString(id), " before ", ToString(id_), " was complete"));
+        return absl::InvalidArgumentError(absl::StrCat("header of ", ToString(id), " before ",
+                                                       ToString(id_), " was complete"));
       }
       COLIBRI_RETURN_IF_ERROR(StartExpert(std::move(id)));
     } else if (!assembling_ || !(id == id_)) {
@@ -370,8 +370,7 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
     absl::Status s;
     const uint64_t actual = PayloadChecksum(gate, up, down, biases);
     if (actual != layout_.xxh64) {
-      s =
-          absl::DataLossError(absl::StrFormat("%s: xxh64 of the received bytes is %016x, header "
+      s = absl::DataLossError(absl::StrFormat("%s: xxh64 of the received bytes is %016x, header "
                                               "says %016x",
                                               ToString(id_), actual, layout_.xxh64));
     }
@@ -414,10 +413,8 @@ class ExpertServiceImpl::IngestReactor final : public grpc::ServerReadReactor<gr
   absl::Time waiting_since_ ABSL_GUARDED_BY(mu_);
 };
 
-absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> ExpertServiceImpl::Create(const Options& options,
-                                                                             ExpertStore* store,
-                                                                             RamTier* tier,
-                                                                             UsageCounts* usage) {
+absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> ExpertServiceImpl::Create(
+    const Options& options, ExpertStore* store, RamTier* tier, UsageCounts* usage) {
   std::unique_ptr<ExpertServiceImpl> service(new ExpertServiceImpl(options, store, tier, usage));
   COLIBRI_ASSIGN_OR_RETURN(auto models, store->ListModels());
   absl::MutexLock lock(&service->mu_);
@@ -435,7 +432,7 @@ ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store,
       io_queue_(std::make_unique<TaskQueue>(1, 0)),
       import_queue_(std::make_unique<TaskQueue>(1, 0)),
       prefetch_queue_(std::make_unique<TaskQueue>(std::max(options.io_threads, 1),
-                                                  options.prefetch_queue_limit)) {
+                                                   options.prefetch_queue_limit)) {
   if (options_.ingest_idle_timeout > absl::ZeroDuration()) {
     watchdog_ = std::thread([this] { WatchIngestStreams(); });
   }
@@ -518,10 +515,10 @@ absl::Status ExpertServiceImpl::RegisterModel(const std::string& fingerprint,
       if ((shape.n_embd != 0 && shape.n_embd != known.n_embd) ||
           (shape.n_layer != 0 && known.n_layer != 0 && shape.n_layer != known.n_layer) ||
           (shape.n_expert != 0 && known.n_expert != 0 && shape.n_expert != known.n_expert)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model ", fingerprint, ": shape ", shape.n_layer, "x", shape.n_expert, "x",
-                         shape.n_embd, " contradicts the stored ", known.n_layer, "x",
-                         known.n_expert, "x", known.n_embd));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model ", fingerprint, ": shape ", shape.n_layer, "x", shape.n_expert, "x",
+            shape.n_embd, " contradicts the stored ", known.n_layer, "x", known.n_expert, "x",
+            known.n_embd));
       }
       merged.n_embd = known.n_embd;
       if (merged.n_layer == 0) merged.n_layer = known.n_layer;
@@ -822,15 +819,15 @@ grpc::ServerUnaryReactor* ExpertServiceImpl::Import(grpc::CallbackServerContext*
   }
   const v1::ImportRequest* request = &reactor->request();
   v1::ImportReply* reply = reactor->reply();
-  if (!import_queue_->Post([this, request, reply, reactor] {
-        Finish(reactor, ToGrpc(DoImport(*request, reply)));
-      })) {
+  if (!import_queue_->Post(
+          [this, request, reply, reactor] { Finish(reactor, ToGrpc(DoImport(*request, reply))); })) {
     Finish(reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
   }
   return reactor;
 }
 
-absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request, v1::ImportReply* reply) {
+absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request,
+                                         v1::ImportReply* reply) {
   if (shutting_down_.load()) return absl::UnavailableError("node is shutting down");
   // The caller learns nothing about the path beyond "cannot import" (whether
   // it exists, is readable, is a GGUF): the details go to the node's log.
@@ -868,8 +865,8 @@ absl::Status ExpertServiceImpl::DoImport(const v1::ImportRequest& request, v1::I
       wanted.push_back(std::move(id));
     }
   }
-  COLIBRI_RETURN_IF_ERROR(
-      RegisterModel(fingerprint, ModelInfo{config.n_layer, config.n_expert, config.n_embd}));
+  COLIBRI_RETURN_IF_ERROR(RegisterModel(
+      fingerprint, ModelInfo{config.n_layer, config.n_expert, config.n_embd}));
 
   uint64_t total_bytes = 0;
   for (const ExpertId& id : wanted) total_bytes += experts[id.layer][id.expert].bytes();

@@ -87,8 +87,8 @@ namespace colibri::expert_node {
 // shapes and Options::max_batch_tokens (ComputeLayerRequestLimit), Prefetch
 // and Import take at most kMaxControlRequestBytes, Inventory and NodeStats
 // kMaxQueryRequestBytes.
-using ExpertServiceBase =
-    v1::ExpertService::WithRawMethod_ComputeLayer<v1::ExpertService::WithRawCallbackMethod_Prefetch<
+using ExpertServiceBase = v1::ExpertService::WithRawMethod_ComputeLayer<
+    v1::ExpertService::WithRawCallbackMethod_Prefetch<
         v1::ExpertService::WithRawCallbackMethod_Ingest<
             v1::ExpertService::WithRawCallbackMethod_Import<
                 v1::ExpertService::WithRawCallbackMethod_Inventory<
@@ -205,7 +205,8 @@ class ExpertServiceImpl final : public ExpertServiceBase {
 
   // The blocking bodies of the handlers, run on executor threads (and by
   // main for --import-gguf).
-  absl::Status DoComputeLayer(const v1::ComputeLayerRequest& request, v1::ComputeLayerReply* reply);
+  absl::Status DoComputeLayer(const v1::ComputeLayerRequest& request,
+                              v1::ComputeLayerReply* reply);
   absl::Status DoImport(const v1::ImportRequest& request, v1::ImportReply* reply);
   absl::Status DoInventory(const v1::InventoryRequest& request, v1::InventoryReply* reply);
   void FillNodeStats(v1::NodeStatsReply* reply) const;
@@ -228,7 +229,8 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   // when its finish event comes back).
   void ServeComputeCall(ComputeCall* call);
 
-  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier, UsageCounts* usage);
+  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier,
+                    UsageCounts* usage);
 
   // True when the call carries the configured token (or none is configured).
   bool Authorized(const grpc::ServerContextBase* context) const;

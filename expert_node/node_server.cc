@@ -87,8 +87,8 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   COLIBRI_ASSIGN_OR_RETURN(node->store_, OpenStore(store_options, options.repair_damaged_store,
                                                    options.reset_damaged_store));
   ExpertStore* store = node->store_.get();
-  node->tier_ = std::make_unique<RamTier>(options.ram,
-                                          [store](const ExpertId& id) { return store->Get(id); });
+  node->tier_ = std::make_unique<RamTier>(
+      options.ram, [store](const ExpertId& id) { return store->Get(id); });
   COLIBRI_ASSIGN_OR_RETURN(node->usage_, UsageCounts::Open(options.usage, store));
   if (options.pin_budget_bytes > 0) {
     const absl::Time start = absl::Now();

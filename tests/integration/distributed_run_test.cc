@@ -282,8 +282,9 @@ void CorruptOneExpert(const std::string& dir) {
     for (const auto& [layer, experts] : layers) {
       if (experts.empty()) continue;
       ASSERT_TRUE((*store)
-                      ->PutRawValueForTesting(expert_node::ExpertId{fingerprint, layer, experts[0]},
-                                              std::string(300, 'z'))
+                      ->PutRawValueForTesting(
+                          expert_node::ExpertId{fingerprint, layer, experts[0]},
+                          std::string(300, 'z'))
                       .ok());
       return;
     }
@@ -449,8 +450,9 @@ TEST_F(DistributedRunTest, KilledNodeWithoutReplicaFallsBackLocally) {
 TEST_F(DistributedRunTest, ExpertsOfANodeAwayTooLongAreReplaced) {
   StartNodes(3);
   const std::string victim = nodes_[1]->address();
-  const std::string err = KillMidGeneration(
-      &nodes_, Addresses(), 1, "480", {"--replace-after", "0.05", "--probe-interval", "0.01"});
+  const std::string err =
+      KillMidGeneration(&nodes_, Addresses(), 1, "480",
+                        {"--replace-after", "0.05", "--probe-interval", "0.01"});
   EXPECT_NE(err.find("new placement in force (excluded: " + victim + ")"), std::string::npos)
       << err;
   const size_t at = err.find("re-placement: ");
