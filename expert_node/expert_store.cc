@@ -274,11 +274,11 @@ absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
   }
   ++experts_stored_;
   payload_bytes_ += layout.payload_bytes();
-  for (const auto& [observer_id, observer] : write_observers_) observer();
+  for (const auto& [observer_id, observer] : write_observers_) observer(id);
   return absl::OkStatus();
 }
 
-int ExpertStore::AddWriteObserver(std::function<void()> observer) {
+int ExpertStore::AddWriteObserver(std::function<void(const ExpertId&)> observer) {
   absl::MutexLock lock(&write_mu_);
   const int id = next_observer_id_++;
   write_observers_.emplace(id, std::move(observer));

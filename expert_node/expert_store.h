@@ -139,11 +139,11 @@ class ExpertStore {
   uint64_t experts_stored() const;
   uint64_t payload_bytes_stored() const;
 
-  // Calls `observer` after every Put that wrote an expert, on the writer's
-  // thread, until RemoveWriteObserver(the returned id) returns. An observer
-  // must be quick and must not call the store (it runs under the store's
-  // writer lock): the RAM warm-up uses one to wake its thread.
-  int AddWriteObserver(std::function<void()> observer);
+  // Calls `observer` with the expert after every Put that wrote one, on the
+  // writer's thread, until RemoveWriteObserver(the returned id) returns. An
+  // observer must be quick and must not call the store (it runs under the
+  // store's writer lock): the RAM warm-up uses one to learn what to load.
+  int AddWriteObserver(std::function<void(const ExpertId&)> observer);
   void RemoveWriteObserver(int id);
   uint64_t checksum_failures() const { return checksum_failures_.load(); }
   const std::string& data_dir() const { return data_dir_; }
@@ -181,7 +181,7 @@ class ExpertStore {
   mutable absl::Mutex write_mu_;
   uint64_t experts_stored_ ABSL_GUARDED_BY(write_mu_) = 0;
   uint64_t payload_bytes_ ABSL_GUARDED_BY(write_mu_) = 0;
-  std::map<int, std::function<void()>> write_observers_ ABSL_GUARDED_BY(write_mu_);
+  std::map<int, std::function<void(const ExpertId&)>> write_observers_ ABSL_GUARDED_BY(write_mu_);
   int next_observer_id_ ABSL_GUARDED_BY(write_mu_) = 0;
   std::atomic<uint64_t> checksum_failures_{0};
 };

@@ -23,9 +23,9 @@ namespace colibri::expert_node {
 
 RamWarmer::RamWarmer(ExpertStore* store, RamTier* tier, const UsageCounts* usage)
     : store_(store), tier_(tier), usage_(usage) {
-  observer_id_ = store_->AddWriteObserver([this] {
+  observer_id_ = store_->AddWriteObserver([this](const ExpertId& id) {
     absl::MutexLock lock(&mu_);
-    stored_since_pass_ = true;
+    if (!full_pass_due_) written_.push_back(id);
   });
   thread_ = std::thread([this] { Loop(); });
 }
@@ -66,7 +66,7 @@ void RamWarmer::Loop() {
   constexpr int kIoprioClassShift = 13;  // IOPRIO_CLASS_SHIFT
   syscall(SYS_ioprio_set, kIoprioWhoProcess, tid, kIoprioClassIdle << kIoprioClassShift);
   auto stop_or_stored = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stop_ || stored_since_pass_;
+    return stop_ || full_pass_due_ || !written_.empty();
   };
   // An ingest wakes the thread once per expert, so passes come in bursts:
   // one log line per burst (once no write has come for kQuiet), or every
@@ -87,7 +87,8 @@ void RamWarmer::Loop() {
     unlogged = Counters();
   };
   while (true) {
-    bool stored;
+    bool stored, full;
+    std::vector<ExpertId> written;
     {
       absl::MutexLock lock(&mu_);
       if (unlogged.passes == 0) {
@@ -95,8 +96,10 @@ void RamWarmer::Loop() {
       } else {
         mu_.AwaitWithTimeout(absl::Condition(&stop_or_stored), kQuiet);
       }
-      stored = stored_since_pass_ && !stop_;
-      stored_since_pass_ = false;
+      stored = (full_pass_due_ || !written_.empty()) && !stop_;
+      full = full_pass_due_;
+      full_pass_due_ = false;
+      written.swap(written_);
     }
     if (!stored) {
       log_unlogged();
@@ -104,7 +107,7 @@ void RamWarmer::Loop() {
       continue;
     }
     if (unlogged.passes == 0) unlogged_since = absl::Now();
-    const Counters pass = Pass();
+    const Counters pass = Pass(full ? AllStored() : written);
     unlogged.passes += pass.passes;
     unlogged.experts += pass.experts;
     unlogged.bytes += pass.bytes;
@@ -113,24 +116,26 @@ void RamWarmer::Loop() {
   }
 }
 
-RamWarmer::Counters RamWarmer::Pass() {
-  const absl::Time start = absl::Now();
+std::vector<ExpertId> RamWarmer::AllStored() const {
   std::vector<ExpertId> order;
   if (usage_ != nullptr) {
-    for (const auto& [id, score] : usage_->Hottest(start)) order.push_back(id);
+    for (const auto& [id, score] : usage_->Hottest(absl::Now())) order.push_back(id);
   }
   absl::StatusOr<std::map<std::string, ExpertStore::Inventory>> listed = store_->List("");
   if (!listed.ok()) {
     LogEvent(
         absl::StrCat("RAM warm-up: cannot list the stored experts: ", listed.status().message()));
-    return Counters();
+    return order;
   }
   for (const auto& [fingerprint, layers] : *listed) {
     for (const auto& [layer, experts] : layers) {
       for (const int32_t expert : experts) order.push_back(ExpertId{fingerprint, layer, expert});
     }
   }
+  return order;
+}
 
+RamWarmer::Counters RamWarmer::Pass(const std::vector<ExpertId>& order) {
   const uint64_t budget = tier_->budget_bytes();
   uint64_t smallest = std::numeric_limits<uint64_t>::max();
   Counters pass;

@@ -4,14 +4,15 @@
 // a time.
 //
 // A thread at the lowest CPU priority (nice 19: compute threads take the
-// cores first) and the idle I/O class runs a pass when it starts and again
-// after every expert the store writes (an ingest, an import, a re-sent
-// expert: the store's write observer wakes it; writes during a pass bring one
-// more pass after it). A pass loads, through RamTier::Warm, the experts it
-// finds not resident: the most used first (UsageCounts), then every stored
-// expert by model fingerprint, layer and expert. Warm evicts nothing, so a
-// pass only fills free room; it ends when the room left is smaller than every
-// expert it has seen, or when the list is done. Read errors are logged and
+// cores first) and the idle I/O class runs a full pass when it starts: it
+// loads, through RamTier::Warm, the experts it finds not resident, the most
+// used first (UsageCounts), then every stored expert by model fingerprint,
+// layer and expert. After that the store's write observer hands it every
+// expert written (an ingest, an import, a re-sent expert), and a pass loads
+// just those, in the order written (what is written during a pass goes to
+// the next). Warm evicts nothing, so a pass only fills free room; it ends
+// when the room left is smaller than every expert it has seen, or when its
+// list is done. Read errors are logged and
 // skipped (a damaged expert is dropped by the store, as on any read). One log
 // line per burst of passes (an ingest wakes it once per expert).
 //
@@ -22,8 +23,10 @@
 
 #include <cstdint>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "expert_node/expert_record.h"
 
 namespace colibri::expert_node {
 
@@ -55,8 +58,10 @@ class RamWarmer {
 
  private:
   void Loop();
-  // One pass (added to counters_); returns early when stopped.
-  Counters Pass();
+  // Every stored expert, the most used first (a full pass's order).
+  std::vector<ExpertId> AllStored() const;
+  // One pass over `order` (added to counters_); returns early when stopped.
+  Counters Pass(const std::vector<ExpertId>& order);
   bool stopping() const;
 
   ExpertStore* const store_;
@@ -65,7 +70,8 @@ class RamWarmer {
 
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool stored_since_pass_ ABSL_GUARDED_BY(mu_) = true;  // the first pass runs at once
+  bool full_pass_due_ ABSL_GUARDED_BY(mu_) = true;      // the first pass, at once
+  std::vector<ExpertId> written_ ABSL_GUARDED_BY(mu_);  // since the last pass
   int observer_id_ = -1;                                // of the store's write observer
   Counters counters_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

@@ -324,13 +324,18 @@ TEST(ExpertStoreTest, WriteObserversSeeEveryExpertWritten) {
   auto store = OpenStore(dir.path());
   ASSERT_NE(store, nullptr);
   int calls = 0, other_calls = 0;
-  const int id1 = store->AddWriteObserver([&] { ++calls; });
-  const int id2 = store->AddWriteObserver([&] { ++other_calls; });
+  ExpertId last;
+  const int id1 = store->AddWriteObserver([&](const ExpertId& written) {
+    ++calls;
+    last = written;
+  });
+  const int id2 = store->AddWriteObserver([&](const ExpertId&) { ++other_calls; });
   EXPECT_NE(id1, id2);
   const SyntheticExpert e = MakeExpert(16, 24, 3);
   const ExpertId id{kFp, 1, 2};
   ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());
   EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(last == id);
   ASSERT_TRUE(store->Put(id, e.layout, e.gate, e.up, e.down).ok());  // nothing written
   EXPECT_EQ(calls, 1);
   const SyntheticExpert other = MakeExpert(16, 24, 4);
