@@ -1,0 +1,254 @@
+// colibri_moe_bench: decode throughput of one MoE layer's routed experts.
+//
+//   colibri_moe_bench [--threads=N] [--type=Q4_K] [--down_type=Q4_K]
+//                     [--embd=2048] [--ff=768] [--experts=128] [--k=8]
+//                     [--tokens=1] [--seconds=2] [--reps=3]
+//
+// Runs ExpertGroupRunner (what LocalExpertBackend and an expert node run per
+// layer) on `tokens` tokens routed to k random experts each, out of `experts`
+// experts whose weights together exceed the last-level cache, and prints the
+// weight bytes of the experts used per second next to the memory read
+// bandwidth and one large MatMul of the same type (the kernels' own streaming
+// rate). The gap between the last two and the first is what the expert path
+// loses outside the kernels: parts too short for the prefetchers, the
+// hand-offs between the gate/up and down jobs, the activation between them.
+// Defaults: the Qwen3-30B-A3B layer shape. --reps: best of N timed runs.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "model/moe/local_expert_backend.h"
+#include "model/ops/matmul.h"
+#include "model/ops/quantize.h"
+#include "model/ops/tensor_type.h"
+
+namespace colibri::moe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Options {
+  int threads = 0;
+  ops::TensorType type = ops::TensorType::kQ4_K;
+  ops::TensorType down_type = ops::TensorType::kQ4_K;
+  int64_t embd = 2048;
+  int64_t ff = 768;
+  int experts = 128;
+  int k = 8;
+  int64_t tokens = 1;
+  double seconds = 2.0;
+  int reps = 3;
+};
+
+bool ParseFlag(const char* arg, const char* name, std::string* value) {
+  const size_t len = std::strlen(name);
+  if (std::strncmp(arg, name, len) != 0 || arg[len] != '=') return false;
+  *value = arg + len + 1;
+  return true;
+}
+
+bool ParseType(const std::string& name, ops::TensorType* type) {
+  const absl::StatusOr<ops::TensorType> parsed = ops::ParseTensorType(name);
+  if (!parsed.ok()) return false;
+  *type = *parsed;
+  return true;
+}
+
+// `count` matrices of rows x cols in one allocation, every one quantized from
+// its own random rows: copies of one matrix would time faster than real
+// experts (identical pages read as if cached, up to 1.9x here on a VM whose
+// host merges them).
+struct MatrixSet {
+  std::vector<uint8_t> bytes;
+  ops::WeightMatrix shape;
+  const uint8_t* at(int i) const { return bytes.data() + i * shape.rows * shape.row_bytes; }
+};
+
+MatrixSet MakeMatrices(ops::TensorType type, int64_t rows, int64_t cols, int count,
+                       std::mt19937* rng) {
+  MatrixSet set;
+  set.shape.type = type;
+  set.shape.rows = rows;
+  set.shape.cols = cols;
+  set.shape.row_bytes = ops::RowBytesUnchecked(type, cols);
+  set.bytes.resize(rows * count * set.shape.row_bytes);
+  // Uniform values from a cheap generator: the timing does not depend on them.
+  std::vector<float> row(cols);
+  uint32_t state = (*rng)();
+  for (int64_t r = 0; r < rows * count; ++r) {
+    for (float& v : row) {
+      state = state * 1664525u + 1013904223u;
+      v = (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 0.04f;
+    }
+    const absl::Status s =
+        ops::QuantizeRow(type, row.data(), set.bytes.data() + r * set.shape.row_bytes, cols);
+    if (!s.ok()) {
+      std::fprintf(stderr, "cannot make %s weights: %s\n", ops::TypeName(type),
+                   s.ToString().c_str());
+      std::exit(2);
+    }
+  }
+  return set;
+}
+
+void Run(const Options& opt) {
+  ThreadPool pool(opt.threads);
+  std::mt19937 rng(1);
+  const MatrixSet gate = MakeMatrices(opt.type, opt.ff, opt.embd, opt.experts, &rng);
+  const MatrixSet up = MakeMatrices(opt.type, opt.ff, opt.embd, opt.experts, &rng);
+  const MatrixSet down = MakeMatrices(opt.down_type, opt.embd, opt.ff, opt.experts, &rng);
+  std::vector<std::vector<ExpertWeights>> layer(1, std::vector<ExpertWeights>(opt.experts));
+  for (int e = 0; e < opt.experts; ++e) {
+    ExpertWeights& w = layer[0][e];
+    w.gate = gate.shape;
+    w.gate.data = gate.at(e);
+    w.up = up.shape;
+    w.up.data = up.at(e);
+    w.down = down.shape;
+    w.down.data = down.at(e);
+  }
+  const uint64_t expert_bytes = layer[0][0].bytes();
+
+  ExpertGroupRunner runner(opt.experts, ops::NumericPath::kFast, &pool);
+  runner.Reserve(opt.tokens, opt.k, layer[0][0]);
+  auto lookup = [&](int, int e) -> absl::StatusOr<ExpertWeights> { return layer[0][e]; };
+
+  std::normal_distribution<float> xdist(0.0f, 1.0f);
+  std::vector<float> x(opt.tokens * opt.embd);
+  for (float& v : x) v = xdist(rng);
+  std::vector<float> out(opt.tokens * opt.k * opt.embd);
+  std::vector<int32_t> routes(opt.tokens * opt.k);
+  std::vector<int> pick(opt.experts);
+  for (int e = 0; e < opt.experts; ++e) pick[e] = e;
+  std::vector<char> used(opt.experts);
+
+  ExpertBatch batch;
+  batch.n_tokens = opt.tokens;
+  batch.n_embd = opt.embd;
+  batch.k = opt.k;
+  batch.x = x.data();
+  batch.experts = routes.data();
+
+  // Each call routes every token to k distinct random experts; the bytes
+  // counted are those of the distinct experts the call used.
+  auto one_call = [&]() -> uint64_t {
+    std::fill(used.begin(), used.end(), 0);
+    for (int64_t t = 0; t < opt.tokens; ++t) {
+      for (int r = 0; r < opt.k; ++r) {
+        std::swap(pick[r], pick[r + rng() % (opt.experts - r)]);
+        routes[t * opt.k + r] = pick[r];
+        used[pick[r]] = 1;
+      }
+    }
+    const absl::Status s = runner.Run(batch, lookup, nullptr, out.data());
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      std::exit(1);
+    }
+    return expert_bytes * static_cast<uint64_t>(std::count(used.begin(), used.end(), 1));
+  };
+  for (int i = 0; i < 20; ++i) one_call();
+
+  double best_gbs = 0, best_us = 0;
+  for (int rep = 0; rep < std::max(1, opt.reps); ++rep) {
+    uint64_t bytes = 0;
+    int64_t calls = 0;
+    const Clock::time_point t0 = Clock::now();
+    double elapsed = 0;
+    do {
+      bytes += one_call();
+      ++calls;
+      elapsed = Seconds(t0, Clock::now());
+    } while (elapsed < opt.seconds / std::max(1, opt.reps));
+    const double gbs = bytes / elapsed / 1e9;
+    if (gbs > best_gbs) {
+      best_gbs = gbs;
+      best_us = elapsed / calls * 1e6;
+    }
+  }
+
+  // The kernels' streaming rate: one matrix as large as all experts' gates,
+  // one token, through MatMul.
+  ops::WeightMatrix big = gate.shape;
+  big.rows = gate.shape.rows * opt.experts;
+  big.data = gate.bytes.data();
+  std::vector<float> y(big.rows);
+  ops::MatMulScratch scratch;
+  double best_big = 0;
+  for (int rep = 0; rep < std::max(1, opt.reps); ++rep) {
+    const Clock::time_point t0 = Clock::now();
+    const int calls = 5;
+    for (int i = 0; i < calls; ++i) {
+      ops::MatMul(big, x.data(), 1, y.data(), big.rows, ops::NumericPath::kFast, &pool, &scratch);
+    }
+    best_big = std::max(best_big, calls * big.rows * big.row_bytes / Seconds(t0, Clock::now()) / 1e9);
+  }
+
+  std::printf("cpu kernels: %s; threads: %d\n", ops::ActiveKernelSetName(), pool.num_threads());
+  std::printf("experts: %d x (gate %s %lldx%lld, up, down %s), %.2f MiB each, top-%d, %lld tokens\n",
+              opt.experts, ops::TypeName(opt.type), static_cast<long long>(opt.ff),
+              static_cast<long long>(opt.embd), ops::TypeName(opt.down_type),
+              expert_bytes / 1048576.0, opt.k, static_cast<long long>(opt.tokens));
+  std::printf("expert group: %.2f GB/s of expert weights, %.1f us per layer (best of %d)\n",
+              best_gbs, best_us, opt.reps);
+  std::printf("one %s matrix of %lld rows (the limit the kernels stream at): %.2f GB/s\n",
+              ops::TypeName(opt.type), static_cast<long long>(big.rows), best_big);
+}
+
+}  // namespace
+}  // namespace colibri::moe
+
+int main(int argc, char** argv) {
+  colibri::moe::Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string v;
+    if (colibri::moe::ParseFlag(argv[i], "--threads", &v)) {
+      opt.threads = std::atoi(v.c_str());
+    } else if (colibri::moe::ParseFlag(argv[i], "--type", &v)) {
+      if (!colibri::moe::ParseType(v, &opt.type)) {
+        std::fprintf(stderr, "unknown type %s\n", v.c_str());
+        return 2;
+      }
+    } else if (colibri::moe::ParseFlag(argv[i], "--down_type", &v)) {
+      if (!colibri::moe::ParseType(v, &opt.down_type)) {
+        std::fprintf(stderr, "unknown type %s\n", v.c_str());
+        return 2;
+      }
+    } else if (colibri::moe::ParseFlag(argv[i], "--embd", &v)) {
+      opt.embd = std::atoll(v.c_str());
+    } else if (colibri::moe::ParseFlag(argv[i], "--ff", &v)) {
+      opt.ff = std::atoll(v.c_str());
+    } else if (colibri::moe::ParseFlag(argv[i], "--experts", &v)) {
+      opt.experts = std::atoi(v.c_str());
+    } else if (colibri::moe::ParseFlag(argv[i], "--k", &v)) {
+      opt.k = std::atoi(v.c_str());
+    } else if (colibri::moe::ParseFlag(argv[i], "--tokens", &v)) {
+      opt.tokens = std::atoll(v.c_str());
+    } else if (colibri::moe::ParseFlag(argv[i], "--seconds", &v)) {
+      opt.seconds = std::atof(v.c_str());
+    } else if (colibri::moe::ParseFlag(argv[i], "--reps", &v)) {
+      opt.reps = std::atoi(v.c_str());
+    } else {
+      std::fprintf(stderr, "unknown flag %s (see the header of model/moe/moe_bench.cc)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  if (opt.experts < 1 || opt.k < 1 || opt.k > opt.experts || opt.tokens < 1 || opt.embd < 1 ||
+      opt.ff < 1) {
+    std::fprintf(stderr, "need experts >= k >= 1, tokens >= 1, embd and ff >= 1\n");
+    return 2;
+  }
+  colibri::moe::Run(opt);
+  return 0;
+}
