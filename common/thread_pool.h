@@ -6,9 +6,9 @@
 // same result on every run.
 //
 // Hand-off: decode calls ParallelFor tens of times per token. Workers wait
-// for the next job on a futex (optionally after a bounded spin,
-// Options::spin_us); the caller waits for the chunks still running the same
-// way, after a short spin (Options::caller_spin_us). An idle pool uses no CPU.
+// for the next job on a futex after a bounded spin (Options::spin_us); the
+// caller waits for the chunks still running the same way, after a short spin
+// (Options::caller_spin_us). An idle pool uses no CPU.
 //
 // Thread-safety: ParallelFor may be called from one thread at a time per pool
 // (calls from several threads are serialised). The pool is not re-entrant: the
@@ -32,26 +32,29 @@ class ThreadPool {
     // Microseconds a waiting thread (worker between jobs, caller for the
     // workers) polls before it sleeps on the futex. The first `pause_us` of
     // it spin on the `pause` instruction, the rest call sched_yield between
-    // polls. Default: 0 (sleep at once). Measured on 2 cores with a busy loop
-    // on one: a 200 us spin with yields made decode 2-3x slower (a yield hands
-    // the core to the other process for a whole time slice), a 50 us pause
-    // spin still 2x slower than sleeping at once (spinning costs the pool the
-    // wake-up preference the scheduler gives to sleepers).
-    int spin_us = 0;
+    // polls (a yield hands the core to another process for a whole time
+    // slice: a 200 us spin with yields made decode 2-3x slower beside a busy
+    // loop).
+    int spin_us = 50;
     int pause_us = 50;
     // Microseconds the caller of ParallelFor polls (with `pause`, no yields)
     // for chunks that other threads are still running, once none is left to
     // claim, before it sleeps. That wait is on the critical path of every job
-    // and lasts at most one chunk. Default: 0 (sleep at once). On the shared
-    // 2-core machine at load average 20, colibri_thread_pool_bench measured
-    // 30 us as 4x faster per 50 us job (twice) but from 1.5x slower to equal
-    // per 200 us job (medians, wide ranges). End to end (decode of the
-    // 4-layer Qwen3-30B-A3B-shaped Q4_K_M model, 2 threads, 5 interleaved
-    // runs each, load average ~10 from other jobs), 0 against 30 us gave
-    // median 12.3 (11.7-13.5) against 11.6 (7.9-13.2) tok/s, and with a busy
-    // loop besides for 2 s of every 5 s, 8.2 (7.3-9.6) against 8.6 (8.3-9.2):
-    // neither steadier nor faster in both, so sleeping at once stays.
-    int caller_spin_us = 0;
+    // and lasts at most one chunk.
+    //
+    // Both were 0 (sleep at once) until measurements on a VM whose wake-ups
+    // are slow: colibri_thread_pool_bench put a job of 200 us of work on 2
+    // threads 37 us over its ideal with caller_spin_us = 0 and 19 us with
+    // 30. Decode of the 4-layer Qwen3-30B-A3B-shaped Q4_K_M model (2 threads,
+    // AMD EPYC Zen 5, 6-8 interleaved runs, medians): 0/0 against 50/50
+    // gave 93.0 against 98.0 tok/s (30/30: 97.3; 88.1 against 96.6 in
+    // another run); beside a busy loop on one core 60.9 against 62.2 (30/30);
+    // beside a process busy 0.2 s of every second 71.8 against 81.0. (On
+    // an earlier, more loaded machine a 50 us pause spin had measured 2x
+    // slower beside a busy loop; it did not reproduce.) The environment
+    // variable COLIBRI_SPIN_US, when set, replaces all three (0 restores
+    // sleeping at once).
+    int caller_spin_us = 50;
   };
 
   // Starts num_threads - 1 workers (the caller is the last thread).
@@ -63,6 +66,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
+  // The options in force (COLIBRI_SPIN_US applied).
+  const Options& options() const { return options_; }
 
   // Calls body(begin, end) over disjoint chunks covering [0, n), each at least
   // min_chunk long (except possibly the last). Blocks until every chunk is done.

@@ -1,5 +1,7 @@
 #include "common/thread_pool.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -145,6 +147,40 @@ TEST(ThreadPoolTest, DestroyingAnIdlePoolWithSleepingWorkersReturns) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }  // each destructor must wake its sleeping workers, or this test hangs
   EXPECT_EQ(ran.load(), 20 * 8);
+}
+
+TEST(ThreadPoolTest, ColibriSpinUsReplacesEverySpin) {
+  const ThreadPool::Options defaults;
+  EXPECT_GT(defaults.spin_us, 0);
+  EXPECT_GT(defaults.caller_spin_us, 0);
+  ThreadPool::Options mine;
+  mine.spin_us = 7;
+  mine.pause_us = 3;
+  mine.caller_spin_us = 11;
+  ASSERT_EQ(::setenv("COLIBRI_SPIN_US", "0", 1), 0);
+  {
+    ThreadPool pool(2, mine);
+    EXPECT_EQ(pool.options().spin_us, 0);
+    EXPECT_EQ(pool.options().pause_us, 0);
+    EXPECT_EQ(pool.options().caller_spin_us, 0);
+  }
+  ASSERT_EQ(::setenv("COLIBRI_SPIN_US", "120", 1), 0);
+  {
+    ThreadPool pool(2, mine);
+    EXPECT_EQ(pool.options().spin_us, 120);
+    EXPECT_EQ(pool.options().pause_us, 120);
+    EXPECT_EQ(pool.options().caller_spin_us, 120);
+  }
+  for (const char* bad : {"", "fast", "20us", "-5"}) {
+    ASSERT_EQ(::setenv("COLIBRI_SPIN_US", bad, 1), 0);
+    ThreadPool pool(2, mine);
+    EXPECT_EQ(pool.options().spin_us, 7) << "'" << bad << "'";
+    EXPECT_EQ(pool.options().pause_us, 3) << "'" << bad << "'";
+    EXPECT_EQ(pool.options().caller_spin_us, 11) << "'" << bad << "'";
+  }
+  ASSERT_EQ(::unsetenv("COLIBRI_SPIN_US"), 0);
+  ThreadPool pool(2, mine);
+  EXPECT_EQ(pool.options().caller_spin_us, 11);
 }
 
 TEST(ThreadPoolTest, PhysicalCoreCountIsPositive) { EXPECT_GE(PhysicalCoreCount(), 1); }
