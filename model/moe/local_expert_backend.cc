@@ -2,9 +2,13 @@
 
 #include <sys/mman.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -158,6 +162,29 @@ absl::Status ExpertGroupRunner::RunExperts(const ExpertBatch& batch, size_t firs
       }
     }
   }
+  const size_t n = last - first;
+  const int threads = pool_ != nullptr ? pool_->num_threads() : 1;
+  if (batch.n_tokens <= kFusedMaxTokens && n >= static_cast<size_t>(threads)) {
+    RunProductsFused(first, last, n_embd, q_bytes);
+  } else {
+    RunProductsInTwoJobs(first, last, n_embd, q_bytes);
+  }
+  for (size_t j = first; j < last; ++j) {
+    const Member& g = group_[j];
+    const int64_t begin = expert_begin_[g.expert];
+    const int64_t m = expert_begin_[g.expert + 1] - begin;
+    float* rows = gathered_out_.data() + g.row * n_embd;
+    ExpertFfnAddDownBias(g.w, rows, m);
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(out + sorted_routes_[begin + i] * n_embd, rows + i * n_embd,
+                  n_embd * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ExpertGroupRunner::RunProductsInTwoJobs(size_t first, size_t last, int64_t n_embd,
+                                             uint64_t q_bytes) {
   // Gate and up of every expert: one job (each expert's x quantized once, or
   // already quantized per token).
   problems_.clear();
@@ -187,18 +214,80 @@ absl::Status ExpertGroupRunner::RunExperts(const ExpertBatch& batch, size_t firs
   // Down of every expert: the second job.
   ops::MatMulGroup(problems_.data(), static_cast<int64_t>(problems_.size()), path_, pool_,
                    &scratch_.matmul);
-  for (size_t j = first; j < last; ++j) {
-    const Member& g = group_[j];
-    const int64_t begin = expert_begin_[g.expert];
-    const int64_t m = expert_begin_[g.expert + 1] - begin;
-    float* rows = gathered_out_.data() + g.row * n_embd;
-    ExpertFfnAddDownBias(g.w, rows, m);
-    for (int64_t i = 0; i < m; ++i) {
-      std::memcpy(out + sorted_routes_[begin + i] * n_embd, rows + i * n_embd,
-                  n_embd * sizeof(float));
-    }
+}
+
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+}  // namespace
+
+// One part per product, claimed in order: the gates and ups of every expert,
+// then the downs. The part that finishes an expert's second of gate and up
+// leaves its counter at zero; that expert's down waits for it (at most the
+// length of one product still running on another thread, since every gate
+// and up was claimed before any down), then activates and multiplies. With
+// the two jobs of RunProductsInTwoJobs, each thread waited at the end of
+// both for the other's last part and the workers were woken twice per layer.
+// Every product runs whole on one thread; the results are those of the two
+// jobs bit for bit (the split of a product never changes its output).
+void ExpertGroupRunner::RunProductsFused(size_t first, size_t last, int64_t n_embd,
+                                         uint64_t q_bytes) {
+  const size_t n = last - first;
+  const size_t parts = 3 * n;
+  while (part_scratch_.size() < parts)
+    part_scratch_.push_back(std::make_unique<ops::MatMulScratch>());
+  if (pending_size_ < n) {
+    pending_.reset(new std::atomic<int>[n]);
+    pending_size_ = n;
   }
-  return absl::OkStatus();
+  for (size_t k = 0; k < n; ++k) pending_[k].store(2, std::memory_order_relaxed);
+  auto body = [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const size_t part = static_cast<size_t>(p);
+      ops::MatMulScratch* scratch = part_scratch_[part].get();
+      if (part < 2 * n) {
+        const Member& g = group_[first + part / 2];
+        const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
+        const bool is_gate = part % 2 == 0;
+        ops::MatMulProblem problem{is_gate ? &g.w.gate : &g.w.up, nullptr, m,
+                                   (is_gate ? gate_.data() : up_.data()) + g.ff_offset, g.w.n_ff()};
+        if (q_bytes > 0) {
+          problem.x_quantized = gathered_q_.data() + g.row * q_bytes;
+        } else {
+          problem.x = gathered_in_.data() + g.row * n_embd;
+        }
+        ops::MatMulGroup(&problem, 1, path_, nullptr, scratch);
+        pending_[part / 2].fetch_sub(1, std::memory_order_acq_rel);
+      } else {
+        const size_t k = part - 2 * n;
+        const Member& g = group_[first + k];
+        const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
+        for (int spins = 0; pending_[k].load(std::memory_order_acquire) != 0; ++spins) {
+          if (spins < 4096) {
+            CpuRelax();
+          } else {
+            std::this_thread::yield();
+          }
+        }
+        ExpertFfnActivate(g.w, gate_.data() + g.ff_offset, up_.data() + g.ff_offset, m);
+        const ops::MatMulProblem problem{&g.w.down, gate_.data() + g.ff_offset, m,
+                                         gathered_out_.data() + g.row * n_embd, n_embd};
+        ops::MatMulGroup(&problem, 1, path_, nullptr, scratch);
+      }
+    }
+  };
+  if (pool_ == nullptr) {
+    body(0, static_cast<int64_t>(parts));
+  } else {
+    pool_->ParallelForChunks(static_cast<int64_t>(parts), 1, body);
+  }
 }
 
 LocalExpertBackend::LocalExpertBackend(const std::vector<std::vector<ExpertWeights>>* experts,

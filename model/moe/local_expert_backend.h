@@ -3,6 +3,7 @@
 #ifndef COLIBRI_MODEL_MOE_LOCAL_EXPERT_BACKEND_H_
 #define COLIBRI_MODEL_MOE_LOCAL_EXPERT_BACKEND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,6 +45,10 @@ class ExpertGroupRunner {
   // Routes per run of experts: bounds the gathered buffers (about
   // kMaxRunRoutes * (2 n_embd + 2 n_ff) floats).
   static constexpr int64_t kMaxRunRoutes = 2048;
+  // Batches of at most this many tokens run each expert's products whole,
+  // in one job (RunProductsFused), when the run has an expert per thread at
+  // least; larger ones split products across threads, in two jobs.
+  static constexpr int64_t kFusedMaxTokens = 4;
   struct Member {
     int expert;
     ExpertWeights w;
@@ -53,6 +58,12 @@ class ExpertGroupRunner {
   // Runs group_[first, last) (rows and gate/up offsets set; the buffers
   // already hold its routes).
   absl::Status RunExperts(const ExpertBatch& batch, size_t first, size_t last, float* out);
+  // RunExperts' products for a decode-sized run: every gate, up and down as
+  // one part of a single job, a down starting once its expert's gate and up
+  // are done (see the .cc).
+  void RunProductsFused(size_t first, size_t last, int64_t n_embd, uint64_t q_bytes);
+  // RunExperts' products as two jobs: every gate and up, then every down.
+  void RunProductsInTwoJobs(size_t first, size_t last, int64_t n_embd, uint64_t q_bytes);
   // One run: group_[first, last).
   struct RunSpan {
     size_t first, last;
@@ -97,6 +108,11 @@ class ExpertGroupRunner {
   Scratch<uint8_t> gathered_q_;   // [routes][row_bytes]
   std::vector<ops::MatMulProblem> problems_;
   ExpertFfnScratch scratch_;
+  // RunProductsFused: a MatMul scratch per part, and per expert of the run
+  // its gate and up products not yet done.
+  std::vector<std::unique_ptr<ops::MatMulScratch>> part_scratch_;
+  std::unique_ptr<std::atomic<int>[]> pending_;
+  size_t pending_size_ = 0;
 };
 
 class LocalExpertBackend : public ExpertBackend {

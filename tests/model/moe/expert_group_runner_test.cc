@@ -1,4 +1,5 @@
-// ExpertGroupRunner (all experts of a batch as two parallel jobs) against
+// ExpertGroupRunner (all experts of a batch as two parallel jobs, or as one
+// for a batch of a few tokens) against
 // ExpertFfn called expert by expert on each route's token alone: bitwise equal
 // on both paths, with biases and either activation, 1-3 threads and owned
 // subsets.
@@ -85,56 +86,60 @@ TEST(ExpertGroupRunnerTest, EqualsExpertFfnPerRouteBitwise) {
       }
     }
     // 11 tokens, 3 experts each; expert 5 is never chosen, expert 0 often.
-    const int64_t n_tokens = 11;
-    const int k = 3;
-    std::vector<int32_t> ids(n_tokens * k);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      ids[t * k] = 0;
-      ids[t * k + 1] = 1 + static_cast<int32_t>(t % 4);
-      ids[t * k + 2] = 1 + static_cast<int32_t>((t + 1 + t / 4) % 4);
-      if (ids[t * k + 2] == ids[t * k + 1]) ids[t * k + 2] = 1 + (ids[t * k + 1] % 4);
-    }
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> x(n_tokens * kEmbd);
-    for (float& v : x) v = dist(rng);
-    ExpertBatch batch;
-    batch.layer = 0;
-    batch.n_tokens = n_tokens;
-    batch.n_embd = kEmbd;
-    batch.k = k;
-    batch.x = x.data();
-    batch.experts = ids.data();
-    auto lookup = [&](int layer, int e) -> absl::StatusOr<ExpertWeights> {
-      if (layer != 0) return absl::NotFoundError("layer");
-      return experts[e];
-    };
-    for (ops::NumericPath path : {ops::NumericPath::kFast, ops::NumericPath::kExact}) {
-      // Each route's token alone through ExpertFfn.
-      std::vector<float> want(n_tokens * k * kEmbd);
-      ExpertFfnScratch scratch;
-      for (int64_t i = 0; i < n_tokens * k; ++i) {
-        ExpertFfn(experts[ids[i]], x.data() + (i / k) * kEmbd, 1, want.data() + i * kEmbd, path,
-                  nullptr, &scratch);
+    // Batches of 3 and 1 tokens (the first rows) run each expert's products
+    // whole in one job (RunProductsFused) when there are enough experts.
+    for (const int64_t n_tokens : {int64_t{11}, int64_t{3}, int64_t{1}}) {
+      const int k = 3;
+      std::vector<int32_t> ids(n_tokens * k);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        ids[t * k] = 0;
+        ids[t * k + 1] = 1 + static_cast<int32_t>(t % 4);
+        ids[t * k + 2] = 1 + static_cast<int32_t>((t + 1 + t / 4) % 4);
+        if (ids[t * k + 2] == ids[t * k + 1]) ids[t * k + 2] = 1 + (ids[t * k + 1] % 4);
       }
-      for (ThreadPool* pool : pools) {
-        for (bool odd_only : {false, true}) {
-          ExpertGroupRunner runner(kExperts, path, pool);
-          std::vector<float> got(n_tokens * k * kEmbd, -9.0f);
-          auto owned = [](int e) { return e % 2 == 1; };
-          ASSERT_TRUE(runner
-                          .Run(batch, lookup, odd_only ? std::function<bool(int)>(owned) : nullptr,
-                               got.data())
-                          .ok());
-          for (int64_t i = 0; i < n_tokens * k; ++i) {
-            const bool computed = !odd_only || owned(ids[i]);
-            for (int64_t j = 0; j < kEmbd; ++j) {
-              const float g = got[i * kEmbd + j];
-              const float w = computed ? want[i * kEmbd + j] : -9.0f;
-              ASSERT_EQ(std::memcmp(&g, &w, sizeof(float)), 0)
-                  << c.name << (path == ops::NumericPath::kFast ? " fast" : " exact") << " threads "
-                  << (pool != nullptr ? pool->num_threads() : 1) << (odd_only ? " odd experts" : "")
-                  << " route " << i << " (expert " << ids[i] << ") element " << j << ": " << g
-                  << " vs " << w;
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      std::vector<float> x(n_tokens * kEmbd);
+      for (float& v : x) v = dist(rng);
+      ExpertBatch batch;
+      batch.layer = 0;
+      batch.n_tokens = n_tokens;
+      batch.n_embd = kEmbd;
+      batch.k = k;
+      batch.x = x.data();
+      batch.experts = ids.data();
+      auto lookup = [&](int layer, int e) -> absl::StatusOr<ExpertWeights> {
+        if (layer != 0) return absl::NotFoundError("layer");
+        return experts[e];
+      };
+      for (ops::NumericPath path : {ops::NumericPath::kFast, ops::NumericPath::kExact}) {
+        // Each route's token alone through ExpertFfn.
+        std::vector<float> want(n_tokens * k * kEmbd);
+        ExpertFfnScratch scratch;
+        for (int64_t i = 0; i < n_tokens * k; ++i) {
+          ExpertFfn(experts[ids[i]], x.data() + (i / k) * kEmbd, 1, want.data() + i * kEmbd, path,
+                    nullptr, &scratch);
+        }
+        for (ThreadPool* pool : pools) {
+          for (bool odd_only : {false, true}) {
+            ExpertGroupRunner runner(kExperts, path, pool);
+            std::vector<float> got(n_tokens * k * kEmbd, -9.0f);
+            auto owned = [](int e) { return e % 2 == 1; };
+            ASSERT_TRUE(runner
+                            .Run(batch, lookup,
+                                 odd_only ? std::function<bool(int)>(owned) : nullptr, got.data())
+                            .ok());
+            for (int64_t i = 0; i < n_tokens * k; ++i) {
+              const bool computed = !odd_only || owned(ids[i]);
+              for (int64_t j = 0; j < kEmbd; ++j) {
+                const float g = got[i * kEmbd + j];
+                const float w = computed ? want[i * kEmbd + j] : -9.0f;
+                ASSERT_EQ(std::memcmp(&g, &w, sizeof(float)), 0)
+                    << c.name << (path == ops::NumericPath::kFast ? " fast" : " exact")
+                    << " threads " << (pool != nullptr ? pool->num_threads() : 1)
+                    << (odd_only ? " odd experts" : "") << " route " << i << " (expert " << ids[i]
+                    << ") element " << j << ": " << g << " vs " << w << " (" << n_tokens
+                    << " tokens)";
+              }
             }
           }
         }
