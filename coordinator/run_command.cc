@@ -135,7 +135,9 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   // time); with nodes the dense part, before they are set up.
   MakeWeightsResident(*model, /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
                       err);
-  ThreadPool pool(options.threads);
+  // With nodes the pool's jobs come between waits on them: see ForIntermittentJobs.
+  ThreadPool pool(options.threads, options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
+                                                             : ThreadPool::Options());
   std::unique_ptr<moe::ExpertBackend> local_backend;
   std::unique_ptr<ClusterExperts> cluster;
   moe::ExpertBackend* backend = nullptr;

@@ -83,7 +83,9 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   // expert runs here, else the dense part.
   MakeWeightsResident(*model, /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
                       err);
-  ThreadPool pool(options.threads);
+  // With nodes the pool's jobs come between waits on them: see ForIntermittentJobs.
+  ThreadPool pool(options.threads, options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
+                                                             : ThreadPool::Options());
   std::unique_ptr<ClusterExperts> cluster;
   if (options.cluster.enabled()) {
     ClusterCommandOptions cluster_options = options.cluster;

@@ -183,6 +183,18 @@ TEST(ThreadPoolTest, ColibriSpinUsReplacesEverySpin) {
   EXPECT_EQ(pool.options().caller_spin_us, 11);
 }
 
+TEST(ThreadPoolTest, PoolsForIntermittentJobsSleepBetweenJobsButTheCallerPolls) {
+  const ThreadPool::Options options = ThreadPool::ForIntermittentJobs();
+  EXPECT_EQ(options.spin_us, 0);
+  EXPECT_GT(options.caller_spin_us, 0);
+  ThreadPool pool(2, options);
+  std::atomic<int64_t> ran{0};
+  for (int call = 0; call < 50; ++call) {
+    pool.ParallelFor(8, 1, [&](int64_t begin, int64_t end) { ran.fetch_add(end - begin); });
+  }
+  EXPECT_EQ(ran.load(), 50 * 8);
+}
+
 TEST(ThreadPoolTest, PhysicalCoreCountIsPositive) { EXPECT_GE(PhysicalCoreCount(), 1); }
 
 }  // namespace
