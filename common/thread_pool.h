@@ -26,6 +26,16 @@
 
 namespace colibri {
 
+// One step of a spin-wait: `pause` on x86, `yield` on ARM (lets the other
+// hyperthread run and saves power while polling).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 class ThreadPool {
  public:
   struct Options {

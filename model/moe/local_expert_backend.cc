@@ -2,9 +2,6 @@
 
 #include <sys/mman.h>
 #include <unistd.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 #include <algorithm>
 #include <cstring>
@@ -215,18 +212,6 @@ void ExpertGroupRunner::RunProductsInTwoJobs(size_t first, size_t last, int64_t 
   ops::MatMulGroup(problems_.data(), static_cast<int64_t>(problems_.size()), path_, pool_,
                    &scratch_.matmul);
 }
-
-namespace {
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
-}  // namespace
 
 // One part per product, claimed in order: the gates and ups of every expert,
 // then the downs. The part that finishes an expert's second of gate and up
