@@ -57,9 +57,10 @@ class ThreadPool {
     // threads 37 us over its ideal with caller_spin_us = 0 and 19 us with
     // 30. Decode of the 4-layer Qwen3-30B-A3B-shaped Q4_K_M model (2 threads,
     // AMD EPYC Zen 5, 6-8 interleaved runs, medians): 0/0 against 50/50
-    // gave 93.0 against 98.0 tok/s (30/30: 97.3; 88.1 against 96.6 in
-    // another run); beside a busy loop on one core 60.9 against 62.2 (30/30);
-    // beside a process busy 0.2 s of every second 71.8 against 81.0. (On
+    // gave 93.0 against 98.0 tok/s (30/30: 97.3; 0/0 against 30/30 in
+    // another series 88.1 against 96.6); beside a busy loop on one core 60.9
+    // against 62.2 (30/30); beside a process busy 0.2 s of every second 71.8
+    // against 81.0. (On
     // an earlier, more loaded machine a 50 us pause spin had measured 2x
     // slower beside a busy loop; it did not reproduce.) The environment
     // variable COLIBRI_SPIN_US, when set, replaces all three (0 restores
