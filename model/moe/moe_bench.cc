@@ -16,11 +16,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "common/huge_pages.h"
 #include "common/thread_pool.h"
 #include "model/moe/local_expert_backend.h"
@@ -49,20 +49,6 @@ struct Options {
   double seconds = 2.0;
   int reps = 3;
 };
-
-bool ParseFlag(const char* arg, const char* name, std::string* value) {
-  const size_t len = std::strlen(name);
-  if (std::strncmp(arg, name, len) != 0 || arg[len] != '=') return false;
-  *value = arg + len + 1;
-  return true;
-}
-
-bool ParseType(const std::string& name, ops::TensorType* type) {
-  const absl::StatusOr<ops::TensorType> parsed = ops::ParseTensorType(name);
-  if (!parsed.ok()) return false;
-  *type = *parsed;
-  return true;
-}
 
 // `count` matrices of rows x cols in one allocation, every one quantized from
 // its own random rows: copies of one matrix would time faster than real
@@ -216,43 +202,33 @@ void Run(const Options& opt) {
 
 int main(int argc, char** argv) {
   colibri::moe::Options opt;
-  for (int i = 1; i < argc; ++i) {
-    std::string v;
-    if (colibri::moe::ParseFlag(argv[i], "--threads", &v)) {
-      opt.threads = std::atoi(v.c_str());
-    } else if (colibri::moe::ParseFlag(argv[i], "--type", &v)) {
-      if (!colibri::moe::ParseType(v, &opt.type)) {
-        std::fprintf(stderr, "unknown type %s\n", v.c_str());
-        return 2;
-      }
-    } else if (colibri::moe::ParseFlag(argv[i], "--down_type", &v)) {
-      if (!colibri::moe::ParseType(v, &opt.down_type)) {
-        std::fprintf(stderr, "unknown type %s\n", v.c_str());
-        return 2;
-      }
-    } else if (colibri::moe::ParseFlag(argv[i], "--embd", &v)) {
-      opt.embd = std::atoll(v.c_str());
-    } else if (colibri::moe::ParseFlag(argv[i], "--ff", &v)) {
-      opt.ff = std::atoll(v.c_str());
-    } else if (colibri::moe::ParseFlag(argv[i], "--experts", &v)) {
-      opt.experts = std::atoi(v.c_str());
-    } else if (colibri::moe::ParseFlag(argv[i], "--k", &v)) {
-      opt.k = std::atoi(v.c_str());
-    } else if (colibri::moe::ParseFlag(argv[i], "--tokens", &v)) {
-      opt.tokens = std::atoll(v.c_str());
-    } else if (colibri::moe::ParseFlag(argv[i], "--seconds", &v)) {
-      opt.seconds = std::atof(v.c_str());
-    } else if (colibri::moe::ParseFlag(argv[i], "--reps", &v)) {
-      opt.reps = std::atoi(v.c_str());
-    } else {
-      std::fprintf(stderr, "unknown flag %s (see the header of model/moe/moe_bench.cc)\n",
-                   argv[i]);
+  std::string type = "Q4_K", down_type = "Q4_K";
+  CLI::App app{"Decode GB/s of one MoE layer's routed experts (see model/moe/moe_bench.cc)"};
+  app.add_option("--threads", opt.threads, "threads (0: the physical cores)");
+  app.add_option("--type", type, "gate and up type")->capture_default_str();
+  app.add_option("--down_type", down_type, "down type")->capture_default_str();
+  app.add_option("--embd", opt.embd, "hidden size")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--ff", opt.ff, "expert width")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--experts", opt.experts, "experts in the layer")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--k", opt.k, "experts per token")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--tokens", opt.tokens, "tokens per call")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seconds", opt.seconds, "time measured")->capture_default_str();
+  app.add_option("--reps", opt.reps, "timed runs; the best is printed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  for (auto [name, out] : {std::pair{&type, &opt.type}, std::pair{&down_type, &opt.down_type}}) {
+    const absl::StatusOr<colibri::ops::TensorType> parsed = colibri::ops::ParseTensorType(*name);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
       return 2;
     }
+    *out = *parsed;
   }
-  if (opt.experts < 1 || opt.k < 1 || opt.k > opt.experts || opt.tokens < 1 || opt.embd < 1 ||
-      opt.ff < 1) {
-    std::fprintf(stderr, "need experts >= k >= 1, tokens >= 1, embd and ff >= 1\n");
+  if (opt.k > opt.experts) {
+    std::fprintf(stderr, "--k must not exceed --experts\n");
     return 2;
   }
   colibri::moe::Run(opt);
