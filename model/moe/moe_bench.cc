@@ -54,8 +54,8 @@ struct Options {
 // its own random rows: copies of one matrix would time faster than real
 // experts (here one large product over 128 copies of an 864 KiB matrix read
 // at 38 GB/s on one thread, distinct data at 22: identical pages behaved as
-// cached, perhaps merged below the VM).
-// On huge pages, as the coordinator and the nodes keep weights.
+// cached, perhaps merged below the VM). The bytes are on huge pages, as the
+// coordinator and the nodes keep weights.
 struct MatrixSet {
   uint8_t* bytes = nullptr;
   ops::WeightMatrix shape;
