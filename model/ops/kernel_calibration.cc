@@ -105,12 +105,9 @@ const KernelSet* Measure(const std::vector<const KernelSet*>& candidates) {
 }  // namespace
 
 std::vector<const KernelSet*> RunnableKernelSets() {
-  const CpuFeatures& cpu = GetCpuFeatures();
   std::vector<const KernelSet*> sets = {&PortableKernels()};
-  if (Avx2Kernels() != nullptr && cpu.avx2) sets.push_back(Avx2Kernels());
-  if (Avx512Kernels() != nullptr && cpu.avx512f && cpu.avx512_vnni && cpu.avx2) {
-    sets.push_back(Avx512Kernels());
-  }
+  if (const KernelSet* avx2 = Avx2Kernels()) sets.push_back(avx2);
+  if (const KernelSet* avx512 = Avx512Kernels()) sets.push_back(avx512);
   return sets;
 }
 

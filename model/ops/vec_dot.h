@@ -87,12 +87,18 @@ struct KernelSet {
 };
 
 const KernelSet& PortableKernels();
-// Null when the build has no AVX2 kernels (non-x86 targets). Whether the CPU
-// can run them is GetCpuFeatures().avx2.
+// The AVX2 set, or null when the build has none (non-x86 targets) or the CPU
+// cannot run it (GetCpuFeatures().avx2, which COLIBRI_CPU can hide).
 const KernelSet* Avx2Kernels();
-// Null when the build has no AVX-512 kernels. The CPU can run them when
-// GetCpuFeatures() has avx512f (with BW and VL), avx512_vnni and avx2.
+// The AVX-512 set, or null when the build has none or the CPU lacks one of
+// avx512f (with BW and VL), avx512_vnni and avx2.
 const KernelSet* Avx512Kernels();
+// The two sets without the checks, built on first use in their own
+// translation units, whose code (the building included) uses the set's
+// instructions: call them only once the CPU is known to run those (an AVX2
+// machine died on an AVX-512 move while the AVX-512 set was built).
+const KernelSet& Avx2KernelsUnchecked();
+const KernelSet& Avx512KernelsUnchecked();
 // The set MatMul picks by default: the best of AVX-512, AVX2 and portable that
 // is built and that the CPU supports (COLIBRI_CPU can hide features).
 const KernelSet& DefaultKernels();

@@ -295,9 +295,9 @@ KernelSet MakeAvx2() {
 }  // namespace
 }  // namespace avx2
 
-const KernelSet* Avx2Kernels() {
+const KernelSet& Avx2KernelsUnchecked() {
   static const KernelSet kernels = avx2::MakeAvx2();
-  return &kernels;
+  return kernels;
 }
 
 }  // namespace colibri::ops::internal

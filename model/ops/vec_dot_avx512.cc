@@ -260,8 +260,8 @@ struct SuperBlockKernel {
 void Q5_KTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
   if (n_tokens >= 3) {
-    Avx2Kernels()->quant_tile[Slot(TensorType::kQ5_K)](w, row_bytes, n_rows, act, layout,
-                                                       n_tokens, y, y_stride);
+    Avx2KernelsUnchecked().quant_tile[Slot(TensorType::kQ5_K)](w, row_bytes, n_rows, act,
+                                                               layout, n_tokens, y, y_stride);
   } else {
     avx2::QuantTile<SuperBlockKernel<Q5_KAvx512>>(w, row_bytes, n_rows, act, layout, n_tokens, y,
                                                   y_stride);
@@ -269,7 +269,7 @@ void Q5_KTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
 }
 
 KernelSet MakeAvx512() {
-  KernelSet k = *Avx2Kernels();
+  KernelSet k = Avx2KernelsUnchecked();
   k.name = "avx512";
   k.quant_tile[Slot(TensorType::kQ4_K)] = &avx2::QuantTile<SuperBlockKernel<Q4_KAvx512>>;
   k.quant_tile[Slot(TensorType::kQ5_K)] = &Q5_KTile;
@@ -284,9 +284,9 @@ KernelSet MakeAvx512() {
 }  // namespace
 }  // namespace avx512
 
-const KernelSet* Avx512Kernels() {
+const KernelSet& Avx512KernelsUnchecked() {
   static const KernelSet kernels = avx512::MakeAvx512();
-  return &kernels;
+  return kernels;
 }
 
 }  // namespace colibri::ops::internal

@@ -400,19 +400,26 @@ const KernelSet& PortableKernels() {
   return kernels;
 }
 
-#if !defined(COLIBRI_OPS_HAVE_AVX2)
-const KernelSet* Avx2Kernels() { return nullptr; }
+// These two check the CPU here, in a file compiled for any x86-64, before
+// anything of the set's own file runs.
+const KernelSet* Avx2Kernels() {
+#if defined(COLIBRI_OPS_HAVE_AVX2)
+  if (GetCpuFeatures().avx2) return &Avx2KernelsUnchecked();
 #endif
-#if !defined(COLIBRI_OPS_HAVE_AVX512)
-const KernelSet* Avx512Kernels() { return nullptr; }
+  return nullptr;
+}
+
+const KernelSet* Avx512Kernels() {
+#if defined(COLIBRI_OPS_HAVE_AVX512)
+  const CpuFeatures& cpu = GetCpuFeatures();
+  if (cpu.avx512f && cpu.avx512_vnni && cpu.avx2) return &Avx512KernelsUnchecked();
 #endif
+  return nullptr;
+}
 
 const KernelSet& DefaultKernels() {
-  const CpuFeatures& cpu = GetCpuFeatures();
-  const KernelSet* avx512 = Avx512Kernels();
-  if (avx512 != nullptr && cpu.avx512f && cpu.avx512_vnni && cpu.avx2) return *avx512;
-  const KernelSet* avx2 = Avx2Kernels();
-  if (avx2 != nullptr && cpu.avx2) return *avx2;
+  if (const KernelSet* avx512 = Avx512Kernels()) return *avx512;
+  if (const KernelSet* avx2 = Avx2Kernels()) return *avx2;
   return PortableKernels();
 }
 

@@ -15,6 +15,7 @@
 #include "model/ops/activation_quant.h"
 #include "model/ops/iq_decode.h"
 #include "model/ops/iq_grids.h"
+#include "model/ops/matmul.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
@@ -23,14 +24,11 @@
 namespace colibri::ops::internal {
 namespace {
 
-bool CanRunAvx512() {
-  const CpuFeatures& cpu = GetCpuFeatures();
-  return Avx512Kernels() != nullptr && cpu.avx512f && cpu.avx512_vnni && cpu.avx2;
-}
+bool CanRunAvx512() { return Avx512Kernels() != nullptr; }
 
 std::vector<const KernelSet*> RunnableSets() {
   std::vector<const KernelSet*> sets = {&PortableKernels()};
-  if (Avx2Kernels() != nullptr && GetCpuFeatures().avx2) sets.push_back(Avx2Kernels());
+  if (Avx2Kernels() != nullptr) sets.push_back(Avx2Kernels());
   if (CanRunAvx512()) sets.push_back(Avx512Kernels());
   return sets;
 }
@@ -85,6 +83,24 @@ TEST(KernelSetTest, DecodersMatchDequantizeRowOnRandomBytes) {
       }
     }
   }
+}
+
+// The getters hand out only sets this CPU runs (as GetCpuFeatures() reports
+// it, COLIBRI_CPU included): building a set runs its instructions, so a getter
+// that built the AVX-512 set first and left the CPU check to its callers
+// killed every program on an AVX2-only machine with SIGILL.
+TEST(KernelSetTest, GettersOfferOnlySetsTheCpuRuns) {
+  const CpuFeatures& cpu = GetCpuFeatures();
+  if (!cpu.avx2) {
+    EXPECT_EQ(Avx2Kernels(), nullptr);
+  }
+  if (!(cpu.avx512f && cpu.avx512_vnni && cpu.avx2)) {
+    EXPECT_EQ(Avx512Kernels(), nullptr);
+  }
+  // Forcing a set refuses what the getters refuse.
+  EXPECT_EQ(ForceKernelSetForTesting(KernelSetChoice::kAvx2), Avx2Kernels() != nullptr);
+  EXPECT_EQ(ForceKernelSetForTesting(KernelSetChoice::kAvx512), Avx512Kernels() != nullptr);
+  EXPECT_TRUE(ForceKernelSetForTesting(KernelSetChoice::kAuto));
 }
 
 TEST(KernelSetTest, DefaultIsTheBestRunnableSet) {
