@@ -133,13 +133,150 @@ void Micro(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
   }
 }
 
+// Four rows x NT tokens (NT <= 4) of Q4_K or Q5_K, whose scales cover one
+// 32-element chunk each, with fewer multiplies than the per-row tile: that
+// one spends a vpmaddubsw and a vpmaddwd (by the scale) per row, chunk and
+// token, and on CPUs with one vector multiply unit (AMD Zen 1) prompts were
+// bound by them. Here chunk c of the four rows is interleaved four bytes at a
+// time (in-lane unpacks, once per chunk for all tokens), so that w_k holds
+// bytes 4k..4k+3 (low lane) and 16+4k.. (high lane) of every row; against
+// the token's chunk with the matching four bytes broadcast (vpshufd), four
+// vpmaddubsw give int16 sums that stay per row and per chunk, and one
+// vpmaddwd applies the four rows' scales: five multiplies for four rows
+// instead of eight. The int16 sums add four pair sums of u * a, at most
+// 4 * 2 * 31 * 127 = 31496 for Q5_K, so they never wrap. The integers per
+// (row, token, super-block) are the per-row tile's, and the float update is
+// vec_dot.h's in its order, four rows in one 4-lane vector: the same bits.
+template <typename D, int NT>
+void Rows4(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t cols, float* y,
+           int64_t y_stride) {
+  static_assert(D::kHasMin && NT >= 1 && NT <= 4, "Q4_K and Q5_K, 1-4 tokens");
+  using Block = typename D::Block;
+  const Block* x[4];
+  for (int r = 0; r < 4; ++r) x[r] = reinterpret_cast<const Block*>(w + r * row_bytes);
+  // Int16 lane j of a chunk's scale vector: row j / 2's scale byte, which
+  // sits at byte 4 * row + c % 4 of the scale quads (below).
+  __m256i scale_pick[4];
+  for (int cc = 0; cc < 4; ++cc) {
+    alignas(32) int8_t m[32];
+    for (int j = 0; j < 16; ++j) {
+      m[2 * j] = static_cast<int8_t>(4 * ((j % 8) / 2) + cc);
+      m[2 * j + 1] = static_cast<int8_t>(0x80);  // zero: the scales are unsigned
+    }
+    scale_pick[cc] = _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
+  }
+  __m128 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm_setzero_ps();
+  const int64_t nb = cols / kQK_K;
+  for (int64_t i = 0; i < nb; ++i) {
+    __m128i sm[4];  // per row: scales (bytes 0-7) and mins (8-15)
+    for (int r = 0; r < 4; ++r) sm[r] = K4ScalesMins(x[r][i].scales);
+    // Scale bytes 0-3 of rows 0..3 (quads), and bytes 4-7, in both lanes.
+    const __m128i s01 = _mm_unpacklo_epi32(sm[0], sm[1]);
+    const __m128i s23 = _mm_unpacklo_epi32(sm[2], sm[3]);
+    const __m256i quads_low = _mm256_broadcastsi128_si256(_mm_unpacklo_epi64(s01, s23));
+    const __m256i quads_high = _mm256_broadcastsi128_si256(_mm_unpackhi_epi64(s01, s23));
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      __m256i u[4];
+      for (int r = 0; r < 4; ++r) u[r] = D(x[r][i]).Quants(c);
+      const __m256i p01lo = _mm256_unpacklo_epi32(u[0], u[1]);
+      const __m256i p01hi = _mm256_unpackhi_epi32(u[0], u[1]);
+      const __m256i p23lo = _mm256_unpacklo_epi32(u[2], u[3]);
+      const __m256i p23hi = _mm256_unpackhi_epi32(u[2], u[3]);
+      const __m256i w0 = _mm256_unpacklo_epi64(p01lo, p23lo);  // bytes 0-3 | 16-19
+      const __m256i w1 = _mm256_unpackhi_epi64(p01lo, p23lo);  // 4-7 | 20-23
+      const __m256i w2 = _mm256_unpacklo_epi64(p01hi, p23hi);  // 8-11 | 24-27
+      const __m256i w3 = _mm256_unpackhi_epi64(p01hi, p23hi);  // 12-15 | 28-31
+      const __m256i scales = _mm256_shuffle_epi8(c < 4 ? quads_low : quads_high, scale_pick[c % 4]);
+      for (int t = 0; t < NT; ++t) {
+        const __m256i qa =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + kQK_K * i + 32 * c));
+        __m256i s16 = _mm256_maddubs_epi16(w0, _mm256_shuffle_epi32(qa, 0x00));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w1, _mm256_shuffle_epi32(qa, 0x55)));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w2, _mm256_shuffle_epi32(qa, 0xAA)));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w3, _mm256_shuffle_epi32(qa, 0xFF)));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16, scales));
+      }
+    }
+    // The mins, each repeated for the two 16-element groups of its chunk.
+    __m256i mins[4];
+    for (int r = 0; r < 4; ++r) mins[r] = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm[r], sm[r]));
+    const __m128 d = _mm_setr_ps(Half(x[0][i].d), Half(x[1][i].d), Half(x[2][i].d), Half(x[3][i].d));
+    const __m128 dmin =
+        _mm_setr_ps(Half(x[0][i].dmin), Half(x[1][i].dmin), Half(x[2][i].dmin), Half(x[3][i].dmin));
+    for (int t = 0; t < NT; ++t) {
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].bsums + 16 * i));
+      // Lane r of the hadd network: Σ bsums * mins of row r.
+      const __m256i h = _mm256_hadd_epi32(
+          _mm256_hadd_epi32(_mm256_madd_epi16(bs, mins[0]), _mm256_madd_epi16(bs, mins[1])),
+          _mm256_hadd_epi32(_mm256_madd_epi16(bs, mins[2]), _mm256_madd_epi16(bs, mins[3])));
+      const __m128i msum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      // Row r's products sit in int32 lanes r and r + 4.
+      const __m128i is = _mm_add_epi32(_mm256_castsi256_si128(isum[t]),
+                                       _mm256_extracti128_si256(isum[t], 1));
+      const __m128 da = _mm_set1_ps(a[t].d[i]);
+      acc[t] = _mm_add_ps(acc[t], _mm_mul_ps(_mm_mul_ps(d, da), _mm_cvtepi32_ps(is)));
+      acc[t] = _mm_sub_ps(acc[t], _mm_mul_ps(_mm_mul_ps(dmin, da), _mm_cvtepi32_ps(msum)));
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc[t]);
+    for (int r = 0; r < 4; ++r) y[t * y_stride + r] = out[r];
+  }
+}
+
+// Batches of three or more tokens of Q4_K or Q5_K: blocks of four rows, each
+// against every group of up to four tokens while its weights are in L1; the
+// rows that do not fill a block go to the per-row tile.
+template <typename D>
+void Rows4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
+               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride,
+               QuantTileFn edge) {
+  QuantizedRow a[4];
+  const int64_t full_rows = n_rows / 4 * 4;
+  const int64_t ahead = (PrefetchRowsAhead(row_bytes) + 3) / 4 * 4;
+  for (int64_t r0 = 0; r0 < full_rows; r0 += 4) {
+    const uint8_t* rows = w + r0 * row_bytes;
+    PrefetchBytes(w, (r0 + ahead) * row_bytes, 4 * row_bytes);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
+      const int nt = n_tokens - t0 < 4 ? static_cast<int>(n_tokens - t0) : 4;
+      for (int t = 0; t < nt; ++t) {
+        a[t] = QuantizedRow::At(layout, act + (t0 + t) * layout.row_bytes);
+      }
+      float* yt = y + t0 * y_stride + r0;
+      switch (nt) {
+        case 1: Rows4<D, 1>(rows, row_bytes, a, layout.cols, yt, y_stride); break;
+        case 2: Rows4<D, 2>(rows, row_bytes, a, layout.cols, yt, y_stride); break;
+        case 3: Rows4<D, 3>(rows, row_bytes, a, layout.cols, yt, y_stride); break;
+        default: Rows4<D, 4>(rows, row_bytes, a, layout.cols, yt, y_stride); break;
+      }
+    }
+  }
+  if (full_rows < n_rows) {
+    edge(w + full_rows * row_bytes, row_bytes, n_rows - full_rows, act, layout, n_tokens,
+         y + full_rows, y_stride);
+  }
+}
+
 // Token groups of one or two tokens run as 8 x 1 and 4 x 2 tiles, which beat
-// the per-row tile; groups of three or four go to the per-row tile, since a
-// 2 x 4 tile measured no faster than its 4-token kernel (4096 x 2048 Q4_K, per
+// the per-row tile. Batches of three or more tokens of Q4_K and Q5_K run as
+// Rows4Tile; of Q6_K, in groups of four through the per-row tile, since a 2 x
+// 4 tile measured no faster than its 4-token kernel (4096 x 2048 Q4_K, per
 // thread-CPU-second: 101 against 107 GFLOP/s).
 template <typename D, TensorType kType>
 void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
+  if constexpr (D::kHasMin) {
+    if (n_tokens >= 3) {
+      Rows4Tile<D>(w, row_bytes, n_rows, act, layout, n_tokens, y, y_stride,
+                   g_edge_tile[Slot(kType)]);
+      return;
+    }
+  }
   QuantizedRow a[2];
   for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
     const int nt = n_tokens - t0 < 4 ? static_cast<int>(n_tokens - t0) : 4;
