@@ -1,6 +1,7 @@
 // AVX2 GEMM tiles for Q4_K, Q5_K and Q6_K weights against Q8_K activations:
 // R rows x T tokens with R * T = 8 (8 x 1 for decode, 4 x 2 for two tokens),
-// the idea gemm.h describes for AVX-512 cut to AVX2's sixteen registers.
+// the idea gemm.h describes for AVX-512 cut to AVX2's sixteen registers, and
+// for batches of Q4_K/Q5_K a 4-row tile with its rows interleaved (Rows4).
 //
 // Per super-block, each (row, token) pair forms the per-row kernel's integers
 // (vec_dot_avx2_k.cc): eight int32 lanes of Σ sc*u*qa over the eight chunks
@@ -264,9 +265,11 @@ void Rows4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
 
 // Token groups of one or two tokens run as 8 x 1 and 4 x 2 tiles, which beat
 // the per-row tile. Batches of three or more tokens of Q4_K and Q5_K run as
-// Rows4Tile; of Q6_K, in groups of four through the per-row tile, since a 2 x
-// 4 tile measured no faster than its 4-token kernel (4096 x 2048 Q4_K, per
-// thread-CPU-second: 101 against 107 GFLOP/s).
+// Rows4Tile. Q6_K's go to the per-row tile in groups of four: a 2 x 4 tile
+// had measured no faster than it (4096 x 2048 Q4_K, per thread-CPU-second: 101
+// against 107 GFLOP/s), and so did Rows4 for Q6_K (a scale per 16 elements
+// allows only two int16 sums per vpmaddwd: six multiplies for eight, against
+// more decoding per chunk), level on Zen 1 at 8 and 16 tokens.
 template <typename D, TensorType kType>
 void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {

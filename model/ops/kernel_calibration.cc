@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "common/cache_dir.h"
-#include "common/cpu_features.h"
 #include "model/ops/activation_quant.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"

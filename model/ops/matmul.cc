@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 
-#include "common/cpu_features.h"
 #include "model/ops/activation_quant.h"
 #include "model/ops/kernel_calibration.h"
 #include "model/ops/vec_dot.h"
