@@ -180,35 +180,39 @@ absl::Status ExpertGroupRunner::RunExperts(const ExpertBatch& batch, size_t firs
   return absl::OkStatus();
 }
 
+ops::MatMulProblem ExpertGroupRunner::GateOrUpProblem(const Member& g, bool gate, int64_t n_embd,
+                                                     uint64_t q_bytes) {
+  const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
+  ops::MatMulProblem problem{gate ? &g.w.gate : &g.w.up, nullptr, m,
+                             (gate ? gate_.data() : up_.data()) + g.ff_offset, g.w.n_ff()};
+  if (q_bytes > 0) {
+    problem.x_quantized = gathered_q_.data() + g.row * q_bytes;
+  } else {
+    problem.x = gathered_in_.data() + g.row * n_embd;
+  }
+  return problem;
+}
+
+ops::MatMulProblem ExpertGroupRunner::ActivateForDown(const Member& g, int64_t n_embd) {
+  const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
+  ExpertFfnActivate(g.w, gate_.data() + g.ff_offset, up_.data() + g.ff_offset, m);
+  return {&g.w.down, gate_.data() + g.ff_offset, m, gathered_out_.data() + g.row * n_embd, n_embd};
+}
+
 void ExpertGroupRunner::RunProductsInTwoJobs(size_t first, size_t last, int64_t n_embd,
                                              uint64_t q_bytes) {
   // Gate and up of every expert: one job (each expert's x quantized once, or
   // already quantized per token).
   problems_.clear();
   for (size_t j = first; j < last; ++j) {
-    const Member& g = group_[j];
-    const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
-    if (q_bytes > 0) {
-      const uint8_t* xq = gathered_q_.data() + g.row * q_bytes;
-      problems_.push_back({&g.w.gate, nullptr, m, gate_.data() + g.ff_offset, g.w.n_ff(), xq});
-      problems_.push_back({&g.w.up, nullptr, m, up_.data() + g.ff_offset, g.w.n_ff(), xq});
-    } else {
-      const float* x = gathered_in_.data() + g.row * n_embd;
-      problems_.push_back({&g.w.gate, x, m, gate_.data() + g.ff_offset, g.w.n_ff()});
-      problems_.push_back({&g.w.up, x, m, up_.data() + g.ff_offset, g.w.n_ff()});
-    }
+    problems_.push_back(GateOrUpProblem(group_[j], /*gate=*/true, n_embd, q_bytes));
+    problems_.push_back(GateOrUpProblem(group_[j], /*gate=*/false, n_embd, q_bytes));
   }
   ops::MatMulGroup(problems_.data(), static_cast<int64_t>(problems_.size()), path_, pool_,
                    &scratch_.matmul);
-  problems_.clear();
-  for (size_t j = first; j < last; ++j) {
-    const Member& g = group_[j];
-    const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
-    ExpertFfnActivate(g.w, gate_.data() + g.ff_offset, up_.data() + g.ff_offset, m);
-    problems_.push_back(
-        {&g.w.down, gate_.data() + g.ff_offset, m, gathered_out_.data() + g.row * n_embd, n_embd});
-  }
   // Down of every expert: the second job.
+  problems_.clear();
+  for (size_t j = first; j < last; ++j) problems_.push_back(ActivateForDown(group_[j], n_embd));
   ops::MatMulGroup(problems_.data(), static_cast<int64_t>(problems_.size()), path_, pool_,
                    &scratch_.matmul);
 }
@@ -238,22 +242,12 @@ void ExpertGroupRunner::RunProductsFused(size_t first, size_t last, int64_t n_em
       const size_t part = static_cast<size_t>(p);
       ops::MatMulScratch* scratch = part_scratch_[part].get();
       if (part < 2 * n) {
-        const Member& g = group_[first + part / 2];
-        const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
-        const bool is_gate = part % 2 == 0;
-        ops::MatMulProblem problem{is_gate ? &g.w.gate : &g.w.up, nullptr, m,
-                                   (is_gate ? gate_.data() : up_.data()) + g.ff_offset, g.w.n_ff()};
-        if (q_bytes > 0) {
-          problem.x_quantized = gathered_q_.data() + g.row * q_bytes;
-        } else {
-          problem.x = gathered_in_.data() + g.row * n_embd;
-        }
+        const ops::MatMulProblem problem =
+            GateOrUpProblem(group_[first + part / 2], /*gate=*/part % 2 == 0, n_embd, q_bytes);
         ops::MatMulGroup(&problem, 1, path_, nullptr, scratch);
         pending_[part / 2].fetch_sub(1, std::memory_order_acq_rel);
       } else {
         const size_t k = part - 2 * n;
-        const Member& g = group_[first + k];
-        const int64_t m = expert_begin_[g.expert + 1] - expert_begin_[g.expert];
         for (int spins = 0; pending_[k].load(std::memory_order_acquire) != 0; ++spins) {
           if (spins < 4096) {
             CpuRelax();
@@ -261,9 +255,7 @@ void ExpertGroupRunner::RunProductsFused(size_t first, size_t last, int64_t n_em
             std::this_thread::yield();
           }
         }
-        ExpertFfnActivate(g.w, gate_.data() + g.ff_offset, up_.data() + g.ff_offset, m);
-        const ops::MatMulProblem problem{&g.w.down, gate_.data() + g.ff_offset, m,
-                                         gathered_out_.data() + g.row * n_embd, n_embd};
+        const ops::MatMulProblem problem = ActivateForDown(group_[first + k], n_embd);
         ops::MatMulGroup(&problem, 1, path_, nullptr, scratch);
       }
     }

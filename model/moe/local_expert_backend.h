@@ -64,6 +64,12 @@ class ExpertGroupRunner {
   void RunProductsFused(size_t first, size_t last, int64_t n_embd, uint64_t q_bytes);
   // RunExperts' products as two jobs: every gate and up, then every down.
   void RunProductsInTwoJobs(size_t first, size_t last, int64_t n_embd, uint64_t q_bytes);
+  // Member g's gate (or up) product over its gathered rows (quantized when
+  // q_bytes > 0), into gate_ (up_).
+  ops::MatMulProblem GateOrUpProblem(const Member& g, bool gate, int64_t n_embd, uint64_t q_bytes);
+  // Activates g's gate and up rows (once both are done) and returns its down
+  // product, into gathered_out_.
+  ops::MatMulProblem ActivateForDown(const Member& g, int64_t n_embd);
   // One run: group_[first, last).
   struct RunSpan {
     size_t first, last;
