@@ -148,6 +148,25 @@ void Micro(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
 // 4 * 2 * 31 * 127 = 31496 for Q5_K, so they never wrap. The integers per
 // (row, token, super-block) are the per-row tile's, and the float update is
 // vec_dot.h's in its order, four rows in one 4-lane vector: the same bits.
+// Rows4's vpshufb masks, one per chunk c % 4: int16 lane j (of each 128-bit
+// lane) of a chunk's scale vector belongs to row (j % 8) / 2, whose scale
+// byte sits at byte 4 * row + c % 4 of the scale quads; the high byte is
+// zeroed (0x80), since the scales are unsigned.
+struct ScalePick {
+  alignas(32) int8_t bytes[4][32];
+};
+constexpr ScalePick MakeScalePick() {
+  ScalePick pick{};
+  for (int cc = 0; cc < 4; ++cc) {
+    for (int j = 0; j < 16; ++j) {
+      pick.bytes[cc][2 * j] = static_cast<int8_t>(4 * ((j % 8) / 2) + cc);
+      pick.bytes[cc][2 * j + 1] = static_cast<int8_t>(0x80);
+    }
+  }
+  return pick;
+}
+constexpr ScalePick kScalePick = MakeScalePick();
+
 template <typename D, int NT>
 void Rows4(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t cols, float* y,
            int64_t y_stride) {
@@ -155,22 +174,12 @@ void Rows4(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
   using Block = typename D::Block;
   const Block* x[4];
   for (int r = 0; r < 4; ++r) x[r] = reinterpret_cast<const Block*>(w + r * row_bytes);
-  // Int16 lane j of a chunk's scale vector: row j / 2's scale byte, which
-  // sits at byte 4 * row + c % 4 of the scale quads (below).
-  __m256i scale_pick[4];
-  for (int cc = 0; cc < 4; ++cc) {
-    alignas(32) int8_t m[32];
-    for (int j = 0; j < 16; ++j) {
-      m[2 * j] = static_cast<int8_t>(4 * ((j % 8) / 2) + cc);
-      m[2 * j + 1] = static_cast<int8_t>(0x80);  // zero: the scales are unsigned
-    }
-    scale_pick[cc] = _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
-  }
   __m128 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm_setzero_ps();
   const int64_t nb = cols / kQK_K;
   for (int64_t i = 0; i < nb; ++i) {
-    __m128i sm[4];  // per row: scales (bytes 0-7) and mins (8-15)
+    const D dec[4] = {D(x[0][i]), D(x[1][i]), D(x[2][i]), D(x[3][i])};
+    __m128i sm[4];  // per row: scale bytes 0-7 (and the mins' 8-15)
     for (int r = 0; r < 4; ++r) sm[r] = K4ScalesMins(x[r][i].scales);
     // Scale bytes 0-3 of rows 0..3 (quads), and bytes 4-7, in both lanes.
     const __m128i s01 = _mm_unpacklo_epi32(sm[0], sm[1]);
@@ -182,7 +191,7 @@ void Rows4(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
       __m256i u[4];
-      for (int r = 0; r < 4; ++r) u[r] = D(x[r][i]).Quants(c);
+      for (int r = 0; r < 4; ++r) u[r] = dec[r].Quants(c);
       const __m256i p01lo = _mm256_unpacklo_epi32(u[0], u[1]);
       const __m256i p01hi = _mm256_unpackhi_epi32(u[0], u[1]);
       const __m256i p23lo = _mm256_unpacklo_epi32(u[2], u[3]);
@@ -191,7 +200,9 @@ void Rows4(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
       const __m256i w1 = _mm256_unpackhi_epi64(p01lo, p23lo);  // 4-7 | 20-23
       const __m256i w2 = _mm256_unpacklo_epi64(p01hi, p23hi);  // 8-11 | 24-27
       const __m256i w3 = _mm256_unpackhi_epi64(p01hi, p23hi);  // 12-15 | 28-31
-      const __m256i scales = _mm256_shuffle_epi8(c < 4 ? quads_low : quads_high, scale_pick[c % 4]);
+      const __m256i scales = _mm256_shuffle_epi8(
+          c < 4 ? quads_low : quads_high,
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(kScalePick.bytes[c % 4])));
       for (int t = 0; t < NT; ++t) {
         const __m256i qa =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + kQK_K * i + 32 * c));
@@ -204,10 +215,9 @@ void Rows4(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
     }
     // The mins, each repeated for the two 16-element groups of its chunk.
     __m256i mins[4];
-    for (int r = 0; r < 4; ++r) mins[r] = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm[r], sm[r]));
-    const __m128 d = _mm_setr_ps(Half(x[0][i].d), Half(x[1][i].d), Half(x[2][i].d), Half(x[3][i].d));
-    const __m128 dmin =
-        _mm_setr_ps(Half(x[0][i].dmin), Half(x[1][i].dmin), Half(x[2][i].dmin), Half(x[3][i].dmin));
+    for (int r = 0; r < 4; ++r) mins[r] = dec[r].BsumFactor();
+    const __m128 d = _mm_setr_ps(dec[0].d(), dec[1].d(), dec[2].d(), dec[3].d());
+    const __m128 dmin = _mm_setr_ps(dec[0].dmin(), dec[1].dmin(), dec[2].dmin(), dec[3].dmin());
     for (int t = 0; t < NT; ++t) {
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].bsums + 16 * i));
       // Lane r of the hadd network: Σ bsums * mins of row r.
