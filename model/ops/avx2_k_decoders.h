@@ -31,6 +31,21 @@ COLIBRI_INLINE __m256i BroadcastWords(__m256i v, int lo, int hi) {
                                                  d, c, d, c, d, c, d, c, d, c, d, c, d, c, d));
 }
 
+// v's bytes with bit `from` of each (and the bits above it) moved to bit kTo
+// by one 16-bit shift, none when they are equal; `from` is a constant once
+// loops are unrolled. A shift by s carries bits across a word's two bytes:
+// left, into the s lowest bits of the high byte; right, into the s highest
+// bits of the low byte. Masking the w moved bits (kTo .. kTo + w - 1) drops
+// those carries when s <= kTo (left) and kTo + w <= 8 - s (right), which
+// every caller's shifts satisfy (Q3_K: w 1, kTo 2, s <= 5; Q5_K: w 1, kTo 4,
+// s <= 4; Q6_K: w 2, kTo 4, s <= 4 left, 2 right).
+template <int kTo>
+COLIBRI_INLINE __m256i ShiftBitTo(__m256i v, int from) {
+  if (from < kTo) return _mm256_slli_epi16(v, kTo - from);
+  if (from > kTo) return _mm256_srli_epi16(v, from - kTo);
+  return v;
+}
+
 // 16 signed 8-bit group scales, widened for Chunk(): the int16 scales of
 // groups 0..7 in both lanes of `low`, of groups 8..15 in both lanes of `high`.
 struct GroupScales {
@@ -71,9 +86,9 @@ struct Q45KAvx2 {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (c / 2)));
     __m256i u = _mm256_and_si256(c % 2 == 0 ? q : _mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0F));
     if constexpr (kFiveBit) {
+      // Bit c of qh to bit 4 in one shift (ShiftBitTo), masked.
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
-      const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(h, c), _mm256_set1_epi8(1));
-      u = _mm256_or_si256(u, _mm256_slli_epi16(bit, 4));
+      u = _mm256_or_si256(u, _mm256_and_si256(ShiftBitTo<4>(h, c), _mm256_set1_epi8(0x10)));
     }
     return u;
   }
@@ -98,7 +113,8 @@ struct Q6_KAvx2 {
         scales8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block.scales))),
         scales(scales8) {}
   // Chunk c = 4 * half + k: low nibbles of ql[64 half + 32 (k % 2)] (high
-  // nibbles for k >= 2), and bits 2k, 2k+1 of qh[32 half] as bits 4, 5.
+  // nibbles for k >= 2), and bits 2k, 2k+1 of qh[32 half] as bits 4, 5 (one
+  // shift moves both; the mask keeps the two).
   COLIBRI_INLINE __m256i Quants(int c) const {
     const int half = c / 4, k = c % 4;
     const __m256i l =
@@ -106,8 +122,7 @@ struct Q6_KAvx2 {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * half));
     const __m256i low =
         _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F));
-    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(h, 2 * k), _mm256_set1_epi8(3));
-    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+    return _mm256_or_si256(low, _mm256_and_si256(ShiftBitTo<4>(h, 2 * k), _mm256_set1_epi8(0x30)));
   }
   COLIBRI_INLINE __m256i Scales(int c) const { return scales.Chunk(c); }
   COLIBRI_INLINE __m256i BsumFactor() const { return _mm256_cvtepi8_epi16(scales8); }

@@ -76,8 +76,7 @@ struct Q3_KAvx2 {
   COLIBRI_INLINE __m256i Quants(int c) const {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (c / 4)));
     const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * (c % 4)), _mm256_set1_epi8(3));
-    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, c), _mm256_set1_epi8(1));
-    return _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+    return _mm256_or_si256(low, _mm256_and_si256(ShiftBitTo<2>(hmask, c), _mm256_set1_epi8(4)));
   }
   COLIBRI_INLINE __m256i Scales(int c) const { return scales.Chunk(c); }
   COLIBRI_INLINE __m256i BsumFactor() const { return _mm256_cvtepi8_epi16(scales8); }
