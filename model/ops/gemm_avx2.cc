@@ -275,11 +275,12 @@ void Rows4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
 
 // Token groups of one or two tokens run as 8 x 1 and 4 x 2 tiles, which beat
 // the per-row tile. Batches of three or more tokens of Q4_K and Q5_K run as
-// Rows4Tile. Q6_K's go to the per-row tile in groups of four: a 2 x 4 tile
-// had measured no faster than it (4096 x 2048 Q4_K, per thread-CPU-second: 101
-// against 107 GFLOP/s), and so did Rows4 for Q6_K (a scale per 16 elements
-// allows only two int16 sums per vpmaddwd: six multiplies for eight, against
-// more decoding per chunk), level on Zen 1 at 8 and 16 tokens.
+// Rows4Tile; Q6_K's run in groups of four tokens as 2 x 4 tiles, whose lane
+// sums replace the per-row tile's horizontal reduction per token and
+// super-block (Zen 1, 2048 x 2048, 8 or 64 tokens: 24.9 -> 26.7 GFLOP/s per
+// core; a 1 x 8 tile: 25.5). Rows4 for Q6_K measured level with the per-row
+// tile on Zen 1 (a scale per 16 elements allows only two int16 sums per
+// vpmaddwd: six multiplies for eight, against more decoding per chunk).
 template <typename D, TensorType kType>
 void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
@@ -290,29 +291,30 @@ void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
       return;
     }
   }
-  QuantizedRow a[2];
+  QuantizedRow a[4];
   for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
     const int nt = n_tokens - t0 < 4 ? static_cast<int>(n_tokens - t0) : 4;
     const uint8_t* act_t = act + t0 * layout.row_bytes;
     float* yt = y + t0 * y_stride;
-    int64_t full_rows = 0;
-    if (nt <= 2) {
-      for (int t = 0; t < nt; ++t) a[t] = QuantizedRow::At(layout, act_t + t * layout.row_bytes);
-      const int rows_per_tile = nt == 1 ? 8 : 4;
-      full_rows = n_rows / rows_per_tile * rows_per_tile;
-      // At least kPrefetchBytes ahead, in whole tiles.
-      const int64_t prefetch_rows =
-          (PrefetchRowsAhead(row_bytes) + rows_per_tile - 1) / rows_per_tile * rows_per_tile;
-      for (int64_t r0 = 0; r0 < full_rows; r0 += rows_per_tile) {
-        const uint8_t* rows = w + r0 * row_bytes;
-        if (n_tokens == 1) {  // decode: the weights are read once
-          Micro<D, 8, 1, 1, kReadOnce>(rows, row_bytes, a, layout.cols, yt + r0, y_stride,
-                                       prefetch_rows);
-        } else if (nt == 1) {
-          Micro<D, 8, 1, 1>(rows, row_bytes, a, layout.cols, yt + r0, y_stride, prefetch_rows);
-        } else {
-          Micro<D, 4, 2, 2>(rows, row_bytes, a, layout.cols, yt + r0, y_stride, prefetch_rows);
-        }
+    for (int t = 0; t < nt; ++t) a[t] = QuantizedRow::At(layout, act_t + t * layout.row_bytes);
+    const int rows_per_tile = nt == 1 ? 8 : nt == 2 ? 4 : 2;
+    const int64_t full_rows = n_rows / rows_per_tile * rows_per_tile;
+    // At least kPrefetchBytes ahead, in whole tiles.
+    const int64_t prefetch_rows =
+        (PrefetchRowsAhead(row_bytes) + rows_per_tile - 1) / rows_per_tile * rows_per_tile;
+    for (int64_t r0 = 0; r0 < full_rows; r0 += rows_per_tile) {
+      const uint8_t* rows = w + r0 * row_bytes;
+      float* yr = yt + r0;
+      if (n_tokens == 1) {  // decode: the weights are read once
+        Micro<D, 8, 1, 1, kReadOnce>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
+      } else if (nt == 1) {
+        Micro<D, 8, 1, 1>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
+      } else if (nt == 2) {
+        Micro<D, 4, 2, 2>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
+      } else if (nt == 3) {
+        Micro<D, 2, 4, 3>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
+      } else {
+        Micro<D, 2, 4, 4>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
       }
     }
     if (full_rows < n_rows) {
