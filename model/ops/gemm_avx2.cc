@@ -1,4 +1,4 @@
-// AVX2 GEMM tiles for Q4_K, Q5_K and Q6_K weights against Q8_K activations:
+// AVX2 GEMM tiles for the K-quants (Q2_K to Q6_K) against Q8_K activations:
 // R rows x T tokens with R * T = 8 (8 x 1 for decode, 4 x 2 for two tokens),
 // the idea gemm.h describes for AVX-512 cut to AVX2's sixteen registers, and
 // for batches of Q4_K/Q5_K a 4-row tile with its rows interleaved (Rows4).
@@ -284,7 +284,7 @@ void Rows4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
 template <typename D, TensorType kType>
 void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
-  if constexpr (D::kHasMin) {
+  if constexpr (kType == TensorType::kQ4_K || kType == TensorType::kQ5_K) {
     if (n_tokens >= 3) {
       Rows4Tile<D>(w, row_bytes, n_rows, act, layout, n_tokens, y, y_stride,
                    g_edge_tile[Slot(kType)]);
@@ -327,9 +327,12 @@ void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
 }  // namespace
 
 void InstallGemmTiles(KernelSet* k) {
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+  for (TensorType type : {TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_K,
+                          TensorType::kQ5_K, TensorType::kQ6_K}) {
     g_edge_tile[Slot(type)] = k->quant_tile[Slot(type)];
   }
+  k->quant_tile[Slot(TensorType::kQ2_K)] = &GemmTile<Q2_KAvx2, TensorType::kQ2_K>;
+  k->quant_tile[Slot(TensorType::kQ3_K)] = &GemmTile<Q3_KAvx2, TensorType::kQ3_K>;
   k->quant_tile[Slot(TensorType::kQ4_K)] = &GemmTile<Q4_KAvx2, TensorType::kQ4_K>;
   k->quant_tile[Slot(TensorType::kQ5_K)] = &GemmTile<Q5_KAvx2, TensorType::kQ5_K>;
   k->quant_tile[Slot(TensorType::kQ6_K)] = &GemmTile<Q6_KAvx2, TensorType::kQ6_K>;

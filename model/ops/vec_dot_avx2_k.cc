@@ -1,4 +1,5 @@
-// AVX2 kernels for the K-quants against Q8_K activations, and their decoders.
+// AVX2 kernels for the K-quants against Q8_K activations (per-row tiles and
+// dequantization; the decoders are avx2_k_decoders.h's).
 //
 // Every type is brought to 32-element chunks of unsigned quants u (so that
 // vpmaddubsw can multiply them by the signed activations) and a 16-bit scale
@@ -8,81 +9,12 @@
 // integer arithmetic; the float part per super-block is vec_dot.h's.
 #include <immintrin.h>
 
-#include <type_traits>
-
 #include "model/ops/avx2_common.h"
 #include "model/ops/avx2_k_decoders.h"
 #include "model/ops/quant_blocks.h"
 
 namespace colibri::ops::internal::avx2 {
 namespace {
-
-// The Q2_K and Q3_K decoders, in the form of avx2_k_decoders.h (which holds
-// Q4_K, Q5_K and Q6_K's). Everything is inlined and the chunk loop unrolled,
-// so the decoded chunks live in registers.
-
-struct Q2_KAvx2 {
-  using Block = BlockQ2_K;
-  static constexpr int kOffset = 0;
-  static constexpr bool kHasMin = true;
-  const Block& b;
-  __m128i packed;
-  GroupScales scales;
-  COLIBRI_INLINE explicit Q2_KAvx2(const Block& block)
-      : b(block),
-        packed(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block.scales))),
-        scales(_mm_and_si128(packed, _mm_set1_epi8(0x0F))) {}
-  COLIBRI_INLINE __m256i Quants(int c) const {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (c / 4)));
-    return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (c % 4)), _mm256_set1_epi8(3));
-  }
-  COLIBRI_INLINE __m256i Scales(int c) const { return scales.Chunk(c); }
-  COLIBRI_INLINE __m256i BsumFactor() const {
-    return _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
-  }
-  COLIBRI_INLINE float d() const { return Half(b.d); }
-  COLIBRI_INLINE float dmin() const { return Half(b.dmin); }
-};
-
-// The 16 6-bit Q3_K scales, unpacked four bytes at a time (same values as
-// UnpackQ3KScales), minus 32.
-COLIBRI_INLINE __m128i Q3KScales(const uint8_t* packed) {
-  uint32_t aux[4];
-  std::memcpy(aux, packed, 12);
-  const uint32_t kmask1 = 0x03030303u, kmask2 = 0x0f0f0f0fu;
-  const uint32_t tmp = aux[2];
-  aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
-  aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
-  aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
-  aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(aux));
-  return _mm_sub_epi8(v, _mm_set1_epi8(32));
-}
-
-struct Q3_KAvx2 {
-  using Block = BlockQ3_K;
-  static constexpr int kOffset = 4;
-  static constexpr bool kHasMin = false;
-  const Block& b;
-  __m128i scales8;
-  GroupScales scales;
-  __m256i hmask;
-  COLIBRI_INLINE explicit Q3_KAvx2(const Block& block)
-      : b(block),
-        scales8(Q3KScales(block.scales)),
-        scales(scales8),
-        hmask(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.hmask))) {}
-  // u = low 2 bits | hmask bit c << 2 (the quant plus 4).
-  COLIBRI_INLINE __m256i Quants(int c) const {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (c / 4)));
-    const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * (c % 4)), _mm256_set1_epi8(3));
-    return _mm256_or_si256(low, _mm256_and_si256(ShiftBitTo<2>(hmask, c), _mm256_set1_epi8(4)));
-  }
-  COLIBRI_INLINE __m256i Scales(int c) const { return scales.Chunk(c); }
-  COLIBRI_INLINE __m256i BsumFactor() const { return _mm256_cvtepi8_epi16(scales8); }
-  COLIBRI_INLINE float d() const { return Half(b.d); }
-  COLIBRI_INLINE float dmin() const { return 0.0f; }
-};
 
 template <typename D>
 struct SuperBlockKernel {

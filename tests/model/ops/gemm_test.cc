@@ -77,7 +77,8 @@ TEST_P(GemmTest, EveryTokenCountAndThreadCountEqualsReferenceBitwise) {
   // row ranges that are not multiples of 4 rows of the tile).
   const int64_t rows = 70;
   const int64_t cols = 4 * 256;
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+  for (TensorType type : {TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_K,
+                          TensorType::kQ5_K, TensorType::kQ6_K}) {
     const Matrix m = MakeMatrix(type, rows, cols, 21);
     const std::vector<float> x = MakeActivations(40, cols, 8);
     std::vector<float> ref(40 * rows);
@@ -116,7 +117,8 @@ TEST_P(GemmTest, LongRowsEqualReferenceBitwise) {
   ThreadPool* pools[] = {nullptr, &pool2};
   const int64_t rows = 37;
   const int64_t cols = 35 * 256;
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+  for (TensorType type : {TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_K,
+                          TensorType::kQ5_K, TensorType::kQ6_K}) {
     const Matrix m = MakeMatrix(type, rows, cols, 5);
     const std::vector<float> x = MakeActivations(9, cols, 6);
     std::vector<float> ref(9 * rows);
