@@ -6,10 +6,11 @@
 // each token's int8 activations. The grid indices of a sub-block are computed
 // as one vector and looked up with a single gather (four 64-bit entries, or
 // eight 32-bit IQ3 entries); so are the 7-bit sign fields of IQ2_XXS, IQ2_XS
-// and IQ3_XXS (in a 128-entry table of byte masks built here), while the full
-// sign bytes of IQ2_S and IQ3_S are spread to byte masks by a shuffle. The
+// and IQ3_XXS (in a 128-entry table of +-1 bytes built here), while the full
+// sign bytes of IQ2_S and IQ3_S are spread to +-1 bytes by a shuffle. The
 // grid types keep their unsigned magnitudes and move the signs onto the
-// activations ((a ^ m) - m), so one vpmaddubsw per token multiplies them: the
+// activations (vpsignb by the +-1 bytes: one instruction per token, where the
+// masks' (a ^ m) - m took two), so one vpmaddubsw per token multiplies them: the
 // magnitudes are at most 62 and |qa| at most 127, so its pair sums never
 // saturate, and vpmaddwd by the scales yields exact int32 sums. The float part
 // per super-block is vec_dot.h's.
@@ -32,21 +33,19 @@ COLIBRI_INLINE uint32_t Load32(const uint8_t* p) {
   return v;
 }
 
-// Byte j of entry f is 0xFF where weight j of a 7-bit sign field f is negative
-// (bit j of SignsFrom7(f)).
-constexpr std::array<uint64_t, 128> MakeSign7Masks() {
+// Byte j of entry f is -1 (0xFF) where weight j of a 7-bit sign field f is
+// negative (bit j of SignsFrom7(f)), +1 elsewhere: vpsignb's operand.
+constexpr std::array<uint64_t, 128> MakeSign7Bytes() {
   std::array<uint64_t, 128> t{};
   for (int f = 0; f < 128; ++f) {
     const int s = kSignsFrom7.v[f];
     uint64_t m = 0;
-    for (int j = 0; j < 8; ++j) {
-      if ((s >> j) & 1) m |= uint64_t{0xFF} << (8 * j);
-    }
+    for (int j = 0; j < 8; ++j) m |= uint64_t{((s >> j) & 1) ? 0xFFu : 0x01u} << (8 * j);
     t[f] = m;
   }
   return t;
 }
-constexpr std::array<uint64_t, 128> kSign7Masks = MakeSign7Masks();
+constexpr std::array<uint64_t, 128> kSign7Bytes = MakeSign7Bytes();
 
 // Table entries i0..i3 as the four 64-bit lanes, loaded straight into vector
 // registers (vmovq, vpinsrq): on the Zen 4 this was tuned on, vpgatherdq was
@@ -73,20 +72,21 @@ COLIBRI_INLINE __m256i Lookup8(const uint32_t* table, const uint32_t i[8]) {
   return _mm256_set_m128i(hi, lo);
 }
 
-// The byte masks of the four 7-bit sign fields at bits 0, 7, 14 and 21 of aux.
-COLIBRI_INLINE __m256i Sign7MasksOf(uint32_t aux) {
-  return Lookup4(kSign7Masks.data(), aux & 127, (aux >> 7) & 127, (aux >> 14) & 127,
+// The sign bytes of the four 7-bit sign fields at bits 0, 7, 14 and 21 of aux.
+COLIBRI_INLINE __m256i Sign7BytesOf(uint32_t aux) {
+  return Lookup4(kSign7Bytes.data(), aux & 127, (aux >> 7) & 127, (aux >> 14) & 127,
                  (aux >> 21) & 127);
 }
 
-// Byte j is 0xFF where bit j of the 32-bit word w is set.
+// Byte j is -1 where bit j of the 32-bit word w is set, +1 elsewhere.
 COLIBRI_INLINE __m256i SignBytes(uint32_t w) {
   const __m256i spread =
       _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(w)),
                           _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
                                            2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                         _mm256_set1_epi8(1));
 }
 
 // The int16 scale vector of a sub-block: s_lo for its first 16 weights (the
@@ -96,12 +96,15 @@ COLIBRI_INLINE __m256i Scales(int s_lo, int s_hi) {
                           _mm_set1_epi16(static_cast<int16_t>(s_lo)));
 }
 
+// One scale for all 32 weights (one broadcast).
+COLIBRI_INLINE __m256i Scales(int s) { return _mm256_set1_epi16(static_cast<int16_t>(s)); }
+
 // One decoded sub-block. Grid types (kSignedQ false): q holds the unsigned
-// magnitudes and neg 0xFF where the weight is negative. IQ1 (kSignedQ true): q
-// holds the signed weights and neg is unused.
+// magnitudes and sign -1 where the weight is negative, +1 elsewhere. IQ1
+// (kSignedQ true): q holds the signed weights and sign is unused.
 struct Chunk {
   __m256i q;
-  __m256i neg;
+  __m256i sign;
   __m256i scales;
 };
 
@@ -117,7 +120,7 @@ struct IQ2_XXSAvx2 {
     const auto* qs = reinterpret_cast<const uint8_t*>(b.qs) + 8 * c;
     const uint32_t aux = Load32(qs + 4);
     const int s = static_cast<int>(2 * (aux >> 28) + 1);
-    return {Lookup4(kIq2xxsGrid, qs[0], qs[1], qs[2], qs[3]), Sign7MasksOf(aux), Scales(s, s)};
+    return {Lookup4(kIq2xxsGrid, qs[0], qs[1], qs[2], qs[3]), Sign7BytesOf(aux), Scales(s)};
   }
 };
 
@@ -132,7 +135,7 @@ struct IQ2_XSAvx2 {
     std::memcpy(&v, reinterpret_cast<const uint8_t*>(b.qs) + 8 * c, sizeof(v));
     const auto w = [v](int l) { return static_cast<uint32_t>(v >> (16 * l)); };
     return {Lookup4(kIq2xsGrid, w(0) & 511, w(1) & 511, w(2) & 511, w(3) & 511),
-            Lookup4(kSign7Masks.data(), (w(0) >> 9) & 127, (w(1) >> 9) & 127, (w(2) >> 9) & 127,
+            Lookup4(kSign7Bytes.data(), (w(0) >> 9) & 127, (w(1) >> 9) & 127, (w(2) >> 9) & 127,
                     (w(3) >> 9) & 127),
             Scales(2 * (b.scales[c] & 0xF) + 1, 2 * (b.scales[c] >> 4) + 1)};
   }
@@ -164,7 +167,7 @@ struct IQ3_XXSAvx2 {
     const uint32_t idx[8] = {qs[0], qs[1], qs[2], qs[3], qs[4], qs[5], qs[6], qs[7]};
     const uint32_t aux = Load32(b.qs + 64 + 4 * c);
     const int s = static_cast<int>(2 * (aux >> 28) + 1);
-    return {Lookup8(kIq3xxsGrid, idx), Sign7MasksOf(aux), Scales(s, s)};
+    return {Lookup8(kIq3xxsGrid, idx), Sign7BytesOf(aux), Scales(s)};
   }
 };
 
@@ -180,7 +183,7 @@ struct IQ3_SAvx2 {
     uint32_t idx[8];
     for (int k = 0; k < 8; ++k) idx[k] = qs[k] | ((h >> k) & 0x100);
     const int s = 2 * ((b.scales[c / 2] >> (4 * (c % 2))) & 0xF) + 1;
-    return {Lookup8(kIq3sGrid, idx), SignBytes(Load32(b.signs + 4 * c)), Scales(s, s)};
+    return {Lookup8(kIq3sGrid, idx), SignBytes(Load32(b.signs + 4 * c)), Scales(s)};
   }
 };
 
@@ -202,7 +205,7 @@ struct IQ1_SAvx2 {
     const int s = 2 * ((qh >> 12) & 7) + 1;
     return {Lookup4(iq1, qs[0] | (h & 0x700) | shift, qs[1] | ((h >> 3) & 0x700) | shift,
                     qs[2] | ((h >> 6) & 0x700) | shift, qs[3] | ((h >> 9) & 0x700) | shift),
-            _mm256_setzero_si256(), Scales(s, s)};
+            _mm256_setzero_si256(), Scales(s)};
   }
 };
 
@@ -249,8 +252,7 @@ struct GridKernel {
         for (int t = 0; t < T; ++t) {
           const __m256i av =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + b * kQK_K + 32 * c));
-          const __m256i sv = D::kSignedQ ? _mm256_sign_epi8(av, k.q)
-                                         : _mm256_sub_epi8(_mm256_xor_si256(av, k.neg), k.neg);
+          const __m256i sv = _mm256_sign_epi8(av, D::kSignedQ ? k.q : k.sign);
           const __m256i pairs = _mm256_maddubs_epi16(mag, sv);
           sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(pairs, k.scales));
         }
