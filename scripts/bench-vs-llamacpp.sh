@@ -22,6 +22,9 @@ usage: scripts/bench-vs-llamacpp.sh --llama-bench PATH [options]
                       decode rows only (llama-bench -d D; Colibri after a
                       D-token prompt)
   --colibri-args "A"  more flags for colibri-coordinator run (e.g. --kv-type f16)
+  --busy-core         a busy loop (one more runnable process, as when another
+                      program takes a core) during every llama.cpp and Colibri
+                      run; the memory probes run without it
   --build DIR         Colibri build folder (default build)
   -h, --help          this text
 
@@ -50,6 +53,7 @@ n_prompt=128
 n_gen=64
 depth=0
 colibri_args=""
+busy_core=0
 build=build
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -62,6 +66,7 @@ while [ $# -gt 0 ]; do
     -n) n_gen="${2:?}"; shift 2 ;;
     -d) depth="${2:?}"; shift 2 ;;
     --colibri-args) colibri_args="${2:?}"; shift 2 ;;
+    --busy-core) busy_core=1; shift ;;
     --build) build="${2:?}"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -115,6 +120,22 @@ stats() {
     }'
 }
 
+# busy_start / busy_stop: with --busy-core, a shell spinning in a loop (named
+# colibri-bench-busy-loop, so that it can be found) around each timed run.
+busy_pid=""
+busy_start() {
+  [ "$busy_core" = 1 ] || return 0
+  (exec -a colibri-bench-busy-loop bash -c 'while :; do :; done') &
+  busy_pid=$!
+}
+busy_stop() {
+  [ -n "$busy_pid" ] || return 0
+  kill "$busy_pid" 2>/dev/null || true
+  wait "$busy_pid" 2>/dev/null || true
+  busy_pid=""
+}
+trap busy_stop EXIT
+
 llama_pp=()
 llama_tg=()
 colibri_pp=()
@@ -123,19 +144,23 @@ probes=()
 for i in $(seq "$reps"); do
   if [ "$colibri_only" = 0 ]; then
     # One pp and one tg test, one repetition each, a JSON object per line.
+    busy_start
     "$llama_bench" -m "$model" -t "$threads" "${llama_args[@]}" -r 1 -o jsonl \
       >"$work/llama.$i.jsonl" 2>"$work/llama.$i.err" ||
       bench_die "llama-bench failed: $(tail -3 "$work/llama.$i.err")"
+    busy_stop
     while read -r np ng ts; do
       if [ "$np" -gt 0 ] && [ "$ng" -eq 0 ]; then llama_pp+=("$ts"); fi
       if [ "$np" -eq 0 ] && [ "$ng" -gt 0 ]; then llama_tg+=("$ts"); fi
     done < <(sed -n 's/.*"n_prompt": *\([0-9]*\).*"n_gen": *\([0-9]*\).*"avg_ts": *\([0-9.e+-]*\).*/\1 \2 \3/p' \
       "$work/llama.$i.jsonl")
   fi
+  busy_start
   "$COORD" run -m "$model" --prompt-tokens "$prompt_ids" "${colibri_run[@]}" -n "$n_gen" \
     --ignore-eos --temp 0 -t "$threads" "${extra[@]}" >"$work/colibri.$i.out" \
     2>"$work/colibri.$i.err" ||
     bench_die "colibri-coordinator run failed: $(tail -3 "$work/colibri.$i.err")"
+  busy_stop
   if [ "$depth" = 0 ]; then
     colibri_pp+=("$(sed -n 's/^prompt: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
   fi
@@ -172,11 +197,13 @@ limit=$(awk -v g="$MEM_READ_GBS" -v b="$active_bytes" \
   'BEGIN { if (g + 0 > 0 && b > 0) printf "%.1f", g * 1e9 / b; else print "n/a" }')
 pct() { awk -v a="$1" -v l="$limit" 'BEGIN { if (l + 0 > 0 && a + 0 > 0) printf "%.0f%%", 100 * a / l; else print "n/a" }'; }
 
+busy_note=""
+[ "$busy_core" = 1 ] && busy_note="; a busy loop beside every run"
 echo
 if [ "$depth" -gt 0 ]; then
-  echo "model: $model; $threads threads; $reps interleaved runs; decode $n_gen tokens at a depth of $depth tokens${colibri_args:+; colibri $colibri_args}"
+  echo "model: $model; $threads threads; $reps interleaved runs; decode $n_gen tokens at a depth of $depth tokens${colibri_args:+; colibri $colibri_args}$busy_note"
 else
-  echo "model: $model; $threads threads; $reps interleaved runs; prompt $n_prompt tokens, decode $n_gen tokens${colibri_args:+; colibri $colibri_args}"
+  echo "model: $model; $threads threads; $reps interleaved runs; prompt $n_prompt tokens, decode $n_gen tokens${colibri_args:+; colibri $colibri_args}$busy_note"
 fi
 printf '%-22s %-30s %-30s %s\n' "" "Colibri median (min-max) spread" "llama.cpp median (min-max) spread" "Colibri/llama.cpp"
 printf '%-22s %-30s %-30s %s\n' "prompt tok/s" "$c_pp ($c_pp_min-$c_pp_max) $c_pp_spread" \

@@ -59,6 +59,33 @@ if [ "$fail" = 0 ]; then
   grep -q "^prompt: 16 tokens" "$bin/bench-vs-llamacpp/colibri.1.err" ||
     { echo "FAIL: Colibri's prompt was not the 16 tokens of depth"; fail=1; }
 fi
+# --busy-core: the busy loop runs during the runs (the stand-in records what
+# pgrep finds while it runs) and is gone when the script ends.
+if [ "$fail" = 0 ]; then
+  cat >"$tmp/llama-bench" <<STUB
+#!/bin/sh
+pgrep -f colibri-bench-busy-loop >>"$tmp/busy-seen" || echo none >>"$tmp/busy-seen"
+echo '{"build_commit": "stub", "n_prompt": 8, "n_gen": 0, "avg_ts": 1000.0, "stddev_ts": 1}'
+echo '{"build_commit": "stub", "n_prompt": 0, "n_gen": 4, "avg_ts": 20.0, "stddev_ts": 1}'
+STUB
+  if ! bash "$src/scripts/bench-vs-llamacpp.sh" --llama-bench "$tmp/llama-bench" --model "$model" \
+    --build "$bin" -r 2 -p 8 -n 4 --busy-core >"$out" 2>"$tmp/err.txt"; then
+    echo "FAIL: bench-vs-llamacpp.sh --busy-core exited with an error"
+    cat "$out" "$tmp/err.txt"
+    exit 1
+  fi
+  expect "^model: .*; a busy loop beside every run\$" "header line with --busy-core"
+  if [ "$(grep -c '^[0-9][0-9]*$' "$tmp/busy-seen" 2>/dev/null)" != 2 ]; then
+    echo "FAIL: the busy loop was not running during both llama-bench runs:"
+    cat "$tmp/busy-seen"
+    fail=1
+  fi
+  if pgrep -f colibri-bench-busy-loop >/dev/null; then
+    echo "FAIL: the busy loop outlived the script"
+    pkill -f colibri-bench-busy-loop
+    fail=1
+  fi
+fi
 if [ "$fail" != 0 ]; then
   echo "--- output"
   cat "$out"
