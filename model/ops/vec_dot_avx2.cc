@@ -213,7 +213,7 @@ struct Blocks32Kernel {
     }
     for (int64_t b = 0; b < cols / kQK; ++b) {
       const __m256i qx = D::Quants(x[b]);
-      const __m256 dw = _mm256_set1_ps(BlockScale(x[b]));
+      const float dw = BlockScale(x[b]);
       __m256i ax = qx;
       if constexpr (D::kSigned) ax = _mm256_sign_epi8(qx, qx);
       for (int t = 0; t < T; ++t) {
@@ -224,7 +224,8 @@ struct Blocks32Kernel {
         } else {
           p = DotU8S8Quads(qx, qa);
         }
-        const __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(a[t].d + b));
+        // The same product as in every lane, made once and broadcast.
+        const __m256 dd = _mm256_set1_ps(dw * a[t].d[b]);
         acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(p)));
       }
       if constexpr (kHasMin) {
