@@ -1,5 +1,6 @@
 // AVX2 GEMM tiles for the K-quants (Q2_K to Q6_K) against Q8_K activations:
-// R rows x T tokens with R * T = 8 (8 x 1 for decode, 4 x 2 for two tokens),
+// R rows x T tokens with R * T = 8 (8 x 1 for decode, 4 x 2 for two tokens,
+// 2 x 4 for groups of three or four tokens of the types Rows4 leaves out),
 // the idea gemm.h describes for AVX-512 cut to AVX2's sixteen registers, and
 // for batches of Q4_K/Q5_K a 4-row tile with its rows interleaved (Rows4).
 //
@@ -275,12 +276,13 @@ void Rows4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
 
 // Token groups of one or two tokens run as 8 x 1 and 4 x 2 tiles, which beat
 // the per-row tile. Batches of three or more tokens of Q4_K and Q5_K run as
-// Rows4Tile; Q6_K's run in groups of four tokens as 2 x 4 tiles, whose lane
-// sums replace the per-row tile's horizontal reduction per token and
-// super-block (Zen 1, 2048 x 2048, 8 or 64 tokens: 24.9 -> 26.7 GFLOP/s per
-// core; a 1 x 8 tile: 25.5). Rows4 for Q6_K measured level with the per-row
-// tile on Zen 1 (a scale per 16 elements allows only two int16 sums per
-// vpmaddwd: six multiplies for eight, against more decoding per chunk).
+// Rows4Tile; Q2_K's, Q3_K's and Q6_K's run in groups of four tokens as 2 x 4
+// tiles, whose lane sums replace the per-row tile's horizontal reduction per
+// token and super-block (Q6_K on Zen 1, 2048 x 2048, 8 or 64 tokens: 24.9 ->
+// 26.7 GFLOP/s per core; a 1 x 8 tile: 25.5). Rows4 for Q6_K measured level
+// with the per-row tile on Zen 1 (a scale per 16 elements allows only two
+// int16 sums per vpmaddwd: six multiplies for eight, against more decoding
+// per chunk).
 template <typename D, TensorType kType>
 void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
