@@ -155,17 +155,21 @@ struct Q2_KAvx2 {
 };
 
 // The 16 6-bit Q3_K scales, unpacked four bytes at a time (same values as
-// UnpackQ3KScales), minus 32.
+// UnpackQ3KScales), minus 32. The four words go to the vector register
+// directly: stored and reloaded as 16 bytes they stalled the load (four
+// 4-byte stores cannot be forwarded to one 16-byte load).
 COLIBRI_INLINE __m128i Q3KScales(const uint8_t* packed) {
-  uint32_t aux[4];
-  std::memcpy(aux, packed, 12);
+  uint32_t a0, a1, tmp;
+  std::memcpy(&a0, packed, 4);
+  std::memcpy(&a1, packed + 4, 4);
+  std::memcpy(&tmp, packed + 8, 4);
   const uint32_t kmask1 = 0x03030303u, kmask2 = 0x0f0f0f0fu;
-  const uint32_t tmp = aux[2];
-  aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
-  aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
-  aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
-  aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(aux));
+  const uint32_t w0 = (a0 & kmask2) | (((tmp >> 0) & kmask1) << 4);
+  const uint32_t w1 = (a1 & kmask2) | (((tmp >> 2) & kmask1) << 4);
+  const uint32_t w2 = ((a0 >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+  const uint32_t w3 = ((a1 >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+  const __m128i v = _mm_setr_epi32(static_cast<int>(w0), static_cast<int>(w1),
+                                   static_cast<int>(w2), static_cast<int>(w3));
   return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 

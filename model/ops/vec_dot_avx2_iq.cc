@@ -280,24 +280,28 @@ struct IQ4_XSKernel {
     float acc[T];
     for (int t = 0; t < T; ++t) acc[t] = 0.0f;
     for (int64_t b = 0; b < cols / kQK_K; ++b) {
-      __m256i q[8], scales[8];
+      // Sub-block by sub-block for all tokens, so that its quants, their
+      // magnitudes and its scale stay in registers (eight decoded sub-blocks
+      // kept for a token loop after them spilled to the stack).
+      __m256i sum[T];
+      for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
       for (int ib = 0; ib < 8; ++ib) {
-        q[ib] = _mm256_shuffle_epi8(table, Nibbles32(x[b].qs + 16 * ib));
+        const __m256i q = _mm256_shuffle_epi8(table, Nibbles32(x[b].qs + 16 * ib));
+        const __m256i mag = _mm256_sign_epi8(q, q);
         const int ls = ((x[b].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
                        (((x[b].scales_h >> (2 * ib)) & 3) << 4);
-        scales[ib] = _mm256_set1_epi16(static_cast<int16_t>(ls - 32));
+        const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(ls - 32));
+        for (int t = 0; t < T; ++t) {
+          const __m256i av = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(a[t].qs + b * kQK_K + 32 * ib));
+          const __m256i pairs = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(av, q));
+          sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(pairs, scale));
+        }
       }
       const float d = Half(x[b].d);
       for (int t = 0; t < T; ++t) {
-        const int8_t* qa = a[t].qs + b * kQK_K;
-        __m256i sum = _mm256_setzero_si256();
-        for (int ib = 0; ib < 8; ++ib) {
-          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa + 32 * ib));
-          const __m256i pairs =
-              _mm256_maddubs_epi16(_mm256_sign_epi8(q[ib], q[ib]), _mm256_sign_epi8(av, q[ib]));
-          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, scales[ib]));
-        }
-        __m128i r = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        __m128i r =
+            _mm_add_epi32(_mm256_castsi256_si128(sum[t]), _mm256_extracti128_si256(sum[t], 1));
         r = _mm_hadd_epi32(r, r);
         r = _mm_hadd_epi32(r, r);
         acc[t] = acc[t] + (d * a[t].d[b]) * static_cast<float>(_mm_cvtsi128_si32(r));
