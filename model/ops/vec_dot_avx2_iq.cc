@@ -246,6 +246,7 @@ struct GridKernel {
     for (int64_t b = 0; b < cols / kQK_K; ++b) {
       __m256i sum[T];
       for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         const Chunk k = D::Decode(x[b], c, iq1);
         const __m256i mag = D::kSignedQ ? _mm256_sign_epi8(k.q, k.q) : k.q;
@@ -285,6 +286,7 @@ struct IQ4_XSKernel {
       // kept for a token loop after them spilled to the stack).
       __m256i sum[T];
       for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
       for (int ib = 0; ib < 8; ++ib) {
         const __m256i q = _mm256_shuffle_epi8(table, Nibbles32(x[b].qs + 16 * ib));
         const __m256i mag = _mm256_sign_epi8(q, q);
