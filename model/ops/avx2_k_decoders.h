@@ -69,8 +69,8 @@ struct K4Scales {
   __m256i mins;
 };
 
-COLIBRI_INLINE K4Scales UnpackK4(const uint8_t* packed) {
-  const __m128i v = K4ScalesMins(packed);
+// v: K4ScalesMins of the block's packed scales.
+COLIBRI_INLINE K4Scales UnpackK4(__m128i v) {
   const __m128i m8 = _mm_unpackhi_epi8(v, v);  // m0 m0 m1 m1 ... m7 m7
   return K4Scales{_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(v)), _mm256_cvtepu8_epi16(m8)};
 }
@@ -81,8 +81,10 @@ struct Q45KAvx2 {
   static constexpr int kOffset = 0;
   static constexpr bool kHasMin = true;
   const Block& b;
+  __m128i scales_mins;  // K4ScalesMins: the 8 scale bytes, then the 8 mins
   K4Scales k4;
-  COLIBRI_INLINE explicit Q45KAvx2(const Block& block) : b(block), k4(UnpackK4(block.scales)) {}
+  COLIBRI_INLINE explicit Q45KAvx2(const Block& block)
+      : b(block), scales_mins(K4ScalesMins(block.scales)), k4(UnpackK4(scales_mins)) {}
   COLIBRI_INLINE __m256i Quants(int c) const {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (c / 2)));
     __m256i u = _mm256_and_si256(c % 2 == 0 ? q : _mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0F));

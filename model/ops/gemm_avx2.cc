@@ -180,11 +180,9 @@ void Rows4(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
   const int64_t nb = cols / kQK_K;
   for (int64_t i = 0; i < nb; ++i) {
     const D dec[4] = {D(x[0][i]), D(x[1][i]), D(x[2][i]), D(x[3][i])};
-    __m128i sm[4];  // per row: scale bytes 0-7 (and the mins' 8-15)
-    for (int r = 0; r < 4; ++r) sm[r] = K4ScalesMins(x[r][i].scales);
     // Scale bytes 0-3 of rows 0..3 (quads), and bytes 4-7, in both lanes.
-    const __m128i s01 = _mm_unpacklo_epi32(sm[0], sm[1]);
-    const __m128i s23 = _mm_unpacklo_epi32(sm[2], sm[3]);
+    const __m128i s01 = _mm_unpacklo_epi32(dec[0].scales_mins, dec[1].scales_mins);
+    const __m128i s23 = _mm_unpacklo_epi32(dec[2].scales_mins, dec[3].scales_mins);
     const __m256i quads_low = _mm256_broadcastsi128_si256(_mm_unpacklo_epi64(s01, s23));
     const __m256i quads_high = _mm256_broadcastsi128_si256(_mm_unpackhi_epi64(s01, s23));
     __m256i isum[NT];
@@ -286,7 +284,8 @@ void Rows4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
 template <typename D, TensorType kType>
 void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
-  if constexpr (kType == TensorType::kQ4_K || kType == TensorType::kQ5_K) {
+  constexpr bool kRows4 = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K;
+  if constexpr (kRows4) {
     if (n_tokens >= 3) {
       Rows4Tile<D>(w, row_bytes, n_rows, act, layout, n_tokens, y, y_stride,
                    g_edge_tile[Slot(kType)]);
@@ -313,10 +312,12 @@ void GemmTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
         Micro<D, 8, 1, 1>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
       } else if (nt == 2) {
         Micro<D, 4, 2, 2>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
-      } else if (nt == 3) {
-        Micro<D, 2, 4, 3>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
-      } else {
-        Micro<D, 2, 4, 4>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
+      } else if constexpr (!kRows4) {  // Rows4Tile took Q4_K's and Q5_K's
+        if (nt == 3) {
+          Micro<D, 2, 4, 3>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
+        } else {
+          Micro<D, 2, 4, 4>(rows, row_bytes, a, layout.cols, yr, y_stride, prefetch_rows);
+        }
       }
     }
     if (full_rows < n_rows) {
