@@ -177,6 +177,8 @@ void FillIqKernels(KernelSet* k);
 // once while building the AVX2 kernel set, after FillKQuantKernels (not
 // thread-safe; the set is read-only afterwards).
 void InstallGemmTiles(KernelSet* k);
+// Fills k's interleaved_tile entries with interleaved_avx2.cc's tiles.
+void InstallInterleavedTiles(KernelSet* k);
 
 }  // namespace colibri::ops::internal::avx2
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "model/ops/activation_quant.h"
 #include "model/ops/kernel_calibration.h"
@@ -15,6 +16,8 @@ using internal::KernelSet;
 
 // Rows a thread takes at least; smaller matrices run on the calling thread.
 constexpr int64_t kMinRowsPerPart = 16;
+static_assert(kMinRowsPerPart % kInterleaveRows == 0,
+              "parts must start on a group of interleaved rows");
 // Row ranges per thread: more ranges than threads let a thread that is not
 // slowed down by another process on its core take over the slow one's share.
 constexpr int64_t kPartsPerThread = 4;
@@ -120,16 +123,62 @@ struct Job {
   const uint8_t* act;
 };
 
+// Rows [rs, rs + nr) of w in GGUF order: at w's bytes when they are, else
+// copied into *buf with their groups put back into row order (a kernel set
+// without tiles for w's layout, or the exact path).
+const uint8_t* RowsInGgufOrder(const WeightMatrix& w, int64_t rs, int64_t nr,
+                               std::vector<uint8_t>* buf) {
+  const int64_t full = w.rows / kInterleaveRows * kInterleaveRows;
+  if (w.layout == WeightLayout::kRows || rs >= full) return w.data + rs * w.row_bytes;
+  const int64_t first = rs / kInterleaveRows * kInterleaveRows;
+  const int64_t end = rs + nr;
+  buf->resize(static_cast<size_t>(end - first) * w.row_bytes);
+  for (int64_t g = first; g < std::min(end, full); g += kInterleaveRows) {
+    DeinterleaveGroup(w.type, w.data + g * w.row_bytes, w.row_bytes,
+                      buf->data() + (g - first) * w.row_bytes);
+  }
+  if (end > full) {
+    // The rows after the last group, in GGUF order already.
+    const int64_t from = std::max(first, full);
+    std::memcpy(buf->data() + (from - first) * w.row_bytes, w.data + from * w.row_bytes,
+                static_cast<size_t>(end - from) * w.row_bytes);
+  }
+  return buf->data() + (rs - first) * w.row_bytes;
+}
+
+// Scratch for RowsInGgufOrder, per thread (the parts of a job run on any).
+std::vector<uint8_t>& ReorderBuffer() {
+  thread_local std::vector<uint8_t> buf;
+  return buf;
+}
+
 void RunQuantRows(const Job& job, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *job.w;
-  const int64_t rb = RowBlock(w.row_bytes);
+  int64_t rb = RowBlock(w.row_bytes);
+  if (w.layout == WeightLayout::kInterleaved8) rb = std::max<int64_t>(rb, kInterleaveRows);
+  // Interleaved groups go to the set's tile for them when it has one; the
+  // row blocks then start at multiples of 8 (parts and RowBlock keep them so).
+  const internal::QuantTileFn interleaved =
+      w.layout == WeightLayout::kInterleaved8
+          ? job.kernels->interleaved_tile[internal::Slot(w.type)]
+          : nullptr;
+  const int64_t full = w.rows / kInterleaveRows * kInterleaveRows;
   for (int64_t rs = r0; rs < r1; rs += rb) {
     const int64_t nr = std::min(rb, r1 - rs);
+    const int64_t grouped = interleaved != nullptr ? std::max<int64_t>(0, std::min(nr, full - rs)) : 0;
+    const uint8_t* rows = RowsInGgufOrder(w, rs + grouped, nr - grouped, &ReorderBuffer());
     for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
       const int64_t nt = std::min<int64_t>(internal::kMaxTokenTile, job.n_tokens - t0);
-      job.quant_tile(w.data + rs * w.row_bytes, w.row_bytes, nr,
-                     job.act + t0 * job.layout.row_bytes, job.layout, nt,
-                     job.y + t0 * job.y_stride + rs, job.y_stride);
+      const uint8_t* act = job.act + t0 * job.layout.row_bytes;
+      float* y = job.y + t0 * job.y_stride + rs;
+      if (grouped > 0) {
+        interleaved(w.data + rs * w.row_bytes, w.row_bytes, grouped, act, job.layout, nt, y,
+                    job.y_stride);
+      }
+      if (grouped < nr) {
+        job.quant_tile(rows, w.row_bytes, nr - grouped, act, job.layout, nt, y + grouped,
+                       job.y_stride);
+      }
     }
   }
 }
@@ -148,8 +197,8 @@ void RunFloatRows(const Job& job, int64_t r0, int64_t r1, float* buf) {
       wf = reinterpret_cast<const float*>(w.data + rs * w.row_bytes);
       w_stride = static_cast<int64_t>(w.row_bytes / sizeof(float));
     } else {
-      for (int64_t i = 0; i < nr; ++i)
-        dequant(w.data + (rs + i) * w.row_bytes, buf + i * cols, cols);
+      const uint8_t* rows = RowsInGgufOrder(w, rs, nr, &ReorderBuffer());
+      for (int64_t i = 0; i < nr; ++i) dequant(rows + i * w.row_bytes, buf + i * cols, cols);
       wf = buf;
       w_stride = cols;
     }
@@ -185,6 +234,24 @@ bool ForceKernelSetForTesting(KernelSetChoice choice) {
 }
 
 const char* ActiveKernelSetName() { return Active().name; }
+
+bool PrefersInterleaved(const WeightMatrix& w) {
+  return w.layout == WeightLayout::kRows && HasInterleavedLayout(w.type) &&
+         w.rows >= kInterleaveRows && Active().interleaved_tile[internal::Slot(w.type)] != nullptr;
+}
+
+WeightMatrix InterleaveMatrix(const WeightMatrix& w, uint8_t* out) {
+  const int64_t full = w.rows / kInterleaveRows * kInterleaveRows;
+  for (int64_t g = 0; g < full; g += kInterleaveRows) {
+    InterleaveGroup(w.type, w.data + g * w.row_bytes, w.row_bytes, out + g * w.row_bytes);
+  }
+  std::memcpy(out + full * w.row_bytes, w.data + full * w.row_bytes,
+              static_cast<size_t>(w.rows - full) * w.row_bytes);
+  WeightMatrix m = w;
+  m.data = out;
+  m.layout = WeightLayout::kInterleaved8;
+  return m;
+}
 
 namespace internal {
 const KernelSet& ActiveKernels() { return Active(); }

@@ -29,6 +29,7 @@
 
 #include "common/thread_pool.h"
 #include "model/ops/tensor_type.h"
+#include "model/ops/weight_layout.h"
 
 namespace colibri::ops {
 
@@ -40,7 +41,22 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   uint64_t row_bytes = 0;  // RowBytes(type, cols)
+  // How the rows lie in data (model/ops/weight_layout.h); every layout takes
+  // rows * row_bytes bytes.
+  WeightLayout layout = WeightLayout::kRows;
 };
+
+// Whether MatMul on the kernel set in use runs faster over w's rows in the
+// interleaved layout: w is in GGUF order, its type has the layout, the set
+// has tiles for it and w has a full group of rows. Weights meant to stay in
+// RAM for many products (the resident weights of a model, the RAM tier of an
+// expert node) are worth interleaving when this holds.
+bool PrefersInterleaved(const WeightMatrix& w);
+
+// Writes w's rows * row_bytes bytes to out in the kInterleaved8 layout
+// (out must not overlap w.data) and returns the matrix over out. Requires
+// HasInterleavedLayout(w.type) and w.layout == kRows.
+WeightMatrix InterleaveMatrix(const WeightMatrix& w, uint8_t* out);
 
 // Scratch memory reused across calls (quantized activations, dequantized weight
 // tiles), so that the decode loop does not allocate. One per calling thread.

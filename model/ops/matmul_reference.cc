@@ -240,12 +240,22 @@ void MatMulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, fl
   std::vector<float> act_storage(layout.row_bytes / sizeof(float) + 1);
   auto* act = reinterpret_cast<uint8_t*>(act_storage.data());
   std::vector<float> wrow(static_cast<size_t>(w.cols));
+  // Interleaved rows back in GGUF order, group by group.
+  std::vector<uint8_t> in_order;
+  if (w.layout != WeightLayout::kRows) {
+    in_order.assign(w.data, w.data + w.rows * w.row_bytes);
+    for (int64_t g = 0; g + kInterleaveRows <= w.rows; g += kInterleaveRows) {
+      DeinterleaveGroup(w.type, w.data + g * w.row_bytes, w.row_bytes,
+                        in_order.data() + g * w.row_bytes);
+    }
+  }
+  const uint8_t* data = in_order.empty() ? w.data : in_order.data();
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = x + t * w.cols;
     if (quantized) internal::QuantizeActivationRow(layout, xt, act);
     const QuantizedRow a = QuantizedRow::At(layout, act);
     for (int64_t r = 0; r < w.rows; ++r) {
-      const uint8_t* row = w.data + r * w.row_bytes;
+      const uint8_t* row = data + r * w.row_bytes;
       float v;
       if (!quantized) {
         DequantizeRow(w.type, row, wrow.data(), w.cols);

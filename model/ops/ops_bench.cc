@@ -3,7 +3,7 @@
 //   colibri_ops_bench [--threads=N] [--kernels=auto|portable|avx2|avx512|all]
 //                     [--types=Q4_K,Q8_0,...] [--rows=4096] [--cols=4096]
 //                     [--prefill_tokens=128] [--no_prefill] [--fast_only] [--reps=1]
-//                     [--in_cache]
+//                     [--in_cache] [--layout=rows|interleaved|both]
 //
 // Prints, for the chosen thread count:
 //  - STREAM-like read and triad bandwidth over 1 GiB (the "limit" for decode);
@@ -17,6 +17,9 @@
 // prefill prints the best of its calls.
 // --in_cache keeps a single copy of the matrix, so that a small one (e.g.
 // --rows=256) stays in cache and decode measures the kernels, not the memory.
+// --layout=interleaved runs the types that have one on their interleaved
+// layout (model/ops/weight_layout.h; "<set>-il" in the kernel column), both
+// runs GGUF order and then the interleaved layout on the same weights.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -58,6 +61,8 @@ struct Options {
   bool exact = true;
   int reps = 1;
   bool in_cache = false;
+  bool rows_layout = true;
+  bool interleaved_layout = false;
 };
 
 bool ParseFlag(const char* arg, const char* name, std::string* value) {
@@ -121,6 +126,18 @@ struct Weights {
   uint64_t bytes = 0;
 };
 
+// The same matrices in the interleaved layout.
+Weights Interleaved(const Weights& in) {
+  Weights out = in;
+  for (size_t i = 0; i < in.copies.size(); ++i) {
+    WeightMatrix w = in.w;
+    w.data = in.copies[i].data();
+    out.w = InterleaveMatrix(w, out.copies[i].data());
+  }
+  out.w.data = nullptr;
+  return out;
+}
+
 Weights MakeWeights(TensorType type, int64_t rows, int64_t cols, bool in_cache) {
   Weights out;
   out.w.type = type;
@@ -172,8 +189,9 @@ void BenchType(TensorType type, const Weights& weights, const Options& opt, Thre
   for (float& v : x) v = dist(rng);
   std::vector<float> y(max_tokens * opt.rows);
   MatMulScratch scratch;
-  std::printf("%-5s %7.2f MiB %-8s", TypeName(type), weights.bytes / 1048576.0,
-              ActiveKernelSetName());
+  const std::string set = std::string(ActiveKernelSetName()) +
+                          (weights.w.layout == WeightLayout::kRows ? "" : "-il");
+  std::printf("%-5s %7.2f MiB %-11s", TypeName(type), weights.bytes / 1048576.0, set.c_str());
   for (NumericPath path : {NumericPath::kFast, NumericPath::kExact}) {
     if (path == NumericPath::kExact && !opt.exact) continue;
     // Decode: cycle through the copies so that every call reads from DRAM.
@@ -240,6 +258,10 @@ int Main(int argc, char** argv) {
       opt.reps = std::atoi(v.c_str());
     } else if (std::strcmp(argv[i], "--in_cache") == 0) {
       opt.in_cache = true;
+    } else if (ParseFlag(argv[i], "--layout", &v) &&
+               (v == "rows" || v == "interleaved" || v == "both")) {
+      opt.rows_layout = v != "interleaved";
+      opt.interleaved_layout = v != "rows";
     } else if (std::strcmp(argv[i], "--fast_only") == 0) {
       opt.exact = false;
     } else {
@@ -282,9 +304,18 @@ int Main(int argc, char** argv) {
       continue;
     }
     const Weights weights = MakeWeights(*type, opt.rows, opt.cols, opt.in_cache);
-    for (KernelSetChoice c : choices) {
-      ForceKernelSetForTesting(c);
-      BenchType(*type, weights, opt, &pool);
+    if (opt.rows_layout) {
+      for (KernelSetChoice c : choices) {
+        ForceKernelSetForTesting(c);
+        BenchType(*type, weights, opt, &pool);
+      }
+    }
+    if (opt.interleaved_layout && HasInterleavedLayout(*type) && opt.rows >= kInterleaveRows) {
+      const Weights interleaved = Interleaved(weights);
+      for (KernelSetChoice c : choices) {
+        ForceKernelSetForTesting(c);
+        BenchType(*type, interleaved, opt, &pool);
+      }
     }
   }
   return 0;

@@ -78,6 +78,10 @@ struct KernelSet {
   const char* name;
   DequantFn dequant[kTypeSlots];       // every supported type
   QuantTileFn quant_tile[kTypeSlots];  // the types with a quantized fast path
+  // The same over rows in the kInterleaved8 layout (weight_layout.h): w is
+  // the first row of a full group, n_rows a multiple of 8. Null where the set
+  // has none (MatMul then puts the groups back into row order).
+  QuantTileFn interleaved_tile[kTypeSlots];
   FloatTileFn float_tile;
   float (*dot)(const float* a, const float* b, int64_t n);  // one float dot
   // Null: attend.cc's generic loops (float_tile for the dots). attend_dots

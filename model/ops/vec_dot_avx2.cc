@@ -290,6 +290,8 @@ KernelSet MakeAvx2() {
   FillIqKernels(&k);
   // R x T GEMM tiles for the K-quants; the per-row tiles above take the edges.
   InstallGemmTiles(&k);
+  // 8-row tiles for Q4_K weights in the interleaved layout.
+  InstallInterleavedTiles(&k);
   return k;
 }
 

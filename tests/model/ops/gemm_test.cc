@@ -16,6 +16,7 @@
 #include "model/ops/matmul.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
+#include "model/ops/weight_layout.h"
 #include "tests/support/kernel_sets.h"
 
 namespace colibri::ops {
@@ -68,6 +69,21 @@ std::vector<float> MakeActivations(int64_t n_tokens, int64_t cols, uint32_t seed
   return x;
 }
 
+// m's matrix, and for the types with an interleaved layout the same rows
+// interleaved (into *storage): MatMul must give bitwise the same on both.
+std::vector<WeightMatrix> Layouts(const Matrix& m, std::vector<uint8_t>* storage) {
+  std::vector<WeightMatrix> out = {m.w};
+  if (HasInterleavedLayout(m.w.type)) {
+    storage->assign(m.bytes.size(), 0);
+    out.push_back(InterleaveMatrix(m.w, storage->data()));
+  }
+  return out;
+}
+
+const char* LayoutName(const WeightMatrix& w) {
+  return w.layout == WeightLayout::kRows ? "rows" : "interleaved";
+}
+
 class GemmTest : public testing::KernelSetTest {};
 
 TEST_P(GemmTest, EveryTokenCountAndThreadCountEqualsReferenceBitwise) {
@@ -83,6 +99,8 @@ TEST_P(GemmTest, EveryTokenCountAndThreadCountEqualsReferenceBitwise) {
     const std::vector<float> x = MakeActivations(40, cols, 8);
     std::vector<float> ref(40 * rows);
     MatMulReference(m.w, x.data(), 40, ref.data(), rows, NumericPath::kFast);
+    std::vector<uint8_t> storage;
+    for (const WeightMatrix& w : Layouts(m, &storage))
     for (int64_t n_tokens = 1; n_tokens <= 40; ++n_tokens) {
       for (ThreadPool* pool : pools) {
         // Tokens taken from the end of x, so that every position of a token
@@ -91,14 +109,15 @@ TEST_P(GemmTest, EveryTokenCountAndThreadCountEqualsReferenceBitwise) {
         const int64_t y_stride = rows + 1;
         std::vector<float> y(n_tokens * y_stride, -7.0f);
         MatMulScratch scratch;
-        MatMul(m.w, x.data() + first * cols, n_tokens, y.data(), y_stride, NumericPath::kFast, pool,
+        MatMul(w, x.data() + first * cols, n_tokens, y.data(), y_stride, NumericPath::kFast, pool,
                &scratch);
         for (int64_t t = 0; t < n_tokens; ++t) {
           for (int64_t r = 0; r < rows; ++r) {
             const float got = y[t * y_stride + r];
             const float want = ref[(first + t) * rows + r];
             ASSERT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
-                << TypeName(type) << " " << ActiveKernelSetName() << " n_tokens=" << n_tokens
+                << TypeName(type) << " " << LayoutName(w) << " " << ActiveKernelSetName()
+                << " n_tokens=" << n_tokens
                 << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << t
                 << " r=" << r << ": " << got << " vs reference " << want;
           }
@@ -123,14 +142,17 @@ TEST_P(GemmTest, LongRowsEqualReferenceBitwise) {
     const std::vector<float> x = MakeActivations(9, cols, 6);
     std::vector<float> ref(9 * rows);
     MatMulReference(m.w, x.data(), 9, ref.data(), rows, NumericPath::kFast);
+    std::vector<uint8_t> storage;
+    for (const WeightMatrix& w : Layouts(m, &storage))
     for (int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
       for (ThreadPool* pool : pools) {
         std::vector<float> y(n_tokens * rows, -7.0f);
         MatMulScratch scratch;
-        MatMul(m.w, x.data(), n_tokens, y.data(), rows, NumericPath::kFast, pool, &scratch);
+        MatMul(w, x.data(), n_tokens, y.data(), rows, NumericPath::kFast, pool, &scratch);
         for (int64_t i = 0; i < n_tokens * rows; ++i) {
           ASSERT_EQ(std::memcmp(&y[i], &ref[i], sizeof(float)), 0)
-              << TypeName(type) << " " << ActiveKernelSetName() << " n_tokens=" << n_tokens
+              << TypeName(type) << " " << LayoutName(w) << " " << ActiveKernelSetName()
+              << " n_tokens=" << n_tokens
               << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << i / rows
               << " r=" << i % rows << ": " << y[i] << " vs reference " << ref[i];
         }
@@ -150,6 +172,9 @@ TEST_P(GemmTest, GroupEqualsSeparateProductsBitwise) {
   const Matrix c = MakeMatrix(TensorType::kQ8_0, 20, 512, 3);
   const Matrix d = MakeMatrix(TensorType::kQ5_K, 36, 256, 4);
   const Matrix e = MakeMatrix(TensorType::kF16, 12, 256, 5);
+  // a in the interleaved layout: 6 groups of 8 rows.
+  std::vector<uint8_t> a8_bytes(a.bytes.size());
+  const Matrix a8{{}, InterleaveMatrix(a.w, a8_bytes.data())};
   const std::vector<float> x512 = MakeActivations(9, 512, 6);
   const std::vector<float> x256 = MakeActivations(9, 256, 7);
   struct Spec {
@@ -162,13 +187,15 @@ TEST_P(GemmTest, GroupEqualsSeparateProductsBitwise) {
   const std::vector<std::vector<Spec>> groups = {
       {{&a, x512.data(), 5},
        {&b, x512.data(), 5},
+       {&a8, x512.data(), 5},
        {&a, x512.data() + 512, 3},
+       {&a8, x512.data() + 512, 1},
        {&c, x512.data() + 512, 8},
        {&b, x512.data(), 0},
        {&d, x256.data(), 9},
        {&d, x256.data() + 256 * 4, 1}},
       // With float weights: separate calls inside the group.
-      {{&a, x512.data(), 2}, {&e, x256.data(), 4}},
+      {{&a, x512.data(), 2}, {&e, x256.data(), 4}, {&a8, x512.data() + 1024, 7}},
   };
   for (const std::vector<Spec>& specs : groups) {
     for (NumericPath path : {NumericPath::kFast, NumericPath::kExact}) {
@@ -223,6 +250,90 @@ TEST_P(GemmTest, GroupEqualsSeparateProductsBitwise) {
       }
     }
   }
+}
+
+// The interleaved layout against GGUF order on both paths: fewer rows than a
+// group, whole groups, groups with rows after them, 1-3 threads (row ranges
+// that end inside the rows after the last group), token counts that fill the
+// tiles' passes of four and leave every remainder.
+TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
+  ThreadPool pool2(2), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool2, &pool3};
+  const int64_t cols = 3 * 256;
+  const std::vector<float> x = MakeActivations(17, cols, 9);
+  for (int64_t rows : {3, 8, 29, 64, 133}) {
+    const Matrix m = MakeMatrix(TensorType::kQ4_K, rows, cols, static_cast<uint32_t>(rows));
+    std::vector<uint8_t> storage;
+    const std::vector<WeightMatrix> layouts = Layouts(m, &storage);
+    ASSERT_EQ(layouts.size(), 2u);
+    if (rows >= kInterleaveRows) {
+      ASSERT_NE(std::memcmp(storage.data(), m.bytes.data(), m.bytes.size()), 0)
+          << "interleaving " << rows << " rows changed no byte";
+    }
+    for (NumericPath path : {NumericPath::kFast, NumericPath::kExact}) {
+      for (int64_t n_tokens : {1, 2, 3, 4, 5, 17}) {
+        for (ThreadPool* pool : pools) {
+          std::vector<float> want(n_tokens * rows, -3.0f), got(n_tokens * rows, -4.0f);
+          MatMulScratch scratch;
+          MatMul(layouts[0], x.data(), n_tokens, want.data(), rows, path, pool, &scratch);
+          MatMul(layouts[1], x.data(), n_tokens, got.data(), rows, path, pool, &scratch);
+          for (int64_t i = 0; i < n_tokens * rows; ++i) {
+            ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+                << ActiveKernelSetName() << (path == NumericPath::kFast ? " fast" : " exact")
+                << " rows=" << rows << " n_tokens=" << n_tokens
+                << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << i / rows
+                << " r=" << i % rows << ": " << got[i] << " vs " << want[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// MatMul asks for the layout only where the kernel set has tiles for it: the
+// AVX2 set for Q4_K; never the portable set, another type, a matrix without a
+// full group or one interleaved already.
+TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
+  const Matrix q4 = MakeMatrix(TensorType::kQ4_K, 16, 256, 1);
+  const Matrix q6 = MakeMatrix(TensorType::kQ6_K, 16, 256, 2);
+  const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
+  const std::string set = ActiveKernelSetName();
+  if (set == "avx2") {
+    EXPECT_TRUE(PrefersInterleaved(q4.w));
+  } else if (set == "portable") {
+    EXPECT_FALSE(PrefersInterleaved(q4.w));
+  }
+  EXPECT_FALSE(PrefersInterleaved(q6.w));
+  EXPECT_FALSE(PrefersInterleaved(few.w));
+  std::vector<uint8_t> storage(q4.bytes.size());
+  EXPECT_FALSE(PrefersInterleaved(InterleaveMatrix(q4.w, storage.data())));
+}
+
+// Q4KRows8 byte for byte, from random rows (not quantized: every byte value),
+// and the way back.
+TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereQ4KRows8SaysAndBack) {
+  const int64_t nb = 3;
+  const uint64_t row_bytes = nb * sizeof(Q4KRows8) / kInterleaveRows;
+  std::mt19937 rng(4);
+  std::vector<uint8_t> rows(kInterleaveRows * row_bytes), group(rows.size()), back(rows.size());
+  for (uint8_t& b : rows) b = static_cast<uint8_t>(rng());
+  InterleaveGroup(TensorType::kQ4_K, rows.data(), row_bytes, group.data());
+  const auto* blk = reinterpret_cast<const Q4KRows8*>(group.data());
+  for (int64_t i = 0; i < nb; ++i) {
+    for (int r = 0; r < kInterleaveRows; ++r) {
+      // BlockQ4_K: d (2 bytes), dmin (2), scales (12), qs (128).
+      const uint8_t* src = rows.data() + r * row_bytes + i * 144;
+      ASSERT_EQ(std::memcmp(&blk[i].d[r], src, 2), 0) << "block " << i << " row " << r;
+      ASSERT_EQ(std::memcmp(&blk[i].dmin[r], src + 2, 2), 0) << "block " << i << " row " << r;
+      for (int k = 0; k < 12; ++k) ASSERT_EQ(blk[i].scales[k][r], src[4 + k]);
+      for (int q = 0; q < 128; ++q) {
+        ASSERT_EQ(blk[i].qs[q / 32][(q % 32) / 4][r][q % 4], src[16 + q])
+            << "block " << i << " row " << r << " qs byte " << q;
+      }
+    }
+  }
+  DeinterleaveGroup(TensorType::kQ4_K, group.data(), row_bytes, back.data());
+  EXPECT_EQ(back, rows);
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelSets, GemmTest,

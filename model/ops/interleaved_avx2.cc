@@ -1,0 +1,175 @@
+// AVX2 tiles for Q4_K weights in the kInterleaved8 layout (weight_layout.h):
+// 8 rows at a time against Q8_K activations.
+//
+// One 32-byte load holds 4 quant bytes of each of the 8 rows (Q4KRows8's
+// qs[p][g]); its low nibbles are 4 elements of chunk 2p of every row, its
+// high nibbles 4 elements of chunk 2p+1. Against the token's 4 matching
+// activation bytes (one broadcast) a vpmaddubsw leaves two int16 sums per row,
+// rows in lane order; the 8 loads of a chunk add up in int16 (at most
+// 8 * 2 * 15 * 128 = 30720, no wrap) and one vpmaddwd by the chunk's 8 scales
+// (each repeated for the row's two lanes) turns them into one int32 per row.
+// That is 9 multiplies per chunk for 8 rows where the row-major tiles need 16,
+// and no horizontal reduction: lane r of every vector belongs to row r.
+//
+// The mins: lane r of Σ_c min_c,r * (bsum_2c + bsum_2c+1), two chunks per
+// vpmaddwd. The float update per super-block is vec_dot.h's,
+//   acc = acc + (d * da) * float(isum);  acc = acc - (dmin * da) * float(msum),
+// run for the 8 rows as one 8-lane operation; the integers are the exact sums
+// the per-row kernels form. So every output is bitwise the row-major tiles'
+// and MatMulReference's.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "model/ops/avx2_common.h"
+#include "model/ops/vec_dot.h"
+#include "model/ops/weight_layout.h"
+
+namespace colibri::ops::internal::avx2 {
+namespace {
+
+// 4 activation bytes as the 8 lanes' shared int32.
+COLIBRI_INLINE __m256i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+
+// The 6-bit scales and mins of one super-block's 8 rows, unpacked with the
+// rows in byte order: byte 8 c + r of sc[h] is the scale of chunk 4 h + c of
+// row r, of mn[h] its min (vec_dot.h's GetScaleMinK4 on 8 rows at once).
+struct Rows8Scales {
+  __m256i sc[2];
+  __m256i mn[2];
+  COLIBRI_INLINE explicit Rows8Scales(const Q4KRows8& b) {
+    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[0]));
+    const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[4]));
+    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[8]));
+    const __m256i low6 = _mm256_set1_epi8(0x3F), low4 = _mm256_set1_epi8(0x0F);
+    // Bits 6 and 7 of a byte to bits 4 and 5: a 16-bit shift by 2 brings in
+    // bits of the byte above only at bits 6 and 7, which the mask drops.
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    sc[0] = _mm256_and_si256(q0, low6);
+    mn[0] = _mm256_and_si256(q4, low6);
+    sc[1] = _mm256_or_si256(_mm256_and_si256(q8, low4),
+                            _mm256_and_si256(_mm256_srli_epi16(q0, 2), bits45));
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q8, 4), low4),
+                            _mm256_and_si256(_mm256_srli_epi16(q4, 2), bits45));
+  }
+  // Chunk c's scales as 16 words, row r's in words 2r and 2r+1.
+  COLIBRI_INLINE __m256i Scale(int c) const {
+    const __m256i v = sc[c / 4];
+    const __m128i half = (c % 4) < 2 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
+    const __m128i dup = c % 2 == 0 ? _mm_unpacklo_epi8(half, half) : _mm_unpackhi_epi8(half, half);
+    return _mm256_cvtepu8_epi16(dup);
+  }
+  // The mins of chunks c and c+1 (c even) as 16 words: row r's in words 2r
+  // (chunk c) and 2r+1 (chunk c+1).
+  COLIBRI_INLINE __m256i MinPair(int c) const {
+    const __m256i v = mn[c / 4];
+    const __m128i half = (c % 4) < 2 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(half, _mm_srli_si128(half, 8)));
+  }
+};
+
+// Rows 8g .. 8g+7 (blk: their nb super-blocks) against NT tokens: y[t *
+// y_stride + r] for r < 8. kLocality: the prefetch hint (kReadOnce for decode).
+template <int NT, int kLocality>
+void Group(const Q4KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t y_stride) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const Q4KRows8& b = blk[i];
+    // Two super-blocks ahead; past the group's end that is the next group's
+    // start (groups are contiguous), or nothing that can fault.
+    PrefetchBytes<kLocality>(blk, (i + 2) * sizeof(Q4KRows8), sizeof(Q4KRows8));
+    const Rows8Scales scales(b);
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      __m256i s_lo[NT], s_hi[NT];
+      for (int t = 0; t < NT; ++t) s_lo[t] = s_hi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[p][g]));
+        const __m256i lo = _mm256_and_si256(q, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* qa = a[t].qs + 256 * i + 64 * p + 4 * g;
+          s_lo[t] = _mm256_add_epi16(s_lo[t], _mm256_maddubs_epi16(lo, Broadcast4(qa)));
+          s_hi[t] = _mm256_add_epi16(s_hi[t], _mm256_maddubs_epi16(hi, Broadcast4(qa + 32)));
+        }
+      }
+      const __m256i sc_lo = scales.Scale(2 * p), sc_hi = scales.Scale(2 * p + 1);
+      for (int t = 0; t < NT; ++t) {
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s_lo[t], sc_lo));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s_hi[t], sc_hi));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
+    for (int t = 0; t < NT; ++t) {
+      // Word c: bsum of chunk c (its two 16-element sums, at most 4064).
+      const __m128i* bs = reinterpret_cast<const __m128i*>(a[t].bsums + 16 * i);
+      const __m256i chunk_bsums =
+          _mm256_broadcastsi128_si256(_mm_hadd_epi16(_mm_loadu_si128(bs), _mm_loadu_si128(bs + 1)));
+      __m256i msum = _mm256_madd_epi16(scales.MinPair(0), _mm256_shuffle_epi32(chunk_bsums, 0x00));
+      msum = _mm256_add_epi32(
+          msum, _mm256_madd_epi16(scales.MinPair(2), _mm256_shuffle_epi32(chunk_bsums, 0x55)));
+      msum = _mm256_add_epi32(
+          msum, _mm256_madd_epi16(scales.MinPair(4), _mm256_shuffle_epi32(chunk_bsums, 0xAA)));
+      msum = _mm256_add_epi32(
+          msum, _mm256_madd_epi16(scales.MinPair(6), _mm256_shuffle_epi32(chunk_bsums, 0xFF)));
+      const __m256 da = _mm256_set1_ps(a[t].d[i]);
+      acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t])));
+      acc[t] = _mm256_sub_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum)));
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// QuantTileFn over full groups of 8 rows: each group against the tokens in
+// passes of up to four, so that a group's weights stay in L1 across passes.
+void InterleavedQ4KTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
+                        const ActivationLayout& layout, int64_t n_tokens, float* y,
+                        int64_t y_stride) {
+  QuantizedRow a[kMaxTokenTile];
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
+  }
+  const int64_t nb = layout.cols / 256;
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kInterleaveRows) {
+    const auto* blk = reinterpret_cast<const Q4KRows8*>(w + r0 * row_bytes);
+    float* yr = y + r0;
+    if (n_tokens == 1) {
+      Group<1, kReadOnce>(blk, nb, a, yr, y_stride);
+      continue;
+    }
+    int64_t t0 = 0;
+    for (; t0 + 4 <= n_tokens; t0 += 4) Group<4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+    switch (n_tokens - t0) {
+      case 3:
+        Group<3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        break;
+      case 2:
+        Group<2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        break;
+      case 1:
+        Group<1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void InstallInterleavedTiles(KernelSet* k) {
+  k->interleaved_tile[Slot(TensorType::kQ4_K)] = &InterleavedQ4KTile;
+}
+
+}  // namespace colibri::ops::internal::avx2

@@ -1,0 +1,61 @@
+// Weight matrices rearranged for the kernels that read 8 rows at a time.
+//
+// In GGUF order (WeightLayout::kRows) a matrix's row r is at data + r *
+// row_bytes. A one-token product over that order does a multiply per row per
+// 32 columns and then a horizontal reduction per row; kernels that take the
+// quant bytes of 8 rows in one vector load do one multiply per 8 rows instead
+// and leave each row's sum in its own lane. kInterleaved8 is the order those
+// kernels read:
+//
+//   Every full group of 8 rows (rows 8g .. 8g+7) keeps its 8 * row_bytes
+//   bytes at data + 8g * row_bytes, rearranged super-block by super-block
+//   (Q4_K: Q4KRows8 below). Rows past the last full group stay in GGUF order
+//   at data + r * row_bytes. The matrix takes the same bytes as before, so
+//   sizes, offsets of groups and byte counts are unchanged.
+//
+// MatMul reads either layout and gives bitwise the same results on both (on a
+// kernel set without tiles for the interleaved layout, or on the exact path, it
+// puts each group back into row order first, which is slower). Only matrices
+// read through MatMul alone may be interleaved: not an embedding table looked
+// up by row, and not bytes sent elsewhere as GGUF rows (an expert's bytes sent
+// to a node).
+#ifndef COLIBRI_MODEL_OPS_WEIGHT_LAYOUT_H_
+#define COLIBRI_MODEL_OPS_WEIGHT_LAYOUT_H_
+
+#include <cstdint>
+
+#include "model/ops/tensor_type.h"
+
+namespace colibri::ops {
+
+enum class WeightLayout : uint8_t { kRows, kInterleaved8 };
+
+// One Q4_K super-block of 8 rows in the kInterleaved8 layout: the same bytes
+// as 8 BlockQ4_K, in the order the kernels read them. Byte for byte:
+//   d[r], dmin[r]: row r's fp16 scales;
+//   scales[k][r]: byte k of row r's 12 packed 6-bit scales and mins;
+//   qs[p][g][r][b]: byte 32 p + 4 g + b of row r's qs, i.e. the low nibbles
+//     hold elements 64 p + 4 g + b and the high nibbles 64 p + 32 + 4 g + b.
+struct Q4KRows8 {
+  uint16_t d[8];
+  uint16_t dmin[8];
+  uint8_t scales[12][8];
+  uint8_t qs[4][8][8][4];
+};
+
+// Rows interleaved together.
+inline constexpr int kInterleaveRows = 8;
+
+// Whether type has an interleaved layout (Q4_K so far).
+bool HasInterleavedLayout(TensorType type);
+
+// Rewrites a group of 8 rows of `type` (row r at rows + r * row_bytes, row
+// bytes a multiple of the type's block size) into `out` in the interleaved
+// order, and back. 8 * row_bytes bytes each way; in and out must not overlap.
+// Requires HasInterleavedLayout(type).
+void InterleaveGroup(TensorType type, const uint8_t* rows, uint64_t row_bytes, uint8_t* out);
+void DeinterleaveGroup(TensorType type, const uint8_t* group, uint64_t row_bytes, uint8_t* rows);
+
+}  // namespace colibri::ops
+
+#endif  // COLIBRI_MODEL_OPS_WEIGHT_LAYOUT_H_
