@@ -3,17 +3,33 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "model/ops/matmul.h"
 
 namespace colibri::coordinator {
 
-void MakeWeightsResident(const arch::Model& model, bool experts_here, bool keep_mapped,
-                         std::ostream& err) {
+void MakeWeightsResident(arch::Model* model, bool experts_here, bool keep_mapped,
+                         bool interleave, std::ostream& err) {
   if (!keep_mapped) {
-    const absl::StatusOr<uint64_t> copied = model.CopyWeightsToRam(
-        experts_here ? arch::Model::RamWeights::kAll : arch::Model::RamWeights::kDense);
-    if (copied.ok() && *copied > 0) {
-      err << "weights: " << (*copied >> 20) << " MiB copied into RAM on huge pages"
-          << (experts_here ? " (every expert runs here)" : " (the dense part)") << "\n";
+    const arch::Model::RamWeights which =
+        experts_here ? arch::Model::RamWeights::kAll : arch::Model::RamWeights::kDense;
+    uint64_t interleaved = 0;
+    const absl::StatusOr<uint64_t> moved =
+        interleave ? model->InterleaveWeights(which) : absl::StatusOr<uint64_t>(0);
+    if (moved.ok()) {
+      interleaved = *moved;
+    } else {
+      err << "weights: not all interleaved, the rest stay in file order: "
+          << moved.status().message() << "\n";
+    }
+    const absl::StatusOr<uint64_t> copied = model->CopyWeightsToRam(which);
+    if (copied.ok() && *copied + interleaved > 0) {
+      err << "weights: " << ((*copied + interleaved) >> 20) << " MiB copied into RAM on huge pages"
+          << (experts_here ? " (every expert runs here)" : " (the dense part)");
+      if (interleaved > 0) {
+        err << ", " << (interleaved >> 20) << " MiB of them interleaved for the "
+            << ops::ActiveKernelSetName() << " kernels";
+      }
+      err << "\n";
       return;
     }
     if (copied.ok()) {
@@ -23,7 +39,7 @@ void MakeWeightsResident(const arch::Model& model, bool experts_here, bool keep_
           << copied.status().message() << "\n";
     }
   }
-  if (experts_here) model.PopulateIfItFits();
+  if (experts_here) model->PopulateIfItFits();
 }
 
 }  // namespace colibri::coordinator

@@ -133,8 +133,8 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   // Every expert runs here without nodes: all weights into RAM now rather than
   // by page faults during the prompt and the first tokens (counted in the load
   // time); with nodes the dense part, before they are set up.
-  MakeWeightsResident(*model, /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
-                      err);
+  MakeWeightsResident(model.get(), /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
+                      /*interleave=*/!options.gguf_order, err);
   // With nodes the pool's jobs come between waits on them: see ForIntermittentJobs.
   ThreadPool pool(options.threads, options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
                                                              : ThreadPool::Options());

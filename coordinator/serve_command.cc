@@ -81,8 +81,8 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
 
   // Before the nodes are set up and the first request: every weight when every
   // expert runs here, else the dense part.
-  MakeWeightsResident(*model, /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
-                      err);
+  MakeWeightsResident(model.get(), /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
+                      /*interleave=*/!options.gguf_order, err);
   // With nodes the pool's jobs come between waits on them: see ForIntermittentJobs.
   ThreadPool pool(options.threads, options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
                                                              : ThreadPool::Options());

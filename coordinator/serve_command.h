@@ -54,6 +54,10 @@ struct ServeOptions {
   // Keep the weights mapped from the file instead of copying them into RAM
   // on huge pages (MakeWeightsResident). Default: false.
   bool keep_mapped = false;
+  // Copy the weights in GGUF row order even where the kernels read an
+  // interleaved layout faster (Model::InterleaveWeights); results are the
+  // same. For comparisons. Default: false.
+  bool gguf_order = false;
   // Element type of the KV cache (arch::KvType). Default: kF32.
   arch::KvType kv_type = arch::KvType::kF32;
   // Next-layer expert prediction, as RunOptions: layers ahead 0 to 2, or -1

@@ -346,17 +346,21 @@ std::unique_ptr<ExpertBlob> ExpertBlob::Copy(const ExpertLayout& layout,
   const uint64_t buffer_bytes = total > 0 ? total : kBlobAlign;
   blob->data_ = pool != nullptr ? pool->Take(buffer_bytes) : BlobBuffer::Unpooled(buffer_bytes);
   uint8_t* base = blob->data_.data();
-  std::memcpy(base, gate.data(), gate.size());
-  std::memcpy(base + up_offset, up.data(), up.size());
-  std::memcpy(base + down_offset, down.data(), down.size());
+  // Each matrix in the layout MatMul reads fastest on this machine.
+  auto place = [](const TensorLayout& t, absl::Span<const uint8_t> bytes, uint8_t* at) {
+    const ops::WeightMatrix m{t.type, bytes.data(), t.rows, t.cols,
+                              ops::RowBytesUnchecked(t.type, t.cols)};
+    if (ops::PrefersInterleaved(m)) return ops::InterleaveMatrix(m, at);
+    std::memcpy(at, bytes.data(), bytes.size());
+    ops::WeightMatrix copy = m;
+    copy.data = at;
+    return copy;
+  };
+  blob->weights_.gate = place(layout.gate, gate, base);
+  blob->weights_.up = place(layout.up, up, base + up_offset);
+  blob->weights_.down = place(layout.down, down, base + down_offset);
   if (!biases.empty()) std::memcpy(base + bias_offset, biases.data(), biases.size());
 
-  auto view = [](const TensorLayout& t, const uint8_t* data) {
-    return ops::WeightMatrix{t.type, data, t.rows, t.cols, ops::RowBytesUnchecked(t.type, t.cols)};
-  };
-  blob->weights_.gate = view(layout.gate, base);
-  blob->weights_.up = view(layout.up, base + up_offset);
-  blob->weights_.down = view(layout.down, base + down_offset);
   // [n_ff] gate, [n_ff] up, [n_embd] down, those present, in that order.
   const float* bias = reinterpret_cast<const float*>(base + bias_offset);
   if (layout.gate_bias) {

@@ -166,7 +166,10 @@ std::string EncodeModelInfo(const ModelInfo& info);
 absl::StatusOr<ModelInfo> DecodeModelInfo(absl::string_view bytes);
 
 // An expert's bytes owned in RAM, each matrix 64-byte aligned, with
-// ExpertWeights views into them. Immutable after construction.
+// ExpertWeights views into them. A matrix that MatMul reads faster in the
+// interleaved layout (ops::PrefersInterleaved) is held in that layout
+// (weights() says which), so the bytes are for computing, not for sending on
+// as GGUF rows. Immutable after construction.
 class ExpertBlob {
  public:
   // Copies gate, up, down and biases (the payload's bias part; sizes must

@@ -1,11 +1,13 @@
 #include "model/arch/model.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/huge_pages.h"
 #include "common/mapped_file.h"
 #include "common/memory_limit.h"
 #include "common/status_macros.h"
@@ -53,8 +55,9 @@ class Model::Binder {
                                            Use use = Use::kEveryStep) {
     COLIBRI_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Require(name));
     COLIBRI_RETURN_IF_ERROR(CheckDims(*t, {cols, rows}));
-    Record(*t, use);
-    return View(*t, cols, rows, 0);
+    ops::WeightMatrix m = View(*t, cols, rows, 0);
+    Record(*t, use, m);
+    return m;
   }
 
   // Expert e of a merged 3-D tensor {cols, rows, n_expert}.
@@ -64,17 +67,18 @@ class Model::Binder {
                                                                 Use use = Use::kEveryStep) {
     COLIBRI_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Require(name));
     COLIBRI_RETURN_IF_ERROR(CheckDims(*t, {cols, rows, n_expert}));
-    Record(*t, use);
     std::vector<ops::WeightMatrix> out;
     for (int e = 0; e < n_expert; ++e) out.push_back(View(*t, cols, rows, e));
+    if (!out.empty()) Record(*t, use, out[0]);
     return out;
   }
 
-  // Notes where a matrix's bytes are, for Model::CopyWeightsToRam.
-  void Record(const gguf::TensorInfo& t, Use use) {
+  // Notes where a tensor's bytes are, for Model::CopyWeightsToRam and
+  // InterleaveWeights; `first` is the view of its first matrix.
+  void Record(const gguf::TensorInfo& t, Use use, const ops::WeightMatrix& first) {
     if (use == Use::kRows) return;
     model_->weight_ranges_.push_back(
-        {t.split_index, t.offset_in_file, t.n_bytes, use == Use::kRoutedExperts});
+        {t.split_index, t.offset_in_file, t.n_bytes, use == Use::kRoutedExperts, first});
   }
 
   // A float32 copy of a vector tensor of n elements (any supported type).
@@ -340,10 +344,11 @@ absl::Status Model::EmbedToken(int32_t id, float* out) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> Model::CopyWeightsToRam(RamWeights which) const {
-  // Merged per file: ranges in offset order, joined when the gap between them
-  // is under a huge page (CopyToRam moves whole huge-page chunks anyway).
-  constexpr uint64_t kChunk = MappedFile::kHugePageBytes;
+Model::~Model() {
+  for (const auto& [bytes, size] : interleaved_) ::munmap(bytes, size);
+}
+
+std::vector<Model::WeightRange> Model::RangesOf(RamWeights which) const {
   std::vector<WeightRange> ranges;
   for (const WeightRange& r : weight_ranges_) {
     if (r.routed_expert && which != RamWeights::kAll) continue;
@@ -353,6 +358,19 @@ absl::StatusOr<uint64_t> Model::CopyWeightsToRam(RamWeights which) const {
   std::sort(ranges.begin(), ranges.end(), [](const WeightRange& a, const WeightRange& b) {
     return a.split != b.split ? a.split < b.split : a.offset < b.offset;
   });
+  // A tensor read two ways (a tied embedding) is recorded twice.
+  ranges.erase(std::unique(ranges.begin(), ranges.end(),
+                           [](const WeightRange& a, const WeightRange& b) {
+                             return a.split == b.split && a.offset == b.offset;
+                           }),
+               ranges.end());
+  return ranges;
+}
+
+// Merged per file: ranges in offset order, joined when the gap between them
+// is under a huge page (CopyToRam moves whole huge-page chunks anyway).
+std::vector<Model::WeightRange> Model::MergeRanges(const std::vector<WeightRange>& ranges) {
+  constexpr uint64_t kChunk = MappedFile::kHugePageBytes;
   std::vector<WeightRange> merged;
   for (const WeightRange& r : ranges) {
     WeightRange* last = merged.empty() ? nullptr : &merged.back();
@@ -363,15 +381,100 @@ absl::StatusOr<uint64_t> Model::CopyWeightsToRam(RamWeights which) const {
       merged.push_back(r);
     }
   }
+  return merged;
+}
+
+bool Model::FitsInRam(RamWeights which) const {
+  constexpr uint64_t kChunk = MappedFile::kHugePageBytes;
   uint64_t total = 0;
-  for (const WeightRange& r : merged) {
+  for (const WeightRange& r : MergeRanges(RangesOf(which))) {
     total += (r.offset + r.bytes + kChunk - 1) / kChunk * kChunk - r.offset / kChunk * kChunk;
   }
   const uint64_t limit = MemoryLimitBytes();
-  if (total == 0 || limit == 0 || total > limit / 2) return uint64_t{0};
-  for (const WeightRange& r : merged) {
+  return total > 0 && limit > 0 && total <= limit / 2;
+}
+
+absl::StatusOr<uint64_t> Model::CopyWeightsToRam(RamWeights which) const {
+  if (!FitsInRam(which)) return uint64_t{0};
+  std::vector<WeightRange> ranges = RangesOf(which);
+  // The interleaved ones are in RAM already; their file bytes are not read.
+  ranges.erase(std::remove_if(ranges.begin(), ranges.end(),
+                              [&](const WeightRange& r) {
+                                return interleaved_ranges_.count({r.split, r.offset}) > 0;
+                              }),
+               ranges.end());
+  constexpr uint64_t kChunk = MappedFile::kHugePageBytes;
+  uint64_t total = 0;
+  for (const WeightRange& r : MergeRanges(ranges)) {
     COLIBRI_RETURN_IF_ERROR(file_->mapping(r.split)->CopyToRam(r.offset, r.bytes));
+    total += (r.offset + r.bytes + kChunk - 1) / kChunk * kChunk - r.offset / kChunk * kChunk;
   }
+  return total;
+}
+
+absl::StatusOr<uint64_t> Model::InterleaveWeights(RamWeights which) {
+  if (!FitsInRam(which)) return uint64_t{0};
+  // [source, source + bytes) of a tensor -> its interleaved copy.
+  struct Moved {
+    const uint8_t* source;
+    uint64_t bytes;
+    const uint8_t* copy;
+  };
+  std::vector<Moved> moved;
+  uint64_t total = 0;
+  for (const WeightRange& r : RangesOf(which)) {
+    if (!ops::PrefersInterleaved(r.first) || interleaved_ranges_.count({r.split, r.offset})) {
+      continue;
+    }
+    uint8_t* copy = MapHugePages(r.bytes);
+    if (copy == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          file_->path(), ": no memory for ", r.bytes, " bytes of interleaved weights"));
+    }
+    interleaved_.emplace_back(copy, r.bytes);
+    // The tensor's matrices one after another (the experts of a merged one).
+    const uint64_t matrix_bytes = static_cast<uint64_t>(r.first.rows) * r.first.row_bytes;
+    for (uint64_t at = 0; at + matrix_bytes <= r.bytes; at += matrix_bytes) {
+      ops::WeightMatrix m = r.first;
+      m.data = r.first.data + at;
+      ops::InterleaveMatrix(m, copy + at);
+    }
+    moved.push_back({r.first.data, r.bytes, copy});
+    interleaved_ranges_.insert({r.split, r.offset});
+    total += r.bytes;
+  }
+  if (moved.empty()) return total;
+  auto repoint = [&](ops::WeightMatrix* m) {
+    for (const Moved& mv : moved) {
+      if (m->data >= mv.source && m->data < mv.source + mv.bytes) {
+        m->data = mv.copy + (m->data - mv.source);
+        m->layout = ops::WeightLayout::kInterleaved8;
+        return;
+      }
+    }
+  };
+  auto repoint_ffn = [&](moe::ExpertWeights* e) {
+    repoint(&e->gate);
+    repoint(&e->up);
+    repoint(&e->down);
+  };
+  // Every view but token_embd_, whose rows EmbedToken looks up (a tied
+  // output_ shares its bytes: the head then reads the copy, lookups the file).
+  for (LayerWeights& l : layers_) {
+    for (ops::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.router}) {
+      repoint(m);
+    }
+    for (ops::WeightMatrix& m : l.wk_b) repoint(&m);
+    for (ops::WeightMatrix& m : l.wv_b) repoint(&m);
+    repoint_ffn(&l.ffn);
+    repoint_ffn(&l.shared);
+    for (moe::ExpertWeights& e : l.experts) repoint_ffn(&e);
+  }
+  for (std::vector<moe::ExpertWeights>& layer : experts_) {
+    for (moe::ExpertWeights& e : layer) repoint_ffn(&e);
+  }
+  repoint(&output_);
+  repoint(&nextn_.eh_proj);
   return total;
 }
 

@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -78,6 +80,7 @@ class Model {
                                                           int index);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
+  ~Model();
 
   const ModelConfig& config() const { return config_; }
   const gguf::GgufFile& file() const { return *file_; }
@@ -100,6 +103,19 @@ class Model {
   // a read error) leaves the rest mapped from the file; the model computes the
   // same either way. Call before any session runs. Blocks until done.
   absl::StatusOr<uint64_t> CopyWeightsToRam(RamWeights which) const;
+  // Rewrites the matrices of `which` that MatMul reads faster in the
+  // interleaved layout (ops::PrefersInterleaved: Q4_K on the AVX2 kernels)
+  // into RAM the model owns, in that layout, and points the model's views at
+  // the copies; CopyWeightsToRam then leaves their file ranges out. Products
+  // stay bitwise the same. Under CopyWeightsToRam's budget: nothing when the
+  // weights of `which` take more than half of the memory limit. The token
+  // embedding's rows stay where they are (EmbedToken reads them). Returns the
+  // bytes rewritten; ResourceExhausted when memory runs out (the matrices
+  // done by then stay interleaved, the rest as they were). Not thread-safe,
+  // and it changes the views: call before anything copies them (sessions,
+  // expert backends), and not with RamWeights::kAll when the routed experts'
+  // bytes go to nodes (they must stay in GGUF order).
+  absl::StatusOr<uint64_t> InterleaveWeights(RamWeights which);
   const LayerWeights& layer(int i) const { return layers_[i]; }
   // experts()[layer][expert], for moe::LocalExpertBackend. Empty for a
   // leading dense layer.
@@ -131,8 +147,19 @@ class Model {
     uint64_t offset = 0;
     uint64_t bytes = 0;
     bool routed_expert = false;
+    ops::WeightMatrix first;  // the tensor's first matrix (of n_expert when merged)
   };
+  // The recorded ranges of `which` in file order, each tensor once.
+  std::vector<WeightRange> RangesOf(RamWeights which) const;
+  static std::vector<WeightRange> MergeRanges(const std::vector<WeightRange>& ranges);
+  // Whether the ranges of `which` take at most half of MemoryLimitBytes().
+  bool FitsInRam(RamWeights which) const;
+
   std::vector<WeightRange> weight_ranges_;
+  // {split, offset} of the tensors InterleaveWeights moved, and their copies
+  // (huge-page mappings: address, bytes).
+  std::set<std::pair<int, uint64_t>> interleaved_ranges_;
+  std::vector<std::pair<uint8_t*, uint64_t>> interleaved_;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<moe::ExpertWeights>> experts_;
   ops::WeightMatrix token_embd_;

@@ -37,40 +37,46 @@ const void* Middle(const ops::WeightMatrix& m) {
   return m.data + static_cast<uint64_t>(m.rows) * m.row_bytes / 2;
 }
 
+// A 2-layer model of `type` in the test's temporary directory: routed expert
+// tensors of 16 experts of 256 x 1024 (~4.4 MB in Q8_0), more than a huge
+// page apart from the dense tensors around them.
+std::string* MakeModel(ops::TensorType type, const std::string& tag) {
+  synthetic::ModelSpec spec;
+  spec.n_layer = 2;
+  spec.n_embd = 256;
+  spec.n_head = 4;
+  spec.n_head_kv = 2;
+  spec.head_dim = 64;
+  spec.n_expert = 16;
+  spec.n_expert_used = 2;
+  spec.n_ff_exp = 1024;
+  spec.n_ctx = 128;
+  spec.vocab_size = 320;
+  synthetic::GenerateOptions options;
+  options.type = type;
+  options.num_threads = 2;
+  // One file per process: ctest runs each test of the suite in its own
+  // process, at the same time as the others.
+  auto* path = new std::string(::testing::TempDir() + "/" + tag + "-" +
+                               std::to_string(::getpid()) + ".gguf");
+  absl::StatusOr<synthetic::GenerateReport> report =
+      synthetic::GenerateModel(spec, options, *path);
+  EXPECT_TRUE(report.ok()) << report.status();
+  return path;
+}
+
 class ResidentWeightsTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    // Routed expert tensors of ~4.4 MB (16 experts of 256 x 1024 in Q8_0),
-    // more than a huge page apart from the dense tensors around them.
-    synthetic::ModelSpec spec;
-    spec.n_layer = 2;
-    spec.n_embd = 256;
-    spec.n_head = 4;
-    spec.n_head_kv = 2;
-    spec.head_dim = 64;
-    spec.n_expert = 16;
-    spec.n_expert_used = 2;
-    spec.n_ff_exp = 1024;
-    spec.n_ctx = 128;
-    spec.vocab_size = 320;
-    synthetic::GenerateOptions options;
-    options.type = ops::TensorType::kQ8_0;
-    options.num_threads = 2;
-    // One file per process: ctest runs each test of the suite in its own
-    // process, at the same time as the others.
-    path_ = new std::string(::testing::TempDir() + "/resident-weights-" +
-                            std::to_string(::getpid()) + ".gguf");
-    absl::StatusOr<synthetic::GenerateReport> report =
-        synthetic::GenerateModel(spec, options, *path_);
-    ASSERT_TRUE(report.ok()) << report.status();
-  }
+  static void SetUpTestSuite() { path_ = MakeModel(ops::TensorType::kQ8_0, "resident-weights"); }
   static void TearDownTestSuite() {
     std::remove(path_->c_str());
     delete path_;
   }
 
-  static std::unique_ptr<arch::Model> Open() {
-    absl::StatusOr<std::unique_ptr<arch::Model>> model = arch::Model::Open(*path_);
+  static std::unique_ptr<arch::Model> Open() { return OpenModel(*path_); }
+
+  static std::unique_ptr<arch::Model> OpenModel(const std::string& path) {
+    absl::StatusOr<std::unique_ptr<arch::Model>> model = arch::Model::Open(path);
     EXPECT_TRUE(model.ok()) << model.status();
     return model.ok() ? std::move(model).value() : nullptr;
   }
@@ -167,6 +173,100 @@ TEST_F(ResidentWeightsTest, AModelWithoutAFileHasNothingToMove) {
   absl::StatusOr<uint64_t> copied = (*model)->CopyWeightsToRam(arch::Model::RamWeights::kAll);
   ASSERT_TRUE(copied.ok()) << copied.status();
   EXPECT_EQ(*copied, 0u);
+}
+
+// Model::InterleaveWeights on a Q4_K model: the matrices the AVX2 kernels
+// read faster interleaved move into the model's own RAM in that layout, the
+// views follow, the token embedding and (with kDense) the routed experts stay
+// in the file in GGUF order, CopyWeightsToRam copies only the rest, and the
+// logits stay bitwise the same.
+class InterleaveWeightsTest : public ResidentWeightsTest {
+ protected:
+  static void SetUpTestSuite() { q4k_path_ = MakeModel(ops::TensorType::kQ4_K, "interleave"); }
+  static void TearDownTestSuite() {
+    std::remove(q4k_path_->c_str());
+    delete q4k_path_;
+  }
+  void SetUp() override {
+    if (!ops::ForceKernelSetForTesting(ops::KernelSetChoice::kAvx2)) {
+      GTEST_SKIP() << "no AVX2 kernels on this machine";
+    }
+  }
+  void TearDown() override { ops::ForceKernelSetForTesting(ops::KernelSetChoice::kAuto); }
+
+  static std::string* q4k_path_;
+};
+
+std::string* InterleaveWeightsTest::q4k_path_ = nullptr;
+
+TEST_F(InterleaveWeightsTest, DenseMatricesMoveInterleavedAndTheRestStaysInGgufOrder) {
+  std::unique_ptr<arch::Model> model = OpenModel(*q4k_path_);
+  ASSERT_NE(model, nullptr);
+  const std::vector<float> before = Logits(*model);
+  const uint8_t* wq = model->layer(0).wq.data;
+  const uint8_t* embd = model->token_embd().data;
+  ASSERT_EQ(model->layer(0).wq.type, ops::TensorType::kQ4_K);
+
+  absl::StatusOr<uint64_t> moved = model->InterleaveWeights(arch::Model::RamWeights::kDense);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_GT(*moved, 0u);
+  for (int il = 0; il < model->config().n_layer; ++il) {
+    const arch::LayerWeights& l = model->layer(il);
+    for (const ops::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo}) {
+      EXPECT_EQ(m->layout, ops::WeightLayout::kInterleaved8) << "layer " << il;
+      EXPECT_FALSE(FileBacked(Middle(*m))) << "layer " << il;
+    }
+    EXPECT_EQ(l.router.layout, ops::WeightLayout::kRows);  // F32
+    for (const moe::ExpertWeights& e : model->experts()[il]) {
+      EXPECT_EQ(e.gate.layout, ops::WeightLayout::kRows);
+      EXPECT_TRUE(FileBacked(Middle(e.down)));
+    }
+    for (const moe::ExpertWeights& e : l.experts) EXPECT_EQ(e.up.layout, ops::WeightLayout::kRows);
+  }
+  EXPECT_NE(model->layer(0).wq.data, wq);
+  EXPECT_EQ(model->token_embd().data, embd);
+  EXPECT_EQ(model->token_embd().layout, ops::WeightLayout::kRows);
+  EXPECT_TRUE(FileBacked(Middle(model->token_embd())));
+
+  // The routers (F32) are what CopyWeightsToRam has left to move.
+  ASSERT_TRUE(FileBacked(Middle(model->layer(0).router)));
+  absl::StatusOr<uint64_t> copied = model->CopyWeightsToRam(arch::Model::RamWeights::kDense);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_GT(*copied, 0u);
+  EXPECT_FALSE(FileBacked(Middle(model->layer(0).router)));
+  EXPECT_TRUE(Bitwise(Logits(*model), before));
+}
+
+TEST_F(InterleaveWeightsTest, AllInterleavesTheRoutedExpertsToo) {
+  std::unique_ptr<arch::Model> model = OpenModel(*q4k_path_);
+  ASSERT_NE(model, nullptr);
+  const std::vector<float> before = Logits(*model);
+  absl::StatusOr<uint64_t> moved = model->InterleaveWeights(arch::Model::RamWeights::kAll);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  for (int il = 0; il < model->config().n_layer; ++il) {
+    for (const moe::ExpertWeights& e : model->experts()[il]) {
+      for (const ops::WeightMatrix* m : {&e.gate, &e.up, &e.down}) {
+        EXPECT_EQ(m->layout, ops::WeightLayout::kInterleaved8);
+        EXPECT_FALSE(FileBacked(Middle(*m)));
+      }
+    }
+  }
+  // Asking again finds nothing left to do.
+  absl::StatusOr<uint64_t> again = model->InterleaveWeights(arch::Model::RamWeights::kAll);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, 0u);
+  EXPECT_TRUE(Bitwise(Logits(*model), before));
+}
+
+TEST_F(InterleaveWeightsTest, KernelsWithoutTilesForTheLayoutGetNothingInterleaved) {
+  ASSERT_TRUE(ops::ForceKernelSetForTesting(ops::KernelSetChoice::kPortable));
+  std::unique_ptr<arch::Model> model = OpenModel(*q4k_path_);
+  ASSERT_NE(model, nullptr);
+  absl::StatusOr<uint64_t> moved = model->InterleaveWeights(arch::Model::RamWeights::kAll);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, 0u);
+  EXPECT_EQ(model->layer(0).wq.layout, ops::WeightLayout::kRows);
+  EXPECT_TRUE(FileBacked(Middle(model->layer(0).wq)));
 }
 
 }  // namespace
