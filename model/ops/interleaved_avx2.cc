@@ -1,15 +1,17 @@
-// AVX2 tiles for Q4_K weights in the kInterleaved8 layout (weight_layout.h):
-// 8 rows at a time against Q8_K activations.
+// AVX2 tiles for Q4_K and Q5_K weights in the kInterleaved8 layout
+// (weight_layout.h): 8 rows at a time against Q8_K activations.
 //
 // One 32-byte load holds 4 quant bytes of each of the 8 rows (Q4KRows8's
 // qs[p][g]); its low nibbles are 4 elements of chunk 2p of every row, its
 // high nibbles 4 elements of chunk 2p+1. Against the token's 4 matching
 // activation bytes (one broadcast) a vpmaddubsw leaves two int16 sums per row,
-// rows in lane order; the 8 loads of a chunk add up in int16 (at most
-// 8 * 2 * 15 * 128 = 30720, no wrap) and one vpmaddwd by the chunk's 8 scales
+// rows in lane order; the 8 loads of a chunk add up in int16 (Q4_K: at most
+// 8 * 2 * 15 * 128 = 30720, no wrap; Q5_K's 5-bit values, in two sums of 4
+// loads: 4 * 2 * 31 * 128 = 31744) and a vpmaddwd by the chunk's 8 scales
 // (each repeated for the row's two lanes) turns them into one int32 per row.
-// That is 9 multiplies per chunk for 8 rows where the row-major tiles need 16,
-// and no horizontal reduction: lane r of every vector belongs to row r.
+// That is 9 (Q5_K 10) multiplies per chunk for 8 rows where the row-major
+// tiles need 16, and no horizontal reduction: lane r of every vector belongs
+// to row r.
 //
 // The mins: lane r of Σ_c min_c,r * (bsum_2c + bsum_2c+1), two chunks per
 // vpmaddwd. The float update per super-block is vec_dot.h's,
@@ -23,11 +25,47 @@
 #include <cstring>
 
 #include "model/ops/avx2_common.h"
+#include "model/ops/avx2_k_decoders.h"
 #include "model/ops/vec_dot.h"
 #include "model/ops/weight_layout.h"
 
 namespace colibri::ops::internal::avx2 {
 namespace {
+
+// How a type's 8-row super-block gives the quants of one load: Quants(b, p,
+// g, &lo, &hi) sets lo to elements 64 p + 4 g + (0..3) and hi to 64 p + 32 +
+// 4 g + (0..3) of the 8 rows (4 bytes per row, rows in order), as unsigned
+// bytes. kLoadsPerSum loads add up in int16 before the scales apply.
+// The low (chunk 2p) and high (chunk 2p+1) nibbles of load g of pair p.
+COLIBRI_INLINE void Nibbles(const uint8_t (&qs)[4][8][8][4], int p, int g, __m256i* lo,
+                            __m256i* hi) {
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[p][g]));
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  *lo = _mm256_and_si256(q, m4);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+}
+
+struct Q4KInterleaved {
+  using Block = Q4KRows8;
+  static constexpr int kLoadsPerSum = 8;
+  COLIBRI_INLINE static void Quants(const Block& b, int p, int g, __m256i* lo, __m256i* hi) {
+    Nibbles(b.qs, p, g, lo, hi);
+  }
+};
+
+struct Q5KInterleaved {
+  using Block = Q5KRows8;
+  static constexpr int kLoadsPerSum = 4;
+  COLIBRI_INLINE static void Quants(const Block& b, int p, int g, __m256i* lo, __m256i* hi) {
+    Nibbles(b.qs, p, g, lo, hi);
+    // Bits 2p (lo) and 2p+1 (hi) of the elements' qh bytes to bit 4, in one
+    // shift each (ShiftBitTo), masked.
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh[g]));
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    *lo = _mm256_or_si256(*lo, _mm256_and_si256(ShiftBitTo<4>(h, 2 * p), bit4));
+    *hi = _mm256_or_si256(*hi, _mm256_and_si256(ShiftBitTo<4>(h, 2 * p + 1), bit4));
+  }
+};
 
 // 4 activation bytes as the 8 lanes' shared int32.
 COLIBRI_INLINE __m256i Broadcast4(const int8_t* p) {
@@ -42,10 +80,10 @@ COLIBRI_INLINE __m256i Broadcast4(const int8_t* p) {
 struct Rows8Scales {
   __m256i sc[2];
   __m256i mn[2];
-  COLIBRI_INLINE explicit Rows8Scales(const Q4KRows8& b) {
-    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[0]));
-    const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[4]));
-    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales[8]));
+  COLIBRI_INLINE explicit Rows8Scales(const uint8_t (&scales)[12][8]) {
+    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[0]));
+    const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[4]));
+    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[8]));
     const __m256i low6 = _mm256_set1_epi8(0x3F), low4 = _mm256_set1_epi8(0x0F);
     // Bits 6 and 7 of a byte to bits 4 and 5: a 16-bit shift by 2 brings in
     // bits of the byte above only at bits 6 and 7, which the mask drops.
@@ -75,38 +113,41 @@ struct Rows8Scales {
 
 // Rows 8g .. 8g+7 (blk: their nb super-blocks) against NT tokens: y[t *
 // y_stride + r] for r < 8. kLocality: the prefetch hint (kReadOnce for decode).
-template <int NT, int kLocality>
-void Group(const Q4KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t y_stride) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
+template <typename D, int NT, int kLocality>
+void Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, float* y,
+           int64_t y_stride) {
+  using Block = typename D::Block;
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const Q4KRows8& b = blk[i];
+    const Block& b = blk[i];
     // Two super-blocks ahead; past the group's end that is the next group's
     // start (groups are contiguous), or nothing that can fault.
-    PrefetchBytes<kLocality>(blk, (i + 2) * sizeof(Q4KRows8), sizeof(Q4KRows8));
-    const Rows8Scales scales(b);
+    PrefetchBytes<kLocality>(blk, (i + 2) * sizeof(Block), sizeof(Block));
+    const Rows8Scales scales(b.scales);
     __m256i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int p = 0; p < 4; ++p) {
-      __m256i s_lo[NT], s_hi[NT];
-      for (int t = 0; t < NT; ++t) s_lo[t] = s_hi[t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[p][g]));
-        const __m256i lo = _mm256_and_si256(q, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* qa = a[t].qs + 256 * i + 64 * p + 4 * g;
-          s_lo[t] = _mm256_add_epi16(s_lo[t], _mm256_maddubs_epi16(lo, Broadcast4(qa)));
-          s_hi[t] = _mm256_add_epi16(s_hi[t], _mm256_maddubs_epi16(hi, Broadcast4(qa + 32)));
-        }
-      }
       const __m256i sc_lo = scales.Scale(2 * p), sc_hi = scales.Scale(2 * p + 1);
-      for (int t = 0; t < NT; ++t) {
-        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s_lo[t], sc_lo));
-        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s_hi[t], sc_hi));
+#pragma GCC unroll 2
+      for (int g0 = 0; g0 < 8; g0 += D::kLoadsPerSum) {
+        __m256i s_lo[NT], s_hi[NT];
+        for (int t = 0; t < NT; ++t) s_lo[t] = s_hi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = g0; g < g0 + D::kLoadsPerSum; ++g) {
+          __m256i lo, hi;
+          D::Quants(b, p, g, &lo, &hi);
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* qa = a[t].qs + 256 * i + 64 * p + 4 * g;
+            s_lo[t] = _mm256_add_epi16(s_lo[t], _mm256_maddubs_epi16(lo, Broadcast4(qa)));
+            s_hi[t] = _mm256_add_epi16(s_hi[t], _mm256_maddubs_epi16(hi, Broadcast4(qa + 32)));
+          }
+        }
+        for (int t = 0; t < NT; ++t) {
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s_lo[t], sc_lo));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s_hi[t], sc_hi));
+        }
       }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
@@ -133,32 +174,34 @@ void Group(const Q4KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, int
 
 // QuantTileFn over full groups of 8 rows: each group against the tokens in
 // passes of up to four, so that a group's weights stay in L1 across passes.
-void InterleavedQ4KTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
-                        const ActivationLayout& layout, int64_t n_tokens, float* y,
-                        int64_t y_stride) {
+template <typename D>
+void InterleavedTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
+                     const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
   QuantizedRow a[kMaxTokenTile];
   for (int64_t t = 0; t < n_tokens; ++t) {
     a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
   }
   const int64_t nb = layout.cols / 256;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kInterleaveRows) {
-    const auto* blk = reinterpret_cast<const Q4KRows8*>(w + r0 * row_bytes);
+    const auto* blk = reinterpret_cast<const typename D::Block*>(w + r0 * row_bytes);
     float* yr = y + r0;
     if (n_tokens == 1) {
-      Group<1, kReadOnce>(blk, nb, a, yr, y_stride);
+      Group<D, 1, kReadOnce>(blk, nb, a, yr, y_stride);
       continue;
     }
     int64_t t0 = 0;
-    for (; t0 + 4 <= n_tokens; t0 += 4) Group<4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+    for (; t0 + 4 <= n_tokens; t0 += 4) {
+      Group<D, 4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+    }
     switch (n_tokens - t0) {
       case 3:
-        Group<3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        Group<D, 3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       case 2:
-        Group<2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        Group<D, 2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       case 1:
-        Group<1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        Group<D, 1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       default:
         break;
@@ -169,7 +212,8 @@ void InterleavedQ4KTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, co
 }  // namespace
 
 void InstallInterleavedTiles(KernelSet* k) {
-  k->interleaved_tile[Slot(TensorType::kQ4_K)] = &InterleavedQ4KTile;
+  k->interleaved_tile[Slot(TensorType::kQ4_K)] = &InterleavedTile<Q4KInterleaved>;
+  k->interleaved_tile[Slot(TensorType::kQ5_K)] = &InterleavedTile<Q5KInterleaved>;
 }
 
 }  // namespace colibri::ops::internal::avx2

@@ -1,6 +1,8 @@
 #include "model/ops/weight_layout.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "model/ops/quant_blocks.h"
 
@@ -9,60 +11,80 @@ namespace {
 
 static_assert(sizeof(Q4KRows8) == kInterleaveRows * sizeof(BlockQ4_K),
               "the interleaved layout must take the bytes of the rows it holds");
+static_assert(sizeof(Q5KRows8) == kInterleaveRows * sizeof(BlockQ5_K),
+              "the interleaved layout must take the bytes of the rows it holds");
 
-// One super-block of 8 rows: rows[r] is row r's block i, out the group's.
-void InterleaveQ4K(const BlockQ4_K* const rows[kInterleaveRows], Q4KRows8* out) {
+// Moves one super-block of 8 rows between GGUF order (rows[r]: row r's block)
+// and the interleaved order (group), in the direction of kToGroup. The byte
+// correspondence is written once for both directions.
+template <bool kToGroup>
+void MoveBytes(uint8_t* a, uint8_t* b, size_t n) {
+  if constexpr (kToGroup) {
+    std::memcpy(b, a, n);
+  } else {
+    std::memcpy(a, b, n);
+  }
+}
+
+template <bool kToGroup, typename Block, typename Group>
+void MoveSuperBlock(Block* const rows[kInterleaveRows], Group* group) {
   for (int r = 0; r < kInterleaveRows; ++r) {
-    const BlockQ4_K& b = *rows[r];
-    out->d[r] = b.d;
-    out->dmin[r] = b.dmin;
-    for (int k = 0; k < 12; ++k) out->scales[k][r] = b.scales[k];
+    Block& b = *rows[r];
+    MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.d), reinterpret_cast<uint8_t*>(&group->d[r]), 2);
+    MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.dmin), reinterpret_cast<uint8_t*>(&group->dmin[r]),
+                   2);
+    for (int k = 0; k < 12; ++k) MoveBytes<kToGroup>(&b.scales[k], &group->scales[k][r], 1);
+    if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+      for (int g = 0; g < 8; ++g) MoveBytes<kToGroup>(b.qh + 4 * g, group->qh[g][r], 4);
+    }
     for (int p = 0; p < 4; ++p) {
-      for (int g = 0; g < 8; ++g) std::memcpy(out->qs[p][g][r], b.qs + 32 * p + 4 * g, 4);
+      for (int g = 0; g < 8; ++g) MoveBytes<kToGroup>(b.qs + 32 * p + 4 * g, group->qs[p][g][r], 4);
     }
   }
 }
 
-void DeinterleaveQ4K(const Q4KRows8& in, BlockQ4_K* const rows[kInterleaveRows]) {
-  for (int r = 0; r < kInterleaveRows; ++r) {
-    BlockQ4_K& b = *rows[r];
-    b.d = in.d[r];
-    b.dmin = in.dmin[r];
-    for (int k = 0; k < 12; ++k) b.scales[k] = in.scales[k][r];
-    for (int p = 0; p < 4; ++p) {
-      for (int g = 0; g < 8; ++g) std::memcpy(b.qs + 32 * p + 4 * g, in.qs[p][g][r], 4);
+// All super-blocks of a group of 8 rows of row_bytes.
+template <bool kToGroup, typename Block, typename Group>
+void MoveGroup(uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
+  const uint64_t nb = row_bytes / sizeof(Block);
+  auto* g = reinterpret_cast<Group*>(group);
+  for (uint64_t i = 0; i < nb; ++i) {
+    Block* blocks[kInterleaveRows];
+    for (int r = 0; r < kInterleaveRows; ++r) {
+      blocks[r] = reinterpret_cast<Block*>(rows + r * row_bytes) + i;
     }
+    MoveSuperBlock<kToGroup>(blocks, g + i);
+  }
+}
+
+template <bool kToGroup>
+void Move(TensorType type, uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
+  switch (type) {
+    case TensorType::kQ4_K:
+      MoveGroup<kToGroup, BlockQ4_K, Q4KRows8>(rows, row_bytes, group);
+      break;
+    case TensorType::kQ5_K:
+      MoveGroup<kToGroup, BlockQ5_K, Q5KRows8>(rows, row_bytes, group);
+      break;
+    default:
+      std::abort();  // callers check HasInterleavedLayout
   }
 }
 
 }  // namespace
 
-bool HasInterleavedLayout(TensorType type) { return type == TensorType::kQ4_K; }
+bool HasInterleavedLayout(TensorType type) {
+  return type == TensorType::kQ4_K || type == TensorType::kQ5_K;
+}
 
 void InterleaveGroup(TensorType type, const uint8_t* rows, uint64_t row_bytes, uint8_t* out) {
-  (void)type;  // Q4_K, the one type with a layout (HasInterleavedLayout)
-  const uint64_t nb = row_bytes / sizeof(BlockQ4_K);
-  auto* group = reinterpret_cast<Q4KRows8*>(out);
-  for (uint64_t i = 0; i < nb; ++i) {
-    const BlockQ4_K* src[kInterleaveRows];
-    for (int r = 0; r < kInterleaveRows; ++r) {
-      src[r] = reinterpret_cast<const BlockQ4_K*>(rows + r * row_bytes) + i;
-    }
-    InterleaveQ4K(src, group + i);
-  }
+  // Read only: Move<true> copies from rows into out.
+  Move<true>(type, const_cast<uint8_t*>(rows), row_bytes, out);
 }
 
 void DeinterleaveGroup(TensorType type, const uint8_t* group, uint64_t row_bytes, uint8_t* rows) {
-  (void)type;
-  const uint64_t nb = row_bytes / sizeof(BlockQ4_K);
-  const auto* in = reinterpret_cast<const Q4KRows8*>(group);
-  for (uint64_t i = 0; i < nb; ++i) {
-    BlockQ4_K* dst[kInterleaveRows];
-    for (int r = 0; r < kInterleaveRows; ++r) {
-      dst[r] = reinterpret_cast<BlockQ4_K*>(rows + r * row_bytes) + i;
-    }
-    DeinterleaveQ4K(in[i], dst);
-  }
+  // Read only: Move<false> copies from group into rows.
+  Move<false>(type, rows, row_bytes, const_cast<uint8_t*>(group));
 }
 
 }  // namespace colibri::ops

@@ -9,7 +9,7 @@
 //
 //   Every full group of 8 rows (rows 8g .. 8g+7) keeps its 8 * row_bytes
 //   bytes at data + 8g * row_bytes, rearranged super-block by super-block
-//   (Q4_K: Q4KRows8 below). Rows past the last full group stay in GGUF order
+//   (Q4KRows8, Q5KRows8 below). Rows past the last full group stay in GGUF order
 //   at data + r * row_bytes. The matrix takes the same bytes as before, so
 //   sizes, offsets of groups and byte counts are unchanged.
 //
@@ -43,10 +43,20 @@ struct Q4KRows8 {
   uint8_t qs[4][8][8][4];
 };
 
+// The same for Q5_K, whose 5th bits come in qh: qh[g][r][b] is byte 4 g + b
+// of row r's qh (bit c of it: the 5th bit of element 4 g + b of chunk c).
+struct Q5KRows8 {
+  uint16_t d[8];
+  uint16_t dmin[8];
+  uint8_t scales[12][8];
+  uint8_t qh[8][8][4];
+  uint8_t qs[4][8][8][4];
+};
+
 // Rows interleaved together.
 inline constexpr int kInterleaveRows = 8;
 
-// Whether type has an interleaved layout (Q4_K so far).
+// Whether type has an interleaved layout (Q4_K, Q5_K).
 bool HasInterleavedLayout(TensorType type);
 
 // Rewrites a group of 8 rows of `type` (row r at rows + r * row_bytes, row

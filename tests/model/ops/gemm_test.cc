@@ -261,8 +261,9 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
   const int64_t cols = 3 * 256;
   const std::vector<float> x = MakeActivations(17, cols, 9);
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K})
   for (int64_t rows : {3, 8, 29, 64, 133}) {
-    const Matrix m = MakeMatrix(TensorType::kQ4_K, rows, cols, static_cast<uint32_t>(rows));
+    const Matrix m = MakeMatrix(type, rows, cols, static_cast<uint32_t>(rows));
     std::vector<uint8_t> storage;
     const std::vector<WeightMatrix> layouts = Layouts(m, &storage);
     ASSERT_EQ(layouts.size(), 2u);
@@ -279,8 +280,9 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
           MatMul(layouts[1], x.data(), n_tokens, got.data(), rows, path, pool, &scratch);
           for (int64_t i = 0; i < n_tokens * rows; ++i) {
             ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
-                << ActiveKernelSetName() << (path == NumericPath::kFast ? " fast" : " exact")
-                << " rows=" << rows << " n_tokens=" << n_tokens
+                << TypeName(type) << " " << ActiveKernelSetName()
+                << (path == NumericPath::kFast ? " fast" : " exact") << " rows=" << rows
+                << " n_tokens=" << n_tokens
                 << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << i / rows
                 << " r=" << i % rows << ": " << got[i] << " vs " << want[i];
           }
@@ -291,17 +293,20 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 }
 
 // MatMul asks for the layout only where the kernel set has tiles for it: the
-// AVX2 set for Q4_K; never the portable set, another type, a matrix without a
-// full group or one interleaved already.
+// AVX2 set for Q4_K and Q5_K; never the portable set, another type, a matrix
+// without a full group or one interleaved already.
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q4 = MakeMatrix(TensorType::kQ4_K, 16, 256, 1);
+  const Matrix q5 = MakeMatrix(TensorType::kQ5_K, 16, 256, 1);
   const Matrix q6 = MakeMatrix(TensorType::kQ6_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
   const std::string set = ActiveKernelSetName();
   if (set == "avx2") {
     EXPECT_TRUE(PrefersInterleaved(q4.w));
+    EXPECT_TRUE(PrefersInterleaved(q5.w));
   } else if (set == "portable") {
     EXPECT_FALSE(PrefersInterleaved(q4.w));
+    EXPECT_FALSE(PrefersInterleaved(q5.w));
   }
   EXPECT_FALSE(PrefersInterleaved(q6.w));
   EXPECT_FALSE(PrefersInterleaved(few.w));
@@ -309,31 +314,56 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   EXPECT_FALSE(PrefersInterleaved(InterleaveMatrix(q4.w, storage.data())));
 }
 
-// Q4KRows8 byte for byte, from random rows (not quantized: every byte value),
-// and the way back.
-TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereQ4KRows8SaysAndBack) {
+// Random rows (not quantized: every byte value) of `type` interleaved, each
+// byte checked by `where` (block i, row r, the row block's bytes src), and
+// put back.
+template <typename Check>
+void CheckInterleaveBytes(TensorType type, uint64_t block_bytes, Check where) {
   const int64_t nb = 3;
-  const uint64_t row_bytes = nb * sizeof(Q4KRows8) / kInterleaveRows;
+  const uint64_t row_bytes = nb * block_bytes;
   std::mt19937 rng(4);
   std::vector<uint8_t> rows(kInterleaveRows * row_bytes), group(rows.size()), back(rows.size());
   for (uint8_t& b : rows) b = static_cast<uint8_t>(rng());
-  InterleaveGroup(TensorType::kQ4_K, rows.data(), row_bytes, group.data());
-  const auto* blk = reinterpret_cast<const Q4KRows8*>(group.data());
+  InterleaveGroup(type, rows.data(), row_bytes, group.data());
   for (int64_t i = 0; i < nb; ++i) {
     for (int r = 0; r < kInterleaveRows; ++r) {
-      // BlockQ4_K: d (2 bytes), dmin (2), scales (12), qs (128).
-      const uint8_t* src = rows.data() + r * row_bytes + i * 144;
-      ASSERT_EQ(std::memcmp(&blk[i].d[r], src, 2), 0) << "block " << i << " row " << r;
-      ASSERT_EQ(std::memcmp(&blk[i].dmin[r], src + 2, 2), 0) << "block " << i << " row " << r;
-      for (int k = 0; k < 12; ++k) ASSERT_EQ(blk[i].scales[k][r], src[4 + k]);
-      for (int q = 0; q < 128; ++q) {
-        ASSERT_EQ(blk[i].qs[q / 32][(q % 32) / 4][r][q % 4], src[16 + q])
-            << "block " << i << " row " << r << " qs byte " << q;
-      }
+      where(group.data(), i, r, rows.data() + r * row_bytes + i * block_bytes);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
-  DeinterleaveGroup(TensorType::kQ4_K, group.data(), row_bytes, back.data());
+  DeinterleaveGroup(type, group.data(), row_bytes, back.data());
   EXPECT_EQ(back, rows);
+}
+
+// Q4KRows8 and Q5KRows8 byte for byte, and the way back.
+TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
+  // BlockQ4_K: d (2 bytes), dmin (2), scales (12), qs (128).
+  CheckInterleaveBytes(TensorType::kQ4_K, 144, [](const uint8_t* group, int64_t i, int r,
+                                                  const uint8_t* src) {
+    const Q4KRows8& b = reinterpret_cast<const Q4KRows8*>(group)[i];
+    ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
+    ASSERT_EQ(std::memcmp(&b.dmin[r], src + 2, 2), 0) << "block " << i << " row " << r;
+    for (int k = 0; k < 12; ++k) ASSERT_EQ(b.scales[k][r], src[4 + k]);
+    for (int q = 0; q < 128; ++q) {
+      ASSERT_EQ(b.qs[q / 32][(q % 32) / 4][r][q % 4], src[16 + q])
+          << "block " << i << " row " << r << " qs byte " << q;
+    }
+  });
+  // BlockQ5_K: d, dmin, scales (12), qh (32), qs (128).
+  CheckInterleaveBytes(TensorType::kQ5_K, 176, [](const uint8_t* group, int64_t i, int r,
+                                                  const uint8_t* src) {
+    const Q5KRows8& b = reinterpret_cast<const Q5KRows8*>(group)[i];
+    ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
+    ASSERT_EQ(std::memcmp(&b.dmin[r], src + 2, 2), 0) << "block " << i << " row " << r;
+    for (int k = 0; k < 12; ++k) ASSERT_EQ(b.scales[k][r], src[4 + k]);
+    for (int h = 0; h < 32; ++h) {
+      ASSERT_EQ(b.qh[h / 4][r][h % 4], src[16 + h]) << "block " << i << " row " << r << " qh " << h;
+    }
+    for (int q = 0; q < 128; ++q) {
+      ASSERT_EQ(b.qs[q / 32][(q % 32) / 4][r][q % 4], src[48 + q])
+          << "block " << i << " row " << r << " qs byte " << q;
+    }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelSets, GemmTest,
