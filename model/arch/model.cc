@@ -461,7 +461,8 @@ absl::StatusOr<uint64_t> Model::InterleaveWeights(RamWeights which) {
   // Every view but token_embd_, whose rows EmbedToken looks up (a tied
   // output_ shares its bytes: the head then reads the copy, lookups the file).
   for (LayerWeights& l : layers_) {
-    for (ops::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.router}) {
+    for (ops::WeightMatrix* m :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.router}) {
       repoint(m);
     }
     for (ops::WeightMatrix& m : l.wk_b) repoint(&m);

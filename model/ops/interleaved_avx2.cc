@@ -165,8 +165,10 @@ void Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, floa
       msum = _mm256_add_epi32(
           msum, _mm256_madd_epi16(scales.MinPair(6), _mm256_shuffle_epi32(chunk_bsums, 0xFF)));
       const __m256 da = _mm256_set1_ps(a[t].d[i]);
-      acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t])));
-      acc[t] = _mm256_sub_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum)));
+      acc[t] =
+          _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t])));
+      acc[t] =
+          _mm256_sub_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum)));
     }
   }
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);

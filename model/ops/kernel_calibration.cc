@@ -11,6 +11,7 @@
 #include "model/ops/activation_quant.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
+#include "model/ops/weight_layout.h"
 
 namespace colibri::ops::internal {
 namespace {
@@ -27,6 +28,9 @@ const TensorType kCalibrationTypes[] = {TensorType::kQ4_K, TensorType::kQ6_K, Te
 struct Tile {
   TensorType type;
   std::vector<uint8_t> weights;
+  // The same rows in the interleaved layout, for the sets with tiles for it
+  // (MatMul runs those on weights kept in RAM); empty for the other types.
+  std::vector<uint8_t> interleaved;
   uint64_t row_bytes;
   ActivationLayout layout;
   std::vector<uint8_t> act_storage;
@@ -49,6 +53,13 @@ bool MakeTile(TensorType type, Tile* tile) {
       return false;
     }
   }
+  if (HasInterleavedLayout(type)) {
+    tile->interleaved.resize(tile->weights.size());
+    for (int64_t r = 0; r < kRows; r += kInterleaveRows) {
+      InterleaveGroup(type, tile->weights.data() + r * tile->row_bytes, tile->row_bytes,
+                      tile->interleaved.data() + r * tile->row_bytes);
+    }
+  }
   tile->layout = MakeActivationLayout(ActivationFormatFor(type), kCols);
   tile->act_storage.resize(tile->layout.row_bytes + 64);
   const auto p = reinterpret_cast<uintptr_t>(tile->act_storage.data());
@@ -59,16 +70,21 @@ bool MakeTile(TensorType type, Tile* tile) {
   return true;
 }
 
-// Best time of kSamples samples, in nanoseconds.
+// Best time of kSamples samples, in nanoseconds, of the tile the set runs on
+// resident weights: the interleaved one where it has one.
 double TimeTile(const KernelSet& set, const Tile& tile) {
-  const QuantTileFn fn = set.quant_tile[Slot(tile.type)];
+  const bool interleaved =
+      !tile.interleaved.empty() && set.interleaved_tile[Slot(tile.type)] != nullptr;
+  const QuantTileFn fn =
+      interleaved ? set.interleaved_tile[Slot(tile.type)] : set.quant_tile[Slot(tile.type)];
+  const uint8_t* weights = interleaved ? tile.interleaved.data() : tile.weights.data();
   if (fn == nullptr) return -1;
   float y[kRows];
   double best = 1e30;
   for (int s = 0; s < kSamples; ++s) {
     const auto start = std::chrono::steady_clock::now();
     for (int c = 0; c < kCallsPerSample; ++c) {
-      fn(tile.weights.data(), tile.row_bytes, kRows, tile.act, tile.layout, 1, y, kRows);
+      fn(weights, tile.row_bytes, kRows, tile.act, tile.layout, 1, y, kRows);
     }
     const auto end = std::chrono::steady_clock::now();
     best = std::min(best, std::chrono::duration<double, std::nano>(end - start).count());
@@ -138,7 +154,9 @@ std::string CpuModelForCache() {
 Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,
                              const std::string& cache_dir, const std::string& cpu_model) {
   Calibration result;
-  if (!cache_dir.empty()) result.cache_path = cache_dir + "/kernels-" + cpu_model + ".txt";
+  // v2: the interleaved tiles take part (a choice cached before them is
+  // measured again).
+  if (!cache_dir.empty()) result.cache_path = cache_dir + "/kernels-v2-" + cpu_model + ".txt";
   if (!result.cache_path.empty()) {
     std::ifstream in(result.cache_path);
     std::string name;

@@ -4,10 +4,12 @@
 // it supports (issue 12: the AVX-512 set beat AVX2 on AMD Zen 4 and lost to it
 // on Intel Sapphire Rapids). At first use, every set the CPU can run times the
 // decode-shaped (one token) quantized tile on a small weight tile that stays in
-// cache, for the type families that dominate decode (Q4_K, Q6_K, Q8_0); the set
-// with the lowest total, each type's time relative to the fastest set's, wins.
+// cache, for the type families that dominate decode (Q4_K, Q6_K, Q8_0; Q4_K
+// in the interleaved layout of weight_layout.h on a set with tiles for it, as
+// MatMul runs it on weights kept in RAM); the set with the lowest total, each
+// type's time relative to the fastest set's, wins.
 // The choice is cached per CPU model in
-//   CACHE/kernels-<cpu model>.txt
+//   CACHE/kernels-v2-<cpu model>.txt
 // (CACHE: colibri::CacheDir(), common/cache_dir.h: $COLIBRI_CACHE_DIR, else
 // $XDG_CACHE_HOME/colibri, else ~/.cache/colibri) so later processes start
 // without measuring. All sets give bitwise identical
@@ -35,7 +37,7 @@ struct Calibration {
   std::string cache_path;          // empty: no cache directory could be found
 };
 
-// Reads `cache_dir`/kernels-<cpu_model>.txt if it names one of `candidates`,
+// Reads `cache_dir`/kernels-v2-<cpu_model>.txt if it names one of `candidates`,
 // else times the candidates (about a millisecond) and writes the file (creating
 // cache_dir; a failure to write only loses the cache). cache_dir empty: no
 // cache. Thread-compatible; touches no global state.

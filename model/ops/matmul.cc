@@ -165,7 +165,8 @@ void RunQuantRows(const Job& job, int64_t r0, int64_t r1) {
   const int64_t full = w.rows / kInterleaveRows * kInterleaveRows;
   for (int64_t rs = r0; rs < r1; rs += rb) {
     const int64_t nr = std::min(rb, r1 - rs);
-    const int64_t grouped = interleaved != nullptr ? std::max<int64_t>(0, std::min(nr, full - rs)) : 0;
+    const int64_t grouped =
+        interleaved != nullptr ? std::max<int64_t>(0, std::min(nr, full - rs)) : 0;
     const uint8_t* rows = RowsInGgufOrder(w, rs + grouped, nr - grouped, &ReorderBuffer());
     for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
       const int64_t nt = std::min<int64_t>(internal::kMaxTokenTile, job.n_tokens - t0);

@@ -30,9 +30,10 @@ template <bool kToGroup, typename Block, typename Group>
 void MoveSuperBlock(Block* const rows[kInterleaveRows], Group* group) {
   for (int r = 0; r < kInterleaveRows; ++r) {
     Block& b = *rows[r];
-    MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.d), reinterpret_cast<uint8_t*>(&group->d[r]), 2);
-    MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.dmin), reinterpret_cast<uint8_t*>(&group->dmin[r]),
-                   2);
+    MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.d), reinterpret_cast<uint8_t*>(&group->d[r]),
+                        2);
+    MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.dmin),
+                        reinterpret_cast<uint8_t*>(&group->dmin[r]), 2);
     for (int k = 0; k < 12; ++k) MoveBytes<kToGroup>(&b.scales[k], &group->scales[k][r], 1);
     if constexpr (std::is_same_v<Block, BlockQ5_K>) {
       for (int g = 0; g < 8; ++g) MoveBytes<kToGroup>(b.qh + 4 * g, group->qh[g][r], 4);

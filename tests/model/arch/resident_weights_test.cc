@@ -57,10 +57,9 @@ std::string* MakeModel(ops::TensorType type, const std::string& tag) {
   options.num_threads = 2;
   // One file per process: ctest runs each test of the suite in its own
   // process, at the same time as the others.
-  auto* path = new std::string(::testing::TempDir() + "/" + tag + "-" +
-                               std::to_string(::getpid()) + ".gguf");
-  absl::StatusOr<synthetic::GenerateReport> report =
-      synthetic::GenerateModel(spec, options, *path);
+  auto* path = new std::string(::testing::TempDir() + "/" + tag + "-" + std::to_string(::getpid()) +
+                               ".gguf");
+  absl::StatusOr<synthetic::GenerateReport> report = synthetic::GenerateModel(spec, options, *path);
   EXPECT_TRUE(report.ok()) << report.status();
   return path;
 }

@@ -100,28 +100,29 @@ TEST_P(GemmTest, EveryTokenCountAndThreadCountEqualsReferenceBitwise) {
     std::vector<float> ref(40 * rows);
     MatMulReference(m.w, x.data(), 40, ref.data(), rows, NumericPath::kFast);
     std::vector<uint8_t> storage;
-    for (const WeightMatrix& w : Layouts(m, &storage))
-    for (int64_t n_tokens = 1; n_tokens <= 40; ++n_tokens) {
-      for (ThreadPool* pool : pools) {
-        // Tokens taken from the end of x, so that every position of a token
-        // in the batch (and of its tile) is covered across n_tokens.
-        const int64_t first = 40 - n_tokens;
-        const int64_t y_stride = rows + 1;
-        std::vector<float> y(n_tokens * y_stride, -7.0f);
-        MatMulScratch scratch;
-        MatMul(w, x.data() + first * cols, n_tokens, y.data(), y_stride, NumericPath::kFast, pool,
-               &scratch);
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          for (int64_t r = 0; r < rows; ++r) {
-            const float got = y[t * y_stride + r];
-            const float want = ref[(first + t) * rows + r];
-            ASSERT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
-                << TypeName(type) << " " << LayoutName(w) << " " << ActiveKernelSetName()
-                << " n_tokens=" << n_tokens
-                << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << t
-                << " r=" << r << ": " << got << " vs reference " << want;
+    for (const WeightMatrix& w : Layouts(m, &storage)) {
+      for (int64_t n_tokens = 1; n_tokens <= 40; ++n_tokens) {
+        for (ThreadPool* pool : pools) {
+          // Tokens taken from the end of x, so that every position of a token
+          // in the batch (and of its tile) is covered across n_tokens.
+          const int64_t first = 40 - n_tokens;
+          const int64_t y_stride = rows + 1;
+          std::vector<float> y(n_tokens * y_stride, -7.0f);
+          MatMulScratch scratch;
+          MatMul(w, x.data() + first * cols, n_tokens, y.data(), y_stride, NumericPath::kFast, pool,
+                 &scratch);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t r = 0; r < rows; ++r) {
+              const float got = y[t * y_stride + r];
+              const float want = ref[(first + t) * rows + r];
+              ASSERT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
+                  << TypeName(type) << " " << LayoutName(w) << " " << ActiveKernelSetName()
+                  << " n_tokens=" << n_tokens
+                  << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << t
+                  << " r=" << r << ": " << got << " vs reference " << want;
+            }
+            ASSERT_EQ(y[t * y_stride + rows], -7.0f) << "wrote past the row";
           }
-          ASSERT_EQ(y[t * y_stride + rows], -7.0f) << "wrote past the row";
         }
       }
     }
@@ -143,18 +144,19 @@ TEST_P(GemmTest, LongRowsEqualReferenceBitwise) {
     std::vector<float> ref(9 * rows);
     MatMulReference(m.w, x.data(), 9, ref.data(), rows, NumericPath::kFast);
     std::vector<uint8_t> storage;
-    for (const WeightMatrix& w : Layouts(m, &storage))
-    for (int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
-      for (ThreadPool* pool : pools) {
-        std::vector<float> y(n_tokens * rows, -7.0f);
-        MatMulScratch scratch;
-        MatMul(w, x.data(), n_tokens, y.data(), rows, NumericPath::kFast, pool, &scratch);
-        for (int64_t i = 0; i < n_tokens * rows; ++i) {
-          ASSERT_EQ(std::memcmp(&y[i], &ref[i], sizeof(float)), 0)
-              << TypeName(type) << " " << LayoutName(w) << " " << ActiveKernelSetName()
-              << " n_tokens=" << n_tokens
-              << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << i / rows
-              << " r=" << i % rows << ": " << y[i] << " vs reference " << ref[i];
+    for (const WeightMatrix& w : Layouts(m, &storage)) {
+      for (int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
+        for (ThreadPool* pool : pools) {
+          std::vector<float> y(n_tokens * rows, -7.0f);
+          MatMulScratch scratch;
+          MatMul(w, x.data(), n_tokens, y.data(), rows, NumericPath::kFast, pool, &scratch);
+          for (int64_t i = 0; i < n_tokens * rows; ++i) {
+            ASSERT_EQ(std::memcmp(&y[i], &ref[i], sizeof(float)), 0)
+                << TypeName(type) << " " << LayoutName(w) << " " << ActiveKernelSetName()
+                << " n_tokens=" << n_tokens
+                << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << i / rows
+                << " r=" << i % rows << ": " << y[i] << " vs reference " << ref[i];
+          }
         }
       }
     }
@@ -244,8 +246,8 @@ TEST_P(GemmTest, GroupEqualsSeparateProductsBitwise) {
                     &scratch);
         for (size_t i = 0; i < specs.size(); ++i) {
           ASSERT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)), 0)
-              << "product " << i << " quantized ahead (" << ahead << " of " << specs.size()
-              << ") " << ActiveKernelSetName() << (path == NumericPath::kFast ? " fast" : " exact");
+              << "product " << i << " quantized ahead (" << ahead << " of " << specs.size() << ") "
+              << ActiveKernelSetName() << (path == NumericPath::kFast ? " fast" : " exact");
         }
       }
     }
@@ -261,30 +263,31 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
   const int64_t cols = 3 * 256;
   const std::vector<float> x = MakeActivations(17, cols, 9);
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K})
-  for (int64_t rows : {3, 8, 29, 64, 133}) {
-    const Matrix m = MakeMatrix(type, rows, cols, static_cast<uint32_t>(rows));
-    std::vector<uint8_t> storage;
-    const std::vector<WeightMatrix> layouts = Layouts(m, &storage);
-    ASSERT_EQ(layouts.size(), 2u);
-    if (rows >= kInterleaveRows) {
-      ASSERT_NE(std::memcmp(storage.data(), m.bytes.data(), m.bytes.size()), 0)
-          << "interleaving " << rows << " rows changed no byte";
-    }
-    for (NumericPath path : {NumericPath::kFast, NumericPath::kExact}) {
-      for (int64_t n_tokens : {1, 2, 3, 4, 5, 17}) {
-        for (ThreadPool* pool : pools) {
-          std::vector<float> want(n_tokens * rows, -3.0f), got(n_tokens * rows, -4.0f);
-          MatMulScratch scratch;
-          MatMul(layouts[0], x.data(), n_tokens, want.data(), rows, path, pool, &scratch);
-          MatMul(layouts[1], x.data(), n_tokens, got.data(), rows, path, pool, &scratch);
-          for (int64_t i = 0; i < n_tokens * rows; ++i) {
-            ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
-                << TypeName(type) << " " << ActiveKernelSetName()
-                << (path == NumericPath::kFast ? " fast" : " exact") << " rows=" << rows
-                << " n_tokens=" << n_tokens
-                << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << i / rows
-                << " r=" << i % rows << ": " << got[i] << " vs " << want[i];
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K}) {
+    for (int64_t rows : {3, 8, 29, 64, 133}) {
+      const Matrix m = MakeMatrix(type, rows, cols, static_cast<uint32_t>(rows));
+      std::vector<uint8_t> storage;
+      const std::vector<WeightMatrix> layouts = Layouts(m, &storage);
+      ASSERT_EQ(layouts.size(), 2u);
+      if (rows >= kInterleaveRows) {
+        ASSERT_NE(std::memcmp(storage.data(), m.bytes.data(), m.bytes.size()), 0)
+            << "interleaving " << rows << " rows changed no byte";
+      }
+      for (NumericPath path : {NumericPath::kFast, NumericPath::kExact}) {
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 17}) {
+          for (ThreadPool* pool : pools) {
+            std::vector<float> want(n_tokens * rows, -3.0f), got(n_tokens * rows, -4.0f);
+            MatMulScratch scratch;
+            MatMul(layouts[0], x.data(), n_tokens, want.data(), rows, path, pool, &scratch);
+            MatMul(layouts[1], x.data(), n_tokens, got.data(), rows, path, pool, &scratch);
+            for (int64_t i = 0; i < n_tokens * rows; ++i) {
+              ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+                  << TypeName(type) << " " << ActiveKernelSetName()
+                  << (path == NumericPath::kFast ? " fast" : " exact") << " rows=" << rows
+                  << " n_tokens=" << n_tokens
+                  << " threads=" << (pool != nullptr ? pool->num_threads() : 1) << " t=" << i / rows
+                  << " r=" << i % rows << ": " << got[i] << " vs " << want[i];
+            }
           }
         }
       }
@@ -338,32 +341,33 @@ void CheckInterleaveBytes(TensorType type, uint64_t block_bytes, Check where) {
 // Q4KRows8 and Q5KRows8 byte for byte, and the way back.
 TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
   // BlockQ4_K: d (2 bytes), dmin (2), scales (12), qs (128).
-  CheckInterleaveBytes(TensorType::kQ4_K, 144, [](const uint8_t* group, int64_t i, int r,
-                                                  const uint8_t* src) {
-    const Q4KRows8& b = reinterpret_cast<const Q4KRows8*>(group)[i];
-    ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
-    ASSERT_EQ(std::memcmp(&b.dmin[r], src + 2, 2), 0) << "block " << i << " row " << r;
-    for (int k = 0; k < 12; ++k) ASSERT_EQ(b.scales[k][r], src[4 + k]);
-    for (int q = 0; q < 128; ++q) {
-      ASSERT_EQ(b.qs[q / 32][(q % 32) / 4][r][q % 4], src[16 + q])
-          << "block " << i << " row " << r << " qs byte " << q;
-    }
-  });
+  CheckInterleaveBytes(
+      TensorType::kQ4_K, 144, [](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
+        const Q4KRows8& b = reinterpret_cast<const Q4KRows8*>(group)[i];
+        ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
+        ASSERT_EQ(std::memcmp(&b.dmin[r], src + 2, 2), 0) << "block " << i << " row " << r;
+        for (int k = 0; k < 12; ++k) ASSERT_EQ(b.scales[k][r], src[4 + k]);
+        for (int q = 0; q < 128; ++q) {
+          ASSERT_EQ(b.qs[q / 32][(q % 32) / 4][r][q % 4], src[16 + q])
+              << "block " << i << " row " << r << " qs byte " << q;
+        }
+      });
   // BlockQ5_K: d, dmin, scales (12), qh (32), qs (128).
-  CheckInterleaveBytes(TensorType::kQ5_K, 176, [](const uint8_t* group, int64_t i, int r,
-                                                  const uint8_t* src) {
-    const Q5KRows8& b = reinterpret_cast<const Q5KRows8*>(group)[i];
-    ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
-    ASSERT_EQ(std::memcmp(&b.dmin[r], src + 2, 2), 0) << "block " << i << " row " << r;
-    for (int k = 0; k < 12; ++k) ASSERT_EQ(b.scales[k][r], src[4 + k]);
-    for (int h = 0; h < 32; ++h) {
-      ASSERT_EQ(b.qh[h / 4][r][h % 4], src[16 + h]) << "block " << i << " row " << r << " qh " << h;
-    }
-    for (int q = 0; q < 128; ++q) {
-      ASSERT_EQ(b.qs[q / 32][(q % 32) / 4][r][q % 4], src[48 + q])
-          << "block " << i << " row " << r << " qs byte " << q;
-    }
-  });
+  CheckInterleaveBytes(
+      TensorType::kQ5_K, 176, [](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
+        const Q5KRows8& b = reinterpret_cast<const Q5KRows8*>(group)[i];
+        ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
+        ASSERT_EQ(std::memcmp(&b.dmin[r], src + 2, 2), 0) << "block " << i << " row " << r;
+        for (int k = 0; k < 12; ++k) ASSERT_EQ(b.scales[k][r], src[4 + k]);
+        for (int h = 0; h < 32; ++h) {
+          ASSERT_EQ(b.qh[h / 4][r][h % 4], src[16 + h])
+              << "block " << i << " row " << r << " qh " << h;
+        }
+        for (int q = 0; q < 128; ++q) {
+          ASSERT_EQ(b.qs[q / 32][(q % 32) / 4][r][q % 4], src[48 + q])
+              << "block " << i << " row " << r << " qs byte " << q;
+        }
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelSets, GemmTest,
