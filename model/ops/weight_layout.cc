@@ -13,6 +13,8 @@ static_assert(sizeof(Q4KRows8) == kInterleaveRows * sizeof(BlockQ4_K),
               "the interleaved layout must take the bytes of the rows it holds");
 static_assert(sizeof(Q5KRows8) == kInterleaveRows * sizeof(BlockQ5_K),
               "the interleaved layout must take the bytes of the rows it holds");
+static_assert(sizeof(Q80Rows8) == kInterleaveRows * sizeof(BlockQ8_0),
+              "the interleaved layout must take the bytes of the rows it holds");
 
 // Moves one super-block of 8 rows between GGUF order (rows[r]: row r's block)
 // and the interleaved order (group), in the direction of kToGroup. The byte
@@ -23,6 +25,17 @@ void MoveBytes(uint8_t* a, uint8_t* b, size_t n) {
     std::memcpy(b, a, n);
   } else {
     std::memcpy(a, b, n);
+  }
+}
+
+template <bool kToGroup>
+void MoveSuperBlock(BlockQ8_0* const rows[kInterleaveRows], Q80Rows8* group) {
+  for (int r = 0; r < kInterleaveRows; ++r) {
+    BlockQ8_0& b = *rows[r];
+    MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.d), reinterpret_cast<uint8_t*>(&group->d[r]),
+                        2);
+    MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(b.qs), reinterpret_cast<uint8_t*>(group->qs[r]),
+                        32);
   }
 }
 
@@ -67,6 +80,9 @@ void Move(TensorType type, uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
     case TensorType::kQ5_K:
       MoveGroup<kToGroup, BlockQ5_K, Q5KRows8>(rows, row_bytes, group);
       break;
+    case TensorType::kQ8_0:
+      MoveGroup<kToGroup, BlockQ8_0, Q80Rows8>(rows, row_bytes, group);
+      break;
     default:
       std::abort();  // callers check HasInterleavedLayout
   }
@@ -75,7 +91,7 @@ void Move(TensorType type, uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
 }  // namespace
 
 bool HasInterleavedLayout(TensorType type) {
-  return type == TensorType::kQ4_K || type == TensorType::kQ5_K;
+  return type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ8_0;
 }
 
 void InterleaveGroup(TensorType type, const uint8_t* rows, uint64_t row_bytes, uint8_t* out) {

@@ -263,7 +263,7 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
   const int64_t cols = 3 * 256;
   const std::vector<float> x = MakeActivations(17, cols, 9);
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ8_0}) {
     for (int64_t rows : {3, 8, 29, 64, 133}) {
       const Matrix m = MakeMatrix(type, rows, cols, static_cast<uint32_t>(rows));
       std::vector<uint8_t> storage;
@@ -301,15 +301,18 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q4 = MakeMatrix(TensorType::kQ4_K, 16, 256, 1);
   const Matrix q5 = MakeMatrix(TensorType::kQ5_K, 16, 256, 1);
+  const Matrix q8 = MakeMatrix(TensorType::kQ8_0, 16, 256, 1);
   const Matrix q6 = MakeMatrix(TensorType::kQ6_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
   const std::string set = ActiveKernelSetName();
   if (set == "avx2") {
     EXPECT_TRUE(PrefersInterleaved(q4.w));
     EXPECT_TRUE(PrefersInterleaved(q5.w));
+    EXPECT_TRUE(PrefersInterleaved(q8.w));
   } else if (set == "portable") {
     EXPECT_FALSE(PrefersInterleaved(q4.w));
     EXPECT_FALSE(PrefersInterleaved(q5.w));
+    EXPECT_FALSE(PrefersInterleaved(q8.w));
   }
   EXPECT_FALSE(PrefersInterleaved(q6.w));
   EXPECT_FALSE(PrefersInterleaved(few.w));
@@ -338,7 +341,7 @@ void CheckInterleaveBytes(TensorType type, uint64_t block_bytes, Check where) {
   EXPECT_EQ(back, rows);
 }
 
-// Q4KRows8 and Q5KRows8 byte for byte, and the way back.
+// Q4KRows8, Q5KRows8 and Q80Rows8 byte for byte, and the way back.
 TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
   // BlockQ4_K: d (2 bytes), dmin (2), scales (12), qs (128).
   CheckInterleaveBytes(
@@ -367,6 +370,13 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
           ASSERT_EQ(b.qs[q / 32][(q % 32) / 4][r][q % 4], src[48 + q])
               << "block " << i << " row " << r << " qs byte " << q;
         }
+      });
+  // BlockQ8_0: d, qs (32).
+  CheckInterleaveBytes(
+      TensorType::kQ8_0, 34, [](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
+        const Q80Rows8& b = reinterpret_cast<const Q80Rows8*>(group)[i];
+        ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
+        ASSERT_EQ(std::memcmp(b.qs[r], src + 2, 32), 0) << "block " << i << " row " << r;
       });
 }
 
