@@ -41,6 +41,7 @@ void MoveSuperBlock(BlockQ8_0* const rows[kInterleaveRows], Q80Rows8* group) {
 
 template <bool kToGroup, typename Block, typename Group>
 void MoveSuperBlock(Block* const rows[kInterleaveRows], Group* group) {
+  static_assert(std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>);
   for (int r = 0; r < kInterleaveRows; ++r) {
     Block& b = *rows[r];
     MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.d), reinterpret_cast<uint8_t*>(&group->d[r]),
@@ -91,7 +92,14 @@ void Move(TensorType type, uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
 }  // namespace
 
 bool HasInterleavedLayout(TensorType type) {
-  return type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ8_0;
+  switch (type) {
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ8_0:
+      return true;
+    default:
+      return false;
+  }
 }
 
 void InterleaveGroup(TensorType type, const uint8_t* rows, uint64_t row_bytes, uint8_t* out) {

@@ -54,7 +54,7 @@ struct Q5KRows8 {
 };
 
 // Q8_0: one 32-element block of 8 rows, the rows' fp16 scales together (one
-// conversion and one multiply give all 8 rows' block factors).
+// conversion gives all 8 rows' block factors), then each row's quants.
 struct Q80Rows8 {
   uint16_t d[8];
   int8_t qs[8][32];
