@@ -1,11 +1,13 @@
 // A loaded MoE model: config plus typed views of every weight tensor.
 //
-// Large matrices are views into the mmapped GGUF (never copied); small vectors
+// Large matrices are views into the mmapped GGUF (copied only by
+// InterleaveWeights, below); small vectors
 // (norms, biases) are converted to float32 and owned. Loading checks every
 // tensor's presence, shape and type: an unsupported type fails with
 // "unsupported tensor type X in tensor Y".
 //
-// Thread-safety: immutable after Load; shared by any number of sessions.
+// Thread-safety: immutable after Load (and InterleaveWeights, which runs
+// before the model is shared); shared by any number of sessions.
 #ifndef COLIBRI_MODEL_ARCH_MODEL_H_
 #define COLIBRI_MODEL_ARCH_MODEL_H_
 
