@@ -87,6 +87,15 @@ TEST(RunOutputTest, TheSameTokensWithTheWeightsInRamOrMapped) {
   EXPECT_EQ(mapped.err.find("copied into RAM"), std::string::npos) << mapped.err;
   EXPECT_FALSE(in_ram.out.empty());
   EXPECT_EQ(in_ram.out, mapped.out);
+  // In RAM in the file's order (the default interleaves the Q8_0 matrices
+  // where the kernels have tiles for that layout): the same tokens.
+  std::vector<std::string> file_order_args = args;
+  file_order_args.push_back("--gguf-order");
+  const testing::CommandResult file_order = testing::RunCommand(file_order_args);
+  ASSERT_EQ(file_order.exit_code, 0) << file_order.err;
+  EXPECT_NE(file_order.err.find("MiB copied into RAM"), std::string::npos) << file_order.err;
+  EXPECT_EQ(file_order.err.find("interleaved"), std::string::npos) << file_order.err;
+  EXPECT_EQ(in_ram.out, file_order.out);
 }
 
 // --kv-type: f16 generates (and says so on the summary line) for standard
