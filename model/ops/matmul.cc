@@ -167,7 +167,10 @@ void RunQuantRows(const Job& job, int64_t r0, int64_t r1) {
     const int64_t nr = std::min(rb, r1 - rs);
     const int64_t grouped =
         interleaved != nullptr ? std::max<int64_t>(0, std::min(nr, full - rs)) : 0;
-    const uint8_t* rows = RowsInGgufOrder(w, rs + grouped, nr - grouped, &ReorderBuffer());
+    // The rows the interleaved tile does not take (none in a decode product
+    // of whole groups: no buffer lookup then).
+    const uint8_t* rows =
+        grouped < nr ? RowsInGgufOrder(w, rs + grouped, nr - grouped, &ReorderBuffer()) : nullptr;
     for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
       const int64_t nt = std::min<int64_t>(internal::kMaxTokenTile, job.n_tokens - t0);
       const uint8_t* act = job.act + t0 * job.layout.row_bytes;
