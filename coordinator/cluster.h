@@ -71,6 +71,11 @@ struct ClusterOptions {
   std::vector<std::string> addresses;
   // Copies of each expert on distinct nodes. Default: 1.
   int replicas = 1;
+  // With replicas > 1: each layer's experts go to the replicas that balance
+  // the nodes' work (BalanceReplicas) instead of always to the primary. The
+  // nodes then read experts they hold as secondaries too, so their RAM tiers
+  // need room for them. Default: true.
+  bool balance_replicas = true;
   // Weigh every node 1 instead of by its reported capacity. Default: false.
   bool assume_equal = false;
   // Template for every node's client; `address` is filled in per node.
@@ -154,6 +159,7 @@ class Cluster {
   const Node& node(int i) const { return slots_[i]; }
   const std::string& fingerprint() const { return fingerprint_; }
   int replicas() const { return options_.replicas; }
+  bool balance_replicas() const { return options_.balance_replicas; }
 
   // The placement in force. The reference stays valid for the cluster's
   // lifetime, but a re-placement may install a newer one at any time: read it

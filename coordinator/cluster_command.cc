@@ -40,6 +40,7 @@ absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& o
     COLIBRI_ASSIGN_OR_RETURN(out.addresses, ReadNodesFile(options.nodes_file));
   }
   out.replicas = options.replicas;
+  out.balance_replicas = options.balance_replicas;
   out.assume_equal = options.assume_equal;
   if (options.replicas < 1) return absl::InvalidArgumentError("--replicas must be >= 1");
   out.replace_after = options.replace_after_seconds > 0

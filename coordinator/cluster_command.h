@@ -37,6 +37,8 @@ struct ClusterCommandOptions {
   bool reload_on_sighup = false;
   // Copies of each expert on distinct nodes. Default: 1.
   int replicas = 1;
+  // ClusterOptions::balance_replicas (--replica-choice). Default: true.
+  bool balance_replicas = true;
   // File holding the shared auth token (surrounding whitespace ignored).
   // Default: empty, no token.
   std::string auth_token_file;

@@ -170,6 +170,14 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
   cmd->add_option("--replicas", o->replicas, "copies of each expert on distinct nodes")
       ->capture_default_str()
       ->check(colibri::cli::kReplicaCount);
+  const std::map<std::string, bool> choices = {{"balance", true}, {"primary", false}};
+  cmd->add_option("--replica-choice", o->balance_replicas,
+                  "with --replicas above 1, which replica computes each expert of a layer: "
+                  "balance (the one that evens out the nodes' work; they read experts they "
+                  "hold as secondaries too) or primary (always the first healthy one)")
+      ->transform(CLI::CheckedTransformer(choices))
+      ->type_name("balance|primary")
+      ->default_str("balance");
   if (node_prefix.empty()) {
     cmd->add_option("--auth-token-file", o->auth_token_file, "file holding the nodes' shared token");
   }

@@ -116,4 +116,82 @@ std::vector<std::pair<int, int>> Placement::ExpertsOf(int node) const {
   return out;
 }
 
+std::vector<int> BalanceReplicas(const Placement& placement, int layer,
+                                 absl::Span<const int64_t> cost, const std::vector<bool>& healthy) {
+  const int n_expert = placement.n_expert(layer);
+  std::vector<int> chosen(n_expert, 0);
+  if (placement.replicas() == 1) return chosen;
+  auto owner = [&](int e, int i) { return placement.Owners(layer, e)[i]; };
+  // The batch's experts with a healthy replica; `primary` holds the first.
+  std::vector<int> in_batch;
+  std::vector<int> primary(n_expert, 0);
+  std::vector<int> open;  // experts with more than one healthy replica
+  for (int e = 0; e < n_expert && e < static_cast<int>(cost.size()); ++e) {
+    if (cost[e] <= 0) continue;
+    int n_healthy = 0;
+    for (int i = placement.replicas() - 1; i >= 0; --i) {
+      if (!healthy[owner(e, i)]) continue;
+      ++n_healthy;
+      primary[e] = i;
+    }
+    if (n_healthy == 0) continue;
+    in_batch.push_back(e);
+    if (n_healthy > 1) open.push_back(e);
+  }
+  auto max_load = [&](const std::vector<int>& choice, std::vector<int64_t>* load) {
+    load->assign(placement.n_nodes(), 0);
+    for (int e : in_batch) (*load)[owner(e, choice[e])] += cost[e];
+    return *std::max_element(load->begin(), load->end());
+  };
+
+  // Greedy: the experts without a choice first, then the others by
+  // decreasing cost, each to its least loaded healthy replica.
+  std::vector<int64_t> load(placement.n_nodes(), 0);
+  std::vector<bool> is_open(n_expert, false);
+  for (int e : open) is_open[e] = true;
+  for (int e : in_batch) {
+    chosen[e] = primary[e];
+    if (!is_open[e]) load[owner(e, chosen[e])] += cost[e];
+  }
+  std::stable_sort(open.begin(), open.end(), [&](int a, int b) { return cost[a] > cost[b]; });
+  for (int e : open) {
+    int best = -1;
+    for (int i = 0; i < placement.replicas(); ++i) {
+      if (!healthy[owner(e, i)]) continue;
+      if (best < 0 || load[owner(e, i)] < load[owner(e, best)]) best = i;
+    }
+    chosen[e] = best;
+    load[owner(e, best)] += cost[e];
+  }
+  // Then move single experts off the busiest node while that lowers the pair's
+  // maximum (greedy order can leave a node that one move relieves).
+  for (size_t step = 0; step < open.size(); ++step) {
+    const int busiest = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
+    int move_e = -1, move_i = -1;
+    int64_t move_peak = load[busiest];
+    for (int e : open) {
+      if (owner(e, chosen[e]) != busiest) continue;
+      for (int i = 0; i < placement.replicas(); ++i) {
+        const int to = owner(e, i);
+        if (to == busiest || !healthy[to]) continue;
+        const int64_t peak = std::max(load[busiest] - cost[e], load[to] + cost[e]);
+        if (peak < move_peak) {
+          move_peak = peak;
+          move_e = e;
+          move_i = i;
+        }
+      }
+    }
+    if (move_e < 0) break;
+    load[busiest] -= cost[move_e];
+    load[owner(move_e, move_i)] += cost[move_e];
+    chosen[move_e] = move_i;
+  }
+  // Never busier than the primaries alone; on a tie they win (their RAM
+  // tiers hold the experts already).
+  std::vector<int64_t> scratch;
+  if (max_load(primary, &scratch) <= max_load(chosen, &scratch)) return primary;
+  return chosen;
+}
+
 }  // namespace colibri::coordinator

@@ -72,6 +72,29 @@ class Placement {
   std::vector<std::vector<int>> owners_;
 };
 
+// Which replica computes each expert of one layer's batch, so that the
+// busiest healthy node carries as little of the layer as it can: a layer ends
+// when its slowest node replies.
+//
+// cost[e] (0 <= e < placement.n_expert(layer)): the work expert e brings to
+// whichever node computes it (0: not in the batch; ExpertWork gives the
+// figure the coordinator uses). healthy[node]: the nodes that may be chosen.
+// Returns [n_expert] indexes into Owners(layer, e): the chosen replica, 0 for
+// the experts not in the batch and for those without a healthy replica (the
+// caller's failover finds none either). Experts with one healthy replica go
+// there first; the others, by decreasing cost (then expert id), to their
+// least loaded healthy replica, the earlier one in Owners order on a tie, so
+// that a balanced layer stays on the primaries and their RAM tiers.
+// Deterministic: the same arguments give the same choice.
+std::vector<int> BalanceReplicas(const Placement& placement, int layer,
+                                 absl::Span<const int64_t> cost, const std::vector<bool>& healthy);
+
+// The cost BalanceReplicas weighs for an expert routed `tokens` tokens of a
+// batch: reading its weights once (4) and 3 per token (a token's multiplies
+// take about 3/4 of the weight read's time in a batched product), in integer
+// units so that choices do not depend on float rounding.
+inline int64_t ExpertWork(int64_t tokens) { return tokens > 0 ? 4 + 3 * tokens : 0; }
+
 }  // namespace colibri::coordinator
 
 #endif  // COLIBRI_COORDINATOR_PLACEMENT_H_

@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "rpc/wire_tensor.h"
 
@@ -158,6 +159,14 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
         absl::StrCat("layer ", batch.layer, " has no placement for ", n_expert_, " experts"));
     return;
   }
+  first_.assign(n_expert_, 0);
+  if (placement.replicas() > 1 && cluster_->balance_replicas()) {
+    std::vector<int64_t> tokens(n_expert_, 0);
+    for (int64_t i = 0; i < n_routes; ++i) ++tokens[batch.experts[i]];
+    std::vector<int64_t> cost(n_expert_);
+    for (int e = 0; e < n_expert_; ++e) cost[e] = ExpertWork(tokens[e]);
+    first_ = BalanceReplicas(placement, batch.layer, cost, Healthy(placement.n_nodes()));
+  }
   std::vector<int64_t> routes(n_routes);
   for (int64_t i = 0; i < n_routes; ++i) routes[i] = i;
   Dispatch(routes, /*send_hints=*/true);
@@ -166,24 +175,33 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
   stats_.involved_nodes += static_cast<int64_t>(calls_.size());
 }
 
+int RemoteExpertBackend::OwnerAt(const Placement& placement, int32_t e, int attempt) const {
+  const int replicas = placement.replicas();
+  return placement.Owners(batch_.layer, e)[(first_[e] + attempt) % replicas];
+}
+
+std::vector<bool> RemoteExpertBackend::Healthy(int n_nodes) const {
+  std::vector<bool> healthy(n_nodes);
+  for (int i = 0; i < n_nodes; ++i) healthy[i] = cluster_->healthy(i);
+  return healthy;
+}
+
 void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send_hints) {
   const Placement& placement = *placement_;
   const int replicas = placement.replicas();
   const int n_nodes = placement.n_nodes();
-  std::vector<bool> healthy(n_nodes);
-  for (int i = 0; i < n_nodes; ++i) healthy[i] = cluster_->healthy(i);
+  const std::vector<bool> healthy = Healthy(n_nodes);
 
   const size_t first_new = calls_.size();
   node_slot_.assign(n_nodes, -1);
   for (int64_t route : routes) {
     const int32_t e = batch_.experts[route];
-    absl::Span<const int> owners = placement.Owners(batch_.layer, e);
-    while (attempt_[e] < replicas && !healthy[owners[attempt_[e]]]) ++attempt_[e];
+    while (attempt_[e] < replicas && !healthy[OwnerAt(placement, e, attempt_[e])]) ++attempt_[e];
     if (attempt_[e] >= replicas) {
       fallback_experts_[e] = true;
       continue;
     }
-    const int node = owners[attempt_[e]];
+    const int node = OwnerAt(placement, e, attempt_[e]);
     if (node_slot_[node] < 0) {
       node_slot_[node] = static_cast<int>(calls_.size());
       calls_.push_back(std::make_unique<Call>());
@@ -345,7 +363,11 @@ absl::Status RemoteExpertBackend::Wait() {
         placement_ = &cluster_->placement();
         replicas = placement_->replicas();
         AddWorkers(placement_->n_nodes());  // nodes that joined since Submit
-        for (int64_t route : call.routes) attempt_[batch_.experts[route]] = 0;
+        for (int64_t route : call.routes) {
+          // Owners order of the new placement, from its primary.
+          first_[batch_.experts[route]] = 0;
+          attempt_[batch_.experts[route]] = 0;
+        }
         retry.insert(retry.end(), call.routes.begin(), call.routes.end());
         continue;
       }
@@ -364,8 +386,9 @@ absl::Status RemoteExpertBackend::Wait() {
       bool moved = false;
       for (int64_t route : call.routes) {
         const int32_t e = batch_.experts[route];
-        absl::Span<const int> owners = placement_->Owners(batch_.layer, e);
-        if (attempt_[e] < replicas && owners[attempt_[e]] == call.node) ++attempt_[e];
+        if (attempt_[e] < replicas && OwnerAt(*placement_, e, attempt_[e]) == call.node) {
+          ++attempt_[e];
+        }
         moved = moved || attempt_[e] < replicas;
       }
       if (moved) {
@@ -412,14 +435,36 @@ void RemoteExpertBackend::SendHints(const Placement& placement, const std::vecto
   std::vector<std::unique_ptr<v1::PrefetchRequest>> separate(n_nodes);
   int64_t riding = 0;
   int64_t dropped = 0;
+  auto valid = [&](int layer, int32_t e) {
+    return layer > batch_.layer && layer < placement.n_layer() && e >= 0 &&
+           e < placement.n_expert(layer);
+  };
+  // [layer] of the hinted layers: the replica each hinted expert starts from,
+  // chosen as Submit would choose for a batch of those experts.
+  absl::flat_hash_map<int, std::vector<int>> start;
+  if (placement.replicas() > 1 && cluster_->balance_replicas()) {
+    absl::flat_hash_map<int, std::vector<int64_t>> cost;
+    for (const auto& [layer, e] : hints_) {
+      if (!valid(layer, e)) continue;
+      std::vector<int64_t>& c = cost[layer];
+      c.resize(placement.n_expert(layer), 0);
+      c[e] = ExpertWork(1);
+    }
+    for (const auto& [layer, c] : cost) {
+      start[layer] = BalanceReplicas(placement, layer, c, healthy);
+    }
+  }
   for (const auto& [layer, e] : hints_) {
-    if (layer <= batch_.layer || layer >= placement.n_layer() || e < 0 ||
-        e >= placement.n_expert(layer)) {
+    if (!valid(layer, e)) {
       ++dropped;
       continue;
     }
+    absl::Span<const int> owners = placement.Owners(layer, e);
+    const auto it = start.find(layer);
+    const int first = it == start.end() ? 0 : it->second[e];
     int owner = -1;
-    for (int node : placement.Owners(layer, e)) {
+    for (int a = 0; a < placement.replicas(); ++a) {
+      const int node = owners[(first + a) % placement.replicas()];
       if (healthy[node]) {
         owner = node;
         break;

@@ -2,8 +2,10 @@
 // per involved node, all in flight at once, with failover to replicas and a
 // local fallback.
 //
-// Submit groups the batch's (token, rank) routes by the first healthy replica
-// of each route's expert, sends each involved node the hidden rows it needs
+// Submit chooses, per expert of the batch, which healthy replica computes it
+// (BalanceReplicas: the one that keeps the busiest node's work least, when
+// ClusterOptions::balance_replicas; else the first healthy one), groups the
+// batch's (token, rank) routes by it, sends each involved node the hidden rows it needs
 // (each token once) and its routes, and returns: the calls are started on the
 // backend's ComputeQueue from the caller's thread. Wait takes the replies on
 // that thread (no thread hand-off either way) and scatters them into
@@ -11,13 +13,15 @@
 // includes the caller's own work when the reply came before Wait. A call that
 // fails or misses its deadline marks its node unhealthy (except DataLoss /
 // NotFound from the node: an expert's loss, Cluster::ReportExpertLoss) and its
-// routes go to each expert's next healthy replica; routes with no replica left
+// routes go to each expert's next healthy replica (in Owners order after the
+// chosen one, wrapping around); routes with no replica left
 // are computed here from the model's own experts (ExpertGroupRunner), so a
 // generation completes, bit for bit the same: every expert output depends only
 // on its token's row, the weights and the path.
 //
 // Prefetch hints (moe::ExpertBackend::Prefetch) are stashed and sent with the
-// next Submit, each to its expert's first healthy replica: riding on that
+// next Submit, each to the replica that would compute its expert if the hinted
+// experts of its layer were that layer's batch (one token each): riding on that
 // node's ComputeLayer request when the node is involved in the submitted layer,
 // otherwise in one separate Prefetch call per node. Separate calls go out on a
 // thread per node and are never waited for; a node has at most one outstanding,
@@ -138,6 +142,10 @@ class RemoteExpertBackend : public moe::ExpertBackend {
     bool retired = false;
   };
 
+  // The node of expert e's replica at try `attempt` (see first_).
+  int OwnerAt(const Placement& placement, int32_t e, int attempt) const;
+  // cluster_->healthy(node) of nodes 0 .. n_nodes - 1, read once.
+  std::vector<bool> Healthy(int n_nodes) const;
   // Groups `routes` by each expert's current replica (attempt_) and sends the
   // calls; routes without a healthy replica go to fallback_experts_. With
   // send_hints, the stashed hints go out with these calls (SendHints).
@@ -170,7 +178,9 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   moe::ExpertBatch batch_;
   float* out_ = nullptr;
   absl::Status submit_status_;
-  std::vector<int> attempt_;            // [n_expert]: replica index in use
+  // The replica at try a of expert e is Owners(e)[(first_[e] + a) % replicas].
+  std::vector<int> first_;              // [n_expert]: the replica chosen first
+  std::vector<int> attempt_;            // [n_expert]: tries moved past
   std::vector<bool> fallback_experts_;  // [n_expert]
   std::vector<std::unique_ptr<Call>> calls_;
   std::vector<int> node_slot_;       // [n_nodes] scratch: call index or -1

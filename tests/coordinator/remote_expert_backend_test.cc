@@ -4,6 +4,7 @@
 // hints go.
 #include "coordinator/remote_expert_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -200,8 +201,9 @@ Batch RandomBatch(int n_tokens, int k, uint32_t seed) {
 class RemoteExpertBackendTest : public ::testing::Test {
  protected:
   // probe_interval: how soon an unhealthy node is probed back to healthy.
-  void MakeCluster(int n_nodes, int replicas,
-                   absl::Duration probe_interval = absl::Milliseconds(5)) {
+  // balance: ClusterOptions::balance_replicas.
+  void MakeCluster(int n_nodes, int replicas, absl::Duration probe_interval = absl::Milliseconds(5),
+                   bool balance = true) {
     std::vector<std::unique_ptr<NodeClient>> clients;
     std::vector<Cluster::Node> nodes;
     nodes_.clear();
@@ -216,6 +218,7 @@ class RemoteExpertBackendTest : public ::testing::Test {
     }
     ClusterOptions options;
     options.replicas = replicas;
+    options.balance_replicas = balance;
     options.probe_interval = probe_interval;
     options.log = &log_;
     absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Create(
@@ -370,7 +373,8 @@ TEST_F(RemoteExpertBackendTest, FallsBackLocallyWithoutReplicas) {
 }
 
 TEST_F(RemoteExpertBackendTest, FailsOverToTheNextReplica) {
-  MakeCluster(3, 2);
+  // Every expert on its primary first, so that the victim's are known.
+  MakeCluster(3, 2, absl::Milliseconds(5), /*balance=*/false);
   RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kExact,
                              &pool_);
   const Batch b = RandomBatch(9, 3, 9);
@@ -390,6 +394,69 @@ TEST_F(RemoteExpertBackendTest, FailsOverToTheNextReplica) {
   EXPECT_EQ(remote.stats().round_trips,
             remote.stats().involved_nodes + static_cast<int64_t>(retried.size()));
   EXPECT_EQ(remote.stats().failovers, 1);
+}
+
+// With replicas, the experts of a layer that share a primary are spread over
+// their replicas: the busiest node gets fewer routes than on the primaries
+// alone, and the outputs stay bitwise those of the local backend.
+TEST_F(RemoteExpertBackendTest, BalancedReplicasSpreadTheWorkAndMatchLocal) {
+  MakeCluster(3, 2);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
+  int64_t busiest_total = 0, busiest_on_primaries = 0, moved = 0;
+  for (uint32_t seed = 0; seed < 24; ++seed) {
+    const int layer = static_cast<int>(seed % kLayers);
+    const Batch b = RandomBatch(1 + seed % 3, 4, 100 + seed);
+    std::vector<float> local_out, remote_out;
+    RunBoth(b, layer, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+    ASSERT_EQ(0,
+              std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+    std::vector<int> experts_at(3, 0), on_primaries(3, 0);
+    std::set<int32_t> distinct(b.experts.begin(), b.experts.end());
+    for (int32_t e : distinct) ++on_primaries[cluster_->placement().Primary(layer, e)];
+    for (int n = 0; n < 3; ++n) {
+      std::vector<v1::ComputeLayerRequest> reqs = nodes_[n]->TakeRequests();
+      ASSERT_LE(reqs.size(), 1u);
+      std::set<int32_t> here;
+      for (const v1::ComputeLayerRequest& r : reqs) {
+        for (const v1::Route& route : r.routes()) {
+          absl::Span<const int> owners = cluster_->placement().Owners(layer, route.expert());
+          // A node only computes experts it holds.
+          EXPECT_NE(std::find(owners.begin(), owners.end(), n), owners.end());
+          here.insert(route.expert());
+        }
+      }
+      for (int32_t e : here) moved += cluster_->placement().Primary(layer, e) != n;
+      experts_at[n] = static_cast<int>(here.size());
+    }
+    busiest_total += *std::max_element(experts_at.begin(), experts_at.end());
+    busiest_on_primaries += *std::max_element(on_primaries.begin(), on_primaries.end());
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_LT(busiest_total, busiest_on_primaries);
+  EXPECT_EQ(remote.stats().fallback_routes, 0);
+}
+
+// A node that fails under balancing: its experts go to their other replica.
+TEST_F(RemoteExpertBackendTest, BalancedReplicasFailOverToo) {
+  MakeCluster(3, 2);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
+  for (int victim = 0; victim < 3; ++victim) {
+    for (FakeNode* node : nodes_) node->set_down(false);
+    for (int i = 0; i < 400; ++i) {
+      if (cluster_->healthy(0) && cluster_->healthy(1) && cluster_->healthy(2)) break;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    nodes_[victim]->set_down(true);
+    const Batch b = RandomBatch(3, 4, 40 + victim);
+    std::vector<float> local_out, remote_out;
+    RunBoth(b, 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+    EXPECT_EQ(0,
+              std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+  }
+  EXPECT_EQ(remote.stats().fallback_routes, 0);
+  EXPECT_GT(remote.stats().failovers, 0);
 }
 
 TEST_F(RemoteExpertBackendTest, AllNodesDownStillCompletes) {
@@ -559,6 +626,58 @@ TEST_F(RemoteExpertBackendTest, HintsRideOnInvolvedNodesAndGoSeparatelyToTheOthe
   EXPECT_EQ(stats.prefetch_calls, calls);
   EXPECT_EQ(stats.hints_dropped, 1);
   EXPECT_EQ(stats.round_trips, 1);
+}
+
+// With balanced replicas, a hint goes where the layer would compute its
+// expert: hinted experts that share their owners are split between them, and
+// the layer's batch of those experts then goes to the same nodes.
+TEST_F(RemoteExpertBackendTest, BalancedHintsGoWhereTheExpertWillBeComputed) {
+  MakeCluster(3, 2);
+  const Placement& placement = cluster_->placement();
+  // Two layer-1 experts with the same owners, in the same order.
+  int32_t e1 = -1, e2 = -1;
+  for (int32_t a = 0; a < kExperts && e2 < 0; ++a) {
+    for (int32_t b = a + 1; b < kExperts && e2 < 0; ++b) {
+      absl::Span<const int> oa = placement.Owners(1, a), ob = placement.Owners(1, b);
+      if (std::equal(oa.begin(), oa.end(), ob.begin())) e1 = a, e2 = b;
+    }
+  }
+  ASSERT_GE(e2, 0) << "the placement has no two experts with the same owners";
+  std::map<int32_t, int> hinted_at;
+  {
+    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                               &pool_);
+    const int32_t pair[2] = {e1, e2};
+    remote.Prefetch(1, pair);
+    const Batch b0 = RandomBatch(1, 2, 5);
+    std::vector<float> out(b0.n_tokens * b0.k * kEmbd);
+    remote.Submit(b0.view(0), out.data());
+    ASSERT_TRUE(remote.Wait().ok());
+  }  // the destructor drains the separate Prefetch calls
+  for (int n = 0; n < 3; ++n) {
+    for (const v1::ComputeLayerRequest& r : nodes_[n]->TakeRequests()) {
+      for (int32_t e : ExpertsOf(r.prefetch(), 1)) hinted_at[e] = n;
+    }
+    for (const v1::PrefetchRequest& r : nodes_[n]->TakePrefetches()) {
+      for (int32_t e : ExpertsOf(r.experts(), 1)) hinted_at[e] = n;
+    }
+  }
+  ASSERT_EQ(hinted_at.size(), 2u);
+  EXPECT_NE(hinted_at[e1], hinted_at[e2]);
+
+  // Layer 1's batch: one token routed to both.
+  Batch b1 = RandomBatch(1, 2, 6);
+  b1.experts = {e1, e2};
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
+  std::vector<float> local_out, remote_out;
+  RunBoth(b1, 1, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+  for (int n = 0; n < 3; ++n) {
+    for (const v1::ComputeLayerRequest& r : nodes_[n]->TakeRequests()) {
+      for (const v1::Route& route : r.routes()) EXPECT_EQ(hinted_at[route.expert()], n);
+    }
+  }
 }
 
 TEST_F(RemoteExpertBackendTest, AtMostOnePrefetchCallPerNodeIsOutstanding) {

@@ -59,6 +59,7 @@ TEST(CommandLineTest, CoordinatorRejectsOutOfRangeNumbers) {
       {with({"--nodes", "127.0.0.1:99999"}), "--nodes"},
       {with({"--nodes", "127.0.0.1:7000,127.0.0.1:-1"}), "--nodes"},
       {with({"--nodes", "127.0.0.1:7000", "--replicas", "0"}), "--replicas"},
+      {with({"--nodes", "127.0.0.1:7000", "--replica-choice", "random"}), "--replica-choice"},
       {with({"--nodes", "127.0.0.1:7000", "--probe-interval", "-1"}), "--probe-interval"},
       {with({"--nodes", "127.0.0.1:7000", "--replace-after", "-3"}), "--replace-after"},
       {{Coordinator(), "perplexity", "--model", m, "--text-file", m, "--ctx", "-1"}, "--ctx"},
