@@ -15,6 +15,8 @@ static_assert(sizeof(Q5KRows8) == kInterleaveRows * sizeof(BlockQ5_K),
               "the interleaved layout must take the bytes of the rows it holds");
 static_assert(sizeof(Q80Rows8) == kInterleaveRows * sizeof(BlockQ8_0),
               "the interleaved layout must take the bytes of the rows it holds");
+static_assert(sizeof(MXFP4Rows8) == kInterleaveRows * sizeof(BlockMXFP4),
+              "the interleaved layout must take the bytes of the rows it holds");
 
 // Moves one super-block of 8 rows between GGUF order (rows[r]: row r's block)
 // and the interleaved order (group), in the direction of kToGroup. The byte
@@ -36,6 +38,28 @@ void MoveSuperBlock(BlockQ8_0* const rows[kInterleaveRows], Q80Rows8* group) {
                         2);
     MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(b.qs), reinterpret_cast<uint8_t*>(group->qs[r]),
                         32);
+  }
+}
+
+// MXFP4: a row's element j < 16 is the low nibble of its qs[j], element
+// j + 16 the high nibble; the group's byte j of pair p holds element j of rows
+// 2p (low nibble) and 2p + 1 (high).
+template <bool kToGroup>
+void MoveSuperBlock(BlockMXFP4* const rows[kInterleaveRows], MXFP4Rows8* group) {
+  for (int r = 0; r < kInterleaveRows; ++r) MoveBytes<kToGroup>(&rows[r]->e, &group->e[r], 1);
+  for (int p = 0; p < kInterleaveRows / 2; ++p) {
+    uint8_t* even = rows[2 * p]->qs;
+    uint8_t* odd = rows[2 * p + 1]->qs;
+    uint8_t* pair = group->qs[p];
+    for (int j = 0; j < 16; ++j) {
+      if constexpr (kToGroup) {
+        pair[j] = static_cast<uint8_t>((even[j] & 0x0F) | (odd[j] << 4));
+        pair[j + 16] = static_cast<uint8_t>((even[j] >> 4) | (odd[j] & 0xF0));
+      } else {
+        even[j] = static_cast<uint8_t>((pair[j] & 0x0F) | (pair[j + 16] << 4));
+        odd[j] = static_cast<uint8_t>((pair[j] >> 4) | (pair[j + 16] & 0xF0));
+      }
+    }
   }
 }
 
@@ -84,6 +108,9 @@ void Move(TensorType type, uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
     case TensorType::kQ8_0:
       MoveGroup<kToGroup, BlockQ8_0, Q80Rows8>(rows, row_bytes, group);
       break;
+    case TensorType::kMXFP4:
+      MoveGroup<kToGroup, BlockMXFP4, MXFP4Rows8>(rows, row_bytes, group);
+      break;
     default:
       std::abort();  // callers check HasInterleavedLayout
   }
@@ -96,6 +123,7 @@ bool HasInterleavedLayout(TensorType type) {
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ8_0:
+    case TensorType::kMXFP4:
       return true;
     default:
       return false;

@@ -9,7 +9,8 @@
 //
 //   Every full group of 8 rows (rows 8g .. 8g+7) keeps its 8 * row_bytes
 //   bytes at data + 8g * row_bytes, rearranged super-block by super-block
-//   (Q4KRows8, Q5KRows8, Q80Rows8 below). Rows past the last full group stay in GGUF order
+//   (Q4KRows8, Q5KRows8, Q80Rows8, MXFP4Rows8 below). Rows past the last full
+//   group stay in GGUF order
 //   at data + r * row_bytes. The matrix takes the same bytes as before, so
 //   sizes, offsets of groups and byte counts are unchanged.
 //
@@ -60,10 +61,20 @@ struct Q80Rows8 {
   int8_t qs[8][32];
 };
 
+// MXFP4: one 32-element block of 8 rows, the rows' e8m0 exponents together,
+// then the 4-bit codes of two rows per byte: the low nibble of qs[p][j] is
+// element j's code in row 2p, the high nibble element j's code in row 2p + 1
+// (one load and two masks give two rows' 32 codes in element order; GGUF
+// puts elements j and j + 16 of one row in a byte).
+struct MXFP4Rows8 {
+  uint8_t e[8];
+  uint8_t qs[4][32];
+};
+
 // Rows interleaved together.
 inline constexpr int kInterleaveRows = 8;
 
-// Whether type has an interleaved layout (Q4_K, Q5_K, Q8_0).
+// Whether type has an interleaved layout (Q4_K, Q5_K, Q8_0, MXFP4).
 bool HasInterleavedLayout(TensorType type);
 
 // Rewrites a group of 8 rows of `type` (row r at rows + r * row_bytes, row

@@ -98,6 +98,35 @@ TEST(RunOutputTest, TheSameTokensWithTheWeightsInRamOrMapped) {
   EXPECT_EQ(in_ram.out, file_order.out);
 }
 
+// The same for gpt-oss's MXFP4 experts, which the AVX2 kernels read in a
+// layout of their own (two rows' codes per byte): the same tokens as in the
+// file's order.
+TEST(RunOutputTest, InterleavedMxfp4ExpertsGiveTheFileOrdersTokens) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  const std::vector<std::string> args = {testing::BinaryPath("coordinator/colibri-coordinator"),
+                                         "run",
+                                         "--model",
+                                         testing::FixturesDir() + "/models/gpt-oss-tiny-mxfp4.gguf",
+                                         "--prompt",
+                                         "The old lighthouse keeper",
+                                         "--n-predict",
+                                         "24",
+                                         "--temp",
+                                         "0",
+                                         "--ignore-eos",
+                                         "--print-token-ids",
+                                         "--threads",
+                                         "2"};
+  const testing::CommandResult interleaved = testing::RunCommand(args);
+  ASSERT_EQ(interleaved.exit_code, 0) << interleaved.err;
+  std::vector<std::string> file_order_args = args;
+  file_order_args.push_back("--gguf-order");
+  const testing::CommandResult file_order = testing::RunCommand(file_order_args);
+  ASSERT_EQ(file_order.exit_code, 0) << file_order.err;
+  EXPECT_FALSE(interleaved.out.empty());
+  EXPECT_EQ(interleaved.out, file_order.out);
+}
+
 // --kv-type: f16 generates (and says so on the summary line) for standard
 // and latent attention (deepseek2); f32 is the default.
 TEST(RunOutputTest, KvTypeF16Generates) {
