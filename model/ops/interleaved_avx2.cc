@@ -1,9 +1,10 @@
 // AVX2 tiles for weights in the kInterleaved8 layout (weight_layout.h): Q4_K
-// and Q5_K against Q8_K activations, Q8_0 and MXFP4 against Q8_0 activations,
-// 8 rows at a time. (Q4_0 and IQ4_NL the way Q8_0 goes decoded 10-17% faster
-// but took prompts 11-34% slower, their nibbles decoded once per 2 tokens
-// instead of 4: not kept. MXFP4 has a layout of its own, two rows' codes per
-// byte, and values offset to unsigned; see Mxfp4Pass.)
+// and Q5_K against Q8_K activations, Q8_0, Q4_0 and MXFP4 against Q8_0
+// activations, 8 rows at a time. (Q4_0 and IQ4_NL the way Q8_0 goes decoded
+// 10-17% faster but took prompts 11-34% slower: not kept. Q4_0 and MXFP4 have
+// a layout of their own, two rows' codes per byte, and values offset to
+// unsigned; see NibblePairsPass. IQ4_NL's values plus 128 would overflow
+// vpmaddubsw's int16 pairs.)
 //
 // One 32-byte load holds 4 quant bytes of each of the 8 rows (Q4KRows8's
 // qs[p][g]); its low nibbles are 4 elements of chunk 2p of every row, its
@@ -302,8 +303,17 @@ void InterleavedBlocks32Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_row
   }
 }
 
-// MXFP4 (MXFP4Rows8): 8 rows' e8m0 exponents as the floats E8M0Half gives
-// (bit for bit: 2^-128 and 2^-127 are subnormal, built by a variable shift).
+// The 4-bit types with two rows' codes per byte (MXFP4Rows8, Q40Rows8).
+// A type D gives its group's 8 block scales as floats (Scales) and, from a
+// Decoder made once per pass, each code's value plus D::kOffset, unsigned
+// (Values), so that vpmaddubsw takes them as they are:
+//   Σ (u - kOffset) * a = Σ u * a - kOffset * Σ a,
+// the second term once per block and token for all rows. That replaces the
+// sign trick's two instructions per row (the per-row kernels') by one
+// subtraction. u * a pairs stay far from the int16 limit (2 * 24 * 128).
+
+// MXFP4: 8 rows' e8m0 exponents as the floats E8M0Half gives (bit for bit:
+// 2^-128 and 2^-127 are subnormal, built by a variable shift).
 COLIBRI_INLINE __m256 E8M0x8(const uint8_t* e) {
   const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
   const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
@@ -312,60 +322,81 @@ COLIBRI_INLINE __m256 E8M0x8(const uint8_t* e) {
   return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, is_subnormal));
 }
 
-// The MXFP4 values plus 12, by code: unsigned (0 .. 24), so that vpmaddubsw
-// takes them as they are; Σ (u - 12) * a = Σ u * a - 12 * Σ a, the second
-// term once per block and token for all rows. That replaces the sign trick's
-// two instructions per row (the per-row kernels') by one subtraction.
+// The MXFP4 values plus 12, by code: 0 .. 24.
 struct Mxfp4Plus12 {
   alignas(16) int8_t values[16];
 };
 constexpr Mxfp4Plus12 MakeMxfp4Plus12() {
   Mxfp4Plus12 t{};
-  for (int code = 0; code < 16; ++code)
+  for (int code = 0; code < 16; ++code) {
     t.values[code] = static_cast<int8_t>(kMxfp4Values[code] + 12);
+  }
   return t;
 }
 constexpr Mxfp4Plus12 kMxfp4Plus12 = MakeMxfp4Plus12();
 
-// 12 x the quad sums of token a's block b, as Mxfp4Pass subtracts them.
-COLIBRI_INLINE __m256i Mxfp4Offset(const QuantizedRow& a, int64_t b) {
-  return DotU8S8Quads(_mm256_set1_epi8(12),
+struct Mxfp4Pairs {
+  using Group = MXFP4Rows8;
+  static constexpr int kOffset = 12;
+  COLIBRI_INLINE static __m256 Scales(const Group& g) { return E8M0x8(g.e); }
+  struct Decoder {
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Plus12.values)));
+    COLIBRI_INLINE __m256i Values(__m256i codes) const { return _mm256_shuffle_epi8(table, codes); }
+  };
+};
+
+// Q4_0: value = code - 8, so the code is the value plus 8.
+struct Q40Pairs {
+  using Group = Q40Rows8;
+  static constexpr int kOffset = 8;
+  COLIBRI_INLINE static __m256 Scales(const Group& g) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
+  }
+  struct Decoder {
+    COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
+  };
+};
+
+// kOffset x the quad sums of token a's block b, as NibblePairsPass subtracts them.
+template <int kOffset>
+COLIBRI_INLINE __m256i OffsetQuads(const QuantizedRow& a, int64_t b) {
+  return DotU8S8Quads(_mm256_set1_epi8(kOffset),
                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 32 * b)));
 }
 
-// A pass over rows r0 .. r0 + R - 1 (R even, r0 even) of an MXFP4 group and
-// T tokens, as Blocks32Pass: per block the 8 rows' factors dw * da in one
+// A pass over rows r0 .. r0 + R - 1 (R even, r0 even) of a group and T
+// tokens, as Blocks32Pass: per block the 8 rows' factors dw * da in one
 // multiply per token, then per pair of rows one load and two masks give both
-// rows' codes, one table lookup each their values plus 12; per row and token
-// the quad sums minus 12 x the token's quad sums go into the row's 8 lanes as
+// rows' codes, D's Values their values plus kOffset; per row and token the
+// quad sums minus the token's OffsetQuads go into the row's 8 lanes as
 // lane + factor * float(quad). The quad sums are the exact integers of the
 // per-row kernels, and the float operations theirs: the same bits.
 // offsets: null (each block's are formed here, as for one token), or
-// Mxfp4Offset of token t's block b at offsets[t * nb + b], formed once per
-// tile (in registers they made the passes of two tokens spill: prompts 5%
-// slower).
-// factors: null (formed here), or the 8 rows' dw * da of token t's block b
-// at factors + (b * T + t) * 8, formed once for both passes over a group's
-// halves (Mxfp4Factors).
-template <int R, int T, int kLocality>
-void Mxfp4Pass(const MXFP4Rows8* blk, int64_t nb, int r0, const QuantizedRow* a,
-               const __m256i* offsets, const float* factors, float* y, int64_t y_stride) {
+// OffsetQuads of token t's block b at offsets[t * nb + b], formed once per
+// tile (in registers they made the passes of two tokens spill).
+// factors: null (formed here), or the 8 rows' dw * da of token t's block b at
+// factors + (b * T + t) * 8, formed once for both passes over a group's
+// halves (prompts were 9% slower before these two).
+template <typename D, int R, int T, int kLocality>
+void NibblePairsPass(const typename D::Group* blk, int64_t nb, int r0, const QuantizedRow* a,
+                     const __m256i* offsets, const float* factors, float* y, int64_t y_stride) {
   static_assert(R % 2 == 0 && R * T <= 8, "rows come in pairs; 8 accumulators at most");
+  using Group = typename D::Group;
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   }
-  const __m256i table = _mm256_broadcastsi128_si256(
-      _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Plus12.values)));
+  const typename D::Decoder decoder;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    const MXFP4Rows8& g = blk[b];
-    PrefetchBytes<kLocality>(blk, (b + 8) * sizeof(MXFP4Rows8), sizeof(MXFP4Rows8));
+    const Group& g = blk[b];
+    PrefetchBytes<kLocality>(blk, (b + 8) * sizeof(Group), sizeof(Group));
     // Read back by broadcast loads, as in Blocks32Pass.
     alignas(32) float dd_here[T][kInterleaveRows];
     const float(*dd)[kInterleaveRows] = dd_here;
     if (factors == nullptr) {
-      const __m256 dw = E8M0x8(g.e);
+      const __m256 dw = D::Scales(g);
       for (int t = 0; t < T; ++t) {
         _mm256_store_ps(dd_here[t], _mm256_mul_ps(dw, _mm256_set1_ps(a[t].d[b])));
       }
@@ -374,14 +405,13 @@ void Mxfp4Pass(const MXFP4Rows8* blk, int64_t nb, int r0, const QuantizedRow* a,
     }
     __m256i offset[T];
     for (int t = 0; t < T; ++t) {
-      offset[t] = offsets == nullptr ? Mxfp4Offset(a[t], b) : offsets[t * nb + b];
+      offset[t] = offsets == nullptr ? OffsetQuads<D::kOffset>(a[t], b) : offsets[t * nb + b];
     }
 #pragma GCC unroll 4
     for (int pair = 0; pair < R / 2; ++pair) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g.qs[r0 / 2 + pair]));
-      const __m256i u[2] = {
-          _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4)),
-          _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4))};
+      const __m256i u[2] = {decoder.Values(_mm256_and_si256(q, m4)),
+                            decoder.Values(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4))};
       for (int h = 0; h < 2; ++h) {
         const int r = 2 * pair + h;
         for (int t = 0; t < T; ++t) {
@@ -398,11 +428,13 @@ void Mxfp4Pass(const MXFP4Rows8* blk, int64_t nb, int r0, const QuantizedRow* a,
   }
 }
 
-// QuantTileFn for MXFP4 over full groups of 8 rows, passes as
-// InterleavedBlocks32Tile's.
-void InterleavedMxfp4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
-                          const ActivationLayout& layout, int64_t n_tokens, float* y,
-                          int64_t y_stride) {
+// QuantTileFn for a type of NibblePairsPass over full groups of 8 rows,
+// passes as InterleavedBlocks32Tile's.
+template <typename D>
+void InterleavedNibblePairsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows,
+                                const uint8_t* act, const ActivationLayout& layout,
+                                int64_t n_tokens, float* y, int64_t y_stride) {
+  using Group = typename D::Group;
   QuantizedRow a[kMaxTokenTile];
   for (int64_t t = 0; t < n_tokens; ++t) {
     a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
@@ -410,22 +442,22 @@ void InterleavedMxfp4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, 
   const int64_t nb = layout.cols / 32;
   if (n_tokens == 1) {
     for (int64_t g = 0; g < n_rows; g += kInterleaveRows) {
-      const auto* blk = reinterpret_cast<const MXFP4Rows8*>(w + g * row_bytes);
-      Mxfp4Pass<8, 1, kReadOnce>(blk, nb, 0, a, nullptr, nullptr, y + g, y_stride);
+      const auto* blk = reinterpret_cast<const Group*>(w + g * row_bytes);
+      NibblePairsPass<D, 8, 1, kReadOnce>(blk, nb, 0, a, nullptr, nullptr, y + g, y_stride);
     }
     return;
   }
-  // A struct around the vector: std::vector<__m256i> drops its attributes.
+  // Structs around the vectors: std::vector<__m256i> drops its attributes.
   struct Offset {
     __m256i v;
   };
+  static_assert(sizeof(Offset) == sizeof(__m256i), "offsets are read as an array of __m256i");
   thread_local std::vector<Offset> offset_store;
   offset_store.resize(static_cast<size_t>(n_tokens * nb));
-  const __m256i* offsets = &offset_store[0].v;
-  static_assert(sizeof(Offset) == sizeof(__m256i), "offsets are read as an array of __m256i");
   for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t b = 0; b < nb; ++b) offset_store[t * nb + b].v = Mxfp4Offset(a[t], b);
+    for (int64_t b = 0; b < nb; ++b) offset_store[t * nb + b].v = OffsetQuads<D::kOffset>(a[t], b);
   }
+  const __m256i* offsets = &offset_store[0].v;
   struct alignas(32) Factors8 {
     float v[kInterleaveRows];
   };
@@ -433,24 +465,26 @@ void InterleavedMxfp4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, 
   factor_blocks.resize(static_cast<size_t>(2 * nb));
   float* const factor_store = factor_blocks[0].v;  // [block][token][row], contiguous
   for (int64_t g = 0; g < n_rows; g += kInterleaveRows) {
-    const auto* blk = reinterpret_cast<const MXFP4Rows8*>(w + g * row_bytes);
+    const auto* blk = reinterpret_cast<const Group*>(w + g * row_bytes);
     float* yg = y + g;
     int64_t t = 0;
     for (; t + 2 <= n_tokens; t += 2) {
-      // The pair's factors for the group: [block][token][row].
+      // The pair's factors for the group.
       for (int64_t b = 0; b < nb; ++b) {
-        const __m256 dw = E8M0x8(blk[b].e);
+        const __m256 dw = D::Scales(blk[b]);
         for (int k = 0; k < 2; ++k) {
           _mm256_store_ps(&factor_store[(b * 2 + k) * kInterleaveRows],
                           _mm256_mul_ps(dw, _mm256_set1_ps(a[t + k].d[b])));
         }
       }
       const __m256i* off = offsets + t * nb;
-      Mxfp4Pass<4, 2, 3>(blk, nb, 0, a + t, off, factor_store, yg + t * y_stride, y_stride);
-      Mxfp4Pass<4, 2, 3>(blk, nb, 4, a + t, off, factor_store, yg + t * y_stride, y_stride);
+      float* yt = yg + t * y_stride;
+      NibblePairsPass<D, 4, 2, 3>(blk, nb, 0, a + t, off, factor_store, yt, y_stride);
+      NibblePairsPass<D, 4, 2, 3>(blk, nb, 4, a + t, off, factor_store, yt, y_stride);
     }
     if (t < n_tokens) {
-      Mxfp4Pass<8, 1, 3>(blk, nb, 0, a + t, offsets + t * nb, nullptr, yg + t * y_stride, y_stride);
+      NibblePairsPass<D, 8, 1, 3>(blk, nb, 0, a + t, offsets + t * nb, nullptr, yg + t * y_stride,
+                                  y_stride);
     }
   }
 }
@@ -461,7 +495,8 @@ void InstallInterleavedTiles(KernelSet* k) {
   k->interleaved_tile[Slot(TensorType::kQ4_K)] = &InterleavedTile<Q4KInterleaved>;
   k->interleaved_tile[Slot(TensorType::kQ5_K)] = &InterleavedTile<Q5KInterleaved>;
   k->interleaved_tile[Slot(TensorType::kQ8_0)] = &InterleavedBlocks32Tile<Q80Interleaved>;
-  k->interleaved_tile[Slot(TensorType::kMXFP4)] = &InterleavedMxfp4Tile;
+  k->interleaved_tile[Slot(TensorType::kMXFP4)] = &InterleavedNibblePairsTile<Mxfp4Pairs>;
+  k->interleaved_tile[Slot(TensorType::kQ4_0)] = &InterleavedNibblePairsTile<Q40Pairs>;
 }
 
 }  // namespace colibri::ops::internal::avx2

@@ -17,6 +17,8 @@ static_assert(sizeof(Q80Rows8) == kInterleaveRows * sizeof(BlockQ8_0),
               "the interleaved layout must take the bytes of the rows it holds");
 static_assert(sizeof(MXFP4Rows8) == kInterleaveRows * sizeof(BlockMXFP4),
               "the interleaved layout must take the bytes of the rows it holds");
+static_assert(sizeof(Q40Rows8) == kInterleaveRows * sizeof(BlockQ4_0),
+              "the interleaved layout must take the bytes of the rows it holds");
 
 // Moves one super-block of 8 rows between GGUF order (rows[r]: row r's block)
 // and the interleaved order (group), in the direction of kToGroup. The byte
@@ -41,12 +43,20 @@ void MoveSuperBlock(BlockQ8_0* const rows[kInterleaveRows], Q80Rows8* group) {
   }
 }
 
-// MXFP4: a row's element j < 16 is the low nibble of its qs[j], element
-// j + 16 the high nibble; the group's byte j of pair p holds element j of rows
-// 2p (low nibble) and 2p + 1 (high).
-template <bool kToGroup>
-void MoveSuperBlock(BlockMXFP4* const rows[kInterleaveRows], MXFP4Rows8* group) {
-  for (int r = 0; r < kInterleaveRows; ++r) MoveBytes<kToGroup>(&rows[r]->e, &group->e[r], 1);
+// The 4-bit types whose row blocks hold element j < 16 in the low nibble of
+// qs[j] and element j + 16 in the high nibble (MXFP4, Q4_0): the group's
+// byte j of pair p holds element j of rows 2p (low nibble) and 2p + 1 (high);
+// the scale fields (MXFP4's e, Q4_0's d) sit together in front.
+template <bool kToGroup, typename Block, typename Group>
+void MoveNibblePairs(Block* const rows[kInterleaveRows], Group* group) {
+  for (int r = 0; r < kInterleaveRows; ++r) {
+    if constexpr (std::is_same_v<Block, BlockMXFP4>) {
+      MoveBytes<kToGroup>(&rows[r]->e, &group->e[r], 1);
+    } else {
+      MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&rows[r]->d),
+                          reinterpret_cast<uint8_t*>(&group->d[r]), 2);
+    }
+  }
   for (int p = 0; p < kInterleaveRows / 2; ++p) {
     uint8_t* even = rows[2 * p]->qs;
     uint8_t* odd = rows[2 * p + 1]->qs;
@@ -61,6 +71,16 @@ void MoveSuperBlock(BlockMXFP4* const rows[kInterleaveRows], MXFP4Rows8* group) 
       }
     }
   }
+}
+
+template <bool kToGroup>
+void MoveSuperBlock(BlockMXFP4* const rows[kInterleaveRows], MXFP4Rows8* group) {
+  MoveNibblePairs<kToGroup>(rows, group);
+}
+
+template <bool kToGroup>
+void MoveSuperBlock(BlockQ4_0* const rows[kInterleaveRows], Q40Rows8* group) {
+  MoveNibblePairs<kToGroup>(rows, group);
 }
 
 template <bool kToGroup, typename Block, typename Group>
@@ -111,6 +131,9 @@ void Move(TensorType type, uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
     case TensorType::kMXFP4:
       MoveGroup<kToGroup, BlockMXFP4, MXFP4Rows8>(rows, row_bytes, group);
       break;
+    case TensorType::kQ4_0:
+      MoveGroup<kToGroup, BlockQ4_0, Q40Rows8>(rows, row_bytes, group);
+      break;
     default:
       std::abort();  // callers check HasInterleavedLayout
   }
@@ -124,6 +147,7 @@ bool HasInterleavedLayout(TensorType type) {
     case TensorType::kQ5_K:
     case TensorType::kQ8_0:
     case TensorType::kMXFP4:
+    case TensorType::kQ4_0:
       return true;
     default:
       return false;

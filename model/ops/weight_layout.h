@@ -9,7 +9,7 @@
 //
 //   Every full group of 8 rows (rows 8g .. 8g+7) keeps its 8 * row_bytes
 //   bytes at data + 8g * row_bytes, rearranged super-block by super-block
-//   (Q4KRows8, Q5KRows8, Q80Rows8, MXFP4Rows8 below). Rows past the last full
+//   (Q4KRows8, Q5KRows8, Q80Rows8, MXFP4Rows8, Q40Rows8 below). Rows past the last full
 //   group stay in GGUF order
 //   at data + r * row_bytes. The matrix takes the same bytes as before, so
 //   sizes, offsets of groups and byte counts are unchanged.
@@ -71,10 +71,16 @@ struct MXFP4Rows8 {
   uint8_t qs[4][32];
 };
 
+// Q4_0: the same with the 8 rows' fp16 scales in front.
+struct Q40Rows8 {
+  uint16_t d[8];
+  uint8_t qs[4][32];
+};
+
 // Rows interleaved together.
 inline constexpr int kInterleaveRows = 8;
 
-// Whether type has an interleaved layout (Q4_K, Q5_K, Q8_0, MXFP4).
+// Whether type has an interleaved layout (Q4_K, Q5_K, Q8_0, MXFP4, Q4_0).
 bool HasInterleavedLayout(TensorType type);
 
 // Rewrites a group of 8 rows of `type` (row r at rows + r * row_bytes, row

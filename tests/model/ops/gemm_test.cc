@@ -263,8 +263,8 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
   const int64_t cols = 3 * 256;
   const std::vector<float> x = MakeActivations(17, cols, 9);
-  for (TensorType type :
-       {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ8_0, TensorType::kMXFP4}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ8_0,
+                          TensorType::kMXFP4, TensorType::kQ4_0}) {
     for (int64_t rows : {3, 8, 29, 64, 133}) {
       const Matrix m = MakeMatrix(type, rows, cols, static_cast<uint32_t>(rows));
       std::vector<uint8_t> storage;
@@ -297,13 +297,14 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 }
 
 // MatMul asks for the layout only where the kernel set has tiles for it: the
-// AVX2 set for Q4_K, Q5_K, Q8_0 and MXFP4; never the portable set, another type, a matrix
+// AVX2 set for Q4_K, Q5_K, Q8_0, MXFP4 and Q4_0; never the portable set, another type, a matrix
 // without a full group or one interleaved already.
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q4 = MakeMatrix(TensorType::kQ4_K, 16, 256, 1);
   const Matrix q5 = MakeMatrix(TensorType::kQ5_K, 16, 256, 1);
   const Matrix q8 = MakeMatrix(TensorType::kQ8_0, 16, 256, 1);
   const Matrix mx = MakeMatrix(TensorType::kMXFP4, 16, 256, 1);
+  const Matrix q40 = MakeMatrix(TensorType::kQ4_0, 16, 256, 1);
   const Matrix q6 = MakeMatrix(TensorType::kQ6_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
   const std::string set = ActiveKernelSetName();
@@ -312,11 +313,13 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
     EXPECT_TRUE(PrefersInterleaved(q5.w));
     EXPECT_TRUE(PrefersInterleaved(q8.w));
     EXPECT_TRUE(PrefersInterleaved(mx.w));
+    EXPECT_TRUE(PrefersInterleaved(q40.w));
   } else if (set == "portable") {
     EXPECT_FALSE(PrefersInterleaved(q4.w));
     EXPECT_FALSE(PrefersInterleaved(q5.w));
     EXPECT_FALSE(PrefersInterleaved(q8.w));
     EXPECT_FALSE(PrefersInterleaved(mx.w));
+    EXPECT_FALSE(PrefersInterleaved(q40.w));
   }
   EXPECT_FALSE(PrefersInterleaved(q6.w));
   EXPECT_FALSE(PrefersInterleaved(few.w));
@@ -345,7 +348,8 @@ void CheckInterleaveBytes(TensorType type, uint64_t block_bytes, Check where) {
   EXPECT_EQ(back, rows);
 }
 
-// Q4KRows8, Q5KRows8, Q80Rows8 and MXFP4Rows8 byte for byte, and the way back.
+// Q4KRows8, Q5KRows8, Q80Rows8, Q40Rows8 and MXFP4Rows8 byte for byte, and
+// the way back.
 TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
   // BlockQ4_K: d (2 bytes), dmin (2), scales (12), qs (128).
   CheckInterleaveBytes(
@@ -382,6 +386,17 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
         ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
         ASSERT_EQ(std::memcmp(b.qs[r], src + 2, 32), 0) << "block " << i << " row " << r;
       });
+  // BlockQ4_0: d, qs (16), codes as MXFP4's.
+  CheckInterleaveBytes(
+      TensorType::kQ4_0, 18, [](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
+        const Q40Rows8& b = reinterpret_cast<const Q40Rows8*>(group)[i];
+        ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
+        for (int j = 0; j < 32; ++j) {
+          const int code = j < 16 ? src[2 + j] & 0x0F : src[2 + j - 16] >> 4;
+          const int stored = r % 2 == 0 ? b.qs[r / 2][j] & 0x0F : b.qs[r / 2][j] >> 4;
+          ASSERT_EQ(stored, code) << "block " << i << " row " << r << " element " << j;
+        }
+      });
   // BlockMXFP4: e, qs (16): element j's code is the low nibble of qs[j] for
   // j < 16, the high nibble of qs[j - 16] after.
   CheckInterleaveBytes(
@@ -394,6 +409,41 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
           ASSERT_EQ(stored, code) << "block " << i << " row " << r << " element " << j;
         }
       });
+}
+
+// Q4_0 rows of random bytes (any code, any fp16 scale but infinities and
+// NaNs) through the interleaved tile and MatMulReference: bitwise the same.
+TEST_P(GemmTest, InterleavedQ4_0HandlesEveryScaleAndCode) {
+  const int64_t rows = 24, cols = 8 * 32;
+  std::mt19937 rng(13);
+  Matrix m;
+  m.w.type = TensorType::kQ4_0;
+  m.w.rows = rows;
+  m.w.cols = cols;
+  m.w.row_bytes = RowBytesUnchecked(TensorType::kQ4_0, cols);
+  m.bytes.resize(rows * m.w.row_bytes);
+  for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(rng());
+  for (int64_t blk = 0; blk < rows * cols / 32; ++blk) {
+    // Exponent field below 31 (finite), any sign and mantissa; subnormals too.
+    uint8_t* high = &m.bytes[blk * 18 + 1];
+    *high = static_cast<uint8_t>((*high & 0x83) | ((blk % 31) << 2));
+  }
+  m.w.data = m.bytes.data();
+  std::vector<uint8_t> storage;
+  const std::vector<WeightMatrix> layouts = Layouts(m, &storage);
+  ASSERT_EQ(layouts.size(), 2u);
+  const std::vector<float> x = MakeActivations(5, cols, 4);
+  for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
+    std::vector<float> ref(n_tokens * rows), got(n_tokens * rows, -4.0f);
+    MatMulReference(m.w, x.data(), n_tokens, ref.data(), rows, NumericPath::kFast);
+    MatMulScratch scratch;
+    MatMul(layouts[1], x.data(), n_tokens, got.data(), rows, NumericPath::kFast, nullptr, &scratch);
+    for (int64_t i = 0; i < n_tokens * rows; ++i) {
+      ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
+          << ActiveKernelSetName() << " n_tokens=" << n_tokens << " t=" << i / rows
+          << " r=" << i % rows << ": " << got[i] << " vs " << ref[i];
+    }
+  }
 }
 
 // MXFP4 rows of random bytes: every code and exponents from 0 (a subnormal
