@@ -60,22 +60,29 @@ TEST(RunOutputTest, IsValidUtf8WhateverTheModelEmits) {
   EXPECT_TRUE(IsValidUtf8(r.out)) << r.out;
 }
 
+// `run` of `model` on `prompt`: 24 greedy tokens (EOS ignored) printed as
+// ids, 2 threads.
+std::vector<std::string> GreedyIdsArgs(const std::string& model, const std::string& prompt) {
+  return {testing::BinaryPath("coordinator/colibri-coordinator"),
+          "run",
+          "--model",
+          model,
+          "--prompt",
+          prompt,
+          "--n-predict",
+          "24",
+          "--temp",
+          "0",
+          "--ignore-eos",
+          "--print-token-ids",
+          "--threads",
+          "2"};
+}
+
 TEST(RunOutputTest, TheSameTokensWithTheWeightsInRamOrMapped) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
-  const std::vector<std::string> args = {testing::BinaryPath("coordinator/colibri-coordinator"),
-                                         "run",
-                                         "--model",
-                                         testing::FixturesDir() + "/models/qwen2moe-tiny-q8_0.gguf",
-                                         "--prompt",
-                                         "Once upon a time",
-                                         "--n-predict",
-                                         "24",
-                                         "--temp",
-                                         "0",
-                                         "--ignore-eos",
-                                         "--print-token-ids",
-                                         "--threads",
-                                         "2"};
+  const std::vector<std::string> args =
+      GreedyIdsArgs(testing::FixturesDir() + "/models/qwen2moe-tiny-q8_0.gguf", "Once upon a time");
   const testing::CommandResult in_ram = testing::RunCommand(args);
   ASSERT_EQ(in_ram.exit_code, 0) << in_ram.err;
   EXPECT_NE(in_ram.err.find("MiB copied into RAM on huge pages (every expert runs here)"),
@@ -104,20 +111,8 @@ TEST(RunOutputTest, TheSameTokensWithTheWeightsInRamOrMapped) {
 // file's order.
 TEST(RunOutputTest, InterleavedMxfp4ExpertsGiveTheFileOrdersTokens) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
-  const std::vector<std::string> args = {testing::BinaryPath("coordinator/colibri-coordinator"),
-                                         "run",
-                                         "--model",
-                                         testing::FixturesDir() + "/models/gpt-oss-tiny-mxfp4.gguf",
-                                         "--prompt",
-                                         "The old lighthouse keeper",
-                                         "--n-predict",
-                                         "24",
-                                         "--temp",
-                                         "0",
-                                         "--ignore-eos",
-                                         "--print-token-ids",
-                                         "--threads",
-                                         "2"};
+  const std::vector<std::string> args = GreedyIdsArgs(
+      testing::FixturesDir() + "/models/gpt-oss-tiny-mxfp4.gguf", "The old lighthouse keeper");
   const testing::CommandResult interleaved = testing::RunCommand(args);
   ASSERT_EQ(interleaved.exit_code, 0) << interleaved.err;
   std::vector<std::string> file_order_args = args;

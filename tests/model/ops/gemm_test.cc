@@ -411,28 +411,32 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
       });
 }
 
-// Q4_0 rows of random bytes (any code, any fp16 scale but infinities and
-// NaNs) through the interleaved tile and MatMulReference: bitwise the same.
-TEST_P(GemmTest, InterleavedQ4_0HandlesEveryScaleAndCode) {
-  const int64_t rows = 24, cols = 8 * 32;
-  std::mt19937 rng(13);
+// rows x cols of `type` from random bytes (every code), then fix_block(block
+// bytes, block index) setting what must stay finite.
+template <typename ScaleFix>
+Matrix RandomRows(TensorType type, int64_t rows, int64_t cols, uint32_t seed, ScaleFix fix_block) {
+  std::mt19937 rng(seed);
   Matrix m;
-  m.w.type = TensorType::kQ4_0;
+  m.w.type = type;
   m.w.rows = rows;
   m.w.cols = cols;
-  m.w.row_bytes = RowBytesUnchecked(TensorType::kQ4_0, cols);
+  m.w.row_bytes = RowBytesUnchecked(type, cols);
   m.bytes.resize(rows * m.w.row_bytes);
   for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(rng());
-  for (int64_t blk = 0; blk < rows * cols / 32; ++blk) {
-    // Exponent field below 31 (finite), any sign and mantissa; subnormals too.
-    uint8_t* high = &m.bytes[blk * 18 + 1];
-    *high = static_cast<uint8_t>((*high & 0x83) | ((blk % 31) << 2));
-  }
+  const uint64_t block_bytes = RowBytesUnchecked(type, 32);
+  for (int64_t blk = 0; blk < rows * cols / 32; ++blk) fix_block(&m.bytes[blk * block_bytes], blk);
   m.w.data = m.bytes.data();
+  return m;
+}
+
+// m through its interleaved copy (the tile's every pass: 1-5 tokens) against
+// MatMulReference on GGUF order: bitwise the same.
+void ExpectInterleavedEqualsReference(const Matrix& m) {
   std::vector<uint8_t> storage;
   const std::vector<WeightMatrix> layouts = Layouts(m, &storage);
   ASSERT_EQ(layouts.size(), 2u);
-  const std::vector<float> x = MakeActivations(5, cols, 4);
+  const int64_t rows = m.w.rows;
+  const std::vector<float> x = MakeActivations(5, m.w.cols, 3);
   for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
     std::vector<float> ref(n_tokens * rows), got(n_tokens * rows, -4.0f);
     MatMulReference(m.w, x.data(), n_tokens, ref.data(), rows, NumericPath::kFast);
@@ -440,44 +444,28 @@ TEST_P(GemmTest, InterleavedQ4_0HandlesEveryScaleAndCode) {
     MatMul(layouts[1], x.data(), n_tokens, got.data(), rows, NumericPath::kFast, nullptr, &scratch);
     for (int64_t i = 0; i < n_tokens * rows; ++i) {
       ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
-          << ActiveKernelSetName() << " n_tokens=" << n_tokens << " t=" << i / rows
-          << " r=" << i % rows << ": " << got[i] << " vs " << ref[i];
+          << TypeName(m.w.type) << " " << ActiveKernelSetName() << " n_tokens=" << n_tokens
+          << " t=" << i / rows << " r=" << i % rows << ": " << got[i] << " vs " << ref[i];
     }
   }
 }
 
+// Q4_0 rows of random bytes: any code, any finite fp16 scale (subnormals too).
+TEST_P(GemmTest, InterleavedQ4_0HandlesEveryScaleAndCode) {
+  ExpectInterleavedEqualsReference(
+      RandomRows(TensorType::kQ4_0, 24, 8 * 32, 13, [](uint8_t* block, int64_t i) {
+        // The fp16's high byte: exponent field below 31, any sign and mantissa.
+        block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));
+      }));
+}
+
 // MXFP4 rows of random bytes: every code and exponents from 0 (a subnormal
-// scale, 2^-128) up, through the interleaved tile and the GGUF-order kernels
-// on every token count of its passes: bitwise the same.
+// scale, 2^-128) up to 191 (larger ones overflow to inf with the ±1
+// activations, where NaN bits need not agree).
 TEST_P(GemmTest, InterleavedMxfp4HandlesEveryExponentAndCode) {
-  const int64_t rows = 24, cols = 8 * 32;
-  std::mt19937 rng(12);
-  Matrix m;
-  m.w.type = TensorType::kMXFP4;
-  m.w.rows = rows;
-  m.w.cols = cols;
-  m.w.row_bytes = RowBytesUnchecked(TensorType::kMXFP4, cols);
-  m.bytes.resize(rows * m.w.row_bytes);
-  for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(rng());
-  // Exponents 0 .. 191 across the blocks (larger ones overflow to inf with
-  // the ±1 activations, where NaN bits need not agree).
-  for (int64_t blk = 0; blk < rows * cols / 32; ++blk) m.bytes[blk * 17] = blk % 192;
-  m.w.data = m.bytes.data();
-  std::vector<uint8_t> storage;
-  const std::vector<WeightMatrix> layouts = Layouts(m, &storage);
-  ASSERT_EQ(layouts.size(), 2u);
-  const std::vector<float> x = MakeActivations(5, cols, 3);
-  for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
-    std::vector<float> ref(n_tokens * rows), got(n_tokens * rows, -4.0f);
-    MatMulReference(m.w, x.data(), n_tokens, ref.data(), rows, NumericPath::kFast);
-    MatMulScratch scratch;
-    MatMul(layouts[1], x.data(), n_tokens, got.data(), rows, NumericPath::kFast, nullptr, &scratch);
-    for (int64_t i = 0; i < n_tokens * rows; ++i) {
-      ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
-          << ActiveKernelSetName() << " n_tokens=" << n_tokens << " t=" << i / rows
-          << " r=" << i % rows << ": " << got[i] << " vs " << ref[i];
-    }
-  }
+  ExpectInterleavedEqualsReference(
+      RandomRows(TensorType::kMXFP4, 24, 8 * 32, 12,
+                 [](uint8_t* block, int64_t i) { block[0] = static_cast<uint8_t>(i % 192); }));
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelSets, GemmTest,
