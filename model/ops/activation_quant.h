@@ -56,6 +56,12 @@ struct QuantizedRow {
                         reinterpret_cast<const float*>(row + layout.aux_offset),
                         reinterpret_cast<const int16_t*>(row + layout.aux_offset)};
   }
+  // a[t] = At(layout, rows + t * layout.row_bytes) for t < n: the rows of
+  // a tile's tokens.
+  static void AtEach(const ActivationLayout& layout, const uint8_t* rows, int64_t n,
+                     QuantizedRow* a) {
+    for (int64_t t = 0; t < n; ++t) a[t] = At(layout, rows + t * layout.row_bytes);
+  }
 };
 
 // x: [layout.cols]; row: layout.row_bytes bytes, 64-byte aligned.

@@ -140,8 +140,7 @@ template <typename Kernel>
 void QuantTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
                const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
   QuantizedRow a[kMaxTokenTile];
-  for (int64_t t = 0; t < n_tokens; ++t)
-    a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
+  QuantizedRow::AtEach(layout, act, n_tokens, a);
   const int64_t ahead = PrefetchRowsAhead(row_bytes);
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + r * row_bytes;

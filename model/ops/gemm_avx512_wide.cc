@@ -203,9 +203,7 @@ void WideTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
               const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
   const int64_t nb = layout.cols / kQK_K;
   QuantizedRow a[kWideTokens];
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
-  }
+  QuantizedRow::AtEach(layout, act, n_tokens, a);
   std::vector<BlockTerms>& terms = TermsScratch();
   if (terms.size() < static_cast<size_t>(nb)) terms.resize(nb);
   const int nt = static_cast<int>(n_tokens);

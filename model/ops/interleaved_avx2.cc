@@ -186,9 +186,7 @@ template <typename D>
 void InterleavedTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
                      const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
   QuantizedRow a[kMaxTokenTile];
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
-  }
+  QuantizedRow::AtEach(layout, act, n_tokens, a);
   const int64_t nb = layout.cols / 256;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kInterleaveRows) {
     const auto* blk = reinterpret_cast<const typename D::Block*>(w + r0 * row_bytes);
@@ -283,9 +281,7 @@ void InterleavedBlocks32Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_row
                              const uint8_t* act, const ActivationLayout& layout, int64_t n_tokens,
                              float* y, int64_t y_stride) {
   QuantizedRow a[kMaxTokenTile];
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
-  }
+  QuantizedRow::AtEach(layout, act, n_tokens, a);
   const int64_t nb = layout.cols / 32;
   for (int64_t g = 0; g < n_rows; g += kInterleaveRows) {
     const auto* blk = reinterpret_cast<const typename D::Group*>(w + g * row_bytes);
@@ -436,9 +432,7 @@ void InterleavedNibblePairsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_
                                 int64_t n_tokens, float* y, int64_t y_stride) {
   using Group = typename D::Group;
   QuantizedRow a[kMaxTokenTile];
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    a[t] = QuantizedRow::At(layout, act + t * layout.row_bytes);
-  }
+  QuantizedRow::AtEach(layout, act, n_tokens, a);
   const int64_t nb = layout.cols / 32;
   if (n_tokens == 1) {
     for (int64_t g = 0; g < n_rows; g += kInterleaveRows) {
@@ -461,17 +455,22 @@ void InterleavedNibblePairsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_
   struct alignas(32) Factors8 {
     float v[kInterleaveRows];
   };
+  // [block]: the group's 8 block scales, converted once per group.
+  thread_local std::vector<Factors8> scale_blocks;
+  scale_blocks.resize(static_cast<size_t>(nb));
+  // [block][token][row], contiguous: a token pair's factors.
   thread_local std::vector<Factors8> factor_blocks;
   factor_blocks.resize(static_cast<size_t>(2 * nb));
-  float* const factor_store = factor_blocks[0].v;  // [block][token][row], contiguous
+  float* const factor_store = factor_blocks[0].v;
   for (int64_t g = 0; g < n_rows; g += kInterleaveRows) {
     const auto* blk = reinterpret_cast<const Group*>(w + g * row_bytes);
     float* yg = y + g;
+    for (int64_t b = 0; b < nb; ++b) _mm256_store_ps(scale_blocks[b].v, D::Scales(blk[b]));
     int64_t t = 0;
     for (; t + 2 <= n_tokens; t += 2) {
       // The pair's factors for the group.
       for (int64_t b = 0; b < nb; ++b) {
-        const __m256 dw = D::Scales(blk[b]);
+        const __m256 dw = _mm256_load_ps(scale_blocks[b].v);
         for (int k = 0; k < 2; ++k) {
           _mm256_store_ps(&factor_store[(b * 2 + k) * kInterleaveRows],
                           _mm256_mul_ps(dw, _mm256_set1_ps(a[t + k].d[b])));

@@ -30,15 +30,22 @@ struct Matrix {
 // Rows quantized from normal values at row-dependent scales, and a few rows
 // of extreme quants (all bytes 0xFF but the fp16 scales), so that the largest
 // quants and scales meet the largest activations.
-Matrix MakeMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
+// rows x cols of `type`, bytes zero (data set by the caller once they are
+// final).
+Matrix EmptyMatrix(TensorType type, int64_t rows, int64_t cols) {
   Matrix m;
   m.w.type = type;
   m.w.rows = rows;
   m.w.cols = cols;
   m.w.row_bytes = RowBytesUnchecked(type, cols);
   m.bytes.resize(rows * m.w.row_bytes);
+  return m;
+}
+
+Matrix MakeMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Matrix m = EmptyMatrix(type, rows, cols);
   std::vector<float> row(cols);
   for (int64_t r = 0; r < rows; ++r) {
     const float scale = std::ldexp(1.0f, static_cast<int>(r % 5) - 2);
@@ -416,12 +423,7 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
 template <typename ScaleFix>
 Matrix RandomRows(TensorType type, int64_t rows, int64_t cols, uint32_t seed, ScaleFix fix_block) {
   std::mt19937 rng(seed);
-  Matrix m;
-  m.w.type = type;
-  m.w.rows = rows;
-  m.w.cols = cols;
-  m.w.row_bytes = RowBytesUnchecked(type, cols);
-  m.bytes.resize(rows * m.w.row_bytes);
+  Matrix m = EmptyMatrix(type, rows, cols);
   for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(rng());
   const uint64_t block_bytes = RowBytesUnchecked(type, 32);
   for (int64_t blk = 0; blk < rows * cols / 32; ++blk) fix_block(&m.bytes[blk * block_bytes], blk);
