@@ -106,11 +106,12 @@ class Model {
   // same either way. Call before any session runs. Blocks until done.
   absl::StatusOr<uint64_t> CopyWeightsToRam(RamWeights which) const;
   // Rewrites the matrices of `which` that MatMul reads faster in the
-  // interleaved layout (ops::PrefersInterleaved: Q4_K on the AVX2 kernels)
-  // into RAM the model owns, in that layout, and points the model's views at
-  // the copies; CopyWeightsToRam then leaves their file ranges out. Products
-  // stay bitwise the same. Under CopyWeightsToRam's budget: nothing when the
-  // weights of `which` take more than half of the memory limit. The token
+  // interleaved layout (ops::PrefersInterleaved: the K-quants Q4_K to Q6_K and
+  // others on the AVX2 kernels) into RAM the model owns, in that layout, and
+  // points the model's views at the copies; CopyWeightsToRam then leaves
+  // their file ranges out. Products stay bitwise the same. Under
+  // CopyWeightsToRam's budget: nothing when the weights of `which` take more
+  // than half of the memory limit. The token
   // embedding's rows stay where they are (EmbedToken reads them). Returns the
   // bytes rewritten; ResourceExhausted when memory runs out (the matrices
   // done by then stay interleaved, the rest as they were). Not thread-safe,

@@ -1,5 +1,5 @@
-// AVX2 tiles for weights in the kInterleaved8 layout (weight_layout.h): Q4_K
-// and Q5_K against Q8_K activations, Q8_0, Q4_0 and MXFP4 against Q8_0
+// AVX2 tiles for weights in the kInterleaved8 layout (weight_layout.h): Q4_K,
+// Q5_K and Q6_K against Q8_K activations, Q8_0, Q4_0 and MXFP4 against Q8_0
 // activations, 8 rows at a time. (Q4_0 and IQ4_NL the way Q8_0 goes decoded
 // 10-17% faster but took prompts 11-34% slower: not kept. Q4_0 and MXFP4 have
 // a layout of their own, two rows' codes per byte, and values offset to
@@ -51,9 +51,17 @@ COLIBRI_INLINE void Nibbles(const uint8_t (&qs)[4][8][8][4], int p, int g, __m25
   *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
 }
 
+template <typename D, int NT, int kLocality>
+void K45Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, float* y,
+              int64_t y_stride);
+
 struct Q4KInterleaved {
   using Block = Q4KRows8;
   static constexpr int kLoadsPerSum = 8;
+  template <int NT, int kLocality>
+  static void Group(const Block* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t stride) {
+    K45Group<Q4KInterleaved, NT, kLocality>(blk, nb, a, y, stride);
+  }
   COLIBRI_INLINE static void Quants(const Block& b, int p, int g, __m256i* lo, __m256i* hi) {
     Nibbles(b.qs, p, g, lo, hi);
   }
@@ -62,6 +70,10 @@ struct Q4KInterleaved {
 struct Q5KInterleaved {
   using Block = Q5KRows8;
   static constexpr int kLoadsPerSum = 4;
+  template <int NT, int kLocality>
+  static void Group(const Block* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t stride) {
+    K45Group<Q5KInterleaved, NT, kLocality>(blk, nb, a, y, stride);
+  }
   COLIBRI_INLINE static void Quants(const Block& b, int p, int g, __m256i* lo, __m256i* hi) {
     Nibbles(b.qs, p, g, lo, hi);
     // Bits 2p (lo) and 2p+1 (hi) of the elements' qh bytes to bit 4, in one
@@ -117,11 +129,12 @@ struct Rows8Scales {
   }
 };
 
-// Rows 8g .. 8g+7 (blk: their nb super-blocks) against NT tokens: y[t *
-// y_stride + r] for r < 8. kLocality: the prefetch hint (kReadOnce for decode).
+// Rows 8g .. 8g+7 (blk: their nb super-blocks) of Q4_K or Q5_K against NT
+// tokens: y[t * y_stride + r] for r < 8. kLocality: the prefetch hint
+// (kReadOnce for decode).
 template <typename D, int NT, int kLocality>
-void Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, float* y,
-           int64_t y_stride) {
+void K45Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, float* y,
+              int64_t y_stride) {
   using Block = typename D::Block;
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
@@ -180,8 +193,124 @@ void Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, floa
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// Q6_K (Q6KRows8): three loads and 11 bit operations give the codes u = q +
+// 32 of 4 elements of 4 chunks of the 8 rows (Q6KCodes). A group scale
+// covers 16 elements, 4 loads; the products of two loads add up in int16
+// (at most 2 * 2 * 63 * 128 = 32256) before a vpmaddwd by the group's 8
+// scales (each repeated for its row's two lanes), so 16 elements of 8 rows
+// take 4 vpmaddubsw and 2 vpmaddwd where the row-major tiles take 4 and 4.
+// The offset, Σ sc (u - 32) a = Σ sc u a - 32 Σ_s sc_s bsum_s: the second
+// sum for the 8 rows in 8 vpmaddwd per token and super-block, from the
+// layout's scales two groups to a row side by side. The float update is
+// vec_dot.h's, acc = acc + (d * da) * float(isum - 32 * bsum_dot), on the
+// exact integers of the per-row kernels: the same bits.
+
+// Codes of elements 4 g .. 4 g + 3 of chunks 4 n .. 4 n + 3 of the 8 rows
+// from q[n][g]: c[k] holds chunk 4 n + k's, row r in bytes 4 r .. 4 r + 3.
+COLIBRI_INLINE void Q6KCodes(const uint8_t (&planes)[3][8][4], __m256i c[4]) {
+  const __m256i p0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(planes[0]));
+  const __m256i p1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(planes[1]));
+  const __m256i p2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(planes[2]));
+  const __m256i low6 = _mm256_set1_epi8(0x3F);
+  c[0] = _mm256_and_si256(p0, low6);
+  c[1] = _mm256_and_si256(p1, low6);
+  c[2] = _mm256_and_si256(p2, low6);
+  // The planes' top 2 bits to bits 0-1, 2-3 and 4-5, by a 16-bit shift of 2
+  // as each joins: every byte's bits 0-1 are clear before a shift, so a
+  // word's high byte moves nothing into its low byte.
+  __m256i top = _mm256_srli_epi16(_mm256_andnot_si256(low6, p0), 2);
+  top = _mm256_srli_epi16(_mm256_or_si256(top, _mm256_andnot_si256(low6, p1)), 2);
+  c[3] = _mm256_srli_epi16(_mm256_or_si256(top, _mm256_andnot_si256(low6, p2)), 2);
+}
+
+// Group scale 2 p + h of the 8 rows as 16 words, row r's in words 2 r and
+// 2 r + 1 (pair: Q6KRows8's scales[p]).
+COLIBRI_INLINE __m256i Q6KScale(const int8_t (&pair)[8][2], int h) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pair));
+  const char a = static_cast<char>(h);
+  const __m128i dup =
+      _mm_shuffle_epi8(v, _mm_setr_epi8(a, a, a + 2, a + 2, a + 4, a + 4, a + 6, a + 6, a + 8,
+                                        a + 8, a + 10, a + 10, a + 12, a + 12, a + 14, a + 14));
+  return _mm256_cvtepi8_epi16(dup);
+}
+
+template <int NT, int kLocality>
+void Q6KGroup(const Q6KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t y_stride) {
+  // Super-blocks ahead to prefetch (6.6 KiB): 2, 4 and 7 measured alike
+  // within the host's noise (decode of 2048 x 768 and 151936 x 2048, 1 and 2
+  // threads, Zen 1, 3 alternated runs each).
+  constexpr int64_t kAhead = 4;
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const Q6KRows8& b = blk[i];
+    PrefetchBytes<kLocality>(blk, (i + kAhead) * sizeof(Q6KRows8), sizeof(Q6KRows8));
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        // Loads 4 h .. 4 h + 3 cover group 2 (4 n + k) + h of chunk 4 n + k.
+        __m256i sc[4];
+        for (int k = 0; k < 4; ++k) sc[k] = Q6KScale(b.scales[4 * n + k], h);
+#pragma GCC unroll 2
+        for (int g0 = 4 * h; g0 < 4 * h + 4; g0 += 2) {
+          __m256i s16[4][NT];
+          for (int k = 0; k < 4; ++k) {
+            for (int t = 0; t < NT; ++t) s16[k][t] = _mm256_setzero_si256();
+          }
+#pragma GCC unroll 2
+          for (int g = g0; g < g0 + 2; ++g) {
+            __m256i c[4];
+            Q6KCodes(b.q[n][g], c);
+            for (int k = 0; k < 4; ++k) {
+              for (int t = 0; t < NT; ++t) {
+                const int8_t* qa = a[t].qs + 256 * i + 128 * n + 32 * k + 4 * g;
+                s16[k][t] = _mm256_add_epi16(s16[k][t], _mm256_maddubs_epi16(c[k], Broadcast4(qa)));
+              }
+            }
+          }
+          for (int k = 0; k < 4; ++k) {
+            for (int t = 0; t < NT; ++t) {
+              isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[k][t], sc[k]));
+            }
+          }
+        }
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    for (int t = 0; t < NT; ++t) {
+      // Lane r: Σ_s sc_s,r * bsum_s, two groups per vpmaddwd.
+      __m256i bsum_dot = _mm256_setzero_si256();
+      for (int p = 0; p < 8; ++p) {
+        const __m256i pair =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[p])));
+        int32_t bsums;
+        std::memcpy(&bsums, a[t].bsums + 16 * i + 2 * p, sizeof(bsums));
+        bsum_dot = _mm256_add_epi32(bsum_dot, _mm256_madd_epi16(pair, _mm256_set1_epi32(bsums)));
+      }
+      isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(bsum_dot, 5));
+      const __m256 da = _mm256_set1_ps(a[t].d[i]);
+      acc[t] =
+          _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t])));
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+struct Q6KInterleaved {
+  using Block = Q6KRows8;
+  template <int NT, int kLocality>
+  static void Group(const Block* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t stride) {
+    Q6KGroup<NT, kLocality>(blk, nb, a, y, stride);
+  }
+};
+
 // QuantTileFn over full groups of 8 rows: each group against the tokens in
-// passes of up to four, so that a group's weights stay in L1 across passes.
+// passes of up to four, so that a group's weights stay in L1 across passes
+// (Q6_K's passes of four spill registers, and still ran 3-5% faster than
+// passes of two).
 template <typename D>
 void InterleavedTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
                      const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
@@ -192,22 +321,22 @@ void InterleavedTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const
     const auto* blk = reinterpret_cast<const typename D::Block*>(w + r0 * row_bytes);
     float* yr = y + r0;
     if (n_tokens == 1) {
-      Group<D, 1, kReadOnce>(blk, nb, a, yr, y_stride);
+      D::template Group<1, kReadOnce>(blk, nb, a, yr, y_stride);
       continue;
     }
     int64_t t0 = 0;
     for (; t0 + 4 <= n_tokens; t0 += 4) {
-      Group<D, 4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+      D::template Group<4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
     }
     switch (n_tokens - t0) {
       case 3:
-        Group<D, 3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        D::template Group<3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       case 2:
-        Group<D, 2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        D::template Group<2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       case 1:
-        Group<D, 1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        D::template Group<1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       default:
         break;
@@ -493,6 +622,7 @@ void InterleavedNibblePairsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_
 void InstallInterleavedTiles(KernelSet* k) {
   k->interleaved_tile[Slot(TensorType::kQ4_K)] = &InterleavedTile<Q4KInterleaved>;
   k->interleaved_tile[Slot(TensorType::kQ5_K)] = &InterleavedTile<Q5KInterleaved>;
+  k->interleaved_tile[Slot(TensorType::kQ6_K)] = &InterleavedTile<Q6KInterleaved>;
   k->interleaved_tile[Slot(TensorType::kQ8_0)] = &InterleavedBlocks32Tile<Q80Interleaved>;
   k->interleaved_tile[Slot(TensorType::kMXFP4)] = &InterleavedNibblePairsTile<Mxfp4Pairs>;
   k->interleaved_tile[Slot(TensorType::kQ4_0)] = &InterleavedNibblePairsTile<Q40Pairs>;

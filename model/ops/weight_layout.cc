@@ -13,6 +13,8 @@ static_assert(sizeof(Q4KRows8) == kInterleaveRows * sizeof(BlockQ4_K),
               "the interleaved layout must take the bytes of the rows it holds");
 static_assert(sizeof(Q5KRows8) == kInterleaveRows * sizeof(BlockQ5_K),
               "the interleaved layout must take the bytes of the rows it holds");
+static_assert(sizeof(Q6KRows8) == kInterleaveRows * sizeof(BlockQ6_K),
+              "the interleaved layout must take the bytes of the rows it holds");
 static_assert(sizeof(Q80Rows8) == kInterleaveRows * sizeof(BlockQ8_0),
               "the interleaved layout must take the bytes of the rows it holds");
 static_assert(sizeof(MXFP4Rows8) == kInterleaveRows * sizeof(BlockMXFP4),
@@ -83,6 +85,73 @@ void MoveSuperBlock(BlockQ4_0* const rows[kInterleaveRows], Q40Rows8* group) {
   MoveNibblePairs<kToGroup>(rows, group);
 }
 
+// The 6-bit codes of a GGUF Q6_K block in element order: element 128 n +
+// 32 k + l (l < 32) takes bits 0-3 from ql[64 n + 32 (k % 2) + l] (the low
+// nibble for k < 2, the high one after) and bits 4-5 from bits 2 k and
+// 2 k + 1 of qh[32 n + l].
+void Q6KCodes(const BlockQ6_K& b, uint8_t codes[256]) {
+  for (int n = 0; n < 2; ++n) {
+    for (int l = 0; l < 32; ++l) {
+      const int ql0 = b.ql[64 * n + l], ql1 = b.ql[64 * n + 32 + l], h = b.qh[32 * n + l];
+      uint8_t* u = codes + 128 * n + l;
+      u[0] = static_cast<uint8_t>((ql0 & 0x0F) | ((h & 3) << 4));
+      u[32] = static_cast<uint8_t>((ql1 & 0x0F) | (((h >> 2) & 3) << 4));
+      u[64] = static_cast<uint8_t>((ql0 >> 4) | (((h >> 4) & 3) << 4));
+      u[96] = static_cast<uint8_t>((ql1 >> 4) | (((h >> 6) & 3) << 4));
+    }
+  }
+}
+
+// The block's ql and qh from its codes (Q6KCodes the other way).
+void SetQ6KCodes(const uint8_t codes[256], BlockQ6_K* b) {
+  for (int n = 0; n < 2; ++n) {
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t* u = codes + 128 * n + l;
+      b->ql[64 * n + l] = static_cast<uint8_t>((u[0] & 0x0F) | (u[64] << 4));
+      b->ql[64 * n + 32 + l] = static_cast<uint8_t>((u[32] & 0x0F) | (u[96] << 4));
+      b->qh[32 * n + l] = static_cast<uint8_t>((u[0] >> 4) | ((u[32] >> 4) << 2) |
+                                               ((u[64] >> 4) << 4) | ((u[96] >> 4) << 6));
+    }
+  }
+}
+
+// Q6_K's codes are repacked (Q6KRows8), not moved byte by byte.
+template <bool kToGroup>
+void MoveSuperBlock(BlockQ6_K* const rows[kInterleaveRows], Q6KRows8* group) {
+  for (int r = 0; r < kInterleaveRows; ++r) {
+    BlockQ6_K& b = *rows[r];
+    MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.d), reinterpret_cast<uint8_t*>(&group->d[r]),
+                        2);
+    for (int s = 0; s < 16; ++s) {
+      MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.scales[s]),
+                          reinterpret_cast<uint8_t*>(&group->scales[s / 2][r][s % 2]), 1);
+    }
+    uint8_t codes[256];
+    if constexpr (kToGroup) Q6KCodes(b, codes);
+    for (int n = 0; n < 2; ++n) {
+      for (int g = 0; g < 8; ++g) {
+        for (int i = 0; i < 4; ++i) {
+          uint8_t* u = codes + 128 * n + 4 * g + i;  // u[32 k]: chunk 4 n + k's code
+          uint8_t* const planes[3] = {&group->q[n][g][0][r][i], &group->q[n][g][1][r][i],
+                                      &group->q[n][g][2][r][i]};
+          if constexpr (kToGroup) {
+            for (int j = 0; j < 3; ++j) {
+              *planes[j] = static_cast<uint8_t>(u[32 * j] | (((u[96] >> (2 * j)) & 3) << 6));
+            }
+          } else {
+            u[96] = 0;
+            for (int j = 0; j < 3; ++j) {
+              u[32 * j] = *planes[j] & 0x3F;
+              u[96] = static_cast<uint8_t>(u[96] | ((*planes[j] >> 6) << (2 * j)));
+            }
+          }
+        }
+      }
+    }
+    if constexpr (!kToGroup) SetQ6KCodes(codes, &b);
+  }
+}
+
 template <bool kToGroup, typename Block, typename Group>
 void MoveSuperBlock(Block* const rows[kInterleaveRows], Group* group) {
   static_assert(std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>);
@@ -125,6 +194,9 @@ void Move(TensorType type, uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
     case TensorType::kQ5_K:
       MoveGroup<kToGroup, BlockQ5_K, Q5KRows8>(rows, row_bytes, group);
       break;
+    case TensorType::kQ6_K:
+      MoveGroup<kToGroup, BlockQ6_K, Q6KRows8>(rows, row_bytes, group);
+      break;
     case TensorType::kQ8_0:
       MoveGroup<kToGroup, BlockQ8_0, Q80Rows8>(rows, row_bytes, group);
       break;
@@ -145,6 +217,7 @@ bool HasInterleavedLayout(TensorType type) {
   switch (type) {
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
     case TensorType::kQ8_0:
     case TensorType::kMXFP4:
     case TensorType::kQ4_0:

@@ -9,10 +9,10 @@
 //
 //   Every full group of 8 rows (rows 8g .. 8g+7) keeps its 8 * row_bytes
 //   bytes at data + 8g * row_bytes, rearranged super-block by super-block
-//   (Q4KRows8, Q5KRows8, Q80Rows8, MXFP4Rows8, Q40Rows8 below). Rows past the last full
-//   group stay in GGUF order
-//   at data + r * row_bytes. The matrix takes the same bytes as before, so
-//   sizes, offsets of groups and byte counts are unchanged.
+//   (Q4KRows8, Q5KRows8, Q6KRows8, Q80Rows8, MXFP4Rows8, Q40Rows8 below).
+//   Rows past the last full group stay in GGUF order at data + r * row_bytes.
+//   The matrix takes the same bytes as before, so sizes, offsets of groups
+//   and byte counts are unchanged.
 //
 // MatMul reads either layout and gives bitwise the same results on both (on a
 // kernel set without tiles for the interleaved layout, or on the exact path, it
@@ -54,6 +54,22 @@ struct Q5KRows8 {
   uint8_t qs[4][8][8][4];
 };
 
+// Q6_K, with its 6-bit codes (the quant plus 32) packed anew: 4 codes in 3
+// bytes whose low 6 bits are three of the codes and whose top 2 bits together
+// the fourth, so that three loads and 11 bit operations give 4 x 32 codes of
+// 8 rows (GGUF's ql/qh split takes 17). Byte for byte:
+//   d[r]: row r's fp16 scale;
+//   scales[p][r][h]: row r's group scale 2 p + h (elements 32 p + 16 h ..
+//     32 p + 16 h + 15), two groups of a row side by side;
+//   q[n][g][j][r][b]: for half n of the super-block (elements 128 n ..
+//     128 n + 127), with u_k the code of element 128 n + 32 k + 4 g + b of
+//     row r: bits 0-5 hold u_j, bits 6-7 bits 2 j and 2 j + 1 of u_3.
+struct Q6KRows8 {
+  uint16_t d[8];
+  int8_t scales[8][8][2];
+  uint8_t q[2][8][3][8][4];
+};
+
 // Q8_0: one 32-element block of 8 rows, the rows' fp16 scales together (one
 // conversion gives all 8 rows' block factors), then each row's quants.
 struct Q80Rows8 {
@@ -80,7 +96,7 @@ struct Q40Rows8 {
 // Rows interleaved together.
 inline constexpr int kInterleaveRows = 8;
 
-// Whether type has an interleaved layout (Q4_K, Q5_K, Q8_0, MXFP4, Q4_0).
+// Whether type has an interleaved layout (Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0).
 bool HasInterleavedLayout(TensorType type);
 
 // Rewrites a group of 8 rows of `type` (row r at rows + r * row_bytes, row

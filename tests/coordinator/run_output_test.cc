@@ -123,45 +123,51 @@ TEST(RunOutputTest, InterleavedMxfp4ExpertsGiveTheFileOrdersTokens) {
   EXPECT_EQ(interleaved.out, file_order.out);
 }
 
-// A Q4_0 file (colibri-make-model's demo shape): the interleaved Q4_0
-// matrices give the file order's tokens and logits, bit for bit.
-TEST(RunOutputTest, InterleavedQ4_0GivesTheFileOrdersTokensAndLogits) {
+// Files of one type (colibri-make-model's demo shape) whose matrices the
+// model interleaves (Q4_0, Q6_K): they give the file order's tokens and
+// logits, bit for bit.
+TEST(RunOutputTest, InterleavedQ4_0AndQ6_KGiveTheFileOrdersTokensAndLogits) {
   const std::string dir = ::testing::TempDir();
-  const std::string model = dir + "/run-output-q4_0.gguf";
-  const testing::CommandResult made =
-      testing::RunCommand({testing::BinaryPath("scripts/colibri-make-model"), "--preset", "demo",
-                           "--type", "q4_0", "--out", model});
-  ASSERT_EQ(made.exit_code, 0) << made.err;
-  auto run = [&](const std::string& logits, bool file_order) {
-    std::vector<std::string> args = {testing::BinaryPath("coordinator/colibri-coordinator"),
-                                     "run",
-                                     "--model",
-                                     model,
-                                     "--prompt",
-                                     "one two three four",
-                                     "--n-predict",
-                                     "16",
-                                     "--temp",
-                                     "0",
-                                     "--ignore-eos",
-                                     "--print-token-ids",
-                                     "--threads",
-                                     "2",
-                                     "--logits-out",
-                                     logits};
-    if (file_order) args.push_back("--gguf-order");
-    return testing::RunCommand(args);
-  };
-  const testing::CommandResult interleaved = run(dir + "/q4_0-interleaved.f32", false);
-  ASSERT_EQ(interleaved.exit_code, 0) << interleaved.err;
-  const testing::CommandResult file_order = run(dir + "/q4_0-file-order.f32", true);
-  ASSERT_EQ(file_order.exit_code, 0) << file_order.err;
-  EXPECT_FALSE(interleaved.out.empty());
-  EXPECT_EQ(interleaved.out, file_order.out);
-  const std::string a = testing::ReadAll(dir + "/q4_0-interleaved.f32");
-  const std::string b = testing::ReadAll(dir + "/q4_0-file-order.f32");
-  EXPECT_FALSE(a.empty());
-  EXPECT_TRUE(a == b) << "the logits differ";
+  for (const std::string type : {"q4_0", "q6_k"}) {
+    SCOPED_TRACE(type);
+    const std::string model = dir + "/run-output-" + type + ".gguf";
+    const testing::CommandResult made =
+        testing::RunCommand({testing::BinaryPath("scripts/colibri-make-model"), "--preset", "demo",
+                             "--type", type, "--out", model});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    auto run = [&](const std::string& logits, bool file_order) {
+      std::vector<std::string> args = {testing::BinaryPath("coordinator/colibri-coordinator"),
+                                       "run",
+                                       "--model",
+                                       model,
+                                       "--prompt",
+                                       "one two three four",
+                                       "--n-predict",
+                                       "16",
+                                       "--temp",
+                                       "0",
+                                       "--ignore-eos",
+                                       "--print-token-ids",
+                                       "--threads",
+                                       "2",
+                                       "--logits-out",
+                                       logits};
+      if (file_order) args.push_back("--gguf-order");
+      return testing::RunCommand(args);
+    };
+    const std::string interleaved_logits = dir + "/" + type + "-interleaved.f32";
+    const std::string file_order_logits = dir + "/" + type + "-file-order.f32";
+    const testing::CommandResult interleaved = run(interleaved_logits, false);
+    ASSERT_EQ(interleaved.exit_code, 0) << interleaved.err;
+    const testing::CommandResult file_order = run(file_order_logits, true);
+    ASSERT_EQ(file_order.exit_code, 0) << file_order.err;
+    EXPECT_FALSE(interleaved.out.empty());
+    EXPECT_EQ(interleaved.out, file_order.out);
+    const std::string a = testing::ReadAll(interleaved_logits);
+    const std::string b = testing::ReadAll(file_order_logits);
+    EXPECT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << "the logits differ";
+  }
 }
 
 // --kv-type: f16 generates (and says so on the summary line) for standard

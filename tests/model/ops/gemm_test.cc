@@ -270,8 +270,8 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
   const int64_t cols = 3 * 256;
   const std::vector<float> x = MakeActivations(17, cols, 9);
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ8_0,
-                          TensorType::kMXFP4, TensorType::kQ4_0}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+                          TensorType::kQ8_0, TensorType::kMXFP4, TensorType::kQ4_0}) {
     for (int64_t rows : {3, 8, 29, 64, 133}) {
       const Matrix m = MakeMatrix(type, rows, cols, static_cast<uint32_t>(rows));
       std::vector<uint8_t> storage;
@@ -304,8 +304,8 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 }
 
 // MatMul asks for the layout only where the kernel set has tiles for it: the
-// AVX2 set for Q4_K, Q5_K, Q8_0, MXFP4 and Q4_0; never the portable set, another type, a matrix
-// without a full group or one interleaved already.
+// AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4 and Q4_0; never the portable set, another type, a
+// matrix without a full group or one interleaved already.
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q4 = MakeMatrix(TensorType::kQ4_K, 16, 256, 1);
   const Matrix q5 = MakeMatrix(TensorType::kQ5_K, 16, 256, 1);
@@ -313,6 +313,7 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix mx = MakeMatrix(TensorType::kMXFP4, 16, 256, 1);
   const Matrix q40 = MakeMatrix(TensorType::kQ4_0, 16, 256, 1);
   const Matrix q6 = MakeMatrix(TensorType::kQ6_K, 16, 256, 2);
+  const Matrix q3 = MakeMatrix(TensorType::kQ3_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
   const std::string set = ActiveKernelSetName();
   if (set == "avx2") {
@@ -321,14 +322,16 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
     EXPECT_TRUE(PrefersInterleaved(q8.w));
     EXPECT_TRUE(PrefersInterleaved(mx.w));
     EXPECT_TRUE(PrefersInterleaved(q40.w));
+    EXPECT_TRUE(PrefersInterleaved(q6.w));
   } else if (set == "portable") {
     EXPECT_FALSE(PrefersInterleaved(q4.w));
     EXPECT_FALSE(PrefersInterleaved(q5.w));
     EXPECT_FALSE(PrefersInterleaved(q8.w));
     EXPECT_FALSE(PrefersInterleaved(mx.w));
     EXPECT_FALSE(PrefersInterleaved(q40.w));
+    EXPECT_FALSE(PrefersInterleaved(q6.w));
   }
-  EXPECT_FALSE(PrefersInterleaved(q6.w));
+  EXPECT_FALSE(PrefersInterleaved(q3.w));
   EXPECT_FALSE(PrefersInterleaved(few.w));
   std::vector<uint8_t> storage(q4.bytes.size());
   EXPECT_FALSE(PrefersInterleaved(InterleaveMatrix(q4.w, storage.data())));
@@ -355,8 +358,8 @@ void CheckInterleaveBytes(TensorType type, uint64_t block_bytes, Check where) {
   EXPECT_EQ(back, rows);
 }
 
-// Q4KRows8, Q5KRows8, Q80Rows8, Q40Rows8 and MXFP4Rows8 byte for byte, and
-// the way back.
+// Q4KRows8, Q5KRows8, Q6KRows8, Q80Rows8, Q40Rows8 and MXFP4Rows8 byte for
+// byte, and the way back.
 TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
   // BlockQ4_K: d (2 bytes), dmin (2), scales (12), qs (128).
   CheckInterleaveBytes(
@@ -384,6 +387,39 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
         for (int q = 0; q < 128; ++q) {
           ASSERT_EQ(b.qs[q / 32][(q % 32) / 4][r][q % 4], src[48 + q])
               << "block " << i << " row " << r << " qs byte " << q;
+        }
+      });
+  // BlockQ6_K: ql (128), qh (64), scales (16), d. Element e = 128 n + 32 k + l
+  // (l < 32): the low nibble of ql[64 n + l] (k = 0), of ql[64 n + 32 + l]
+  // (k = 1), their high nibbles (k = 2, 3), bits 2 k, 2 k + 1 of qh[32 n + l]
+  // above. Q6KRows8 repacks the codes: u_j in bits 0-5 of plane j, u_3's bit
+  // pairs in bits 6-7 of the three planes.
+  CheckInterleaveBytes(
+      TensorType::kQ6_K, 210, [](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
+        const Q6KRows8& b = reinterpret_cast<const Q6KRows8*>(group)[i];
+        ASSERT_EQ(std::memcmp(&b.d[r], src + 208, 2), 0) << "block " << i << " row " << r;
+        for (int s = 0; s < 16; ++s) {
+          ASSERT_EQ(b.scales[s / 2][r][s % 2], static_cast<int8_t>(src[192 + s]))
+              << "block " << i << " row " << r << " scale " << s;
+        }
+        auto code = [src](int e) {
+          const int n = e / 128, k = e % 128 / 32, l = e % 32;
+          const uint8_t ql = src[64 * n + 32 * (k % 2) + l];
+          const int low = k < 2 ? ql & 0x0F : ql >> 4;
+          return low | ((src[128 + 32 * n + l] >> (2 * k) & 3) << 4);
+        };
+        for (int n = 0; n < 2; ++n) {
+          for (int l = 0; l < 32; ++l) {
+            const int e = 128 * n + l;
+            int u3 = 0;
+            for (int j = 0; j < 3; ++j) {
+              const uint8_t plane = b.q[n][l / 4][j][r][l % 4];
+              ASSERT_EQ(plane & 0x3F, code(e + 32 * j))
+                  << "block " << i << " row " << r << " element " << e + 32 * j;
+              u3 |= (plane >> 6) << (2 * j);
+            }
+            ASSERT_EQ(u3, code(e + 96)) << "block " << i << " row " << r << " element " << e + 96;
+          }
         }
       });
   // BlockQ8_0: d, qs (32).
@@ -425,8 +461,10 @@ Matrix RandomRows(TensorType type, int64_t rows, int64_t cols, uint32_t seed, Sc
   std::mt19937 rng(seed);
   Matrix m = EmptyMatrix(type, rows, cols);
   for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(rng());
-  const uint64_t block_bytes = RowBytesUnchecked(type, 32);
-  for (int64_t blk = 0; blk < rows * cols / 32; ++blk) fix_block(&m.bytes[blk * block_bytes], blk);
+  const TensorTypeTraits& traits = GetTraits(type);
+  for (int64_t blk = 0; blk < rows * cols / traits.block_size; ++blk) {
+    fix_block(&m.bytes[blk * traits.type_size], blk);
+  }
   m.w.data = m.bytes.data();
   return m;
 }
@@ -458,6 +496,19 @@ TEST_P(GemmTest, InterleavedQ4_0HandlesEveryScaleAndCode) {
       RandomRows(TensorType::kQ4_0, 24, 8 * 32, 13, [](uint8_t* block, int64_t i) {
         // The fp16's high byte: exponent field below 31, any sign and mantissa.
         block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));
+      }));
+}
+
+// Q6_K rows of random bytes: every code, every group scale (-128 too, with
+// the largest codes and activations), any finite fp16 scale.
+TEST_P(GemmTest, InterleavedQ6_KHandlesEveryScaleAndCode) {
+  ExpectInterleavedEqualsReference(
+      RandomRows(TensorType::kQ6_K, 24, 3 * 256, 14, [](uint8_t* block, int64_t i) {
+        block[209] = static_cast<uint8_t>((block[209] & 0x83) | ((i % 31) << 2));  // d's high byte
+        if (i % 4 == 1) {
+          std::memset(block, 0xFF, 192);  // every code 63
+          block[192 + i % 16] = 0x80;     // one group scale -128
+        }
       }));
 }
 
