@@ -85,19 +85,30 @@ void MoveSuperBlock(BlockQ4_0* const rows[kInterleaveRows], Q40Rows8* group) {
   MoveNibblePairs<kToGroup>(rows, group);
 }
 
+// Four bytes as one word: the Q6_K code moves below work on four bytes at
+// once, masking every shifted field to its byte.
+uint32_t Load4(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+void Store4(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+constexpr uint32_t kLow2 = 0x03030303u, kLow4 = 0x0F0F0F0Fu, kLow6 = 0x3F3F3F3Fu;
+
 // The 6-bit codes of a GGUF Q6_K block in element order: element 128 n +
 // 32 k + l (l < 32) takes bits 0-3 from ql[64 n + 32 (k % 2) + l] (the low
 // nibble for k < 2, the high one after) and bits 4-5 from bits 2 k and
 // 2 k + 1 of qh[32 n + l].
 void Q6KCodes(const BlockQ6_K& b, uint8_t codes[256]) {
   for (int n = 0; n < 2; ++n) {
-    for (int l = 0; l < 32; ++l) {
-      const int ql0 = b.ql[64 * n + l], ql1 = b.ql[64 * n + 32 + l], h = b.qh[32 * n + l];
+    for (int l = 0; l < 32; l += 4) {
+      const uint32_t ql0 = Load4(b.ql + 64 * n + l), ql1 = Load4(b.ql + 64 * n + 32 + l);
+      const uint32_t h = Load4(b.qh + 32 * n + l);
       uint8_t* u = codes + 128 * n + l;
-      u[0] = static_cast<uint8_t>((ql0 & 0x0F) | ((h & 3) << 4));
-      u[32] = static_cast<uint8_t>((ql1 & 0x0F) | (((h >> 2) & 3) << 4));
-      u[64] = static_cast<uint8_t>((ql0 >> 4) | (((h >> 4) & 3) << 4));
-      u[96] = static_cast<uint8_t>((ql1 >> 4) | (((h >> 6) & 3) << 4));
+      Store4(u, (ql0 & kLow4) | ((h & kLow2) << 4));
+      Store4(u + 32, (ql1 & kLow4) | (((h >> 2) & kLow2) << 4));
+      Store4(u + 64, ((ql0 >> 4) & kLow4) | (((h >> 4) & kLow2) << 4));
+      Store4(u + 96, ((ql1 >> 4) & kLow4) | (((h >> 6) & kLow2) << 4));
     }
   }
 }
@@ -105,12 +116,13 @@ void Q6KCodes(const BlockQ6_K& b, uint8_t codes[256]) {
 // The block's ql and qh from its codes (Q6KCodes the other way).
 void SetQ6KCodes(const uint8_t codes[256], BlockQ6_K* b) {
   for (int n = 0; n < 2; ++n) {
-    for (int l = 0; l < 32; ++l) {
+    for (int l = 0; l < 32; l += 4) {
       const uint8_t* u = codes + 128 * n + l;
-      b->ql[64 * n + l] = static_cast<uint8_t>((u[0] & 0x0F) | (u[64] << 4));
-      b->ql[64 * n + 32 + l] = static_cast<uint8_t>((u[32] & 0x0F) | (u[96] << 4));
-      b->qh[32 * n + l] = static_cast<uint8_t>((u[0] >> 4) | ((u[32] >> 4) << 2) |
-                                               ((u[64] >> 4) << 4) | ((u[96] >> 4) << 6));
+      const uint32_t u0 = Load4(u), u1 = Load4(u + 32), u2 = Load4(u + 64), u3 = Load4(u + 96);
+      Store4(b->ql + 64 * n + l, (u0 & kLow4) | ((u2 & kLow4) << 4));
+      Store4(b->ql + 64 * n + 32 + l, (u1 & kLow4) | ((u3 & kLow4) << 4));
+      Store4(b->qh + 32 * n + l, ((u0 >> 4) & kLow2) | (((u1 >> 4) & kLow2) << 2) |
+                                     (((u2 >> 4) & kLow2) << 4) | (((u3 >> 4) & kLow2) << 6));
     }
   }
 }
@@ -130,21 +142,21 @@ void MoveSuperBlock(BlockQ6_K* const rows[kInterleaveRows], Q6KRows8* group) {
     if constexpr (kToGroup) Q6KCodes(b, codes);
     for (int n = 0; n < 2; ++n) {
       for (int g = 0; g < 8; ++g) {
-        for (int i = 0; i < 4; ++i) {
-          uint8_t* u = codes + 128 * n + 4 * g + i;  // u[32 k]: chunk 4 n + k's code
-          uint8_t* const planes[3] = {&group->q[n][g][0][r][i], &group->q[n][g][1][r][i],
-                                      &group->q[n][g][2][r][i]};
-          if constexpr (kToGroup) {
-            for (int j = 0; j < 3; ++j) {
-              *planes[j] = static_cast<uint8_t>(u[32 * j] | (((u[96] >> (2 * j)) & 3) << 6));
-            }
-          } else {
-            u[96] = 0;
-            for (int j = 0; j < 3; ++j) {
-              u[32 * j] = *planes[j] & 0x3F;
-              u[96] = static_cast<uint8_t>(u[96] | ((*planes[j] >> 6) << (2 * j)));
-            }
+        uint8_t* u = codes + 128 * n + 4 * g;  // u + 32 k: chunk 4 n + k's 4 codes
+        uint8_t(&planes)[3][8][4] = group->q[n][g];
+        if constexpr (kToGroup) {
+          const uint32_t u3 = Load4(u + 96);
+          for (int j = 0; j < 3; ++j) {
+            Store4(planes[j][r], Load4(u + 32 * j) | (((u3 >> (2 * j)) & kLow2) << 6));
           }
+        } else {
+          uint32_t u3 = 0;
+          for (int j = 0; j < 3; ++j) {
+            const uint32_t plane = Load4(planes[j][r]);
+            Store4(u + 32 * j, plane & kLow6);
+            u3 |= ((plane >> 6) & kLow2) << (2 * j);
+          }
+          Store4(u + 96, u3);
         }
       }
     }
