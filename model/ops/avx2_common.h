@@ -72,6 +72,29 @@ COLIBRI_INLINE __m256i DotS8S8Quads(__m256i a, __m256i b) {
   return DotU8S8Quads(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
+// Lane r: the sum of the int32 lanes of p[r] (exact), for 4 rows and 8 rows:
+// the 32-element block types' per-row block sums, rows in lane order.
+COLIBRI_INLINE __m128i SumLanes4(const __m256i p[4]) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+COLIBRI_INLINE __m256i SumLanes8(const __m256i p[8]) {
+  // Rows 0-3 (g0) and 4-7 (g1), each as [4 rows' low-lane sums | high-lane sums].
+  const __m256i g0 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+  const __m256i g1 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x21),
+                          _mm256_blend_epi32(g0, g1, 0xF0));
+}
+// The sum of the int32 lanes of v (exact).
+COLIBRI_INLINE int SumLanes(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 1, 1, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
 // Converts the 32 int8 of v to float, multiplies by d and stores 32 floats.
 COLIBRI_INLINE void StoreScaled32(__m256i v, __m256 d, float* out) {
   const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);

@@ -1,9 +1,7 @@
 // AVX2 tiles for weights in the kInterleaved8 layout (weight_layout.h): Q4_K,
 // Q5_K and Q6_K against Q8_K activations, Q8_0, Q4_0 and MXFP4 against Q8_0
-// activations, 8 rows at a time. (Q4_0 and IQ4_NL the way Q8_0 goes decoded
-// 10-17% faster but took prompts 11-34% slower: not kept. Q4_0 and MXFP4 have
-// a layout of their own, two rows' codes per byte, and values offset to
-// unsigned; see NibblePairsPass. IQ4_NL's values plus 128 would overflow
+// activations, 8 rows at a time. (Q4_0 and MXFP4 take their values offset to
+// unsigned; see NibbleQuadsPass. IQ4_NL's values plus 128 would overflow
 // vpmaddubsw's int16 pairs.)
 //
 // One 32-byte load holds 4 quant bytes of each of the 8 rows (Q4KRows8's
@@ -349,9 +347,15 @@ void InterleavedTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const
   }
 }
 
-// A 32-element block type: a group's 8 block factors as floats (Scales) and
-// row r's 32 quants as signed bytes (Quants), as the per-row kernels of
-// vec_dot_avx2.cc decode them.
+// The 32-element block types. Per block and token, each row's 32 products
+// go into 8 quad sums (vpmaddubsw, vpmaddwd), SumLanes8 turns the 8 rows' quad
+// sums into one vector of their exact block sums, rows in lane order, and
+//   acc = acc + (dw * da) * float(sum)
+// updates the 8 rows in one 8-lane operation: vec_dot.h's order, so every
+// output is bitwise the row-major tiles' and MatMulReference's.
+
+// Q8_0: a group's 8 block scales as floats (Scales) and row r's 32 quants as
+// signed bytes (Quants).
 struct Q80Interleaved {
   using Group = Q80Rows8;
   COLIBRI_INLINE static __m256i Quants(const Group& g, int r) {
@@ -362,54 +366,41 @@ struct Q80Interleaved {
   }
 };
 
-// A pass of a 32-element block type over rows r0 .. r0 + R - 1 of a group
-// and T tokens (R * T = 8 accumulators): per block, one conversion and one
-// multiply per token give the 8 rows' factors dw * da (the per-row kernels'
-// scalar product, lane by lane); the quad sums of row r and token t go into
-// their own 8-lane accumulator as lane + factor * float(quad) (vec_dot.h's
-// order for 32-element blocks), and each output's lanes reduce in the
-// canonical order at the end. Each row's block is decoded once per pass, each
-// token's loaded once per block. kLocality: the prefetch hint.
-template <typename D, int R, int T, int kLocality>
-void Blocks32Pass(const typename D::Group* blk, int64_t nb, int r0, const QuantizedRow* a, float* y,
+// Stores the 8 rows of each of T tokens' accumulators.
+template <int T>
+COLIBRI_INLINE void StoreRows(const __m256 (&acc)[T], float* y, int64_t y_stride) {
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// A pass of Q8_0 over a group of 8 rows and T tokens: the sign trick (|w|
+// times a with w's sign) per row and token. kLocality: the prefetch hint.
+template <typename D, int T, int kLocality>
+void Blocks32Pass(const typename D::Group* blk, int64_t nb, const QuantizedRow* a, float* y,
                   int64_t y_stride) {
   using Group = typename D::Group;
-  __m256 acc[R][T];
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const Group& g = blk[b];
     PrefetchBytes<kLocality>(blk, (b + 4) * sizeof(Group), sizeof(Group));
     const __m256 dw = D::Scales(g);
-    // The factors go through memory: a broadcast load per row and token is
-    // cheaper than a lane permute (several micro-ops on Zen 1: prefill 8%
-    // slower with it).
-    alignas(32) float dd[T][kInterleaveRows];
-    __m256i qa[T];
     for (int t = 0; t < T; ++t) {
-      _mm256_store_ps(dd[t], _mm256_mul_ps(dw, _mm256_set1_ps(a[t].d[b])));
-      qa[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + 32 * b));
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256i qx = D::Quants(g, r0 + r);
-      const __m256i ax = _mm256_sign_epi8(qx, qx);
-      for (int t = 0; t < T; ++t) {
-        const __m256i p = DotU8S8Quads(ax, _mm256_sign_epi8(qa[t], qx));
-        const __m256 factor = _mm256_broadcast_ss(&dd[t][r0 + r]);
-        acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_mul_ps(factor, _mm256_cvtepi32_ps(p)));
+      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + 32 * b));
+      __m256i p[kInterleaveRows];
+      for (int r = 0; r < kInterleaveRows; ++r) {
+        const __m256i qx = D::Quants(g, r);
+        p[r] = DotU8S8Quads(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qa, qx));
       }
+      const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a[t].d[b]));
+      acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(SumLanes8(p))));
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) y[t * y_stride + r0 + r] = ReduceLanes(acc[r][t]);
-  }
+  StoreRows<T>(acc, y, y_stride);
 }
 
-// QuantTileFn for a 32-element block type over full groups of 8 rows: one
-// token as 8 rows at a time, more in passes of 4 rows x 2 tokens (a group's
-// weights stay in L1 across its tokens).
+// QuantTileFn for Q8_0 over full groups of 8 rows: tokens in passes of up to
+// 4 (a group's weights stay in L1 across them); one token streams the
+// weights with the read-once prefetch.
 template <typename D>
 void InterleavedBlocks32Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows,
                              const uint8_t* act, const ActivationLayout& layout, int64_t n_tokens,
@@ -419,28 +410,44 @@ void InterleavedBlocks32Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_row
   const int64_t nb = layout.cols / 32;
   for (int64_t g = 0; g < n_rows; g += kInterleaveRows) {
     const auto* blk = reinterpret_cast<const typename D::Group*>(w + g * row_bytes);
-    float* yg = y + g;
     if (n_tokens == 1) {
-      Blocks32Pass<D, 8, 1, kReadOnce>(blk, nb, 0, a, yg, y_stride);
+      Blocks32Pass<D, 1, kReadOnce>(blk, nb, a, y + g, y_stride);
       continue;
     }
-    int64_t t = 0;
-    for (; t + 2 <= n_tokens; t += 2) {
-      Blocks32Pass<D, 4, 2, 3>(blk, nb, 0, a + t, yg + t * y_stride, y_stride);
-      Blocks32Pass<D, 4, 2, 3>(blk, nb, 4, a + t, yg + t * y_stride, y_stride);
+    for (int64_t t = 0; t < n_tokens; t += 4) {
+      float* yt = y + g + t * y_stride;
+      switch (n_tokens - t < 4 ? n_tokens - t : 4) {
+        case 1:
+          Blocks32Pass<D, 1, 3>(blk, nb, a + t, yt, y_stride);
+          break;
+        case 2:
+          Blocks32Pass<D, 2, 3>(blk, nb, a + t, yt, y_stride);
+          break;
+        case 3:
+          Blocks32Pass<D, 3, 3>(blk, nb, a + t, yt, y_stride);
+          break;
+        default:
+          Blocks32Pass<D, 4, 3>(blk, nb, a + t, yt, y_stride);
+          break;
+      }
     }
-    if (t < n_tokens) Blocks32Pass<D, 8, 1, 3>(blk, nb, 0, a + t, yg + t * y_stride, y_stride);
   }
 }
 
-// The 4-bit types with two rows' codes per byte (MXFP4Rows8, Q40Rows8).
-// A type D gives its group's 8 block scales as floats (Scales) and, from a
-// Decoder made once per pass, each code's value plus D::kOffset, unsigned
-// (Values), so that vpmaddubsw takes them as they are:
+// The 4-bit types with the 8 rows' code bytes four at a time (MXFP4Rows8,
+// Q40Rows8). A type D gives its group's 8 block scales as floats (Scales) and,
+// from a Decoder made once per pass, each code's value plus D::kOffset,
+// unsigned (Values), so that vpmaddubsw takes them as they are:
 //   Σ (u - kOffset) * a = Σ u * a - kOffset * Σ a,
-// the second term once per block and token for all rows. That replaces the
-// sign trick's two instructions per row (the per-row kernels') by one
-// subtraction. u * a pairs stay far from the int16 limit (2 * 24 * 128).
+// the second term once per block and token for all rows. Load k of a block
+// holds elements 4 k .. 4 k + 3 (low nibbles) and 16 + 4 k .. (high nibbles)
+// of the 8 rows; against the token's matching 4 activation bytes (one
+// broadcast) a vpmaddubsw leaves two int16 pair sums per row, rows in lane
+// order, as the K-quant tiles above do. D::kSumsPerMadd of them add up in
+// int16 (Q4_0's values plus 8: 8 * 2 * 15 * 128 = 30720; MXFP4's plus 12, 4 *
+// 2 * 24 * 128 = 24576: no wrap) before a vpmaddwd by ones makes them one
+// int32 per row: 9 (MXFP4 10) multiplies per block for 8 rows, where
+// per-row quad sums take 16 and a horizontal reduction.
 
 // MXFP4: 8 rows' e8m0 exponents as the floats E8M0Half gives (bit for bit:
 // 2^-128 and 2^-127 are subnormal, built by a variable shift).
@@ -465,9 +472,10 @@ constexpr Mxfp4Plus12 MakeMxfp4Plus12() {
 }
 constexpr Mxfp4Plus12 kMxfp4Plus12 = MakeMxfp4Plus12();
 
-struct Mxfp4Pairs {
+struct Mxfp4Quads {
   using Group = MXFP4Rows8;
   static constexpr int kOffset = 12;
+  static constexpr int kSumsPerMadd = 4;
   COLIBRI_INLINE static __m256 Scales(const Group& g) { return E8M0x8(g.e); }
   struct Decoder {
     const __m256i table = _mm256_broadcastsi128_si256(
@@ -477,9 +485,10 @@ struct Mxfp4Pairs {
 };
 
 // Q4_0: value = code - 8, so the code is the value plus 8.
-struct Q40Pairs {
+struct Q40Quads {
   using Group = Q40Rows8;
   static constexpr int kOffset = 8;
+  static constexpr int kSumsPerMadd = 8;
   COLIBRI_INLINE static __m256 Scales(const Group& g) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
   }
@@ -488,136 +497,93 @@ struct Q40Pairs {
   };
 };
 
-// kOffset x the quad sums of token a's block b, as NibblePairsPass subtracts them.
-template <int kOffset>
-COLIBRI_INLINE __m256i OffsetQuads(const QuantizedRow& a, int64_t b) {
-  return DotU8S8Quads(_mm256_set1_epi8(kOffset),
-                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 32 * b)));
-}
-
-// A pass over rows r0 .. r0 + R - 1 (R even, r0 even) of a group and T
-// tokens, as Blocks32Pass: per block the 8 rows' factors dw * da in one
-// multiply per token, then per pair of rows one load and two masks give both
-// rows' codes, D's Values their values plus kOffset; per row and token the
-// quad sums minus the token's OffsetQuads go into the row's 8 lanes as
-// lane + factor * float(quad). The quad sums are the exact integers of the
-// per-row kernels, and the float operations theirs: the same bits.
-// offsets: null (each block's are formed here, as for one token), or
-// OffsetQuads of token t's block b at offsets[t * nb + b], formed once per
-// tile (in registers they made the passes of two tokens spill).
-// factors: null (formed here), or the 8 rows' dw * da of token t's block b at
-// factors + (b * T + t) * 8, formed once for both passes over a group's
-// halves (prompts were 9% slower before these two).
-template <typename D, int R, int T, int kLocality>
-void NibblePairsPass(const typename D::Group* blk, int64_t nb, int r0, const QuantizedRow* a,
-                     const __m256i* offsets, const float* factors, float* y, int64_t y_stride) {
-  static_assert(R % 2 == 0 && R * T <= 8, "rows come in pairs; 8 accumulators at most");
+// A pass over a group of 8 rows and T tokens: per block the 8 vectors of
+// values (four loads, two masks each) serve every token; per token the rows'
+// block sums minus offsets[t * nb + b] (kOffset x the sum of token t's block
+// b) are the exact integers of the per-row kernels.
+template <typename D, int T, int kLocality>
+void NibbleQuadsPass(const typename D::Group* blk, int64_t nb, const QuantizedRow* a,
+                     const int32_t* offsets, float* y, int64_t y_stride) {
   using Group = typename D::Group;
-  __m256 acc[R][T];
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const typename D::Decoder decoder;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
     const Group& g = blk[b];
     PrefetchBytes<kLocality>(blk, (b + 8) * sizeof(Group), sizeof(Group));
-    // Read back by broadcast loads, as in Blocks32Pass.
-    alignas(32) float dd_here[T][kInterleaveRows];
-    const float(*dd)[kInterleaveRows] = dd_here;
-    if (factors == nullptr) {
-      const __m256 dw = D::Scales(g);
-      for (int t = 0; t < T; ++t) {
-        _mm256_store_ps(dd_here[t], _mm256_mul_ps(dw, _mm256_set1_ps(a[t].d[b])));
-      }
-    } else {
-      dd = reinterpret_cast<const float(*)[kInterleaveRows]>(factors + b * T * kInterleaveRows);
+    const __m256 dw = D::Scales(g);
+    // u[k]: elements 4 k .. 4 k + 3 of the 8 rows.
+    __m256i u[8];
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g.qs[k]));
+      u[k] = decoder.Values(_mm256_and_si256(q, m4));
+      u[k + 4] = decoder.Values(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
     }
-    __m256i offset[T];
     for (int t = 0; t < T; ++t) {
-      offset[t] = offsets == nullptr ? OffsetQuads<D::kOffset>(a[t], b) : offsets[t * nb + b];
-    }
-#pragma GCC unroll 4
-    for (int pair = 0; pair < R / 2; ++pair) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g.qs[r0 / 2 + pair]));
-      const __m256i u[2] = {decoder.Values(_mm256_and_si256(q, m4)),
-                            decoder.Values(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4))};
-      for (int h = 0; h < 2; ++h) {
-        const int r = 2 * pair + h;
-        for (int t = 0; t < T; ++t) {
-          const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + 32 * b));
-          const __m256i quads = _mm256_sub_epi32(DotU8S8Quads(u[h], qa), offset[t]);
-          const __m256 factor = _mm256_broadcast_ss(&dd[t][r0 + r]);
-          acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_mul_ps(factor, _mm256_cvtepi32_ps(quads)));
+      const int8_t* qa = a[t].qs + 32 * b;
+      __m256i sums = _mm256_setzero_si256();
+      for (int k0 = 0; k0 < 8; k0 += D::kSumsPerMadd) {
+        __m256i s16 = _mm256_setzero_si256();
+        for (int k = k0; k < k0 + D::kSumsPerMadd; ++k) {
+          int32_t quad;
+          std::memcpy(&quad, qa + 4 * k, 4);
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(quad)));
         }
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(s16, ones));
       }
+      sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(offsets[t * nb + b]));
+      const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a[t].d[b]));
+      acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(sums)));
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) y[t * y_stride + r0 + r] = ReduceLanes(acc[r][t]);
-  }
+  StoreRows<T>(acc, y, y_stride);
 }
 
-// QuantTileFn for a type of NibblePairsPass over full groups of 8 rows,
-// passes as InterleavedBlocks32Tile's.
+// QuantTileFn for a type of NibbleQuadsPass over full groups of 8 rows,
+// passes as InterleavedBlocks32Tile's. The offsets are formed once per call.
 template <typename D>
-void InterleavedNibblePairsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows,
+void InterleavedNibbleQuadsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows,
                                 const uint8_t* act, const ActivationLayout& layout,
                                 int64_t n_tokens, float* y, int64_t y_stride) {
   using Group = typename D::Group;
   QuantizedRow a[kMaxTokenTile];
   QuantizedRow::AtEach(layout, act, n_tokens, a);
   const int64_t nb = layout.cols / 32;
-  if (n_tokens == 1) {
-    for (int64_t g = 0; g < n_rows; g += kInterleaveRows) {
-      const auto* blk = reinterpret_cast<const Group*>(w + g * row_bytes);
-      NibblePairsPass<D, 8, 1, kReadOnce>(blk, nb, 0, a, nullptr, nullptr, y + g, y_stride);
-    }
-    return;
-  }
-  // Structs around the vectors: std::vector<__m256i> drops its attributes.
-  struct Offset {
-    __m256i v;
-  };
-  static_assert(sizeof(Offset) == sizeof(__m256i), "offsets are read as an array of __m256i");
-  thread_local std::vector<Offset> offset_store;
+  thread_local std::vector<int32_t> offset_store;
   offset_store.resize(static_cast<size_t>(n_tokens * nb));
+  const __m256i offset_bytes = _mm256_set1_epi8(D::kOffset);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t b = 0; b < nb; ++b) offset_store[t * nb + b].v = OffsetQuads<D::kOffset>(a[t], b);
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + 32 * b));
+      offset_store[t * nb + b] = SumLanes(DotU8S8Quads(offset_bytes, qa));
+    }
   }
-  const __m256i* offsets = &offset_store[0].v;
-  struct alignas(32) Factors8 {
-    float v[kInterleaveRows];
-  };
-  // [block]: the group's 8 block scales, converted once per group.
-  thread_local std::vector<Factors8> scale_blocks;
-  scale_blocks.resize(static_cast<size_t>(nb));
-  // [block][token][row], contiguous: a token pair's factors.
-  thread_local std::vector<Factors8> factor_blocks;
-  factor_blocks.resize(static_cast<size_t>(2 * nb));
-  float* const factor_store = factor_blocks[0].v;
+  const int32_t* offsets = offset_store.data();
   for (int64_t g = 0; g < n_rows; g += kInterleaveRows) {
     const auto* blk = reinterpret_cast<const Group*>(w + g * row_bytes);
-    float* yg = y + g;
-    for (int64_t b = 0; b < nb; ++b) _mm256_store_ps(scale_blocks[b].v, D::Scales(blk[b]));
-    int64_t t = 0;
-    for (; t + 2 <= n_tokens; t += 2) {
-      // The pair's factors for the group.
-      for (int64_t b = 0; b < nb; ++b) {
-        const __m256 dw = _mm256_load_ps(scale_blocks[b].v);
-        for (int k = 0; k < 2; ++k) {
-          _mm256_store_ps(&factor_store[(b * 2 + k) * kInterleaveRows],
-                          _mm256_mul_ps(dw, _mm256_set1_ps(a[t + k].d[b])));
-        }
-      }
-      const __m256i* off = offsets + t * nb;
-      float* yt = yg + t * y_stride;
-      NibblePairsPass<D, 4, 2, 3>(blk, nb, 0, a + t, off, factor_store, yt, y_stride);
-      NibblePairsPass<D, 4, 2, 3>(blk, nb, 4, a + t, off, factor_store, yt, y_stride);
+    if (n_tokens == 1) {
+      NibbleQuadsPass<D, 1, kReadOnce>(blk, nb, a, offsets, y + g, y_stride);
+      continue;
     }
-    if (t < n_tokens) {
-      NibblePairsPass<D, 8, 1, 3>(blk, nb, 0, a + t, offsets + t * nb, nullptr, yg + t * y_stride,
-                                  y_stride);
+    for (int64_t t = 0; t < n_tokens; t += 4) {
+      float* yt = y + g + t * y_stride;
+      const int32_t* off = offsets + t * nb;
+      switch (n_tokens - t < 4 ? n_tokens - t : 4) {
+        case 1:
+          NibbleQuadsPass<D, 1, 3>(blk, nb, a + t, off, yt, y_stride);
+          break;
+        case 2:
+          NibbleQuadsPass<D, 2, 3>(blk, nb, a + t, off, yt, y_stride);
+          break;
+        case 3:
+          NibbleQuadsPass<D, 3, 3>(blk, nb, a + t, off, yt, y_stride);
+          break;
+        default:
+          NibbleQuadsPass<D, 4, 3>(blk, nb, a + t, off, yt, y_stride);
+          break;
+      }
     }
   }
 }
@@ -629,8 +595,8 @@ void InstallInterleavedTiles(KernelSet* k) {
   k->interleaved_tile[Slot(TensorType::kQ5_K)] = &InterleavedTile<Q5KInterleaved>;
   k->interleaved_tile[Slot(TensorType::kQ6_K)] = &InterleavedTile<Q6KInterleaved>;
   k->interleaved_tile[Slot(TensorType::kQ8_0)] = &InterleavedBlocks32Tile<Q80Interleaved>;
-  k->interleaved_tile[Slot(TensorType::kMXFP4)] = &InterleavedNibblePairsTile<Mxfp4Pairs>;
-  k->interleaved_tile[Slot(TensorType::kQ4_0)] = &InterleavedNibblePairsTile<Q40Pairs>;
+  k->interleaved_tile[Slot(TensorType::kMXFP4)] = &InterleavedNibbleQuadsTile<Mxfp4Quads>;
+  k->interleaved_tile[Slot(TensorType::kQ4_0)] = &InterleavedNibbleQuadsTile<Q40Quads>;
 }
 
 }  // namespace colibri::ops::internal::avx2

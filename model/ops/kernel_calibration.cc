@@ -156,7 +156,7 @@ Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,
   Calibration result;
   // v2: the interleaved tiles take part (a choice cached before them is
   // measured again); v3: Q6_K's interleaved tile too.
-  if (!cache_dir.empty()) result.cache_path = cache_dir + "/kernels-v3-" + cpu_model + ".txt";
+  if (!cache_dir.empty()) result.cache_path = cache_dir + "/kernels-v4-" + cpu_model + ".txt";
   if (!result.cache_path.empty()) {
     std::ifstream in(result.cache_path);
     std::string name;

@@ -77,19 +77,17 @@ Block32 DecodeBlock32(TensorType type, const uint8_t* b) {
 
 float ReferenceDot32(TensorType type, const uint8_t* row, uint64_t block_bytes,
                      const QuantizedRow& a, int64_t cols) {
-  float lanes[8] = {};
+  float acc = 0.0f;
   float summs = 0.0f;
   const bool has_min = type == TensorType::kQ4_1 || type == TensorType::kQ5_1;
   for (int64_t b = 0; b < cols / 32; ++b) {
     const Block32 blk = DecodeBlock32(type, row + b * block_bytes);
-    for (int l = 0; l < 8; ++l) {
-      int p = 0;
-      for (int e = 4 * l; e < 4 * l + 4; ++e) p += blk.q[e] * a.qs[32 * b + e];
-      lanes[l] = lanes[l] + (blk.d * a.d[b]) * static_cast<float>(p);
-    }
+    int p = 0;
+    for (int e = 0; e < 32; ++e) p += blk.q[e] * a.qs[32 * b + e];
+    acc = acc + (blk.d * a.d[b]) * static_cast<float>(p);
     if (has_min) summs = summs + blk.m * a.s[b];
   }
-  return internal::ReduceLanes(lanes) + summs;
+  return acc + summs;
 }
 
 // Element e of a K-quant super-block: signed quant, integer scale and min.

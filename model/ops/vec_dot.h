@@ -11,10 +11,13 @@
 //
 //  32-element blocks against Q8_0 / Q8_1 activations (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
 //    IQ4_NL, and MXFP4, whose dw_b is the block's power of two):
-//    eight float lanes; for block b, lane l adds (dw_b * da_b) * float(P_bl)
-//    where P_bl is the exact integer Σ of qw*qa over elements 4l..4l+3 of the
-//    block; the lanes reduce as above. For Q4_1/Q5_1 a scalar sum adds
-//    mw_b * sa_b block by block and is added to the reduced lanes last.
+//    one float accumulator; for block b it adds (dw_b * da_b) * float(P_b),
+//    where P_b is the exact integer Σ of qw*qa over the block's 32 elements.
+//    For Q4_1/Q5_1 a second sum adds mw_b * sa_b block by block and is added
+//    to the first last. (Until December 2026 each block fed eight lanes, one
+//    per 4 elements: eight float updates per block and row, which bound the
+//    tiles. With one integer per block, a tile sums 8 rows' blocks into one
+//    vector and updates the 8 rows in one operation.)
 //
 //  K-quants against Q8_K activations: one float accumulator; for each
 //    super-block it adds (dw * da) * float(Σ sc*q*qa), then, for the types with

@@ -198,44 +198,105 @@ COLIBRI_INLINE float BlockScale(const Block& b) {
   }
 }
 
-template <typename D>
-struct Blocks32Kernel {
-  static constexpr bool kHasMin = !D::kSigned;
-
-  template <int T>
-  static void Run(const uint8_t* row, const QuantizedRow* a, int64_t cols, float* out) {
-    const auto* x = reinterpret_cast<const typename D::Block*>(row);
-    __m256 acc[T];
-    float summs[T];
+// R rows (4, or 1 for a matrix's last rows) by T tokens (1-4) of a
+// 32-element block type in GGUF order. Per block and token the rows' quad
+// sums reduce to one exact integer per row (SumLanes4), and the R rows' float
+// updates are one 4-lane operation in vec_dot.h's order.
+template <typename D, int R, int T>
+void Blocks32Rows(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t cols,
+                  float* y, int64_t y_stride) {
+  static_assert(R == 1 || R == 4, "4 rows, or one");
+  constexpr bool kHasMin = !D::kSigned;
+  using Block = typename D::Block;
+  const Block* x[R];
+  for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const Block*>(w + r * row_bytes);
+  __m128 acc[T], summs[T];
+  for (int t = 0; t < T; ++t) acc[t] = summs[t] = _mm_setzero_ps();
+  for (int64_t b = 0; b < cols / kQK; ++b) {
+    __m256i qx[R], ux[R];
+    alignas(16) float dw[4] = {};
+    alignas(16) float mw[4] = {};
+    for (int r = 0; r < R; ++r) {
+      qx[r] = D::Quants(x[r][b]);
+      ux[r] = D::kSigned ? _mm256_sign_epi8(qx[r], qx[r]) : qx[r];
+      dw[r] = BlockScale(x[r][b]);
+      if constexpr (kHasMin) mw[r] = Half(x[r][b].m);
+    }
+    const __m128 dwv = _mm_load_ps(dw);
     for (int t = 0; t < T; ++t) {
-      acc[t] = _mm256_setzero_ps();
-      summs[t] = 0.0f;
-    }
-    for (int64_t b = 0; b < cols / kQK; ++b) {
-      const __m256i qx = D::Quants(x[b]);
-      const float dw = BlockScale(x[b]);
-      __m256i ax = qx;
-      if constexpr (D::kSigned) ax = _mm256_sign_epi8(qx, qx);
-      for (int t = 0; t < T; ++t) {
-        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + b * kQK));
-        __m256i p;
-        if constexpr (D::kSigned) {
-          p = DotU8S8Quads(ax, _mm256_sign_epi8(qa, qx));
-        } else {
-          p = DotU8S8Quads(qx, qa);
-        }
-        // The same product as in every lane, made once and broadcast.
-        const __m256 dd = _mm256_set1_ps(dw * a[t].d[b]);
-        acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(p)));
+      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + b * kQK));
+      __m256i p[4];
+      for (int r = 0; r < R; ++r) {
+        p[r] =
+            D::kSigned ? DotU8S8Quads(ux[r], _mm256_sign_epi8(qa, qx[r])) : DotU8S8Quads(qx[r], qa);
       }
+      __m128i sums;
+      if constexpr (R == 4) {
+        sums = SumLanes4(p);
+      } else {
+        sums = _mm_cvtsi32_si128(SumLanes(p[0]));
+      }
+      const __m128 dd = _mm_mul_ps(dwv, _mm_set1_ps(a[t].d[b]));
+      acc[t] = _mm_add_ps(acc[t], _mm_mul_ps(dd, _mm_cvtepi32_ps(sums)));
       if constexpr (kHasMin) {
-        const float mw = Half(x[b].m);
-        for (int t = 0; t < T; ++t) summs[t] = summs[t] + mw * a[t].s[b];
+        summs[t] = _mm_add_ps(summs[t], _mm_mul_ps(_mm_load_ps(mw), _mm_set1_ps(a[t].s[b])));
       }
     }
-    for (int t = 0; t < T; ++t) out[t] = ReduceLanes(acc[t]) + summs[t];
   }
-};
+  for (int t = 0; t < T; ++t) {
+    alignas(16) float out[4];
+    // + summs also where it is zero: -0.0f + 0.0f is +0.0f, as in vec_dot.h.
+    _mm_store_ps(out, _mm_add_ps(acc[t], summs[t]));
+    for (int r = 0; r < R; ++r) y[t * y_stride + r] = out[r];
+  }
+}
+
+template <typename D, int R>
+void Blocks32RowsForTokens(int64_t nt, const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a,
+                           int64_t cols, float* y, int64_t y_stride) {
+  switch (nt) {
+    case 1:
+      Blocks32Rows<D, R, 1>(w, row_bytes, a, cols, y, y_stride);
+      break;
+    case 2:
+      Blocks32Rows<D, R, 2>(w, row_bytes, a, cols, y, y_stride);
+      break;
+    case 3:
+      Blocks32Rows<D, R, 3>(w, row_bytes, a, cols, y, y_stride);
+      break;
+    default:
+      Blocks32Rows<D, R, 4>(w, row_bytes, a, cols, y, y_stride);
+      break;
+  }
+}
+
+// QuantTileFn for a 32-element block type in GGUF order: rows four at a time
+// (the rest one by one), tokens in groups of up to four. Before a row block
+// it prefetches the rows PrefetchRowsAhead() further on.
+template <typename D>
+void Blocks32Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
+                  const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
+  QuantizedRow a[kMaxTokenTile];
+  QuantizedRow::AtEach(layout, act, n_tokens, a);
+  const int64_t ahead = PrefetchRowsAhead(row_bytes);
+  for (int64_t r = 0; r < n_rows; r += 4) {
+    const int64_t nr = n_rows - r < 4 ? n_rows - r : 4;
+    PrefetchBytes(w, (r + ahead) * row_bytes, nr * row_bytes);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
+      const int64_t nt = n_tokens - t0 < 4 ? n_tokens - t0 : 4;
+      float* yt = y + t0 * y_stride + r;
+      if (nr == 4) {
+        Blocks32RowsForTokens<D, 4>(nt, w + r * row_bytes, row_bytes, a + t0, layout.cols, yt,
+                                    y_stride);
+      } else {
+        for (int64_t k = 0; k < nr; ++k) {
+          Blocks32RowsForTokens<D, 1>(nt, w + (r + k) * row_bytes, row_bytes, a + t0, layout.cols,
+                                      yt + k, y_stride);
+        }
+      }
+    }
+  }
+}
 
 template <typename D>
 void DequantBlocks32(const void* src, float* dst, int64_t n) {
@@ -277,15 +338,15 @@ KernelSet MakeAvx2() {
   k.dequant[Slot(TensorType::kQ5_0)] = &DequantBlocks32<Q5_0Avx2>;
   k.dequant[Slot(TensorType::kQ5_1)] = &DequantBlocks32<Q5_1Avx2>;
   k.dequant[Slot(TensorType::kQ8_0)] = &DequantBlocks32<Q8_0Avx2>;
-  k.quant_tile[Slot(TensorType::kQ4_0)] = &QuantTile<Blocks32Kernel<Q4_0Avx2>>;
-  k.quant_tile[Slot(TensorType::kQ4_1)] = &QuantTile<Blocks32Kernel<Q4_1Avx2>>;
-  k.quant_tile[Slot(TensorType::kQ5_0)] = &QuantTile<Blocks32Kernel<Q5_0Avx2>>;
-  k.quant_tile[Slot(TensorType::kQ5_1)] = &QuantTile<Blocks32Kernel<Q5_1Avx2>>;
-  k.quant_tile[Slot(TensorType::kQ8_0)] = &QuantTile<Blocks32Kernel<Q8_0Avx2>>;
+  k.quant_tile[Slot(TensorType::kQ4_0)] = &Blocks32Tile<Q4_0Avx2>;
+  k.quant_tile[Slot(TensorType::kQ4_1)] = &Blocks32Tile<Q4_1Avx2>;
+  k.quant_tile[Slot(TensorType::kQ5_0)] = &Blocks32Tile<Q5_0Avx2>;
+  k.quant_tile[Slot(TensorType::kQ5_1)] = &Blocks32Tile<Q5_1Avx2>;
+  k.quant_tile[Slot(TensorType::kQ8_0)] = &Blocks32Tile<Q8_0Avx2>;
   k.dequant[Slot(TensorType::kMXFP4)] = &DequantBlocks32<MXFP4Avx2>;
   k.dequant[Slot(TensorType::kIQ4_NL)] = &DequantBlocks32<IQ4_NLAvx2>;
-  k.quant_tile[Slot(TensorType::kMXFP4)] = &QuantTile<Blocks32Kernel<MXFP4Avx2>>;
-  k.quant_tile[Slot(TensorType::kIQ4_NL)] = &QuantTile<Blocks32Kernel<IQ4_NLAvx2>>;
+  k.quant_tile[Slot(TensorType::kMXFP4)] = &Blocks32Tile<MXFP4Avx2>;
+  k.quant_tile[Slot(TensorType::kIQ4_NL)] = &Blocks32Tile<IQ4_NLAvx2>;
   FillKQuantKernels(&k);
   FillIqKernels(&k);
   // R x T GEMM tiles for the K-quants; the per-row tiles above take the edges.

@@ -121,21 +121,18 @@ float BlockScale(const Block& b) {
 template <typename Traits>
 float DotBlocks32(const uint8_t* row, const QuantizedRow& a, int64_t cols) {
   const auto* x = reinterpret_cast<const typename Traits::Block*>(row);
-  float acc[8] = {};
+  float acc = 0.0f;
   float summs = 0.0f;
   for (int64_t b = 0; b < cols / kQK; ++b) {
     int q[32];
     Traits::Decode(x[b], q);
     const int8_t* qa = a.qs + b * kQK;
-    const float dd = BlockScale(x[b]) * a.d[b];
-    for (int l = 0; l < 8; ++l) {
-      int p = 0;
-      for (int k = 4 * l; k < 4 * l + 4; ++k) p += q[k] * qa[k];
-      acc[l] = acc[l] + dd * static_cast<float>(p);
-    }
+    int p = 0;
+    for (int k = 0; k < kQK; ++k) p += q[k] * qa[k];
+    acc = acc + (BlockScale(x[b]) * a.d[b]) * static_cast<float>(p);
     if constexpr (Traits::kHasMin) summs = summs + HalfToFloat(x[b].m) * a.s[b];
   }
-  return ReduceLanes(acc) + summs;
+  return acc + summs;
 }
 
 // ---- K-quants: each decoder yields the 256 signed quants, the scale of each

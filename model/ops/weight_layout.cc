@@ -47,10 +47,10 @@ void MoveSuperBlock(BlockQ8_0* const rows[kInterleaveRows], Q80Rows8* group) {
 
 // The 4-bit types whose row blocks hold element j < 16 in the low nibble of
 // qs[j] and element j + 16 in the high nibble (MXFP4, Q4_0): the group's
-// byte j of pair p holds element j of rows 2p (low nibble) and 2p + 1 (high);
-// the scale fields (MXFP4's e, Q4_0's d) sit together in front.
+// qs[k][r] is bytes 4 k .. 4 k + 3 of row r's qs; the scale fields (MXFP4's
+// e, Q4_0's d) sit together in front.
 template <bool kToGroup, typename Block, typename Group>
-void MoveNibblePairs(Block* const rows[kInterleaveRows], Group* group) {
+void MoveNibbleQuads(Block* const rows[kInterleaveRows], Group* group) {
   for (int r = 0; r < kInterleaveRows; ++r) {
     if constexpr (std::is_same_v<Block, BlockMXFP4>) {
       MoveBytes<kToGroup>(&rows[r]->e, &group->e[r], 1);
@@ -58,31 +58,18 @@ void MoveNibblePairs(Block* const rows[kInterleaveRows], Group* group) {
       MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&rows[r]->d),
                           reinterpret_cast<uint8_t*>(&group->d[r]), 2);
     }
-  }
-  for (int p = 0; p < kInterleaveRows / 2; ++p) {
-    uint8_t* even = rows[2 * p]->qs;
-    uint8_t* odd = rows[2 * p + 1]->qs;
-    uint8_t* pair = group->qs[p];
-    for (int j = 0; j < 16; ++j) {
-      if constexpr (kToGroup) {
-        pair[j] = static_cast<uint8_t>((even[j] & 0x0F) | (odd[j] << 4));
-        pair[j + 16] = static_cast<uint8_t>((even[j] >> 4) | (odd[j] & 0xF0));
-      } else {
-        even[j] = static_cast<uint8_t>((pair[j] & 0x0F) | (pair[j + 16] << 4));
-        odd[j] = static_cast<uint8_t>((pair[j] >> 4) | (pair[j + 16] & 0xF0));
-      }
-    }
+    for (int k = 0; k < 4; ++k) MoveBytes<kToGroup>(rows[r]->qs + 4 * k, group->qs[k][r], 4);
   }
 }
 
 template <bool kToGroup>
 void MoveSuperBlock(BlockMXFP4* const rows[kInterleaveRows], MXFP4Rows8* group) {
-  MoveNibblePairs<kToGroup>(rows, group);
+  MoveNibbleQuads<kToGroup>(rows, group);
 }
 
 template <bool kToGroup>
 void MoveSuperBlock(BlockQ4_0* const rows[kInterleaveRows], Q40Rows8* group) {
-  MoveNibblePairs<kToGroup>(rows, group);
+  MoveNibbleQuads<kToGroup>(rows, group);
 }
 
 // Four bytes as one word: the Q6_K code moves below work on four bytes at

@@ -78,19 +78,19 @@ struct Q80Rows8 {
 };
 
 // MXFP4: one 32-element block of 8 rows, the rows' e8m0 exponents together,
-// then the 4-bit codes of two rows per byte: the low nibble of qs[p][j] is
-// element j's code in row 2p, the high nibble element j's code in row 2p + 1
-// (one load and two masks give two rows' 32 codes in element order; GGUF
-// puts elements j and j + 16 of one row in a byte).
+// then the rows' code bytes four at a time: qs[k][r][b] is byte 4 k + b of
+// row r's qs, whose low nibble holds element 4 k + b and whose high nibble
+// element 16 + 4 k + b. One load and two masks give elements 4 k .. 4 k + 3
+// and 16 + 4 k .. 16 + 4 k + 3 of all 8 rows, rows in 32-bit lane order.
 struct MXFP4Rows8 {
   uint8_t e[8];
-  uint8_t qs[4][32];
+  uint8_t qs[4][8][4];
 };
 
 // Q4_0: the same with the 8 rows' fp16 scales in front.
 struct Q40Rows8 {
   uint16_t d[8];
-  uint8_t qs[4][32];
+  uint8_t qs[4][8][4];
 };
 
 // Rows interleaved together.

@@ -72,6 +72,11 @@ std::vector<float> MakeActivations(int64_t n_tokens, int64_t cols, uint32_t seed
       // ±1 everywhere: quantizes to ±127, the largest activation codes.
       for (int64_t c = 0; c < cols; ++c) x[t * cols + c] = (c * 7 + t) % 3 == 0 ? -1.0f : 1.0f;
     }
+    if (t % 5 == 4) {
+      // +1 everywhere: against rows of the largest codes, the largest sums
+      // of one sign that the tiles' 16-bit partial sums must hold.
+      for (int64_t c = 0; c < cols; ++c) x[t * cols + c] = 1.0f;
+    }
   }
   return x;
 }
@@ -436,7 +441,9 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
         ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i << " row " << r;
         for (int j = 0; j < 32; ++j) {
           const int code = j < 16 ? src[2 + j] & 0x0F : src[2 + j - 16] >> 4;
-          const int stored = r % 2 == 0 ? b.qs[r / 2][j] & 0x0F : b.qs[r / 2][j] >> 4;
+          // Element j's byte: 4 k + b with j % 16 = 4 k + b, nibble by j / 16.
+          const uint8_t byte = b.qs[(j % 16) / 4][r][j % 4];
+          const int stored = j < 16 ? byte & 0x0F : byte >> 4;
           ASSERT_EQ(stored, code) << "block " << i << " row " << r << " element " << j;
         }
       });
@@ -448,7 +455,9 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
         ASSERT_EQ(b.e[r], src[0]) << "block " << i << " row " << r;
         for (int j = 0; j < 32; ++j) {
           const int code = j < 16 ? src[1 + j] & 0x0F : src[1 + j - 16] >> 4;
-          const int stored = r % 2 == 0 ? b.qs[r / 2][j] & 0x0F : b.qs[r / 2][j] >> 4;
+          // Element j's byte: 4 k + b with j % 16 = 4 k + b, nibble by j / 16.
+          const uint8_t byte = b.qs[(j % 16) / 4][r][j % 4];
+          const int stored = j < 16 ? byte & 0x0F : byte >> 4;
           ASSERT_EQ(stored, code) << "block " << i << " row " << r << " element " << j;
         }
       });
@@ -490,12 +499,15 @@ void ExpectInterleavedEqualsReference(const Matrix& m) {
   }
 }
 
-// Q4_0 rows of random bytes: any code, any finite fp16 scale (subnormals too).
+// Q4_0 rows of random bytes: any code, any finite fp16 scale (subnormals too);
+// every fourth block all codes 15, whose sums against MakeActivations' +1
+// token are the largest the tile's 16-bit partial sums take.
 TEST_P(GemmTest, InterleavedQ4_0HandlesEveryScaleAndCode) {
   ExpectInterleavedEqualsReference(
       RandomRows(TensorType::kQ4_0, 24, 8 * 32, 13, [](uint8_t* block, int64_t i) {
         // The fp16's high byte: exponent field below 31, any sign and mantissa.
         block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));
+        if (i % 4 == 1) std::memset(block + 2, 0xFF, 16);  // every code 15 (value 7)
       }));
 }
 
@@ -514,11 +526,14 @@ TEST_P(GemmTest, InterleavedQ6_KHandlesEveryScaleAndCode) {
 
 // MXFP4 rows of random bytes: every code and exponents from 0 (a subnormal
 // scale, 2^-128) up to 191 (larger ones overflow to inf with the ±1
-// activations, where NaN bits need not agree).
+// activations, where NaN bits need not agree); every fourth block all codes
+// +6, the largest 16-bit partial sums (as for Q4_0 above).
 TEST_P(GemmTest, InterleavedMxfp4HandlesEveryExponentAndCode) {
   ExpectInterleavedEqualsReference(
-      RandomRows(TensorType::kMXFP4, 24, 8 * 32, 12,
-                 [](uint8_t* block, int64_t i) { block[0] = static_cast<uint8_t>(i % 192); }));
+      RandomRows(TensorType::kMXFP4, 24, 8 * 32, 12, [](uint8_t* block, int64_t i) {
+        block[0] = static_cast<uint8_t>(i % 192);
+        if (i % 4 == 1) std::memset(block + 1, 0x77, 16);  // every code 7 (+6)
+      }));
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelSets, GemmTest,
