@@ -1,8 +1,8 @@
 // AVX2 tiles for weights in the kInterleaved8 layout (weight_layout.h): Q4_K,
-// Q5_K and Q6_K against Q8_K activations, Q8_0, Q4_0 and MXFP4 against Q8_0
-// activations, 8 rows at a time. (Q4_0 and MXFP4 take their values offset to
-// unsigned; see NibbleQuadsPass. IQ4_NL's values plus 128 would overflow
-// vpmaddubsw's int16 pairs.)
+// Q5_K and Q6_K against Q8_K activations, Q8_0, Q4_0, Q5_0 and MXFP4 against
+// Q8_0 activations, Q4_1 and Q5_1 against Q8_1, 8 rows at a time. (The signed
+// 4- and 5-bit types take their values offset to unsigned; see NibbleQuadsPass. IQ4_NL's values
+// plus 128 would overflow vpmaddubsw's int16 pairs.)
 //
 // One 32-byte load holds 4 quant bytes of each of the 8 rows (Q4KRows8's
 // qs[p][g]); its low nibbles are 4 elements of chunk 2p of every row, its
@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "model/ops/avx2_common.h"
@@ -434,9 +435,9 @@ void InterleavedBlocks32Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_row
   }
 }
 
-// The 4-bit types with the 8 rows' code bytes four at a time (MXFP4Rows8,
-// Q40Rows8). A type D gives its group's 8 block scales as floats (Scales) and,
-// from a Decoder made once per pass, each code's value plus D::kOffset,
+// The 4- and 5-bit types with the 8 rows' code bytes four at a time
+// (MXFP4Rows8, Q40Rows8, Q41Rows8, Q50Rows8, Q51Rows8). A type D gives its group's 8 block scales
+// as floats (Scales) and, from a Decoder made once per pass, each code's value plus D::kOffset,
 // unsigned (Values), so that vpmaddubsw takes them as they are:
 //   Σ (u - kOffset) * a = Σ u * a - kOffset * Σ a,
 // the second term once per block and token for all rows. Load k of a block
@@ -497,16 +498,82 @@ struct Q40Quads {
   };
 };
 
+// Q4_1: the code is the value (before the min), unsigned already; Q8_1
+// activations, whose s (d * the block's sum) meets the rows' fp16 mins.
+COLIBRI_INLINE __m256 Halves8(const uint16_t* h) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+}
+struct Q41Quads {
+  using Group = Q41Rows8;
+  static constexpr int kOffset = 0;
+  static constexpr int kSumsPerMadd = 8;
+  COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
+  COLIBRI_INLINE static __m256 Mins(const Group& g) { return Halves8(g.m); }
+  struct Decoder {
+    COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
+  };
+};
+
+// Q5_0: the 5-bit code (the value plus 16) is the nibble plus 16 where the
+// element's bit in qh is set (AddFifthBits).
+struct Q50Quads {
+  using Group = Q50Rows8;
+  static constexpr int kOffset = 16;
+  static constexpr int kSumsPerMadd = 4;  // 4 * 2 * 31 * 128 = 31744
+  COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
+  struct Decoder {
+    COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
+  };
+};
+
+// Q5_1: Q5_0's codes, unsigned values with Q4_1's mins.
+struct Q51Quads {
+  using Group = Q51Rows8;
+  static constexpr int kOffset = 0;
+  static constexpr int kSumsPerMadd = 4;
+  COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
+  COLIBRI_INLINE static __m256 Mins(const Group& g) { return Halves8(g.m); }
+  struct Decoder {
+    COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
+  };
+};
+
+template <typename Group>
+constexpr bool kHasMins = std::is_same_v<Group, Q41Rows8> || std::is_same_v<Group, Q51Rows8>;
+template <typename Group>
+constexpr bool kHasFifthBits = std::is_same_v<Group, Q50Rows8> || std::is_same_v<Group, Q51Rows8>;
+
+// qh: the 8 rows' qh words, rows in lane order. Adds 16 to the codes in lo
+// (elements 4 k .. 4 k + 3 of load k) and hi (16 + 4 k ..) whose 5th bit is
+// set: byte k / 2 (lo) or 2 + k / 2 (hi) of each row's word spread over the
+// row's 4 bytes, bit 4 (k % 2) + b of it tested in byte b.
+COLIBRI_INLINE __m256i SpreadByte(__m256i qh, int j) {
+  return _mm256_shuffle_epi8(
+      qh, _mm256_add_epi8(_mm256_set1_epi8(static_cast<char>(j)),
+                          _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0,
+                                           0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)));
+}
+COLIBRI_INLINE void AddFifthBits(__m256i qh, int k, __m256i* lo, __m256i* hi) {
+  const __m256i bit = _mm256_set1_epi32(k % 2 == 0 ? 0x08040201 : static_cast<int>(0x80402010u));
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  const __m256i lo_set = _mm256_cmpeq_epi8(_mm256_and_si256(SpreadByte(qh, k / 2), bit), bit);
+  const __m256i hi_set = _mm256_cmpeq_epi8(_mm256_and_si256(SpreadByte(qh, 2 + k / 2), bit), bit);
+  *lo = _mm256_or_si256(*lo, _mm256_and_si256(lo_set, sixteen));
+  *hi = _mm256_or_si256(*hi, _mm256_and_si256(hi_set, sixteen));
+}
+
 // A pass over a group of 8 rows and T tokens: per block the 8 vectors of
-// values (four loads, two masks each) serve every token; per token the rows'
-// block sums minus offsets[t * nb + b] (kOffset x the sum of token t's block
-// b) are the exact integers of the per-row kernels.
+// values (four loads, two masks each, and the 5th bits where the type has
+// them) serve every token; per token the rows' block sums minus offsets[t *
+// nb + b] (kOffset x the sum of token t's block b; none where kOffset is 0)
+// are the exact integers of the per-row kernels. For the types with mins a
+// second sum adds m * s per block, added to the first at the end.
 template <typename D, int T, int kLocality>
 void NibbleQuadsPass(const typename D::Group* blk, int64_t nb, const QuantizedRow* a,
                      const int32_t* offsets, float* y, int64_t y_stride) {
   using Group = typename D::Group;
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[T], summs[T];
+  for (int t = 0; t < T; ++t) acc[t] = summs[t] = _mm256_setzero_ps();
   const typename D::Decoder decoder;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -521,6 +588,10 @@ void NibbleQuadsPass(const typename D::Group* blk, int64_t nb, const QuantizedRo
       u[k] = decoder.Values(_mm256_and_si256(q, m4));
       u[k + 4] = decoder.Values(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
     }
+    if constexpr (kHasFifthBits<Group>) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g.qh));
+      for (int k = 0; k < 4; ++k) AddFifthBits(qh, k, &u[k], &u[k + 4]);
+    }
     for (int t = 0; t < T; ++t) {
       const int8_t* qa = a[t].qs + 32 * b;
       __m256i sums = _mm256_setzero_si256();
@@ -533,10 +604,18 @@ void NibbleQuadsPass(const typename D::Group* blk, int64_t nb, const QuantizedRo
         }
         sums = _mm256_add_epi32(sums, _mm256_madd_epi16(s16, ones));
       }
-      sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(offsets[t * nb + b]));
+      if constexpr (D::kOffset != 0) {
+        sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(offsets[t * nb + b]));
+      }
       const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a[t].d[b]));
       acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(sums)));
+      if constexpr (kHasMins<Group>) {
+        summs[t] = _mm256_add_ps(summs[t], _mm256_mul_ps(D::Mins(g), _mm256_set1_ps(a[t].s[b])));
+      }
     }
+  }
+  if constexpr (kHasMins<Group>) {
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], summs[t]);
   }
   StoreRows<T>(acc, y, y_stride);
 }
@@ -552,15 +631,18 @@ void InterleavedNibbleQuadsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_
   QuantizedRow::AtEach(layout, act, n_tokens, a);
   const int64_t nb = layout.cols / 32;
   thread_local std::vector<int32_t> offset_store;
-  offset_store.resize(static_cast<size_t>(n_tokens * nb));
-  const __m256i offset_bytes = _mm256_set1_epi8(D::kOffset);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + 32 * b));
-      offset_store[t * nb + b] = SumLanes(DotU8S8Quads(offset_bytes, qa));
+  const int32_t* offsets = nullptr;
+  if constexpr (D::kOffset != 0) {
+    offset_store.resize(static_cast<size_t>(n_tokens * nb));
+    const __m256i offset_bytes = _mm256_set1_epi8(D::kOffset);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].qs + 32 * b));
+        offset_store[t * nb + b] = SumLanes(DotU8S8Quads(offset_bytes, qa));
+      }
     }
+    offsets = offset_store.data();
   }
-  const int32_t* offsets = offset_store.data();
   for (int64_t g = 0; g < n_rows; g += kInterleaveRows) {
     const auto* blk = reinterpret_cast<const Group*>(w + g * row_bytes);
     if (n_tokens == 1) {
@@ -569,7 +651,7 @@ void InterleavedNibbleQuadsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_
     }
     for (int64_t t = 0; t < n_tokens; t += 4) {
       float* yt = y + g + t * y_stride;
-      const int32_t* off = offsets + t * nb;
+      const int32_t* off = offsets == nullptr ? nullptr : offsets + t * nb;
       switch (n_tokens - t < 4 ? n_tokens - t : 4) {
         case 1:
           NibbleQuadsPass<D, 1, 3>(blk, nb, a + t, off, yt, y_stride);
@@ -597,6 +679,9 @@ void InstallInterleavedTiles(KernelSet* k) {
   k->interleaved_tile[Slot(TensorType::kQ8_0)] = &InterleavedBlocks32Tile<Q80Interleaved>;
   k->interleaved_tile[Slot(TensorType::kMXFP4)] = &InterleavedNibbleQuadsTile<Mxfp4Quads>;
   k->interleaved_tile[Slot(TensorType::kQ4_0)] = &InterleavedNibbleQuadsTile<Q40Quads>;
+  k->interleaved_tile[Slot(TensorType::kQ4_1)] = &InterleavedNibbleQuadsTile<Q41Quads>;
+  k->interleaved_tile[Slot(TensorType::kQ5_0)] = &InterleavedNibbleQuadsTile<Q50Quads>;
+  k->interleaved_tile[Slot(TensorType::kQ5_1)] = &InterleavedNibbleQuadsTile<Q51Quads>;
 }
 
 }  // namespace colibri::ops::internal::avx2

@@ -21,6 +21,12 @@ static_assert(sizeof(MXFP4Rows8) == kInterleaveRows * sizeof(BlockMXFP4),
               "the interleaved layout must take the bytes of the rows it holds");
 static_assert(sizeof(Q40Rows8) == kInterleaveRows * sizeof(BlockQ4_0),
               "the interleaved layout must take the bytes of the rows it holds");
+static_assert(sizeof(Q41Rows8) == kInterleaveRows * sizeof(BlockQ4_1),
+              "the interleaved layout must take the bytes of the rows it holds");
+static_assert(sizeof(Q50Rows8) == kInterleaveRows * sizeof(BlockQ5_0),
+              "the interleaved layout must take the bytes of the rows it holds");
+static_assert(sizeof(Q51Rows8) == kInterleaveRows * sizeof(BlockQ5_1),
+              "the interleaved layout must take the bytes of the rows it holds");
 
 // Moves one super-block of 8 rows between GGUF order (rows[r]: row r's block)
 // and the interleaved order (group), in the direction of kToGroup. The byte
@@ -45,31 +51,54 @@ void MoveSuperBlock(BlockQ8_0* const rows[kInterleaveRows], Q80Rows8* group) {
   }
 }
 
-// The 4-bit types whose row blocks hold element j < 16 in the low nibble of
-// qs[j] and element j + 16 in the high nibble (MXFP4, Q4_0): the group's
-// qs[k][r] is bytes 4 k .. 4 k + 3 of row r's qs; the scale fields (MXFP4's
-// e, Q4_0's d) sit together in front.
+// The 32-element types whose row blocks hold the low 4 bits of element j < 16
+// in the low nibble of qs[j] and those of element j + 16 in the high nibble
+// (MXFP4, Q4_0, Q4_1, Q5_0, Q5_1): the group's qs[k][r] is bytes 4 k .. 4 k
+// + 3 of row r's qs; the other fields (MXFP4's e, the others' d, Q4_1's and
+// Q5_1's m, Q5_0's and Q5_1's qh) sit together in front, row by row.
+template <typename Block>
+constexpr bool kHasMin = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
+template <typename Block>
+constexpr bool kHasFifthBits = std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ5_1>;
+
 template <bool kToGroup, typename Block, typename Group>
-void MoveNibbleQuads(Block* const rows[kInterleaveRows], Group* group) {
+void MoveBlock32Quads(Block* const rows[kInterleaveRows], Group* group) {
   for (int r = 0; r < kInterleaveRows; ++r) {
+    Block& b = *rows[r];
     if constexpr (std::is_same_v<Block, BlockMXFP4>) {
-      MoveBytes<kToGroup>(&rows[r]->e, &group->e[r], 1);
+      MoveBytes<kToGroup>(&b.e, &group->e[r], 1);
     } else {
-      MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&rows[r]->d),
+      MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.d),
                           reinterpret_cast<uint8_t*>(&group->d[r]), 2);
     }
-    for (int k = 0; k < 4; ++k) MoveBytes<kToGroup>(rows[r]->qs + 4 * k, group->qs[k][r], 4);
+    if constexpr (kHasMin<Block>) {
+      MoveBytes<kToGroup>(reinterpret_cast<uint8_t*>(&b.m),
+                          reinterpret_cast<uint8_t*>(&group->m[r]), 2);
+    }
+    if constexpr (kHasFifthBits<Block>) MoveBytes<kToGroup>(b.qh, group->qh[r], 4);
+    for (int k = 0; k < 4; ++k) MoveBytes<kToGroup>(b.qs + 4 * k, group->qs[k][r], 4);
   }
 }
 
 template <bool kToGroup>
 void MoveSuperBlock(BlockMXFP4* const rows[kInterleaveRows], MXFP4Rows8* group) {
-  MoveNibbleQuads<kToGroup>(rows, group);
+  MoveBlock32Quads<kToGroup>(rows, group);
 }
-
 template <bool kToGroup>
 void MoveSuperBlock(BlockQ4_0* const rows[kInterleaveRows], Q40Rows8* group) {
-  MoveNibbleQuads<kToGroup>(rows, group);
+  MoveBlock32Quads<kToGroup>(rows, group);
+}
+template <bool kToGroup>
+void MoveSuperBlock(BlockQ4_1* const rows[kInterleaveRows], Q41Rows8* group) {
+  MoveBlock32Quads<kToGroup>(rows, group);
+}
+template <bool kToGroup>
+void MoveSuperBlock(BlockQ5_0* const rows[kInterleaveRows], Q50Rows8* group) {
+  MoveBlock32Quads<kToGroup>(rows, group);
+}
+template <bool kToGroup>
+void MoveSuperBlock(BlockQ5_1* const rows[kInterleaveRows], Q51Rows8* group) {
+  MoveBlock32Quads<kToGroup>(rows, group);
 }
 
 // Four bytes as one word: the Q6_K code moves below work on four bytes at
@@ -205,6 +234,15 @@ void Move(TensorType type, uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
     case TensorType::kQ4_0:
       MoveGroup<kToGroup, BlockQ4_0, Q40Rows8>(rows, row_bytes, group);
       break;
+    case TensorType::kQ4_1:
+      MoveGroup<kToGroup, BlockQ4_1, Q41Rows8>(rows, row_bytes, group);
+      break;
+    case TensorType::kQ5_0:
+      MoveGroup<kToGroup, BlockQ5_0, Q50Rows8>(rows, row_bytes, group);
+      break;
+    case TensorType::kQ5_1:
+      MoveGroup<kToGroup, BlockQ5_1, Q51Rows8>(rows, row_bytes, group);
+      break;
     default:
       std::abort();  // callers check HasInterleavedLayout
   }
@@ -220,6 +258,9 @@ bool HasInterleavedLayout(TensorType type) {
     case TensorType::kQ8_0:
     case TensorType::kMXFP4:
     case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
       return true;
     default:
       return false;

@@ -9,7 +9,8 @@
 //
 //   Every full group of 8 rows (rows 8g .. 8g+7) keeps its 8 * row_bytes
 //   bytes at data + 8g * row_bytes, rearranged super-block by super-block
-//   (Q4KRows8, Q5KRows8, Q6KRows8, Q80Rows8, MXFP4Rows8, Q40Rows8 below).
+//   (Q4KRows8, Q5KRows8, Q6KRows8, Q80Rows8, MXFP4Rows8, Q40Rows8, Q41Rows8,
+//   Q50Rows8, Q51Rows8 below).
 //   Rows past the last full group stay in GGUF order at data + r * row_bytes.
 //   The matrix takes the same bytes as before, so sizes, offsets of groups
 //   and byte counts are unchanged.
@@ -93,10 +94,36 @@ struct Q40Rows8 {
   uint8_t qs[4][8][4];
 };
 
+// Q4_1: the 8 rows' fp16 scales, then their fp16 mins, then the codes as
+// Q4_0's.
+struct Q41Rows8 {
+  uint16_t d[8];
+  uint16_t m[8];
+  uint8_t qs[4][8][4];
+};
+
+// Q5_0: the 8 rows' fp16 scales, their 4 qh bytes each (qh[r]: row r's, bit j
+// of the little-endian word the 5th bit of element j), then the low 4 bits of
+// the codes as Q4_0's.
+struct Q50Rows8 {
+  uint16_t d[8];
+  uint8_t qh[8][4];
+  uint8_t qs[4][8][4];
+};
+
+// Q5_1: Q5_0's with the 8 rows' fp16 mins after their scales.
+struct Q51Rows8 {
+  uint16_t d[8];
+  uint16_t m[8];
+  uint8_t qh[8][4];
+  uint8_t qs[4][8][4];
+};
+
 // Rows interleaved together.
 inline constexpr int kInterleaveRows = 8;
 
-// Whether type has an interleaved layout (Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0).
+// Whether type has an interleaved layout (Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0,
+// Q4_1, Q5_0, Q5_1).
 bool HasInterleavedLayout(TensorType type);
 
 // Rewrites a group of 8 rows of `type` (row r at rows + r * row_bytes, row

@@ -107,8 +107,8 @@ TEST(RunOutputTest, TheSameTokensWithTheWeightsInRamOrMapped) {
 }
 
 // The same for gpt-oss's MXFP4 experts, which the AVX2 kernels read in a
-// layout of their own (two rows' codes per byte): the same tokens as in the
-// file's order.
+// layout of their own (8 rows' codes four bytes at a time): the same tokens
+// as in the file's order.
 TEST(RunOutputTest, InterleavedMxfp4ExpertsGiveTheFileOrdersTokens) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
   const std::vector<std::string> args = GreedyIdsArgs(
@@ -124,11 +124,11 @@ TEST(RunOutputTest, InterleavedMxfp4ExpertsGiveTheFileOrdersTokens) {
 }
 
 // Files of one type (colibri-make-model's demo shape) whose matrices the
-// model interleaves (Q4_0, Q6_K): they give the file order's tokens and
-// logits, bit for bit.
-TEST(RunOutputTest, InterleavedQ4_0AndQ6_KGiveTheFileOrdersTokensAndLogits) {
+// model interleaves (Q4_0, Q4_1, Q5_0, Q6_K): they give the file order's
+// tokens and logits, bit for bit.
+TEST(RunOutputTest, InterleavedTypesGiveTheFileOrdersTokensAndLogits) {
   const std::string dir = ::testing::TempDir();
-  for (const std::string type : {"q4_0", "q6_k"}) {
+  for (const std::string type : {"q4_0", "q4_1", "q5_0", "q6_k"}) {
     SCOPED_TRACE(type);
     const std::string model = dir + "/run-output-" + type + ".gguf";
     const testing::CommandResult made =

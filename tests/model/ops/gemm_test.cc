@@ -276,7 +276,8 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
   const int64_t cols = 3 * 256;
   const std::vector<float> x = MakeActivations(17, cols, 9);
   for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
-                          TensorType::kQ8_0, TensorType::kMXFP4, TensorType::kQ4_0}) {
+                          TensorType::kQ8_0, TensorType::kMXFP4, TensorType::kQ4_0,
+                          TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1}) {
     for (int64_t rows : {3, 8, 29, 64, 133}) {
       const Matrix m = MakeMatrix(type, rows, cols, static_cast<uint32_t>(rows));
       std::vector<uint8_t> storage;
@@ -309,7 +310,8 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 }
 
 // MatMul asks for the layout only where the kernel set has tiles for it: the
-// AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4 and Q4_0; never the portable set, another type, a
+// AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0, Q4_1, Q5_0 and Q5_1;
+// never the portable set, another type, a
 // matrix without a full group or one interleaved already.
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q4 = MakeMatrix(TensorType::kQ4_K, 16, 256, 1);
@@ -317,6 +319,9 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q8 = MakeMatrix(TensorType::kQ8_0, 16, 256, 1);
   const Matrix mx = MakeMatrix(TensorType::kMXFP4, 16, 256, 1);
   const Matrix q40 = MakeMatrix(TensorType::kQ4_0, 16, 256, 1);
+  const Matrix q41 = MakeMatrix(TensorType::kQ4_1, 16, 256, 1);
+  const Matrix q50 = MakeMatrix(TensorType::kQ5_0, 16, 256, 1);
+  const Matrix q51 = MakeMatrix(TensorType::kQ5_1, 16, 256, 1);
   const Matrix q6 = MakeMatrix(TensorType::kQ6_K, 16, 256, 2);
   const Matrix q3 = MakeMatrix(TensorType::kQ3_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
@@ -327,6 +332,9 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
     EXPECT_TRUE(PrefersInterleaved(q8.w));
     EXPECT_TRUE(PrefersInterleaved(mx.w));
     EXPECT_TRUE(PrefersInterleaved(q40.w));
+    EXPECT_TRUE(PrefersInterleaved(q41.w));
+    EXPECT_TRUE(PrefersInterleaved(q50.w));
+    EXPECT_TRUE(PrefersInterleaved(q51.w));
     EXPECT_TRUE(PrefersInterleaved(q6.w));
   } else if (set == "portable") {
     EXPECT_FALSE(PrefersInterleaved(q4.w));
@@ -334,6 +342,9 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
     EXPECT_FALSE(PrefersInterleaved(q8.w));
     EXPECT_FALSE(PrefersInterleaved(mx.w));
     EXPECT_FALSE(PrefersInterleaved(q40.w));
+    EXPECT_FALSE(PrefersInterleaved(q41.w));
+    EXPECT_FALSE(PrefersInterleaved(q50.w));
+    EXPECT_FALSE(PrefersInterleaved(q51.w));
     EXPECT_FALSE(PrefersInterleaved(q6.w));
   }
   EXPECT_FALSE(PrefersInterleaved(q3.w));
@@ -363,8 +374,8 @@ void CheckInterleaveBytes(TensorType type, uint64_t block_bytes, Check where) {
   EXPECT_EQ(back, rows);
 }
 
-// Q4KRows8, Q5KRows8, Q6KRows8, Q80Rows8, Q40Rows8 and MXFP4Rows8 byte for
-// byte, and the way back.
+// Q4KRows8, Q5KRows8, Q6KRows8, Q80Rows8, Q40Rows8, MXFP4Rows8, Q41Rows8,
+// Q50Rows8 and Q51Rows8 byte for byte, and the way back.
 TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
   // BlockQ4_K: d (2 bytes), dmin (2), scales (12), qs (128).
   CheckInterleaveBytes(
@@ -461,6 +472,46 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
           ASSERT_EQ(stored, code) << "block " << i << " row " << r << " element " << j;
         }
       });
+  // BlockQ4_1: d, m, qs (16); BlockQ5_0: d, qh (4), qs; BlockQ5_1: d, m, qh, qs.
+  // Element j's code: its nibble as above plus 16 where bit j of qh is set.
+  auto code_of = [](const uint8_t* qs, const uint8_t* qh, int j) {
+    const int nibble = j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4;
+    return qh == nullptr ? nibble : nibble + 16 * ((qh[j / 8] >> (j % 8)) & 1);
+  };
+  auto stored_code = [](const uint8_t(&qs)[4][8][4], const uint8_t* qh, int r, int j) {
+    const uint8_t byte = qs[(j % 16) / 4][r][j % 4];
+    const int nibble = j < 16 ? byte & 0x0F : byte >> 4;
+    return qh == nullptr ? nibble : nibble + 16 * ((qh[j / 8] >> (j % 8)) & 1);
+  };
+  CheckInterleaveBytes(TensorType::kQ4_1, 20,
+                       [&](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
+                         const Q41Rows8& b = reinterpret_cast<const Q41Rows8*>(group)[i];
+                         ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i;
+                         ASSERT_EQ(std::memcmp(&b.m[r], src + 2, 2), 0) << "block " << i;
+                         for (int j = 0; j < 32; ++j) {
+                           ASSERT_EQ(stored_code(b.qs, nullptr, r, j), code_of(src + 4, nullptr, j))
+                               << "block " << i << " row " << r << " element " << j;
+                         }
+                       });
+  CheckInterleaveBytes(TensorType::kQ5_0, 22,
+                       [&](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
+                         const Q50Rows8& b = reinterpret_cast<const Q50Rows8*>(group)[i];
+                         ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i;
+                         for (int j = 0; j < 32; ++j) {
+                           ASSERT_EQ(stored_code(b.qs, b.qh[r], r, j), code_of(src + 6, src + 2, j))
+                               << "block " << i << " row " << r << " element " << j;
+                         }
+                       });
+  CheckInterleaveBytes(TensorType::kQ5_1, 24,
+                       [&](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
+                         const Q51Rows8& b = reinterpret_cast<const Q51Rows8*>(group)[i];
+                         ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i;
+                         ASSERT_EQ(std::memcmp(&b.m[r], src + 2, 2), 0) << "block " << i;
+                         for (int j = 0; j < 32; ++j) {
+                           ASSERT_EQ(stored_code(b.qs, b.qh[r], r, j), code_of(src + 8, src + 4, j))
+                               << "block " << i << " row " << r << " element " << j;
+                         }
+                       });
 }
 
 // rows x cols of `type` from random bytes (every code), then fix_block(block
@@ -533,6 +584,29 @@ TEST_P(GemmTest, InterleavedMxfp4HandlesEveryExponentAndCode) {
       RandomRows(TensorType::kMXFP4, 24, 8 * 32, 12, [](uint8_t* block, int64_t i) {
         block[0] = static_cast<uint8_t>(i % 192);
         if (i % 4 == 1) std::memset(block + 1, 0x77, 16);  // every code 7 (+6)
+      }));
+}
+
+// Q4_1, Q5_0 and Q5_1 rows of random bytes: every code, any finite fp16
+// scale and min; every fourth block all codes at their largest (15, 31), the
+// largest 16-bit partial sums against the +1 token.
+TEST_P(GemmTest, InterleavedQ4_1Q5_0Q5_1HandleEveryScaleAndCode) {
+  ExpectInterleavedEqualsReference(
+      RandomRows(TensorType::kQ4_1, 24, 8 * 32, 15, [](uint8_t* block, int64_t i) {
+        block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));  // d
+        block[3] = static_cast<uint8_t>((block[3] & 0x83) | ((i % 29) << 2));  // m
+        if (i % 4 == 1) std::memset(block + 4, 0xFF, 16);
+      }));
+  ExpectInterleavedEqualsReference(
+      RandomRows(TensorType::kQ5_0, 24, 8 * 32, 16, [](uint8_t* block, int64_t i) {
+        block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));
+        if (i % 4 == 1) std::memset(block + 2, 0xFF, 20);  // qh and qs
+      }));
+  ExpectInterleavedEqualsReference(
+      RandomRows(TensorType::kQ5_1, 24, 8 * 32, 17, [](uint8_t* block, int64_t i) {
+        block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));
+        block[3] = static_cast<uint8_t>((block[3] & 0x83) | ((i % 29) << 2));
+        if (i % 4 == 1) std::memset(block + 4, 0xFF, 20);
       }));
 }
 
