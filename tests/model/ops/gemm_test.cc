@@ -310,8 +310,9 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 }
 
 // MatMul asks for the layout only where the kernel set has tiles for it: the
-// AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0, Q4_1, Q5_0 and Q5_1;
-// never the portable set, another type, a
+// AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0, Q4_1, Q5_0 and Q5_1, the
+// AVX-512 set for the 32-element ones of these; never the portable set,
+// another type, a
 // matrix without a full group or one interleaved already.
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q4 = MakeMatrix(TensorType::kQ4_K, 16, 256, 1);
@@ -336,6 +337,17 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
     EXPECT_TRUE(PrefersInterleaved(q50.w));
     EXPECT_TRUE(PrefersInterleaved(q51.w));
     EXPECT_TRUE(PrefersInterleaved(q6.w));
+  } else if (set == "avx512") {
+    // The AVX2 tiles of the 32-element types; the K-quants run this set's own.
+    EXPECT_FALSE(PrefersInterleaved(q4.w));
+    EXPECT_FALSE(PrefersInterleaved(q5.w));
+    EXPECT_FALSE(PrefersInterleaved(q6.w));
+    EXPECT_TRUE(PrefersInterleaved(q8.w));
+    EXPECT_TRUE(PrefersInterleaved(mx.w));
+    EXPECT_TRUE(PrefersInterleaved(q40.w));
+    EXPECT_TRUE(PrefersInterleaved(q41.w));
+    EXPECT_TRUE(PrefersInterleaved(q50.w));
+    EXPECT_TRUE(PrefersInterleaved(q51.w));
   } else if (set == "portable") {
     EXPECT_FALSE(PrefersInterleaved(q4.w));
     EXPECT_FALSE(PrefersInterleaved(q5.w));
