@@ -1,8 +1,8 @@
 // AVX2 tiles for weights in the kInterleaved8 layout (weight_layout.h): Q4_K,
-// Q5_K and Q6_K against Q8_K activations, Q8_0, Q4_0, Q5_0 and MXFP4 against
-// Q8_0 activations, Q4_1 and Q5_1 against Q8_1, 8 rows at a time. (The signed
-// 4- and 5-bit types take their values offset to unsigned; see NibbleQuadsPass. IQ4_NL's values
-// plus 128 would overflow vpmaddubsw's int16 pairs.)
+// Q5_K and Q6_K against Q8_K activations, Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4
+// against Q8_0 activations, Q4_1 and Q5_1 against Q8_1, 8 rows at a time.
+// (The signed 4- and 5-bit types take their values offset to unsigned, see
+// NibbleQuadsPass; IQ4_NL's plus 128 would overflow vpmaddubsw's int16 pairs.)
 //
 // One 32-byte load holds 4 quant bytes of each of the 8 rows (Q4KRows8's
 // qs[p][g]); its low nibbles are 4 elements of chunk 2p of every row, its
@@ -436,9 +436,9 @@ void InterleavedBlocks32Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_row
 }
 
 // The 4- and 5-bit types with the 8 rows' code bytes four at a time
-// (MXFP4Rows8, Q40Rows8, Q41Rows8, Q50Rows8, Q51Rows8). A type D gives its group's 8 block scales
-// as floats (Scales) and, from a Decoder made once per pass, each code's value plus D::kOffset,
-// unsigned (Values), so that vpmaddubsw takes them as they are:
+// (MXFP4Rows8, Q40Rows8, Q41Rows8, Q50Rows8, Q51Rows8, IQ4NLRows8). A type D gives its group's 8
+// block scales as floats (Scales) and, from a Decoder made once per pass, each code's value plus
+// D::kOffset, unsigned (Values), so that vpmaddubsw takes them as they are:
 //   Σ (u - kOffset) * a = Σ u * a - kOffset * Σ a,
 // the second term once per block and token for all rows. Load k of a block
 // holds elements 4 k .. 4 k + 3 (low nibbles) and 16 + 4 k .. (high nibbles)
@@ -477,6 +477,7 @@ struct Mxfp4Quads {
   using Group = MXFP4Rows8;
   static constexpr int kOffset = 12;
   static constexpr int kSumsPerMadd = 4;
+  static constexpr bool kSignTrick = false;
   COLIBRI_INLINE static __m256 Scales(const Group& g) { return E8M0x8(g.e); }
   struct Decoder {
     const __m256i table = _mm256_broadcastsi128_si256(
@@ -490,6 +491,7 @@ struct Q40Quads {
   using Group = Q40Rows8;
   static constexpr int kOffset = 8;
   static constexpr int kSumsPerMadd = 8;
+  static constexpr bool kSignTrick = false;
   COLIBRI_INLINE static __m256 Scales(const Group& g) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
   }
@@ -507,6 +509,7 @@ struct Q41Quads {
   using Group = Q41Rows8;
   static constexpr int kOffset = 0;
   static constexpr int kSumsPerMadd = 8;
+  static constexpr bool kSignTrick = false;
   COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
   COLIBRI_INLINE static __m256 Mins(const Group& g) { return Halves8(g.m); }
   struct Decoder {
@@ -520,6 +523,7 @@ struct Q50Quads {
   using Group = Q50Rows8;
   static constexpr int kOffset = 16;
   static constexpr int kSumsPerMadd = 4;  // 4 * 2 * 31 * 128 = 31744
+  static constexpr bool kSignTrick = false;
   COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
   struct Decoder {
     COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
@@ -531,10 +535,27 @@ struct Q51Quads {
   using Group = Q51Rows8;
   static constexpr int kOffset = 0;
   static constexpr int kSumsPerMadd = 4;
+  static constexpr bool kSignTrick = false;
   COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
   COLIBRI_INLINE static __m256 Mins(const Group& g) { return Halves8(g.m); }
   struct Decoder {
     COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
+  };
+};
+
+// IQ4_NL: values -127 .. 113 by table, which plus 128 would overflow
+// vpmaddubsw's pairs; they go in signed, with the sign trick per load (|v|
+// times a with v's sign: pairs up to 2 * 127 * 127, one vpmaddwd per load).
+struct IQ4NLQuads {
+  using Group = IQ4NLRows8;
+  static constexpr int kOffset = 0;
+  static constexpr int kSumsPerMadd = 1;
+  static constexpr bool kSignTrick = true;
+  COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
+  struct Decoder {
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+    COLIBRI_INLINE __m256i Values(__m256i codes) const { return _mm256_shuffle_epi8(table, codes); }
   };
 };
 
@@ -600,7 +621,13 @@ void NibbleQuadsPass(const typename D::Group* blk, int64_t nb, const QuantizedRo
         for (int k = k0; k < k0 + D::kSumsPerMadd; ++k) {
           int32_t quad;
           std::memcpy(&quad, qa + 4 * k, 4);
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(quad)));
+          const __m256i ak = _mm256_set1_epi32(quad);
+          if constexpr (D::kSignTrick) {
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_sign_epi8(u[k], u[k]),
+                                                             _mm256_sign_epi8(ak, u[k])));
+          } else {
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[k], ak));
+          }
         }
         sums = _mm256_add_epi32(sums, _mm256_madd_epi16(s16, ones));
       }
@@ -682,6 +709,7 @@ void InstallInterleavedTiles(KernelSet* k) {
   k->interleaved_tile[Slot(TensorType::kQ4_1)] = &InterleavedNibbleQuadsTile<Q41Quads>;
   k->interleaved_tile[Slot(TensorType::kQ5_0)] = &InterleavedNibbleQuadsTile<Q50Quads>;
   k->interleaved_tile[Slot(TensorType::kQ5_1)] = &InterleavedNibbleQuadsTile<Q51Quads>;
+  k->interleaved_tile[Slot(TensorType::kIQ4_NL)] = &InterleavedNibbleQuadsTile<IQ4NLQuads>;
 }
 
 }  // namespace colibri::ops::internal::avx2

@@ -27,6 +27,8 @@ static_assert(sizeof(Q50Rows8) == kInterleaveRows * sizeof(BlockQ5_0),
               "the interleaved layout must take the bytes of the rows it holds");
 static_assert(sizeof(Q51Rows8) == kInterleaveRows * sizeof(BlockQ5_1),
               "the interleaved layout must take the bytes of the rows it holds");
+static_assert(sizeof(IQ4NLRows8) == kInterleaveRows * sizeof(BlockIQ4_NL),
+              "the interleaved layout must take the bytes of the rows it holds");
 
 // Moves one super-block of 8 rows between GGUF order (rows[r]: row r's block)
 // and the interleaved order (group), in the direction of kToGroup. The byte
@@ -53,7 +55,7 @@ void MoveSuperBlock(BlockQ8_0* const rows[kInterleaveRows], Q80Rows8* group) {
 
 // The 32-element types whose row blocks hold the low 4 bits of element j < 16
 // in the low nibble of qs[j] and those of element j + 16 in the high nibble
-// (MXFP4, Q4_0, Q4_1, Q5_0, Q5_1): the group's qs[k][r] is bytes 4 k .. 4 k
+// (MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): the group's qs[k][r] is bytes 4 k .. 4 k
 // + 3 of row r's qs; the other fields (MXFP4's e, the others' d, Q4_1's and
 // Q5_1's m, Q5_0's and Q5_1's qh) sit together in front, row by row.
 template <typename Block>
@@ -98,6 +100,10 @@ void MoveSuperBlock(BlockQ5_0* const rows[kInterleaveRows], Q50Rows8* group) {
 }
 template <bool kToGroup>
 void MoveSuperBlock(BlockQ5_1* const rows[kInterleaveRows], Q51Rows8* group) {
+  MoveBlock32Quads<kToGroup>(rows, group);
+}
+template <bool kToGroup>
+void MoveSuperBlock(BlockIQ4_NL* const rows[kInterleaveRows], IQ4NLRows8* group) {
   MoveBlock32Quads<kToGroup>(rows, group);
 }
 
@@ -243,6 +249,9 @@ void Move(TensorType type, uint8_t* rows, uint64_t row_bytes, uint8_t* group) {
     case TensorType::kQ5_1:
       MoveGroup<kToGroup, BlockQ5_1, Q51Rows8>(rows, row_bytes, group);
       break;
+    case TensorType::kIQ4_NL:
+      MoveGroup<kToGroup, BlockIQ4_NL, IQ4NLRows8>(rows, row_bytes, group);
+      break;
     default:
       std::abort();  // callers check HasInterleavedLayout
   }
@@ -261,6 +270,7 @@ bool HasInterleavedLayout(TensorType type) {
     case TensorType::kQ4_1:
     case TensorType::kQ5_0:
     case TensorType::kQ5_1:
+    case TensorType::kIQ4_NL:
       return true;
     default:
       return false;

@@ -10,7 +10,7 @@
 //   Every full group of 8 rows (rows 8g .. 8g+7) keeps its 8 * row_bytes
 //   bytes at data + 8g * row_bytes, rearranged super-block by super-block
 //   (Q4KRows8, Q5KRows8, Q6KRows8, Q80Rows8, MXFP4Rows8, Q40Rows8, Q41Rows8,
-//   Q50Rows8, Q51Rows8 below).
+//   Q50Rows8, Q51Rows8, IQ4NLRows8 below).
 //   Rows past the last full group stay in GGUF order at data + r * row_bytes.
 //   The matrix takes the same bytes as before, so sizes, offsets of groups
 //   and byte counts are unchanged.
@@ -119,11 +119,17 @@ struct Q51Rows8 {
   uint8_t qs[4][8][4];
 };
 
+// IQ4_NL: Q4_0's layout (the codes index kIq4nlValues).
+struct IQ4NLRows8 {
+  uint16_t d[8];
+  uint8_t qs[4][8][4];
+};
+
 // Rows interleaved together.
 inline constexpr int kInterleaveRows = 8;
 
 // Whether type has an interleaved layout (Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0,
-// Q4_1, Q5_0, Q5_1).
+// Q4_1, Q5_0, Q5_1, IQ4_NL).
 bool HasInterleavedLayout(TensorType type);
 
 // Rewrites a group of 8 rows of `type` (row r at rows + r * row_bytes, row

@@ -124,11 +124,11 @@ TEST(RunOutputTest, InterleavedMxfp4ExpertsGiveTheFileOrdersTokens) {
 }
 
 // Files of one type (colibri-make-model's demo shape) whose matrices the
-// model interleaves (Q4_0, Q4_1, Q5_0, Q6_K): they give the file order's
+// model interleaves (Q4_0, Q4_1, Q5_0, IQ4_NL, Q6_K): they give the file order's
 // tokens and logits, bit for bit.
 TEST(RunOutputTest, InterleavedTypesGiveTheFileOrdersTokensAndLogits) {
   const std::string dir = ::testing::TempDir();
-  for (const std::string type : {"q4_0", "q4_1", "q5_0", "q6_k"}) {
+  for (const std::string type : {"q4_0", "q4_1", "q5_0", "iq4_nl", "q6_k"}) {
     SCOPED_TRACE(type);
     const std::string model = dir + "/run-output-" + type + ".gguf";
     const testing::CommandResult made =

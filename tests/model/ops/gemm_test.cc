@@ -275,9 +275,10 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
   const int64_t cols = 3 * 256;
   const std::vector<float> x = MakeActivations(17, cols, 9);
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
-                          TensorType::kQ8_0, TensorType::kMXFP4, TensorType::kQ4_0,
-                          TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1}) {
+  for (TensorType type :
+       {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kQ8_0,
+        TensorType::kMXFP4, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
+        TensorType::kQ5_1, TensorType::kIQ4_NL}) {
     for (int64_t rows : {3, 8, 29, 64, 133}) {
       const Matrix m = MakeMatrix(type, rows, cols, static_cast<uint32_t>(rows));
       std::vector<uint8_t> storage;
@@ -310,7 +311,7 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 }
 
 // MatMul asks for the layout only where the kernel set has tiles for it: the
-// AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0, Q4_1, Q5_0 and Q5_1, the
+// AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL, the
 // AVX-512 set for the 32-element ones of these; never the portable set,
 // another type, a
 // matrix without a full group or one interleaved already.
@@ -323,6 +324,7 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q41 = MakeMatrix(TensorType::kQ4_1, 16, 256, 1);
   const Matrix q50 = MakeMatrix(TensorType::kQ5_0, 16, 256, 1);
   const Matrix q51 = MakeMatrix(TensorType::kQ5_1, 16, 256, 1);
+  const Matrix nl = MakeMatrix(TensorType::kIQ4_NL, 16, 256, 1);
   const Matrix q6 = MakeMatrix(TensorType::kQ6_K, 16, 256, 2);
   const Matrix q3 = MakeMatrix(TensorType::kQ3_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
@@ -336,6 +338,7 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
     EXPECT_TRUE(PrefersInterleaved(q41.w));
     EXPECT_TRUE(PrefersInterleaved(q50.w));
     EXPECT_TRUE(PrefersInterleaved(q51.w));
+    EXPECT_TRUE(PrefersInterleaved(nl.w));
     EXPECT_TRUE(PrefersInterleaved(q6.w));
   } else if (set == "avx512") {
     // The AVX2 tiles of the 32-element types; the K-quants run this set's own.
@@ -348,6 +351,7 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
     EXPECT_TRUE(PrefersInterleaved(q41.w));
     EXPECT_TRUE(PrefersInterleaved(q50.w));
     EXPECT_TRUE(PrefersInterleaved(q51.w));
+    EXPECT_TRUE(PrefersInterleaved(nl.w));
   } else if (set == "portable") {
     EXPECT_FALSE(PrefersInterleaved(q4.w));
     EXPECT_FALSE(PrefersInterleaved(q5.w));
@@ -357,6 +361,7 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
     EXPECT_FALSE(PrefersInterleaved(q41.w));
     EXPECT_FALSE(PrefersInterleaved(q50.w));
     EXPECT_FALSE(PrefersInterleaved(q51.w));
+    EXPECT_FALSE(PrefersInterleaved(nl.w));
     EXPECT_FALSE(PrefersInterleaved(q6.w));
   }
   EXPECT_FALSE(PrefersInterleaved(q3.w));
@@ -387,7 +392,7 @@ void CheckInterleaveBytes(TensorType type, uint64_t block_bytes, Check where) {
 }
 
 // Q4KRows8, Q5KRows8, Q6KRows8, Q80Rows8, Q40Rows8, MXFP4Rows8, Q41Rows8,
-// Q50Rows8 and Q51Rows8 byte for byte, and the way back.
+// Q50Rows8, Q51Rows8 and IQ4NLRows8 byte for byte, and the way back.
 TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
   // BlockQ4_K: d (2 bytes), dmin (2), scales (12), qs (128).
   CheckInterleaveBytes(
@@ -505,6 +510,15 @@ TEST(WeightLayoutTest, InterleaveGroupPutsEveryByteWhereTheLayoutSaysAndBack) {
                                << "block " << i << " row " << r << " element " << j;
                          }
                        });
+  CheckInterleaveBytes(TensorType::kIQ4_NL, 18,
+                       [&](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
+                         const IQ4NLRows8& b = reinterpret_cast<const IQ4NLRows8*>(group)[i];
+                         ASSERT_EQ(std::memcmp(&b.d[r], src, 2), 0) << "block " << i;
+                         for (int j = 0; j < 32; ++j) {
+                           ASSERT_EQ(stored_code(b.qs, nullptr, r, j), code_of(src + 2, nullptr, j))
+                               << "block " << i << " row " << r << " element " << j;
+                         }
+                       });
   CheckInterleaveBytes(TensorType::kQ5_0, 22,
                        [&](const uint8_t* group, int64_t i, int r, const uint8_t* src) {
                          const Q50Rows8& b = reinterpret_cast<const Q50Rows8*>(group)[i];
@@ -599,10 +613,11 @@ TEST_P(GemmTest, InterleavedMxfp4HandlesEveryExponentAndCode) {
       }));
 }
 
-// Q4_1, Q5_0 and Q5_1 rows of random bytes: every code, any finite fp16
-// scale and min; every fourth block all codes at their largest (15, 31), the
-// largest 16-bit partial sums against the +1 token.
-TEST_P(GemmTest, InterleavedQ4_1Q5_0Q5_1HandleEveryScaleAndCode) {
+// Q4_1, Q5_0, Q5_1 and IQ4_NL rows of random bytes: every code, any finite
+// fp16 scale and min; every fourth block all codes at their largest (15, 31;
+// IQ4_NL's code 0, -127), the largest 16-bit partial sums against the +1
+// token.
+TEST_P(GemmTest, InterleavedQ4_1Q5_0Q5_1IQ4_NLHandleEveryScaleAndCode) {
   ExpectInterleavedEqualsReference(
       RandomRows(TensorType::kQ4_1, 24, 8 * 32, 15, [](uint8_t* block, int64_t i) {
         block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));  // d
@@ -619,6 +634,11 @@ TEST_P(GemmTest, InterleavedQ4_1Q5_0Q5_1HandleEveryScaleAndCode) {
         block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));
         block[3] = static_cast<uint8_t>((block[3] & 0x83) | ((i % 29) << 2));
         if (i % 4 == 1) std::memset(block + 4, 0xFF, 20);
+      }));
+  ExpectInterleavedEqualsReference(
+      RandomRows(TensorType::kIQ4_NL, 24, 8 * 32, 18, [](uint8_t* block, int64_t i) {
+        block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));
+        if (i % 4 == 1) std::memset(block + 2, 0x00, 16);
       }));
 }
 
