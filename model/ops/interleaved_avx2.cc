@@ -460,6 +460,16 @@ COLIBRI_INLINE __m256 E8M0x8(const uint8_t* e) {
   return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, is_subnormal));
 }
 
+// The Decoder of the types whose codes are their values plus kOffset.
+struct CodesAreValues {
+  COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
+};
+
+// 8 rows' fp16 scales (or mins) as floats.
+COLIBRI_INLINE __m256 Halves8(const uint16_t* h) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
 // The MXFP4 values plus 12, by code: 0 .. 24.
 struct Mxfp4Plus12 {
   alignas(16) int8_t values[16];
@@ -492,19 +502,12 @@ struct Q40Quads {
   static constexpr int kOffset = 8;
   static constexpr int kSumsPerMadd = 8;
   static constexpr bool kSignTrick = false;
-  COLIBRI_INLINE static __m256 Scales(const Group& g) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
-  }
-  struct Decoder {
-    COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
-  };
+  COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
+  using Decoder = CodesAreValues;
 };
 
 // Q4_1: the code is the value (before the min), unsigned already; Q8_1
 // activations, whose s (d * the block's sum) meets the rows' fp16 mins.
-COLIBRI_INLINE __m256 Halves8(const uint16_t* h) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
-}
 struct Q41Quads {
   using Group = Q41Rows8;
   static constexpr int kOffset = 0;
@@ -512,9 +515,7 @@ struct Q41Quads {
   static constexpr bool kSignTrick = false;
   COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
   COLIBRI_INLINE static __m256 Mins(const Group& g) { return Halves8(g.m); }
-  struct Decoder {
-    COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
-  };
+  using Decoder = CodesAreValues;
 };
 
 // Q5_0: the 5-bit code (the value plus 16) is the nibble plus 16 where the
@@ -525,9 +526,7 @@ struct Q50Quads {
   static constexpr int kSumsPerMadd = 4;  // 4 * 2 * 31 * 128 = 31744
   static constexpr bool kSignTrick = false;
   COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
-  struct Decoder {
-    COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
-  };
+  using Decoder = CodesAreValues;
 };
 
 // Q5_1: Q5_0's codes, unsigned values with Q4_1's mins.
@@ -538,9 +537,7 @@ struct Q51Quads {
   static constexpr bool kSignTrick = false;
   COLIBRI_INLINE static __m256 Scales(const Group& g) { return Halves8(g.d); }
   COLIBRI_INLINE static __m256 Mins(const Group& g) { return Halves8(g.m); }
-  struct Decoder {
-    COLIBRI_INLINE __m256i Values(__m256i codes) const { return codes; }
-  };
+  using Decoder = CodesAreValues;
 };
 
 // IQ4_NL: values -127 .. 113 by table, which plus 128 would overflow
