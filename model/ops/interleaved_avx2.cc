@@ -599,6 +599,8 @@ void NibbleQuadsPass(const typename D::Group* blk, int64_t nb, const QuantizedRo
     const Group& g = blk[b];
     PrefetchBytes<kLocality>(blk, (b + 8) * sizeof(Group), sizeof(Group));
     const __m256 dw = D::Scales(g);
+    __m256 mw = _mm256_setzero_ps();
+    if constexpr (kHasMins<Group>) mw = D::Mins(g);
     // u[k]: elements 4 k .. 4 k + 3 of the 8 rows.
     __m256i u[8];
     for (int k = 0; k < 4; ++k) {
@@ -634,7 +636,7 @@ void NibbleQuadsPass(const typename D::Group* blk, int64_t nb, const QuantizedRo
       const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a[t].d[b]));
       acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(sums)));
       if constexpr (kHasMins<Group>) {
-        summs[t] = _mm256_add_ps(summs[t], _mm256_mul_ps(D::Mins(g), _mm256_set1_ps(a[t].s[b])));
+        summs[t] = _mm256_add_ps(summs[t], _mm256_mul_ps(mw, _mm256_set1_ps(a[t].s[b])));
       }
     }
   }

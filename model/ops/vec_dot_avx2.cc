@@ -245,7 +245,7 @@ void Blocks32Rows(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, i
   }
   for (int t = 0; t < T; ++t) {
     alignas(16) float out[4];
-    // + summs also where it is zero: -0.0f + 0.0f is +0.0f, as in vec_dot.h.
+    // acc + summs, vec_dot.h's last step (summs stays zero without mins).
     _mm_store_ps(out, _mm_add_ps(acc[t], summs[t]));
     for (int r = 0; r < R; ++r) y[t * y_stride + r] = out[r];
   }
