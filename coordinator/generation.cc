@@ -202,6 +202,7 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
 
   const auto gen_start = Clock::now();
   result.finish_reason = FinishReason::kLength;
+  auto token_start = gen_start;
   for (int i = 0; i < options.max_tokens; ++i) {
     GeneratedToken token;
     const std::optional<FinishReason> end = emitter.Emit(next, callbacks.on_token, &result, &token);
@@ -223,6 +224,9 @@ absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Samp
     const int more = options.max_tokens - i - (options.evaluate_every_token ? 1 : 2);
     COLIBRI_RETURN_IF_ERROR(feeder.Feed(token.id, more, &next));
     COLIBRI_RETURN_IF_ERROR(report(next));
+    const auto now = Clock::now();
+    result.token_seconds.push_back(std::chrono::duration<float>(now - token_start).count());
+    token_start = now;
   }
   COLIBRI_RETURN_IF_ERROR(feeder.Finish());
   result.speculation = feeder.stats();

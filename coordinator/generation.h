@@ -142,6 +142,12 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kLength;
   double prompt_seconds = 0;
   double generate_seconds = 0;
+  // Generate only: for each generated token fed back, in order, the seconds
+  // from its sampling to the end of its forward pass (with speculation, a
+  // token accepted from a verified draft costs next to nothing, the one whose
+  // pass verified the drafts all of it). A caller tells a steady slowdown from
+  // a few stalled tokens with it.
+  std::vector<float> token_seconds;
   SpeculationStats speculation;
 };
 

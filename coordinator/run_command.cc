@@ -1,10 +1,13 @@
 #include "coordinator/run_command.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +35,21 @@ double Seconds(Clock::time_point since) {
 
 // Writes little-endian float32 rows; this code assumes a little-endian host,
 // which every supported platform is.
+// "per token: median M ms, min A, p90 B, max C (N tokens fed back)" of a
+// generation's token_seconds, or "" when none was fed back. The p90 is the
+// value below which 90% of the tokens fall (nearest rank).
+std::string PerTokenLine(std::vector<float> seconds) {
+  if (seconds.empty()) return "";
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  const double median =
+      n % 2 == 1 ? seconds[n / 2] : (double{seconds[n / 2 - 1]} + seconds[n / 2]) / 2;
+  const size_t p90 = std::min(n - 1, (n * 9 + 9) / 10 - 1);
+  return absl::StrFormat(
+      "per token: median %.2f ms, min %.2f, p90 %.2f, max %.2f (%zu tokens fed back)\n",
+      1e3 * median, 1e3 * seconds.front(), 1e3 * seconds[p90], 1e3 * seconds.back(), n);
+}
+
 class LogitsWriter {
  public:
   absl::Status Open(const std::string& path) {
@@ -248,6 +266,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   if (!generated.empty()) {
     err << absl::StrFormat("generation: %zu tokens in %.3f s (%.1f tokens/s)\n", generated.size(),
                            gen_seconds, generated.size() / std::max(gen_seconds, 1e-9));
+    err << PerTokenLine(result.token_seconds);
   }
   if (options.speculation.draft != DraftKind::kNone) {
     const SpeculationStats& s = result.speculation;

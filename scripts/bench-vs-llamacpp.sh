@@ -31,7 +31,10 @@ usage: scripts/bench-vs-llamacpp.sh --llama-bench PATH [options]
 Prompt tok/s: llama-bench's pp test (P tokens, one batch) against
 `colibri-coordinator run --prompt-tokens` with P token ids (-b P).
 Decode tok/s: llama-bench's tg test (N tokens) against the generation line of
-the same Colibri run (N tokens after the prompt, --ignore-eos).
+the same Colibri run (N tokens after the prompt, --ignore-eos). Beside it,
+Colibri's decode at each run's median token (its "per token" line): a run
+slowed by a few stalled tokens (the host taking a core away) keeps its median,
+one slowed throughout does not.
 Bandwidth limit: active weight bytes per token (colibri-coordinator inspect)
 divided into the parallel memory read bandwidth colibri_ops_bench measures
 ($MEM_BW_GBS overrides it); decode at the limit reads every active weight once
@@ -140,6 +143,7 @@ llama_pp=()
 llama_tg=()
 colibri_pp=()
 colibri_tg=()
+colibri_steady=()
 probes=()
 for i in $(seq "$reps"); do
   if [ "$colibri_only" = 0 ]; then
@@ -165,6 +169,13 @@ for i in $(seq "$reps"); do
     colibri_pp+=("$(sed -n 's/^prompt: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
   fi
   colibri_tg+=("$(sed -n 's/^generation: .*(\([0-9.]*\) tokens\/s)$/\1/p' "$work/colibri.$i.err")")
+  # The run's decode rate at its median token: what it reached between the
+  # host's stalls (a token that waits 100 ms for a core counts once, not by
+  # its length).
+  median_ms=$(sed -n 's/^per token: median \([0-9.]*\) ms,.*/\1/p' "$work/colibri.$i.err")
+  if [ -n "$median_ms" ]; then
+    colibri_steady+=("$(awk -v m="$median_ms" 'BEGIN { if (m > 0) printf "%.2f", 1000 / m }')")
+  fi
   # The memory as it was during this run: the host's load moves it from run
   # to run, so each run's decode is also set against its own probe.
   probes+=("$(bench_memory_probe "$threads")")
@@ -230,5 +241,9 @@ if [ "$active_bytes" -gt 0 ] 2>/dev/null; then
   line="decode vs its own run's memory probe (median, range): Colibri $(run_shares colibri_tg)"
   [ "${#llama_tg[@]}" -gt 0 ] && line="$line, llama.cpp $(run_shares llama_tg)"
   echo "$line"
+fi
+if [ "${#colibri_steady[@]}" -gt 0 ]; then
+  read -r s_tg s_tg_min s_tg_max s_tg_spread <<<"$(stats "${colibri_steady[@]}")"
+  echo "decode at each run's median token (stalls left out): Colibri $s_tg ($s_tg_min-$s_tg_max) $s_tg_spread"
 fi
 echo "spread = max/min of the runs (target <= 1.2); logs in $work/"

@@ -2,6 +2,7 @@
 // emits (as serve sends them); the same tokens whether the weights were copied
 // into RAM (the default) or stay mapped from the file (--mmap).
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,33 @@ TEST(RunOutputTest, IsValidUtf8WhateverTheModelEmits) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_GT(r.out.size(), 500u);
   EXPECT_TRUE(IsValidUtf8(r.out)) << r.out;
+}
+
+// The timing lines on stderr: the generation's rate, and its tokens' times in
+// order (min <= median <= p90 <= max), one per token fed back (the last of the
+// 24 is sampled, not fed back).
+TEST(RunOutputTest, ReportsEveryFedBackTokensTime) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  const testing::CommandResult r = testing::RunCommand(
+      {testing::BinaryPath("coordinator/colibri-coordinator"), "run", "--model",
+       testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf", "--prompt", "Hello",
+       "--n-predict", "24", "--temp", "0", "--ignore-eos", "--threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("generation: 24 tokens in "), std::string::npos) << r.err;
+  const size_t at = r.err.find("per token: median ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  double median = 0, min = 0, p90 = 0, max = 0;
+  int fed = 0;
+  ASSERT_EQ(std::sscanf(r.err.c_str() + at,
+                        "per token: median %lf ms, min %lf, p90 %lf, max %lf (%d tokens fed back)",
+                        &median, &min, &p90, &max, &fed),
+            5)
+      << r.err;
+  EXPECT_EQ(fed, 23);
+  EXPECT_GT(min, 0.0);
+  EXPECT_LE(min, median);
+  EXPECT_LE(median, p90);
+  EXPECT_LE(p90, max);
 }
 
 // `run` of `model` on `prompt`: 24 greedy tokens (EOS ignored) printed as
