@@ -242,6 +242,26 @@ if [ "$active_bytes" -gt 0 ] 2>/dev/null; then
   [ "${#llama_tg[@]}" -gt 0 ] && line="$line, llama.cpp $(run_shares llama_tg)"
   echo "$line"
 fi
+# Each run's ratio to the llama.cpp run just before it: a slow hour of the
+# host slows both of a pair, so these vary less than either side's rates.
+pair_ratios() {
+  local -n cs=$1 ls=$2
+  local out=() i
+  for i in "${!cs[@]}"; do
+    [ -n "${ls[$i]:-}" ] && out+=("$(ratio "${cs[$i]}" "${ls[$i]}")")
+  done
+  local filled=()
+  for i in "${out[@]}"; do [ "$i" != "n/a" ] && filled+=("$i"); done
+  if [ "${#filled[@]}" -eq 0 ]; then echo "n/a"; return; fi
+  read -r med lo hi spread <<<"$(stats "${filled[@]}")"
+  echo "$med ($lo-$hi) $spread"
+}
+if [ "${#llama_tg[@]}" -gt 0 ]; then
+  line="Colibri/llama.cpp run by run, median (min-max) spread: decode $(pair_ratios colibri_tg llama_tg)"
+  [ "${#colibri_pp[@]}" -gt 0 ] && [ "${#llama_pp[@]}" -gt 0 ] &&
+    line="$line, prompt $(pair_ratios colibri_pp llama_pp)"
+  echo "$line"
+fi
 if [ "${#colibri_steady[@]}" -gt 0 ]; then
   read -r s_tg s_tg_min s_tg_max s_tg_spread <<<"$(stats "${colibri_steady[@]}")"
   echo "decode at each run's median token (stalls left out): Colibri $s_tg ($s_tg_min-$s_tg_max) $s_tg_spread"

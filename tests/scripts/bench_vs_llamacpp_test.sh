@@ -39,6 +39,8 @@ expect "^bandwidth limit: $num tok/s = memory read $num GB/s / active weight byt
 expect "^decode vs limit: Colibri [0-9]+%, llama\.cpp [0-9]+%\$" "decode vs limit line"
 expect "^decode vs its own run's memory probe \(median, range\): Colibri $num% \($num-$num%\), llama\.cpp $num% \($num-$num%\)\$" \
   "per-run share line"
+expect "^Colibri/llama\.cpp run by run, median \(min-max\) spread: decode $num \($num-$num\) $num, prompt $num \($num-$num\) $num\$" \
+  "run-by-run ratios"
 expect "^decode at each run's median token \(stalls left out\): Colibri $num \($num-$num\) $num\$" \
   "decode at the runs' median tokens"
 
