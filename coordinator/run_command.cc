@@ -33,8 +33,6 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// Writes little-endian float32 rows; this code assumes a little-endian host,
-// which every supported platform is.
 // "per token: median M ms, min A, p90 B, max C (N tokens fed back)" of a
 // generation's token_seconds, or "" when none was fed back. The p90 is the
 // value below which 90% of the tokens fall (nearest rank).
@@ -50,6 +48,8 @@ std::string PerTokenLine(std::vector<float> seconds) {
       1e3 * median, 1e3 * seconds.front(), 1e3 * seconds[p90], 1e3 * seconds.back(), n);
 }
 
+// Writes little-endian float32 rows; this code assumes a little-endian host,
+// which every supported platform is.
 class LogitsWriter {
  public:
   absl::Status Open(const std::string& path) {
