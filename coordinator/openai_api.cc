@@ -1,5 +1,6 @@
 #include "coordinator/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -20,6 +21,11 @@ constexpr size_t kMaxStopStrings = 16;
 constexpr int kMaxCompletionLogprobs = kMaxTopLogprobs;
 // What a logprob of -inf is reported as (JSON has no infinities).
 constexpr float kMinLogprob = -9999.0f;
+// Deepest nesting of arrays and objects a request body may have. Copying and
+// printing a JSON value recurse once per level, so a body of a few hundred
+// KiB of brackets would overflow a thread's stack; tool schemas need a few
+// dozen levels at most.
+constexpr int kMaxJsonDepth = 128;
 
 absl::Status FieldError(absl::string_view param, absl::string_view message) {
   absl::Status status = absl::InvalidArgumentError(message);
@@ -34,7 +40,37 @@ const ojson* Field(const ojson& object, const char* name) {
   return &*it;
 }
 
+// The deepest nesting of arrays and objects in `text`, brackets inside
+// strings not counted. Malformed text gets some count; the parser then
+// rejects it.
+int JsonDepth(absl::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 absl::StatusOr<ojson> ParseObject(absl::string_view body) {
+  if (JsonDepth(body) > kMaxJsonDepth) {
+    return FieldError("", absl::StrCat("the request body nests arrays and objects deeper than ",
+                                       kMaxJsonDepth, " levels"));
+  }
   ojson value = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) return FieldError("", "the request body is not valid JSON");
   if (!value.is_object()) return FieldError("", "the request body must be a JSON object");

@@ -76,7 +76,8 @@ struct ApiRequest {
 // The "param" payload of a parse error: the offending field ("" if none).
 std::string ParamOf(const absl::Status& status);
 
-// Parses a JSON body. InvalidArgument (param set) for bad JSON, a missing
+// Parses a JSON body. InvalidArgument (param set) for bad JSON, a body that
+// nests arrays and objects more than 128 deep (every parser here), a missing
 // required field, a wrong type or a value out of range.
 absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view body,
                                         const ApiLimits& limits);

@@ -10,7 +10,7 @@
 #
 #   --seconds N   time per harness (default 25; scripts/test.sh uses this)
 #   --jobs J      build parallelism (default 2)
-#   HARNESS       run only these (default: all six)
+#   HARNESS       run only these (default: all seven)
 #
 # Environment: COLIBRI_FUZZ_BUILD_DIR (default build-fuzz),
 # COLIBRI_FIXTURES_DIR (default ../shared/fixtures). Without the fixtures the
@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 all=(gguf_fuzz tokenizer_fuzz expert_record_fuzz expert_request_fuzz inference_request_fuzz
-     chat_template_fuzz)
+     chat_template_fuzz openai_request_fuzz)
 if [ "${#harnesses[@]}" -eq 0 ]; then harnesses=("${all[@]}"); fi
 
 build="${COLIBRI_FUZZ_BUILD_DIR:-build-fuzz}"

@@ -190,6 +190,46 @@ TEST(ParseRequestTest, ChatMessagesAreNormalised) {
   ExpectBad(Chat({{"messages", {ok}}, {"tools", "none"}}), "tools");
 }
 
+// Arrays nested `depth` deep: "[[...]]".
+std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// Copying or printing a JSON value recurses per level: a body of brackets
+// deep enough to overflow the stack is refused before it is parsed, on every
+// endpoint, whatever field holds it; brackets in strings do not count.
+TEST(ParseRequestTest, BodiesNestedTooDeeplyAreRefused) {
+  const std::string chat_prefix = R"({"messages": [{"role": "user", "content": "hi", "x": )";
+  // The body object and 127 arrays: 128 levels, the most allowed.
+  EXPECT_TRUE(ParseRequest(Endpoint::kCompletions, R"({"prompt": "hi", "x": )" + Nested(127) + "}",
+                           Limits())
+                  .ok());
+  ExpectBad(ParseRequest(Endpoint::kCompletions, R"({"prompt": "hi", "x": )" + Nested(128) + "}",
+                         Limits()),
+            "");
+  // Deep enough to overflow any thread's stack in a recursive copy (the
+  // chat messages are copied as they are normalised).
+  const std::string deep = Nested(1000000);
+  const absl::StatusOr<ApiRequest> chat =
+      ParseRequest(Endpoint::kChatCompletions, chat_prefix + deep + "}]}", Limits());
+  ExpectBad(chat, "");
+  EXPECT_NE(chat.status().message().find("deeper than 128 levels"), absl::string_view::npos)
+      << chat.status();
+  ExpectBad(
+      ParseRequest(Endpoint::kChatCompletions,
+                   R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + deep + "}",
+                   Limits()),
+      "");
+  EXPECT_FALSE(ParseTokenizeRequest(R"({"content": "a", "x": )" + deep + "}").ok());
+  EXPECT_FALSE(ParseDetokenizeRequest(R"({"tokens": [1], "x": )" + deep + "}", 10).ok());
+  EXPECT_FALSE(ParseTemplateRequest(chat_prefix + deep + "}]}").ok());
+  // Brackets inside strings, escaped quotes included, are text.
+  const std::string brackets(300, '[');
+  const absl::StatusOr<ApiRequest> text = ParseRequest(
+      Endpoint::kCompletions,
+      R"({"prompt": "a\"\\)" + brackets + R"(", "stop": "\")" + brackets + R"("})", Limits());
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->prompt, "a\"\\" + brackets);
+}
+
 TEST(ParseOtherRequestsTest, TokenizeDetokenizeAndTemplate) {
   absl::StatusOr<TokenizeRequest> t = ParseTokenizeRequest(R"({"content": "hi"})");
   ASSERT_TRUE(t.ok()) << t.status();

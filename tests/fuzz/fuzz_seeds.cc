@@ -17,6 +17,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -201,6 +202,35 @@ void TextSeeds(const fs::path& vocab_dir, const fs::path& out) {
         std::string(1, '\x00') + ids.SerializeAsString());
 }
 
+// Request bodies of the OpenAI-compatible API, first byte the endpoint as
+// openai_request_fuzz reads it.
+void OpenAiSeeds(const fs::path& out) {
+  const std::pair<char, const char*> bodies[] = {
+      {0, R"({"model": "m", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0.7,
+             "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 7, "stop": ["\n", "END"],
+             "presence_penalty": 0.5, "frequency_penalty": 0.1, "repeat_penalty": 1.1,
+             "logprobs": 2, "stream": true, "stream_options": {"include_usage": true},
+             "ignore_eos": false, "n": 1})"},
+      {0, R"({"prompt": [1, 464, 2068, 7586], "max_completion_tokens": 8})"},
+      {0, R"({"prompt": [[5, 6, 7]], "max_tokens": null})"},
+      {1, R"({"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+             {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+             {"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
+              "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+             {"role": "tool", "tool_call_id": "c1", "content": "2"}],
+             "tools": [{"type": "function", "function": {"name": "f", "parameters":
+              {"type": "object", "properties": {"x": {"type": "integer"}}}}}],
+             "logprobs": true, "top_logprobs": 3, "max_tokens": 32})"},
+      {2, R"({"content": "Hello world", "add_special": true, "parse_special": false})"},
+      {3, R"({"tokens": [1, 2, 3, 999]})"},
+      {4, R"({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": false})"},
+  };
+  int i = 0;
+  for (const auto& [endpoint, body] : bodies) {
+    Write(out / "openai_request", absl::StrCat("body.", i++), std::string(1, endpoint) + body);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,8 +240,8 @@ int main(int argc, char** argv) {
   }
   const fs::path fixtures = argv[1];
   const fs::path out = argv[2];
-  for (const char* sub :
-       {"gguf", "tokenizer", "expert_record", "expert_request", "inference_request"}) {
+  for (const char* sub : {"gguf", "tokenizer", "expert_record", "expert_request",
+                          "inference_request", "openai_request"}) {
     fs::create_directories(out / sub);
   }
   for (const char* sub : {"models", "vocab"}) {
@@ -222,6 +252,7 @@ int main(int argc, char** argv) {
   for (const fs::path& p : GgufFiles(fixtures / "models")) ModelSeeds(p, out);
   ComputeSeeds(out);
   TextSeeds(fixtures / "vocab", out);
+  OpenAiSeeds(out);
   std::cout << "fuzz_seeds: " << g_written << " seeds in " << out.string() << "\n";
   return g_written > 0 ? 0 : 1;
 }
