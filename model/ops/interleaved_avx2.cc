@@ -281,7 +281,7 @@ COLIBRI_INLINE __m256i Q6KScale(const int8_t (&pair)[8][2], int h) {
 // orders form the same integers, as K45SumsByPair and K45SumsByChunk. By
 // group: one decode of a load triple serves 4 chunks, 4 NT int16 sums; by
 // chunk (3 or 4 tokens, which would spill): NT sums, each triple decoded for
-// one chunk at a time (3% more GFLOP/s in cache).
+// one chunk at a time (1-3% more GFLOP/s in cache, near the noise there).
 template <int NT>
 COLIBRI_INLINE void Q6KSumsByGroup(const Q6KRows8& b, const QuantizedRow* a, int64_t at,
                                    __m256i* isum) {
