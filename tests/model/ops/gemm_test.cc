@@ -317,52 +317,29 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 // matrix without a full group or one interleaved already.
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q4 = MakeMatrix(TensorType::kQ4_K, 16, 256, 1);
-  const Matrix q5 = MakeMatrix(TensorType::kQ5_K, 16, 256, 1);
-  const Matrix q8 = MakeMatrix(TensorType::kQ8_0, 16, 256, 1);
-  const Matrix mx = MakeMatrix(TensorType::kMXFP4, 16, 256, 1);
-  const Matrix q40 = MakeMatrix(TensorType::kQ4_0, 16, 256, 1);
-  const Matrix q41 = MakeMatrix(TensorType::kQ4_1, 16, 256, 1);
-  const Matrix q50 = MakeMatrix(TensorType::kQ5_0, 16, 256, 1);
-  const Matrix q51 = MakeMatrix(TensorType::kQ5_1, 16, 256, 1);
-  const Matrix nl = MakeMatrix(TensorType::kIQ4_NL, 16, 256, 1);
-  const Matrix q6 = MakeMatrix(TensorType::kQ6_K, 16, 256, 2);
   const Matrix q3 = MakeMatrix(TensorType::kQ3_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
   const std::string set = ActiveKernelSetName();
-  if (set == "avx2") {
-    EXPECT_TRUE(PrefersInterleaved(q4.w));
-    EXPECT_TRUE(PrefersInterleaved(q5.w));
-    EXPECT_TRUE(PrefersInterleaved(q8.w));
-    EXPECT_TRUE(PrefersInterleaved(mx.w));
-    EXPECT_TRUE(PrefersInterleaved(q40.w));
-    EXPECT_TRUE(PrefersInterleaved(q41.w));
-    EXPECT_TRUE(PrefersInterleaved(q50.w));
-    EXPECT_TRUE(PrefersInterleaved(q51.w));
-    EXPECT_TRUE(PrefersInterleaved(nl.w));
-    EXPECT_TRUE(PrefersInterleaved(q6.w));
-  } else if (set == "avx512") {
-    // The AVX2 tiles of the 32-element types; the K-quants run this set's own.
-    EXPECT_FALSE(PrefersInterleaved(q4.w));
-    EXPECT_FALSE(PrefersInterleaved(q5.w));
-    EXPECT_FALSE(PrefersInterleaved(q6.w));
-    EXPECT_TRUE(PrefersInterleaved(q8.w));
-    EXPECT_TRUE(PrefersInterleaved(mx.w));
-    EXPECT_TRUE(PrefersInterleaved(q40.w));
-    EXPECT_TRUE(PrefersInterleaved(q41.w));
-    EXPECT_TRUE(PrefersInterleaved(q50.w));
-    EXPECT_TRUE(PrefersInterleaved(q51.w));
-    EXPECT_TRUE(PrefersInterleaved(nl.w));
-  } else if (set == "portable") {
-    EXPECT_FALSE(PrefersInterleaved(q4.w));
-    EXPECT_FALSE(PrefersInterleaved(q5.w));
-    EXPECT_FALSE(PrefersInterleaved(q8.w));
-    EXPECT_FALSE(PrefersInterleaved(mx.w));
-    EXPECT_FALSE(PrefersInterleaved(q40.w));
-    EXPECT_FALSE(PrefersInterleaved(q41.w));
-    EXPECT_FALSE(PrefersInterleaved(q50.w));
-    EXPECT_FALSE(PrefersInterleaved(q51.w));
-    EXPECT_FALSE(PrefersInterleaved(nl.w));
-    EXPECT_FALSE(PrefersInterleaved(q6.w));
+  // Which sets ask for the layout: the K-quants on AVX2 only (AVX-512 runs
+  // its own row tiles for them), the 32-element types on AVX2 and AVX-512
+  // (whose set keeps the AVX2 tiles), none on the portable set.
+  struct Case {
+    TensorType type;
+    bool avx2, avx512;
+  };
+  const Case cases[] = {
+      {TensorType::kQ4_K, true, false},  {TensorType::kQ5_K, true, false},
+      {TensorType::kQ6_K, true, false},  {TensorType::kQ8_0, true, true},
+      {TensorType::kMXFP4, true, true},  {TensorType::kQ4_0, true, true},
+      {TensorType::kQ4_1, true, true},   {TensorType::kQ5_0, true, true},
+      {TensorType::kQ5_1, true, true},   {TensorType::kIQ4_NL, true, true},
+  };
+  for (const Case& c : cases) {
+    const Matrix m = MakeMatrix(c.type, 16, 256, 1);
+    const bool expected = set == "avx2" ? c.avx2 : set == "avx512" ? c.avx512 : false;
+    if (set == "avx2" || set == "avx512" || set == "portable") {
+      EXPECT_EQ(PrefersInterleaved(m.w), expected) << TypeName(c.type) << " on " << set;
+    }
   }
   EXPECT_FALSE(PrefersInterleaved(q3.w));
   EXPECT_FALSE(PrefersInterleaved(few.w));
