@@ -710,6 +710,8 @@ void NibbleQuadsPass(const typename D::Group* blk, int64_t nb, const QuantizedRo
           std::memcpy(&quad, qa + 4 * k, 4);
           const __m256i ak = _mm256_set1_epi32(quad);
           if constexpr (D::kSignTrick) {
+            // |v| per token: holding 8 magnitudes beside the 8 values for
+            // all tokens spills registers (measured 2-10% slower for IQ4_NL).
             s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_sign_epi8(u[k], u[k]),
                                                              _mm256_sign_epi8(ak, u[k])));
           } else {
