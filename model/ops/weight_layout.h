@@ -120,10 +120,7 @@ struct Q51Rows8 {
 };
 
 // IQ4_NL: Q4_0's layout (the codes index kIq4nlValues).
-struct IQ4NLRows8 {
-  uint16_t d[8];
-  uint8_t qs[4][8][4];
-};
+using IQ4NLRows8 = Q40Rows8;
 
 // Rows interleaved together.
 inline constexpr int kInterleaveRows = 8;
