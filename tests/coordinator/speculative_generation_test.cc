@@ -135,8 +135,11 @@ void ExpectSame(const Outcome& plain, const Outcome& spec) {
   EXPECT_EQ(plain.result.trailing_text, spec.result.trailing_text);
   EXPECT_EQ(plain.result.finish_reason, spec.result.finish_reason);
   EXPECT_EQ(plain.n_past, spec.n_past);
-  // One time per token fed back, whether it came from a draft or not.
+  // One time per token fed back, whether it came from a draft or not: every
+  // generated token but (at most) the last.
   EXPECT_EQ(plain.result.token_seconds.size(), spec.result.token_seconds.size());
+  EXPECT_LE(spec.result.token_seconds.size(), spec.tokens.size());
+  EXPECT_GE(spec.result.token_seconds.size() + 1, spec.tokens.size());
   for (float t : spec.result.token_seconds) EXPECT_GE(t, 0.0f);
   ASSERT_EQ(plain.tokens.size(), spec.tokens.size());
   for (size_t i = 0; i < plain.tokens.size(); ++i) {
