@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -20,6 +21,167 @@ absl::Status OutOfRange(const char* field, double value, const char* range) {
       absl::StrCat("SamplingOptions.", field, " = ", value, " is outside ", range));
 }
 
+// Four floats as one value: GCC and Clang vector extensions, which compile to
+// SSE2 on x86-64 and NEON on ARM. The operations are IEEE single (and, for
+// the sums, double) precision with no contraction (-ffp-contract=off), so
+// every target gives the same bits.
+typedef float F4 __attribute__((vector_size(16)));
+typedef int32_t I4 __attribute__((vector_size(16)));
+typedef uint32_t U4 __attribute__((vector_size(16)));
+typedef float F2 __attribute__((vector_size(8)));
+typedef double D2 __attribute__((vector_size(16)));
+
+constexpr size_t kLanes = 4;
+
+F4 LoadF4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+F4 SplatF4(float x) { return F4{x, x, x, x}; }
+
+// Elements of `a` where mask is set, of `b` elsewhere (mask lanes are 0 or -1).
+F4 Select(I4 mask, F4 a, F4 b) { return (F4)((mask & (I4)a) | (~mask & (I4)b)); }
+
+// Below it ExpLanes gives 0. At -86 (exp = 4.4e-38) the result is still a
+// normal float (>= 1.2e-38), so no lane computes with subnormals, whose
+// handling a flush-to-zero mode elsewhere in the process would change.
+constexpr float kMinExpArgument = -86.0f;
+
+// exp(x) lane by lane for x <= 0 (internal::ExpNonPositive's): 0 below
+// kMinExpArgument, for -inf and for NaN; otherwise 2^n e^r with x = n ln 2 +
+// r, n rounded to nearest, ln 2 in two parts so that r is nearly exact, and
+// e^r = 1 + r + r^2 P(r) with Cephes' single-precision coefficients for the
+// degree-5 P. exp(0) = 1 exactly; sampler_test bounds the error.
+F4 ExpLanes(F4 x) {
+  const F4 kRound = SplatF4(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const F4 t = x * SplatF4(1.44269504088896341f) + kRound;
+  const F4 n = t - kRound;
+  const F4 r = (x - n * SplatF4(0.693359375f)) - n * SplatF4(-2.12194440e-4f);
+  F4 p = SplatF4(1.9875691500e-4f);
+  p = p * r + SplatF4(1.3981999507e-3f);
+  p = p * r + SplatF4(8.3334519073e-3f);
+  p = p * r + SplatF4(4.1665795894e-2f);
+  p = p * r + SplatF4(1.6666665459e-1f);
+  p = p * r + SplatF4(5.0000001201e-1f);
+  p = p * (r * r) + r + SplatF4(1.0f);
+  // 2^n from its exponent bits: t - kRound's bits are n's (an integer in
+  // [-125, 0] where the result is kept; unsigned, so lanes that are not wrap
+  // without undefined behaviour).
+  const U4 biased = ((U4)t - (U4)kRound + 127u) << 23;
+  const F4 result = p * (F4)biased;
+  return Select(x >= SplatF4(kMinExpArgument), result, SplatF4(0.0f));
+}
+
+// Elements whose probabilities are summed together before the running sum
+// takes them (Draw).
+constexpr size_t kBlock = 64;
+
+// Index of the first largest of x[0, n), NaN counting as -inf; 0 when every
+// element is -inf or NaN. block_max: scratch of n / kBlock + 1 floats.
+size_t FirstMax(const float* x, size_t n, float* block_max) {
+  float best = kNegInf;
+  for (size_t start = 0, b = 0; start < n; start += kBlock, ++b) {
+    const size_t len = std::min(kBlock, n - start);
+    float m = kNegInf;
+    if (len == kBlock) {
+      F4 m4[4] = {SplatF4(kNegInf), SplatF4(kNegInf), SplatF4(kNegInf), SplatF4(kNegInf)};
+      for (size_t j = 0; j < kBlock; j += 4 * kLanes) {
+        for (size_t k = 0; k < 4; ++k) {
+          const F4 v = LoadF4(x + start + j + k * kLanes);
+          m4[k] = Select(v > m4[k], v, m4[k]);  // NaN compares false: skipped
+        }
+      }
+      for (const F4& v : m4) {
+        for (size_t k = 0; k < kLanes; ++k) m = v[k] > m ? v[k] : m;
+      }
+    } else {
+      for (size_t j = 0; j < len; ++j) m = x[start + j] > m ? x[start + j] : m;
+    }
+    block_max[b] = m;
+    best = m > best ? m : best;
+  }
+  if (best == kNegInf) return 0;
+  size_t i = 0;
+  while (!(block_max[i / kBlock] == best)) i += kBlock;
+  while (!(x[i] == best)) ++i;
+  return i;
+}
+
+// p[i] = ExpLanes((x[i] - max) * scale) for i in [0, n), and block[b]
+// = Σ of p over block b (kBlock elements, the last one possibly shorter) in
+// double, in a fixed order: element i goes to partial sum s_(i % 8), then
+// ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)). Returns the sequential
+// sum of the blocks. Every element must be <= max (or NaN).
+double Exps(const float* x, size_t n, float max, float scale, float* p, double* block) {
+  const F4 vmax = SplatF4(max);
+  const F4 vscale = SplatF4(scale);
+  double total = 0;
+  for (size_t start = 0, b = 0; start < n; start += kBlock, ++b) {
+    const size_t len = std::min(kBlock, n - start);
+    // The block's probabilities, padded with zeros to a multiple of 8.
+    alignas(16) float values[kBlock] = {};
+    if (len == kBlock) {
+      // Four vectors at a time: independent chains the core can overlap.
+      for (size_t j = 0; j < kBlock; j += 4 * kLanes) {
+        F4 e[4];
+        for (size_t k = 0; k < 4; ++k) {
+          e[k] = ExpLanes((LoadF4(x + start + j + k * kLanes) - vmax) * vscale);
+        }
+        std::memcpy(values + j, e, sizeof(e));
+      }
+    } else {
+      for (size_t j = 0; j < len; j += kLanes) {
+        float lanes[kLanes];  // -inf (probability 0) past the end
+        for (size_t k = 0; k < kLanes; ++k) lanes[k] = j + k < len ? x[start + j + k] : kNegInf;
+        const F4 e = ExpLanes((LoadF4(lanes) - vmax) * vscale);
+        std::memcpy(values + j, &e, sizeof(e));
+      }
+    }
+    std::memcpy(p + start, values, len * sizeof(float));
+    D2 s[4] = {};
+    for (size_t j = 0; j < kBlock; j += 8) {
+      for (size_t k = 0; k < 4; ++k) {
+        F2 pair;
+        std::memcpy(&pair, values + j + 2 * k, sizeof(pair));
+        s[k] += __builtin_convertvector(pair, D2);
+      }
+    }
+    block[b] =
+        ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1])) + ((s[2][0] + s[2][1]) + (s[3][0] + s[3][1]));
+    total += block[b];
+  }
+  return total;
+}
+
+// Draws an index of p[0, n) from Exps' output (block sums `block`, total
+// `total`) at `target` in [0, total): the first i with p[i] > 0 whose running
+// sum passes target, the running sum being the blocks' before i's block plus
+// the elements before i in it; when rounding leaves no such i in the block
+// (or the whole), the last element with p > 0 there. Some p[i] must be > 0.
+size_t DrawIndex(const float* p, size_t n, const double* block, double target) {
+  double before = 0;
+  size_t last_block = 0;
+  for (size_t start = 0, b = 0; start < n; start += kBlock, ++b) {
+    if (!(block[b] > 0)) continue;
+    last_block = b;
+    if (target < before + block[b]) break;
+    before += block[b];
+  }
+  const size_t start = last_block * kBlock;
+  const size_t end = std::min(n, start + kBlock);
+  double cumulative = before;
+  size_t last_positive = start;
+  for (size_t i = start; i < end; ++i) {
+    if (!(p[i] > 0)) continue;
+    cumulative += p[i];
+    last_positive = i;
+    if (target < cumulative) return i;
+  }
+  return last_positive;
+}
+
 void CheckVocab(size_t size, int32_t n_vocab) {
   if (size != static_cast<size_t>(n_vocab)) {
     std::fprintf(stderr, "colibri::sampling::Sampler: %zu logits for a vocabulary of %d\n", size,
@@ -29,6 +191,10 @@ void CheckVocab(size_t size, int32_t n_vocab) {
 }
 
 }  // namespace
+
+namespace internal {
+float ExpNonPositive(float x) { return ExpLanes(SplatF4(x))[0]; }
+}  // namespace internal
 
 absl::Status SamplingOptions::Validate() const {
   if (!std::isfinite(temperature) || temperature < 0) {
@@ -66,6 +232,9 @@ Sampler::Sampler(const SamplingOptions& options, int32_t n_vocab)
     : options_(options),
       n_vocab_(n_vocab),
       candidates_(static_cast<size_t>(n_vocab)),
+      work_(static_cast<size_t>(n_vocab)),
+      probs_(static_cast<size_t>(n_vocab)),
+      blocks_((static_cast<size_t>(n_vocab) + kBlock - 1) / kBlock),
       rng_(options.seed) {
   if (penalties_enabled()) {
     counts_.assign(static_cast<size_t>(n_vocab), 0);
@@ -135,7 +304,8 @@ bool Sampler::ByLogit(const Candidate& a, const Candidate& b) {
 void Sampler::ApplyTopK(int32_t k) {
   if (k <= 0 || static_cast<size_t>(k) >= n_candidates_) return;
   const auto end = candidates_.begin() + static_cast<ptrdiff_t>(n_candidates_);
-  std::partial_sort(candidates_.begin(), candidates_.begin() + k, end, ByLogit);
+  const auto by_logit = [](const Candidate& a, const Candidate& b) { return ByLogit(a, b); };
+  std::partial_sort(candidates_.begin(), candidates_.begin() + k, end, by_logit);
   n_candidates_ = static_cast<size_t>(k);
   sorted_ = true;
 }
@@ -143,34 +313,47 @@ void Sampler::ApplyTopK(int32_t k) {
 void Sampler::ApplyTopP(float p, float max_logit) {
   if (p >= 1.0f || n_candidates_ <= 1) return;
   const auto begin = candidates_.begin();
-  double sum = 0;
-  for (size_t i = 0; i < n_candidates_; ++i) {
-    candidates_[i].p = std::exp(candidates_[i].logit - max_logit);
-    sum += candidates_[i].p;
-  }
+  for (size_t i = 0; i < n_candidates_; ++i) work_[i] = candidates_[i].logit;
+  const double sum =
+      Exps(work_.data(), n_candidates_, max_logit, 1.0f, probs_.data(), blocks_.data());
+  for (size_t i = 0; i < n_candidates_; ++i) candidates_[i].p = probs_[i];
   const double target = static_cast<double>(p) * sum;
-  // The nucleus is usually a small prefix: sort a growing prefix instead of the
-  // whole vocabulary. The order is total, so the prefix is the same either way.
-  size_t sorted = sorted_ ? n_candidates_ : 0;
-  size_t k = std::min(n_candidates_, size_t{256});
-  for (;;) {
-    if (k > sorted) {
-      std::partial_sort(begin, begin + static_cast<ptrdiff_t>(k),
-                        begin + static_cast<ptrdiff_t>(n_candidates_), ByLogit);
-      sorted = k;
+  const auto at = [&](size_t i) { return begin + static_cast<ptrdiff_t>(i); };
+  const auto by_logit = [](const Candidate& a, const Candidate& b) { return ByLogit(a, b); };
+  // The nucleus is usually a small prefix, so only a prefix that holds it is
+  // sorted: first the 256 most likely candidates (partial_sort, which with a
+  // small k costs little more than one pass); when they fall short, rounds
+  // move the next most likely ones (4x as many each) to the front in no
+  // order (nth_element, linear) until the mass so far, summed in that order,
+  // passes the target by a margin (1e-9 relative) that the sorted sum below
+  // cannot undo (summing n terms in another order moves the sum by about
+  // n * 2^-53 relative); then that part is sorted. The order is total, so the
+  // sorted prefix is exactly the start of the whole sorted list.
+  size_t prefix = n_candidates_;
+  if (!sorted_) {
+    prefix = std::min(n_candidates_, size_t{256});
+    std::partial_sort(begin, at(prefix), at(n_candidates_), by_logit);
+    double mass = 0;
+    for (size_t i = 0; i < prefix; ++i) mass += candidates_[i].p;
+    const size_t sorted = prefix;
+    while (prefix < n_candidates_ && mass < target * (1 + 1e-9)) {
+      const size_t k = std::min(n_candidates_, 4 * prefix);
+      if (k < n_candidates_) std::nth_element(at(prefix), at(k), at(n_candidates_), by_logit);
+      for (size_t i = prefix; i < k; ++i) mass += candidates_[i].p;
+      prefix = k;
     }
-    double cumulative = 0;
-    for (size_t i = 0; i < k; ++i) {
-      cumulative += candidates_[i].p;
-      if (cumulative >= target) {
-        n_candidates_ = i + 1;
-        sorted_ = true;
-        return;
-      }
-    }
-    if (k == n_candidates_) break;  // rounding: the whole mass fell just short
-    k = std::min(n_candidates_, 4 * k);
+    std::sort(at(sorted), at(prefix), by_logit);
   }
+  double cumulative = 0;
+  for (size_t i = 0; i < n_candidates_; ++i) {
+    if (i == prefix) std::sort(at(prefix), at(n_candidates_), by_logit);  // not reached in practice
+    cumulative += candidates_[i].p;
+    if (cumulative >= target) {
+      n_candidates_ = i + 1;
+      break;  // the smallest prefix reaching the target
+    }
+  }
+  // (Rounding may leave the whole mass just short: then every candidate stays.)
   sorted_ = true;
 }
 
@@ -191,61 +374,45 @@ double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0
 
 int32_t Sampler::Sample(absl::Span<const float> logits) {
   CheckVocab(logits.size(), n_vocab_);
-  if (options_.temperature == 0.0f && distinct_.empty()) {
-    // Greedy with nothing to penalise: the first maximum, straight from the
-    // logits (what the path below returns: NaN counts as -inf, which no
-    // strict comparison prefers), without copying the vocabulary.
-    size_t best = 0;
-    float best_logit = std::isnan(logits[0]) ? kNegInf : logits[0];
-    for (size_t i = 1; i < logits.size(); ++i) {
-      if (logits[i] > best_logit) {
-        best = i;
-        best_logit = logits[i];
-      }
+  const size_t n = logits.size();
+  const float* x = logits.data();
+  if (!distinct_.empty()) {  // the penalties, on a copy
+    for (size_t i = 0; i < n; ++i) work_[i] = std::isnan(x[i]) ? kNegInf : x[i];
+    for (int32_t token : distinct_) {
+      float& logit = work_[static_cast<size_t>(token)];
+      logit = Penalised(token, logit);
     }
+    x = work_.data();
+  }
+  // Greedy, and the degenerate case the softmax cannot handle (an infinite
+  // maximum, or nothing but -inf and NaN).
+  const size_t best = FirstMax(x, n, probs_.data());
+  if (options_.temperature == 0.0f || !std::isfinite(x[best])) {
     return static_cast<int32_t>(best);
   }
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float logit = logits[i];
-    candidates_[i] = {std::isnan(logit) ? kNegInf : logit, static_cast<int32_t>(i), 0.0f};
-  }
-  n_candidates_ = logits.size();
-  sorted_ = false;
-
-  for (int32_t token : distinct_) {
-    Candidate& c = candidates_[static_cast<size_t>(token)];
-    c.logit = Penalised(token, c.logit);
-  }
-
-  // Greedy, and the degenerate case the softmax cannot handle (an infinite maximum).
-  size_t best = 0;
-  for (size_t i = 1; i < n_candidates_; ++i) {
-    if (candidates_[i].logit > candidates_[best].logit) best = i;
-  }
-  if (options_.temperature == 0.0f || !std::isfinite(candidates_[best].logit)) {
-    return candidates_[best].id;
-  }
   // The maximum survives every filter.
-  const float max_logit = candidates_[best].logit;
+  const float max_logit = x[best];
+  if (options_.top_k <= 0 && options_.top_p >= 1.0f && options_.min_p <= 0.0f) {
+    // No filter: the draw over the whole vocabulary, in id order.
+    const double sum =
+        Exps(x, n, max_logit, 1.0f / options_.temperature, probs_.data(), blocks_.data());
+    return static_cast<int32_t>(DrawIndex(probs_.data(), n, blocks_.data(), NextUniform() * sum));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    candidates_[i] = {std::isnan(x[i]) ? kNegInf : x[i], static_cast<int32_t>(i), 0.0f};
+  }
+  n_candidates_ = n;
+  sorted_ = false;
   ApplyTopK(options_.top_k);
   ApplyTopP(options_.top_p, max_logit);
   ApplyMinP(options_.min_p, max_logit);
-
-  double sum = 0;
-  for (size_t i = 0; i < n_candidates_; ++i) {
-    candidates_[i].p = std::exp((candidates_[i].logit - max_logit) / options_.temperature);
-    sum += candidates_[i].p;
-  }
-  const double target = NextUniform() * sum;
-  double cumulative = 0;
-  size_t last_positive = 0;
-  for (size_t i = 0; i < n_candidates_; ++i) {
-    if (candidates_[i].p <= 0.0f) continue;
-    cumulative += candidates_[i].p;
-    last_positive = i;
-    if (target < cumulative) return candidates_[i].id;
-  }
-  return candidates_[last_positive].id;
+  // The draw over the survivors, in their order (by id, or by logit once a
+  // filter sorted them).
+  for (size_t i = 0; i < n_candidates_; ++i) work_[i] = candidates_[i].logit;
+  const double sum = Exps(work_.data(), n_candidates_, max_logit, 1.0f / options_.temperature,
+                          probs_.data(), blocks_.data());
+  const size_t i = DrawIndex(probs_.data(), n_candidates_, blocks_.data(), NextUniform() * sum);
+  return candidates_[i].id;
 }
 
 }  // namespace colibri::sampling

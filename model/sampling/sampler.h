@@ -18,10 +18,21 @@
 // temperature == 0 is greedy decoding: the argmax of the penalised logits, the
 // lowest id on ties; the filters cannot change it and the RNG is not used.
 //
+// The draw: p_i = exp((logit_i - max) / T) for the candidates in their order
+// (token ids, or by logit once a filter sorted them), summed in double by
+// blocks of 64 (each block in a fixed order of partial sums, the blocks one
+// after another); with u uniform in [0, 1), the token is the first whose
+// running sum (the blocks before it, then its block's elements one by one)
+// passes u * Σ p. Top-p's probabilities are computed the same way.
+//
 // Determinism: the RNG is std::mt19937_64 (whose output the standard fixes) and the
-// uniform draw is computed here from its raw bits, so a seed gives the same tokens
-// with every standard library (up to last-ulp differences in std::exp, which
-// could flip a draw only at a probability boundary).
+// uniform draw is computed here from its raw bits; exp is the file's own
+// (internal::ExpNonPositive, not libm's) and every operation is plain IEEE
+// arithmetic, so a seed gives the same tokens with every standard library and
+// CPU.
+//
+// build/model/sampling/colibri_sampler_bench prints the time of a Sample per
+// configuration.
 //
 // Thread-safety: none. A Sampler holds one sequence's penalty history and RNG;
 // use one per sequence.
@@ -38,6 +49,14 @@
 #include "absl/types/span.h"
 
 namespace colibri::sampling {
+
+namespace internal {
+// exp(x) for x <= 0 as Sample computes its probabilities: the file's own
+// polynomial, so that a seed draws the same tokens on every machine and C
+// library (no libm call, no fused multiply-add); 0 below -86, for -inf and
+// for NaN. Exposed for tests.
+float ExpNonPositive(float x);
+}  // namespace internal
 
 struct SamplingOptions {
   // "COLIBRI" in hex-speak (0 = O, 1 = L or I, 2 = R).
@@ -141,6 +160,9 @@ class Sampler {
 
   // Per-call scratch, sized n_vocab at construction.
   std::vector<Candidate> candidates_;
+  std::vector<float> work_;     // penalised or gathered logits
+  std::vector<float> probs_;    // their unnormalised probabilities
+  std::vector<double> blocks_;  // sums of probs_ by block of 64
   size_t n_candidates_ = 0;
   bool sorted_ = false;  // candidates_[0, n_candidates_) is in ByLogit order
 

@@ -269,6 +269,128 @@ TEST(SamplerTest, TemperatureMatchesSoftmaxDistribution) {
   }
 }
 
+TEST(SamplerTest, ExpNonPositiveIsWithinAnUlpOfExp) {
+  // Every 2^-16 from 0 down to -86: within one unit in the last place of
+  // the exact exp rounded to float.
+  double worst = 0;
+  float worst_at = 0;
+  for (int i = 0; i <= 86 * 65536; ++i) {
+    const float x = -static_cast<float>(i) / 65536.0f;
+    const float exact = static_cast<float>(std::exp(static_cast<double>(x)));
+    const double ulp = std::nextafter(exact, kInf) - exact;
+    const double error = std::fabs(internal::ExpNonPositive(x) - static_cast<double>(exact)) / ulp;
+    if (error > worst) {
+      worst = error;
+      worst_at = x;
+    }
+  }
+  EXPECT_LE(worst, 1.0) << "at " << worst_at;
+  EXPECT_EQ(internal::ExpNonPositive(0.0f), 1.0f);
+  EXPECT_EQ(internal::ExpNonPositive(-0.0f), 1.0f);
+  EXPECT_GT(internal::ExpNonPositive(-86.0f), 0.0f);
+  EXPECT_EQ(internal::ExpNonPositive(-86.01f), 0.0f);
+  EXPECT_EQ(internal::ExpNonPositive(-1000.0f), 0.0f);
+  EXPECT_EQ(internal::ExpNonPositive(-kInf), 0.0f);
+  EXPECT_EQ(internal::ExpNonPositive(NAN), 0.0f);
+}
+
+// The first maximum with NaN as -inf (0 when nothing beats -inf): the
+// definition FirstMax's vector scan must agree with.
+int32_t ReferenceFirstMax(const std::vector<float>& logits) {
+  int32_t best = 0;
+  float best_logit = -kInf;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] > best_logit) {
+      best = static_cast<int32_t>(i);
+      best_logit = logits[i];
+    }
+  }
+  return best;
+}
+
+TEST(SamplerTest, GreedyFindsTheFirstMaximumInBlocksAndTail) {
+  // 200 tokens: three blocks of 64 and a tail of 8.
+  constexpr int kVocab = 200;
+  std::unique_ptr<Sampler> sampler = MakeSampler(Greedy(), kVocab);
+  for (int at : {0, 3, 63, 64, 127, 128, 191, 192, 199}) {
+    std::vector<float> logits = RandomLogits(kVocab, static_cast<uint64_t>(at), 4.0f);
+    logits[static_cast<size_t>(at)] = 100.0f;
+    EXPECT_EQ(sampler->Sample(logits), at);
+    logits[static_cast<size_t>(at)] = NAN;  // NaN is never the maximum
+    EXPECT_NE(sampler->Sample(logits), at);
+  }
+  std::vector<float> logits(kVocab, -kInf);
+  logits[70] = logits[150] = logits[196] = 1.0f;  // ties: the first
+  EXPECT_EQ(sampler->Sample(logits), 70);
+  logits.assign(kVocab, NAN);
+  logits[199] = -kInf;
+  EXPECT_EQ(sampler->Sample(logits), 0);  // nothing beats -inf
+  logits[193] = -1e30f;
+  EXPECT_EQ(sampler->Sample(logits), 193);
+  // Random vectors of every length up to 3 blocks, with NaN and infinities.
+  std::mt19937_64 rng(7);
+  for (int n = 1; n <= 3 * 64 + 5; ++n) {
+    std::vector<float> x = RandomLogits(n, static_cast<uint64_t>(n), 3.0f);
+    for (float& v : x) {
+      const uint64_t r = rng() % 16;
+      if (r == 0) v = NAN;
+      if (r == 1) v = -kInf;
+    }
+    if (rng() % 4 == 0) x[rng() % x.size()] = kInf;
+    EXPECT_EQ(MakeSampler(Greedy(), n)->Sample(x), ReferenceFirstMax(x)) << "n " << n;
+  }
+}
+
+TEST(SamplerTest, DrawReachesEveryBlockPosition) {
+  // 150 tokens: two blocks of 64 and a tail of 22. A single finite logit
+  // holds all the probability wherever it is.
+  constexpr int kVocab = 150;
+  SamplingOptions options;
+  options.temperature = 1.0f;
+  std::unique_ptr<Sampler> sampler = MakeSampler(options, kVocab);
+  for (int at : {0, 1, 63, 64, 127, 128, 129, 148, 149}) {
+    std::vector<float> logits(kVocab, -kInf);
+    logits[static_cast<size_t>(at)] = 0.5f;
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(sampler->Sample(logits), at);
+  }
+  // Two tokens in different blocks, 1 : 3, and NaN elsewhere.
+  std::vector<float> logits(kVocab, NAN);
+  logits[10] = 0.0f;
+  logits[140] = std::log(3.0f);
+  constexpr int kDraws = 20000;
+  int late = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    const int32_t token = sampler->Sample(logits);
+    ASSERT_TRUE(token == 10 || token == 140) << token;
+    late += token == 140;
+  }
+  // Binomial(20000, 0.75): sd 61; 5 sd either way.
+  EXPECT_NEAR(late, 15000, 310);
+}
+
+TEST(SamplerTest, WholeVocabularyDrawMatchesSoftmax) {
+  // 200 tokens over four blocks (the last one short): the draw's block sums
+  // and in-block scan against the exact distribution.
+  const std::vector<float> logits = RandomLogits(200, 99, 2.0f);
+  const float temperature = 0.8f;
+  std::vector<double> probs;
+  double sum = 0;
+  for (float logit : logits) {
+    probs.push_back(std::exp(static_cast<double>(logit) / temperature));
+    sum += probs.back();
+  }
+  for (double& p : probs) p /= sum;
+  SamplingOptions options;
+  options.temperature = temperature;
+  options.seed = 2024;
+  std::unique_ptr<Sampler> sampler = MakeSampler(options, 200);
+  constexpr int kDraws = 200000;
+  std::vector<int> counts(200, 0);
+  for (int i = 0; i < kDraws; ++i) ++counts[static_cast<size_t>(sampler->Sample(logits))];
+  // 199 degrees of freedom: P(chi2 > 267) is about 0.001.
+  EXPECT_LT(ChiSquare(counts, probs, kDraws), 267.0);
+}
+
 TEST(SamplerTest, PenaltiesChangeLogitsAsSpecified) {
   SamplingOptions options;
   options.repeat_penalty = 2.0f;
