@@ -74,8 +74,15 @@ F4 ExpLanes(F4 x) {
   return Select(x >= SplatF4(kMinExpArgument), result, SplatF4(0.0f));
 }
 
+// Buckets per unit of logit below the maximum by which top-p narrows down
+// the candidates it sorts (ApplyTopP), and their number: 1024 buckets cover
+// 128 units (exp(-128) of the maximum's probability); the last also takes
+// everything below.
+constexpr float kTopPBucketsPerLogit = 8.0f;
+constexpr size_t kTopPBuckets = 1024;
+
 // Elements whose probabilities are summed together before the running sum
-// takes them (Draw).
+// takes them (Exps, DrawIndex).
 constexpr size_t kBlock = 64;
 
 // Index of the first largest of x[0, n), NaN counting as -inf; 0 when every
@@ -155,8 +162,8 @@ double Exps(const float* x, size_t n, float max, float scale, float* p, double* 
   return total;
 }
 
-// Draws an index of p[0, n) from Exps' output (block sums `block`, total
-// `total`) at `target` in [0, total): the first i with p[i] > 0 whose running
+// Draws an index of p[0, n) from Exps' output (block sums `block`) at
+// `target` in [0, Σ block): the first i with p[i] > 0 whose running
 // sum passes target, the running sum being the blocks' before i's block plus
 // the elements before i in it; when rounding leaves no such i in the block
 // (or the whole), the last element with p > 0 there. Some p[i] must be > 0.
@@ -235,6 +242,7 @@ Sampler::Sampler(const SamplingOptions& options, int32_t n_vocab)
       work_(static_cast<size_t>(n_vocab)),
       probs_(static_cast<size_t>(n_vocab)),
       blocks_((static_cast<size_t>(n_vocab) + kBlock - 1) / kBlock),
+      bucket_mass_(kTopPBuckets),
       rng_(options.seed) {
   if (penalties_enabled()) {
     counts_.assign(static_cast<size_t>(n_vocab), 0);
@@ -322,27 +330,46 @@ void Sampler::ApplyTopP(float p, float max_logit) {
   const auto by_logit = [](const Candidate& a, const Candidate& b) { return ByLogit(a, b); };
   // The nucleus is usually a small prefix, so only a prefix that holds it is
   // sorted: first the 256 most likely candidates (partial_sort, which with a
-  // small k costs little more than one pass); when they fall short, rounds
-  // move the next most likely ones (4x as many each) to the front in no
-  // order (nth_element, linear) until the mass so far, summed in that order,
-  // passes the target by a margin (1e-9 relative) that the sorted sum below
-  // cannot undo (summing n terms in another order moves the sum by about
-  // n * 2^-53 relative); then that part is sorted. The order is total, so the
-  // sorted prefix is exactly the start of the whole sorted list.
+  // small k costs little more than one pass). When they fall short, the rest
+  // are bucketed by logit (kTopPBucketsPerLogit buckets per unit below the
+  // maximum, so a bucket holds whole runs of equal logits and higher logits
+  // never fall in later buckets) with each bucket's mass; the buckets that
+  // bring the mass past the target by a margin (1e-9 relative, which summing
+  // in another order cannot undo: n terms move a sum by about n * 2^-53
+  // relative) are moved to the front (std::partition) and sorted. The order
+  // is total, so the sorted prefix is exactly the start of the whole sorted
+  // list, and the nucleus the one a full sort gives.
   size_t prefix = n_candidates_;
   if (!sorted_) {
     prefix = std::min(n_candidates_, size_t{256});
     std::partial_sort(begin, at(prefix), at(n_candidates_), by_logit);
     double mass = 0;
     for (size_t i = 0; i < prefix; ++i) mass += candidates_[i].p;
-    const size_t sorted = prefix;
-    while (prefix < n_candidates_ && mass < target * (1 + 1e-9)) {
-      const size_t k = std::min(n_candidates_, 4 * prefix);
-      if (k < n_candidates_) std::nth_element(at(prefix), at(k), at(n_candidates_), by_logit);
-      for (size_t i = prefix; i < k; ++i) mass += candidates_[i].p;
-      prefix = k;
+    if (prefix < n_candidates_ && mass < target * (1 + 1e-9)) {
+      const size_t last = bucket_mass_.size() - 1;
+      const auto bucket = [&](const Candidate& c) {
+        const float below = (max_logit - c.logit) * kTopPBucketsPerLogit;  // >= 0, inf or NaN
+        return below < static_cast<float>(last) ? static_cast<size_t>(below) : last;
+      };
+      std::fill(bucket_mass_.begin(), bucket_mass_.end(), 0.0);
+      for (size_t i = prefix; i < n_candidates_; ++i) {
+        bucket_mass_[bucket(candidates_[i])] += candidates_[i].p;
+      }
+      size_t kept = last;  // every bucket, unless fewer reach the target
+      for (size_t b = 0; b <= last; ++b) {
+        mass += bucket_mass_[b];
+        if (mass >= target * (1 + 1e-9)) {
+          kept = b;
+          break;
+        }
+      }
+      const size_t sorted = prefix;
+      prefix = static_cast<size_t>(
+          std::partition(at(prefix), at(n_candidates_),
+                         [&](const Candidate& c) { return bucket(c) <= kept; }) -
+          begin);
+      std::sort(at(sorted), at(prefix), by_logit);
     }
-    std::sort(at(sorted), at(prefix), by_logit);
   }
   double cumulative = 0;
   for (size_t i = 0; i < n_candidates_; ++i) {

@@ -163,6 +163,7 @@ class Sampler {
   std::vector<float> work_;     // penalised or gathered logits
   std::vector<float> probs_;    // their unnormalised probabilities
   std::vector<double> blocks_;  // sums of probs_ by block of 64
+  std::vector<double> bucket_mass_;  // ApplyTopP's mass by logit bucket
   size_t n_candidates_ = 0;
   bool sorted_ = false;  // candidates_[0, n_candidates_) is in ByLogit order
 

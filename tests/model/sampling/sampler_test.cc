@@ -152,6 +152,49 @@ TEST(SamplerTest, TopPNucleusLargerThanFirstSortedChunk) {
   EXPECT_GT(seen.size(), 490u);
 }
 
+TEST(SamplerTest, TopPNucleusBeyondTheFirstSortedChunkIsExact) {
+  // 400 likely tokens with distinct logits in (0, 0.04] (so in the same and
+  // in neighbouring top-p buckets) spread over 6000 ids among 5600 unlikely
+  // ones at -3 and a NaN and a -inf: top-p 0.55 must keep exactly the most
+  // likely ones up to 55% of the mass (about 400 + 5600 e^-3 = 679), some
+  // 370 of the 400.
+  constexpr int kVocab = 6000;
+  std::vector<float> logits(kVocab, -3.0f);
+  std::vector<int32_t> likely;
+  for (int i = 0; i < 400; ++i) likely.push_back((i * 7919) % kVocab);
+  for (size_t i = 0; i < likely.size(); ++i) {
+    logits[static_cast<size_t>(likely[i])] = 0.0001f * static_cast<float>(1 + (i * 37) % 400);
+  }
+  logits[1] = NAN;
+  logits[2] = -kInf;
+  // The expected nucleus, from the same probabilities and sequential sum.
+  std::vector<int32_t> order(kVocab);
+  for (int i = 0; i < kVocab; ++i) order[static_cast<size_t>(i)] = i;
+  const auto logit_or_low = [&](int32_t id) {
+    const float x = logits[static_cast<size_t>(id)];
+    return std::isnan(x) ? -kInf : x;
+  };
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logit_or_low(a) > logit_or_low(b) || (logit_or_low(a) == logit_or_low(b) && a < b);
+  });
+  const float max_logit = logit_or_low(order[0]);
+  double sum = 0;
+  for (int32_t id : order) sum += internal::ExpNonPositive(logit_or_low(id) - max_logit);
+  std::set<int32_t> expected;
+  double cumulative = 0;
+  for (int32_t id : order) {
+    expected.insert(id);
+    cumulative += internal::ExpNonPositive(logit_or_low(id) - max_logit);
+    if (cumulative >= static_cast<double>(0.55f) * sum) break;
+  }
+  ASSERT_GT(expected.size(), 300u);  // past the first 256 sorted
+  ASSERT_LT(expected.size(), 400u);  // and not all the likely ones
+  SamplingOptions options;
+  options.temperature = 1.0f;
+  options.top_p = 0.55f;
+  EXPECT_EQ(TokensSeen(options, logits, 100, 100), expected) << expected.size() << " expected";
+}
+
 TEST(SamplerTest, TopPUsesUntemperedProbabilities) {
   // Temperature comes after top-p, so a high temperature widens the draw over the
   // survivors but does not let excluded tokens back in.
