@@ -411,18 +411,19 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
     }
     x = work_.data();
   }
-  // Greedy, and the degenerate case the softmax cannot handle (an infinite
-  // maximum, or nothing but -inf and NaN).
+  // Greedy (also a temperature so small that 1 / T overflows: its limit),
+  // and the degenerate case the softmax cannot handle (an infinite maximum,
+  // or nothing but -inf and NaN).
   const size_t best = FirstMax(x, n, probs_.data());
-  if (options_.temperature == 0.0f || !std::isfinite(x[best])) {
+  const float inverse_temperature = 1.0f / options_.temperature;  // inf when T == 0
+  if (!std::isfinite(inverse_temperature) || !std::isfinite(x[best])) {
     return static_cast<int32_t>(best);
   }
   // The maximum survives every filter.
   const float max_logit = x[best];
   if (options_.top_k <= 0 && options_.top_p >= 1.0f && options_.min_p <= 0.0f) {
     // No filter: the draw over the whole vocabulary, in id order.
-    const double sum =
-        Exps(x, n, max_logit, 1.0f / options_.temperature, probs_.data(), blocks_.data());
+    const double sum = Exps(x, n, max_logit, inverse_temperature, probs_.data(), blocks_.data());
     return static_cast<int32_t>(DrawIndex(probs_.data(), n, blocks_.data(), NextUniform() * sum));
   }
   for (size_t i = 0; i < n; ++i) {
@@ -436,7 +437,7 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
   // The draw over the survivors, in their order (by id, or by logit once a
   // filter sorted them).
   for (size_t i = 0; i < n_candidates_; ++i) work_[i] = candidates_[i].logit;
-  const double sum = Exps(work_.data(), n_candidates_, max_logit, 1.0f / options_.temperature,
+  const double sum = Exps(work_.data(), n_candidates_, max_logit, inverse_temperature,
                           probs_.data(), blocks_.data());
   const size_t i = DrawIndex(probs_.data(), n_candidates_, blocks_.data(), NextUniform() * sum);
   return candidates_[i].id;

@@ -101,6 +101,18 @@ TEST(SamplerTest, InfiniteLogitIsChosen) {
   EXPECT_EQ(sampler->Sample(std::vector<float>{0.0f, kInf, 1.0f, kInf}), 1);
 }
 
+TEST(SamplerTest, TemperatureTooSmallToInvertIsGreedy) {
+  // 1 / 1e-39 overflows a float: the limit of ever colder sampling, the
+  // argmax (not a draw over probabilities that all came out 0 or NaN).
+  SamplingOptions options;
+  options.temperature = 1e-39f;
+  const std::vector<float> logits = RandomLogits(300, 5, 4.0f);
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    options.seed = seed;
+    EXPECT_EQ(MakeSampler(options, 300)->Sample(logits), Argmax(logits)) << "seed " << seed;
+  }
+}
+
 TEST(SamplerTest, TopK1EqualsGreedy) {
   for (uint64_t seed = 1; seed <= 50; ++seed) {
     const std::vector<float> logits = RandomLogits(500, seed + 100, 3.0f);
