@@ -75,10 +75,7 @@ float LogSoftmaxAt(absl::Span<const float> logits, int32_t id, int top,
                    std::vector<TokenLogprob>* top_out) {
   float max = -std::numeric_limits<float>::infinity();
   for (float x : logits) max = std::max(max, Logit(x));
-  double sum = 0;
-  if (std::isfinite(max)) {
-    for (float x : logits) sum += std::exp(static_cast<double>(Logit(x)) - max);
-  }
+  const double sum = std::isfinite(max) ? sampling::SumExpBelow(logits, max) : 0.0;
   // log p(i) = logit(i) - (max + log(sum exp(logit - max)))
   const double log_norm = std::isfinite(max) ? max + std::log(sum) : 0.0;
   const auto logprob = [&](int32_t i) {

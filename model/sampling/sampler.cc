@@ -203,6 +203,39 @@ namespace internal {
 float ExpNonPositive(float x) { return ExpLanes(SplatF4(x))[0]; }
 }  // namespace internal
 
+double SumExpBelow(absl::Span<const float> x, float max) {
+  const F4 vmax = SplatF4(max);
+  D2 s[4] = {};
+  // 16 elements at a time (four independent exps), their pairs into the
+  // four double sums in order; the tail padded with -inf (exp 0).
+  for (size_t start = 0; start < x.size(); start += 4 * kLanes) {
+    alignas(16) float values[4 * kLanes];
+    if (start + 4 * kLanes <= x.size()) {
+      for (size_t k = 0; k < 4; ++k) {
+        const F4 e = ExpLanes(LoadF4(x.data() + start + k * kLanes) - vmax);
+        std::memcpy(values + k * kLanes, &e, sizeof(e));
+      }
+    } else {
+      for (size_t k = 0; k < 4 * kLanes; k += kLanes) {
+        float lanes[kLanes];
+        for (size_t j = 0; j < kLanes; ++j) {
+          lanes[j] = start + k + j < x.size() ? x[start + k + j] : kNegInf;
+        }
+        const F4 e = ExpLanes(LoadF4(lanes) - vmax);
+        std::memcpy(values + k, &e, sizeof(e));
+      }
+    }
+    for (size_t j = 0; j < 4 * kLanes; j += 8) {
+      for (size_t k = 0; k < 4; ++k) {
+        F2 pair;
+        std::memcpy(&pair, values + j + 2 * k, sizeof(pair));
+        s[k] += __builtin_convertvector(pair, D2);
+      }
+    }
+  }
+  return ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1])) + ((s[2][0] + s[2][1]) + (s[3][0] + s[3][1]));
+}
+
 absl::Status SamplingOptions::Validate() const {
   if (!std::isfinite(temperature) || temperature < 0) {
     return OutOfRange("temperature", temperature, "[0, inf)");

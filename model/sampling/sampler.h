@@ -58,6 +58,12 @@ namespace internal {
 float ExpNonPositive(float x);
 }  // namespace internal
 
+// Σ_i exp(x_i - max) in double, each term the sampler's exp
+// (internal::ExpNonPositive), summed in a fixed order: the softmax's
+// denominator at temperature 1, for log-probabilities. NaN and -inf
+// elements count 0; max must be finite and no element above it.
+double SumExpBelow(absl::Span<const float> x, float max);
+
 struct SamplingOptions {
   // "COLIBRI" in hex-speak (0 = O, 1 = L or I, 2 = R).
   static constexpr uint64_t kDefaultSeed = 0xC011B121ULL;

@@ -12,7 +12,8 @@
 // top-p 0.95, with repeat penalties over 64 tokens) is timed for `seconds`,
 // best of `reps` runs, and printed as microseconds per sampled token next to
 // that time's share of a token at 30 tokens/s, the decode rate of the models
-// this project runs on a PC.
+// this project runs on a PC. Last, SumExpBelow over the flat logits: what
+// each token's log-probabilities add when a client asks for them.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -125,6 +126,24 @@ int Main(int argc, char** argv) {
                   name, us, us / (1e6 / 30.0) * 100.0);
     }
   }
+  // What a token's log-probabilities add (the softmax's denominator).
+  const float max = *std::max_element(flat.begin(), flat.end());
+  double best = 1e30;
+  double checksum = 0;
+  for (int r = 0; r < reps; ++r) {
+    int64_t calls = 0;
+    const Clock::time_point start = Clock::now();
+    double elapsed = 0;
+    while (elapsed < seconds) {
+      checksum += SumExpBelow(flat, max);
+      ++calls;
+      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    best = std::min(best, elapsed / static_cast<double>(calls) * 1e6);
+  }
+  std::printf("%-44s %9.1f us per token (%.1f%% of a token at 30 tokens/s)%s\n",
+              "SumExpBelow (log-probabilities), flat", best, best / (1e6 / 30.0) * 100.0,
+              checksum < 0 ? " (a negative sum?)" : "");
   return 0;
 }
 
