@@ -55,27 +55,35 @@ std::vector<Config> Configs() {
   return configs;
 }
 
-// Microseconds per Sample, the best of `reps` runs of about `seconds` each.
-double TimeSample(const SamplingOptions& options, const std::vector<float>& logits, double seconds,
-                  int reps) {
-  std::unique_ptr<Sampler> sampler =
-      Sampler::Create(options, static_cast<int32_t>(logits.size())).value();
-  for (int32_t t = 0; t < 64; ++t) sampler->Accept(t * 997 % static_cast<int32_t>(logits.size()));
+// Microseconds per call of `call`, the best of `reps` runs of about
+// `seconds` each (calls in groups of 16 between clock reads).
+template <typename Call>
+double BestMicros(double seconds, int reps, const Call& call) {
   double best = 1e30;
-  int64_t checksum = 0;
   for (int r = 0; r < reps; ++r) {
     int64_t calls = 0;
     const Clock::time_point start = Clock::now();
     double elapsed = 0;
     while (elapsed < seconds) {
-      for (int i = 0; i < 16; ++i) checksum += sampler->Sample(logits);
+      for (int i = 0; i < 16; ++i) call();
       calls += 16;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     }
     best = std::min(best, elapsed / static_cast<double>(calls) * 1e6);
   }
-  if (checksum == -1) std::printf("(unreachable)\n");  // keeps the calls
   return best;
+}
+
+// Microseconds per Sample, after 64 tokens accepted (for the penalties).
+double TimeSample(const SamplingOptions& options, const std::vector<float>& logits, double seconds,
+                  int reps) {
+  std::unique_ptr<Sampler> sampler =
+      Sampler::Create(options, static_cast<int32_t>(logits.size())).value();
+  for (int32_t t = 0; t < 64; ++t) sampler->Accept(t * 997 % static_cast<int32_t>(logits.size()));
+  int64_t checksum = 0;
+  const double us = BestMicros(seconds, reps, [&] { checksum += sampler->Sample(logits); });
+  if (checksum == -1) std::printf("(unreachable)\n");  // keeps the calls
+  return us;
 }
 
 // Tokens in the smallest set of the most likely ones holding `p` of the
@@ -128,19 +136,8 @@ int Main(int argc, char** argv) {
   }
   // What a token's log-probabilities add (the softmax's denominator).
   const float max = *std::max_element(flat.begin(), flat.end());
-  double best = 1e30;
   double checksum = 0;
-  for (int r = 0; r < reps; ++r) {
-    int64_t calls = 0;
-    const Clock::time_point start = Clock::now();
-    double elapsed = 0;
-    while (elapsed < seconds) {
-      checksum += SumExpBelow(flat, max);
-      ++calls;
-      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    }
-    best = std::min(best, elapsed / static_cast<double>(calls) * 1e6);
-  }
+  const double best = BestMicros(seconds, reps, [&] { checksum += SumExpBelow(flat, max); });
   std::printf("%-44s %9.1f us per token (%.1f%% of a token at 30 tokens/s)%s\n",
               "SumExpBelow (log-probabilities), flat", best, best / (1e6 / 30.0) * 100.0,
               checksum < 0 ? " (a negative sum?)" : "");

@@ -301,26 +301,32 @@ double ChiSquare(const std::vector<int>& counts, const std::vector<double>& prob
   return chi2;
 }
 
+// Chi-square of `draws` samples at `temperature` (seed `seed`) against the
+// exact softmax of `logits`.
+double ChiSquareOfDraws(const std::vector<float>& logits, float temperature, uint64_t seed,
+                        int draws) {
+  std::vector<double> probs;
+  double sum = 0;
+  for (float logit : logits) {
+    probs.push_back(std::exp(static_cast<double>(logit) / temperature));
+    sum += probs.back();
+  }
+  for (double& p : probs) p /= sum;
+  SamplingOptions options;
+  options.temperature = temperature;
+  options.seed = seed;
+  std::unique_ptr<Sampler> sampler = MakeSampler(options, static_cast<int32_t>(logits.size()));
+  std::vector<int> counts(logits.size(), 0);
+  for (int i = 0; i < draws; ++i) ++counts[static_cast<size_t>(sampler->Sample(logits))];
+  return ChiSquare(counts, probs, draws);
+}
+
 TEST(SamplerTest, TemperatureMatchesSoftmaxDistribution) {
   const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 2.0f};
   for (float temperature : {0.5f, 1.0f, 2.0f}) {
-    std::vector<double> probs;
-    double sum = 0;
-    for (float logit : logits) {
-      probs.push_back(std::exp(static_cast<double>(logit) / temperature));
-      sum += probs.back();
-    }
-    for (double& p : probs) p /= sum;
-
-    SamplingOptions options;
-    options.temperature = temperature;
-    options.seed = 12345;
-    std::unique_ptr<Sampler> sampler = MakeSampler(options, 6);
-    constexpr int kDraws = 100000;
-    std::vector<int> counts(6, 0);
-    for (int i = 0; i < kDraws; ++i) ++counts[static_cast<size_t>(sampler->Sample(logits))];
     // 5 degrees of freedom: P(chi2 > 20.5) = 0.001.
-    EXPECT_LT(ChiSquare(counts, probs, kDraws), 20.5) << "temperature " << temperature;
+    EXPECT_LT(ChiSquareOfDraws(logits, temperature, 12345, 100000), 20.5)
+        << "temperature " << temperature;
   }
 }
 
@@ -447,25 +453,9 @@ TEST(SamplerTest, DrawReachesEveryBlockPosition) {
 
 TEST(SamplerTest, WholeVocabularyDrawMatchesSoftmax) {
   // 200 tokens over four blocks (the last one short): the draw's block sums
-  // and in-block scan against the exact distribution.
-  const std::vector<float> logits = RandomLogits(200, 99, 2.0f);
-  const float temperature = 0.8f;
-  std::vector<double> probs;
-  double sum = 0;
-  for (float logit : logits) {
-    probs.push_back(std::exp(static_cast<double>(logit) / temperature));
-    sum += probs.back();
-  }
-  for (double& p : probs) p /= sum;
-  SamplingOptions options;
-  options.temperature = temperature;
-  options.seed = 2024;
-  std::unique_ptr<Sampler> sampler = MakeSampler(options, 200);
-  constexpr int kDraws = 200000;
-  std::vector<int> counts(200, 0);
-  for (int i = 0; i < kDraws; ++i) ++counts[static_cast<size_t>(sampler->Sample(logits))];
-  // 199 degrees of freedom: P(chi2 > 267) is about 0.001.
-  EXPECT_LT(ChiSquare(counts, probs, kDraws), 267.0);
+  // and in-block scan against the exact distribution. 199 degrees of
+  // freedom: P(chi2 > 267) is about 0.001.
+  EXPECT_LT(ChiSquareOfDraws(RandomLogits(200, 99, 2.0f), 0.8f, 2024, 200000), 267.0);
 }
 
 TEST(SamplerTest, PenaltiesChangeLogitsAsSpecified) {
