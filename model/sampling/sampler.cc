@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -74,12 +75,19 @@ F4 ExpLanes(F4 x) {
   return Select(x >= SplatF4(kMinExpArgument), result, SplatF4(0.0f));
 }
 
-// Buckets per unit of logit below the maximum by which top-p narrows down
-// the candidates it sorts (ApplyTopP), and their number: 1024 buckets cover
-// 128 units (exp(-128) of the maximum's probability); the last also takes
-// everything below.
-constexpr float kTopPBucketsPerLogit = 8.0f;
-constexpr size_t kTopPBuckets = 1024;
+// Logit buckets, by which top-p narrows down the candidates it sorts: kBucketsPerLogit per unit
+// below the maximum, kLogitBuckets in all (128 units, exp(-128) of the maximum's probability), the
+// last also taking everything lower, -inf and NaN. A bucket holds whole runs of equal logits and a
+// higher logit never falls in a later bucket, so the buckets up to any one hold the most likely
+// candidates.
+constexpr float kBucketsPerLogit = 8.0f;
+constexpr size_t kLogitBuckets = 1024;
+
+size_t LogitBucket(float max, float logit) {
+  constexpr size_t kLast = kLogitBuckets - 1;
+  const float below = (max - logit) * kBucketsPerLogit;  // >= 0, inf or NaN
+  return below < static_cast<float>(kLast) ? static_cast<size_t>(below) : kLast;
+}
 
 // Elements whose probabilities are summed together before the running sum
 // takes them (Exps, DrawIndex).
@@ -275,7 +283,7 @@ Sampler::Sampler(const SamplingOptions& options, int32_t n_vocab)
       work_(static_cast<size_t>(n_vocab)),
       probs_(static_cast<size_t>(n_vocab)),
       blocks_((static_cast<size_t>(n_vocab) + kBlock - 1) / kBlock),
-      bucket_mass_(kTopPBuckets),
+      bucket_mass_(kLogitBuckets),
       rng_(options.seed) {
   if (penalties_enabled()) {
     counts_.assign(static_cast<size_t>(n_vocab), 0);
@@ -342,6 +350,46 @@ bool Sampler::ByLogit(const Candidate& a, const Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
+void Sampler::FillCandidates(const float* x, size_t n) {
+  sorted_ = false;
+  const size_t k = static_cast<size_t>(std::max(options_.top_k, 0));
+  const auto fill_all = [&] {
+    for (size_t i = 0; i < n; ++i) {
+      candidates_[i] = {std::isnan(x[i]) ? kNegInf : x[i], static_cast<int32_t>(i), 0.0f};
+    }
+    n_candidates_ = n;
+  };
+  if (k == 0 || k >= n) {
+    fill_all();
+    return;
+  }
+  // Top-k needs only the tokens at or above a threshold that at least k
+  // reach: a logit of every 64th token, chosen so that about 4k + 64 tokens
+  // should reach it (lower, 4x as many, while fewer than k do), then the
+  // tokens that reach it in id order. Every token above a kept one is kept,
+  // ties included, so the k most likely are among them.
+  constexpr size_t kStride = 64;
+  float* sample = probs_.data();  // scratch: x may be work_
+  size_t samples = 0;
+  for (size_t i = 0; i < n; i += kStride) sample[samples++] = std::isnan(x[i]) ? kNegInf : x[i];
+  for (size_t want = (4 * k + 64) / kStride + 1; want < samples; want *= 4) {
+    std::nth_element(sample, sample + want - 1, sample + samples, std::greater<float>());
+    const float threshold = sample[want - 1];
+    if (threshold == kNegInf) break;  // as low as it goes: every token
+    size_t reach = 0;
+    for (size_t i = 0; i < n; ++i) reach += x[i] >= threshold;  // NaN: false
+    if (reach >= k) {
+      size_t m = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (x[i] >= threshold) candidates_[m++] = {x[i], static_cast<int32_t>(i), 0.0f};
+      }
+      n_candidates_ = m;
+      return;
+    }
+  }
+  fill_all();
+}
+
 void Sampler::ApplyTopK(int32_t k) {
   if (k <= 0 || static_cast<size_t>(k) >= n_candidates_) return;
   const auto end = candidates_.begin() + static_cast<ptrdiff_t>(n_candidates_);
@@ -364,14 +412,12 @@ void Sampler::ApplyTopP(float p, float max_logit) {
   // The nucleus is usually a small prefix, so only a prefix that holds it is
   // sorted: first the 256 most likely candidates (partial_sort, which with a
   // small k costs little more than one pass). When they fall short, the rest
-  // are bucketed by logit (kTopPBucketsPerLogit buckets per unit below the
-  // maximum, so a bucket holds whole runs of equal logits and higher logits
-  // never fall in later buckets) with each bucket's mass; the buckets that
-  // bring the mass past the target by a margin (1e-9 relative, which summing
-  // in another order cannot undo: n terms move a sum by about n * 2^-53
-  // relative) are moved to the front (std::partition) and sorted. The order
-  // is total, so the sorted prefix is exactly the start of the whole sorted
-  // list, and the nucleus the one a full sort gives.
+  // are bucketed by logit (LogitBucket) with each bucket's mass; the buckets
+  // that bring the mass past the target by a margin (1e-9 relative, which
+  // summing in another order cannot undo: n terms move a sum by about
+  // n * 2^-53 relative) are moved to the front (std::partition) and sorted.
+  // The order is total, so the sorted prefix is exactly the start of the
+  // whole sorted list, and the nucleus the one a full sort gives.
   size_t prefix = n_candidates_;
   if (!sorted_) {
     prefix = std::min(n_candidates_, size_t{256});
@@ -380,10 +426,7 @@ void Sampler::ApplyTopP(float p, float max_logit) {
     for (size_t i = 0; i < prefix; ++i) mass += candidates_[i].p;
     if (prefix < n_candidates_ && mass < target * (1 + 1e-9)) {
       const size_t last = bucket_mass_.size() - 1;
-      const auto bucket = [&](const Candidate& c) {
-        const float below = (max_logit - c.logit) * kTopPBucketsPerLogit;  // >= 0, inf or NaN
-        return below < static_cast<float>(last) ? static_cast<size_t>(below) : last;
-      };
+      const auto bucket = [&](const Candidate& c) { return LogitBucket(max_logit, c.logit); };
       std::fill(bucket_mass_.begin(), bucket_mass_.end(), 0.0);
       for (size_t i = prefix; i < n_candidates_; ++i) {
         bucket_mass_[bucket(candidates_[i])] += candidates_[i].p;
@@ -459,11 +502,7 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
     const double sum = Exps(x, n, max_logit, inverse_temperature, probs_.data(), blocks_.data());
     return static_cast<int32_t>(DrawIndex(probs_.data(), n, blocks_.data(), NextUniform() * sum));
   }
-  for (size_t i = 0; i < n; ++i) {
-    candidates_[i] = {std::isnan(x[i]) ? kNegInf : x[i], static_cast<int32_t>(i), 0.0f};
-  }
-  n_candidates_ = n;
-  sorted_ = false;
+  FillCandidates(x, n);
   ApplyTopK(options_.top_k);
   ApplyTopP(options_.top_p, max_logit);
   ApplyMinP(options_.min_p, max_logit);

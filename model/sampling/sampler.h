@@ -150,6 +150,9 @@ class Sampler {
   bool penalties_enabled() const;
   // Penalised logit of `token` whose current logit is `logit`.
   float Penalised(int32_t token, float logit) const;
+  // candidates_[0, n_candidates_) from x[0, n) (NaN as -inf), in id order:
+  // every token, or with top-k a subset that holds the k most likely.
+  void FillCandidates(const float* x, size_t n);
   // The filters, on candidates_[0, n_candidates_); max_logit is the largest
   // logit among them.
   void ApplyTopK(int32_t k);

@@ -139,6 +139,57 @@ TEST(SamplerTest, TopKKeepsTheKLargest) {
   EXPECT_EQ(TokensSeen(options, logits, 100, 20), (std::set<int32_t>{0, 1, 4, 11, 17}));
 }
 
+TEST(SamplerTest, TopKKeepsExactlyTheKFirstThroughTies) {
+  // 3000 tokens: 60 tied at 0 spread over the ids, the rest at -2 (buckets
+  // below), a NaN and a -inf. Top-k 50 keeps the 50 lowest ids of the tied
+  // ones, top-k 61 all of them and the lowest id at -2 (drawn about 45 times
+  // in the 20,000 draws).
+  constexpr int kVocab = 3000;
+  std::vector<float> logits(kVocab, -2.0f);
+  std::vector<int32_t> tied;
+  for (int i = 0; i < 60; ++i) tied.push_back((i * 47 + 11) % kVocab);
+  for (int32_t id : tied) logits[static_cast<size_t>(id)] = 0.0f;
+  logits[0] = NAN;
+  logits[1] = -kInf;
+  std::sort(tied.begin(), tied.end());
+  SamplingOptions options;
+  options.temperature = 1.0f;
+  options.top_k = 50;
+  EXPECT_EQ(TokensSeen(options, logits, 100, 60),
+            std::set<int32_t>(tied.begin(), tied.begin() + 50));
+  options.top_k = 61;
+  std::set<int32_t> all(tied.begin(), tied.end());
+  all.insert(2);  // the lowest id at -2 (0 is NaN, 1 is -inf)
+  EXPECT_EQ(TokensSeen(options, logits, 200, 100), all);
+}
+
+TEST(SamplerTest, TopKIsExactWhenEvery64thTokenIsTheLikeliest) {
+  // Top-k picks its candidates by a threshold from every 64th logit; here
+  // those 100 tokens are the likeliest of 6400, so no sampled threshold
+  // lets 150 through and all tokens must be considered: top-k 150 keeps the
+  // 100 and the 50 likeliest of the rest.
+  constexpr int kVocab = 6400;
+  std::vector<float> logits(kVocab);
+  std::vector<int32_t> rest;
+  for (int i = 0; i < kVocab; ++i) {
+    if (i % 64 == 0) {
+      logits[static_cast<size_t>(i)] = 1.0f;
+    } else {
+      logits[static_cast<size_t>(i)] = 0.9f * static_cast<float>((i * 7919) % kVocab) / kVocab;
+      rest.push_back(i);
+    }
+  }
+  std::sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+  });
+  std::set<int32_t> expected(rest.begin(), rest.begin() + 50);
+  for (int i = 0; i < kVocab; i += 64) expected.insert(i);
+  SamplingOptions options;
+  options.temperature = 1.0f;
+  options.top_k = 150;
+  EXPECT_EQ(TokensSeen(options, logits, 100, 200), expected);
+}
+
 TEST(SamplerTest, TopPKeepsSmallestPrefixReachingP) {
   const std::vector<float> logits = LogProbs({0.05, 0.5, 0.15, 0.3});
   SamplingOptions options;
