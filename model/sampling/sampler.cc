@@ -284,6 +284,7 @@ Sampler::Sampler(const SamplingOptions& options, int32_t n_vocab)
       probs_(static_cast<size_t>(n_vocab)),
       blocks_((static_cast<size_t>(n_vocab) + kBlock - 1) / kBlock),
       bucket_mass_(kLogitBuckets),
+      sample_(static_cast<size_t>(n_vocab) / 64 + 1),
       rng_(options.seed) {
   if (penalties_enabled()) {
     counts_.assign(static_cast<size_t>(n_vocab), 0);
@@ -350,9 +351,8 @@ bool Sampler::ByLogit(const Candidate& a, const Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
-void Sampler::FillCandidates(const float* x, size_t n) {
+void Sampler::FillCandidates(const float* x, size_t n, size_t k) {
   sorted_ = false;
-  const size_t k = static_cast<size_t>(std::max(options_.top_k, 0));
   const auto fill_all = [&] {
     for (size_t i = 0; i < n; ++i) {
       candidates_[i] = {std::isnan(x[i]) ? kNegInf : x[i], static_cast<int32_t>(i), 0.0f};
@@ -363,13 +363,13 @@ void Sampler::FillCandidates(const float* x, size_t n) {
     fill_all();
     return;
   }
-  // Top-k needs only the tokens at or above a threshold that at least k
-  // reach: a logit of every 64th token, chosen so that about 4k + 64 tokens
-  // should reach it (lower, 4x as many, while fewer than k do), then the
-  // tokens that reach it in id order. Every token above a kept one is kept,
-  // ties included, so the k most likely are among them.
+  // Only the tokens at or above a threshold that at least k reach: a logit
+  // of every 64th token, chosen so that about 4k + 64 tokens should reach it
+  // (lower, 4x as many, while fewer than k do), then the tokens that reach
+  // it in id order. Every token above a kept one is kept, ties included, so
+  // the k most likely are among them.
   constexpr size_t kStride = 64;
-  float* sample = probs_.data();  // scratch: x may be work_
+  float* sample = sample_.data();
   size_t samples = 0;
   for (size_t i = 0; i < n; i += kStride) sample[samples++] = std::isnan(x[i]) ? kNegInf : x[i];
   for (size_t want = (4 * k + 64) / kStride + 1; want < samples; want *= 4) {
@@ -401,12 +401,51 @@ void Sampler::ApplyTopK(int32_t k) {
 
 void Sampler::ApplyTopP(float p, float max_logit) {
   if (p >= 1.0f || n_candidates_ <= 1) return;
-  const auto begin = candidates_.begin();
   for (size_t i = 0; i < n_candidates_; ++i) work_[i] = candidates_[i].logit;
   const double sum =
       Exps(work_.data(), n_candidates_, max_logit, 1.0f, probs_.data(), blocks_.data());
   for (size_t i = 0; i < n_candidates_; ++i) candidates_[i].p = probs_[i];
-  const double target = static_cast<double>(p) * sum;
+  CutNucleus(static_cast<double>(p) * sum, max_logit);
+}
+
+void Sampler::TopPFromLogits(const float* x, size_t n, float max_logit) {
+  // Every token's probability at temperature 1 and their sum, in id order
+  // (what ApplyTopP computes over all the tokens as candidates), then
+  // candidates for the 256 or more likeliest only (FillCandidates). They
+  // are the start of the sorted list: when their running sum reaches the
+  // target, the nucleus ends among them; otherwise every token becomes a
+  // candidate for CutNucleus.
+  const double sum = Exps(x, n, max_logit, 1.0f, probs_.data(), blocks_.data());
+  const double target = static_cast<double>(options_.top_p) * sum;
+  FillCandidates(x, n, 256);
+  for (size_t i = 0; i < n_candidates_; ++i) {
+    candidates_[i].p = probs_[static_cast<size_t>(candidates_[i].id)];
+  }
+  // (Past 2048 of them, ties or flat logits let many through: sorting them
+  // all would cost more than CutNucleus' partial sort.)
+  if (n_candidates_ <= 2048 && n_candidates_ < n) {
+    std::sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n_candidates_),
+              [](const Candidate& a, const Candidate& b) { return ByLogit(a, b); });
+    double cumulative = 0;
+    for (size_t i = 0; i < n_candidates_; ++i) {
+      cumulative += candidates_[i].p;
+      if (cumulative >= target) {
+        n_candidates_ = i + 1;
+        sorted_ = true;
+        return;
+      }
+    }
+  }
+  // Not among them: every token.
+  if (n_candidates_ < n) {
+    FillCandidates(x, n, 0);
+    for (size_t i = 0; i < n; ++i) candidates_[i].p = probs_[i];
+  }
+  CutNucleus(target, max_logit);
+}
+
+void Sampler::CutNucleus(double target, float max_logit) {
+  const auto begin = candidates_.begin();
   const auto at = [&](size_t i) { return begin + static_cast<ptrdiff_t>(i); };
   const auto by_logit = [](const Candidate& a, const Candidate& b) { return ByLogit(a, b); };
   // The nucleus is usually a small prefix, so only a prefix that holds it is
@@ -502,9 +541,13 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
     const double sum = Exps(x, n, max_logit, inverse_temperature, probs_.data(), blocks_.data());
     return static_cast<int32_t>(DrawIndex(probs_.data(), n, blocks_.data(), NextUniform() * sum));
   }
-  FillCandidates(x, n);
-  ApplyTopK(options_.top_k);
-  ApplyTopP(options_.top_p, max_logit);
+  if (options_.top_k <= 0 && options_.top_p < 1.0f) {
+    TopPFromLogits(x, n, max_logit);
+  } else {
+    FillCandidates(x, n, static_cast<size_t>(std::max(options_.top_k, 0)));
+    ApplyTopK(options_.top_k);
+    ApplyTopP(options_.top_p, max_logit);
+  }
   ApplyMinP(options_.min_p, max_logit);
   // The draw over the survivors, in their order (by id, or by logit once a
   // filter sorted them).

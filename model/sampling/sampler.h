@@ -151,12 +151,19 @@ class Sampler {
   // Penalised logit of `token` whose current logit is `logit`.
   float Penalised(int32_t token, float logit) const;
   // candidates_[0, n_candidates_) from x[0, n) (NaN as -inf), in id order:
-  // every token, or with top-k a subset that holds the k most likely.
-  void FillCandidates(const float* x, size_t n);
+  // every token (k 0 or >= n), or a subset that holds the k most likely.
+  void FillCandidates(const float* x, size_t n, size_t k);
   // The filters, on candidates_[0, n_candidates_); max_logit is the largest
   // logit among them.
   void ApplyTopK(int32_t k);
   void ApplyTopP(float p, float max_logit);
+  // Top-p without top-k: fills the candidates from x[0, n) and keeps the
+  // nucleus, as FillCandidates(x, n, 0) and ApplyTopP would.
+  void TopPFromLogits(const float* x, size_t n, float max_logit);
+  // ApplyTopP's cut, the probabilities in candidates_[i].p: keeps the
+  // smallest prefix of the candidates in ByLogit order whose running sum
+  // reaches `target`, sorted.
+  void CutNucleus(double target, float max_logit);
   void ApplyMinP(float p, float max_logit);
   // Descending logit, then ascending id: a total order, so every sort of the
   // candidates agrees on which survive.
@@ -173,6 +180,7 @@ class Sampler {
   std::vector<float> probs_;    // their unnormalised probabilities
   std::vector<double> blocks_;  // sums of probs_ by block of 64
   std::vector<double> bucket_mass_;  // ApplyTopP's mass by logit bucket
+  std::vector<float> sample_;        // FillCandidates' logits of every 64th token
   size_t n_candidates_ = 0;
   bool sorted_ = false;  // candidates_[0, n_candidates_) is in ByLogit order
 

@@ -187,7 +187,7 @@ TEST(SamplerTest, TopKIsExactWhenEvery64thTokenIsTheLikeliest) {
   SamplingOptions options;
   options.temperature = 1.0f;
   options.top_k = 150;
-  EXPECT_EQ(TokensSeen(options, logits, 100, 200), expected);
+  EXPECT_EQ(TokensSeen(options, logits, 100, 100), expected);
 }
 
 TEST(SamplerTest, TopPKeepsSmallestPrefixReachingP) {
@@ -256,6 +256,39 @@ TEST(SamplerTest, TopPNucleusBeyondTheFirstSortedChunkIsExact) {
   options.temperature = 1.0f;
   options.top_p = 0.55f;
   EXPECT_EQ(TokensSeen(options, logits, 100, 100), expected) << expected.size() << " expected";
+}
+
+TEST(SamplerTest, TopPNucleusBeyondTheFirstCandidatesTakesEveryToken) {
+  // 600 tokens at 0 and 1000 at -0.2, interleaved by id. Without top-k,
+  // top-p first looks at the likeliest few hundred (here the 600 at 0: ties
+  // are kept together); 0.8 of the mass needs 654 of the tokens at -0.2 as
+  // well (the lowest ids first), which only the whole vocabulary has.
+  constexpr int kVocab = 1600;
+  std::vector<float> logits(kVocab, -0.2f);
+  for (int i = 0; i < 600; ++i) logits[static_cast<size_t>((i * 8) / 3)] = 0.0f;
+  std::vector<int32_t> order(kVocab);
+  for (int i = 0; i < kVocab; ++i) order[static_cast<size_t>(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+  });
+  double sum = 0;
+  for (int32_t id : order) sum += internal::ExpNonPositive(logits[static_cast<size_t>(id)]);
+  size_t kept = 0;
+  double cumulative = 0;
+  while (cumulative < static_cast<double>(0.8f) * sum) {
+    cumulative += internal::ExpNonPositive(logits[static_cast<size_t>(order[kept++])]);
+  }
+  ASSERT_EQ(kept, 600u + 654u);
+  SamplingOptions options;
+  options.temperature = 1.0f;
+  options.top_p = 0.8f;
+  // 10,000 draws: each kept token about 8 times, so the last one kept is
+  // seen; the first one left out never is, nor anything after it.
+  const std::set<int32_t> seen = TokensSeen(options, logits, 100, 100);
+  EXPECT_TRUE(seen.count(order[kept - 1])) << "the last token of the nucleus, " << order[kept - 1];
+  for (size_t i = kept; i < order.size(); ++i) {
+    ASSERT_FALSE(seen.count(order[i])) << "token " << order[i] << " is outside the nucleus";
+  }
 }
 
 TEST(SamplerTest, TopPUsesUntemperedProbabilities) {
