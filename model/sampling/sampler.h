@@ -18,7 +18,7 @@
 // temperature == 0 is greedy decoding: the argmax of the penalised logits, the
 // lowest id on ties; the filters cannot change it and the RNG is not used.
 //
-// The draw: p_i = exp((logit_i - max) / T) for the candidates in their order
+// The draw: p_i = exp((logit_i - max) * (1 / T)) for the candidates in their order
 // (token ids, or by logit once a filter sorted them), summed in double by
 // blocks of 64 (each block in a fixed order of partial sums, the blocks one
 // after another); with u uniform in [0, 1), the token is the first whose
@@ -174,7 +174,7 @@ class Sampler {
   const SamplingOptions options_;
   const int32_t n_vocab_;
 
-  // Per-call scratch, sized n_vocab at construction.
+  // Per-call scratch, allocated at construction (Sample does not allocate).
   std::vector<Candidate> candidates_;
   std::vector<float> work_;     // penalised or gathered logits
   std::vector<float> probs_;    // their unnormalised probabilities
