@@ -9,11 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/moe/local_expert_backend.h"
+#include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace colibri::coordinator {
@@ -29,11 +31,17 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return ss.str();
 }
 
-// -log softmax(logits)[target], computed in double from the max-shifted row.
+// -log softmax(logits)[target], from the max-shifted row: the sum of exps
+// as the sampler's log-probabilities form it (sampling::SumExpBelow, float
+// exps within 1 ulp summed in double), the rest in double.
 double NegativeLogLikelihood(const float* logits, int n_vocab, int32_t target) {
   const float max = *std::max_element(logits, logits + n_vocab);
   double sum = 0;
-  for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  if (std::isfinite(max)) {
+    sum = sampling::SumExpBelow(absl::MakeConstSpan(logits, static_cast<size_t>(n_vocab)), max);
+  } else {
+    for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  }
   return std::log(sum) - (static_cast<double>(logits[target]) - max);
 }
 
