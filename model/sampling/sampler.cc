@@ -124,10 +124,49 @@ size_t FirstMax(const float* x, size_t n, float* block_max) {
   return i;
 }
 
+// values[i] = ExpLanes((x[i] - max) * scale) for i in [0, len), len <=
+// kBlock; 0 from len to kBlock.
+void ExpBlock(const float* x, size_t len, F4 vmax, F4 vscale, float* values) {
+  if (len == kBlock) {
+    // Four vectors at a time: independent chains the core can overlap.
+    for (size_t j = 0; j < kBlock; j += 4 * kLanes) {
+      F4 e[4];
+      for (size_t k = 0; k < 4; ++k) {
+        e[k] = ExpLanes((LoadF4(x + j + k * kLanes) - vmax) * vscale);
+      }
+      std::memcpy(values + j, e, sizeof(e));
+    }
+    return;
+  }
+  std::fill(values, values + kBlock, 0.0f);
+  for (size_t j = 0; j < len; j += kLanes) {
+    float lanes[kLanes];  // -inf (probability 0) past the end
+    for (size_t k = 0; k < kLanes; ++k) lanes[k] = j + k < len ? x[j + k] : kNegInf;
+    const F4 e = ExpLanes((LoadF4(lanes) - vmax) * vscale);
+    std::memcpy(values + j, &e, sizeof(e));
+  }
+}
+
+// s[k] += values' pairs 2k and 2k + 1 of every 8, in double: element i goes
+// to partial sum i % 8 (s[i % 8 / 2] lane i % 2).
+void AddPairs(const float* values, D2 s[4]) {
+  for (size_t j = 0; j < kBlock; j += 8) {
+    for (size_t k = 0; k < 4; ++k) {
+      F2 pair;
+      std::memcpy(&pair, values + j + 2 * k, sizeof(pair));
+      s[k] += __builtin_convertvector(pair, D2);
+    }
+  }
+}
+
+// ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) of AddPairs' sums.
+double CombinePairs(const D2 s[4]) {
+  return ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1])) + ((s[2][0] + s[2][1]) + (s[3][0] + s[3][1]));
+}
+
 // p[i] = ExpLanes((x[i] - max) * scale) for i in [0, n), and block[b]
 // = Σ of p over block b (kBlock elements, the last one possibly shorter) in
-// double, in a fixed order: element i goes to partial sum s_(i % 8), then
-// ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)). Returns the sequential
+// double, in a fixed order (AddPairs, CombinePairs). Returns the sequential
 // sum of the blocks. Every element must be <= max (or NaN).
 double Exps(const float* x, size_t n, float max, float scale, float* p, double* block) {
   const F4 vmax = SplatF4(max);
@@ -135,36 +174,12 @@ double Exps(const float* x, size_t n, float max, float scale, float* p, double* 
   double total = 0;
   for (size_t start = 0, b = 0; start < n; start += kBlock, ++b) {
     const size_t len = std::min(kBlock, n - start);
-    // The block's probabilities, padded with zeros to a multiple of 8.
-    alignas(16) float values[kBlock] = {};
-    if (len == kBlock) {
-      // Four vectors at a time: independent chains the core can overlap.
-      for (size_t j = 0; j < kBlock; j += 4 * kLanes) {
-        F4 e[4];
-        for (size_t k = 0; k < 4; ++k) {
-          e[k] = ExpLanes((LoadF4(x + start + j + k * kLanes) - vmax) * vscale);
-        }
-        std::memcpy(values + j, e, sizeof(e));
-      }
-    } else {
-      for (size_t j = 0; j < len; j += kLanes) {
-        float lanes[kLanes];  // -inf (probability 0) past the end
-        for (size_t k = 0; k < kLanes; ++k) lanes[k] = j + k < len ? x[start + j + k] : kNegInf;
-        const F4 e = ExpLanes((LoadF4(lanes) - vmax) * vscale);
-        std::memcpy(values + j, &e, sizeof(e));
-      }
-    }
+    alignas(16) float values[kBlock];
+    ExpBlock(x + start, len, vmax, vscale, values);
     std::memcpy(p + start, values, len * sizeof(float));
     D2 s[4] = {};
-    for (size_t j = 0; j < kBlock; j += 8) {
-      for (size_t k = 0; k < 4; ++k) {
-        F2 pair;
-        std::memcpy(&pair, values + j + 2 * k, sizeof(pair));
-        s[k] += __builtin_convertvector(pair, D2);
-      }
-    }
-    block[b] =
-        ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1])) + ((s[2][0] + s[2][1]) + (s[3][0] + s[3][1]));
+    AddPairs(values, s);
+    block[b] = CombinePairs(s);
     total += block[b];
   }
   return total;
@@ -212,36 +227,17 @@ float ExpNonPositive(float x) { return ExpLanes(SplatF4(x))[0]; }
 }  // namespace internal
 
 double SumExpBelow(absl::Span<const float> x, float max) {
+  // Exps' arithmetic without storing: one set of partial sums for the whole
+  // row (the zeros padding the last block change nothing).
   const F4 vmax = SplatF4(max);
+  const F4 one = SplatF4(1.0f);
   D2 s[4] = {};
-  // 16 elements at a time (four independent exps), their pairs into the
-  // four double sums in order; the tail padded with -inf (exp 0).
-  for (size_t start = 0; start < x.size(); start += 4 * kLanes) {
-    alignas(16) float values[4 * kLanes];
-    if (start + 4 * kLanes <= x.size()) {
-      for (size_t k = 0; k < 4; ++k) {
-        const F4 e = ExpLanes(LoadF4(x.data() + start + k * kLanes) - vmax);
-        std::memcpy(values + k * kLanes, &e, sizeof(e));
-      }
-    } else {
-      for (size_t k = 0; k < 4 * kLanes; k += kLanes) {
-        float lanes[kLanes];
-        for (size_t j = 0; j < kLanes; ++j) {
-          lanes[j] = start + k + j < x.size() ? x[start + k + j] : kNegInf;
-        }
-        const F4 e = ExpLanes(LoadF4(lanes) - vmax);
-        std::memcpy(values + k, &e, sizeof(e));
-      }
-    }
-    for (size_t j = 0; j < 4 * kLanes; j += 8) {
-      for (size_t k = 0; k < 4; ++k) {
-        F2 pair;
-        std::memcpy(&pair, values + j + 2 * k, sizeof(pair));
-        s[k] += __builtin_convertvector(pair, D2);
-      }
-    }
+  for (size_t start = 0; start < x.size(); start += kBlock) {
+    alignas(16) float values[kBlock];
+    ExpBlock(x.data() + start, std::min(kBlock, x.size() - start), vmax, one, values);
+    AddPairs(values, s);
   }
-  return ((s[0][0] + s[0][1]) + (s[1][0] + s[1][1])) + ((s[2][0] + s[2][1]) + (s[3][0] + s[3][1]));
+  return CombinePairs(s);
 }
 
 absl::Status SamplingOptions::Validate() const {
