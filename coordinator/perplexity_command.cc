@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -33,15 +34,13 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
 
 // -log softmax(logits)[target], from the max-shifted row: the sum of exps
 // as the sampler's log-probabilities form it (sampling::SumExpBelow, float
-// exps within 1 ulp summed in double), the rest in double.
+// exps within 1 ulp summed in double), the rest in double. NaN when the
+// maximum is not finite (as exp(inf - inf) made it before).
 double NegativeLogLikelihood(const float* logits, int n_vocab, int32_t target) {
   const float max = *std::max_element(logits, logits + n_vocab);
-  double sum = 0;
-  if (std::isfinite(max)) {
-    sum = sampling::SumExpBelow(absl::MakeConstSpan(logits, static_cast<size_t>(n_vocab)), max);
-  } else {
-    for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
-  }
+  if (!std::isfinite(max)) return std::numeric_limits<double>::quiet_NaN();
+  const double sum =
+      sampling::SumExpBelow(absl::MakeConstSpan(logits, static_cast<size_t>(n_vocab)), max);
   return std::log(sum) - (static_cast<double>(logits[target]) - max);
 }
 
