@@ -34,4 +34,15 @@ uint8_t* MapHugePages(uint64_t bytes) {
 
 uint8_t* ReserveHugeAligned(uint64_t bytes) { return MapAligned(bytes, PROT_NONE, MAP_NORESERVE); }
 
+bool PopulatePages(void* at, uint64_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
+#endif
+  if (bytes == 0) return true;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(at) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(at) + bytes + page - 1) / page * page;
+  return ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0;
+}
+
 }  // namespace colibri

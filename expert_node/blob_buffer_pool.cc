@@ -21,10 +21,7 @@ constexpr uint64_t kAlign = 64;
 void* MapHuge(uint64_t bytes) {
   uint8_t* const at = MapHugePages(bytes);
   if (at == nullptr) return nullptr;
-#ifndef MADV_POPULATE_WRITE
-  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
-#endif
-  if (madvise(at, bytes, MADV_POPULATE_WRITE) != 0) {
+  if (!PopulatePages(at, bytes)) {
     // Older kernels: one write per page.
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     for (uint64_t i = 0; i < bytes; i += page) at[i] = 0;

@@ -267,6 +267,9 @@ class Session {
   void Release(int seq);
   // Bytes of KV cache slots allocated (an upper bound of what they commit).
   int64_t kv_bytes_allocated() const;
+  // Positions of sequence `seq` whose cache rows are committed in every layer
+  // ahead of their first write (0 where the kernel cannot: before Linux 5.14).
+  int kv_positions_committed(int seq) const { return committed_[seq]; }
   // Drops positions >= n (n <= n_past()) of sequence 0 / `seq`. With
   // sliding-window layers, whose cache keeps only the last
   // window + n_batch - 1 positions, a position older than that may already be
@@ -288,8 +291,9 @@ class Session {
   // Embeds `tokens` of sequence `seq` into rows first.. of x_, at positions
   // n_past_[seq] onwards.
   absl::Status PlaceRows(int seq, absl::Span<const int32_t> tokens, int first);
-  // Allocates sequence seq's KV slot if it has none.
-  void EnsureSlot(int seq);
+  // Allocates sequence seq's KV slot if it has none, and commits its cache
+  // rows of positions below `positions` (and kCommitAhead more) in every layer.
+  void EnsureSlot(int seq, int positions);
   // Runs the n rows of x_ (n <= n_batch) through every layer; row i is token
   // of sequence row_seq_[i] at position row_pos_[i].
   absl::Status ForwardRows(int n);
@@ -452,6 +456,9 @@ class Session {
   size_t v_slot_elems_ = 0;
   size_t kv_elem_bytes_ = sizeof(float);  // 2 with KvType::kF16
   int n_slots_ = 0;  // slots allocated
+  // [n_seq] positions whose rows are committed (EnsureSlot), 0 without a slot.
+  std::vector<int> committed_;
+  bool commit_ahead_ = true;  // false once the kernel refused (PopulatePages)
   // RoPE table: [n_ctx][n_rot / 2] cosines and sines.
   std::vector<float> rope_cos_;
   std::vector<float> rope_sin_;

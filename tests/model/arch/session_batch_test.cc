@@ -686,5 +686,49 @@ TEST(SessionBatchTest, KvSlotsTakeMemoryOnlyOnceUsed) {
   EXPECT_EQ(s.kv_bytes_allocated(), 0);
 }
 
+TEST(SessionBatchTest, KvRowsAreCommittedAheadInChunksUntilReleased) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  auto model = arch::Model::Open(testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const arch::ModelConfig& c = (*model)->config();
+  moe::LocalExpertBackend backend(&(*model)->experts(), c.n_expert, ops::NumericPath::kFast,
+                                  nullptr);
+  arch::SessionOptions options;
+  options.n_ctx = 200;
+  options.n_batch = 64;
+  options.n_seq = 2;
+  auto session = arch::Session::Create(**model, &backend, nullptr, options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  arch::Session& s = **session;
+  EXPECT_EQ(s.kv_positions_committed(1), 0);
+
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + i);
+  ASSERT_TRUE(s.EvaluateBatch({{1, prompt, false, nullptr}}).ok());
+  if (s.kv_positions_committed(1) == 0) GTEST_SKIP() << "the kernel has no MADV_POPULATE_WRITE";
+  EXPECT_EQ(s.kv_positions_committed(1), 40 + 64);
+  EXPECT_EQ(s.kv_positions_committed(0), 0);
+  // Decode steps inside the committed rows commit nothing more.
+  for (int32_t t = 0; t < 64; ++t) {
+    ASSERT_TRUE(s.EvaluateBatch({{1, {t + 3}, false, nullptr}}).ok());
+  }
+  EXPECT_EQ(s.kv_positions_committed(1), 40 + 64);
+  // The first past them commits the next 64 positions, never past n_ctx.
+  ASSERT_TRUE(s.EvaluateBatch({{1, {7}, false, nullptr}}).ok());
+  EXPECT_EQ(s.kv_positions_committed(1), 105 + 64);
+  std::vector<int32_t> chunk(64, 9);
+  ASSERT_TRUE(s.EvaluateBatch({{1, chunk, false, nullptr}}).ok());
+  EXPECT_EQ(s.kv_positions_committed(1), 169);  // every row written was committed
+  ASSERT_TRUE(s.EvaluateBatch({{1, {5}, false, nullptr}}).ok());
+  EXPECT_EQ(s.kv_positions_committed(1), 200);
+  // Reset keeps the slot and its committed rows; Release frees both.
+  s.Reset(1);
+  EXPECT_EQ(s.kv_positions_committed(1), 200);
+  s.Release(1);
+  EXPECT_EQ(s.kv_positions_committed(1), 0);
+  ASSERT_TRUE(s.EvaluateBatch({{1, {1, 2, 3}, false, nullptr}}).ok());
+  EXPECT_EQ(s.kv_positions_committed(1), 3 + 64);
+}
+
 }  // namespace
 }  // namespace colibri
