@@ -195,19 +195,26 @@ void Session::EnsureSlot(int seq, int positions) {
   // keep what they hold, so ring layers and rows past a truncation are safe.
   if (!commit_ahead_ || positions <= committed_[seq]) return;
   const int target = std::min(n_ctx_, positions + kCommitAhead);
-  const size_t k_row =
-      (c_.attention == AttentionKind::kMla ? c_.kv_lora_rank + c_.n_rot : c_.kv_dim()) *
-      kv_elem_bytes_;
-  const size_t v_row = v_slot_elems_ > 0 ? c_.v_dim() * kv_elem_bytes_ : 0;
+  // Standard attention: each KV head's rows (head_dim / head_dim_v elements);
+  // MLA: one run of latent rows.
+  const bool mla = c_.attention == AttentionKind::kMla;
+  const int runs = mla ? 1 : c_.n_head_kv;
+  const size_t k_row = (mla ? c_.kv_lora_rank + c_.n_rot : c_.head_dim) * kv_elem_bytes_;
+  const size_t v_row = mla ? 0 : c_.head_dim_v * kv_elem_bytes_;
   for (int il = 0; il < c_.n_layer; ++il) {
-    const size_t first = static_cast<size_t>(std::min(committed_[seq], cache_rows_[il]));
-    const size_t end = static_cast<size_t>(std::min(target, cache_rows_[il]));
+    const size_t rows = static_cast<size_t>(cache_rows_[il]);
+    const size_t first = std::min(static_cast<size_t>(committed_[seq]), rows);
+    const size_t end = std::min(static_cast<size_t>(target), rows);
     if (end <= first) continue;
-    const size_t row0 = cache_offset_[il] + first;
-    if (!PopulatePages(k_slots_[seq].get() + row0 * k_row, (end - first) * k_row) ||
-        (v_row > 0 && !PopulatePages(v_slots_[seq].get() + row0 * v_row, (end - first) * v_row))) {
-      commit_ahead_ = false;  // an older kernel: rows are committed as written
-      return;
+    for (int h = 0; h < runs; ++h) {
+      // Row r of run h: layer il's first row (cache_offset_ rows of every
+      // run before it), then h * rows rows of the runs before this one.
+      const size_t row = cache_offset_[il] * runs + h * rows + first;
+      if (!PopulatePages(k_slots_[seq].get() + row * k_row, (end - first) * k_row) ||
+          (v_row > 0 && !PopulatePages(v_slots_[seq].get() + row * v_row, (end - first) * v_row))) {
+        commit_ahead_ = false;  // an older kernel: rows are committed as written
+        return;
+      }
     }
   }
   committed_[seq] = target;
@@ -546,8 +553,10 @@ void Session::Attention(int il, int n) {
     ApplyRope(k, c_.n_head_kv, hd, pos);
     const size_t slot = static_cast<size_t>(pos % ring);
     WithCacheRows(row_seq_[i], il, [&](auto* k_cache, auto* v_cache) {
-      StoreCacheRow(k, kv_dim, k_cache + slot * kv_dim);
-      StoreCacheRow(v, v_dim, v_cache + slot * v_dim);
+      for (int h = 0; h < c_.n_head_kv; ++h) {
+        StoreCacheRow(k + h * hd, hd, k_cache + KeyHead(il, h) + slot * hd);
+        StoreCacheRow(v + h * hdv, hdv, v_cache + ValueHead(il, h) + slot * hdv);
+      }
     });
   }
 
@@ -581,8 +590,9 @@ void Session::Attention(int il, int n) {
       const int last = row_pos_[i];
       const int first = window > 0 ? std::max(0, last - window + 1) : 0;
       WithCacheRows(row_seq_[i], il, [&](const auto* k_cache, const auto* v_cache) {
-        AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv,
-                  v_dim, first, last, ring, hd, hdv, scale, L.sinks ? L.sinks + h : nullptr, scores,
+        AttendOne(q_.data() + i * q_dim + h * hd, k_cache + KeyHead(il, kvh), hd,
+                  v_cache + ValueHead(il, kvh), hdv, first, last, ring, hd, hdv, scale,
+                  L.sinks ? L.sinks + h : nullptr, scores,
                   attn_.data() + i * c_.n_head * hdv + h * hdv);
       });
     }
@@ -623,7 +633,7 @@ void Session::ForAttendItems(int64_t items, int dim, F&& f) {
 
 void Session::AttentionPrompt(int il, int n) {
   const LayerWeights& L = model_.layer(il);
-  const int q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), v_dim = c_.v_dim();
+  const int q_dim = c_.q_dim();
   const int hd = c_.head_dim, hdv = c_.head_dim_v;
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = c_.attention_scale();
@@ -652,15 +662,15 @@ void Session::AttentionPrompt(int il, int n) {
       sinks[t] = L.sinks ? L.sinks + h : nullptr;
     }
     WithCacheRows(row_seq_[i0], il, [&](const auto* k_cache, const auto* v_cache) {
-      AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd, hdv,
-                  scale, sinks, scratch, outs);
+      AttendBlock(qs, rows, k_cache + KeyHead(il, kvh), hd, v_cache + ValueHead(il, kvh), hdv,
+                  lasts, hd, hdv, scale, sinks, scratch, outs);
     });
   });
 }
 
 void Session::AttentionGrouped(int il, int n) {
   const LayerWeights& L = model_.layer(il);
-  const int q_dim = c_.q_dim(), kv_dim = c_.kv_dim(), v_dim = c_.v_dim();
+  const int q_dim = c_.q_dim();
   const int hd = c_.head_dim, hdv = c_.head_dim_v;
   const int group = c_.n_head / c_.n_head_kv;
   const float scale = c_.attention_scale();
@@ -684,8 +694,8 @@ void Session::AttentionGrouped(int il, int n) {
       sinks[t] = L.sinks ? L.sinks + h0 + t : nullptr;
     }
     WithCacheRows(row_seq_[i], il, [&](const auto* k_cache, const auto* v_cache) {
-      AttendBlock(qs, rows, k_cache + kvh * hd, kv_dim, v_cache + kvh * hdv, v_dim, lasts, hd, hdv,
-                  scale, sinks, scratch, outs);
+      AttendBlock(qs, rows, k_cache + KeyHead(il, kvh), hd, v_cache + ValueHead(il, kvh), hdv,
+                  lasts, hd, hdv, scale, sinks, scratch, outs);
     });
   });
 }

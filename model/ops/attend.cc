@@ -17,6 +17,38 @@ constexpr int kKeyBlock = 64;
 // 128-wide head are 16 KiB of floats, which stay in L1 with the queries.
 constexpr int kHalfRows = 32;
 
+// Value rows per call of the AttendValues kernels, which sweep their rows
+// once per strip of 32 (AVX-512) or 16 (AVX2) output columns: 64 rows of a
+// 128-wide head are 32 KiB, which stay in L1 from one strip to the next.
+constexpr int kValueRows = 64;
+
+// Calls f(count, p_block, n_block, first, j0, rows) for queries first ..
+// first + count - 1 (groups of up to kGroup) and consecutive blocks of up to
+// block_rows rows j0 .. j0 + rows - 1, where query first + t takes rows j0 ..
+// n[first + t] - 1 of the block (n_block[t] of them, none past its count;
+// p_block[t] its weights from row j0). AttendValues over the blocks in order
+// adds each query's rows in order, and the queries' sums are independent, so
+// the results are those of one call bit for bit.
+template <typename F>
+void ForRowBlocks(const float* const* p, const int* n, int n_q, int block_rows, F&& f) {
+  constexpr int kGroup = 16;
+  const float* p_block[kGroup];
+  int n_block[kGroup];
+  for (int first = 0; first < n_q; first += kGroup) {
+    const int count = std::min(kGroup, n_q - first);
+    int n_rows = 0;
+    for (int t = 0; t < count; ++t) n_rows = std::max(n_rows, n[first + t]);
+    for (int j0 = 0; j0 < n_rows; j0 += block_rows) {
+      const int rows = std::min(block_rows, n_rows - j0);
+      for (int t = 0; t < count; ++t) {
+        n_block[t] = std::clamp(n[first + t] - j0, 0, rows);
+        p_block[t] = n_block[t] > 0 ? p[first + t] + j0 : p[first + t];
+      }
+      f(count, p_block, n_block, first, j0, rows);
+    }
+  }
+}
+
 // rows x dim halves (row r at src + r * stride) as floats, dim apart, in a
 // buffer of the calling thread.
 const float* WidenRows(const uint16_t* src, int64_t stride, int rows, int dim) {
@@ -53,7 +85,12 @@ void AttendValues(const float* const* p, const int* n, int n_q, const float* val
                   int64_t value_stride, int dim, float* const* out) {
   const internal::KernelSet& k = internal::ActiveKernels();
   if (k.attend_values != nullptr && dim % 16 == 0) {
-    k.attend_values(p, n, n_q, values, value_stride, dim, out);
+    ForRowBlocks(p, n, n_q, kValueRows,
+                 [&](int count, const float* const* p_block, const int* n_block, int first, int j0,
+                     int /*rows*/) {
+                   k.attend_values(p_block, n_block, count, values + j0 * value_stride,
+                                   value_stride, dim, out + first);
+                 });
     return;
   }
   for (int i = 0; i < n_q; ++i) {
@@ -77,23 +114,13 @@ void AttendDots(const float* q, int64_t q_stride, int n_q, const uint16_t* keys,
 
 void AttendValues(const float* const* p, const int* n, int n_q, const uint16_t* values,
                   int64_t value_stride, int dim, float* const* out) {
-  int n_rows = 0;
-  for (int i = 0; i < n_q; ++i) n_rows = std::max(n_rows, n[i]);
-  thread_local std::vector<const float*> p_block;
-  thread_local std::vector<int> n_block;
-  p_block.resize(n_q);
-  n_block.resize(n_q);
-  for (int j0 = 0; j0 < n_rows; j0 += kHalfRows) {
-    const int rows = std::min(kHalfRows, n_rows - j0);
-    // Query i takes rows j0 .. n[i] - 1 of this block (none past its count);
-    // AttendValues adds them to the sums of the blocks before, in order.
-    for (int i = 0; i < n_q; ++i) {
-      n_block[i] = std::clamp(n[i] - j0, 0, rows);
-      p_block[i] = n_block[i] > 0 ? p[i] + j0 : p[i];
-    }
-    AttendValues(p_block.data(), n_block.data(), n_q,
-                 WidenRows(values + j0 * value_stride, value_stride, rows, dim), dim, dim, out);
-  }
+  ForRowBlocks(
+      p, n, n_q, kHalfRows,
+      [&](int count, const float* const* p_block, const int* n_block, int first, int j0, int rows) {
+        AttendValues(p_block, n_block, count,
+                     WidenRows(values + j0 * value_stride, value_stride, rows, dim), dim, dim,
+                     out + first);
+      });
 }
 
 }  // namespace colibri::ops

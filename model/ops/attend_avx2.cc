@@ -8,12 +8,14 @@
 //
 // Weighted sums: 16 output columns of up to four queries stay in 8 registers
 // while the value rows stream past once for all of them.
+#include "model/ops/attend_avx2.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
 
-#include "model/ops/attend_avx2.h"
+#include "model/ops/avx2_common.h"
 
 namespace colibri::ops::internal::avx2 {
 namespace {
@@ -70,8 +72,10 @@ void DotsPass(const float* q, int64_t q_stride, int n_q, const float* keys, int6
 
 void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, int64_t key_stride,
                 int n_keys, int dim, float* dots, int64_t dots_stride) {
+  const int ahead = AttendRowsAhead(dim);
   if (n_q == 1) {
     for (int j = 0; j < n_keys; j += 8) {
+      PrefetchRows(keys, key_stride, j + ahead, std::min(n_keys, j + ahead + 8), dim * 4);
       DotsPass<1, 8>(q, q_stride, 1, keys + j * key_stride, key_stride, std::min(8, n_keys - j),
                      dim, dots + j, dots_stride);
     }
@@ -82,6 +86,9 @@ void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, in
     const int j1 = std::min(n_keys, j0 + kKeyBlock);
     for (int t = 0; t < n_q; t += 4) {
       for (int j = j0; j < j1; j += 2) {
+        if (t == 0) {
+          PrefetchRows(keys, key_stride, j + ahead, std::min(n_keys, j + ahead + 2), dim * 4);
+        }
         DotsPass<4, 2>(q + t * q_stride, q_stride, std::min(4, n_q - t), keys + j * key_stride,
                        key_stride, std::min(2, j1 - j), dim, dots + t * dots_stride + j,
                        dots_stride);
@@ -93,17 +100,20 @@ void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, in
 // Columns [0, 8 * kNv) of out for kQ queries (the exact count, so that the
 // sums stay in registers): the value rows shared by all of them (j below
 // every n[i]) stream past once for the block, each query's own further rows
-// after.
+// after. The first `prefetch` bytes of the rows ahead are asked for (the
+// whole row in the first strip; the later strips find it in cache).
 template <int kQ, int kNv>
 void ValuesColumns(const float* const* p, const int* n, const float* values, int64_t value_stride,
-                   float* const* out) {
+                   float* const* out, int prefetch) {
   __m256 a[kQ][kNv];
   int shared = n[0];
   for (int i = 0; i < kQ; ++i) {
     shared = std::min(shared, n[i]);
     for (int k = 0; k < kNv; ++k) a[i][k] = _mm256_loadu_ps(out[i] + 8 * k);
   }
+  const int ahead = prefetch > 0 ? AttendRowsAhead(prefetch / 4) : 0;
   for (int j = 0; j < shared; ++j) {
+    if (prefetch > 0) PrefetchRows(values, value_stride, j + ahead, j + ahead + 1, prefetch);
     const float* v = values + j * value_stride;
     __m256 vk[kNv];
     for (int k = 0; k < kNv; ++k) vk[k] = _mm256_loadu_ps(v + 8 * k);
@@ -137,11 +147,20 @@ void AttendValues(const float* const* p, const int* n, int n_q, const float* val
     for (int e = 0; e < dim; e += 16) {  // dim % 16 == 0
       for (int t = 0; t < block; ++t) o[t] = out[i + t] + e;
       const float* v = values + e;
+      const int prefetch = e == 0 ? dim * 4 : 0;
       switch (block) {
-        case 1: ValuesColumns<1, 2>(p + i, n + i, v, value_stride, o); break;
-        case 2: ValuesColumns<2, 2>(p + i, n + i, v, value_stride, o); break;
-        case 3: ValuesColumns<3, 2>(p + i, n + i, v, value_stride, o); break;
-        default: ValuesColumns<4, 2>(p + i, n + i, v, value_stride, o); break;
+        case 1:
+          ValuesColumns<1, 2>(p + i, n + i, v, value_stride, o, prefetch);
+          break;
+        case 2:
+          ValuesColumns<2, 2>(p + i, n + i, v, value_stride, o, prefetch);
+          break;
+        case 3:
+          ValuesColumns<3, 2>(p + i, n + i, v, value_stride, o, prefetch);
+          break;
+        default:
+          ValuesColumns<4, 2>(p + i, n + i, v, value_stride, o, prefetch);
+          break;
       }
     }
   }

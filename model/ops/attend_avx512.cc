@@ -9,12 +9,14 @@
 //
 // Weighted sums: 32 output columns of up to eight queries stay in 16
 // registers while the value rows stream past once for all of them.
+#include "model/ops/attend_avx512.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
 
-#include "model/ops/attend_avx512.h"
+#include "model/ops/avx2_common.h"
 
 namespace colibri::ops::internal::avx512 {
 namespace {
@@ -72,8 +74,10 @@ void DotsPass(const float* q, int64_t q_stride, int n_q, const float* keys, int6
 
 void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, int64_t key_stride,
                 int n_keys, int dim, float* dots, int64_t dots_stride) {
+  const int ahead = avx2::AttendRowsAhead(dim);
   if (n_q == 1) {
     for (int j = 0; j < n_keys; j += 16) {
+      avx2::PrefetchRows(keys, key_stride, j + ahead, std::min(n_keys, j + ahead + 16), dim * 4);
       DotsPass<1, 8>(q, q_stride, 1, keys + j * key_stride, key_stride, std::min(16, n_keys - j),
                      dim, dots + j, dots_stride);
     }
@@ -81,6 +85,9 @@ void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, in
   }
   for (int t = 0; t < n_q; t += 8) {
     for (int j = 0; j < n_keys; j += 4) {
+      if (t == 0) {
+        avx2::PrefetchRows(keys, key_stride, j + ahead, std::min(n_keys, j + ahead + 4), dim * 4);
+      }
       DotsPass<8, 2>(q + t * q_stride, q_stride, std::min(8, n_q - t), keys + j * key_stride,
                      key_stride, std::min(4, n_keys - j), dim, dots + t * dots_stride + j,
                      dots_stride);
@@ -91,10 +98,11 @@ void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, in
 // Columns [0, 16 * kNv) of out for kQ queries: the value rows shared by all
 // of them (j below every n[i]) stream past once for the block, each query's
 // own further rows after. (kQ is the exact count, so that the sums stay in
-// registers.)
+// registers.) The first `prefetch` bytes of the rows ahead are asked for (the
+// whole row in the first strip; the later strips find it in cache).
 template <int kQ, int kNv>
 void ValuesColumns(const float* const* p, const int* n, const float* values, int64_t value_stride,
-                   float* const* out) {
+                   float* const* out, int prefetch) {
   constexpr int n_q = kQ;
   __m512 a[kQ][kNv];
   int shared = n[0];
@@ -102,7 +110,9 @@ void ValuesColumns(const float* const* p, const int* n, const float* values, int
     shared = std::min(shared, n[i]);
     for (int k = 0; k < kNv; ++k) a[i][k] = _mm512_loadu_ps(out[i] + 16 * k);
   }
+  const int ahead = prefetch > 0 ? avx2::AttendRowsAhead(prefetch / 4) : 0;
   for (int j = 0; j < shared; ++j) {
+    if (prefetch > 0) avx2::PrefetchRows(values, value_stride, j + ahead, j + ahead + 1, prefetch);
     const float* v = values + j * value_stride;
     __m512 vk[kNv];
     for (int k = 0; k < kNv; ++k) vk[k] = _mm512_loadu_ps(v + 16 * k);
@@ -128,16 +138,32 @@ void ValuesColumns(const float* const* p, const int* n, const float* values, int
 // ValuesColumns for `count` (1 to 8) queries.
 template <int kNv>
 void ValuesBlock(int count, const float* const* p, const int* n, const float* values,
-                 int64_t value_stride, float* const* out) {
+                 int64_t value_stride, float* const* out, int prefetch) {
   switch (count) {
-    case 1: ValuesColumns<1, kNv>(p, n, values, value_stride, out); break;
-    case 2: ValuesColumns<2, kNv>(p, n, values, value_stride, out); break;
-    case 3: ValuesColumns<3, kNv>(p, n, values, value_stride, out); break;
-    case 4: ValuesColumns<4, kNv>(p, n, values, value_stride, out); break;
-    case 5: ValuesColumns<5, kNv>(p, n, values, value_stride, out); break;
-    case 6: ValuesColumns<6, kNv>(p, n, values, value_stride, out); break;
-    case 7: ValuesColumns<7, kNv>(p, n, values, value_stride, out); break;
-    default: ValuesColumns<8, kNv>(p, n, values, value_stride, out); break;
+    case 1:
+      ValuesColumns<1, kNv>(p, n, values, value_stride, out, prefetch);
+      break;
+    case 2:
+      ValuesColumns<2, kNv>(p, n, values, value_stride, out, prefetch);
+      break;
+    case 3:
+      ValuesColumns<3, kNv>(p, n, values, value_stride, out, prefetch);
+      break;
+    case 4:
+      ValuesColumns<4, kNv>(p, n, values, value_stride, out, prefetch);
+      break;
+    case 5:
+      ValuesColumns<5, kNv>(p, n, values, value_stride, out, prefetch);
+      break;
+    case 6:
+      ValuesColumns<6, kNv>(p, n, values, value_stride, out, prefetch);
+      break;
+    case 7:
+      ValuesColumns<7, kNv>(p, n, values, value_stride, out, prefetch);
+      break;
+    default:
+      ValuesColumns<8, kNv>(p, n, values, value_stride, out, prefetch);
+      break;
   }
 }
 
@@ -153,10 +179,11 @@ void AttendValues(const float* const* p, const int* n, int n_q, const float* val
     const int block = std::min(kQ, n_q - i);
     for (int e = 0; e < dim; e += 32) {  // dim % 16 == 0: strips of 32, then 16
       for (int t = 0; t < block; ++t) o[t] = out[i + t] + e;
+      const int prefetch = e == 0 ? dim * 4 : 0;
       if (dim - e >= 32) {
-        ValuesBlock<2>(block, p + i, n + i, values + e, value_stride, o);
+        ValuesBlock<2>(block, p + i, n + i, values + e, value_stride, o, prefetch);
       } else {
-        ValuesBlock<1>(block, p + i, n + i, values + e, value_stride, o);
+        ValuesBlock<1>(block, p + i, n + i, values + e, value_stride, o, prefetch);
       }
     }
   }

@@ -155,6 +155,27 @@ COLIBRI_INLINE void PrefetchBytes(const void* p, uint64_t offset, uint64_t bytes
   }
 }
 
+// Attention over a KV cache (attend_avx2.cc, attend_avx512.cc) reads a
+// head's rows one after the other, each once per block of queries. The
+// passes ask for the rows about kAttendPrefetchBytes ahead of those they
+// compute: at a depth of 2,048 the hardware prefetchers alone left one Zen 5
+// thread reading a head's keys at 11 GB/s, its values at 9 GB/s.
+inline constexpr int kAttendPrefetchBytes = 8 * 1024;
+
+// Rows of `dim` floats ahead (at least one) that cover kAttendPrefetchBytes.
+COLIBRI_INLINE int AttendRowsAhead(int dim) {
+  const int rows = kAttendPrefetchBytes / (dim * static_cast<int>(sizeof(float)));
+  return rows > 0 ? rows : 1;
+}
+
+// The first `bytes` bytes of rows [from, to) (row r at rows + r * stride
+// floats); rows past the cache are harmless (PrefetchBytes).
+COLIBRI_INLINE void PrefetchRows(const float* rows, int64_t stride, int from, int to, int bytes) {
+  for (int r = from; r < to; ++r) {
+    PrefetchBytes(rows, static_cast<uint64_t>(r) * stride * sizeof(float), bytes);
+  }
+}
+
 // Tile driver: splits the tokens into groups of up to four and calls
 // Kernel::Run<T>(row, rows_of_activations, cols, out[T]) per row. Before a
 // row, it prefetches the row PrefetchRowsAhead() further on (the rows of the
