@@ -321,9 +321,10 @@ class Session {
   // The logits every chunk of an EvaluateBatch asks for, from one output-head
   // product over the wanted rows of x_ (which it moves to the front).
   void GatherLogits(absl::Span<const SequenceChunk> chunks);
-  // First row of layer il in sequence seq's slot of k_slots_ / v_slots_
-  // (kv_dim / v_dim elements a row; MLA: kv_lora_rank + n_rot, keys only),
-  // as elements of type T: float, or uint16_t (half) with KvType::kF16.
+  // Start of layer il's cache in sequence seq's slot of k_slots_ / v_slots_
+  // (cache_rows_[il] rows of kv_dim / v_dim elements, head by head: see
+  // KeyHead; MLA: rows of kv_lora_rank + n_rot, keys only), as elements of
+  // type T: float, or uint16_t (half) with KvType::kF16.
   template <typename T>
   T* KeyRows(int seq, int il, int row_elems) const {
     return reinterpret_cast<T*>(k_slots_[seq].get()) + cache_offset_[il] * row_elems;
