@@ -139,32 +139,13 @@ void ValuesColumns(const float* const* p, const int* n, const float* values, int
 template <int kNv>
 void ValuesBlock(int count, const float* const* p, const int* n, const float* values,
                  int64_t value_stride, float* const* out, int prefetch) {
-  switch (count) {
-    case 1:
-      ValuesColumns<1, kNv>(p, n, values, value_stride, out, prefetch);
-      break;
-    case 2:
-      ValuesColumns<2, kNv>(p, n, values, value_stride, out, prefetch);
-      break;
-    case 3:
-      ValuesColumns<3, kNv>(p, n, values, value_stride, out, prefetch);
-      break;
-    case 4:
-      ValuesColumns<4, kNv>(p, n, values, value_stride, out, prefetch);
-      break;
-    case 5:
-      ValuesColumns<5, kNv>(p, n, values, value_stride, out, prefetch);
-      break;
-    case 6:
-      ValuesColumns<6, kNv>(p, n, values, value_stride, out, prefetch);
-      break;
-    case 7:
-      ValuesColumns<7, kNv>(p, n, values, value_stride, out, prefetch);
-      break;
-    default:
-      ValuesColumns<8, kNv>(p, n, values, value_stride, out, prefetch);
-      break;
-  }
+  using Columns = void (*)(const float* const*, const int*, const float*, int64_t, float* const*,
+                           int);
+  static constexpr Columns kByCount[8] = {
+      &ValuesColumns<1, kNv>, &ValuesColumns<2, kNv>, &ValuesColumns<3, kNv>,
+      &ValuesColumns<4, kNv>, &ValuesColumns<5, kNv>, &ValuesColumns<6, kNv>,
+      &ValuesColumns<7, kNv>, &ValuesColumns<8, kNv>};
+  kByCount[std::clamp(count, 1, 8) - 1](p, n, values, value_stride, out, prefetch);
 }
 
 // Queries in blocks of up to 8 and columns in strips of 32: 16 sums in
