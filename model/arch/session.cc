@@ -182,17 +182,18 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
 
 void Session::EnsureSlot(int seq, int positions) {
   if (k_slots_[seq] == nullptr) {
-    // Default-initialized: nothing is committed until CommitAhead or a write.
+    // Default-initialized: nothing is committed until the madvise below or a write.
     k_slots_[seq].reset(new uint8_t[k_slot_elems_ * kv_elem_bytes_]);
     if (v_slot_elems_ > 0) v_slots_[seq].reset(new uint8_t[v_slot_elems_ * kv_elem_bytes_]);
     ++n_slots_;
   }
-  // Rows are committed kCommitAhead positions at a time, each layer's K and
-  // V rows with one madvise: a row (2 KiB of Qwen3-30B-A3B's K) written into
-  // a fresh page faulted, and decode stopped for that fault on every other
-  // token in every layer's K and V (about 85 us per token of the 4-layer
-  // Qwen3-30B-A3B-shaped model on a KVM guest, 1% of a token). The rows
-  // keep what they hold, so ring layers and rows past a truncation are safe.
+  // Rows are committed kCommitAhead positions at a time, one madvise per
+  // layer and KV head for K and for V. Committed as written, a token's rows
+  // (2 KiB of Qwen3-30B-A3B's K per layer, over its 4 heads) went into a
+  // fresh page every few tokens per head, and decode stopped for the fault
+  // (about 85 us per token of the 4-layer Qwen3-30B-A3B-shaped model on a
+  // KVM guest, 1% of a token). The rows keep what they hold, so ring layers
+  // and rows past a truncation are safe.
   if (!commit_ahead_ || positions <= committed_[seq]) return;
   const int target = std::min(n_ctx_, positions + kCommitAhead);
   // Standard attention: each KV head's rows (head_dim / head_dim_v elements);
