@@ -720,22 +720,7 @@ void Session::AttendBlock(const float* const* q, int rows, const T* keys, int64_
   for (int t = 0; t < rows; ++t) {
     float* scores = dots + static_cast<size_t>(t) * n_keys;
     const int n = lasts[t] + 1;
-    const float* sink = sinks != nullptr ? sinks[t] : nullptr;
-    float max = -INFINITY;
-    for (int j = 0; j < n; ++j) {
-      const float s = scores[j] * scale;
-      scores[j] = s;
-      max = std::max(max, s);
-    }
-    if (sink != nullptr) max = std::max(max, *sink);
-    float sum = 0.0f;
-    for (int j = 0; j < n; ++j) {
-      scores[j] = std::exp(scores[j] - max);
-      sum += scores[j];
-    }
-    if (sink != nullptr) sum += std::exp(*sink - max);
-    const float inv = 1.0f / sum;
-    for (int j = 0; j < n; ++j) scores[j] *= inv;
+    ops::SoftmaxInPlace(scores, n, scale, sinks != nullptr ? sinks[t] : nullptr);
     std::fill(out[t], out[t] + out_dim, 0.0f);
     probs[t] = scores;
     counts[t] = n;
@@ -756,21 +741,7 @@ void Session::AttendOne(const float* q, const T* keys, int64_t key_stride, const
                     scores + j, run);
     j += run;
   }
-  float max = -INFINITY;
-  for (int j = 0; j < n_keys; ++j) {
-    const float s = scores[j] * scale;
-    scores[j] = s;
-    max = std::max(max, s);
-  }
-  if (sink != nullptr) max = std::max(max, *sink);
-  float sum = 0.0f;
-  for (int j = 0; j < n_keys; ++j) {
-    scores[j] = std::exp(scores[j] - max);
-    sum += scores[j];
-  }
-  if (sink != nullptr) sum += std::exp(*sink - max);
-  const float inv = 1.0f / sum;
-  for (int j = 0; j < n_keys; ++j) scores[j] *= inv;
+  ops::SoftmaxInPlace(scores, n_keys, scale, sink);
   std::fill(out, out + out_dim, 0.0f);
   for (int j = 0; j < n_keys;) {
     const int row = (first + j) % ring;

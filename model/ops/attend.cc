@@ -1,8 +1,11 @@
 #include "model/ops/attend.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "model/ops/exp_lanes.h"
 #include "model/ops/tensor_type.h"
 #include "model/ops/vec_dot.h"
 
@@ -101,6 +104,30 @@ void AttendValues(const float* const* p, const int* n, int n_q, const float* val
       for (int e = 0; e < dim; ++e) o[e] = o[e] + pj * v[e];
     }
   }
+}
+
+void SoftmaxInPlace(float* scores, int n, float scale, const float* sink) {
+  using lanes::F4;
+  // Scaled scores and their maximum (NaN skipped, as std::max(m, s) skips it).
+  float max = -INFINITY;
+  for (int j = 0; j < n; ++j) {
+    const float s = scores[j] * scale;
+    scores[j] = s;
+    max = max < s ? s : max;
+  }
+  if (sink != nullptr) max = max < *sink ? *sink : max;
+  const F4 vmax = lanes::SplatF4(max);
+  int j = 0;
+  for (; j + lanes::kLanes <= n; j += lanes::kLanes) {
+    const F4 e = lanes::ExpLanes(lanes::LoadF4(scores + j) - vmax);
+    std::memcpy(scores + j, &e, sizeof(e));
+  }
+  for (; j < n; ++j) scores[j] = lanes::ExpLanes(lanes::SplatF4(scores[j] - max))[0];
+  float sum = 0.0f;
+  for (int k = 0; k < n; ++k) sum += scores[k];
+  if (sink != nullptr) sum += lanes::ExpLanes(lanes::SplatF4(*sink - max))[0];
+  const float inv = 1.0f / sum;
+  for (int k = 0; k < n; ++k) scores[k] *= inv;
 }
 
 void AttendDots(const float* q, int64_t q_stride, int n_q, const uint16_t* keys, int64_t key_stride,

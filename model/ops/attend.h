@@ -27,6 +27,14 @@ void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, in
 void AttendValues(const float* const* p, const int* n, int n_q, const float* values,
                   int64_t value_stride, int dim, float* const* out);
 
+// The softmax of attention scores, in place: s_j = scores[j] * scale, then
+// exp(s_j - m) / Σ exp(s_k - m) with m the largest s_j (and *sink, when
+// sink is not null: attention sinks add exp(*sink - m) to the denominator
+// only). The exps are the sampler's (model/ops/exp_lanes.h: within 1 ulp,
+// four at a time, the same bits on every target); the sum runs in order over
+// j, in float. A NaN score (and any below m - 86) gets weight 0; n >= 1.
+void SoftmaxInPlace(float* scores, int n, float scale, const float* sink);
+
 // The same products over keys / values stored as IEEE half floats (a KV
 // cache of half floats): each half is widened to float, which is exact, and
 // the float products above run on the widened rows, so the results are

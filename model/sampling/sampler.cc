@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/ops/exp_lanes.h"
 
 namespace colibri::sampling {
 namespace {
@@ -22,58 +23,19 @@ absl::Status OutOfRange(const char* field, double value, const char* range) {
       absl::StrCat("SamplingOptions.", field, " = ", value, " is outside ", range));
 }
 
-// Four floats as one value: GCC and Clang vector extensions, which compile to
-// SSE2 on x86-64 and NEON on ARM. The operations are IEEE single (and, for
-// the sums, double) precision with no contraction (-ffp-contract=off), so
-// every target gives the same bits.
-typedef float F4 __attribute__((vector_size(16)));
-typedef int32_t I4 __attribute__((vector_size(16)));
-typedef uint32_t U4 __attribute__((vector_size(16)));
+// Four floats as one value (model/ops/exp_lanes.h): every target gives the
+// same bits. F2 and D2 carry the sums in double.
+using ops::lanes::F4;
+using ops::lanes::I4;
+using ops::lanes::kLanes;
+using ops::lanes::LoadF4;
+using ops::lanes::Select;
+using ops::lanes::SplatF4;
 typedef float F2 __attribute__((vector_size(8)));
 typedef double D2 __attribute__((vector_size(16)));
 
-constexpr size_t kLanes = 4;
-
-F4 LoadF4(const float* p) {
-  F4 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-F4 SplatF4(float x) { return F4{x, x, x, x}; }
-
-// Elements of `a` where mask is set, of `b` elsewhere (mask lanes are 0 or -1).
-F4 Select(I4 mask, F4 a, F4 b) { return (F4)((mask & (I4)a) | (~mask & (I4)b)); }
-
-// Below it ExpLanes gives 0. At -86 (exp = 4.4e-38) the result is still a
-// normal float (>= 1.2e-38), so no lane computes with subnormals, whose
-// handling a flush-to-zero mode elsewhere in the process would change.
-constexpr float kMinExpArgument = -86.0f;
-
-// exp(x) lane by lane for x <= 0 (internal::ExpNonPositive's): 0 below
-// kMinExpArgument, for -inf and for NaN; otherwise 2^n e^r with x = n ln 2 +
-// r, n rounded to nearest, ln 2 in two parts so that r is nearly exact, and
-// e^r = 1 + r + r^2 P(r) with Cephes' single-precision coefficients for the
-// degree-5 P. exp(0) = 1 exactly; sampler_test bounds the error.
-F4 ExpLanes(F4 x) {
-  const F4 kRound = SplatF4(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  const F4 t = x * SplatF4(1.44269504088896341f) + kRound;
-  const F4 n = t - kRound;
-  const F4 r = (x - n * SplatF4(0.693359375f)) - n * SplatF4(-2.12194440e-4f);
-  F4 p = SplatF4(1.9875691500e-4f);
-  p = p * r + SplatF4(1.3981999507e-3f);
-  p = p * r + SplatF4(8.3334519073e-3f);
-  p = p * r + SplatF4(4.1665795894e-2f);
-  p = p * r + SplatF4(1.6666665459e-1f);
-  p = p * r + SplatF4(5.0000001201e-1f);
-  p = p * (r * r) + r + SplatF4(1.0f);
-  // 2^n from its exponent bits: t - kRound's bits are n's (an integer in
-  // [-125, 0] where the result is kept; unsigned, so lanes that are not wrap
-  // without undefined behaviour).
-  const U4 biased = ((U4)t - (U4)kRound + 127u) << 23;
-  const F4 result = p * (F4)biased;
-  return Select(x >= SplatF4(kMinExpArgument), result, SplatF4(0.0f));
-}
+// internal::ExpNonPositive's exp, lane by lane.
+using ops::lanes::ExpLanes;
 
 // Logit buckets, by which top-p narrows down the candidates it sorts: kBucketsPerLogit per unit
 // below the maximum, kLogitBuckets in all (128 units, exp(-128) of the maximum's probability), the

@@ -2,6 +2,8 @@
 // here from the canonical order of model/ops/attend.h: bitwise equal.
 #include "model/ops/attend.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -70,9 +72,9 @@ TEST_P(AttendTest, DotsAreTheCanonicalDots) {
 
 TEST_P(AttendTest, ValuesAreSequentialWeightedSums) {
   for (int dim : {16, 24, 64, 128, 144, 256}) {
-    for (int n_q : {1, 2, 3, 5, 16}) {
+    for (int n_q : {1, 2, 3, 5, 16, 19}) {
       const int64_t stride = dim + 32;
-      const int max_keys = 40;
+      const int max_keys = 150;  // past AttendValues' blocks of 64 rows
       const std::vector<float> values = Random(max_keys * stride, 3 + dim);
       std::vector<std::vector<float>> p(n_q), out(n_q), want(n_q);
       std::vector<int> n(n_q);
@@ -193,6 +195,46 @@ TEST_P(AttendTest, HalfValuesGiveTheSumsOfTheirWidenedRows) {
       }
     }
   }
+}
+
+// SoftmaxInPlace against the softmax in double: its exps are within 1 ulp
+// and its sum runs in float, so each weight is within a few parts in 10^7.
+TEST(SoftmaxInPlaceTest, MatchesTheSoftmaxInDoubleWithAndWithoutASink) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> score(-30.0f, 30.0f);
+  for (int n = 1; n <= 70; ++n) {
+    for (bool with_sink : {false, true}) {
+      std::vector<float> scores(n);
+      for (float& x : scores) x = score(rng);
+      const float scale = 0.125f;
+      const float sink = 2.5f;
+      double max = -INFINITY;
+      for (float x : scores) max = std::max(max, static_cast<double>(x * scale));
+      if (with_sink) max = std::max(max, static_cast<double>(sink));
+      double sum = with_sink ? std::exp(sink - max) : 0.0;
+      for (float x : scores) sum += std::exp(static_cast<double>(x * scale) - max);
+      std::vector<float> got = scores;
+      SoftmaxInPlace(got.data(), n, scale, with_sink ? &sink : nullptr);
+      for (int j = 0; j < n; ++j) {
+        const double want = std::exp(static_cast<double>(scores[j] * scale) - max) / sum;
+        ASSERT_NEAR(got[j], want, 1e-6 * want + 1e-30)
+            << "n " << n << " j " << j << " sink " << with_sink;
+      }
+    }
+  }
+}
+
+TEST(SoftmaxInPlaceTest, MaskedAndFarBelowScoresWeighNothing) {
+  // -inf (a masked position), far below the maximum, and NaN: weight 0; the
+  // rest share the mass. exp(0) is exactly 1, so the two maxima get 1/2 each.
+  std::vector<float> scores = {3.0f, -INFINITY, 3.0f, -200.0f, std::nanf(""), -INFINITY};
+  SoftmaxInPlace(scores.data(), static_cast<int>(scores.size()), 1.0f, nullptr);
+  EXPECT_EQ(scores, (std::vector<float>{0.5f, 0.0f, 0.5f, 0.0f, 0.0f, 0.0f}));
+  // A sink above every score takes mass without a row of its own.
+  std::vector<float> one = {0.0f};
+  const float sink = 0.0f;
+  SoftmaxInPlace(one.data(), 1, 1.0f, &sink);
+  EXPECT_EQ(one[0], 0.5f);
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelSets, AttendTest,
