@@ -334,13 +334,11 @@ void Sampler::FillCandidates(const float* x, size_t n, size_t k) {
     std::nth_element(sample, sample + want - 1, sample + samples, std::greater<float>());
     const float threshold = sample[want - 1];
     if (threshold == kNegInf) break;  // as low as it goes: every token
-    size_t reach = 0;
-    for (size_t i = 0; i < n; ++i) reach += x[i] >= threshold;  // NaN: false
-    if (reach >= k) {
-      size_t m = 0;
-      for (size_t i = 0; i < n; ++i) {
-        if (x[i] >= threshold) candidates_[m++] = {x[i], static_cast<int32_t>(i), 0.0f};
-      }
+    size_t m = 0;
+    for (size_t i = 0; i < n; ++i) {  // NaN compares false: left out
+      if (x[i] >= threshold) candidates_[m++] = {x[i], static_cast<int32_t>(i), 0.0f};
+    }
+    if (m >= k) {
       n_candidates_ = m;
       return;
     }
