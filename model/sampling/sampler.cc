@@ -382,14 +382,12 @@ void Sampler::TopPFromLogits(const float* x, size_t n, float max_logit) {
   if (n_candidates_ <= 2048 && n_candidates_ < n) {
     std::sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n_candidates_),
               [](const Candidate& a, const Candidate& b) { return ByLogit(a, b); });
-    double cumulative = 0;
-    for (size_t i = 0; i < n_candidates_; ++i) {
-      cumulative += candidates_[i].p;
-      if (cumulative >= target) {
-        n_candidates_ = i + 1;
-        sorted_ = true;
-        return;
-      }
+    double mass = 0;  // in CutNucleus' order, so it cuts where this reaches
+    for (size_t i = 0; i < n_candidates_; ++i) mass += candidates_[i].p;
+    if (mass >= target) {
+      sorted_ = true;
+      CutNucleus(target, max_logit);
+      return;
     }
   }
   // Not among them: every token.
