@@ -34,8 +34,14 @@ expect "^prompt tok/s +$num \($num-$num\) $num +1000\.00 \(1000\.00-1000\.00\) 1
   "prompt row against the stand-in's 1000 tok/s"
 expect "^decode tok/s +$num \($num-$num\) $num +20\.00 \(20\.00-20\.00\) 1\.00 +$num\$" \
   "decode row against the stand-in's 20 tok/s"
-expect "^bandwidth limit: $num tok/s = memory read $num GB/s / active weight bytes $num [KMG]iB per token\$" \
-  "bandwidth limit line"
+expect "^bandwidth limit: $num tok/s = memory read $num GB/s \(best of 5 probes\) / active weight bytes $num [KMG]iB per token\$" \
+  "bandwidth limit line (the 3 final probes and each run's)"
+# The limit's bandwidth is at least every run's own probe.
+limit_gbs=$(sed -n 's/^bandwidth limit: .* memory read \([0-9.]*\) GB\/s.*/\1/p' "$out")
+for run_gbs in $(sed -n 's/^run .* memory read \([0-9.]*\) GB\/s$/\1/p' "$tmp/err.txt"); do
+  awk -v l="${limit_gbs:-0}" -v r="$run_gbs" 'BEGIN { exit !(l + 0 >= r + 0) }' ||
+    { echo "FAIL: the limit's $limit_gbs GB/s is below a run's probe of $run_gbs GB/s"; fail=1; }
+done
 expect "^decode vs limit: Colibri [0-9]+%, llama\.cpp [0-9]+%\$" "decode vs limit line"
 expect "^decode vs its own run's memory probe \(median, range\): Colibri $num% \($num-$num%\), llama\.cpp $num% \($num-$num%\)\$" \
   "per-run share line"
