@@ -2,7 +2,7 @@
 //
 //   colibri_moe_bench [--threads=N] [--type=Q4_K] [--down_type=Q4_K]
 //                     [--embd=2048] [--ff=768] [--experts=128] [--k=8]
-//                     [--tokens=1] [--seconds=2] [--reps=3]
+//                     [--tokens=1] [--seconds=2] [--reps=3] [--layout=auto|rows]
 //
 // Runs ExpertGroupRunner (what LocalExpertBackend and an expert node run per
 // layer) on `tokens` tokens routed to k random experts each, out of `experts`
@@ -12,10 +12,14 @@
 // what the expert path loses outside the kernels: parts too short for the
 // prefetchers, hand-offs between jobs, threads waiting for each other.
 // Defaults: the Qwen3-30B-A3B layer shape. --reps: best of N timed runs.
+// --layout=auto keeps the matrices in the layout the coordinator and the
+// nodes hold resident experts in (the interleaved one where the kernel set
+// prefers it, ops::PrefersInterleaved); rows keeps GGUF order.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,6 +52,7 @@ struct Options {
   int64_t tokens = 1;
   double seconds = 2.0;
   int reps = 3;
+  bool interleave = true;  // --layout=auto
 };
 
 // `count` matrices of rows x cols in one allocation, every one quantized from
@@ -62,7 +67,7 @@ struct MatrixSet {
   const uint8_t* at(int i) const { return bytes + i * shape.rows * shape.row_bytes; }
 };
 
-MatrixSet MakeMatrices(ops::TensorType type, int64_t rows, int64_t cols, int count,
+MatrixSet MakeMatrices(ops::TensorType type, int64_t rows, int64_t cols, int count, bool interleave,
                        std::mt19937* rng) {
   MatrixSet set;
   set.shape.type = type;
@@ -90,15 +95,29 @@ MatrixSet MakeMatrices(ops::TensorType type, int64_t rows, int64_t cols, int cou
       std::exit(2);
     }
   }
+  if (interleave && ops::PrefersInterleaved(set.shape)) {
+    const uint64_t matrix_bytes = rows * set.shape.row_bytes;
+    std::vector<uint8_t> copy(matrix_bytes);
+    for (int i = 0; i < count; ++i) {
+      uint8_t* at = set.bytes + i * matrix_bytes;
+      std::memcpy(copy.data(), at, matrix_bytes);
+      ops::WeightMatrix m = set.shape;
+      m.data = copy.data();
+      ops::InterleaveMatrix(m, at);
+    }
+    set.shape.layout = ops::WeightLayout::kInterleaved8;
+  }
   return set;
 }
 
 void Run(const Options& opt) {
   ThreadPool pool(opt.threads);
   std::mt19937 rng(1);
-  const MatrixSet gate = MakeMatrices(opt.type, opt.ff, opt.embd, opt.experts, &rng);
-  const MatrixSet up = MakeMatrices(opt.type, opt.ff, opt.embd, opt.experts, &rng);
-  const MatrixSet down = MakeMatrices(opt.down_type, opt.embd, opt.ff, opt.experts, &rng);
+  const MatrixSet gate =
+      MakeMatrices(opt.type, opt.ff, opt.embd, opt.experts, opt.interleave, &rng);
+  const MatrixSet up = MakeMatrices(opt.type, opt.ff, opt.embd, opt.experts, opt.interleave, &rng);
+  const MatrixSet down =
+      MakeMatrices(opt.down_type, opt.embd, opt.ff, opt.experts, opt.interleave, &rng);
   std::vector<std::vector<ExpertWeights>> layer(1, std::vector<ExpertWeights>(opt.experts));
   for (int e = 0; e < opt.experts; ++e) {
     ExpertWeights& w = layer[0][e];
@@ -187,10 +206,14 @@ void Run(const Options& opt) {
   }
 
   std::printf("cpu kernels: %s; threads: %d\n", ops::ActiveKernelSetName(), pool.num_threads());
-  std::printf("experts: %d x (gate %s %lldx%lld, up, down %s), %.2f MiB each, top-%d, %lld tokens\n",
-              opt.experts, ops::TypeName(opt.type), static_cast<long long>(opt.ff),
-              static_cast<long long>(opt.embd), ops::TypeName(opt.down_type),
-              expert_bytes / 1048576.0, opt.k, static_cast<long long>(opt.tokens));
+  auto layout = [](const MatrixSet& m) {
+    return m.shape.layout == ops::WeightLayout::kInterleaved8 ? " interleaved" : "";
+  };
+  std::printf(
+      "experts: %d x (gate %s%s %lldx%lld, up, down %s%s), %.2f MiB each, top-%d, %lld tokens\n",
+      opt.experts, ops::TypeName(opt.type), layout(gate), static_cast<long long>(opt.ff),
+      static_cast<long long>(opt.embd), ops::TypeName(opt.down_type), layout(down),
+      expert_bytes / 1048576.0, opt.k, static_cast<long long>(opt.tokens));
   std::printf("expert group: %.2f GB/s of expert weights, %.1f us per layer (best of %d)\n",
               best_gbs, best_us, opt.reps);
   std::printf("one %s matrix of %lld rows (the limit the kernels stream at): %.2f GB/s\n",
@@ -218,7 +241,12 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--seconds", opt.seconds, "time measured")->capture_default_str();
   app.add_option("--reps", opt.reps, "timed runs; the best is printed")->capture_default_str();
+  std::string layout = "auto";
+  app.add_option("--layout", layout, "auto: as resident experts are held; rows: GGUF order")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "rows"}));
   CLI11_PARSE(app, argc, argv);
+  opt.interleave = layout == "auto";
   for (auto [name, out] : {std::pair{&type, &opt.type}, std::pair{&down_type, &opt.down_type}}) {
     const absl::StatusOr<colibri::ops::TensorType> parsed = colibri::ops::ParseTensorType(*name);
     if (!parsed.ok()) {

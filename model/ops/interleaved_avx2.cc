@@ -94,43 +94,6 @@ COLIBRI_INLINE __m256i Broadcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// The 6-bit scales and mins of one super-block's 8 rows, unpacked with the
-// rows in byte order: byte 8 c + r of sc[h] is the scale of chunk 4 h + c of
-// row r, of mn[h] its min (vec_dot.h's GetScaleMinK4 on 8 rows at once).
-struct Rows8Scales {
-  __m256i sc[2];
-  __m256i mn[2];
-  COLIBRI_INLINE explicit Rows8Scales(const uint8_t (&scales)[12][8]) {
-    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[0]));
-    const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[4]));
-    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[8]));
-    const __m256i low6 = _mm256_set1_epi8(0x3F), low4 = _mm256_set1_epi8(0x0F);
-    // Bits 6 and 7 of a byte to bits 4 and 5: a 16-bit shift by 2 brings in
-    // bits of the byte above only at bits 6 and 7, which the mask drops.
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
-    sc[0] = _mm256_and_si256(q0, low6);
-    mn[0] = _mm256_and_si256(q4, low6);
-    sc[1] = _mm256_or_si256(_mm256_and_si256(q8, low4),
-                            _mm256_and_si256(_mm256_srli_epi16(q0, 2), bits45));
-    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q8, 4), low4),
-                            _mm256_and_si256(_mm256_srli_epi16(q4, 2), bits45));
-  }
-  // Chunk c's scales as 16 words, row r's in words 2r and 2r+1.
-  COLIBRI_INLINE __m256i Scale(int c) const {
-    const __m256i v = sc[c / 4];
-    const __m128i half = (c % 4) < 2 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
-    const __m128i dup = c % 2 == 0 ? _mm_unpacklo_epi8(half, half) : _mm_unpackhi_epi8(half, half);
-    return _mm256_cvtepu8_epi16(dup);
-  }
-  // The mins of chunks c and c+1 (c even) as 16 words: row r's in words 2r
-  // (chunk c) and 2r+1 (chunk c+1).
-  COLIBRI_INLINE __m256i MinPair(int c) const {
-    const __m256i v = mn[c / 4];
-    const __m128i half = (c % 4) < 2 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
-    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(half, _mm_srli_si128(half, 8)));
-  }
-};
-
 // isum[t] += lane r: Σ over the 8 chunks of row r's scale times its quants'
 // dot with token t's (a[t].qs + at), for one super-block of 8 rows. Both
 // orders form the same integers. By pair: one load gives two chunks' quants

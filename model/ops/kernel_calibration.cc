@@ -155,8 +155,9 @@ Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,
                              const std::string& cache_dir, const std::string& cpu_model) {
   Calibration result;
   // v2: the interleaved tiles take part (a choice cached before them is
-  // measured again); v3: Q6_K's interleaved tile too.
-  if (!cache_dir.empty()) result.cache_path = cache_dir + "/kernels-v4-" + cpu_model + ".txt";
+  // measured again); v3: Q6_K's interleaved tile too; v5: the AVX-512 set's
+  // interleaved Q4_K tile.
+  if (!cache_dir.empty()) result.cache_path = cache_dir + "/kernels-v5-" + cpu_model + ".txt";
   if (!result.cache_path.empty()) {
     std::ifstream in(result.cache_path);
     std::string name;

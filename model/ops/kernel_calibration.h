@@ -9,7 +9,7 @@
 // MatMul runs it on weights kept in RAM); the set with the lowest total, each
 // type's time relative to the fastest set's, wins.
 // The choice is cached per CPU model in
-//   CACHE/kernels-v4-<cpu model>.txt
+//   CACHE/kernels-v5-<cpu model>.txt
 // (CACHE: colibri::CacheDir(), common/cache_dir.h: $COLIBRI_CACHE_DIR, else
 // $XDG_CACHE_HOME/colibri, else ~/.cache/colibri) so later processes start
 // without measuring. All sets give bitwise identical
@@ -37,7 +37,7 @@ struct Calibration {
   std::string cache_path;          // empty: no cache directory could be found
 };
 
-// Reads `cache_dir`/kernels-v4-<cpu_model>.txt if it names one of `candidates`,
+// Reads `cache_dir`/kernels-v5-<cpu_model>.txt if it names one of `candidates`,
 // else times the candidates (about a millisecond) and writes the file (creating
 // cache_dir; a failure to write only loses the cache). cache_dir empty: no
 // cache. Thread-compatible; touches no global state.

@@ -312,7 +312,7 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 
 // MatMul asks for the layout only where the kernel set has tiles for it: the
 // AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL, the
-// AVX-512 set for the 32-element ones of these; never the portable set,
+// AVX-512 set for Q4_K and the 32-element ones of these; never the portable set,
 // another type, a
 // matrix without a full group or one interleaved already.
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
@@ -320,19 +320,20 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q3 = MakeMatrix(TensorType::kQ3_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
   const std::string set = ActiveKernelSetName();
-  // Which sets ask for the layout: the K-quants on AVX2 only (AVX-512 runs
-  // its own row tiles for them), the 32-element types on AVX2 and AVX-512
-  // (whose set keeps the AVX2 tiles), none on the portable set.
+  // Which sets ask for the layout: Q4_K on AVX2 and AVX-512, Q5_K and Q6_K
+  // on AVX2 only (AVX-512 runs its own row tiles for them), the 32-element
+  // types on AVX2 and AVX-512 (whose set keeps the AVX2 tiles), none on the
+  // portable set.
   struct Case {
     TensorType type;
     bool avx2, avx512;
   };
   const Case cases[] = {
-      {TensorType::kQ4_K, true, false},  {TensorType::kQ5_K, true, false},
-      {TensorType::kQ6_K, true, false},  {TensorType::kQ8_0, true, true},
-      {TensorType::kMXFP4, true, true},  {TensorType::kQ4_0, true, true},
-      {TensorType::kQ4_1, true, true},   {TensorType::kQ5_0, true, true},
-      {TensorType::kQ5_1, true, true},   {TensorType::kIQ4_NL, true, true},
+      {TensorType::kQ4_K, true, true},  {TensorType::kQ5_K, true, false},
+      {TensorType::kQ6_K, true, false}, {TensorType::kQ8_0, true, true},
+      {TensorType::kMXFP4, true, true}, {TensorType::kQ4_0, true, true},
+      {TensorType::kQ4_1, true, true},  {TensorType::kQ5_0, true, true},
+      {TensorType::kQ5_1, true, true},  {TensorType::kIQ4_NL, true, true},
   };
   for (const Case& c : cases) {
     const Matrix m = MakeMatrix(c.type, 16, 256, 1);
@@ -532,25 +533,30 @@ Matrix RandomRows(TensorType type, int64_t rows, int64_t cols, uint32_t seed, Sc
   return m;
 }
 
-// m through its interleaved copy (the tile's every pass: 1-5 tokens) against
-// MatMulReference on GGUF order: bitwise the same.
+// m through its interleaved copy (the tile's every pass: 1-5 tokens, and
+// each of the 5 tokens alone, as a decode step runs it, the extreme ones
+// too) against MatMulReference on GGUF order: bitwise the same.
 void ExpectInterleavedEqualsReference(const Matrix& m) {
   std::vector<uint8_t> storage;
   const std::vector<WeightMatrix> layouts = Layouts(m, &storage);
   ASSERT_EQ(layouts.size(), 2u);
   const int64_t rows = m.w.rows;
-  const std::vector<float> x = MakeActivations(5, m.w.cols, 3);
-  for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
+  const int64_t cols = m.w.cols;
+  const std::vector<float> x = MakeActivations(5, cols, 3);
+  auto expect_equal = [&](int64_t first, int64_t n_tokens) {
     std::vector<float> ref(n_tokens * rows), got(n_tokens * rows, -4.0f);
-    MatMulReference(m.w, x.data(), n_tokens, ref.data(), rows, NumericPath::kFast);
+    const float* xs = x.data() + first * cols;
+    MatMulReference(m.w, xs, n_tokens, ref.data(), rows, NumericPath::kFast);
     MatMulScratch scratch;
-    MatMul(layouts[1], x.data(), n_tokens, got.data(), rows, NumericPath::kFast, nullptr, &scratch);
+    MatMul(layouts[1], xs, n_tokens, got.data(), rows, NumericPath::kFast, nullptr, &scratch);
     for (int64_t i = 0; i < n_tokens * rows; ++i) {
       ASSERT_EQ(std::memcmp(&got[i], &ref[i], sizeof(float)), 0)
           << TypeName(m.w.type) << " " << ActiveKernelSetName() << " n_tokens=" << n_tokens
-          << " t=" << i / rows << " r=" << i % rows << ": " << got[i] << " vs " << ref[i];
+          << " t=" << first + i / rows << " r=" << i % rows << ": " << got[i] << " vs " << ref[i];
     }
-  }
+  };
+  for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) expect_equal(0, n_tokens);
+  for (int64_t t = 1; t < 5; ++t) expect_equal(t, 1);
 }
 
 // Q4_0 rows of random bytes: any code, any finite fp16 scale (subnormals too);
@@ -574,6 +580,22 @@ TEST_P(GemmTest, InterleavedQ6_KHandlesEveryScaleAndCode) {
         if (i % 4 == 1) {
           std::memset(block, 0xFF, 192);  // every code 63
           block[192 + i % 16] = 0x80;     // one group scale -128
+        }
+      }));
+}
+
+// Q4_K rows of random bytes: every code, every 6-bit scale and min, any
+// finite fp16 d and dmin; every fourth block all codes 15 with every scale
+// and min 63, whose sums against the +1 token (codes -128) are the largest
+// the AVX-512 tile's 16-bit halves take (16 * 15 * 128 = 30720).
+TEST_P(GemmTest, InterleavedQ4_KHandlesEveryScaleAndCode) {
+  ExpectInterleavedEqualsReference(
+      RandomRows(TensorType::kQ4_K, 24, 3 * 256, 16, [](uint8_t* block, int64_t i) {
+        block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));      // d
+        block[3] = static_cast<uint8_t>((block[3] & 0x83) | ((i * 7 % 31) << 2));  // dmin
+        if (i % 4 == 1) {
+          std::memset(block + 4, 0xFF, 12);    // every scale and min 63
+          std::memset(block + 16, 0xFF, 128);  // every code 15
         }
       }));
 }

@@ -39,7 +39,7 @@ TEST(KernelCalibrationTest, MeasuresOnceThenReadsTheCache) {
   ASSERT_NE(first.set, nullptr);
   EXPECT_TRUE(IsIn(first.set, sets));
   EXPECT_FALSE(first.from_cache);
-  EXPECT_EQ(first.cache_path, dir + "/kernels-v4-Test_CPU_1.txt");
+  EXPECT_EQ(first.cache_path, dir + "/kernels-v5-Test_CPU_1.txt");
   EXPECT_EQ(ReadFile(first.cache_path), first.set->name);
 
   const Calibration second = CalibrateKernels(sets, dir, "Test_CPU_1");
@@ -55,7 +55,7 @@ TEST(KernelCalibrationTest, TheCachedChoiceWinsWhenItCanRun) {
   const std::vector<const KernelSet*> sets = RunnableKernelSets();
   ASSERT_EQ(CalibrateKernels(sets, dir, "Test_CPU_2").from_cache, false);
   {
-    std::ofstream out(dir + "/kernels-v4-Test_CPU_2.txt", std::ios::trunc);
+    std::ofstream out(dir + "/kernels-v5-Test_CPU_2.txt", std::ios::trunc);
     out << "portable\n";
   }
   const Calibration c = CalibrateKernels(sets, dir, "Test_CPU_2");
@@ -70,7 +70,7 @@ TEST(KernelCalibrationTest, AnUnknownOrUnrunnableCachedNameIsMeasuredAgain) {
   ASSERT_FALSE(CalibrateKernels(only_portable, dir, "Test_CPU_3").from_cache);
   for (const char* name : {"amx9000", "avx512"}) {
     {
-      std::ofstream out(dir + "/kernels-v4-Test_CPU_3.txt", std::ios::trunc);
+      std::ofstream out(dir + "/kernels-v5-Test_CPU_3.txt", std::ios::trunc);
       out << name << "\n";
     }
     // "avx512" is not among the candidates here, so it cannot be taken.
