@@ -31,8 +31,7 @@ namespace colibri::ops::internal {
 void InstallAvx512GemmTiles(KernelSet* k);
 
 // Replaces k's interleaved Q4_K tile (the AVX2 one the AVX-512 set starts
-// from) with interleaved_avx512.cc's one-token tile, which hands batches of
-// tokens to the tile k held before. Call once while building the AVX-512
+// from) with interleaved_avx512.cc's. Call once while building the AVX-512
 // kernel set. Defined only in builds with AVX-512 kernels.
 void InstallAvx512InterleavedTiles(KernelSet* k);
 

@@ -275,7 +275,7 @@ KernelSet MakeAvx512() {
   // stream no faster than this set's row-major tiles and run prompts slower
   // (Q6_K 294 against 400-500 GFLOP/s), so MatMul does not ask for that
   // layout here (PrefersInterleaved), and reads it where given. Q4_K keeps
-  // it, with this set's own one-token tile (interleaved_avx512.cc). The
+  // it, with this set's own tile (interleaved_avx512.cc). The
   // 32-element types keep theirs: this set runs the AVX2 per-row tiles for
   // them, which the interleaved ones beat by 1.5-2.5x (the same
   // instructions, fewer multiplies; colibri_ops_bench --layout=both).
