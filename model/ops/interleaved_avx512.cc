@@ -1,4 +1,4 @@
-// AVX-512 VNNI tile for Q4_K weights in the kInterleaved8 layout
+// AVX-512 VNNI tiles for Q4_K and Q5_K weights in the kInterleaved8 layout
 // (weight_layout.h), 8 rows against 1-4 tokens at a time.
 //
 // Why the layout: a one-token product is bound by how fast the weights
@@ -8,16 +8,18 @@
 // threads, colibri_ops_bench --kernels=all --layout=both --rows=16384
 // --cols=2048) the AVX2 set's 8-row tile streamed Q4_K at 44 GB/s where the
 // row-major AVX-512 tile reached 38, though the latter computes 15% faster in
-// cache. This tile reads the interleaved bytes with the AVX-512 instructions.
+// cache. These tiles read the interleaved bytes with the AVX-512
+// instructions: Q4_K 39-54 GB/s, Q5_K 50-52 against 38 in row order.
 //
 // The integers, per super-block of 8 rows. A 64-byte load holds Q4KRows8's
 // qs[p][g] and qs[p][g+1] (g even): 4 quant bytes of each row for g, then
 // for g+1. One vpermd puts them as (row r, g) in dword 2r and (row r, g+1) in
 // 2r+1, so that the token's 8 activation bytes 4g .. 4g+7, broadcast as one
 // qword, meet them in every lane. The low nibbles (chunk 2p) and the high
-// nibbles (chunk 2p+1) each go through vpdpbusd into int32 lanes; after the
-// four loads of a part every lane holds 16 products of one row, at most
-// 16 * 15 * 128 = 30720 in magnitude, so the chunk 2p sums fit the low word
+// nibbles (chunk 2p+1; Q5_K adds its 5th bits) each go through vpdpbusd into
+// int32 lanes; after four loads (Q5_K: two) every lane holds 16 (8) products
+// of one row, at most 16 * 15 * 128 = 30720 (8 * 31 * 128 = 31744) in
+// magnitude, so the chunk 2p sums fit the low word
 // and the chunk 2p+1 sums the high word of one dword, and a vpdpwssd by the
 // two chunks' scales (the same word pair) adds Σ sc * sum for the row into
 // its lane. Adding the two lanes of a row gives the row's Σ_c sc_c Σ q*qa:
@@ -34,8 +36,9 @@
 // size on the Zen 5: colibri_ops_bench --kernels=avx512 --layout=both
 // --rows=4096 --cols=2048 --prefill_tokens=N, 2 threads, GFLOP/s row order
 // against interleaved: N=2 309 / 423, 4 363 / 640, 5 290 / 568, 8 359 /
-// 660, 16 464 / 652, 128 521 / 733. (The AVX2 set's interleaved tile, which
-// this set used first for batches, ran 128 tokens at 365-405.)
+// 660, 16 464 / 652, 128 521 / 733; Q5_K N=4 315 / 448, 8 290 / 538, 128
+// 413 / 462. (The AVX2 set's interleaved Q4_K tile, which this set used
+// first for batches, ran 128 tokens at 365-405.)
 #include <immintrin.h>
 
 #include <cstdint>
@@ -59,52 +62,99 @@ COLIBRI_INLINE __m512i Broadcast8(const int8_t* p) {
   return _mm512_set1_epi64(v);
 }
 
+// Dword 2r + h of a load's permutation: dword r + 8h of the loaded 64 bytes
+// (row r of the first group of 4 bytes per row, then of the second).
+COLIBRI_INLINE __m512i RowPairs(const void* p) {
+  const __m512i pair_rows = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  return _mm512_permutexvar_epi32(pair_rows, _mm512_loadu_si512(p));
+}
+
+// How a type's 8-row super-block gives the quants of loads g and g+1 (g
+// even) of pair p in RowPairs order: lo the elements 64 p + 4 g' + (0..3)
+// (chunk 2p), hi those 32 further on (chunk 2p+1), as unsigned bytes.
+// kLoadsPerSum: the loads whose vpdpbusd sums stay within int16, each lane
+// taking 4 products per load (4 loads * 4 * 15 * 128 = 30720 for Q4_K's
+// 4-bit quants, 2 * 4 * 31 * 128 = 31744 for Q5_K's 5-bit ones).
+struct Q4KQuants {
+  using Block = Q4KRows8;
+  static constexpr int kLoadsPerSum = 4;
+  COLIBRI_INLINE static void Quants(const Block& b, int p, int g, __m512i* lo, __m512i* hi) {
+    const __m512i q = RowPairs(b.qs[p][g]);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    *lo = _mm512_and_si512(q, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+  }
+};
+
+struct Q5KQuants {
+  using Block = Q5KRows8;
+  static constexpr int kLoadsPerSum = 2;
+  COLIBRI_INLINE static void Quants(const Block& b, int p, int g, __m512i* lo, __m512i* hi) {
+    const __m512i q = RowPairs(b.qs[p][g]);
+    const __m512i h = RowPairs(b.qh[g]);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+    // Bits 2p and 2p+1 of the elements' qh bytes to bit 4 in one 16-bit
+    // shift each: what crosses a byte lands below bit 4 (left) or above it
+    // (right), and the mask drops it (as avx2::ShiftBitTo).
+    *lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(ShiftBitTo4(h, 2 * p), bit4));
+    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                          _mm512_and_si512(ShiftBitTo4(h, 2 * p + 1), bit4));
+  }
+
+ private:
+  COLIBRI_INLINE static __m512i ShiftBitTo4(__m512i v, int from) {
+    if (from < 4) return _mm512_slli_epi16(v, 4 - from);
+    if (from > 4) return _mm512_srli_epi16(v, from - 4);
+    return v;
+  }
+};
+
 // Rows 8g .. 8g+7 (blk: their nb super-blocks) against NT tokens: y[t *
 // y_stride + r] for r < 8. The weights' unpacking (one vpermd, three bit
 // operations per load) serves all NT tokens. kLocality: the prefetch hint
 // (kReadOnce for decode).
-template <int NT, int kLocality>
-void Q4KGroup(const Q4KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t y_stride) {
-  // Dword 2r + h of the permuted load: dword r + 8h of the loaded one.
-  const __m512i pair_rows = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+template <typename D, int NT, int kLocality>
+void K45Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, float* y,
+              int64_t y_stride) {
+  using Block = typename D::Block;
   // Dwords 2r and 2r+1 of the result: dword r of a 256-bit vector.
   const __m512i both_lanes = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i zero = _mm512_setzero_si512();
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const Q4KRows8& b = blk[i];
+    const Block& b = blk[i];
     // Two super-blocks ahead, as the AVX2 tile; past the group's end that is
     // the next group's start (groups are contiguous), or nothing that faults.
-    avx2::PrefetchBytes<kLocality>(blk, (i + 2) * sizeof(Q4KRows8), sizeof(Q4KRows8));
+    avx2::PrefetchBytes<kLocality>(blk, (i + 2) * sizeof(Block), sizeof(Block));
     const avx2::Rows8Scales scales(b.scales);
     const int64_t at = 256 * i;
     __m512i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = zero;
 #pragma GCC unroll 4
     for (int p = 0; p < 4; ++p) {
-      __m512i lo_sum[NT], hi_sum[NT];
-      for (int t = 0; t < NT; ++t) lo_sum[t] = hi_sum[t] = zero;
-#pragma GCC unroll 4
-      for (int g = 0; g < 8; g += 2) {
-        const __m512i q = _mm512_permutexvar_epi32(
-            pair_rows, _mm512_loadu_si512(reinterpret_cast<const void*>(b.qs[p][g])));
-        const __m512i lo = _mm512_and_si512(q, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* qa = a[t].qs + at + 64 * p + 4 * g;
-          lo_sum[t] = _mm512_dpbusd_epi32(lo_sum[t], lo, Broadcast8(qa));
-          hi_sum[t] = _mm512_dpbusd_epi32(hi_sum[t], hi, Broadcast8(qa + 32));
-        }
-      }
-      // Chunk 2p's sums in the low words, chunk 2p+1's in the high words.
       const __m512i sc =
           _mm512_permutexvar_epi32(both_lanes, _mm512_castsi256_si512(scales.ScalePair(2 * p)));
-      for (int t = 0; t < NT; ++t) {
-        const __m512i sums =
-            _mm512_mask_blend_epi16(0xAAAAAAAAu, lo_sum[t], _mm512_slli_epi32(hi_sum[t], 16));
-        isum[t] = _mm512_dpwssd_epi32(isum[t], sums, sc);
+#pragma GCC unroll 2
+      for (int g0 = 0; g0 < 8; g0 += 2 * D::kLoadsPerSum) {
+        __m512i lo_sum[NT], hi_sum[NT];
+        for (int t = 0; t < NT; ++t) lo_sum[t] = hi_sum[t] = zero;
+#pragma GCC unroll 4
+        for (int g = g0; g < g0 + 2 * D::kLoadsPerSum; g += 2) {
+          __m512i lo, hi;
+          D::Quants(b, p, g, &lo, &hi);
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* qa = a[t].qs + at + 64 * p + 4 * g;
+            lo_sum[t] = _mm512_dpbusd_epi32(lo_sum[t], lo, Broadcast8(qa));
+            hi_sum[t] = _mm512_dpbusd_epi32(hi_sum[t], hi, Broadcast8(qa + 32));
+          }
+        }
+        // Chunk 2p's sums in the low words, chunk 2p+1's in the high words.
+        for (int t = 0; t < NT; ++t) {
+          const __m512i sums =
+              _mm512_mask_blend_epi16(0xAAAAAAAAu, lo_sum[t], _mm512_slli_epi32(hi_sum[t], 16));
+          isum[t] = _mm512_dpwssd_epi32(isum[t], sums, sc);
+        }
       }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
@@ -135,31 +185,32 @@ void Q4KGroup(const Q4KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, 
 
 // QuantTileFn over full groups of 8 rows: each group against the tokens in
 // passes of up to four, so that a group's weights stay in L1 across passes.
-void Q4KTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
+template <typename D>
+void K45Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
              const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
   QuantizedRow a[kMaxTokenTile];
   QuantizedRow::AtEach(layout, act, n_tokens, a);
   const int64_t nb = layout.cols / kQK_K;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kInterleaveRows) {
-    const auto* blk = reinterpret_cast<const Q4KRows8*>(w + r0 * row_bytes);
+    const auto* blk = reinterpret_cast<const typename D::Block*>(w + r0 * row_bytes);
     float* yr = y + r0;
     if (n_tokens == 1) {
-      Q4KGroup<1, avx2::kReadOnce>(blk, nb, a, yr, y_stride);
+      K45Group<D, 1, avx2::kReadOnce>(blk, nb, a, yr, y_stride);
       continue;
     }
     int64_t t0 = 0;
     for (; t0 + 4 <= n_tokens; t0 += 4) {
-      Q4KGroup<4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+      K45Group<D, 4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
     }
     switch (n_tokens - t0) {
       case 3:
-        Q4KGroup<3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        K45Group<D, 3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       case 2:
-        Q4KGroup<2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        K45Group<D, 2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       case 1:
-        Q4KGroup<1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        K45Group<D, 1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       default:
         break;
@@ -171,7 +222,10 @@ void Q4KTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t
 }  // namespace interleaved_avx512
 
 void InstallAvx512InterleavedTiles(KernelSet* k) {
-  k->interleaved_tile[Slot(TensorType::kQ4_K)] = &interleaved_avx512::Q4KTile;
+  k->interleaved_tile[Slot(TensorType::kQ4_K)] =
+      &interleaved_avx512::K45Tile<interleaved_avx512::Q4KQuants>;
+  k->interleaved_tile[Slot(TensorType::kQ5_K)] =
+      &interleaved_avx512::K45Tile<interleaved_avx512::Q5KQuants>;
 }
 
 }  // namespace colibri::ops::internal

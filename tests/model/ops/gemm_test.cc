@@ -312,7 +312,7 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 
 // MatMul asks for the layout only where the kernel set has tiles for it: the
 // AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL, the
-// AVX-512 set for Q4_K and the 32-element ones of these; never the portable set,
+// AVX-512 set for Q4_K, Q5_K and the 32-element ones of these; never the portable set,
 // another type, a
 // matrix without a full group or one interleaved already.
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
@@ -320,8 +320,8 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q3 = MakeMatrix(TensorType::kQ3_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
   const std::string set = ActiveKernelSetName();
-  // Which sets ask for the layout: Q4_K on AVX2 and AVX-512, Q5_K and Q6_K
-  // on AVX2 only (AVX-512 runs its own row tiles for them), the 32-element
+  // Which sets ask for the layout: Q4_K and Q5_K on AVX2 and AVX-512, Q6_K
+  // on AVX2 only (AVX-512 runs its own row tiles for it), the 32-element
   // types on AVX2 and AVX-512 (whose set keeps the AVX2 tiles), none on the
   // portable set.
   struct Case {
@@ -329,7 +329,7 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
     bool avx2, avx512;
   };
   const Case cases[] = {
-      {TensorType::kQ4_K, true, true},  {TensorType::kQ5_K, true, false},
+      {TensorType::kQ4_K, true, true},  {TensorType::kQ5_K, true, true},
       {TensorType::kQ6_K, true, false}, {TensorType::kQ8_0, true, true},
       {TensorType::kMXFP4, true, true}, {TensorType::kQ4_0, true, true},
       {TensorType::kQ4_1, true, true},  {TensorType::kQ5_0, true, true},
@@ -596,6 +596,22 @@ TEST_P(GemmTest, InterleavedQ4_KHandlesEveryScaleAndCode) {
         if (i % 4 == 1) {
           std::memset(block + 4, 0xFF, 12);    // every scale and min 63
           std::memset(block + 16, 0xFF, 128);  // every code 15
+        }
+      }));
+}
+
+// Q5_K rows of random bytes: every code and 5th bit, every 6-bit scale and
+// min, any finite fp16 d and dmin; every fourth block all codes 31 with
+// every scale and min 63, whose sums against the +1 token are the largest the
+// AVX-512 tile's 16-bit halves take (8 * 31 * 128 = 31744).
+TEST_P(GemmTest, InterleavedQ5_KHandlesEveryScaleAndCode) {
+  ExpectInterleavedEqualsReference(
+      RandomRows(TensorType::kQ5_K, 24, 3 * 256, 17, [](uint8_t* block, int64_t i) {
+        block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));      // d
+        block[3] = static_cast<uint8_t>((block[3] & 0x83) | ((i * 7 % 31) << 2));  // dmin
+        if (i % 4 == 1) {
+          std::memset(block + 4, 0xFF, 12);         // every scale and min 63
+          std::memset(block + 16, 0xFF, 32 + 128);  // every 5th bit and code: 31
         }
       }));
 }
