@@ -235,6 +235,18 @@ struct Rows8Scales {
   COLIBRI_INLINE __m256i ScalePair(int c) const { return Pair(sc, c); }
   // The same for the mins.
   COLIBRI_INLINE __m256i MinPair(int c) const { return Pair(mn, c); }
+  // Lane r: Σ_c min(c, r) * (bsum of chunk c) over a token's super-block
+  // (bsums: its 16 sums of 16 elements; a chunk's two at most 4064).
+  COLIBRI_INLINE __m256i MinSums(const int16_t* bsums) const {
+    const __m128i* bs = reinterpret_cast<const __m128i*>(bsums);
+    // Word c: bsum of chunk c.
+    const __m256i chunk =
+        _mm256_broadcastsi128_si256(_mm_hadd_epi16(_mm_loadu_si128(bs), _mm_loadu_si128(bs + 1)));
+    __m256i msum = _mm256_madd_epi16(MinPair(0), _mm256_shuffle_epi32(chunk, 0x00));
+    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(MinPair(2), _mm256_shuffle_epi32(chunk, 0x55)));
+    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(MinPair(4), _mm256_shuffle_epi32(chunk, 0xAA)));
+    return _mm256_add_epi32(msum, _mm256_madd_epi16(MinPair(6), _mm256_shuffle_epi32(chunk, 0xFF)));
+  }
 
  private:
   COLIBRI_INLINE static __m256i Pair(const __m256i (&bytes)[2], int c) {
@@ -243,6 +255,16 @@ struct Rows8Scales {
     return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(half, _mm_srli_si128(half, 8)));
   }
 };
+
+// vec_dot.h's float update of 8 rows (lanes) by one super-block of a
+// K-quant with mins: acc + (d * da) * float(isum), then - (dmin * da) *
+// float(msum).
+COLIBRI_INLINE __m256 AddSuperBlock8(__m256 acc, __m256 d, __m256 dmin, float da, __m256i isum,
+                                     __m256i msum) {
+  const __m256 dav = _mm256_set1_ps(da);
+  acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, dav), _mm256_cvtepi32_ps(isum)));
+  return _mm256_sub_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dmin, dav), _mm256_cvtepi32_ps(msum)));
+}
 
 }  // namespace colibri::ops::internal::avx2
 

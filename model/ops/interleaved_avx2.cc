@@ -177,22 +177,8 @@ void K45Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, f
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
     for (int t = 0; t < NT; ++t) {
-      // Word c: bsum of chunk c (its two 16-element sums, at most 4064).
-      const __m128i* bs = reinterpret_cast<const __m128i*>(a[t].bsums + 16 * i);
-      const __m256i chunk_bsums =
-          _mm256_broadcastsi128_si256(_mm_hadd_epi16(_mm_loadu_si128(bs), _mm_loadu_si128(bs + 1)));
-      __m256i msum = _mm256_madd_epi16(scales.MinPair(0), _mm256_shuffle_epi32(chunk_bsums, 0x00));
-      msum = _mm256_add_epi32(
-          msum, _mm256_madd_epi16(scales.MinPair(2), _mm256_shuffle_epi32(chunk_bsums, 0x55)));
-      msum = _mm256_add_epi32(
-          msum, _mm256_madd_epi16(scales.MinPair(4), _mm256_shuffle_epi32(chunk_bsums, 0xAA)));
-      msum = _mm256_add_epi32(
-          msum, _mm256_madd_epi16(scales.MinPair(6), _mm256_shuffle_epi32(chunk_bsums, 0xFF)));
-      const __m256 da = _mm256_set1_ps(a[t].d[i]);
       acc[t] =
-          _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t])));
-      acc[t] =
-          _mm256_sub_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum)));
+          AddSuperBlock8(acc[t], d, dmin, a[t].d[i], isum[t], scales.MinSums(a[t].bsums + 16 * i));
     }
   }
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);

@@ -163,21 +163,8 @@ void K45Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, f
       // Row r's two lanes added into the low dword of qword r.
       const __m256i rows =
           _mm512_cvtepi64_epi32(_mm512_add_epi32(isum[t], _mm512_srli_epi64(isum[t], 32)));
-      // Word c: bsum of chunk c (its two 16-element sums, at most 4064).
-      const __m128i* bs = reinterpret_cast<const __m128i*>(a[t].bsums + 16 * i);
-      const __m256i chunk_bsums =
-          _mm256_broadcastsi128_si256(_mm_hadd_epi16(_mm_loadu_si128(bs), _mm_loadu_si128(bs + 1)));
-      __m256i msum = _mm256_madd_epi16(scales.MinPair(0), _mm256_shuffle_epi32(chunk_bsums, 0x00));
-      msum = _mm256_add_epi32(
-          msum, _mm256_madd_epi16(scales.MinPair(2), _mm256_shuffle_epi32(chunk_bsums, 0x55)));
-      msum = _mm256_add_epi32(
-          msum, _mm256_madd_epi16(scales.MinPair(4), _mm256_shuffle_epi32(chunk_bsums, 0xAA)));
-      msum = _mm256_add_epi32(
-          msum, _mm256_madd_epi16(scales.MinPair(6), _mm256_shuffle_epi32(chunk_bsums, 0xFF)));
-      const __m256 da = _mm256_set1_ps(a[t].d[i]);
-      acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(rows)));
-      acc[t] =
-          _mm256_sub_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum)));
+      acc[t] = avx2::AddSuperBlock8(acc[t], d, dmin, a[t].d[i], rows,
+                                    scales.MinSums(a[t].bsums + 16 * i));
     }
   }
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);

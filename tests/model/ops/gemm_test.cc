@@ -584,36 +584,30 @@ TEST_P(GemmTest, InterleavedQ6_KHandlesEveryScaleAndCode) {
       }));
 }
 
-// Q4_K rows of random bytes: every code, every 6-bit scale and min, any
-// finite fp16 d and dmin; every fourth block all codes 15 with every scale
-// and min 63, whose sums against the +1 token (codes -128) are the largest
-// the AVX-512 tile's 16-bit halves take (16 * 15 * 128 = 30720).
-TEST_P(GemmTest, InterleavedQ4_KHandlesEveryScaleAndCode) {
+// Q4_K or Q5_K rows of random bytes: every code (and 5th bit), every 6-bit
+// scale and min, any finite fp16 d and dmin; every fourth block all codes at
+// their largest (15, 31; `quant_bytes` 0xFF after the scales) with every
+// scale and min 63, whose sums against the +1 token (codes -128) are the
+// largest the AVX-512 tile's 16-bit halves take (Q4_K 16 * 15 * 128 =
+// 30720, Q5_K 8 * 31 * 128 = 31744).
+void ExpectInterleavedKQuantWithMins(TensorType type, uint64_t quant_bytes, uint32_t seed) {
   ExpectInterleavedEqualsReference(
-      RandomRows(TensorType::kQ4_K, 24, 3 * 256, 16, [](uint8_t* block, int64_t i) {
+      RandomRows(type, 24, 3 * 256, seed, [quant_bytes](uint8_t* block, int64_t i) {
         block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));      // d
         block[3] = static_cast<uint8_t>((block[3] & 0x83) | ((i * 7 % 31) << 2));  // dmin
         if (i % 4 == 1) {
-          std::memset(block + 4, 0xFF, 12);    // every scale and min 63
-          std::memset(block + 16, 0xFF, 128);  // every code 15
+          std::memset(block + 4, 0xFF, 12);  // every scale and min 63
+          std::memset(block + 16, 0xFF, quant_bytes);
         }
       }));
 }
 
-// Q5_K rows of random bytes: every code and 5th bit, every 6-bit scale and
-// min, any finite fp16 d and dmin; every fourth block all codes 31 with
-// every scale and min 63, whose sums against the +1 token are the largest the
-// AVX-512 tile's 16-bit halves take (8 * 31 * 128 = 31744).
+TEST_P(GemmTest, InterleavedQ4_KHandlesEveryScaleAndCode) {
+  ExpectInterleavedKQuantWithMins(TensorType::kQ4_K, 128, 16);  // qs
+}
+
 TEST_P(GemmTest, InterleavedQ5_KHandlesEveryScaleAndCode) {
-  ExpectInterleavedEqualsReference(
-      RandomRows(TensorType::kQ5_K, 24, 3 * 256, 17, [](uint8_t* block, int64_t i) {
-        block[1] = static_cast<uint8_t>((block[1] & 0x83) | ((i % 31) << 2));      // d
-        block[3] = static_cast<uint8_t>((block[3] & 0x83) | ((i * 7 % 31) << 2));  // dmin
-        if (i % 4 == 1) {
-          std::memset(block + 4, 0xFF, 12);         // every scale and min 63
-          std::memset(block + 16, 0xFF, 32 + 128);  // every 5th bit and code: 31
-        }
-      }));
+  ExpectInterleavedKQuantWithMins(TensorType::kQ5_K, 32 + 128, 17);  // qh, qs
 }
 
 // MXFP4 rows of random bytes: every code and exponents from 0 (a subnormal
