@@ -9,7 +9,8 @@
 //  - STREAM-like read (over huge pages, as weights are kept) and triad
 //    bandwidth over 1 GiB (the "limit" for decode);
 //  - decode (n_tokens = 1) GB/s of weights streamed, per type and path, cycling
-//    through enough copies of the matrix to miss the last-level cache;
+//    through enough copies of the matrix (each on huge pages) to miss the
+//    last-level cache;
 //  - prefill GFLOP/s (2 * rows * cols * n_tokens per call) per type and path.
 // --kernels=all runs every kernel set this machine supports, one line per set
 // and type, the sets of a type one after the other on the same weights so that
@@ -133,8 +134,29 @@ void MemoryProbe(ThreadPool* pool) {
               best_triad, pool->num_threads());
 }
 
+// One copy of a matrix's bytes on huge pages, as the coordinator and the
+// nodes hold weights (the probe above reads the same kind of memory).
+class HugeCopy {
+ public:
+  HugeCopy(const uint8_t* bytes, size_t size) : size_(size), data_(MapHugePages(size)) {
+    if (data_ == nullptr) {
+      std::perror("weights: mmap");
+      std::exit(2);
+    }
+    std::memcpy(data_, bytes, size);
+  }
+  HugeCopy(const HugeCopy& other) : HugeCopy(other.data_, other.size_) {}
+  HugeCopy& operator=(const HugeCopy&) = delete;
+  ~HugeCopy() { munmap(data_, size_); }
+  uint8_t* data() const { return data_; }
+
+ private:
+  size_t size_;
+  uint8_t* data_;
+};
+
 struct Weights {
-  std::vector<std::vector<uint8_t>> copies;
+  std::vector<HugeCopy> copies;
   WeightMatrix w;
   uint64_t bytes = 0;
 };
@@ -195,7 +217,8 @@ Weights MakeWeights(TensorType type, int64_t rows, int64_t cols, bool in_cache) 
   // Enough copies to exceed the last-level cache several times over.
   const uint64_t target = uint64_t{256} << 20;
   const size_t n_copies = in_cache ? 1 : std::max<size_t>(1, (target + out.bytes - 1) / out.bytes);
-  out.copies.assign(n_copies, first);
+  out.copies.reserve(n_copies);
+  for (size_t i = 0; i < n_copies; ++i) out.copies.emplace_back(first.data(), first.size());
   return out;
 }
 
