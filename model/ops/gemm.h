@@ -30,8 +30,8 @@ namespace colibri::ops::internal {
 // read-only afterwards). Defined only in builds with AVX-512 kernels.
 void InstallAvx512GemmTiles(KernelSet* k);
 
-// Sets k's interleaved Q4_K and Q5_K tiles (the AVX2 ones the AVX-512 set
-// starts from) to interleaved_avx512.cc's. Call once while building the AVX-512
+// Sets k's interleaved Q4_K, Q5_K and Q6_K tiles (the AVX2 ones the AVX-512
+// set starts from) to interleaved_avx512.cc's. Call once while building the AVX-512
 // kernel set. Defined only in builds with AVX-512 kernels.
 void InstallAvx512InterleavedTiles(KernelSet* k);
 

@@ -315,26 +315,10 @@ void Q6KGroup(const Q6KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, 
     } else {
       Q6KSumsByGroup<NT>(b, a, 256 * i, isum);
     }
-    // Lane r of bsum_dot[t]: Σ_s sc_s,r * bsum_s of token t, two groups per
-    // vpmaddwd, each pair of scales widened once for all tokens.
-    __m256i bsum_dot[NT];
-    for (int t = 0; t < NT; ++t) bsum_dot[t] = _mm256_setzero_si256();
-    for (int p = 0; p < 8; ++p) {
-      const __m256i pair =
-          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[p])));
-      for (int t = 0; t < NT; ++t) {
-        int32_t bsums;
-        std::memcpy(&bsums, a[t].bsums + 16 * i + 2 * p, sizeof(bsums));
-        bsum_dot[t] =
-            _mm256_add_epi32(bsum_dot[t], _mm256_madd_epi16(pair, _mm256_set1_epi32(bsums)));
-      }
-    }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     for (int t = 0; t < NT; ++t) {
-      isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(bsum_dot[t], 5));
-      const __m256 da = _mm256_set1_ps(a[t].d[i]);
-      acc[t] =
-          _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t])));
+      acc[t] = AddQ6KSuperBlock8(acc[t], d, a[t].d[i], isum[t],
+                                 Q6KBsumDot(b.scales, a[t].bsums + 16 * i));
     }
   }
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);

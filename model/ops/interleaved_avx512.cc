@@ -1,5 +1,5 @@
-// AVX-512 VNNI tiles for Q4_K and Q5_K weights in the kInterleaved8 layout
-// (weight_layout.h), 8 rows against 1-4 tokens at a time.
+// AVX-512 VNNI tiles for Q4_K, Q5_K and Q6_K weights in the kInterleaved8
+// layout (weight_layout.h), 8 rows against 1-4 tokens at a time.
 //
 // Why the layout: a one-token product is bound by how fast the weights
 // stream from memory. The row-major 4-row tiles of gemm_avx512.cc read four
@@ -9,7 +9,9 @@
 // --cols=2048) the AVX2 set's 8-row tile streamed Q4_K at 44 GB/s where the
 // row-major AVX-512 tile reached 38, though the latter computes 15% faster in
 // cache. These tiles read the interleaved bytes with the AVX-512
-// instructions: Q4_K 39-54 GB/s, Q5_K 50-52 against 38 in row order.
+// instructions: Q4_K 39-54 GB/s, Q5_K 50-52 against 38 in row order (weights
+// on 4 KiB pages); Q6_K 66-71 against 53-54 (on huge pages, as the engine
+// holds them).
 //
 // The integers, per super-block of 8 rows. A 64-byte load holds Q4KRows8's
 // qs[p][g] and qs[p][g+1] (g even): 4 quant bytes of each row for g, then
@@ -37,8 +39,9 @@
 // --rows=4096 --cols=2048 --prefill_tokens=N, 2 threads, GFLOP/s row order
 // against interleaved: N=2 309 / 423, 4 363 / 640, 5 290 / 568, 8 359 /
 // 660, 16 464 / 652, 128 521 / 733; Q5_K N=4 315 / 448, 8 290 / 538, 128
-// 413 / 462. (The AVX2 set's interleaved Q4_K tile, which this set used
-// first for batches, ran 128 tokens at 365-405.)
+// 413 / 462; Q6_K N=1 227 / 240, 2 345 / 360, 4 378 / 448, 8 338 / 474,
+// 16 441 / 490, 128 519 / 549. (The AVX2 set's interleaved Q4_K tile, which
+// this set used first for batches, ran 128 tokens at 365-405.)
 #include <immintrin.h>
 
 #include <cstdint>
@@ -170,34 +173,44 @@ void K45Group(const typename D::Block* blk, int64_t nb, const QuantizedRow* a, f
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// K45Group as a tile's group kernel (Block, Group<NT, kLocality>).
+template <typename D>
+struct K45TileGroup {
+  using Block = typename D::Block;
+  template <int NT, int kLocality>
+  static void Group(const Block* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t stride) {
+    K45Group<D, NT, kLocality>(blk, nb, a, y, stride);
+  }
+};
+
 // QuantTileFn over full groups of 8 rows: each group against the tokens in
 // passes of up to four, so that a group's weights stay in L1 across passes.
-template <typename D>
-void K45Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
-             const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
+template <typename G>
+void InterleavedTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
+                     const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
   QuantizedRow a[kMaxTokenTile];
   QuantizedRow::AtEach(layout, act, n_tokens, a);
   const int64_t nb = layout.cols / kQK_K;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kInterleaveRows) {
-    const auto* blk = reinterpret_cast<const typename D::Block*>(w + r0 * row_bytes);
+    const auto* blk = reinterpret_cast<const typename G::Block*>(w + r0 * row_bytes);
     float* yr = y + r0;
     if (n_tokens == 1) {
-      K45Group<D, 1, avx2::kReadOnce>(blk, nb, a, yr, y_stride);
+      G::template Group<1, avx2::kReadOnce>(blk, nb, a, yr, y_stride);
       continue;
     }
     int64_t t0 = 0;
     for (; t0 + 4 <= n_tokens; t0 += 4) {
-      K45Group<D, 4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+      G::template Group<4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
     }
     switch (n_tokens - t0) {
       case 3:
-        K45Group<D, 3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        G::template Group<3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       case 2:
-        K45Group<D, 2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        G::template Group<2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       case 1:
-        K45Group<D, 1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        G::template Group<1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
         break;
       default:
         break;
@@ -205,14 +218,116 @@ void K45Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t
   }
 }
 
+// Q6_K (Q6KRows8). Loads g and g+1 (g even) of half n are 192 bytes: three
+// planes for g, then three for g+1. Three 64-byte loads and three vpermt2d
+// give each plane as (row r, g) in dword 2r and (row r, g+1) in 2r+1, and
+// interleaved_avx2.cc's 11 bit operations the codes u = q + 32 of chunks 4n
+// .. 4n+3 (c[k]). A group scale covers 16 elements, loads 4h .. 4h+3 of a
+// chunk: each pair of loads gives vpdpbusd sums of 4 products per lane, at
+// most 4 * 63 * 128 = 32256, so the two pairs' sums share a dword as words
+// and one vpdpwssd by the group's scale (in both words) adds the group.
+// The offset term and the float update are the AVX2 tile's.
+COLIBRI_INLINE void Q6KCodes(const Q6KRows8& b, int n, int g, __m512i c[4]) {
+  const uint8_t* planes = &b.q[n][g][0][0][0];
+  const __m512i x = _mm512_loadu_si512(planes);        // g: planes 0, 1
+  const __m512i y = _mm512_loadu_si512(planes + 64);   // g: plane 2; g+1: plane 0
+  const __m512i z = _mm512_loadu_si512(planes + 128);  // g+1: planes 1, 2
+  // Dword 2r from the first source, 2r+1 from the second (index bit 4).
+  const __m512i first_second =
+      _mm512_setr_epi32(0, 24, 1, 25, 2, 26, 3, 27, 4, 28, 5, 29, 6, 30, 7, 31);
+  const __m512i second_first =
+      _mm512_setr_epi32(8, 16, 9, 17, 10, 18, 11, 19, 12, 20, 13, 21, 14, 22, 15, 23);
+  const __m512i p0 = _mm512_permutex2var_epi32(x, first_second, y);
+  const __m512i p1 = _mm512_permutex2var_epi32(x, second_first, z);
+  const __m512i p2 = _mm512_permutex2var_epi32(y, first_second, z);
+  const __m512i low6 = _mm512_set1_epi8(0x3F);
+  c[0] = _mm512_and_si512(p0, low6);
+  c[1] = _mm512_and_si512(p1, low6);
+  c[2] = _mm512_and_si512(p2, low6);
+  // The planes' top 2 bits to bits 0-1, 2-3 and 4-5, a 16-bit shift by 2 as
+  // each joins (no bit crosses a byte: bits 0-1 are clear before a shift).
+  __m512i top = _mm512_srli_epi16(_mm512_andnot_si512(low6, p0), 2);
+  top = _mm512_srli_epi16(_mm512_or_si512(top, _mm512_andnot_si512(low6, p1)), 2);
+  c[3] = _mm512_srli_epi16(_mm512_or_si512(top, _mm512_andnot_si512(low6, p2)), 2);
+}
+
+// Word w of group scale 2p + h (scales: Q6KRows8::scales[p], [r][h]), for
+// the dword lanes (row r, either load): scale (w / 4, h), widened.
+alignas(64) constexpr int16_t kQ6KScaleWords[2][32] = {
+    {0, 0, 0, 0, 2,  2,  2,  2,  4,  4,  4,  4,  6,  6,  6,  6,
+     8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14},
+    {1, 1, 1, 1, 3,  3,  3,  3,  5,  5,  5,  5,  7,  7,  7,  7,
+     9, 9, 9, 9, 11, 11, 11, 11, 13, 13, 13, 13, 15, 15, 15, 15}};
+
+template <int NT, int kLocality>
+void Q6KGroup(const Q6KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t y_stride) {
+  // Super-blocks ahead to prefetch (6.6 KiB), as the AVX2 tile.
+  constexpr int64_t kAhead = 4;
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i words_h0 = _mm512_load_si512(kQ6KScaleWords[0]);
+  const __m512i words_h1 = _mm512_load_si512(kQ6KScaleWords[1]);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const Q6KRows8& b = blk[i];
+    avx2::PrefetchBytes<kLocality>(blk, (i + kAhead) * sizeof(Q6KRows8), sizeof(Q6KRows8));
+    const int64_t at = 256 * i;
+    __m512i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = zero;
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m512i first[4], second[4];  // loads 4h, 4h+1 and 4h+2, 4h+3
+        Q6KCodes(b, n, 4 * h, first);
+        Q6KCodes(b, n, 4 * h + 2, second);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m512i sc = _mm512_permutexvar_epi16(
+              h == 0 ? words_h0 : words_h1,
+              _mm512_castsi256_si512(_mm256_cvtepi8_epi16(
+                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales[4 * n + k])))));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* qa = a[t].qs + at + 128 * n + 32 * k + 16 * h;
+            const __m512i s0 = _mm512_dpbusd_epi32(zero, first[k], Broadcast8(qa));
+            const __m512i s1 = _mm512_dpbusd_epi32(zero, second[k], Broadcast8(qa + 8));
+            const __m512i sums =
+                _mm512_mask_blend_epi16(0xAAAAAAAAu, s0, _mm512_slli_epi32(s1, 16));
+            isum[t] = _mm512_dpwssd_epi32(isum[t], sums, sc);
+          }
+        }
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    for (int t = 0; t < NT; ++t) {
+      const __m256i rows =
+          _mm512_cvtepi64_epi32(_mm512_add_epi32(isum[t], _mm512_srli_epi64(isum[t], 32)));
+      acc[t] = avx2::AddQ6KSuperBlock8(acc[t], d, a[t].d[i], rows,
+                                       avx2::Q6KBsumDot(b.scales, a[t].bsums + 16 * i));
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+struct Q6KTileGroup {
+  using Block = Q6KRows8;
+  template <int NT, int kLocality>
+  static void Group(const Block* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t stride) {
+    Q6KGroup<NT, kLocality>(blk, nb, a, y, stride);
+  }
+};
+
 }  // namespace
 }  // namespace interleaved_avx512
 
 void InstallAvx512InterleavedTiles(KernelSet* k) {
+  using interleaved_avx512::InterleavedTile;
+  using interleaved_avx512::K45TileGroup;
   k->interleaved_tile[Slot(TensorType::kQ4_K)] =
-      &interleaved_avx512::K45Tile<interleaved_avx512::Q4KQuants>;
+      &InterleavedTile<K45TileGroup<interleaved_avx512::Q4KQuants>>;
   k->interleaved_tile[Slot(TensorType::kQ5_K)] =
-      &interleaved_avx512::K45Tile<interleaved_avx512::Q5KQuants>;
+      &InterleavedTile<K45TileGroup<interleaved_avx512::Q5KQuants>>;
+  k->interleaved_tile[Slot(TensorType::kQ6_K)] = &InterleavedTile<interleaved_avx512::Q6KTileGroup>;
 }
 
 }  // namespace colibri::ops::internal

@@ -271,15 +271,10 @@ void Q5_KTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_
 KernelSet MakeAvx512() {
   KernelSet k = Avx2KernelsUnchecked();
   k.name = "avx512";
-  // Q6_K: the AVX2 set's 8-row tile for the interleaved layout streams no
-  // faster than this set's row-major tiles and runs prompts slower (294
-  // against 400-500 GFLOP/s), so MatMul does not ask for that layout here
-  // (PrefersInterleaved), and reads it where given. Q4_K and Q5_K keep it,
-  // with this set's own tiles (interleaved_avx512.cc). The
-  // 32-element types keep theirs: this set runs the AVX2 per-row tiles for
-  // them, which the interleaved ones beat by 1.5-2.5x (the same
-  // instructions, fewer multiplies; colibri_ops_bench --layout=both).
-  k.interleaved_tile[Slot(TensorType::kQ6_K)] = nullptr;
+  // The interleaved layout: Q4_K, Q5_K and Q6_K with this set's own tiles
+  // (interleaved_avx512.cc); the 32-element types with the AVX2 set's, which
+  // beat the AVX2 per-row tiles this set runs for them by 1.5-2.5x (the
+  // same instructions, fewer multiplies; colibri_ops_bench --layout=both).
   InstallAvx512InterleavedTiles(&k);
   k.quant_tile[Slot(TensorType::kQ4_K)] = &avx2::QuantTile<SuperBlockKernel<Q4_KAvx512>>;
   k.quant_tile[Slot(TensorType::kQ5_K)] = &Q5_KTile;

@@ -312,7 +312,7 @@ TEST_P(GemmTest, InterleavedLayoutEqualsRowOrderOnBothPaths) {
 
 // MatMul asks for the layout only where the kernel set has tiles for it: the
 // AVX2 set for Q4_K, Q5_K, Q6_K, Q8_0, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL, the
-// AVX-512 set for Q4_K, Q5_K and the 32-element ones of these; never the portable set,
+// AVX-512 set for all of these too; never the portable set,
 // another type, a
 // matrix without a full group or one interleaved already.
 TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
@@ -320,17 +320,16 @@ TEST_P(GemmTest, PrefersInterleavedOnlyWhereTheSetHasTiles) {
   const Matrix q3 = MakeMatrix(TensorType::kQ3_K, 16, 256, 2);
   const Matrix few = MakeMatrix(TensorType::kQ4_K, 7, 256, 3);
   const std::string set = ActiveKernelSetName();
-  // Which sets ask for the layout: Q4_K and Q5_K on AVX2 and AVX-512, Q6_K
-  // on AVX2 only (AVX-512 runs its own row tiles for it), the 32-element
-  // types on AVX2 and AVX-512 (whose set keeps the AVX2 tiles), none on the
-  // portable set.
+  // Which sets ask for the layout: every type that has it on AVX2 and
+  // AVX-512 (tiles of its own for the K-quants, the AVX2 set's for the
+  // 32-element types), none on the portable set.
   struct Case {
     TensorType type;
     bool avx2, avx512;
   };
   const Case cases[] = {
       {TensorType::kQ4_K, true, true},  {TensorType::kQ5_K, true, true},
-      {TensorType::kQ6_K, true, false}, {TensorType::kQ8_0, true, true},
+      {TensorType::kQ6_K, true, true},  {TensorType::kQ8_0, true, true},
       {TensorType::kMXFP4, true, true}, {TensorType::kQ4_0, true, true},
       {TensorType::kQ4_1, true, true},  {TensorType::kQ5_0, true, true},
       {TensorType::kQ5_1, true, true},  {TensorType::kIQ4_NL, true, true},
