@@ -19,6 +19,7 @@
 
 #include "model/ops/avx2_common.h"
 #include "model/ops/quant_blocks.h"
+#include "model/ops/weight_layout.h"
 
 namespace colibri::ops::internal::avx2 {
 
@@ -289,6 +290,47 @@ COLIBRI_INLINE __m256 AddSuperBlock8(__m256 acc, __m256 d, __m256 dmin, float da
   const __m256 dav = _mm256_set1_ps(da);
   acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, dav), _mm256_cvtepi32_ps(isum)));
   return _mm256_sub_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dmin, dav), _mm256_cvtepi32_ps(msum)));
+}
+
+// QuantTileFn over full groups of 8 interleaved rows (weight_layout.h) for
+// the K-quant tiles of interleaved_avx2.cc and interleaved_avx512.cc: each
+// group against the tokens in passes of up to four, so that a group's
+// weights stay in L1 across passes (passes of six or eight, which the AVX2
+// by-chunk sums would allow, measured level with four for Q4_K).
+// G::Block is the type's 8-row super-block, G::Group<NT, kLocality>(blk,
+// nb, a, y, y_stride) one group against NT tokens.
+template <typename G>
+void InterleavedGroupsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
+                           const ActivationLayout& layout, int64_t n_tokens, float* y,
+                           int64_t y_stride) {
+  QuantizedRow a[kMaxTokenTile];
+  QuantizedRow::AtEach(layout, act, n_tokens, a);
+  const int64_t nb = layout.cols / kQK_K;
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kInterleaveRows) {
+    const auto* blk = reinterpret_cast<const typename G::Block*>(w + r0 * row_bytes);
+    float* yr = y + r0;
+    if (n_tokens == 1) {
+      G::template Group<1, kReadOnce>(blk, nb, a, yr, y_stride);
+      continue;
+    }
+    int64_t t0 = 0;
+    for (; t0 + 4 <= n_tokens; t0 += 4) {
+      G::template Group<4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+    }
+    switch (n_tokens - t0) {
+      case 3:
+        G::template Group<3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        break;
+      case 2:
+        G::template Group<2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        break;
+      case 1:
+        G::template Group<1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
+        break;
+      default:
+        break;
+    }
+  }
 }
 
 }  // namespace colibri::ops::internal::avx2

@@ -332,43 +332,6 @@ struct Q6KInterleaved {
   }
 };
 
-// QuantTileFn over full groups of 8 rows: each group against the tokens in
-// passes of up to four, so that a group's weights stay in L1 across passes
-// (passes of six or eight, which the by-chunk sums would allow, measured
-// level with four for Q4_K).
-template <typename D>
-void InterleavedTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
-                     const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
-  QuantizedRow a[kMaxTokenTile];
-  QuantizedRow::AtEach(layout, act, n_tokens, a);
-  const int64_t nb = layout.cols / 256;
-  for (int64_t r0 = 0; r0 < n_rows; r0 += kInterleaveRows) {
-    const auto* blk = reinterpret_cast<const typename D::Block*>(w + r0 * row_bytes);
-    float* yr = y + r0;
-    if (n_tokens == 1) {
-      D::template Group<1, kReadOnce>(blk, nb, a, yr, y_stride);
-      continue;
-    }
-    int64_t t0 = 0;
-    for (; t0 + 4 <= n_tokens; t0 += 4) {
-      D::template Group<4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
-    }
-    switch (n_tokens - t0) {
-      case 3:
-        D::template Group<3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
-        break;
-      case 2:
-        D::template Group<2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
-        break;
-      case 1:
-        D::template Group<1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
-        break;
-      default:
-        break;
-    }
-  }
-}
-
 // The 32-element block types. Per block and token, each row's 32 products
 // go into 8 quad sums (vpmaddubsw, vpmaddwd), SumLanes8 turns the 8 rows' quad
 // sums into one vector of their exact block sums, rows in lane order, and
@@ -722,9 +685,9 @@ void InterleavedNibbleQuadsTile(const uint8_t* w, uint64_t row_bytes, int64_t n_
 }  // namespace
 
 void InstallInterleavedTiles(KernelSet* k) {
-  k->interleaved_tile[Slot(TensorType::kQ4_K)] = &InterleavedTile<Q4KInterleaved>;
-  k->interleaved_tile[Slot(TensorType::kQ5_K)] = &InterleavedTile<Q5KInterleaved>;
-  k->interleaved_tile[Slot(TensorType::kQ6_K)] = &InterleavedTile<Q6KInterleaved>;
+  k->interleaved_tile[Slot(TensorType::kQ4_K)] = &InterleavedGroupsTile<Q4KInterleaved>;
+  k->interleaved_tile[Slot(TensorType::kQ5_K)] = &InterleavedGroupsTile<Q5KInterleaved>;
+  k->interleaved_tile[Slot(TensorType::kQ6_K)] = &InterleavedGroupsTile<Q6KInterleaved>;
   k->interleaved_tile[Slot(TensorType::kQ8_0)] = &InterleavedBlocks32Tile<Q80Interleaved>;
   k->interleaved_tile[Slot(TensorType::kMXFP4)] = &InterleavedNibbleQuadsTile<Mxfp4Quads>;
   k->interleaved_tile[Slot(TensorType::kQ4_0)] = &InterleavedNibbleQuadsTile<Q40Quads>;

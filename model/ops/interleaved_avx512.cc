@@ -183,41 +183,6 @@ struct K45TileGroup {
   }
 };
 
-// QuantTileFn over full groups of 8 rows: each group against the tokens in
-// passes of up to four, so that a group's weights stay in L1 across passes.
-template <typename G>
-void InterleavedTile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8_t* act,
-                     const ActivationLayout& layout, int64_t n_tokens, float* y, int64_t y_stride) {
-  QuantizedRow a[kMaxTokenTile];
-  QuantizedRow::AtEach(layout, act, n_tokens, a);
-  const int64_t nb = layout.cols / kQK_K;
-  for (int64_t r0 = 0; r0 < n_rows; r0 += kInterleaveRows) {
-    const auto* blk = reinterpret_cast<const typename G::Block*>(w + r0 * row_bytes);
-    float* yr = y + r0;
-    if (n_tokens == 1) {
-      G::template Group<1, avx2::kReadOnce>(blk, nb, a, yr, y_stride);
-      continue;
-    }
-    int64_t t0 = 0;
-    for (; t0 + 4 <= n_tokens; t0 += 4) {
-      G::template Group<4, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
-    }
-    switch (n_tokens - t0) {
-      case 3:
-        G::template Group<3, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
-        break;
-      case 2:
-        G::template Group<2, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
-        break;
-      case 1:
-        G::template Group<1, 3>(blk, nb, a + t0, yr + t0 * y_stride, y_stride);
-        break;
-      default:
-        break;
-    }
-  }
-}
-
 // Q6_K (Q6KRows8). Loads g and g+1 (g even) of half n are 192 bytes: three
 // planes for g, then three for g+1. Three 64-byte loads and three vpermt2d
 // give each plane as (row r, g) in dword 2r and (row r, g+1) in 2r+1, and
@@ -321,13 +286,14 @@ struct Q6KTileGroup {
 }  // namespace interleaved_avx512
 
 void InstallAvx512InterleavedTiles(KernelSet* k) {
-  using interleaved_avx512::InterleavedTile;
+  using avx2::InterleavedGroupsTile;
   using interleaved_avx512::K45TileGroup;
   k->interleaved_tile[Slot(TensorType::kQ4_K)] =
-      &InterleavedTile<K45TileGroup<interleaved_avx512::Q4KQuants>>;
+      &InterleavedGroupsTile<K45TileGroup<interleaved_avx512::Q4KQuants>>;
   k->interleaved_tile[Slot(TensorType::kQ5_K)] =
-      &InterleavedTile<K45TileGroup<interleaved_avx512::Q5KQuants>>;
-  k->interleaved_tile[Slot(TensorType::kQ6_K)] = &InterleavedTile<interleaved_avx512::Q6KTileGroup>;
+      &InterleavedGroupsTile<K45TileGroup<interleaved_avx512::Q5KQuants>>;
+  k->interleaved_tile[Slot(TensorType::kQ6_K)] =
+      &InterleavedGroupsTile<interleaved_avx512::Q6KTileGroup>;
 }
 
 }  // namespace colibri::ops::internal
