@@ -4,9 +4,9 @@
 // it supports (issue 12: the AVX-512 set beat AVX2 on AMD Zen 4 and lost to it
 // on Intel Sapphire Rapids). At first use, every set the CPU can run times the
 // decode-shaped (one token) quantized tile on a small weight tile that stays in
-// cache, for the type families that dominate decode (Q4_K, Q6_K, Q8_0; Q4_K
-// in the interleaved layout of weight_layout.h on a set with tiles for it, as
-// MatMul runs it on weights kept in RAM); the set with the lowest total, each
+// cache, for the type families that dominate decode (Q4_K, Q6_K, Q8_0; each
+// in the interleaved layout of weight_layout.h on a set with a tile for it,
+// as MatMul runs it on weights kept in RAM); the set with the lowest total, each
 // type's time relative to the fastest set's, wins.
 // The choice is cached per CPU model in
 //   CACHE/kernels-v5-<cpu model>.txt
