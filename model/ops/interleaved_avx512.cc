@@ -21,12 +21,11 @@
 // nibbles (chunk 2p+1; Q5_K adds its 5th bits) each go through vpdpbusd into
 // int32 lanes; after four loads (Q5_K: two) every lane holds 16 (8) products
 // of one row, at most 16 * 15 * 128 = 30720 (8 * 31 * 128 = 31744) in
-// magnitude, so the chunk 2p sums fit the low word
-// and the chunk 2p+1 sums the high word of one dword, and a vpdpwssd by the
-// two chunks' scales (the same word pair) adds Σ sc * sum for the row into
-// its lane. Adding the two lanes of a row gives the row's Σ_c sc_c Σ q*qa:
-// the exact integer every other kernel forms. The mins term and the float
-// update are interleaved_avx2.cc's,
+// magnitude, so the chunk 2p sums fit the low word and the chunk 2p+1 sums
+// the high word of one dword, and a vpdpwssd by the two chunks' scales (the
+// same word pair) adds Σ sc * sum for the row into its lane. Adding the two lanes of a row gives
+// the row's Σ_c sc_c Σ q*qa: the exact integer every other kernel forms. The mins term and the
+// float update are interleaved_avx2.cc's,
 //   acc = acc + (d * da) * float(isum);  acc = acc - (dmin * da) * float(msum),
 // in vec_dot.h's canonical order for the 8 rows at once, so every output is
 // bitwise the other tiles' and MatMulReference's.
@@ -37,7 +36,7 @@
 // the row-order AVX-512 tiles (the 4 x 4 and the wide ones) at every batch
 // size on the Zen 5: colibri_ops_bench --kernels=avx512 --layout=both
 // --rows=4096 --cols=2048 --prefill_tokens=N, 2 threads, GFLOP/s row order
-// against interleaved: N=2 309 / 423, 4 363 / 640, 5 290 / 568, 8 359 /
+// against interleaved: Q4_K N=2 309 / 423, 4 363 / 640, 5 290 / 568, 8 359 /
 // 660, 16 464 / 652, 128 521 / 733; Q5_K N=4 315 / 448, 8 290 / 538, 128
 // 413 / 462; Q6_K N=1 227 / 240, 2 345 / 360, 4 378 / 448, 8 338 / 474,
 // 16 441 / 490, 128 519 / 549. (The AVX2 set's interleaved Q4_K tile, which
