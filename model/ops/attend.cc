@@ -122,7 +122,14 @@ void SoftmaxInPlace(float* scores, int n, float scale, const float* sink) {
     const F4 e = lanes::ExpLanes(lanes::LoadF4(scores + j) - vmax);
     std::memcpy(scores + j, &e, sizeof(e));
   }
-  for (; j < n; ++j) scores[j] = lanes::ExpLanes(lanes::SplatF4(scores[j] - max))[0];
+  if (j < n) {
+    // The last 1-3 scores in one more pass, the lanes past n padded with
+    // the maximum (their exps are dropped); lane by lane the same exps.
+    float tail[lanes::kLanes] = {max, max, max, max};
+    std::memcpy(tail, scores + j, static_cast<size_t>(n - j) * sizeof(float));
+    const F4 e = lanes::ExpLanes(lanes::LoadF4(tail) - vmax);
+    std::memcpy(scores + j, &e, static_cast<size_t>(n - j) * sizeof(float));
+  }
   float sum = 0.0f;
   for (int k = 0; k < n; ++k) sum += scores[k];
   if (sink != nullptr) sum += lanes::ExpLanes(lanes::SplatF4(*sink - max))[0];

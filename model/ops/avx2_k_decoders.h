@@ -257,20 +257,24 @@ struct Rows8Scales {
   }
 };
 
-// Lane r: Σ_s sc(s, r) * bsum_s over the 16 groups of a Q6_K super-block of
-// 8 interleaved rows (scales: Q6KRows8::scales, [p][r][h] for group 2p + h)
-// against a token's 16 group sums, two groups per vpmaddwd: the offset term
-// of Σ sc (u - 32) a = Σ sc u a - 32 Σ_s sc_s bsum_s.
-COLIBRI_INLINE __m256i Q6KBsumDot(const int8_t (&scales)[8][8][2], const int16_t* bsums) {
-  __m256i dot = _mm256_setzero_si256();
+// Lane r of dot[t]: Σ_s sc(s, r) * bsum_s over the 16 groups of super-block
+// i of a Q6_K group of 8 interleaved rows (scales: Q6KRows8::scales, [p][r][h]
+// for group 2p + h) against token t's 16 group sums, two groups per
+// vpmaddwd, each pair of scales widened once for all NT tokens: the offset
+// term of Σ sc (u - 32) a = Σ sc u a - 32 Σ_s sc_s bsum_s.
+template <int NT>
+COLIBRI_INLINE void Q6KBsumDots(const int8_t (&scales)[8][8][2], const QuantizedRow* a, int64_t i,
+                                __m256i* dot) {
+  for (int t = 0; t < NT; ++t) dot[t] = _mm256_setzero_si256();
   for (int p = 0; p < 8; ++p) {
     const __m256i pair =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales[p])));
-    int32_t two;
-    std::memcpy(&two, bsums + 2 * p, sizeof(two));
-    dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pair, _mm256_set1_epi32(two)));
+    for (int t = 0; t < NT; ++t) {
+      int32_t two;
+      std::memcpy(&two, a[t].bsums + 16 * i + 2 * p, sizeof(two));
+      dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(pair, _mm256_set1_epi32(two)));
+    }
   }
-  return dot;
 }
 
 // vec_dot.h's float update of 8 rows (lanes) by one super-block of a

@@ -315,11 +315,11 @@ void Q6KGroup(const Q6KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, 
     } else {
       Q6KSumsByGroup<NT>(b, a, 256 * i, isum);
     }
+    __m256i bsum_dot[NT];
+    Q6KBsumDots<NT>(b.scales, a, i, bsum_dot);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
-    for (int t = 0; t < NT; ++t) {
-      acc[t] = AddQ6KSuperBlock8(acc[t], d, a[t].d[i], isum[t],
-                                 Q6KBsumDot(b.scales, a[t].bsums + 16 * i));
-    }
+    for (int t = 0; t < NT; ++t)
+      acc[t] = AddQ6KSuperBlock8(acc[t], d, a[t].d[i], isum[t], bsum_dot[t]);
   }
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
 }

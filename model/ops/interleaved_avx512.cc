@@ -262,12 +262,13 @@ void Q6KGroup(const Q6KRows8* blk, int64_t nb, const QuantizedRow* a, float* y, 
         }
       }
     }
+    __m256i bsum_dot[NT];
+    avx2::Q6KBsumDots<NT>(b.scales, a, i, bsum_dot);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     for (int t = 0; t < NT; ++t) {
       const __m256i rows =
           _mm512_cvtepi64_epi32(_mm512_add_epi32(isum[t], _mm512_srli_epi64(isum[t], 32)));
-      acc[t] = avx2::AddQ6KSuperBlock8(acc[t], d, a[t].d[i], rows,
-                                       avx2::Q6KBsumDot(b.scales, a[t].bsums + 16 * i));
+      acc[t] = avx2::AddQ6KSuperBlock8(acc[t], d, a[t].d[i], rows, bsum_dot[t]);
     }
   }
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride, acc[t]);
