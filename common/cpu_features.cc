@@ -3,6 +3,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
 namespace colibri {
 namespace {
 
@@ -18,7 +22,13 @@ CpuFeatures Detect() {
   f.avx512_bf16 = f.avx512f && __builtin_cpu_supports("avx512bf16");
 #endif
 #elif defined(__aarch64__)
-  f.neon = true;
+  f.neon = true;  // Advanced SIMD is part of every AArch64 CPU
+#if defined(__linux__)
+  // The kernel reports SDOT/UDOT (ARMv8.2 dot product) as a hardware
+  // capability; HWCAP_ASIMDDP is bit 20 of AT_HWCAP.
+  constexpr unsigned long kHwcapAsimdDp = 1ul << 20;
+  f.neon_dotprod = (getauxval(AT_HWCAP) & kHwcapAsimdDp) != 0;
+#endif
 #endif
   const char* force = std::getenv("COLIBRI_CPU");
   if (force != nullptr) {
@@ -26,6 +36,8 @@ CpuFeatures Detect() {
       f = CpuFeatures{};
     } else if (std::strcmp(force, "avx2") == 0) {
       f.avx512f = f.avx512_vnni = f.avx512_bf16 = false;
+    } else if (std::strcmp(force, "neon") == 0) {
+      f.neon_dotprod = false;
     }
   }
   return f;
@@ -50,6 +62,7 @@ std::string DescribeCpuFeatures(const CpuFeatures& f) {
   add(f.avx512_vnni, "avx512-vnni");
   add(f.avx512_bf16, "avx512-bf16");
   add(f.neon, "neon");
+  add(f.neon_dotprod, "neon-dotprod");
   return s.empty() ? "portable" : s;
 }
 

@@ -25,6 +25,7 @@ packages=(
   libcpp-httplib-dev                   # serve's OpenAI-compatible HTTP API (cpp-httplib 0.11)
   curl                                 # the HTTP API's integration test drives it with curl
   prometheus                           # promtool check metrics in tests/integration/metrics_scrape_test
+  g++-aarch64-linux-gnu qemu-user      # the kernels' ARM build, run emulated (scripts/test-arm64.sh)
 )
 
 exec bash "$(dirname "$0")/apt-install-missing.sh" install-deps "${packages[@]}"

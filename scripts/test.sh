@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The test command: installs the Debian packages and the pinned npm packages
 # of tests/clients, builds Colibri (Release) and
-# runs the whole test suite with CTest, then builds the parser and kernel tests
-# with ASan+UBSan and runs them again, then runs each libFuzzer harness for
-# 20 s (scripts/fuzz.sh, its own clang build in build-fuzz).
+# runs the whole test suite with CTest, then cross-builds the kernels and their
+# tests for 64-bit ARM and runs them under qemu-user (scripts/test-arm64.sh, in
+# build-arm64), then builds the parser and kernel tests with ASan+UBSan and
+# runs them again, then runs each libFuzzer harness for 20 s (scripts/fuzz.sh,
+# its own clang build in build-fuzz).
 #
 # Environment:
 #   COLIBRI_BUILD_DIR       build folder (default: build)
+#   COLIBRI_SKIP_ARM64=1    skip the ARM pass
 #   COLIBRI_SKIP_SANITIZE=1 skip the sanitizer pass
 #   COLIBRI_SKIP_FUZZ=1     skip the fuzzing pass
 #   COLIBRI_FIXTURES_DIR    test fixtures (default: ../shared/fixtures)
@@ -45,7 +48,7 @@ fi
 # not in the user's ~/.cache.
 export COLIBRI_CACHE_DIR="${COLIBRI_CACHE_DIR:-$TEST_TMPDIR/cache}"
 
-# The three builds, ccache and the tests' files take about 2 GB at the peak.
+# The four builds, ccache and the tests' files take about 2 GB at the peak.
 # Say so up front when the disk is short: a full disk otherwise surfaces as a
 # linker error deep into the run.
 free_kb="$(df -Pk . | awk 'NR == 2 {print $4}')"
@@ -58,6 +61,10 @@ cmake --build "$build"
 ctest --test-dir "$build" --output-on-failure -j2
 # What the passing tests left behind goes before the next build needs the disk.
 if [ "$own_tmpdir" = 1 ]; then find "$TEST_TMPDIR" -mindepth 1 -delete; fi
+
+if [ "${COLIBRI_SKIP_ARM64:-0}" != 1 ]; then
+  COLIBRI_ARM64_BUILD_DIR="$build-arm64" bash scripts/test-arm64.sh
+fi
 
 if [ "${COLIBRI_SKIP_SANITIZE:-0}" != 1 ]; then
   cmake -S . -B "$build-asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOLIBRI_SANITIZE=ON "${fixtures[@]}"

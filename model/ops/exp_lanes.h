@@ -3,8 +3,8 @@
 // attention's softmax (ops::SoftmaxInPlace) take it. GCC and Clang vector
 // extensions, which compile to SSE2 on x86-64 and NEON on ARM; the
 // operations are IEEE single precision with no contraction, so a translation
-// unit that includes this must be built with -ffp-contract=off (colibri_ops
-// and colibri_sampling are).
+// unit that includes this must be built with -ffp-contract=off (the whole
+// project is: the top-level CMakeLists.txt).
 #ifndef COLIBRI_MODEL_OPS_EXP_LANES_H_
 #define COLIBRI_MODEL_OPS_EXP_LANES_H_
 

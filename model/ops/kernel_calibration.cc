@@ -123,17 +123,18 @@ std::vector<const KernelSet*> RunnableKernelSets() {
   std::vector<const KernelSet*> sets = {&PortableKernels()};
   if (const KernelSet* avx2 = Avx2Kernels()) sets.push_back(avx2);
   if (const KernelSet* avx512 = Avx512Kernels()) sets.push_back(avx512);
+  if (const KernelSet* neon = NeonKernels()) sets.push_back(neon);
+  if (const KernelSet* dotprod = NeonDotprodKernels()) sets.push_back(dotprod);
   return sets;
 }
 
-std::string CpuModelForCache() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
+std::string CpuModelFromCpuinfo(std::istream& cpuinfo) {
+  // The value of a "key : value" line, kept to [A-Za-z0-9.-] with one '_' for
+  // each run of anything else.
+  auto value_of = [](const std::string& line) {
     const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
     std::string name;
+    if (colon == std::string::npos) return name;
     bool gap = false;
     for (char c : line.substr(colon + 1)) {
       const bool keep = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
@@ -146,9 +147,26 @@ std::string CpuModelForCache() {
         gap = true;
       }
     }
-    if (!name.empty()) return name.substr(0, 100);
+    return name.substr(0, 100);
+  };
+  std::string implementer, part, line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const std::string name = value_of(line);
+      if (!name.empty()) return name;
+    } else if (line.rfind("CPU implementer", 0) == 0 && implementer.empty()) {
+      implementer = value_of(line);
+    } else if (line.rfind("CPU part", 0) == 0 && part.empty()) {
+      part = value_of(line);
+    }
   }
+  if (!implementer.empty() && !part.empty()) return "arm-" + implementer + "-" + part;
   return "unknown-cpu";
+}
+
+std::string CpuModelForCache() {
+  std::ifstream in("/proc/cpuinfo");
+  return CpuModelFromCpuinfo(in);
 }
 
 Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,

@@ -20,6 +20,7 @@
 #ifndef COLIBRI_MODEL_OPS_KERNEL_CALIBRATION_H_
 #define COLIBRI_MODEL_OPS_KERNEL_CALIBRATION_H_
 
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,10 @@ const KernelSet& CalibratedKernels();
 // "AMD EPYC 9R14 96-Core Processor" from /proc/cpuinfo, reduced to
 // [A-Za-z0-9._-] ("AMD_EPYC_9R14_96-Core_Processor"); "unknown-cpu" if absent.
 std::string CpuModelForCache();
+// The same from the text of a /proc/cpuinfo. ARM kernels print no "model
+// name" but the core's "CPU implementer" and "CPU part" codes:
+// "arm-0x41-0xd0b" (the first core's; a big.LITTLE system calibrates for it).
+std::string CpuModelFromCpuinfo(std::istream& cpuinfo);
 
 }  // namespace colibri::ops::internal
 

@@ -231,6 +231,12 @@ bool ForceKernelSetForTesting(KernelSetChoice choice) {
     case KernelSetChoice::kAvx512:
       set = internal::Avx512Kernels();
       break;
+    case KernelSetChoice::kNeon:
+      set = internal::NeonKernels();
+      break;
+    case KernelSetChoice::kNeonDotprod:
+      set = internal::NeonDotprodKernels();
+      break;
   }
   if (set == nullptr) return false;
   ActiveSlot().store(set, std::memory_order_relaxed);

@@ -148,14 +148,20 @@ void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path,
 // COLIBRI_CPU set (common/cpu_features.h), the best set it allows. All sets give
 // bitwise identical results (the canonical order of model/ops/vec_dot.h), so
 // the choice only affects speed.
-enum class KernelSetChoice { kAuto, kPortable, kAvx2, kAvx512 };
+enum class KernelSetChoice { kAuto, kPortable, kAvx2, kAvx512, kNeon, kNeonDotprod };
+// Every set but kAuto, for tests and benchmarks that go through them all (a
+// build or CPU runs only some: ForceKernelSetForTesting says which).
+inline constexpr KernelSetChoice kEveryKernelSet[] = {
+    KernelSetChoice::kPortable, KernelSetChoice::kAvx2, KernelSetChoice::kAvx512,
+    KernelSetChoice::kNeon, KernelSetChoice::kNeonDotprod};
 
 // For tests and benchmarks: makes MatMul use `choice` from now on, process-wide.
 // Returns false, changing nothing, when this build or CPU cannot run it. Must
 // not race with MatMul calls.
 bool ForceKernelSetForTesting(KernelSetChoice choice);
 
-// Name of the kernel set MatMul uses now: "avx512", "avx2" or "portable".
+// Name of the kernel set MatMul uses now: "avx512", "avx2", "neon-dotprod",
+// "neon" or "portable".
 const char* ActiveKernelSetName();
 
 // Reference implementation of MatMul with plain loops (no SIMD, no threads),

@@ -1,6 +1,6 @@
 // colibri_ops_bench: memory bandwidth limits and MatMul throughput per type.
 //
-//   colibri_ops_bench [--threads=N] [--kernels=auto|portable|avx2|avx512|all]
+//   colibri_ops_bench [--threads=N] [--kernels=auto|portable|avx2|avx512|neon|neon-dotprod|all]
 //                     [--types=Q4_K,Q8_0,...] [--rows=4096] [--cols=4096]
 //                     [--prefill_tokens=128] [--no_prefill] [--fast_only] [--reps=1]
 //                     [--in_cache] [--layout=rows|interleaved|both]
@@ -313,17 +313,18 @@ int Main(int argc, char** argv) {
   std::vector<KernelSetChoice> choices;
   std::string names;
   if (opt.kernels == "all") {
-    for (KernelSetChoice c :
-         {KernelSetChoice::kPortable, KernelSetChoice::kAvx2, KernelSetChoice::kAvx512}) {
+    for (KernelSetChoice c : kEveryKernelSet) {
       if (!ForceKernelSetForTesting(c)) continue;
       choices.push_back(c);
       names += std::string(names.empty() ? "" : ",") + ActiveKernelSetName();
     }
   } else {
-    const KernelSetChoice choice = opt.kernels == "portable" ? KernelSetChoice::kPortable
-                                   : opt.kernels == "avx2"   ? KernelSetChoice::kAvx2
-                                   : opt.kernels == "avx512" ? KernelSetChoice::kAvx512
-                                                             : KernelSetChoice::kAuto;
+    const KernelSetChoice choice = opt.kernels == "portable"       ? KernelSetChoice::kPortable
+                                   : opt.kernels == "avx2"         ? KernelSetChoice::kAvx2
+                                   : opt.kernels == "avx512"       ? KernelSetChoice::kAvx512
+                                   : opt.kernels == "neon"         ? KernelSetChoice::kNeon
+                                   : opt.kernels == "neon-dotprod" ? KernelSetChoice::kNeonDotprod
+                                                                   : KernelSetChoice::kAuto;
     if (!ForceKernelSetForTesting(choice)) {
       std::fprintf(stderr, "kernel set %s is not available on this machine\n",
                    opt.kernels.c_str());

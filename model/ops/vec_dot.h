@@ -35,8 +35,9 @@
 // and AVX-512 kernels equal the portable ones. The library is compiled with
 // -ffp-contract=off so the compiler keeps that sequence.
 //
-// A new instruction set (NEON, ...) adds a KernelSet with the same signatures,
-// a KernelSetChoice (matmul.h) and a case in DefaultKernels().
+// A new instruction set adds a KernelSet with the same signatures, a
+// KernelSetChoice (matmul.h) and a case in DefaultKernels(); the NEON sets
+// (neon_kernels.h) are the smallest example.
 #ifndef COLIBRI_MODEL_OPS_VEC_DOT_H_
 #define COLIBRI_MODEL_OPS_VEC_DOT_H_
 
@@ -106,8 +107,16 @@ const KernelSet* Avx512Kernels();
 // machine died on an AVX-512 move while the AVX-512 set was built).
 const KernelSet& Avx2KernelsUnchecked();
 const KernelSet& Avx512KernelsUnchecked();
-// The set MatMul picks by default: the best of AVX-512, AVX2 and portable that
-// is built and that the CPU supports (COLIBRI_CPU can hide features).
+// The NEON sets (64-bit ARM builds; neon_kernels.h): plain NEON, which every
+// AArch64 CPU runs, and NEON with the dot-product instructions, or null when
+// the build has none or (dotprod) the CPU lacks them.
+const KernelSet* NeonKernels();
+const KernelSet* NeonDotprodKernels();
+const KernelSet& NeonKernelsUnchecked();
+const KernelSet& NeonDotprodKernelsUnchecked();
+// The set MatMul picks by default: the best of AVX-512, AVX2, NEON with dot
+// products, NEON and portable that is built and that the CPU supports
+// (COLIBRI_CPU can hide features).
 const KernelSet& DefaultKernels();
 // The set MatMul uses now: the calibrated one (kernel_calibration.h) unless a
 // test forced another.

@@ -397,8 +397,8 @@ const KernelSet& PortableKernels() {
   return kernels;
 }
 
-// These two check the CPU here, in a file compiled for any x86-64, before
-// anything of the set's own file runs.
+// These check the CPU here, in a file compiled for any target of its
+// architecture, before anything of the set's own file runs.
 const KernelSet* Avx2Kernels() {
 #if defined(COLIBRI_OPS_HAVE_AVX2)
   if (GetCpuFeatures().avx2) return &Avx2KernelsUnchecked();
@@ -414,9 +414,26 @@ const KernelSet* Avx512Kernels() {
   return nullptr;
 }
 
+const KernelSet* NeonKernels() {
+#if defined(COLIBRI_OPS_HAVE_NEON)
+  if (GetCpuFeatures().neon) return &NeonKernelsUnchecked();
+#endif
+  return nullptr;
+}
+
+const KernelSet* NeonDotprodKernels() {
+#if defined(COLIBRI_OPS_HAVE_NEON)
+  const CpuFeatures& cpu = GetCpuFeatures();
+  if (cpu.neon && cpu.neon_dotprod) return &NeonDotprodKernelsUnchecked();
+#endif
+  return nullptr;
+}
+
 const KernelSet& DefaultKernels() {
   if (const KernelSet* avx512 = Avx512Kernels()) return *avx512;
   if (const KernelSet* avx2 = Avx2Kernels()) return *avx2;
+  if (const KernelSet* dotprod = NeonDotprodKernels()) return *dotprod;
+  if (const KernelSet* neon = NeonKernels()) return *neon;
   return PortableKernels();
 }
 

@@ -1,5 +1,6 @@
 // Value-parameterized tests that run once per matmul kernel set (portable,
-// AVX2, AVX-512). Header-only: the tests using it link colibri_ops already.
+// AVX2, AVX-512, NEON, NEON with dot products). Header-only: the tests using it link colibri_ops
+// already.
 //
 //   class MyTest : public testing::KernelSetTest {};
 //   INSTANTIATE_TEST_SUITE_P(KernelSets, MyTest,
@@ -15,8 +16,8 @@
 
 namespace colibri::testing {
 
-// "portable", "avx2", "avx512" (the names ops::ActiveKernelSetName() uses), or
-// "auto".
+// "portable", "avx2", "avx512", "neon", "neon-dotprod" (the names
+// ops::ActiveKernelSetName() uses), or "auto".
 inline std::string KernelSetChoiceName(ops::KernelSetChoice c) {
   switch (c) {
     case ops::KernelSetChoice::kPortable:
@@ -25,15 +26,24 @@ inline std::string KernelSetChoiceName(ops::KernelSetChoice c) {
       return "avx2";
     case ops::KernelSetChoice::kAvx512:
       return "avx512";
+    case ops::KernelSetChoice::kNeon:
+      return "neon";
+    case ops::KernelSetChoice::kNeonDotprod:
+      return "neon-dotprod";
     case ops::KernelSetChoice::kAuto:
       break;
   }
   return "auto";
 }
 
-// The test name suffix of a kernel set parameter.
+// The test name suffix of a kernel set parameter (its name with '_' for '-',
+// which test names cannot hold).
 inline std::string KernelSetParamName(const ::testing::TestParamInfo<ops::KernelSetChoice>& info) {
-  return KernelSetChoiceName(info.param);
+  std::string name = KernelSetChoiceName(info.param);
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
 }
 
 // Forces the parameter's kernel set for each test (skipping it when this build

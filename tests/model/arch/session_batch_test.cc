@@ -350,8 +350,7 @@ TEST(SessionBatchTest, AHalfFloatKvCacheHalvesTheSlots) {
 TEST(SessionBatchTest, EveryKernelSetGivesBitwiseTheSameLogits) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
   std::vector<ops::KernelSetChoice> sets;
-  for (ops::KernelSetChoice set : {ops::KernelSetChoice::kPortable, ops::KernelSetChoice::kAvx2,
-                                   ops::KernelSetChoice::kAvx512}) {
+  for (ops::KernelSetChoice set : ops::kEveryKernelSet) {
     if (ops::ForceKernelSetForTesting(set)) sets.push_back(set);
   }
   // Back to the automatic choice however the test ends.

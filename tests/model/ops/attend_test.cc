@@ -237,9 +237,7 @@ TEST(SoftmaxInPlaceTest, MaskedAndFarBelowScoresWeighNothing) {
   EXPECT_EQ(one[0], 0.5f);
 }
 
-INSTANTIATE_TEST_SUITE_P(KernelSets, AttendTest,
-                         ::testing::Values(KernelSetChoice::kPortable, KernelSetChoice::kAvx2,
-                                           KernelSetChoice::kAvx512),
+INSTANTIATE_TEST_SUITE_P(KernelSets, AttendTest, ::testing::ValuesIn(ops::kEveryKernelSet),
                          testing::KernelSetParamName);
 
 }  // namespace

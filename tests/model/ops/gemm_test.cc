@@ -650,9 +650,7 @@ TEST_P(GemmTest, InterleavedQ4_1Q5_0Q5_1IQ4_NLHandleEveryScaleAndCode) {
       }));
 }
 
-INSTANTIATE_TEST_SUITE_P(KernelSets, GemmTest,
-                         ::testing::Values(KernelSetChoice::kPortable, KernelSetChoice::kAvx2,
-                                           KernelSetChoice::kAvx512),
+INSTANTIATE_TEST_SUITE_P(KernelSets, GemmTest, ::testing::ValuesIn(ops::kEveryKernelSet),
                          testing::KernelSetParamName);
 
 }  // namespace

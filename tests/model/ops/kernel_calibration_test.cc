@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -97,6 +98,22 @@ TEST(KernelCalibrationTest, MatMulDefaultIsARunnableSet) {
   }
   ASSERT_TRUE(ForceKernelSetForTesting(KernelSetChoice::kAuto));
   EXPECT_EQ(std::string(ActiveKernelSetName()), CalibratedKernels().name);
+}
+
+TEST(KernelCalibrationTest, CpuModelFromCpuinfoOfX86AndArm) {
+  std::istringstream x86(
+      "processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+      "model name\t: AMD EPYC 9R14 96-Core Processor\nflags\t\t: fpu vme\n");
+  EXPECT_EQ(CpuModelFromCpuinfo(x86), "AMD_EPYC_9R14_96-Core_Processor");
+  // A Raspberry Pi 5 (Cortex-A76): no model name, the first core's codes.
+  std::istringstream arm(
+      "processor\t: 0\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd asimddp\n"
+      "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x4\n"
+      "CPU part\t: 0xd0b\nCPU revision\t: 1\n\nprocessor\t: 1\n"
+      "CPU implementer\t: 0x41\nCPU part\t: 0xd05\n");
+  EXPECT_EQ(CpuModelFromCpuinfo(arm), "arm-0x41-0xd0b");
+  std::istringstream empty("processor\t: 0\n");
+  EXPECT_EQ(CpuModelFromCpuinfo(empty), "unknown-cpu");
 }
 
 TEST(KernelCalibrationTest, CpuModelNameIsAFileNamePart) {

@@ -30,6 +30,8 @@ std::vector<const KernelSet*> RunnableSets() {
   std::vector<const KernelSet*> sets = {&PortableKernels()};
   if (Avx2Kernels() != nullptr) sets.push_back(Avx2Kernels());
   if (CanRunAvx512()) sets.push_back(Avx512Kernels());
+  if (NeonKernels() != nullptr) sets.push_back(NeonKernels());
+  if (NeonDotprodKernels() != nullptr) sets.push_back(NeonDotprodKernels());
   return sets;
 }
 
@@ -97,9 +99,18 @@ TEST(KernelSetTest, GettersOfferOnlySetsTheCpuRuns) {
   if (!(cpu.avx512f && cpu.avx512_vnni && cpu.avx2)) {
     EXPECT_EQ(Avx512Kernels(), nullptr);
   }
+  if (!cpu.neon) {
+    EXPECT_EQ(NeonKernels(), nullptr);
+  }
+  if (!(cpu.neon && cpu.neon_dotprod)) {
+    EXPECT_EQ(NeonDotprodKernels(), nullptr);
+  }
   // Forcing a set refuses what the getters refuse.
   EXPECT_EQ(ForceKernelSetForTesting(KernelSetChoice::kAvx2), Avx2Kernels() != nullptr);
   EXPECT_EQ(ForceKernelSetForTesting(KernelSetChoice::kAvx512), Avx512Kernels() != nullptr);
+  EXPECT_EQ(ForceKernelSetForTesting(KernelSetChoice::kNeon), NeonKernels() != nullptr);
+  EXPECT_EQ(ForceKernelSetForTesting(KernelSetChoice::kNeonDotprod),
+            NeonDotprodKernels() != nullptr);
   EXPECT_TRUE(ForceKernelSetForTesting(KernelSetChoice::kAuto));
 }
 
@@ -112,6 +123,8 @@ TEST(KernelSetTest, DefaultIsTheBestRunnableSet) {
   const std::string forced = force != nullptr ? force : "";
   if (forced == "avx2") {
     EXPECT_NE(&DefaultKernels(), Avx512Kernels());
+  } else if (forced == "neon") {
+    EXPECT_EQ(NeonDotprodKernels(), nullptr);
   } else if (forced == "portable") {
     EXPECT_EQ(&DefaultKernels(), &PortableKernels());
   }

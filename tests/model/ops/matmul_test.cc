@@ -191,9 +191,7 @@ TEST_P(MatMulKernelTest, BatchAndThreadInvariance) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(KernelSets, MatMulKernelTest,
-                         ::testing::Values(KernelSetChoice::kPortable, KernelSetChoice::kAvx2,
-                                           KernelSetChoice::kAvx512),
+INSTANTIATE_TEST_SUITE_P(KernelSets, MatMulKernelTest, ::testing::ValuesIn(ops::kEveryKernelSet),
                          testing::KernelSetParamName);
 
 // The exact path against a float64 dot of the dequantized weights.

@@ -84,7 +84,9 @@ TEST(VectorOpsTest, DotIsCanonicalOnEveryKernelSet) {
     EXPECT_LE(std::fabs(got - exact), 1e-6 * mag + 1e-30) << n;
     const float portable = internal::PortableKernels().dot(a.data(), b.data(), n);
     EXPECT_EQ(std::memcmp(&portable, &want, 4), 0) << n;
-    for (const internal::KernelSet* set : {internal::Avx2Kernels(), internal::Avx512Kernels()}) {
+    for (const internal::KernelSet* set :
+         {internal::Avx2Kernels(), internal::Avx512Kernels(), internal::NeonKernels(),
+          internal::NeonDotprodKernels()}) {
       if (set == nullptr) continue;  // not built, or not for this CPU
       const float got_set = set->dot(a.data(), b.data(), n);
       EXPECT_EQ(std::memcmp(&got_set, &want, 4), 0) << set->name << " " << n;
