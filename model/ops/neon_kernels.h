@@ -21,6 +21,7 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "model/ops/activation_quant.h"
 #include "model/ops/iq_decode.h"
@@ -77,12 +78,14 @@ inline int8x16_t LowNibbles(uint8x16_t x) {
 }
 inline int8x16_t HighNibbles(uint8x16_t x) { return vreinterpretq_s8_u8(vshrq_n_u8(x, 4)); }
 
-// ---- 32-element blocks without a min, against Q8_0 activations. Each decoder
-// gives the block's 32 signed quants (element j < 16 in q[0], j + 16 in q[1])
-// and its float scale.
+// ---- 32-element blocks, against Q8_0 activations (Q8_1 for the types with a
+// min). Each decoder gives the block's 32 signed quants (element j < 16 in
+// q[0], j + 16 in q[1]) and its float scale; kHasMin decoders also the block's
+// min, which the tile sums apart and adds last (vec_dot.h).
 
 struct NeonQ8_0 {
   using Block = BlockQ8_0;
+  static constexpr bool kHasMin = false;
   static void Decode(const Block& b, int8x16_t q[2]) {
     q[0] = vld1q_s8(b.qs);
     q[1] = vld1q_s8(b.qs + 16);
@@ -92,6 +95,7 @@ struct NeonQ8_0 {
 
 struct NeonQ4_0 {
   using Block = BlockQ4_0;
+  static constexpr bool kHasMin = false;
   static void Decode(const Block& b, int8x16_t q[2]) {
     const uint8x16_t x = vld1q_u8(b.qs);
     q[0] = vsubq_s8(LowNibbles(x), vdupq_n_s8(8));
@@ -109,14 +113,59 @@ inline void DecodeTableNibbles(const uint8_t qs[16], int8x16_t q[2]) {
   q[1] = vqtbl1q_s8(table, vshrq_n_u8(x, 4));
 }
 
+struct NeonQ4_1 {
+  using Block = BlockQ4_1;
+  static constexpr bool kHasMin = true;
+  static void Decode(const Block& b, int8x16_t q[2]) {
+    const uint8x16_t x = vld1q_u8(b.qs);
+    q[0] = LowNibbles(x);
+    q[1] = HighNibbles(x);
+  }
+  static float Scale(const Block& b) { return HalfToFloat(b.d); }
+};
+
+// Bit j of the little-endian 32 bits qh as bit 4 of byte j: q[0] gets bits
+// 0-15, q[1] bits 16-31.
+inline void FifthBits32(const uint8_t qh[4], uint8x16_t bits[2]) {
+  uint32_t word;
+  std::memcpy(&word, qh, sizeof(word));
+  const uint8x16_t bytes = vreinterpretq_u8_u32(vdupq_n_u32(word));
+  static constexpr uint8_t kLow[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  static constexpr uint8_t kHigh[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t bit = vld1q_u8(kBit);
+  const uint8x16_t ten = vdupq_n_u8(0x10);
+  bits[0] = vandq_u8(vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(kLow)), bit), ten);
+  bits[1] = vandq_u8(vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(kHigh)), bit), ten);
+}
+
+template <typename BlockT, int kOffset, bool kMin>
+struct NeonQ5 {
+  using Block = BlockT;
+  static constexpr bool kHasMin = kMin;
+  static void Decode(const Block& b, int8x16_t q[2]) {
+    const uint8x16_t x = vld1q_u8(b.qs);
+    uint8x16_t bits[2];
+    FifthBits32(b.qh, bits);
+    const int8x16_t offset = vdupq_n_s8(kOffset);
+    q[0] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(x, vdupq_n_u8(0x0F)), bits[0])), offset);
+    q[1] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(x, 4), bits[1])), offset);
+  }
+  static float Scale(const Block& b) { return HalfToFloat(b.d); }
+};
+using NeonQ5_0 = NeonQ5<BlockQ5_0, 16, false>;
+using NeonQ5_1 = NeonQ5<BlockQ5_1, 0, true>;
+
 struct NeonMXFP4 {
   using Block = BlockMXFP4;
+  static constexpr bool kHasMin = false;
   static void Decode(const Block& b, int8x16_t q[2]) { DecodeTableNibbles<kMxfp4Values>(b.qs, q); }
   static float Scale(const Block& b) { return E8M0Half(b.e); }
 };
 
 struct NeonIQ4_NL {
   using Block = BlockIQ4_NL;
+  static constexpr bool kHasMin = false;
   static void Decode(const Block& b, int8x16_t q[2]) { DecodeTableNibbles<kIq4nlValues>(b.qs, q); }
   static float Scale(const Block& b) { return HalfToFloat(b.d); }
 };
@@ -135,6 +184,7 @@ void NeonTile32(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint
     PrefetchRow(w, (r + ahead) * row_bytes, row_bytes);
     const auto* x = reinterpret_cast<const typename Decoder::Block*>(w + r * row_bytes);
     float acc[kMaxTokenTile] = {};
+    float summs[kMaxTokenTile] = {};
     for (int64_t b = 0; b < n_blocks; ++b) {
       int8x16_t q[2];
       Decoder::Decode(x[b], q);
@@ -144,9 +194,12 @@ void NeonTile32(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint
         int32x4_t p = Mul::Dot(vdupq_n_s32(0), q[0], vld1q_s8(qa));
         p = Mul::Dot(p, q[1], vld1q_s8(qa + 16));
         acc[t] = acc[t] + (dw * a[t].d[b]) * static_cast<float>(vaddvq_s32(p));
+        if constexpr (Decoder::kHasMin) summs[t] = summs[t] + HalfToFloat(x[b].m) * a[t].s[b];
       }
     }
-    for (int64_t t = 0; t < n_tokens; ++t) y[t * y_stride + r] = acc[t];
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      y[t * y_stride + r] = Decoder::kHasMin ? acc[t] + summs[t] : acc[t];
+    }
   }
 }
 
@@ -413,8 +466,7 @@ void NeonTileK(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
   }
 }
 
-// The set: the portable one (decoders, the types without a NEON tile) with
-// NEON tiles where they are written.
+// The set: the portable one's decoders, NEON tiles for every quantized type.
 template <typename Mul>
 KernelSet MakeNeonKernelSet(const char* name) {
   KernelSet k = PortableKernels();
@@ -423,6 +475,9 @@ KernelSet MakeNeonKernelSet(const char* name) {
   k.dot = &NeonFloatDot;
   k.quant_tile[Slot(TensorType::kQ8_0)] = &NeonTile32<Mul, NeonQ8_0>;
   k.quant_tile[Slot(TensorType::kQ4_0)] = &NeonTile32<Mul, NeonQ4_0>;
+  k.quant_tile[Slot(TensorType::kQ4_1)] = &NeonTile32<Mul, NeonQ4_1>;
+  k.quant_tile[Slot(TensorType::kQ5_0)] = &NeonTile32<Mul, NeonQ5_0>;
+  k.quant_tile[Slot(TensorType::kQ5_1)] = &NeonTile32<Mul, NeonQ5_1>;
   k.quant_tile[Slot(TensorType::kMXFP4)] = &NeonTile32<Mul, NeonMXFP4>;
   k.quant_tile[Slot(TensorType::kIQ4_NL)] = &NeonTile32<Mul, NeonIQ4_NL>;
   k.quant_tile[Slot(TensorType::kQ4_K)] = &NeonTileK<Mul, NeonQ4_K>;
