@@ -25,7 +25,11 @@ packages=(
   libcpp-httplib-dev                   # serve's OpenAI-compatible HTTP API (cpp-httplib 0.11)
   curl                                 # the HTTP API's integration test drives it with curl
   prometheus                           # promtool check metrics in tests/integration/metrics_scrape_test
-  g++-aarch64-linux-gnu qemu-user      # the kernels' ARM build, run emulated (scripts/test-arm64.sh)
 )
+# On x86-64 the kernels are also built for 64-bit ARM and run emulated
+# (scripts/test-arm64.sh); an ARM machine runs its NEON kernels natively.
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+  packages+=(g++-aarch64-linux-gnu qemu-user)
+fi
 
 exec bash "$(dirname "$0")/apt-install-missing.sh" install-deps "${packages[@]}"
