@@ -31,7 +31,10 @@ usage: scripts/bench-network.sh [options]
   --run-args "FLAGS"   more flags for every `colibri-coordinator run`
                        (e.g. "--draft ngram"); word-split
   --serve-args "FLAGS" more flags for every `colibri-coordinator serve`
-  --node-args "FLAGS"  more flags for every colibri-expert-node
+  --node-args "FLAGS"  more flags for every colibri-expert-node (without a
+                       --ram-budget there, each node gets 1.5 x its share of
+                       the routed experts, at least 1 GiB: the RAM tier holds
+                       them all, and the runs measure the network, not disks)
   --client-args "FLAGS" more flags for every `colibri-client bench` (e.g.
                        "--prompts-file F"; a file of one line gives every
                        request the same prompt, as before)
@@ -587,7 +590,15 @@ bench_layers() {
   done
   use_variant ""
   echo "starting 3 nodes..." >&2
-  bench_start_nodes "$dir" 3 --threads "$node_threads" "${node_extra[@]}"
+  local budget=()
+  if [[ " ${node_extra[*]} " != *" --ram-budget "* ]]; then
+    # The nodes' default 1 GiB held only part of a 16-layer model's share
+    # (5.1 GB of experts over 3 nodes): its concurrent runs read the disk tier.
+    budget=(--ram-budget "$(awk -v r="$MODEL_ROUTED_BYTES" \
+      'BEGIN { b = r / 3 * 1.5; if (b < 1073741824) b = 1073741824; printf "%.0f", b }')")
+    echo "node RAM budget: ${budget[1]} bytes each" >&2
+  fi
+  bench_start_nodes "$dir" 3 --threads "$node_threads" "${budget[@]}" "${node_extra[@]}"
   nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
   echo "nodes $nodes: ingest and warm-up run..." >&2
   bench_run "$dir/warmup" run -m "$model" -p "$prompt" -n "$n_predict" --temp 0 --ignore-eos \
