@@ -189,12 +189,14 @@ void NeonTile32(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint
       int8x16_t q[2];
       Decoder::Decode(x[b], q);
       const float dw = Decoder::Scale(x[b]);
+      float mw = 0.0f;  // the block's min, decoded once for all tokens
+      if constexpr (Decoder::kHasMin) mw = HalfToFloat(x[b].m);
       for (int64_t t = 0; t < n_tokens; ++t) {
         const int8_t* qa = a[t].qs + b * kQK;
         int32x4_t p = Mul::Dot(vdupq_n_s32(0), q[0], vld1q_s8(qa));
         p = Mul::Dot(p, q[1], vld1q_s8(qa + 16));
         acc[t] = acc[t] + (dw * a[t].d[b]) * static_cast<float>(vaddvq_s32(p));
-        if constexpr (Decoder::kHasMin) summs[t] = summs[t] + HalfToFloat(x[b].m) * a[t].s[b];
+        if constexpr (Decoder::kHasMin) summs[t] = summs[t] + mw * a[t].s[b];
       }
     }
     for (int64_t t = 0; t < n_tokens; ++t) {
