@@ -102,12 +102,14 @@ bench_model_info() {
 }
 
 # bench_memory_probe [THREADS]: one colibri_ops_bench read-bandwidth probe over
-# 1 GiB, in GB/s (empty when the bench is not built or prints none).
+# 1 GiB ($COLIBRI_BENCH_PROBE_MIB MiB when set: the scripts' own tests, which
+# check the output and not the figure, take 64), in GB/s (empty when the
+# bench is not built or prints none).
 bench_memory_probe() {
   local threads_flag=()
   [ -n "${1:-}" ] && threads_flag=(--threads="$1")
   [ -x "$OPS_BENCH" ] || return 0
-  "$OPS_BENCH" "${threads_flag[@]}" --types=Q4_K --no_prefill --rows=256 --cols=256 |
+  "$OPS_BENCH" "${threads_flag[@]}" --memory_mib="${COLIBRI_BENCH_PROBE_MIB:-1024}" --types= |
     sed -n 's/^memory: read \([0-9.]*\) GB\/s.*/\1/p'
 }
 

@@ -37,7 +37,8 @@ slowed by a few stalled tokens (the host taking a core away) keeps its median,
 one slowed throughout does not.
 Bandwidth limit: active weight bytes per token (colibri-coordinator inspect)
 divided into the parallel memory read bandwidth colibri_ops_bench measures
-($MEM_BW_GBS overrides it); decode at the limit reads every active weight once
+over 1 GiB ($MEM_BW_GBS overrides it; $COLIBRI_BENCH_PROBE_MIB sets the
+probe's size, which the script's own test makes small); decode at the limit reads every active weight once
 per token at that bandwidth. llama.cpp must be your own build: the project does
 not download or build it.
 EOF

@@ -3,11 +3,14 @@
 //   colibri_ops_bench [--threads=N] [--kernels=auto|portable|avx2|avx512|neon|neon-dotprod|all]
 //                     [--types=Q4_K,Q8_0,...] [--rows=4096] [--cols=4096]
 //                     [--prefill_tokens=128] [--no_prefill] [--fast_only] [--reps=1]
-//                     [--in_cache] [--layout=rows|interleaved|both]
+//                     [--in_cache] [--layout=rows|interleaved|both] [--memory_mib=1024]
+//
+// --types= (empty) runs the memory probe alone.
 //
 // Prints, for the chosen thread count:
 //  - STREAM-like read (over huge pages, as weights are kept) and triad
-//    bandwidth over 1 GiB (the "limit" for decode);
+//    bandwidth over 1 GiB (the "limit" for decode; --memory_mib=N reads N MiB
+//    instead, e.g. a small probe where only its output format matters);
 //  - decode (n_tokens = 1) GB/s of weights streamed, per type and path, cycling
 //    through enough copies of the matrix (each on huge pages) to miss the
 //    last-level cache;
@@ -68,6 +71,7 @@ struct Options {
   bool in_cache = false;
   bool rows_layout = true;
   bool interleaved_layout = false;
+  int64_t memory_mib = 1024;
 };
 
 bool ParseFlag(const char* arg, const char* name, std::string* value) {
@@ -77,13 +81,13 @@ bool ParseFlag(const char* arg, const char* name, std::string* value) {
   return true;
 }
 
-// Best-of-reps bandwidth of a parallel read and a triad over ~1 GiB. The
+// Best-of-reps bandwidth of a parallel read and a triad over `mib` MiB. The
 // read runs over huge pages, as the coordinator and the nodes keep the
 // weights a decode step streams (common/huge_pages.h): over 4 KiB pages the
 // same loop read 10-20% less on an AMD Zen 5 VM (48 against 54-61 GB/s), a
 // limit that weights on huge pages can beat.
-void MemoryProbe(ThreadPool* pool) {
-  const size_t bytes = size_t{1} << 30;
+void MemoryProbe(ThreadPool* pool, int64_t mib) {
+  const size_t bytes = static_cast<size_t>(mib) << 20;
   const size_t n = bytes / sizeof(uint64_t);
   uint64_t* const buf = reinterpret_cast<uint64_t*>(MapHugePages(bytes));
   if (buf == nullptr) {
@@ -130,8 +134,8 @@ void MemoryProbe(ThreadPool* pool) {
     const auto t1 = Clock::now();
     best_triad = std::max(best_triad, 3.0 * m * sizeof(float) / Seconds(t0, t1) / 1e9);
   }
-  std::printf("memory: read %.1f GB/s, triad %.1f GB/s (1 GiB, %d threads)\n", best_read,
-              best_triad, pool->num_threads());
+  std::printf("memory: read %.1f GB/s, triad %.1f GB/s (%lld MiB, %d threads)\n", best_read,
+              best_triad, static_cast<long long>(mib), pool->num_threads());
 }
 
 // One copy of a matrix's bytes on huge pages, as the coordinator and the
@@ -286,7 +290,7 @@ int Main(int argc, char** argv) {
     } else if (ParseFlag(argv[i], "--kernels", &v)) {
       opt.kernels = v;
     } else if (ParseFlag(argv[i], "--types", &v)) {
-      opt.types = absl::StrSplit(v, ',');
+      opt.types = absl::StrSplit(v, ',', absl::SkipEmpty());
     } else if (ParseFlag(argv[i], "--rows", &v)) {
       opt.rows = std::atoll(v.c_str());
     } else if (ParseFlag(argv[i], "--cols", &v)) {
@@ -303,6 +307,8 @@ int Main(int argc, char** argv) {
                (v == "rows" || v == "interleaved" || v == "both")) {
       opt.rows_layout = v != "interleaved";
       opt.interleaved_layout = v != "rows";
+    } else if (ParseFlag(argv[i], "--memory_mib", &v) && std::atoll(v.c_str()) >= 1) {
+      opt.memory_mib = std::atoll(v.c_str());
     } else if (std::strcmp(argv[i], "--fast_only") == 0) {
       opt.exact = false;
     } else {
@@ -338,7 +344,7 @@ int Main(int argc, char** argv) {
               DescribeCpuFeatures(GetCpuFeatures()).c_str(), names.c_str(), pool.num_threads(),
               static_cast<long long>(opt.rows), static_cast<long long>(opt.cols),
               static_cast<long long>(opt.prefill_tokens));
-  MemoryProbe(&pool);
+  MemoryProbe(&pool, opt.memory_mib);
   for (const std::string& name : opt.types) {
     auto type = ParseTensorType(name);
     if (!type.ok() || !GetTraits(*type).supported) {
