@@ -23,10 +23,19 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
-# The unpacked packages keep Debian's multiarch layout.
+# The unpacked packages keep Debian's multiarch layout (OpenSSL's
+# configuration header, for one, is in include/aarch64-linux-gnu).
 set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
+set(CMAKE_C_FLAGS_INIT "-isystem ${COLIBRI_ARM64_SYSROOT}/usr/include/aarch64-linux-gnu")
+set(CMAKE_CXX_FLAGS_INIT "-isystem ${COLIBRI_ARM64_SYSROOT}/usr/include/aarch64-linux-gnu")
+# Some packages (libbz2, which RocksDB needs) still install into /lib.
+set(CMAKE_EXE_LINKER_FLAGS_INIT "-Wl,-rpath-link,${COLIBRI_ARM64_SYSROOT}/lib/aarch64-linux-gnu")
+# pkg-config (cpp-httplib, gRPC's re2, ...) reads the target's .pc files.
+set(ENV{PKG_CONFIG_LIBDIR}
+    "${COLIBRI_ARM64_SYSROOT}/usr/lib/aarch64-linux-gnu/pkgconfig:${COLIBRI_ARM64_SYSROOT}/usr/share/pkgconfig")
+set(ENV{PKG_CONFIG_SYSROOT_DIR} "${COLIBRI_ARM64_SYSROOT}")
 
 # The C library from the cross compiler's tree; abseil's shared libraries
 # (and the ones they load in turn) from the unpacked packages.
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu
-    -E LD_LIBRARY_PATH=${COLIBRI_ARM64_SYSROOT}/usr/lib/aarch64-linux-gnu)
+    -E LD_LIBRARY_PATH=${COLIBRI_ARM64_SYSROOT}/usr/lib/aarch64-linux-gnu:${COLIBRI_ARM64_SYSROOT}/lib/aarch64-linux-gnu)

@@ -2,8 +2,10 @@
 # The test command: installs the Debian packages and the pinned npm packages
 # of tests/clients, builds Colibri (Release) and
 # runs the whole test suite with CTest, then (on x86-64) cross-builds the
-# kernels and their tests for 64-bit ARM and runs them under qemu-user
-# (scripts/test-arm64.sh, in build-arm64), then builds the parser and kernel tests with ASan+UBSan and
+# kernels and their tests for 64-bit ARM and runs them under qemu-user, and
+# the expert node, which two emulated ARM nodes then run for this build's
+# coordinator on every fixture model (scripts/test-arm64.sh, in build-arm64),
+# then builds the parser and kernel tests with ASan+UBSan and
 # runs them again, then runs each libFuzzer harness for 20 s (scripts/fuzz.sh,
 # its own clang build in build-fuzz).
 #
@@ -64,7 +66,7 @@ if [ "$own_tmpdir" = 1 ]; then find "$TEST_TMPDIR" -mindepth 1 -delete; fi
 
 # (On an ARM machine the suite above ran the NEON kernels natively.)
 if [ "${COLIBRI_SKIP_ARM64:-0}" != 1 ] && [ "$(dpkg --print-architecture)" = amd64 ]; then
-  COLIBRI_ARM64_BUILD_DIR="$build-arm64" bash scripts/test-arm64.sh
+  COLIBRI_ARM64_BUILD_DIR="$build-arm64" COLIBRI_BUILD_DIR="$build" bash scripts/test-arm64.sh
 fi
 
 if [ "${COLIBRI_SKIP_SANITIZE:-0}" != 1 ]; then
