@@ -591,7 +591,7 @@ bench_layers() {
   use_variant ""
   echo "starting 3 nodes..." >&2
   local budget=()
-  if [[ " ${node_extra[*]} " != *" --ram-budget "* ]]; then
+  if [[ " ${node_extra[*]}" != *" --ram-budget "* && " ${node_extra[*]}" != *" --ram-budget="* ]]; then
     # The nodes' default 1 GiB held only part of a 16-layer model's share
     # (5.1 GB of experts over 3 nodes): its concurrent runs read the disk tier.
     budget=(--ram-budget "$(awk -v r="$MODEL_ROUTED_BYTES" \

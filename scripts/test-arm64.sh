@@ -104,7 +104,6 @@ rm -rf "$work"
 mkdir -p "$work"
 node_pids=()
 trap 'kill "${node_pids[@]}" 2> /dev/null || true; wait 2> /dev/null || true' EXIT
-node_addrs=()
 for cpu in max cortex-a53; do
   QEMU_CPU=$cpu qemu-aarch64 -L /usr/aarch64-linux-gnu \
     -E LD_LIBRARY_PATH="$sysroot/usr/lib/aarch64-linux-gnu:$sysroot/lib/aarch64-linux-gnu" \
@@ -112,14 +111,16 @@ for cpu in max cortex-a53; do
     --data-dir "$work/node-$cpu" --node-id "arm-$cpu" > "$work/node-$cpu.out" 2> "$work/node-$cpu.err" &
   node_pids+=($!)
 done
-for cpu in max cortex-a53; do
-  addr=""
-  for _ in $(seq 600); do
-    addr="$(awk '/^listening on /{print $3; exit}' "$work/node-$cpu.out")"
-    [ -n "$addr" ] && break
-    sleep 0.1
-  done
-  [ -n "$addr" ] || { echo "FAIL: the ARM node ($cpu) did not start:"; cat "$work/node-$cpu.err"; exit 1; }
+# shellcheck source=scripts/bench-common.sh
+source scripts/bench-common.sh  # bench_wait_listening
+node_addrs=()
+cpus=(max cortex-a53)
+for i in 0 1; do
+  addr="$(bench_wait_listening "$work/node-${cpus[$i]}.out" "${node_pids[$i]}")" || {
+    echo "FAIL: the ARM node (${cpus[$i]}) did not start:"
+    cat "$work/node-${cpus[$i]}.err"
+    exit 1
+  }
   node_addrs+=("$addr")
 done
 nodes="$(IFS=,; echo "${node_addrs[*]}")"
