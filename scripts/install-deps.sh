@@ -26,9 +26,9 @@ packages=(
   curl                                 # the HTTP API's integration test drives it with curl
   prometheus                           # promtool check metrics in tests/integration/metrics_scrape_test
 )
-# On x86-64 the kernels and the expert node are also built for 64-bit ARM and
-# run emulated (scripts/test-arm64.sh, which fetches the arm64 libraries
-# itself); an ARM machine runs its NEON kernels natively.
+# On x86-64 the project is also built for 64-bit ARM and tested emulated
+# (scripts/test-arm64.sh, which fetches the arm64 libraries itself); an ARM
+# machine runs its NEON kernels natively.
 if [ "$(dpkg --print-architecture)" = amd64 ]; then
   packages+=(g++-aarch64-linux-gnu qemu-user)
 fi

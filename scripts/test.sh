@@ -2,9 +2,10 @@
 # The test command: installs the Debian packages and the pinned npm packages
 # of tests/clients, builds Colibri (Release) and
 # runs the whole test suite with CTest, then (on x86-64) cross-builds the
-# kernels and their tests for 64-bit ARM and runs them under qemu-user, and
-# the expert node, which two emulated ARM nodes then run for this build's
-# coordinator on every fixture model (scripts/test-arm64.sh, in build-arm64),
+# project for 64-bit ARM and, under qemu-user, runs the engine's tests, the
+# ARM coordinator on every fixture model against this build's, and two ARM
+# expert nodes for this build's coordinator (scripts/test-arm64.sh, in
+# build-arm64),
 # then builds the parser and kernel tests with ASan+UBSan and
 # runs them again, then runs each libFuzzer harness for 20 s (scripts/fuzz.sh,
 # its own clang build in build-fuzz).
