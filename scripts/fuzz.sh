@@ -6,10 +6,13 @@
 # when a harness finds a crash, a leak or undefined behaviour (the reproducer
 # is left in the build folder's fuzz-artifacts/).
 #
-#   scripts/fuzz.sh [--seconds N] [--jobs J] [HARNESS ...]
+#   scripts/fuzz.sh [--seconds N] [--jobs J] [--opt FLAG] [HARNESS ...]
 #
 #   --seconds N   time per harness (default 25; scripts/test.sh uses this)
 #   --jobs J      build parallelism (default 2)
+#   --opt FLAG    optimization of the build (default -O1: it builds in 2.6
+#                 minutes on 2 cores against 4.6 at -O3, and runs about a
+#                 third fewer inputs a second; for long runs, -O2 or -O3)
 #   HARNESS       run only these (default: all seven)
 #
 # Environment: COLIBRI_FUZZ_BUILD_DIR (default build-fuzz),
@@ -20,12 +23,14 @@ cd "$(dirname "$0")/.."
 
 seconds=25
 jobs=2
+opt=-O1
 harnesses=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --opt) opt="$2"; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) harnesses+=("$1"); shift ;;
   esac
 done
@@ -41,6 +46,7 @@ if ! command -v clang++ >/dev/null; then
 fi
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_FLAGS_RELEASE="$opt -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="$opt -DNDEBUG" \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCOLIBRI_SANITIZE=ON -DCOLIBRI_FUZZ=ON -DCOLIBRI_BUILD_TESTS=OFF \
   -DCOLIBRI_FIXTURES_DIR="$fixtures" >/dev/null
