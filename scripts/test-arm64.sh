@@ -113,13 +113,11 @@ work="$build/cluster"
 rm -rf "$work"
 mkdir -p "$work"
 cpus=(max cortex-a53)
-# Runs an arm64 program of this build under qemu on the emulated CPU $1.
-arm64() {
-  local cpu="$1"
-  shift
-  QEMU_CPU=$cpu qemu-aarch64 -L /usr/aarch64-linux-gnu \
-    -E LD_LIBRARY_PATH="$sysroot/usr/lib/aarch64-linux-gnu:$sysroot/lib/aarch64-linux-gnu" "$@"
-}
+# Runs an arm64 program of this build: QEMU_CPU=... "${arm64[@]}" PROGRAM ARGS.
+# (An array, not a function: a function run in the background is a subshell,
+# and killing its pid would leave qemu running.)
+arm64=(qemu-aarch64 -L /usr/aarch64-linux-gnu
+       -E LD_LIBRARY_PATH="$sysroot/usr/lib/aarch64-linux-gnu:$sysroot/lib/aarch64-linux-gnu")
 # fail NAME WHAT: reports a failed check of the fixture model NAME.
 failed=0
 fail() {
@@ -153,8 +151,8 @@ for model in "$fixtures_dir"/models/*.gguf; do
   models+=("$model")
   ok=1
   for cpu in "${cpus[@]}"; do
-    if ! arm64 "$cpu" "$build/coordinator/colibri-coordinator" run -m "$model" "${run_args[@]}" \
-        --logits-out "$work/$name.arm-$cpu.f32" > "$work/$name.arm-$cpu.txt" \
+    if ! QEMU_CPU=$cpu "${arm64[@]}" "$build/coordinator/colibri-coordinator" run -m "$model" \
+        "${run_args[@]}" --logits-out "$work/$name.arm-$cpu.f32" > "$work/$name.arm-$cpu.txt" \
         2> "$work/$name.arm-$cpu.err"; then
       fail "$name" "the ARM coordinator ($cpu) failed: $(tail -3 "$work/$name.arm-$cpu.err")"
       ok=0
@@ -172,7 +170,7 @@ done
 node_pids=()
 trap 'kill "${node_pids[@]}" 2> /dev/null || true; wait 2> /dev/null || true' EXIT
 for cpu in "${cpus[@]}"; do
-  arm64 "$cpu" "$build/expert_node/colibri-expert-node" --listen 127.0.0.1:0 \
+  QEMU_CPU=$cpu "${arm64[@]}" "$build/expert_node/colibri-expert-node" --listen 127.0.0.1:0 \
     --data-dir "$work/node-$cpu" --node-id "arm-$cpu" > "$work/node-$cpu.out" \
     2> "$work/node-$cpu.err" &
   node_pids+=($!)
