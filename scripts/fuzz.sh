@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --opt) opt="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) harnesses+=("$1"); shift ;;
   esac
 done
