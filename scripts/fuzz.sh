@@ -12,7 +12,7 @@
 #   --jobs J      build parallelism (default 2)
 #   --opt FLAG    optimization of the build (default -O1: it builds in 2.6
 #                 minutes on 2 cores against 4.6 at -O3; a harness ran from
-#                 40% fewer to 30% more inputs a second than at -O3 in the
+#                 40% fewer to 40% more inputs a second than at -O3 in the
 #                 runs measured; for long runs, -O2 or -O3)
 #   HARNESS       run only these (default: all seven)
 #
