@@ -113,11 +113,9 @@ work="$build/cluster"
 rm -rf "$work"
 mkdir -p "$work"
 cpus=(max cortex-a53)
-# Runs an arm64 program of this build: QEMU_CPU=... "${arm64[@]}" PROGRAM ARGS.
-# (An array, not a function: a function run in the background is a subshell,
-# and killing its pid would leave qemu running.)
-arm64=(qemu-aarch64 -L /usr/aarch64-linux-gnu
-       -E LD_LIBRARY_PATH="$sysroot/usr/lib/aarch64-linux-gnu:$sysroot/lib/aarch64-linux-gnu")
+# Runs an arm64 program of this build: QEMU_CPU=... "$arm64" PROGRAM ARGS (the
+# toolchain file's emulator line, which the configure step wrote out).
+arm64="$build/run-emulated.sh"
 # fail NAME WHAT: reports a failed check of the fixture model NAME.
 failed=0
 fail() {
@@ -129,12 +127,12 @@ same_run() {
   if [ ! -s "$work/$1.$2.f32" ] || ! cmp -s "$work/$1.$2.f32" "$work/$1.$3.f32"; then
     fail "$1" "the logits of the $3 run differ from the $2 run's: $(cmp "$work/$1.$2.f32" \
       "$work/$1.$3.f32" 2>&1)"
-  elif ! cmp -s "$work/$1.$2.txt" "$work/$1.$3.txt"; then
-    fail "$1" "the text of the $3 run differs from the $2 run's"
-  else
-    return 0
+    return 1
   fi
-  return 1
+  if ! cmp -s "$work/$1.$2.txt" "$work/$1.$3.txt"; then
+    fail "$1" "the text of the $3 run differs from the $2 run's"
+    return 1
+  fi
 }
 run_args=(-p "The quick brown fox jumps over" --temp 0 -n 12 --ignore-eos --threads 2
           --all-logits)
@@ -151,7 +149,7 @@ for model in "$fixtures_dir"/models/*.gguf; do
   models+=("$model")
   ok=1
   for cpu in "${cpus[@]}"; do
-    if ! QEMU_CPU=$cpu "${arm64[@]}" "$build/coordinator/colibri-coordinator" run -m "$model" \
+    if ! QEMU_CPU=$cpu "$arm64" "$build/coordinator/colibri-coordinator" run -m "$model" \
         "${run_args[@]}" --logits-out "$work/$name.arm-$cpu.f32" > "$work/$name.arm-$cpu.txt" \
         2> "$work/$name.arm-$cpu.err"; then
       fail "$name" "the ARM coordinator ($cpu) failed: $(tail -3 "$work/$name.arm-$cpu.err")"
@@ -170,7 +168,7 @@ done
 node_pids=()
 trap 'kill "${node_pids[@]}" 2> /dev/null || true; wait 2> /dev/null || true' EXIT
 for cpu in "${cpus[@]}"; do
-  QEMU_CPU=$cpu "${arm64[@]}" "$build/expert_node/colibri-expert-node" --listen 127.0.0.1:0 \
+  QEMU_CPU=$cpu "$arm64" "$build/expert_node/colibri-expert-node" --listen 127.0.0.1:0 \
     --data-dir "$work/node-$cpu" --node-id "arm-$cpu" > "$work/node-$cpu.out" \
     2> "$work/node-$cpu.err" &
   node_pids+=($!)
