@@ -1,131 +1,15 @@
-// The cluster side of the coordinator's commands: the options `run --nodes`
-// and `plan` share, turning them into a connected cluster with its experts in
-// place, and the `plan` command itself.
+// `colibri-coordinator plan`: where every expert would go and the bytes per
+// node, moving nothing.
 #ifndef COLIBRI_COORDINATOR_CLUSTER_COMMAND_H_
 #define COLIBRI_COORDINATOR_CLUSTER_COMMAND_H_
 
-#include <memory>
 #include <ostream>
 #include <string>
-#include <vector>
 
-#include "absl/status/statusor.h"
-#include "common/thread_pool.h"
-#include "coordinator/cluster.h"
-#include "coordinator/cluster_setup.h"
-#include "coordinator/expert_checksums.h"
-#include "coordinator/membership_watcher.h"
-#include "coordinator/remote_expert_backend.h"
-#include "model/arch/model.h"
+#include "absl/status/status.h"
+#include "coordinator/cluster_experts.h"
 
 namespace colibri::coordinator {
-
-struct ClusterCommandOptions {
-  // host:port of every expert node; empty means no cluster (local experts).
-  // Default: empty.
-  std::vector<std::string> nodes;
-  // Instead of `nodes`: NAME:PORT, every address NAME resolves to is a node
-  // (at start-up; `serve` resolves it again every nodes_dns_interval_seconds).
-  // Default: empty.
-  std::string nodes_dns;
-  // Seconds between resolutions of nodes_dns while `serve` runs. Default: 30.
-  double nodes_dns_interval_seconds = 30;
-  // Instead of `nodes`: a file with one HOST:PORT per line (ReadNodesFile);
-  // `serve` reads it again on SIGHUP. Default: empty.
-  std::string nodes_file;
-  // Whether SIGHUP reloads nodes_file (main blocks SIGHUP first). Default: false.
-  bool reload_on_sighup = false;
-  // Copies of each expert on distinct nodes. Default: 1.
-  int replicas = 1;
-  // ClusterOptions::balance_replicas (--replica-choice). Default: true.
-  bool balance_replicas = true;
-  // File holding the shared auth token (surrounding whitespace ignored).
-  // Default: empty, no token.
-  std::string auth_token_file;
-  // PEM files for TLS to the nodes; tls_ca_file turns TLS on. Default: empty
-  // (plaintext).
-  std::string tls_ca_file;
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  // Nodes import experts from their own copy of the GGUF at this path instead
-  // of receiving them. Default: empty (stream them).
-  std::string node_gguf;
-  // Seconds a node may stay unhealthy before its experts are re-placed onto
-  // the other nodes; 0 or less: never. Default: 120.
-  double replace_after_seconds = 120;
-  // Seconds between health probes of unhealthy nodes. Default: 0.5.
-  double probe_interval_seconds = 0.5;
-  // Plan with every node weighted 1, without contacting nodes (plan only).
-  // Default: false.
-  bool assume_equal = false;
-  // Activations on the wire (--wire-dtype, --wire-reduce; run and serve).
-  // Default: float32 rows, one per route.
-  WireOptions wire;
-
-  // True when nodes, nodes_dns or nodes_file names expert nodes.
-  bool enabled() const { return !nodes.empty() || !nodes_dns.empty() || !nodes_file.empty(); }
-};
-
-// Resolves nodes_dns or reads nodes_file, and reads the token and PEM files
-// into cluster options. InvalidArgument /
-// NotFound for unreadable files or bad values.
-absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& options);
-
-// Routed experts per layer of a model: experts_per_layer for placement.
-std::vector<int> ExpertsPerLayer(const arch::Model& model);
-
-// A connected cluster with the model's experts in place, and a backend over it
-// for one session.
-class ClusterExperts {
- public:
-  // Connects, ingests (or imports) what nodes miss, prints "ingest: N bytes
-  // sent" to `err`, and releases the coordinator's expert pages.
-  static absl::StatusOr<std::unique_ptr<ClusterExperts>> Start(const ClusterCommandOptions& options,
-                                                               const arch::Model& model,
-                                                               ops::NumericPath path,
-                                                               ThreadPool* pool, std::ostream& err);
-
-  moe::ExpertBackend* backend() { return backend_.get(); }
-  const RemoteExpertBackend& remote_backend() const { return *backend_; }
-  Cluster& cluster() { return *cluster_; }
-  // Another backend over the same cluster, for one more session (`serve`
-  // runs one per concurrent generation and numeric path). The model and pool
-  // given to Start are borrowed by it too.
-  std::unique_ptr<RemoteExpertBackend> NewBackend(ops::NumericPath path) const;
-
-  // Keeps the node list current while serving: nodes_dns re-resolved, and
-  // nodes_file re-read on SIGHUP with reload_on_sighup (MembershipWatcher);
-  // changes go to Cluster::SetMembers. OK without doing anything when the
-  // nodes were given by `nodes`. Call once.
-  absl::Status WatchMembership(const ClusterCommandOptions& options, std::ostream& err);
-
-  // Marks the end of prompt processing: later figures print as "decode".
-  // Also reads every healthy node's NodeStats (one call each).
-  void MarkPromptDone();
-  // One line per node (requests, failures, failovers, bytes, wait, health),
-  // then the backend totals and the decode-only totals, then the wire bytes
-  // ("wire decode:", per generated token and against the hidden-state floor,
-  // over `decode_tokens` tokens generated after the prompt), then the prefetch
-  // hints when any were given, then per node the decode-only change of its
-  // tier counters (RAM hits and misses, disk bytes and wait, prefetches), to
-  // `err`.
-  void PrintStats(std::ostream& err, int64_t decode_tokens = 0) const;
-
- private:
-  ClusterExperts() = default;
-  const arch::Model* model_ = nullptr;
-  ThreadPool* pool_ = nullptr;
-  // Before cluster_: its rebalancer uses them until the cluster is gone.
-  std::unique_ptr<ExpertChecksums> checksums_;
-  std::unique_ptr<Cluster> cluster_;
-  std::vector<std::string> start_addresses_;
-  WireOptions wire_;
-  std::unique_ptr<RemoteExpertBackend> backend_;
-  // Declared after cluster_: stops before the cluster it feeds is destroyed.
-  std::unique_ptr<MembershipWatcher> watcher_;
-  RemoteBackendStats at_prompt_done_;
-  std::vector<absl::StatusOr<v1::NodeStatsReply>> tiers_at_prompt_done_;  // [n_nodes]
-};
 
 struct PlanOptions {
   std::string model_path;

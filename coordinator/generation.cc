@@ -1,23 +1,12 @@
 #include "coordinator/generation.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
 
-#include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "model/speculative/ngram_drafter.h"
-
 namespace colibri::coordinator {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
 
 float Logit(float x) { return std::isnan(x) ? -std::numeric_limits<float>::infinity() : x; }
 
@@ -146,90 +135,6 @@ void TokenEmitter::Finish(GenerationResult* result) {
   if (filter_.stopped()) result->finish_reason = FinishReason::kStop;
   result->trailing_text += filter_.Flush();
   result->text = filter_.text();
-}
-
-absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Sampler& sampler,
-                                          const tokenizer::Tokenizer* tokenizer,
-                                          absl::Span<const int32_t> prompt,
-                                          const GenerationOptions& options,
-                                          const GenerationCallbacks& callbacks) {
-  if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-  if (options.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
-  if (options.top_logprobs < 0 || options.top_logprobs > kMaxTopLogprobs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
-  }
-  const SpeculationOptions& spec = options.speculation;
-  if (spec.draft_max < 1 || spec.draft_max > kMaxDraftTokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft_max must be in [1, ", kMaxDraftTokens, "]"));
-  }
-  const auto report = [&](absl::Span<const float> logits) {
-    return callbacks.on_logits ? callbacks.on_logits(logits) : absl::OkStatus();
-  };
-
-  GenerationResult result;
-  std::vector<float> logits;
-  const auto prompt_start = Clock::now();
-  COLIBRI_RETURN_IF_ERROR(session.Evaluate(prompt, options.all_prompt_logits, &logits));
-  result.prompt_seconds = Seconds(prompt_start);
-  COLIBRI_RETURN_IF_ERROR(report(logits));
-  for (int32_t id : prompt) sampler.Accept(id);
-  std::unique_ptr<speculative::Drafter> drafter;
-  if (spec.make_drafter) {
-    drafter = spec.make_drafter();
-  } else if (spec.draft == DraftKind::kNgram) {
-    drafter = std::make_unique<speculative::NgramDrafter>();
-  }
-  speculative::DraftLengthOptions length;
-  length.max_draft = spec.draft_max;
-  length.adaptive = spec.adaptive;
-  SpeculativeDecoder feeder(session, std::move(drafter), length);
-  feeder.AcceptPrompt(prompt);
-  if (callbacks.on_prompt_done) callbacks.on_prompt_done();
-
-  const size_t n_vocab = static_cast<size_t>(sampler.n_vocab());
-  const float* last = logits.data() + (logits.size() - n_vocab);
-  std::vector<float> next(last, last + n_vocab);  // [n_vocab]
-  // max_tokens is the caller's; what can be generated is bounded by the
-  // positions left (plus the last token, sampled but never fed back).
-  const int room = std::max(0, session.n_ctx() - session.n_past()) + 1;
-  result.tokens.reserve(static_cast<size_t>(std::min(options.max_tokens, room)));
-  TokenEmitter emitter(sampler, tokenizer, options);
-
-  const auto gen_start = Clock::now();
-  result.finish_reason = FinishReason::kLength;
-  auto token_start = gen_start;
-  for (int i = 0; i < options.max_tokens; ++i) {
-    GeneratedToken token;
-    const std::optional<FinishReason> end = emitter.Emit(next, callbacks.on_token, &result, &token);
-    if (end.has_value()) {
-      if (*end == FinishReason::kEndOfGeneration && options.evaluate_every_token) {
-        COLIBRI_RETURN_IF_ERROR(feeder.Feed(token.id, 0, &next));
-        COLIBRI_RETURN_IF_ERROR(report(next));
-      }
-      result.finish_reason = *end;
-      break;
-    }
-    // The last token needs evaluating only to report its logits.
-    if (i + 1 == options.max_tokens && !options.evaluate_every_token) break;
-    if (feeder.n_past() >= session.n_ctx()) {
-      result.finish_reason = FinishReason::kContextFull;
-      break;
-    }
-    // Drafts may run up to the last token that will be fed back.
-    const int more = options.max_tokens - i - (options.evaluate_every_token ? 1 : 2);
-    COLIBRI_RETURN_IF_ERROR(feeder.Feed(token.id, more, &next));
-    COLIBRI_RETURN_IF_ERROR(report(next));
-    const auto now = Clock::now();
-    result.token_seconds.push_back(std::chrono::duration<float>(now - token_start).count());
-    token_start = now;
-  }
-  COLIBRI_RETURN_IF_ERROR(feeder.Finish());
-  result.speculation = feeder.stats();
-  result.generate_seconds = Seconds(gen_start);
-  emitter.Finish(&result);
-  return result;
 }
 
 }  // namespace colibri::coordinator

@@ -1,14 +1,12 @@
-// The generation loop shared by `run` and `serve`: evaluate the prompt, then
-// sample, stream and feed back one token at a time until a limit, an
-// end-of-generation token, a stop string, a full context or the caller says
-// stop. `run`, the gRPC service and the HTTP API all call this, so they
-// produce the same tokens by construction.
+// What one generation is asked for and what it yields, and its per-token
+// part: sampling, log-probabilities, text decoding and stop strings
+// (TokenEmitter). The GenerationScheduler (generation_scheduler.h) drives
+// every generation of `run`, the gRPC service and the HTTP API through it, so
+// they produce the same tokens by construction.
 //
 // Stop strings never reach the output: text that could be the start of a stop
 // string is held back until it is known not to be one, and a stop string ends
 // the text just before it.
-//
-// Thread-safety: one Generate per session and sampler at a time.
 #ifndef COLIBRI_COORDINATOR_GENERATION_H_
 #define COLIBRI_COORDINATOR_GENERATION_H_
 
@@ -23,8 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "coordinator/speculative_decoder.h"
-#include "model/arch/session.h"
+#include "coordinator/speculation_options.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -61,14 +58,11 @@ struct GenerationOptions {
   // Default: true.
   bool decode_text = true;
   // Also evaluate the last generated token and an end-of-generation one, only
-  // to report their logits through on_logits. Default: false.
+  // to report their logits (GenerationJob::OnLogits). Default: false.
   bool evaluate_every_token = false;
   // Report prompt logits for every prompt position, not only the last.
   // Default: false.
   bool all_prompt_logits = false;
-  // Speculative decoding (coordinator/speculative_decoder.h): the tokens,
-  // logits and logprobs stay exactly those of plain decoding. Default: off.
-  SpeculationOptions speculation;
 };
 
 // Cuts streamed text at the first stop string and holds back its possible
@@ -120,18 +114,6 @@ struct GeneratedToken {
   std::vector<TokenLogprob> top_logprobs;
 };
 
-struct GenerationCallbacks {
-  // Each evaluated row of logits: first the prompt's ([n][n_vocab] with
-  // all_prompt_logits, else [n_vocab]), then one [n_vocab] per fed-back token.
-  // A failure stops the generation and is returned. Default: none.
-  std::function<absl::Status(absl::Span<const float> logits)> on_logits;
-  // Once the prompt is evaluated. Default: none.
-  std::function<void()> on_prompt_done;
-  // Every generated token, before it is fed back; false cancels the
-  // generation (finish reason kCancelled). Default: none (keep going).
-  std::function<bool(const GeneratedToken& token)> on_token;
-};
-
 struct GenerationResult {
   std::vector<int32_t> tokens;  // every generated id, end-of-generation included
   std::string text;             // the concatenated pieces, trailing_text included
@@ -142,27 +124,21 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kLength;
   double prompt_seconds = 0;
   double generate_seconds = 0;
-  // Generate only: for each generated token fed back, in order, the seconds
-  // from its sampling to the end of its forward pass (with speculation, a
-  // token accepted from a verified draft costs next to nothing, the one whose
-  // pass verified the drafts all of it). A caller tells a steady slowdown from
-  // a few stalled tokens with it.
+  // For each generated token fed back, in order, the seconds from the
+  // sampling of the token before it to the end of its own forward pass (with
+  // speculation, a token accepted from a verified draft costs next to
+  // nothing, the one whose pass verified the drafts all of it). A caller
+  // tells a steady slowdown from a few stalled tokens with it.
   std::vector<float> token_seconds;
   SpeculationStats speculation;
 };
 
-// Runs `prompt` (non-empty; evaluated at the session's next positions) and
-// generates. tokenizer may be null (then no text, no end-of-generation
-// detection). Session and backend errors are returned as they are;
-// InvalidArgument for an empty prompt, a negative max_tokens, top_logprobs
-// outside [0, 20] or draft_max outside [1, kMaxDraftTokens].
 // Log-softmax of `logits` ([n_vocab]; NaN counts as -inf) at `id`, and the
 // `top` most likely tokens (most likely first, ties by lower id) into *top.
 float LogSoftmaxAt(absl::Span<const float> logits, int32_t id, int top,
                    std::vector<TokenLogprob>* top_out);
 
-// The per-token part of a generation, shared by Generate and the batched
-// GenerationScheduler so that both produce the same tokens: samples a token
+// The per-token part of a generation: samples a token
 // from the logits, adds its logprobs, decodes its text through the stop
 // strings and reports it through on_token. Thread-safety: none (one
 // generation's state). sampler, tokenizer (may be null) and options are
@@ -192,12 +168,6 @@ class TokenEmitter {
   std::unique_ptr<tokenizer::StreamDecoder> decoder_;  // null without decode_text
   StopStringFilter filter_;
 };
-
-absl::StatusOr<GenerationResult> Generate(arch::Session& session, sampling::Sampler& sampler,
-                                          const tokenizer::Tokenizer* tokenizer,
-                                          absl::Span<const int32_t> prompt,
-                                          const GenerationOptions& options,
-                                          const GenerationCallbacks& callbacks);
 
 }  // namespace colibri::coordinator
 

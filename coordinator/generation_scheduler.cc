@@ -8,9 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/cluster_experts.h"
 #include "coordinator/remote_expert_backend.h"
 #include "coordinator/serve_metrics.h"
 #include "model/moe/local_expert_backend.h"
+#include "model/speculative/draft_planner.h"
 #include "model/speculative/mtp_drafter.h"
 #include "model/speculative/ngram_drafter.h"
 
@@ -22,19 +24,36 @@ using Clock = std::chrono::steady_clock;
 absl::Status ShuttingDown() { return absl::UnavailableError("the coordinator is shutting down"); }
 absl::Status Cancelled() { return absl::CancelledError("generation cancelled by the client"); }
 
+// Adds the change of every counter from `before` to `after` to *into.
+void AddDelta(const arch::SessionStats& after, const arch::SessionStats& before,
+              arch::SessionStats* into) {
+  into->tokens_evaluated += after.tokens_evaluated - before.tokens_evaluated;
+  into->evaluate_calls += after.evaluate_calls - before.evaluate_calls;
+  into->expert_wait_seconds += after.expert_wait_seconds - before.expert_wait_seconds;
+  into->expert_outstanding_seconds +=
+      after.expert_outstanding_seconds - before.expert_outstanding_seconds;
+  into->split_batches += after.split_batches - before.split_batches;
+  into->predict_seconds += after.predict_seconds - before.predict_seconds;
+  for (int d = 0; d < 2; ++d) {
+    into->predictor[d].layers += after.predictor[d].layers - before.predictor[d].layers;
+    into->predictor[d].routed += after.predictor[d].routed - before.predictor[d].routed;
+    into->predictor[d].predicted += after.predictor[d].predicted - before.predictor[d].predicted;
+    into->predictor[d].hits += after.predictor[d].hits - before.predictor[d].hits;
+  }
+}
+
 }  // namespace
 
 // A batched session and its expert backend, for one numeric path.
 struct GenerationScheduler::Engine {
-  std::unique_ptr<moe::ExpertBackend> backend;
-  RemoteExpertBackend* remote = nullptr;  // backend, when over nodes
+  std::unique_ptr<moe::ExpertBackend> local;  // the backend without nodes
+  moe::ExpertBackend* backend = nullptr;      // local, or the cluster's for this path
+  RemoteExpertBackend* remote = nullptr;      // backend, when over nodes
   std::unique_ptr<arch::Session> session;
   std::vector<bool> used;  // [sessions] slots taken by an active generation
   uint64_t steps = 0;      // Step calls, to rotate the decoding order
-  // Measured seconds of this session's steps per token count, the cost side
-  // of the draft plan.
-  speculative::StepCost cost;
-  uint64_t draft_steps = 0;  // steps planned with drafting on, for the probes
+  // The drafts of every step, from the step times measured on this session.
+  std::unique_ptr<speculative::DraftPlanner> planner;
   // --draft mtp: the model's NextN block, one sequence per slot.
   std::unique_ptr<speculative::MtpModule> mtp;
   // Split or unsplit steps, with kAuto over nodes (null otherwise).
@@ -53,6 +72,9 @@ struct GenerationScheduler::Active {
   std::unique_ptr<TokenEmitter> emitter;  // over sampler and options
   std::function<bool(const GeneratedToken&)> on_token;
   int32_t next = 0;           // the token to evaluate next, once the prompt is done
+  // evaluate_every_token: how the generation ends once `next`, its last
+  // token, is evaluated for its logits.
+  std::optional<FinishReason> final_feed;
   std::vector<float> logits;  // [rows][n_vocab] of the last step
   // Speculation (drafter null: plain decoding).
   std::unique_ptr<speculative::Drafter> drafter;
@@ -64,6 +86,7 @@ struct GenerationScheduler::Active {
   int undrafted_steps = 0;     // steps since it last carried drafts
   GenerationOutcome outcome;   // result and counters so far
   Clock::time_point prompt_start, generate_start;
+  Clock::time_point token_clock;  // the end of the prompt or the last token fed, for token_seconds
   absl::Time last_token;  // submission, then each token: for the latency metrics
   int generated = 0;      // tokens reported through on_token
   bool finished = false;
@@ -87,8 +110,8 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
   }
   std::unique_ptr<GenerationScheduler> scheduler(
       new GenerationScheduler(options, model, tokenizer, cluster, pool));
-  COLIBRI_ASSIGN_OR_RETURN(Engine * fast, scheduler->EngineFor(ops::NumericPath::kFast));
-  scheduler->n_ctx_ = fast->session->n_ctx();
+  COLIBRI_ASSIGN_OR_RETURN(Engine * first, scheduler->EngineFor(options.first_path));
+  scheduler->n_ctx_ = first->session->n_ctx();
   scheduler->stepper_ = std::thread([s = scheduler.get()] { s->StepLoop(); });
   return scheduler;
 }
@@ -153,12 +176,12 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
   if (engine != nullptr) return engine.get();
   auto e = std::make_unique<Engine>();
   if (cluster_ != nullptr) {
-    std::unique_ptr<RemoteExpertBackend> remote = cluster_->NewBackend(path);
-    e->remote = remote.get();
-    e->backend = std::move(remote);
+    e->remote = cluster_->Backend(path);
+    e->backend = e->remote;
   } else {
-    e->backend = std::make_unique<moe::LocalExpertBackend>(&model_.experts(),
-                                                           model_.config().n_expert, path, pool_);
+    e->local = std::make_unique<moe::LocalExpertBackend>(&model_.experts(),
+                                                         model_.config().n_expert, path, pool_);
+    e->backend = e->local.get();
   }
   arch::SessionOptions session_options;
   session_options.n_ctx = options_.ctx_size;
@@ -169,8 +192,12 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
   session_options.pipeline_halves = options_.pipeline_halves;
   session_options.kv_type = options_.kv_type;
   COLIBRI_ASSIGN_OR_RETURN(e->session,
-                           arch::Session::Create(model_, e->backend.get(), pool_, session_options));
+                           arch::Session::Create(model_, e->backend, pool_, session_options));
   e->used.assign(options_.sessions, false);
+  speculative::DraftPlannerOptions planner;
+  planner.max_draft = options_.speculation.draft_max;
+  planner.adaptive = options_.speculation.adaptive;
+  e->planner = std::make_unique<speculative::DraftPlanner>(planner);
   if (options_.speculation.draft == DraftKind::kMtp && !options_.speculation.make_drafter) {
     const arch::ModelConfig& config = model_.config();
     if (config.n_nextn_layer == 0) {
@@ -259,9 +286,6 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
                                                    " tokens, more than the context of ", n_ctx_));
   }
   a->options = spec.generation;
-  a->options.decode_text = true;
-  a->options.evaluate_every_token = false;  // only `run` reports logits
-  a->options.all_prompt_logits = false;
   if (a->options.max_tokens < 0) return absl::InvalidArgumentError("max_tokens must be >= 0");
   if (a->options.top_logprobs < 0 || a->options.top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(
@@ -357,9 +381,11 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
     const int left = static_cast<int>(a->prompt.size()) - a->prompt_done;
     if (left == 0) continue;
     const int take = std::min(left, budget);
-    // Only the chunk that ends the prompt needs logits.
-    chunks.push_back({a->seq, absl::MakeConstSpan(a->prompt).subspan(a->prompt_done, take), false,
-                      take == left ? &a->logits : nullptr,
+    // Only the chunk that ends the prompt needs logits, unless every prompt
+    // position's are reported.
+    const bool all = a->options.all_prompt_logits;
+    chunks.push_back({a->seq, absl::MakeConstSpan(a->prompt).subspan(a->prompt_done, take), all,
+                      take == left || all ? &a->logits : nullptr,
                       a->mtp != nullptr ? &a->hidden : nullptr});
     members.push_back(a.get());
     budget -= take;
@@ -368,10 +394,7 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
 
   const RemoteBackendStats remote_before =
       engine->remote != nullptr ? engine->remote->stats() : RemoteBackendStats();
-  const double wait_before = session.stats().expert_wait_seconds;
-  const double outstanding_before = session.stats().expert_outstanding_seconds;
-  const int64_t split_before = session.stats().split_batches;
-  const arch::PredictorStats predictor_before = session.stats().predictor[0];
+  const arch::SessionStats before = session.stats();
   const int tokens = session.n_batch() - budget;
   const bool choose_halves = engine->halves != nullptr && tokens >= 2;
   if (choose_halves) {
@@ -383,56 +406,84 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
   // The drafters' time counts in the step's cost: drafts that need a forward
   // of the NextN block cost that forward too.
-  if (status.ok()) engine->cost.Observe(tokens, draft_seconds + step_seconds);
+  if (status.ok()) engine->planner->Observe(tokens, draft_seconds + step_seconds);
   if (choose_halves && status.ok()) {
-    ObserveHalves(e, tokens, session.stats().split_batches > split_before, step_seconds);
+    ObserveHalves(e, tokens, session.stats().split_batches > before.split_batches, step_seconds);
   }
   const RemoteBackendStats remote_after =
       engine->remote != nullptr ? engine->remote->stats() : RemoteBackendStats();
-  const double wait = session.stats().expert_wait_seconds - wait_before;
+  arch::SessionStats delta;
+  AddDelta(session.stats(), before, &delta);
   {
-    const arch::PredictorStats& p = session.stats().predictor[0];
     absl::MutexLock lock(&mu_);
-    overlap_.wait_seconds += wait;
-    overlap_.outstanding_seconds += session.stats().expert_outstanding_seconds - outstanding_before;
-    overlap_.split_batches += session.stats().split_batches - split_before;
-    predictor_.layers += p.layers - predictor_before.layers;
-    predictor_.routed += p.routed - predictor_before.routed;
-    predictor_.predicted += p.predicted - predictor_before.predicted;
-    predictor_.hits += p.hits - predictor_before.hits;
+    overlap_.wait_seconds += delta.expert_wait_seconds;
+    overlap_.outstanding_seconds += delta.expert_outstanding_seconds;
+    overlap_.split_batches += delta.split_batches;
+    const arch::PredictorStats& p = delta.predictor[0];
+    predictor_.layers += p.layers;
+    predictor_.routed += p.routed;
+    predictor_.predicted += p.predicted;
+    predictor_.hits += p.hits;
   }
   for (size_t j = 0; j < members.size(); ++j) {
     Active& a = *members[j];
-    a.outcome.expert_wait_seconds += wait;
+    AddDelta(session.stats(), before, &a.outcome.steps);
     a.outcome.expert_round_trips += remote_after.round_trips - remote_before.round_trips;
     a.outcome.expert_bytes_sent += remote_after.bytes_sent - remote_before.bytes_sent;
     a.outcome.fallback_routes += remote_after.fallback_routes - remote_before.fallback_routes;
+    const int rows = static_cast<int>(chunks[j].tokens.size());
+    if (j < decoding.size()) {
+      SpeculationStats& s = a.outcome.result.speculation;
+      if (rows > 1) {
+        ++s.verify_steps;
+        s.drafted += rows - 1;
+        s.verify_seconds += draft_seconds + step_seconds;
+      } else {
+        ++s.plain_steps;
+        s.plain_seconds += step_seconds;
+      }
+    }
     if (!status.ok()) {
       Finish(a, status);
       continue;
     }
     if (a.mtp != nullptr) {
-      const int rows = static_cast<int>(chunks[j].tokens.size());
       a.mtp->OnHiddenStates(session.n_past(a.seq) - rows, rows, a.hidden.data());
     }
-    const int n_prompt = static_cast<int>(a.prompt.size());
-    if (a.prompt_done < n_prompt) {
-      a.prompt_done += static_cast<int>(chunks[j].tokens.size());
-      if (a.prompt_done < n_prompt) continue;
-      a.outcome.result.prompt_seconds =
-          std::chrono::duration<double>(Clock::now() - a.prompt_start).count();
-      for (int32_t id : a.prompt) a.sampler->Accept(id);
-      if (a.drafter != nullptr) a.drafter->Accept(a.prompt);
-      a.generate_start = Clock::now();
-      if (a.options.max_tokens == 0) {
-        Complete(a);
-        continue;
-      }
-      Advance(a, 1);
-      continue;
+    if (j < decoding.size()) {
+      Advance(a, rows, /*fed=*/true);
+    } else {
+      AfterPromptChunk(a, rows);
     }
-    Advance(a, static_cast<int>(chunks[j].tokens.size()));
   }
+}
+
+void GenerationScheduler::AfterPromptChunk(Active& a, int chunk_tokens) {
+  a.prompt_done += chunk_tokens;
+  const bool done = a.prompt_done == static_cast<int>(a.prompt.size());
+  if (a.options.all_prompt_logits || done) {
+    const absl::Status reported = a.job->OnLogits(a.logits);
+    if (!reported.ok()) {
+      Finish(a, reported);
+      return;
+    }
+  }
+  if (!done) return;
+  // The first token is sampled from the last position's row.
+  const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  a.logits.erase(a.logits.begin(), a.logits.end() - static_cast<ptrdiff_t>(n_vocab));
+  a.outcome.result.prompt_seconds =
+      std::chrono::duration<double>(Clock::now() - a.prompt_start).count();
+  a.outcome.prompt_steps = a.outcome.steps;
+  for (int32_t id : a.prompt) a.sampler->Accept(id);
+  if (a.drafter != nullptr) a.drafter->Accept(a.prompt);
+  a.job->OnPromptDone();
+  a.generate_start = a.token_clock = Clock::now();
+  if (a.options.max_tokens == 0) {
+    Complete(a);
+    return;
+  }
+  Advance(a, 1, /*fed=*/false);
 }
 
 void GenerationScheduler::ObserveHalves(int e, int tokens, bool split, double seconds) {
@@ -453,19 +504,19 @@ void GenerationScheduler::ObserveHalves(int e, int tokens, bool split, double se
 double GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding, int budget) {
   Engine& engine = *engines_[e];
   const arch::Session& session = *engine.session;
-  const SpeculationOptions& speculation = options_.speculation;
   // Each generation's guess, as long as it could use: within draft_max, the
   // tokens it may still generate (the last one sampled is never fed), its
   // context and what its cache can drop again.
   std::vector<std::vector<int32_t>> guesses(decoding.size());
   std::vector<speculative::DraftCandidate> candidates(decoding.size());
-  bool any = false;
+  std::vector<int> undrafted(decoding.size());
   for (size_t i = 0; i < decoding.size(); ++i) {
     Active& a = *decoding[i];
-    if (a.drafter == nullptr) continue;
+    undrafted[i] = a.undrafted_steps;
+    if (a.drafter == nullptr || a.final_feed.has_value()) continue;
     const int generated = static_cast<int>(a.outcome.result.tokens.size());
     const int most =
-        std::min({speculation.draft_max, a.options.max_tokens - generated - 1,
+        std::min({options_.speculation.draft_max, a.options.max_tokens - generated - 1,
                   session.n_ctx() - session.n_past(a.seq) - 1, session.max_truncate()});
     if (most <= 0) continue;
     // A costly drafter (a model) is asked once the plan knows how many
@@ -473,39 +524,15 @@ double GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding
     if (!a.drafter->ProposeIsCostly()) a.drafter->Propose(most, &guesses[i]);
     const int offered = a.drafter->ProposeIsCostly() ? most : static_cast<int>(guesses[i].size());
     candidates[i] = {a.acceptance.rate(), offered};
-    any |= offered > 0;
   }
-  if (!any) return 0;
-  const speculative::DraftLengthOptions defaults;
-  const int initial = std::min(defaults.initial_draft, speculation.draft_max);
-  std::vector<int> plan(decoding.size(), 0);
-  if (!speculation.adaptive) {
-    for (size_t i = 0; i < decoding.size(); ++i) plan[i] = candidates[i].most;
-  } else if (++engine.draft_steps % defaults.probe_interval == 0) {
-    // Now and then a step without drafts, so that the cost of the decoding
-    // tokens alone stays measured.
-  } else if (!engine.cost.measured(static_cast<int>(decoding.size()))) {
-    // These tokens alone first, so that what drafts add can be measured.
-  } else if (engine.cost.largest_measured() <= static_cast<int>(decoding.size())) {
-    // Nothing longer than these tokens alone measured yet: try.
-    for (size_t i = 0; i < decoding.size(); ++i) plan[i] = std::min(initial, candidates[i].most);
-  } else {
-    const int n = static_cast<int>(decoding.size());
-    plan = speculative::PlanDrafts(engine.cost, n, n, candidates, budget);
-    // A generation whose drafts do not pay still drafts now and then, so
-    // that its acceptance can recover.
-    for (size_t i = 0; i < decoding.size(); ++i) {
-      if (plan[i] == 0 && candidates[i].most > 0 &&
-          ++decoding[i]->undrafted_steps >= defaults.probe_interval) {
-        plan[i] = std::min(initial, candidates[i].most);
-      }
-    }
-  }
+  const std::vector<int> plan =
+      engine.planner->Plan(candidates, absl::MakeSpan(undrafted), budget);
   double draft_seconds = 0;
-  for (size_t i = 0; i < decoding.size() && budget > 0; ++i) {
-    int k = std::min(plan[i], budget);
-    if (k <= 0) continue;
+  for (size_t i = 0; i < decoding.size(); ++i) {
     Active& a = *decoding[i];
+    a.undrafted_steps = undrafted[i];
+    int k = plan[i];
+    if (k <= 0) continue;
     if (a.drafter->ProposeIsCostly()) {
       const auto start = Clock::now();
       a.drafter->Propose(k, &guesses[i]);
@@ -515,12 +542,11 @@ double GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding
     }
     a.chunk.insert(a.chunk.end(), guesses[i].begin(), guesses[i].begin() + k);
     a.undrafted_steps = 0;
-    budget -= k;
   }
   return draft_seconds;
 }
 
-void GenerationScheduler::Advance(Active& a, int rows) {
+void GenerationScheduler::Advance(Active& a, int rows, bool fed) {
   GenerationResult& result = a.outcome.result;
   arch::Session& session = *engines_[a.engine]->session;
   const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
@@ -529,29 +555,40 @@ void GenerationScheduler::Advance(Active& a, int rows) {
   const int base = session.n_past(a.seq) - rows;
   int accepted = 0;
   bool rejected = false;
-  const auto report_drafts = [&] {
-    if (drafted == 0) return;
-    a.acceptance.Observe(accepted, rejected);
-    if (options_.metrics != nullptr) options_.metrics->OnDrafts(accepted, drafted - accepted);
-  };
+  std::optional<FinishReason> end;
   for (int r = 0; r < rows; ++r) {
-    GeneratedToken token;
     const absl::Span<const float> row =
         absl::MakeConstSpan(a.logits).subspan(static_cast<size_t>(r) * n_vocab, n_vocab);
-    const std::optional<FinishReason> end = a.emitter->Emit(row, a.on_token, &result, &token);
-    if (a.drafter != nullptr) a.drafter->Accept({&token.id, 1});
-    if (end.has_value()) {
-      report_drafts();
-      result.finish_reason = *end;
-      Complete(a);
-      return;
+    if (fed) {
+      const absl::Status reported = a.job->OnLogits(row);
+      if (!reported.ok()) {
+        Finish(a, reported);
+        return;
+      }
+      const auto now = Clock::now();
+      result.token_seconds.push_back(std::chrono::duration<float>(now - a.token_clock).count());
+      a.token_clock = now;
     }
-    // As in Generate: the last token is sampled but not evaluated.
-    if (static_cast<int>(result.tokens.size()) == a.options.max_tokens) {
-      report_drafts();
-      result.finish_reason = FinishReason::kLength;
-      Complete(a);
-      return;
+    if (a.final_feed.has_value()) {  // its logits were the last ones wanted
+      end = a.final_feed;
+      break;
+    }
+    GeneratedToken token;
+    end = a.emitter->Emit(row, a.on_token, &result, &token);
+    if (a.drafter != nullptr) a.drafter->Accept({&token.id, 1});
+    if (!end.has_value() && static_cast<int>(result.tokens.size()) == a.options.max_tokens) {
+      end = FinishReason::kLength;
+    }
+    if (end.has_value()) {
+      // The last token is sampled but not evaluated, unless its logits (or
+      // an end of generation's) are wanted.
+      if (a.options.evaluate_every_token &&
+          (*end == FinishReason::kLength || *end == FinishReason::kEndOfGeneration)) {
+        a.final_feed = end;
+        a.next = token.id;
+        end.reset();
+      }
+      break;
     }
     if (r < drafted && token.id == a.chunk[r + 1]) {
       ++accepted;  // the sampled token was drafted: its logits are the next row
@@ -561,7 +598,16 @@ void GenerationScheduler::Advance(Active& a, int rows) {
     a.next = token.id;
     break;
   }
-  report_drafts();
+  if (drafted > 0) {
+    result.speculation.accepted += accepted;
+    a.acceptance.Observe(accepted, rejected);
+    if (options_.metrics != nullptr) options_.metrics->OnDrafts(accepted, drafted - accepted);
+  }
+  if (end.has_value()) {
+    result.finish_reason = *end;
+    Complete(a);
+    return;
+  }
   if (drafted > 0) {
     // Keep the chunk's first token and the accepted drafts.
     const int keep = base + 1 + accepted;

@@ -1,19 +1,21 @@
-// The generation core of `serve`, shared by its front ends (the gRPC
-// Inference service and the OpenAI-compatible HTTP API): continuous batching
-// of up to `sessions` generations, and a FIFO queue of jobs in front of them.
+// The generation core of `run` and `serve`, shared by every front end (the
+// `run` command, the gRPC Inference service and the OpenAI-compatible HTTP
+// API): continuous batching of up to `sessions` generations, and a FIFO queue
+// of jobs in front of them. `run` is a client with one session.
 //
 // A front end describes a request as a GenerationSpec, wraps it in its own
-// GenerationJob (which receives the tokens and the outcome) and submits it.
-// One stepping thread runs every active generation together: per numeric
-// path, one batched arch::Session holds a KV cache slot per generation, and
-// each step is one forward pass (Session::EvaluateBatch) over the next token
-// of every decoding generation plus prompt chunks of new ones, within
-// batch_size tokens (decoding generations first, so that a long prompt does
-// not stall them), so each MoE layer costs one round trip per involved node
-// for all of them. Jobs join and leave between steps; a cancelled job leaves
-// (and frees its slot) at the next step. Sampling, stop strings and logprobs
-// are coordinator::TokenEmitter's, as in Generate, and the kernels are
-// batch-invariant: a generation's tokens are those it would have alone.
+// GenerationJob (which receives the tokens, optionally the logits, and the
+// outcome) and submits it. One stepping thread runs every active generation
+// together: per numeric path, one batched arch::Session holds a KV cache slot
+// per generation, and each step is one forward pass (Session::EvaluateBatch)
+// over the next token of every decoding generation plus prompt chunks of new
+// ones, within batch_size tokens (decoding generations first, so that a long
+// prompt does not stall them), so each MoE layer costs one round trip per
+// involved node for all of them. Jobs join and leave between steps; a
+// cancelled job leaves (and frees its slot) at the next step. Sampling, stop
+// strings and logprobs are coordinator::TokenEmitter's, and the kernels are
+// batch-invariant: a generation's tokens and logits are those it would have
+// alone.
 //
 // Speculative decoding (Options::speculation): a decoding generation's chunk
 // is its next token and up to draft_max tokens its drafter guesses follow
@@ -22,17 +24,17 @@
 // sampler (same RNG stream, penalties, stop strings, end of generation and
 // max tokens as plain decoding), accepts drafts while they equal the sampled
 // tokens, and truncates its KV slot to what it accepted; its tokens are
-// reported as they are accepted. Drafts are planned for the whole step
-// (speculative::PlanDrafts) from each generation's acceptance and the step
-// times measured on this run per token count (a longer step reads a wider
-// union of experts), after the decoding tokens and before prompt chunks in
-// the step's budget (at most half of what is left while a prompt waits).
-// With --draft mtp each generation drafts with the model's NextN block
-// (speculative::MtpDrafter, one block sequence per slot, freed with it), fed
-// the hidden states of that generation's rows of every step; the block runs
-// on this thread before the step, and its time counts in the step's cost.
-// The job's callbacks run on the stepping thread: they must not block (queue
-// the output for the client; never wait for it).
+// reported as they are accepted. The drafts of a step are planned together by
+// the session's speculative::DraftPlanner from each generation's acceptance
+// and the step times measured on this run per token count (a longer step
+// reads a wider union of experts), after the decoding tokens and before
+// prompt chunks in the step's budget (at most half of what is left while a
+// prompt waits). With --draft mtp each generation drafts with the model's
+// NextN block (speculative::MtpDrafter, one block sequence per slot, freed
+// with it), fed the hidden states of that generation's rows of every step;
+// the block runs on this thread before the step, and its time counts in the
+// step's cost. The job's callbacks run on the stepping thread: they must not
+// block (queue the output for the client; never wait for it).
 //
 // Two pipelined half-batches (Options::pipeline_halves): with kAuto and
 // expert nodes, each step of at least two tokens (several generations, or a
@@ -63,10 +65,9 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/thread_pool.h"
-#include "coordinator/cluster_command.h"
 #include "coordinator/generation.h"
 #include "coordinator/halves_chooser.h"
-#include "coordinator/speculative_decoder.h"
+#include "coordinator/speculation_options.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/sampling/sampler.h"
@@ -74,7 +75,8 @@
 
 namespace colibri::coordinator {
 
-class ServeMetrics;  // serve_metrics.h
+class ClusterExperts;  // cluster_experts.h
+class ServeMetrics;    // serve_metrics.h
 
 // One request, as the scheduler runs it.
 struct GenerationSpec {
@@ -92,17 +94,21 @@ struct GenerationSpec {
   // Sampling, validated by the front end (the sampler's errors are returned
   // otherwise). Default: greedy.
   sampling::SamplingOptions sampling;
-  // Limits, stop strings and logprobs (decode_text is always on).
+  // Limits, stop strings, logprobs, text decoding and logits reporting.
   GenerationOptions generation;
 };
 
 // What a finished generation reports besides its tokens.
-// The expert counters are those of the forward steps the generation took part
-// in, which it shared with the generations batched with it.
+// The session and expert counters are those of the forward steps the
+// generation took part in, which it shared with the generations batched with
+// it.
 struct GenerationOutcome {
   GenerationResult result;
   int prompt_tokens = 0;
-  double expert_wait_seconds = 0;
+  // The session's counters over the generation's steps, and over those up to
+  // the end of its prompt (steps - prompt_steps: its decode).
+  arch::SessionStats steps;
+  arch::SessionStats prompt_steps;
   int64_t expert_round_trips = 0;  // 0 with local experts
   int64_t expert_bytes_sent = 0;
   int64_t fallback_routes = 0;
@@ -127,6 +133,18 @@ class GenerationJob {
 
   // A generated token; false cancels the generation.
   virtual bool OnToken(const GeneratedToken& token) = 0;
+  // Each evaluated row of logits, in order: first the prompt's
+  // ([n][n_vocab] per prompt chunk with all_prompt_logits, else [n_vocab]
+  // for its last position), then one [n_vocab] per token fed back (with
+  // evaluate_every_token also the last one and an end-of-generation one). A
+  // failure ends the generation with it. Default: ignores them.
+  virtual absl::Status OnLogits(absl::Span<const float> rows) {
+    (void)rows;
+    return absl::OkStatus();
+  }
+  // Once the prompt is evaluated, before the first token is sampled.
+  // Default: nothing.
+  virtual void OnPromptDone() {}
   // The outcome: CANCELLED after Cancel, UNAVAILABLE when the scheduler shut
   // down before the job ran, InvalidArgument for a prompt that does not fit,
   // or the session's and backend's errors.
@@ -143,9 +161,12 @@ class GenerationScheduler {
  public:
   struct Options {
     // Concurrent generations: the KV cache slots of the batched session of
-    // each numeric path (the exact path's is created on first use); more jobs
-    // queue. Default: 1.
+    // each numeric path; more jobs queue. Default: 1.
     int sessions = 1;
+    // The numeric path whose session Create makes (so that its errors show
+    // there); the other path's is made when a job first asks for it.
+    // Default: kFast.
+    ops::NumericPath first_path = ops::NumericPath::kFast;
     // Context size of every generation. Default: 0, meaning min(model, 4096).
     int ctx_size = 0;
     // Tokens per forward step: one per decoding generation, the rest for
@@ -173,7 +194,7 @@ class GenerationScheduler {
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed
   // here) and pool are borrowed and must outlive the scheduler. Creates the
-  // fast path's session, so session errors show here; InvalidArgument for
+  // session of first_path, so session errors show here; InvalidArgument for
   // sessions < 1 or draft_max outside [1, kMaxDraftTokens].
   static absl::StatusOr<std::unique_ptr<GenerationScheduler>> Create(
       const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
@@ -237,10 +258,15 @@ class GenerationScheduler {
   // engine `e`, within `budget` tokens: appends them to each one's chunk.
   // Returns the seconds costly drafters (MTP) spent proposing them.
   double PlanDrafts(int e, absl::Span<Active* const> decoding, int budget);
+  // After the step that evaluated `a`'s prompt chunk `chunk_tokens`: reports
+  // its logits; once the prompt is done, samples the first token.
+  void AfterPromptChunk(Active& a, int chunk_tokens);
   // Samples the next tokens of `a` from the `rows` rows of a->logits, row r
   // after chunk token r, accepting drafts while they are the sampled tokens;
   // truncates its slot to the accepted ones; finishes it when it ends.
-  void Advance(Active& a, int rows);
+  // `fed` says the rows follow tokens fed back (reported as such), not the
+  // prompt.
+  void Advance(Active& a, int rows, bool fed);
   // Ends `a` with `outcome` (reported to its job); frees its slot.
   void Finish(Active& a, absl::StatusOr<GenerationOutcome> outcome);
   void Complete(Active& a);

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "common/http_listener.h"
 #include "coordinator/chat_prompt.h"
+#include "coordinator/cluster_experts.h"
 #include "coordinator/serve_metrics.h"
 #include "httplib.h"
 #include "rpc/server_support.h"

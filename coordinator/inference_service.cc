@@ -111,7 +111,7 @@ class InferenceServiceImpl::GenerateCall final : public GenerationJob {
     stats->set_generated_tokens(static_cast<int32_t>(result.tokens.size()));
     stats->set_prompt_seconds(result.prompt_seconds);
     stats->set_generate_seconds(result.generate_seconds);
-    stats->set_expert_wait_seconds(outcome->expert_wait_seconds);
+    stats->set_expert_wait_seconds(outcome->steps.expert_wait_seconds);
     stats->set_expert_round_trips(outcome->expert_round_trips);
     stats->set_expert_bytes_sent(outcome->expert_bytes_sent);
     stats->set_fallback_routes(outcome->fallback_routes);

@@ -37,7 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "colibri/v1/inference.grpc.pb.h"
 #include "coordinator/chat_prompt.h"
-#include "coordinator/cluster_command.h"
+#include "coordinator/cluster_experts.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/request_limits.h"
 #include "model/arch/model.h"

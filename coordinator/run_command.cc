@@ -15,12 +15,11 @@
 #include "common/cpu_features.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
-#include "coordinator/generation.h"
+#include "absl/synchronization/notification.h"
+#include "coordinator/generation_scheduler.h"
 #include "coordinator/resident_weights.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
-#include "model/moe/local_expert_backend.h"
-#include "model/speculative/mtp_drafter.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/unicode_util.h"
 
@@ -113,6 +112,44 @@ void PrintPrediction(const arch::SessionStats& s, const arch::SessionStats& at_p
   err << absl::StrFormat("prediction: %.3f s\n", s.predict_seconds);
 }
 
+// `run`'s one generation on the scheduler: streams the text to `out`, writes
+// the logits and marks the cluster's prompt end; RunGenerate waits for it.
+class RunJob final : public GenerationJob {
+ public:
+  RunJob(GenerationSpec spec, std::ostream& out, LogitsWriter* logits, ClusterExperts* cluster)
+      : GenerationJob(std::move(spec)), out_(out), logits_(logits), cluster_(cluster) {}
+
+  bool OnToken(const GeneratedToken& token) override {
+    // A model may emit bytes that are not UTF-8 on their own (a lone
+    // continuation byte, a character cut short): print them as serve sends
+    // them, with U+FFFD, so that stdout is always valid UTF-8.
+    if (!token.text.empty()) out_ << tokenizer::ToValidUtf8(token.text) << std::flush;
+    return true;
+  }
+  absl::Status OnLogits(absl::Span<const float> rows) override {
+    return logits_->Write(rows.data(), rows.size());
+  }
+  void OnPromptDone() override {
+    if (cluster_ != nullptr) cluster_->MarkPromptDone();
+  }
+  void OnFinish(absl::StatusOr<GenerationOutcome> outcome) override {
+    outcome_ = std::move(outcome);
+    done_.Notify();
+  }
+
+  absl::StatusOr<GenerationOutcome> Wait() {
+    done_.WaitForNotification();
+    return std::move(outcome_);
+  }
+
+ private:
+  std::ostream& out_;
+  LogitsWriter* const logits_;
+  ClusterExperts* const cluster_;
+  absl::Notification done_;
+  absl::StatusOr<GenerationOutcome> outcome_ = absl::UnknownError("not finished");
+};
+
 }  // namespace
 
 absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostream& err) {
@@ -156,52 +193,32 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   // With nodes the pool's jobs come between waits on them: see ForIntermittentJobs.
   ThreadPool pool(options.threads, options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
                                                              : ThreadPool::Options());
-  std::unique_ptr<moe::ExpertBackend> local_backend;
   std::unique_ptr<ClusterExperts> cluster;
-  moe::ExpertBackend* backend = nullptr;
-  if (!options.cluster.enabled()) {
-    local_backend = std::make_unique<moe::LocalExpertBackend>(&model->experts(), config.n_expert,
-                                                              options.path, &pool);
-    backend = local_backend.get();
-  } else {
-    COLIBRI_ASSIGN_OR_RETURN(
-        cluster, ClusterExperts::Start(options.cluster, *model, options.path, &pool, err));
-    backend = cluster->backend();
+  if (options.cluster.enabled()) {
+    COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(options.cluster, *model, &pool, err));
   }
-  arch::SessionOptions session_options;
-  session_options.n_ctx = options.ctx_size;
   if (options.ctx_size > config.n_ctx_train) {
     err << "run: --ctx-size " << options.ctx_size << " is above the model's context length of "
         << config.n_ctx_train << "; using " << config.n_ctx_train << "\n";
   }
-  session_options.n_batch = options.batch_size;
-  session_options.path = options.path;
-  session_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
-                                   : options.cluster.enabled() ? 1
-                                                               : 0;
-  session_options.prefetch.count = options.prefetch_count;
-  session_options.kv_type = options.kv_type;
-  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Session> session,
-                           arch::Session::Create(*model, backend, &pool, session_options));
-  // --draft mtp: the NextN block, made now so that it sees the prompt.
-  std::unique_ptr<speculative::MtpModule> mtp;
-  std::unique_ptr<speculative::MtpDrafter> mtp_drafter;
-  if (options.speculation.draft == DraftKind::kMtp) {
-    if (config.n_nextn_layer == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--draft mtp: ", options.model_path, " has no NextN/MTP block (",
-                       config.arch, ".nextn_predict_layers is absent or 0); use --draft ngram"));
-    }
-    speculative::MtpOptions mtp_options;
-    mtp_options.n_ctx = session->n_ctx();
-    mtp_options.n_batch = options.batch_size;
-    mtp_options.path = options.path;
-    COLIBRI_ASSIGN_OR_RETURN(mtp,
-                             speculative::MtpModule::Open(options.model_path, &pool, mtp_options));
-    mtp_drafter = std::make_unique<speculative::MtpDrafter>(*session, *mtp);
-  }
-  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<sampling::Sampler> sampler,
-                           sampling::Sampler::Create(options.sampling, config.n_vocab));
+  // One generation on serve's core with one session.
+  GenerationScheduler::Options scheduler_options;
+  scheduler_options.sessions = 1;
+  scheduler_options.first_path = options.path;
+  scheduler_options.ctx_size = options.ctx_size;
+  scheduler_options.batch_size = options.batch_size;
+  scheduler_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
+                                     : options.cluster.enabled() ? 1
+                                                                 : 0;
+  scheduler_options.prefetch.count = options.prefetch_count;
+  // One generation's steps never hold two sequences to split between.
+  scheduler_options.pipeline_halves = arch::PipelineHalves::kOff;
+  scheduler_options.kv_type = options.kv_type;
+  scheduler_options.speculation = options.speculation;
+  const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
+  COLIBRI_ASSIGN_OR_RETURN(
+      std::unique_ptr<GenerationScheduler> scheduler,
+      GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
   LogitsWriter logits_out;
   COLIBRI_RETURN_IF_ERROR(logits_out.Open(options.logits_out));
   err << absl::StrFormat(
@@ -212,38 +229,21 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
       options.path == ops::NumericPath::kExact ? "exact" : "fast",
       arch::KvTypeName(options.kv_type), Seconds(load_start));
 
-  GenerationOptions generation;
-  generation.max_tokens = options.n_predict;
-  generation.ignore_eos = options.ignore_eos;
-  generation.decode_text = !options.print_token_ids;
-  generation.evaluate_every_token = logits_out.enabled();
-  generation.all_prompt_logits = options.all_logits;
-  generation.speculation = options.speculation;
-  if (mtp_drafter != nullptr) {
-    generation.speculation.make_drafter = [&]() -> std::unique_ptr<speculative::Drafter> {
-      mtp_drafter->Restart();
-      return std::make_unique<speculative::BorrowedDrafter>(mtp_drafter.get());
-    };
-  }
-  GenerationCallbacks callbacks;
-  callbacks.on_logits = [&](absl::Span<const float> rows) {
-    return logits_out.Write(rows.data(), rows.size());
-  };
-  arch::SessionStats at_prompt_done;
-  callbacks.on_prompt_done = [&] {
-    if (cluster != nullptr) cluster->MarkPromptDone();
-    at_prompt_done = session->stats();
-  };
-  callbacks.on_token = [&](const GeneratedToken& token) {
-    // A model may emit bytes that are not UTF-8 on their own (a lone
-    // continuation byte, a character cut short): print them as serve sends
-    // them, with U+FFFD, so that stdout is always valid UTF-8.
-    if (!token.text.empty()) out << tokenizer::ToValidUtf8(token.text) << std::flush;
-    return true;
-  };
-  const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
-  COLIBRI_ASSIGN_OR_RETURN(GenerationResult result,
-                           Generate(*session, *sampler, tokenizer, prompt, generation, callbacks));
+  GenerationSpec spec;
+  spec.prompt_ids = prompt;
+  spec.path = options.path;
+  spec.sampling = options.sampling;
+  spec.generation.max_tokens = options.n_predict;
+  spec.generation.ignore_eos = options.ignore_eos;
+  spec.generation.decode_text = !options.print_token_ids;
+  spec.generation.evaluate_every_token = logits_out.enabled();
+  spec.generation.all_prompt_logits = options.all_logits;
+  auto job = std::make_shared<RunJob>(std::move(spec), out, &logits_out, cluster.get());
+  COLIBRI_RETURN_IF_ERROR(scheduler->Submit(job));
+  absl::StatusOr<GenerationOutcome> outcome = job->Wait();
+  scheduler->Stop();
+  COLIBRI_RETURN_IF_ERROR(outcome.status());
+  const GenerationResult& result = outcome->result;
   const std::vector<int32_t>& generated = result.tokens;
   const bool printed_text = tokenizer != nullptr && !options.print_token_ids;
   if (printed_text) out << tokenizer::ToValidUtf8(result.trailing_text);
@@ -256,7 +256,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   out << std::flush;
   COLIBRI_RETURN_IF_ERROR(logits_out.Close());
   if (result.finish_reason == FinishReason::kContextFull) {
-    err << "generation stopped: the context of " << session->n_ctx() << " positions is full\n";
+    err << "generation stopped: the context of " << scheduler->n_ctx() << " positions is full\n";
   }
   const double prompt_seconds = result.prompt_seconds;
   const double gen_seconds = result.generate_seconds;
@@ -277,13 +277,13 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
         s.plain_seconds, s.drafted, s.accepted, 100 * s.acceptance_rate(),
         s.mean_accepted_length());
   }
-  if (session_options.prefetch.depth > 0) {
-    PrintPrediction(session->stats(), at_prompt_done, session_options.prefetch.depth, err);
+  if (scheduler_options.prefetch.depth > 0) {
+    PrintPrediction(outcome->steps, outcome->prompt_steps, scheduler_options.prefetch.depth, err);
   }
   if (cluster != nullptr) {
     // Overlap: the share of the time replies were outstanding during which
     // the coordinator computed (the shared expert, with one sequence).
-    const arch::SessionStats& s = session->stats();
+    const arch::SessionStats& s = outcome->steps;
     err << absl::StrFormat("expert overlap: outstanding_s=%.3f wait_s=%.3f overlap=%.1f%%\n",
                            s.expert_outstanding_seconds, s.expert_wait_seconds, 100 * s.overlap());
     cluster->PrintStats(err, std::max<int64_t>(static_cast<int64_t>(generated.size()) - 1, 0));

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "coordinator/cluster_command.h"
-#include "coordinator/speculative_decoder.h"
+#include "coordinator/cluster_experts.h"
+#include "coordinator/speculation_options.h"
+#include "model/arch/session.h"
 #include "model/ops/matmul.h"
 #include "model/sampling/sampler.h"
 

@@ -92,9 +92,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     cluster_options.auth_token_file = !options.node_auth_token_file.empty()
                                           ? options.node_auth_token_file
                                           : options.auth_token_file;
-    // Sessions pick their path per request; the backend Start makes is unused.
-    COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(cluster_options, *model,
-                                                            ops::NumericPath::kFast, &pool, err));
+    COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(cluster_options, *model, &pool, err));
     COLIBRI_RETURN_IF_ERROR(cluster->WatchMembership(cluster_options, err));
   }
 

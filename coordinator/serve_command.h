@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "coordinator/cluster_command.h"
-#include "coordinator/speculative_decoder.h"
+#include "coordinator/cluster_experts.h"
+#include "coordinator/speculation_options.h"
 #include "model/arch/session.h"
 
 namespace colibri::coordinator {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/cluster_command.h"
+#include "coordinator/cluster_experts.h"
 #include "coordinator/generation_scheduler.h"
 #include "grpcpp/support/interceptor.h"
 

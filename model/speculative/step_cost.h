@@ -1,6 +1,6 @@
 // What a forward step of n tokens costs on this run: a running mean of the
-// measured step time per token count, the cost side of the draft length
-// (draft_length.h).
+// measured step time per token count, the cost side of the draft plan
+// (draft_planner.h).
 //
 // A longer draft is not a linear cost: each drafted token may route to
 // experts nobody else in the step needs, so the union of experts per layer

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "model/arch/model.h"
 #include "model/speculative/drafter.h"
+#include "tests/support/recording_job.h"
 #include "tests/support/tiny_nextn_model.h"
 
 namespace colibri::coordinator {
@@ -27,24 +28,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::TinyNextnModel;
 
-class RecordingJob : public GenerationJob {
- public:
-  using GenerationJob::GenerationJob;
-  bool OnToken(const GeneratedToken& token) override {
-    tokens.push_back(token);
-    return true;
-  }
-  void OnFinish(absl::StatusOr<GenerationOutcome> outcome) override {
-    status = outcome.status();
-    if (outcome.ok()) result = std::move(outcome->result);
-    done.Notify();
-  }
-
-  std::vector<GeneratedToken> tokens;
-  absl::Status status;
-  GenerationResult result;
-  absl::Notification done;
-};
+using testing::RecordingJob;
 
 void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
   ASSERT_TRUE(plain.status.ok()) << plain.status;

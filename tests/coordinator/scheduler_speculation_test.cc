@@ -16,6 +16,7 @@
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/support/demo_model.h"
+#include "tests/support/recording_job.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -23,24 +24,7 @@ namespace {
 using testing::kDemoModel;
 
 // Records what the scheduler reports for one job.
-class RecordingJob : public GenerationJob {
- public:
-  using GenerationJob::GenerationJob;
-  bool OnToken(const GeneratedToken& token) override {
-    tokens.push_back(token);
-    return true;
-  }
-  void OnFinish(absl::StatusOr<GenerationOutcome> outcome) override {
-    status = outcome.status();
-    if (outcome.ok()) result = std::move(outcome->result);
-    done.Notify();
-  }
-
-  std::vector<GeneratedToken> tokens;
-  absl::Status status;
-  GenerationResult result;
-  absl::Notification done;
-};
+using testing::RecordingJob;
 
 void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
   ASSERT_TRUE(plain.status.ok()) << plain.status;

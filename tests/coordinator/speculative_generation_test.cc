@@ -1,8 +1,9 @@
 // Speculative decoding changes nothing but the speed: on the fixture models
-// and the demo model, Generate with the n-gram drafter gives the same tokens,
-// text, log-probabilities, logits rows, finish reason and final cache length
-// as plain decoding, greedy and seeded (with penalties), with stop strings and
-// every max_tokens. Drafts must actually be verified and accepted (else the
+// and the demo model, one generation alone on the GenerationScheduler (as
+// `run` drives it) with the n-gram drafter gives the same tokens, text,
+// log-probabilities, logits rows (every prompt position's too) and finish
+// reason as plain decoding, greedy and seeded (with penalties), with stop
+// strings, a full context and every max_tokens. Drafts must actually be verified and accepted (else the
 // comparison would prove nothing): by the n-gram drafter on the demo model
 // with a prompt that repeats, by an oracle drafter on the fixtures. It relies on the
 // kernels being batch-invariant, which the first test checks.
@@ -11,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/generation.h"
+#include "coordinator/generation_scheduler.h"
 #include "gtest/gtest.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
@@ -21,6 +22,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "tests/support/demo_model.h"
 #include "tests/support/golden.h"
+#include "tests/support/recording_job.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -99,42 +101,39 @@ TEST(SpeculativeGenerationTest, ATokenHasBitwiseTheSameLogitsAloneAndInABatch) {
   }
 }
 
-// What a generation produced, for comparison.
-struct Outcome {
-  GenerationResult result;
-  std::vector<GeneratedToken> tokens;
-  std::vector<float> logits;  // every reported row, concatenated
-  int n_past = 0;
+// How the scheduler of a comparison is made: its batch and context.
+struct Shape {
+  int n_batch = 64;
+  int n_ctx = 512;
 };
 
-Outcome RunOnce(const Loaded& l, arch::Session& session, const std::vector<int32_t>& prompt,
-                const sampling::SamplingOptions& sampling, const GenerationOptions& options) {
-  Outcome out;
-  session.Reset();
-  auto sampler = sampling::Sampler::Create(sampling, l.model->config().n_vocab);
-  EXPECT_TRUE(sampler.ok()) << sampler.status();
-  GenerationCallbacks callbacks;
-  callbacks.on_token = [&](const GeneratedToken& t) {
-    out.tokens.push_back(t);
-    return true;
-  };
-  callbacks.on_logits = [&](absl::Span<const float> rows) {
-    out.logits.insert(out.logits.end(), rows.begin(), rows.end());
-    return absl::OkStatus();
-  };
-  auto result = Generate(session, **sampler, l.tokenizer.get(), prompt, options, callbacks);
-  EXPECT_TRUE(result.ok()) << result.status();
-  if (result.ok()) out.result = std::move(*result);
-  out.n_past = session.n_past();
-  return out;
+std::shared_ptr<testing::RecordingJob> RunOnce(const Loaded& l, const Shape& shape,
+                                               const std::vector<int32_t>& prompt,
+                                               const sampling::SamplingOptions& sampling,
+                                               const GenerationOptions& options,
+                                               const SpeculationOptions& speculation) {
+  GenerationScheduler::Options scheduler;
+  scheduler.batch_size = shape.n_batch;
+  scheduler.ctx_size = shape.n_ctx;
+  scheduler.pipeline_halves = arch::PipelineHalves::kOff;
+  scheduler.speculation = speculation;
+  GenerationSpec spec;
+  spec.prompt_ids = prompt;
+  spec.sampling = sampling;
+  spec.generation = options;
+  auto job =
+      testing::RunAlone(scheduler, *l.model, l.tokenizer.get(), l.pool.get(), std::move(spec));
+  EXPECT_TRUE(job->status.ok()) << job->status;
+  return job;
 }
+
+using Outcome = testing::RecordingJob;
 
 void ExpectSame(const Outcome& plain, const Outcome& spec) {
   EXPECT_EQ(plain.result.tokens, spec.result.tokens);
   EXPECT_EQ(plain.result.text, spec.result.text);
   EXPECT_EQ(plain.result.trailing_text, spec.result.trailing_text);
   EXPECT_EQ(plain.result.finish_reason, spec.result.finish_reason);
-  EXPECT_EQ(plain.n_past, spec.n_past);
   // One time per token fed back, whether it came from a draft or not: every
   // generated token but (at most) the last.
   EXPECT_EQ(plain.result.token_seconds.size(), spec.result.token_seconds.size());
@@ -220,22 +219,24 @@ std::vector<int32_t> Repeating(const std::vector<int32_t>& tokens) {
 
 // Plain vs speculative for the given sampling and options; returns the
 // speculative run's counters.
-SpeculationStats Compare(const Loaded& l, arch::Session& session,
-                         const std::vector<int32_t>& prompt,
-                         const sampling::SamplingOptions& sampling, GenerationOptions options,
-                         int draft_max, bool adaptive, Drafting drafting = Drafting::kNgram) {
-  options.speculation = {};
-  const Outcome plain = RunOnce(l, session, prompt, sampling, options);
-  options.speculation.draft = DraftKind::kNgram;
-  options.speculation.draft_max = draft_max;
-  options.speculation.adaptive = adaptive;
+SpeculationStats Compare(const Loaded& l, const Shape& shape, const std::vector<int32_t>& prompt,
+                         const sampling::SamplingOptions& sampling,
+                         const GenerationOptions& options, int draft_max, bool adaptive,
+                         Drafting drafting = Drafting::kNgram) {
+  const auto plain_job = RunOnce(l, shape, prompt, sampling, options, {});
+  const Outcome& plain = *plain_job;
+  SpeculationOptions speculation;
+  speculation.draft = DraftKind::kNgram;
+  speculation.draft_max = draft_max;
+  speculation.adaptive = adaptive;
   if (drafting == Drafting::kOracle) {
     const int32_t n_vocab = l.model->config().n_vocab;
-    options.speculation.make_drafter = [&plain, &prompt, n_vocab] {
+    speculation.make_drafter = [&plain, &prompt, n_vocab] {
       return std::make_unique<OracleDrafter>(plain.result.tokens, prompt.size(), n_vocab);
     };
   }
-  const Outcome spec = RunOnce(l, session, prompt, sampling, options);
+  const auto spec_job = RunOnce(l, shape, prompt, sampling, options, speculation);
+  const Outcome& spec = *spec_job;
   ExpectSame(plain, spec);
   EXPECT_EQ(plain.result.speculation.verify_steps, 0);
   const SpeculationStats& s = spec.result.speculation;
@@ -257,8 +258,6 @@ TEST(SpeculativeGenerationTest, FixtureModelsGiveTheSameOutputWithVerifiedDrafts
         << error;
     std::vector<int32_t> prompt = c.prompt_tokens;
     for (int32_t& t : prompt) t %= l.model->config().n_vocab;
-    auto session = NewSession(l, ops::NumericPath::kFast);
-    ASSERT_NE(session, nullptr);
     GenerationOptions options;
     options.max_tokens = 24;
     options.ignore_eos = true;
@@ -268,11 +267,11 @@ TEST(SpeculativeGenerationTest, FixtureModelsGiveTheSameOutputWithVerifiedDrafts
       SCOPED_TRACE(seeded ? "seeded" : "greedy");
       const sampling::SamplingOptions sampling = seeded ? Seeded() : Greedy();
       const SpeculationStats oracle =
-          Compare(l, *session, prompt, sampling, options, 5, false, Drafting::kOracle);
+          Compare(l, {}, prompt, sampling, options, 5, false, Drafting::kOracle);
       EXPECT_GT(oracle.verify_steps, 0);
       EXPECT_GT(oracle.accepted, 0);
       EXPECT_LT(oracle.accepted, oracle.drafted);
-      Compare(l, *session, Repeating(prompt), sampling, options, 4, true);
+      Compare(l, {}, Repeating(prompt), sampling, options, 4, true);
     }
   }
 }
@@ -281,20 +280,22 @@ TEST(SpeculativeGenerationTest, EveryMaxTokensAndLogitsRowStayTheSame) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
   Loaded l = Load(FixturePath("qwen3moe-tiny-f32"), ops::NumericPath::kFast);
   ASSERT_NE(l.model, nullptr);
-  auto session = NewSession(l, ops::NumericPath::kFast);
   const std::vector<int32_t> prompt = Repeating({5, 6, 7, 8, 9, 10, 11, 12});
   GenerationOptions options;
   options.ignore_eos = true;
   int64_t accepted = 0;
+  // A batch of 5 takes the 16-token prompt in four chunks.
+  const Shape chunked{5, 512};
   for (bool every : {false, true}) {
     options.evaluate_every_token = every;
+    options.all_prompt_logits = every;
     for (int max_tokens = 0; max_tokens <= 14; ++max_tokens) {
       SCOPED_TRACE(::testing::Message() << "max_tokens " << max_tokens << " every " << every);
       options.max_tokens = max_tokens;
       accepted +=
-          Compare(l, *session, prompt, Greedy(), options, 5, false, Drafting::kOracle).accepted;
+          Compare(l, chunked, prompt, Greedy(), options, 5, false, Drafting::kOracle).accepted;
       accepted +=
-          Compare(l, *session, prompt, Seeded(), options, 3, false, Drafting::kOracle).accepted;
+          Compare(l, {}, prompt, Seeded(), options, 3, false, Drafting::kOracle).accepted;
     }
   }
   EXPECT_GT(accepted, 0);
@@ -305,14 +306,18 @@ TEST(SpeculativeGenerationTest, AFullContextEndsAtTheSameToken) {
   Loaded l = Load(FixturePath("qwen3moe-tiny-f32"), ops::NumericPath::kFast);
   ASSERT_NE(l.model, nullptr);
   const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10, 11, 12};
-  auto session = NewSession(l, ops::NumericPath::kFast, 64, /*n_ctx=*/20);
   GenerationOptions options;
   options.max_tokens = 40;
   options.ignore_eos = true;
-  const SpeculationStats s =
-      Compare(l, *session, prompt, Greedy(), options, 8, false, Drafting::kOracle);
+  const Shape small{64, /*n_ctx=*/20};
+  const SpeculationStats s = Compare(l, small, prompt, Greedy(), options, 8, false,
+                                     Drafting::kOracle);
   EXPECT_GT(s.accepted, 0);
-  EXPECT_EQ(session->n_past(), 20);
+  // 20 positions: the 8 of the prompt, 12 tokens fed back, and the last one
+  // sampled when the context was full.
+  const auto alone = RunOnce(l, small, prompt, Greedy(), options, {});
+  EXPECT_EQ(alone->result.finish_reason, FinishReason::kContextFull);
+  EXPECT_EQ(alone->result.tokens.size(), 13u);
 }
 
 TEST(SpeculativeGenerationTest, ASlidingWindowCacheThatCannotDropDecodesPlainly) {
@@ -332,19 +337,20 @@ TEST(SpeculativeGenerationTest, ASlidingWindowCacheThatCannotDropDecodesPlainly)
   options.max_tokens = 24;
   options.ignore_eos = true;
   const SpeculationStats s =
-      Compare(l, *session, prompt, Greedy(), options, 4, false, Drafting::kOracle);
+      Compare(l, {1, window * 4}, prompt, Greedy(), options, 4, false, Drafting::kOracle);
   EXPECT_EQ(s.verify_steps, 0);
   // With room in the ring, drafts are verified and the output is the same.
   auto roomy = NewSession(l, ops::NumericPath::kFast, /*n_batch=*/16, /*n_ctx=*/window * 4);
   EXPECT_EQ(roomy->max_truncate(), 15);
-  EXPECT_GT(Compare(l, *roomy, prompt, Greedy(), options, 4, false, Drafting::kOracle).accepted, 0);
+  EXPECT_GT(
+      Compare(l, {16, window * 4}, prompt, Greedy(), options, 4, false, Drafting::kOracle).accepted,
+      0);
 }
 
 TEST(SpeculativeGenerationTest, DemoModelKeepsStopStringsAndEndOfGeneration) {
   Loaded l = Load(kDemoModel, ops::NumericPath::kFast);
   ASSERT_NE(l.model, nullptr);
   ASSERT_NE(l.tokenizer, nullptr);
-  auto session = NewSession(l, ops::NumericPath::kFast);
   tokenizer::EncodeOptions enc;
   enc.add_special = true;
   const std::string verse =
@@ -361,21 +367,22 @@ TEST(SpeculativeGenerationTest, DemoModelKeepsStopStringsAndEndOfGeneration) {
   options.top_logprobs = 2;
   int64_t accepted = 0;
   for (const sampling::SamplingOptions& sampling : {Greedy(), Seeded()}) {
-    accepted += Compare(l, *session, *repeat, sampling, options, 8, false).accepted;
-    Compare(l, *session, *repeat, sampling, options, 8, true);
-    Compare(l, *session, *free_text, sampling, options, 4, false);
+    accepted += Compare(l, {}, *repeat, sampling, options, 8, false).accepted;
+    Compare(l, {}, *repeat, sampling, options, 8, true);
+    Compare(l, {}, *free_text, sampling, options, 4, false);
   }
   EXPECT_GT(accepted, 0);
 
   // Stop strings taken from the middle of the plain output: the speculative
   // run must stop at the same token, inside what was a draft.
-  const Outcome plain = RunOnce(l, *session, *repeat, Greedy(), options);
+  const auto plain_job = RunOnce(l, {}, *repeat, Greedy(), options, {});
+  const Outcome& plain = *plain_job;
   ASSERT_GT(plain.result.text.size(), 30u);
   for (size_t at : {size_t{5}, size_t{17}, size_t{29}}) {
     GenerationOptions stop = options;
     stop.stop = {plain.result.text.substr(at, 4)};
     SCOPED_TRACE("stop '" + stop.stop[0] + "'");
-    Compare(l, *session, *repeat, Greedy(), stop, 8, false);
+    Compare(l, {}, *repeat, Greedy(), stop, 8, false);
   }
 
   // End of generation inside a draft: a prompt whose repeats end with the
@@ -390,9 +397,9 @@ TEST(SpeculativeGenerationTest, DemoModelKeepsStopStringsAndEndOfGeneration) {
       with_eos.push_back(eos);
     }
     with_eos.insert(with_eos.end(), line->begin(), line->end());
-    Compare(l, *session, with_eos, Greedy(), options, 8, false);
+    Compare(l, {}, with_eos, Greedy(), options, 8, false);
     options.evaluate_every_token = true;
-    Compare(l, *session, with_eos, Greedy(), options, 8, false);
+    Compare(l, {}, with_eos, Greedy(), options, 8, false);
   }
 }
 

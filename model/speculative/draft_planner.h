@@ -1,5 +1,7 @@
-// Adaptive draft length: how many drafted tokens a verify step should carry,
-// chosen from what the run has measured so far.
+// The draft policy: how many drafted tokens each decoding sequence of a
+// forward step carries, chosen from what the run has measured so far. `run`
+// and `serve` share it (coordinator/generation_scheduler.h plans every step
+// with one DraftPlanner per batched session).
 //
 // A step of n tokens costs T(n), measured on this run per token count
 // (StepCost, step_cost.h): the union of experts a step reads widens with its
@@ -7,24 +9,24 @@
 // here, not an assumed constant. A sequence's k drafts are worth
 // a + a^2 + ... + a^k expected extra tokens, with a its per-draft acceptance
 // (each draft is accepted only if the ones before it were), estimated from
-// decayed counts (DraftAcceptance). PlanDrafts then chooses the drafts of
-// every decoding sequence of a step together: the number that maximises the
+// decayed counts (DraftAcceptance). PlanDrafts chooses the drafts of every
+// decoding sequence of a step together: the number that maximises the
 // expected tokens per second of the step, (tokens without drafts + expected
 // accepted drafts) / T(tokens + drafts), taking each sequence's drafts in the
 // order of their expected worth. Drafting stops where it does not pay on this
 // run: when drafts are rejected, or when their tokens cost as much as they
 // save.
 //
-// DraftLength is that policy for one generation (`run`): it measures a plain
-// step, tries initial_draft drafts, then plans from the measurements. While
-// drafting does not pay, every probe_interval-th step still drafts so that
-// the acceptance can recover; while it does, every probe_interval-th step is
-// plain so that T(1) stays measured. `serve`'s scheduler plans its batched
-// steps with PlanDrafts directly over one StepCost per batched session.
+// DraftPlanner measures steps of the decoding tokens alone first, then tries
+// initial_draft drafts, then plans from the measurements. Every
+// probe_interval-th step is plain so that the cost without drafts stays
+// measured, and a sequence left without drafts for probe_interval steps
+// drafts again so that its acceptance can recover.
 //
-// Thread-safety: none; one DraftLength or DraftAcceptance per generation.
-#ifndef COLIBRI_MODEL_SPECULATIVE_DRAFT_LENGTH_H_
-#define COLIBRI_MODEL_SPECULATIVE_DRAFT_LENGTH_H_
+// Thread-safety: none; one DraftPlanner per batched session, one
+// DraftAcceptance per sequence.
+#ifndef COLIBRI_MODEL_SPECULATIVE_DRAFT_PLANNER_H_
+#define COLIBRI_MODEL_SPECULATIVE_DRAFT_PLANNER_H_
 
 #include <cstdint>
 #include <vector>
@@ -34,7 +36,7 @@
 
 namespace colibri::speculative {
 
-struct DraftLengthOptions {
+struct DraftPlannerOptions {
   // Most drafted tokens per verify step, >= 1. Default: 8.
   int max_draft = 8;
   // Drafts per step before the cost of a longer step is measured. Default: 4
@@ -42,8 +44,8 @@ struct DraftLengthOptions {
   int initial_draft = 4;
   // Steps between probes (see above). Default: 16.
   int probe_interval = 16;
-  // false: every step asks for max_draft drafts (for tests and for
-  // measuring a fixed length). Default: true.
+  // false: every sequence drafts as many as it may (its cap) at every step
+  // (for tests and for measuring a fixed length). Default: true.
   bool adaptive = true;
   // Weight of a new timing in the per-token-count moving averages.
   // Default: 0.2.
@@ -84,34 +86,31 @@ struct DraftCandidate {
 std::vector<int> PlanDrafts(const StepCost& cost, int base_tokens, double base_yield,
                             absl::Span<const DraftCandidate> candidates, int budget);
 
-class DraftLength {
+class DraftPlanner {
  public:
-  explicit DraftLength(const DraftLengthOptions& options);
+  explicit DraftPlanner(const DraftPlannerOptions& options);
 
-  // Drafts to ask for at the next step (0: a plain step).
-  int Next();
+  // Drafts for each decoding sequence of the next step, at most `budget` in
+  // all and candidates[i].most (already capped by max_draft, the tokens the
+  // sequence may still generate, its context) for each. undrafted[i] counts
+  // the steps since sequence i last carried drafts: Plan increments it for a
+  // sequence it leaves without drafts while others are planned, and gives
+  // initial_draft drafts to one that reaches probe_interval; the caller sets
+  // it to 0 when the sequence's drafts are evaluated.
+  std::vector<int> Plan(absl::Span<const DraftCandidate> candidates, absl::Span<int> undrafted,
+                        int budget);
+  // A step of `tokens` tokens (drafts included) took `seconds`, the
+  // drafters' time for its drafts included.
+  void Observe(int tokens, double seconds) { cost_.Observe(tokens, seconds); }
 
-  // Reports a plain step (one token evaluated) that took `seconds`.
-  void OnPlainStep(double seconds);
-  // Reports a verify step of `drafted` >= 1 drafts, `accepted` of them
-  // accepted, that took `seconds`.
-  void OnVerifyStep(int drafted, int accepted, double seconds);
-
-  // The estimates behind Next(), for stats and tests.
-  double acceptance() const { return acceptance_.rate(); }
-  double plain_seconds() const { return cost_.Seconds(1); }  // 0 until measured
-  // Per drafted token, from a plain step to the longest step measured; 0
-  // until both are measured.
-  double draft_seconds() const;
   const StepCost& cost() const { return cost_; }
 
  private:
-  const DraftLengthOptions options_;
+  const DraftPlannerOptions options_;
   StepCost cost_;
-  DraftAcceptance acceptance_;
-  int steps_since_probe_ = 0;
+  uint64_t steps_ = 0;  // Plan calls with something to draft, for the probes
 };
 
 }  // namespace colibri::speculative
 
-#endif  // COLIBRI_MODEL_SPECULATIVE_DRAFT_LENGTH_H_
+#endif  // COLIBRI_MODEL_SPECULATIVE_DRAFT_PLANNER_H_

@@ -1,4 +1,4 @@
-#include "model/speculative/draft_length.h"
+#include "model/speculative/draft_planner.h"
 
 #include <algorithm>
 #include <utility>
@@ -55,38 +55,44 @@ std::vector<int> PlanDrafts(const StepCost& cost, int base_tokens, double base_y
   return plan;
 }
 
-DraftLength::DraftLength(const DraftLengthOptions& options)
-    : options_(options), cost_(options.timing_weight), acceptance_(options.acceptance_decay) {}
+DraftPlanner::DraftPlanner(const DraftPlannerOptions& options)
+    : options_(options), cost_(options.timing_weight) {}
 
-double DraftLength::draft_seconds() const {
-  const int largest = cost_.largest_measured();
-  if (largest <= 1) return 0;
-  return (cost_.Seconds(largest) - cost_.Seconds(1)) / (largest - 1);
-}
-
-int DraftLength::Next() {
-  const int max_draft = std::max(1, options_.max_draft);
-  const int initial = std::min(std::max(1, options_.initial_draft), max_draft);
-  if (!options_.adaptive) return max_draft;
-  // Measure a plain step first, then one verify step, before trusting the
-  // model of the cost.
-  if (cost_.empty()) return 0;
-  if (cost_.largest_measured() <= 1) return initial;
-  const DraftCandidate self{acceptance(), max_draft};
-  const int best = PlanDrafts(cost_, 1, 1.0, {&self, 1}, max_draft)[0];
-  if (++steps_since_probe_ >= std::max(1, options_.probe_interval)) {
-    steps_since_probe_ = 0;
-    return best == 0 ? initial : 0;
+std::vector<int> DraftPlanner::Plan(absl::Span<const DraftCandidate> candidates,
+                                    absl::Span<int> undrafted, int budget) {
+  const int n = static_cast<int>(candidates.size());
+  std::vector<int> plan(candidates.size(), 0);
+  const bool any = std::any_of(candidates.begin(), candidates.end(),
+                               [](const DraftCandidate& c) { return c.most > 0; });
+  if (!any || budget <= 0) return plan;
+  const int initial = std::min(std::max(1, options_.initial_draft), std::max(1, options_.max_draft));
+  const int probe_interval = std::max(1, options_.probe_interval);
+  if (!options_.adaptive) {
+    for (int i = 0; i < n; ++i) plan[i] = candidates[i].most;
+  } else if (++steps_ % probe_interval == 0) {
+    // Now and then a step without drafts, so that the cost of the decoding
+    // tokens alone stays measured.
+  } else if (!cost_.measured(n)) {
+    // These tokens alone first, so that what drafts add can be measured.
+  } else if (cost_.largest_measured() <= n) {
+    // Nothing longer than these tokens alone measured yet: try.
+    for (int i = 0; i < n; ++i) plan[i] = std::min(initial, candidates[i].most);
+  } else {
+    plan = PlanDrafts(cost_, n, n, candidates, budget);
+    // A sequence whose drafts do not pay still drafts now and then, so that
+    // its acceptance can recover.
+    for (int i = 0; i < n; ++i) {
+      if (plan[i] == 0 && candidates[i].most > 0 && ++undrafted[i] >= probe_interval) {
+        plan[i] = std::min(initial, candidates[i].most);
+      }
+    }
   }
-  return best;
-}
-
-void DraftLength::OnPlainStep(double seconds) { cost_.Observe(1, seconds); }
-
-void DraftLength::OnVerifyStep(int drafted, int accepted, double seconds) {
-  if (drafted <= 0) return;
-  acceptance_.Observe(accepted, accepted < drafted);
-  cost_.Observe(1 + drafted, seconds);
+  // Within the budget, the earlier sequences first.
+  for (int i = 0; i < n; ++i) {
+    plan[i] = std::min(plan[i], budget);
+    budget -= plan[i];
+  }
+  return plan;
 }
 
 }  // namespace colibri::speculative

@@ -1,0 +1,71 @@
+// A GenerationJob that records everything the scheduler reports, and a way to
+// run one generation alone on a scheduler of its own (the way `run` does).
+#ifndef COLIBRI_TESTS_SUPPORT_RECORDING_JOB_H_
+#define COLIBRI_TESTS_SUPPORT_RECORDING_JOB_H_
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "absl/types/span.h"
+#include "coordinator/generation_scheduler.h"
+#include "gtest/gtest.h"
+
+namespace colibri::testing {
+
+class RecordingJob : public coordinator::GenerationJob {
+ public:
+  using GenerationJob::GenerationJob;
+
+  bool OnToken(const coordinator::GeneratedToken& token) override {
+    tokens.push_back(token);
+    return true;
+  }
+  absl::Status OnLogits(absl::Span<const float> rows) override {
+    logits.insert(logits.end(), rows.begin(), rows.end());
+    return absl::OkStatus();
+  }
+  void OnPromptDone() override { ++prompts_done; }
+  void OnFinish(absl::StatusOr<coordinator::GenerationOutcome> outcome) override {
+    status = outcome.status();
+    if (outcome.ok()) {
+      result = outcome->result;
+      this->outcome = std::move(*outcome);
+    }
+    done.Notify();
+  }
+
+  std::vector<coordinator::GeneratedToken> tokens;
+  std::vector<float> logits;  // every reported row, concatenated
+  int prompts_done = 0;
+  absl::Status status;
+  coordinator::GenerationResult result;
+  coordinator::GenerationOutcome outcome;
+  absl::Notification done;
+};
+
+// Runs `spec` alone on a new scheduler (`options`, local experts; the
+// scheduler is stopped before this returns) and returns its finished job.
+inline std::shared_ptr<RecordingJob> RunAlone(const coordinator::GenerationScheduler::Options& options,
+                                              const arch::Model& model,
+                                              const tokenizer::Tokenizer* tokenizer,
+                                              ThreadPool* pool, coordinator::GenerationSpec spec) {
+  auto job = std::make_shared<RecordingJob>(std::move(spec));
+  auto scheduler =
+      coordinator::GenerationScheduler::Create(options, model, tokenizer, nullptr, pool);
+  EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+  if (!scheduler.ok()) {
+    job->status = scheduler.status();
+    return job;
+  }
+  EXPECT_TRUE((*scheduler)->Submit(job).ok());
+  job->done.WaitForNotification();
+  (*scheduler)->Stop();
+  return job;
+}
+
+}  // namespace colibri::testing
+
+#endif  // COLIBRI_TESTS_SUPPORT_RECORDING_JOB_H_
