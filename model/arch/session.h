@@ -27,10 +27,9 @@
 // SecondChannel() both halves are in flight at once; without one (forced on)
 // at most one is.
 //
-// KV cache slots are allocated when a sequence is first evaluated (and left
-// uninitialized, so the system commits their pages only as positions are
-// written); Release(seq) gives a slot's memory back. A session with many
-// sequences costs nothing for those never used.
+// The KV cache (kv_cache.h) holds a slot per sequence, allocated when the
+// sequence is first evaluated; Release(seq) gives a slot's memory back. A
+// session with many sequences costs nothing for those never used.
 //
 // After the first call of each batch size, Evaluate does not allocate: every
 // buffer is sized at creation for n_batch tokens and n_ctx positions (the
@@ -58,7 +57,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/thread_pool.h"
+#include "model/arch/kv_cache.h"
 #include "model/arch/model.h"
+#include "model/arch/rope.h"
 #include "model/moe/expert_backend.h"
 #include "model/moe/expert_ffn.h"
 #include "model/moe/router.h"
@@ -99,15 +100,6 @@ enum class PipelineHalves {
 };
 // Fewest sequences a batch needs for kAuto to split it.
 inline constexpr int kMinPipelineSequences = 4;
-
-// Element type of the KV cache. kF16 stores keys and values as IEEE half
-// floats: half the cache memory and half the bytes attention reads per token,
-// for keys and values rounded to 11 significant bits (the attention products
-// then run exactly as on float rows holding those values, see
-// ops::AttendDots). For Multi-head Latent Attention (deepseek2) the one
-// latent cache (the normed latent and the roped k_pe) is stored so.
-enum class KvType { kF32, kF16 };
-const char* KvTypeName(KvType type);
 
 struct SessionOptions {
   // Positions the KV cache holds, at most the model's context_length (a larger
@@ -244,11 +236,11 @@ class Session {
   absl::Status EvaluateBatch(absl::Span<const SequenceChunk> chunks);
 
   // Positions evaluated in sequence 0 / in sequence `seq` (in [0, n_seq)).
-  int n_past() const { return n_past_[0]; }
-  int n_past(int seq) const { return n_past_[seq]; }
+  int n_past() const { return kv_.n_past(0); }
+  int n_past(int seq) const { return kv_.n_past(seq); }
   int n_ctx() const { return n_ctx_; }
   // Sequences held (SessionOptions::n_seq).
-  int n_seq() const { return static_cast<int>(n_past_.size()); }
+  int n_seq() const { return kv_.n_seq(); }
   // Most tokens one forward pass (and one EvaluateBatch) takes:
   // min(n_batch, n_ctx).
   int n_batch() const { return n_batch_; }
@@ -260,27 +252,23 @@ class Session {
 
   // Forgets every position of sequence 0 / `seq` (its cache is reused from
   // position 0).
-  void Reset() { n_past_[0] = 0; }
-  void Reset(int seq) { n_past_[seq] = 0; }
+  void Reset() { kv_.Reset(0); }
+  void Reset(int seq) { kv_.Reset(seq); }
   // Forgets every position of `seq` (in [0, n_seq)) and frees its KV slot;
   // the next evaluation of `seq` allocates it again.
-  void Release(int seq);
+  void Release(int seq) { kv_.Release(seq); }
   // Bytes of KV cache slots allocated (an upper bound of what they commit).
-  int64_t kv_bytes_allocated() const;
+  int64_t kv_bytes_allocated() const { return kv_.bytes_allocated(); }
   // Positions of sequence `seq` whose cache rows are committed in every layer
   // ahead of their first write (0 where the kernel cannot: before Linux 5.14).
-  int kv_positions_committed(int seq) const { return committed_[seq]; }
-  // Drops positions >= n (n <= n_past()) of sequence 0 / `seq`. With
-  // sliding-window layers, whose cache keeps only the last
-  // window + n_batch - 1 positions, a position older than that may already be
-  // overwritten: Truncate then drops everything (n_past() becomes 0) rather
-  // than keep a damaged cache.
-  void Truncate(int n) { Truncate(0, n); }
-  void Truncate(int seq, int n);
-  // Most positions Truncate can always drop from the end and keep the rest:
-  // n_ctx() without sliding-window layers, else the ring's slack beyond the
-  // window (at most n_batch - 1), possibly 0.
-  int max_truncate() const;
+  int kv_positions_committed(int seq) const { return kv_.positions_committed(seq); }
+  // Drops positions >= n (n <= n_past()) of sequence 0 / `seq`
+  // (KvCache::Truncate: with sliding-window layers possibly everything).
+  void Truncate(int n) { kv_.Truncate(0, n); }
+  void Truncate(int seq, int n) { kv_.Truncate(seq, n); }
+  // Most positions Truncate can always drop from the end and keep the rest
+  // (KvCache::max_truncate).
+  int max_truncate() const { return kv_.max_truncate(); }
 
  private:
   Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* pool,
@@ -289,11 +277,8 @@ class Session {
   // Validates a chunk's tokens for sequence `seq` (see Evaluate).
   absl::Status CheckTokens(int seq, absl::Span<const int32_t> tokens) const;
   // Embeds `tokens` of sequence `seq` into rows first.. of x_, at positions
-  // n_past_[seq] onwards.
+  // n_past(seq) onwards, and reserves their cache rows.
   absl::Status PlaceRows(int seq, absl::Span<const int32_t> tokens, int first);
-  // Allocates sequence seq's KV slot if it has none, and commits its cache
-  // rows of positions below `positions` (and kCommitAhead more) in every layer.
-  void EnsureSlot(int seq, int positions);
   // Runs the n rows of x_ (n <= n_batch) through every layer; row i is token
   // of sequence row_seq_[i] at position row_pos_[i].
   absl::Status ForwardRows(int n);
@@ -321,48 +306,6 @@ class Session {
   // The logits every chunk of an EvaluateBatch asks for, from one output-head
   // product over the wanted rows of x_ (which it moves to the front).
   void GatherLogits(absl::Span<const SequenceChunk> chunks);
-  // Start of layer il's cache in sequence seq's slot of k_slots_ / v_slots_
-  // (cache_rows_[il] rows of kv_dim / v_dim elements, head by head: see
-  // KeyHead; MLA: rows of kv_lora_rank + n_rot, keys only), as elements of
-  // type T: float, or uint16_t (half) with KvType::kF16.
-  template <typename T>
-  T* KeyRows(int seq, int il, int row_elems) const {
-    return reinterpret_cast<T*>(k_slots_[seq].get()) + cache_offset_[il] * row_elems;
-  }
-  template <typename T>
-  T* ValueRows(int seq, int il) const {
-    return reinterpret_cast<T*>(v_slots_[seq].get()) + cache_offset_[il] * c_.v_dim();
-  }
-  // Calls f(keys, values) with layer il's cache in sequence seq's slot
-  // (standard attention), as floats or as halves (KvType::kF16); KV head
-  // h's rows start KeyHead / ValueHead elements in.
-  template <typename F>
-  void WithCacheRows(int seq, int il, F&& f) const {
-    if (options_.kv_type == KvType::kF16) {
-      f(KeyRows<uint16_t>(seq, il, c_.kv_dim()), ValueRows<uint16_t>(seq, il));
-    } else {
-      f(KeyRows<float>(seq, il, c_.kv_dim()), ValueRows<float>(seq, il));
-    }
-  }
-  // Offsets of KV head h's first cache row in layer il's keys / values: each
-  // head's rows are consecutive, head_dim (head_dim_v) elements apart.
-  int64_t KeyHead(int il, int h) const {
-    return static_cast<int64_t>(h) * cache_rows_[il] * c_.head_dim;
-  }
-  int64_t ValueHead(int il, int h) const {
-    return static_cast<int64_t>(h) * cache_rows_[il] * c_.head_dim_v;
-  }
-  // Calls f(latent) with layer il's first latent rows in sequence seq's slot
-  // (MLA: kv_lora_rank + n_rot elements a row), as floats or as halves.
-  template <typename F>
-  void WithLatentRows(int seq, int il, F&& f) const {
-    const int row = c_.kv_lora_rank + c_.n_rot;
-    if (options_.kv_type == KvType::kF16) {
-      f(KeyRows<uint16_t>(seq, il, row));
-    } else {
-      f(KeyRows<float>(seq, il, row));
-    }
-  }
   void Attention(int il, int n);
   // Multi-head Latent Attention (deepseek2), absorbed form over the latent cache.
   void AttentionMla(int il, int n);
@@ -428,9 +371,6 @@ class Session {
   // Adds layer il's routes (routes_) to stats_.predictor for every depth that
   // predicted layer il.
   void CountPrediction(int il, int n);
-  // Rotates the first n_rot floats of each of n_heads heads of v (heads
-  // head_stride apart) for position pos.
-  void ApplyRope(float* v, int n_heads, int head_stride, int pos) const;
 
   const Model& model_;
   const ModelConfig& c_;
@@ -445,37 +385,11 @@ class Session {
   const int n_batch_;
   const int prefetch_count_;      // experts predicted per token (0 when off)
   const int prefetch_max_union_;  // most experts hinted per layer
-  std::vector<int> n_past_;       // [n_seq]
   SessionStats stats_;
   HiddenStateObserver* hidden_observer_ = nullptr;
 
-  // Cache rows per layer: n_ctx, or for a sliding-window layer
-  // min(n_ctx, window + n_batch - 1) used as a ring (position p in row
-  // p % rows). [n_layer]
-  std::vector<int> cache_rows_;
-  std::vector<size_t> cache_offset_;  // [n_layer] first row of each layer in a slot
-  size_t seq_cache_rows_ = 0;         // Σ cache_rows_: rows of one sequence's slot
-  // KV cache slots, null until the sequence is first evaluated: [n_seq] of
-  // [n_layer][n_head_kv][rows][head_dim] and [n_layer][n_head_kv][rows]
-  // [head_dim_v], each head's rows consecutive (attention over a long cache
-  // streams them; rows of all heads side by side put 2 KiB between the 512
-  // bytes one head reads, a stride the hardware prefetchers did not follow,
-  // and decode at a depth of 2,048 spent ~45% more time on attention); for MLA
-  // k_slots_ hold [n_layer][n_ctx][kv_lora_rank + n_rot] (the normed latent
-  // and the roped shared k_pe; halves with KvType::kF16) and v_slots_ stay
-  // null. Uninitialized: a position is read only after it was written.
-  std::vector<std::unique_ptr<uint8_t[]>> k_slots_;
-  std::vector<std::unique_ptr<uint8_t[]>> v_slots_;
-  size_t k_slot_elems_ = 0;  // elements of one slot
-  size_t v_slot_elems_ = 0;
-  size_t kv_elem_bytes_ = sizeof(float);  // 2 with KvType::kF16
-  int n_slots_ = 0;  // slots allocated
-  // [n_seq] positions whose rows are committed (EnsureSlot), 0 without a slot.
-  std::vector<int> committed_;
-  bool commit_ahead_ = true;  // false once the kernel refused (PopulatePages)
-  // RoPE table: [n_ctx][n_rot / 2] cosines and sines.
-  std::vector<float> rope_cos_;
-  std::vector<float> rope_sin_;
+  KvCache kv_;
+  RopeTable rope_;
 
   // Activations for up to n_batch tokens.
   std::vector<float> x_;              // [n][n_embd] residual stream

@@ -1,0 +1,113 @@
+#include "model/arch/kv_cache.h"
+
+#include <algorithm>
+
+#include "common/huge_pages.h"
+
+namespace colibri::arch {
+namespace {
+
+// Positions of rows committed beyond those a step writes.
+constexpr int kCommitAhead = 64;
+
+}  // namespace
+
+const char* KvTypeName(KvType type) { return type == KvType::kF16 ? "f16" : "f32"; }
+
+KvCache::KvCache(const ModelConfig& config, int n_ctx, int n_batch, int n_seq, KvType type)
+    : c_(config),
+      type_(type),
+      n_ctx_(n_ctx),
+      elem_bytes_(type == KvType::kF16 ? sizeof(uint16_t) : sizeof(float)) {
+  const bool mla = c_.attention == AttentionKind::kMla;
+  rows_.resize(c_.n_layer);
+  offset_.resize(c_.n_layer);
+  size_t total_rows = 0;
+  for (int il = 0; il < c_.n_layer; ++il) {
+    rows_[il] = c_.is_window_layer(il)
+                    ? static_cast<int>(std::min<int64_t>(n_ctx, c_.sliding_window + n_batch - 1))
+                    : n_ctx;
+    offset_[il] = total_rows;
+    total_rows += rows_[il];
+  }
+  k_slot_elems_ = total_rows * (mla ? c_.kv_lora_rank + c_.n_rot : c_.kv_dim());
+  v_slot_elems_ = mla ? 0 : total_rows * c_.v_dim();
+  n_past_.assign(n_seq, 0);
+  committed_.assign(n_seq, 0);
+  k_slots_.resize(n_seq);
+  v_slots_.resize(n_seq);
+}
+
+void KvCache::Reserve(int seq, int positions) {
+  if (k_slots_[seq] == nullptr) {
+    // Default-initialized: nothing is committed until the madvise below or a write.
+    k_slots_[seq].reset(new uint8_t[k_slot_elems_ * elem_bytes_]);
+    if (v_slot_elems_ > 0) v_slots_[seq].reset(new uint8_t[v_slot_elems_ * elem_bytes_]);
+    ++n_slots_;
+  }
+  // Rows are committed kCommitAhead positions at a time, one madvise per
+  // layer and KV head for K and for V, so that decode does not stop for a
+  // page fault every few tokens per head (docs/kernels.md has the figures).
+  if (!commit_ahead_ || positions <= committed_[seq]) return;
+  const int target = std::min(n_ctx_, positions + kCommitAhead);
+  // Standard attention: each KV head's rows (head_dim / head_dim_v elements);
+  // MLA: one run of latent rows.
+  const bool mla = c_.attention == AttentionKind::kMla;
+  const int runs = mla ? 1 : c_.n_head_kv;
+  const size_t k_row = (mla ? c_.kv_lora_rank + c_.n_rot : c_.head_dim) * elem_bytes_;
+  const size_t v_row = mla ? 0 : c_.head_dim_v * elem_bytes_;
+  for (int il = 0; il < c_.n_layer; ++il) {
+    const size_t rows = static_cast<size_t>(rows_[il]);
+    const size_t first = std::min(static_cast<size_t>(committed_[seq]), rows);
+    const size_t end = std::min(static_cast<size_t>(target), rows);
+    if (end <= first) continue;
+    for (int h = 0; h < runs; ++h) {
+      // Row r of run h: layer il's first row (offset_ rows of every run
+      // before it), then h * rows rows of the runs before this one.
+      const size_t row = offset_[il] * runs + h * rows + first;
+      if (!PopulatePages(k_slots_[seq].get() + row * k_row, (end - first) * k_row) ||
+          (v_row > 0 && !PopulatePages(v_slots_[seq].get() + row * v_row, (end - first) * v_row))) {
+        commit_ahead_ = false;  // an older kernel: rows are committed as written
+        return;
+      }
+    }
+  }
+  committed_[seq] = target;
+}
+
+void KvCache::Release(int seq) {
+  n_past_[seq] = 0;
+  committed_[seq] = 0;
+  if (k_slots_[seq] == nullptr) return;
+  k_slots_[seq].reset();
+  v_slots_[seq].reset();
+  --n_slots_;
+}
+
+int64_t KvCache::bytes_allocated() const {
+  return static_cast<int64_t>(n_slots_) *
+         static_cast<int64_t>((k_slot_elems_ + v_slot_elems_) * elem_bytes_);
+}
+
+void KvCache::Truncate(int seq, int n) {
+  n = std::max(0, std::min(n, n_past_[seq]));
+  for (int il = 0; il < c_.n_layer; ++il) {
+    // Position n - window (the oldest the next token reads) must not have
+    // been overwritten by a dropped position.
+    if (c_.is_window_layer(il) && n_past_[seq] - 1 >= n - c_.sliding_window + rows_[il]) {
+      n = 0;
+    }
+  }
+  n_past_[seq] = n;
+}
+
+int KvCache::max_truncate() const {
+  int most = n_ctx_;
+  for (int il = 0; il < c_.n_layer; ++il) {
+    // Truncate keeps the rest when n_past - n <= rows - window.
+    if (c_.is_window_layer(il)) most = std::min(most, std::max(0, rows_[il] - c_.sliding_window));
+  }
+  return most;
+}
+
+}  // namespace colibri::arch
