@@ -22,10 +22,10 @@ uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
 // One read per page of [begin, end) from this process. Under a hypervisor
 // that shadows or lazily backs the guest's page tables, the first access to
-// each page traps to the host (about 2 us a page on the VMs this was measured
-// on: 1 s for a 1.8 GB model, then 11 ms for the same loop), even after the
-// kernel filled the page. On bare metal the loop costs a few ms. Paying it at
-// load keeps it out of the first prompt.
+// each page traps to the host, even after the kernel filled the page (on the
+// development VMs a second for a 1.8 GB model; docs/benchmarks.md). On bare
+// metal the loop costs a few ms. Paying it at load keeps it out of the first
+// prompt.
 void TouchPages(const uint8_t* data, uint64_t begin, uint64_t end) {
   const uint64_t page = PageSize();
   volatile uint8_t sink = 0;
@@ -131,8 +131,8 @@ absl::Status MappedFile::CopyToRam(uint64_t offset, uint64_t length) const {
   copied_.insert(std::upper_bound(copied_.begin(), copied_.end(), std::make_pair(begin, end)),
                  std::make_pair(begin, end));
   // pread wrote the pages through the kernel's mapping, not this one: without
-  // the touch the first prompt after load ran 10-20% slower than from the
-  // populated file mapping.
+  // the touch the first prompt after load pays this process's first access to
+  // every page.
   TouchPages(data_, begin, end);
   return absl::OkStatus();
 }

@@ -53,8 +53,8 @@ class MappedFile {
   // stays where it is and reads the same bytes; what changes is the cost of
   // reading them: a decode step streams its weights once per token, and on
   // 4 KiB page-cache pages that stream misses the TLB (costlier under a
-  // hypervisor); with the copy, decode of a model whose weights fit in RAM ran
-  // 1.12x as fast (median of 10 interleaved runs). Each page of the copy is
+  // hypervisor); the copy on huge pages avoids those misses
+  // (docs/kernels.md#resident-weights). Each page of the copy is
   // read once before returning (see Populate). The copy is not reclaimable
   // the way the page cache is, so only for bytes that are read on every step
   // and fit in memory. ResourceExhausted or DataLoss (a read error, a file

@@ -43,8 +43,7 @@ class ThreadPool {
     // workers) polls before it sleeps on the futex. The first `pause_us` of
     // it spin on the `pause` instruction, the rest call sched_yield between
     // polls (a yield hands the core to another process for a whole time
-    // slice: a 200 us spin with yields made decode 2-3x slower beside a busy
-    // loop).
+    // slice, so a long spin with yields slows decode beside a busy process).
     int spin_us = 50;
     int pause_us = 50;
     // Microseconds the caller of ParallelFor polls (with `pause`, no yields)
@@ -52,28 +51,19 @@ class ThreadPool {
     // claim, before it sleeps. That wait is on the critical path of every job
     // and lasts at most one chunk.
     //
-    // Both were 0 (sleep at once) until measurements on a VM whose wake-ups
-    // are slow: colibri_thread_pool_bench put a job of 200 us of work on 2
-    // threads 37 us over its ideal with caller_spin_us = 0 and 19 us with
-    // 30. Decode of the 4-layer Qwen3-30B-A3B-shaped Q4_K_M model (2 threads,
-    // AMD EPYC Zen 5, 6-8 interleaved runs, medians): 0/0 against 50/50
-    // gave 93.0 against 98.0 tok/s (30/30: 97.3; 0/0 against 30/30 in
-    // another series 88.1 against 96.6); beside a busy loop on one core 60.9
-    // against 62.2 (30/30); beside a process busy 0.2 s of every second 71.8
-    // against 81.0. (On
-    // an earlier, more loaded machine a 50 us pause spin had measured 2x
-    // slower beside a busy loop; it did not reproduce.) The environment
-    // variable COLIBRI_SPIN_US, when set, replaces all three (0 restores
-    // sleeping at once).
+    // The defaults of 50 suit machines whose wake-ups are slow (VMs): a poll
+    // that catches the next job or the last chunk saves a futex wake-up per
+    // job (docs/benchmarks.md has the figures). The environment variable
+    // COLIBRI_SPIN_US, when set, replaces all three (0 restores sleeping at
+    // once).
     int caller_spin_us = 50;
   };
 
   // For a pool whose jobs come with long waits between them (a coordinator
   // waiting on expert nodes between layers, a node waiting for requests):
   // workers sleep at once, since their spin would not reach the next job
-  // and takes the core from processes that share it (on one 2-core machine
-  // with 3 nodes and the relay, the coordinator's CPU per token rose from
-  // 12-16 to 14-18 ms with it); the caller still polls for the last chunks.
+  // and takes the core from processes that share it (expert nodes and a
+  // relay on the same machine); the caller still polls for the last chunks.
   static Options ForIntermittentJobs() {
     Options options;
     options.spin_us = 0;

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# What the network costs Colibri, end to end (issue 13, "Measured"): the
+# What the network costs Colibri, end to end: the
 # synthetic Qwen3-30B-A3B-shaped model (Q4_K, 151,936-token vocabulary) with 8
 # and 16 layers, locally and on 3 expert nodes behind colibri-relay links
 # (default 0.25 ms / 1 Gbit and 1 ms / 100 Mbit one way): single-stream
 # decode, aggregate tok/s of concurrent generations through `serve`, round
 # trips and bytes per generated token, speculation's acceptance on three
-# prompts, llama.cpp's RPC backend on the same links, and the issue's targets
-# with MET / NOT MET. Run from anywhere after a Release build.
+# prompts, llama.cpp's RPC backend on the same links, and the targets T1-T3
+# (--help states them) with MET / NOT MET. Run from anywhere after a Release build.
 set -euo pipefail
 
 usage() {
@@ -37,7 +37,7 @@ usage: scripts/bench-network.sh [options]
                        them all, and the runs measure the network, not disks)
   --client-args "FLAGS" more flags for every `colibri-client bench` (e.g.
                        "--prompts-file F"; a file of one line gives every
-                       request the same prompt, as before)
+                       request the same prompt)
   --variant "LABEL:FLAGS"
                        one more configuration, measured after the plain one
                        locally and on every link: FLAGS go to its `run` and
@@ -84,10 +84,10 @@ coordinator, of the 3 nodes together and of the relay; "cores" = all that CPU
 / wall time (this machine has `nproc` cores for all of them). Single-stream
 rows subtract a prompt-only run (-n 0), so they are decode only.
 
-Targets (issue 13), for each link with RTT = 2 x delay:
+Targets, for each link with RTT = 2 x delay:
   T1 time per token through the link <= local + 1.2 x MoE layers x RTT / L,
      L = generated tokens per verify step of that run (1 without --draft);
-  T2 aggregate at 8 concurrent >= 4 x aggregate at 1 (the issue: at 0.25 ms);
+  T2 aggregate at 8 concurrent >= 4 x aggregate at 1 (set for 0.25 ms links);
   T3 single-stream decode >= 2 x llama.cpp RPC decode on the same link.
 Beside T2: "T2 if weight reads bound the steps", the ratio of weight bytes
 read per generated token at 1 and at 8 concurrent (the dense part once per
@@ -475,7 +475,7 @@ llama_all() {
 # verdict OK -> MET / NOT MET
 verdict() { if [ "$1" = 1 ]; then echo "MET"; else echo "NOT MET"; fi; }
 
-# targets LAYERS: the issue's targets for every link.
+# targets LAYERS: the targets T1-T3 for every link.
 targets() {
   local layers="$1" v
   for v in "" "${variants[@]}"; do
@@ -737,5 +737,5 @@ if [ "${#spec_rows[@]}" -gt 0 ]; then
   echo "--draft-max); adaptive: the default, which stops drafting when it measures no gain."
 fi
 echo
-echo "targets (issue 13; the issue sets T2 and T3 at 0.25 ms):"
+echo "targets (T2 and T3 are set for 0.25 ms links):"
 printf '%s\n' "${target_rows[@]}"

@@ -8,12 +8,11 @@
 #
 #   scripts/fuzz.sh [--seconds N] [--jobs J] [--opt FLAG] [HARNESS ...]
 #
-#   --seconds N   time per harness (default 25; scripts/test.sh uses this)
+#   --seconds N   time per harness (default 25; scripts/test.sh passes 20)
 #   --jobs J      build parallelism (default 2)
-#   --opt FLAG    optimization of the build (default -O1: it builds in 2.6
-#                 minutes on 2 cores against 4.6 at -O3; a harness ran from
-#                 40% fewer to 40% more inputs a second than at -O3 in the
-#                 runs measured; for long runs, -O2 or -O3)
+#   --opt FLAG    optimization of the build (default -O1: it builds much
+#                 faster than -O3 at a throughput close to it; the figures
+#                 are in docs/benchmarks.md; for long runs, -O2 or -O3)
 #   HARNESS       run only these (default: all seven)
 #
 # Environment: COLIBRI_FUZZ_BUILD_DIR (default build-fuzz),
@@ -31,7 +30,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --opt) opt="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) harnesses+=("$1"); shift ;;
   esac
 done

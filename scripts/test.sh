@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs the Debian packages and the pinned npm packages
-# of tests/clients, builds Colibri (Release) and
+# of tests/clients and tests/deploy, builds Colibri (Release) and
 # runs the whole test suite with CTest, then (on x86-64) cross-builds the
 # project for 64-bit ARM and, under qemu-user, runs the engine's tests, the
 # ARM coordinator on every fixture model against this build's, and two ARM

@@ -222,8 +222,8 @@ void ExpertGroupRunner::RunProductsInTwoJobs(size_t first, size_t last, int64_t 
 // leaves its counter at zero; that expert's down waits for it (at most the
 // length of one product still running on another thread, since every gate
 // and up was claimed before any down), then activates and multiplies. With
-// the two jobs of RunProductsInTwoJobs, each thread waited at the end of
-// both for the other's last part and the workers were woken twice per layer.
+// the two jobs of RunProductsInTwoJobs each thread waits at the end of both
+// for the other's last part, and the workers are woken twice per layer.
 // Every product runs whole on one thread; the results are those of the two
 // jobs bit for bit (the split of a product never changes its output).
 void ExpertGroupRunner::RunProductsFused(size_t first, size_t last, int64_t n_embd,

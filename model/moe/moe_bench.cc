@@ -56,10 +56,9 @@ struct Options {
 };
 
 // `count` matrices of rows x cols in one allocation, every one quantized from
-// its own random rows: copies of one matrix would time faster than real
-// experts (here one large product over 128 copies of an 864 KiB matrix read
-// at 38 GB/s on one thread, distinct data at 22: identical pages behaved as
-// cached, perhaps merged below the VM). The bytes are on huge pages, as the
+// its own random rows: copies of one matrix time faster than real experts
+// (identical pages behave as cached, perhaps merged below a VM;
+// docs/benchmarks.md). The bytes are on huge pages, as the
 // coordinator and the nodes keep weights.
 struct MatrixSet {
   uint8_t* bytes = nullptr;

@@ -158,8 +158,8 @@ COLIBRI_INLINE void PrefetchBytes(const void* p, uint64_t offset, uint64_t bytes
 // Attention over a KV cache (attend_avx2.cc, attend_avx512.cc) reads a
 // head's rows one after the other, each once per block of queries. The
 // passes ask for the rows about kAttendPrefetchBytes ahead of those they
-// compute: at a depth of 2,048 the hardware prefetchers alone left one Zen 5
-// thread reading a head's keys at 11 GB/s, its values at 9 GB/s.
+// compute: the hardware prefetchers alone read a head's keys and values well
+// below the memory's rate at long depths (docs/benchmarks.md).
 inline constexpr int kAttendPrefetchBytes = 8 * 1024;
 
 // Rows of `dim` floats ahead (at least one) that cover kAttendPrefetchBytes.

@@ -138,7 +138,7 @@ void Micro(const uint8_t* w, uint64_t row_bytes, const QuantizedRow* a, int64_t 
 // Four rows x NT tokens (NT <= 4) of Q4_K or Q5_K, whose scales cover one
 // 32-element chunk each, with fewer multiplies than the per-row tile: that
 // one spends a vpmaddubsw and a vpmaddwd (by the scale) per row, chunk and
-// token, and on CPUs with one vector multiply unit (AMD Zen 1) prompts were
+// token, and on CPUs with one vector multiply unit (AMD Zen 1) prompts are
 // bound by them. Here chunk c of the four rows is interleaved four bytes at a
 // time (in-lane unpacks, once per chunk for all tokens), so that w_k holds
 // bytes 4k..4k+3 (low lane) and 16+4k.. (high lane) of every row; against
@@ -276,8 +276,8 @@ void Rows4Tile(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
 // the per-row tile. Batches of three or more tokens of Q4_K and Q5_K run as
 // Rows4Tile; Q2_K's, Q3_K's and Q6_K's run in groups of four tokens as 2 x 4
 // tiles, whose lane sums replace the per-row tile's horizontal reduction per
-// token and super-block (Q6_K on Zen 1, 2048 x 2048, 8 or 64 tokens: 24.9 ->
-// 26.7 GFLOP/s per core; a 1 x 8 tile: 25.5). Rows4 for Q6_K measured level
+// token and super-block (faster than a 1 x 8 tile too on Zen 1;
+// docs/benchmarks.md). Rows4 for Q6_K measured level
 // with the per-row tile on Zen 1 (a scale per 16 elements allows only two
 // int16 sums per vpmaddwd: six multiplies for eight, against more decoding
 // per chunk).

@@ -67,9 +67,8 @@ COLIBRI_INLINE __m512i SumLanes16Half(const __m256i* v) {
 // + r]. Lanes of missing tokens hold zeros and are not stored.
 // Software prefetch of the weights a tile will read later. Rows of 2048
 // columns are 1-2 KiB, too short a stream for the hardware prefetchers to ramp
-// up before a 4-row tile moves on, and decode then reached half the memory
-// read bandwidth (colibri_ops_bench: Q6_K 13 against 29 GB/s on one Zen 4
-// thread). While reading super-block i of its rows, a tile asks for
+// up before a 4-row tile moves on, and decode then reaches about half the
+// memory read bandwidth (docs/benchmarks.md). While reading super-block i of its rows, a tile asks for
 // super-block i of the rows `ahead` rows further on, so the memory system
 // always has a contiguous region about kPrefetchBytes ahead in flight.
 constexpr uint64_t kPrefetchBytes = 12 * 1024;
@@ -312,11 +311,9 @@ void Micro4x1(const uint8_t* w, uint64_t row_bytes, const QuantizedRow& a, int64
 // terms formed by one vpmaddwd of the rows' eight sub-block mins against the
 // token's eight sub-block sums and one in-lane reduction (Σ m*(bsum[2j] +
 // bsum[2j+1]) over the sub-blocks is exactly Micro4xT's Σ over the sixteen
-// 16-element groups, whose mins come in equal pairs). Against the per-row
-// decoding it replaced: 33-41 against 27-35 GB/s on one Zen 5 thread with
-// the weights in cache (colibri_ops_bench --in_cache --rows=4096
-// --cols=2048, 4 interleaved pairs, +9-21% each); from memory the two are
-// level, the memory being the limit there.
+// 16-element groups, whose mins come in equal pairs). That is faster than
+// per-row decoding with the weights in cache; from memory the two are level,
+// the memory being the limit there (docs/benchmarks.md).
 
 // The token's quants of super-block i in pair order: part 2h = elements
 // 128h + [0..31 | 64..95], part 2h + 1 = 128h + [32..63 | 96..127].

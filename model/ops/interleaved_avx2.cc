@@ -70,7 +70,7 @@ struct Q4KInterleaved {
 struct Q5KInterleaved {
   using Block = Q5KRows8;
   static constexpr int kLoadsPerSum = 4;
-  // Its 5th bits would be loaded and shifted twice as often: 7% slower.
+  // Its 5th bits would be loaded and shifted twice as often: slower.
   static constexpr bool kChunkOrderFor3Tokens = false;
   template <int NT, int kLocality>
   static void Group(const Block* blk, int64_t nb, const QuantizedRow* a, float* y, int64_t stride) {
@@ -99,8 +99,8 @@ COLIBRI_INLINE __m256i Broadcast4(const int8_t* p) {
 // orders form the same integers. By pair: one load gives two chunks' quants
 // (the fewest operations), their 4 NT int16 sums and NT int32 sums fit the
 // 16 registers for 1 or 2 tokens. By chunk: 2 NT sums and a quant vector,
-// each load read twice (from L1), so that 3 or 4 tokens do not spill (Q4_K:
-// 6-8% more GFLOP/s in cache, 5% more prompt tokens/s on a Q4_K_M model).
+// each load read twice (from L1), so that 3 or 4 tokens do not spill
+// (docs/benchmarks.md has what that gains for Q4_K).
 template <typename D, int NT>
 COLIBRI_INLINE void K45SumsByPair(const typename D::Block& b, const QuantizedRow* a, int64_t at,
                                   const Rows8Scales& scales, __m256i* isum) {
@@ -230,7 +230,7 @@ COLIBRI_INLINE __m256i Q6KScale(const int8_t (&pair)[8][2], int h) {
 // orders form the same integers, as K45SumsByPair and K45SumsByChunk. By
 // group: one decode of a load triple serves 4 chunks, 4 NT int16 sums; by
 // chunk (3 or 4 tokens, which would spill): NT sums, each triple decoded for
-// one chunk at a time (1-3% more GFLOP/s in cache, near the noise there).
+// one chunk at a time (a small gain in cache, near the noise).
 template <int NT>
 COLIBRI_INLINE void Q6KSumsByGroup(const Q6KRows8& b, const QuantizedRow* a, int64_t at,
                                    __m256i* isum) {
@@ -607,7 +607,7 @@ void NibbleQuadsPass(const typename D::Group* blk, int64_t nb, const QuantizedRo
           const __m256i ak = _mm256_set1_epi32(quad);
           if constexpr (D::kSignTrick) {
             // |v| per token: holding 8 magnitudes beside the 8 values for
-            // all tokens spills registers (measured 2-10% slower for IQ4_NL).
+            // all tokens spills registers (measured slower for IQ4_NL).
             s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_sign_epi8(u[k], u[k]),
                                                              _mm256_sign_epi8(ak, u[k])));
           } else {

@@ -4,14 +4,10 @@
 // Why the layout: a one-token product is bound by how fast the weights
 // stream from memory. The row-major 4-row tiles of gemm_avx512.cc read four
 // rows 1-2 KiB apart, plus a software prefetch stream; a group of 8
-// interleaved rows is one contiguous run of bytes. On an AMD Zen 5 (2
-// threads, colibri_ops_bench --kernels=all --layout=both --rows=16384
-// --cols=2048) the AVX2 set's 8-row tile streamed Q4_K at 44 GB/s where the
-// row-major AVX-512 tile reached 38, though the latter computes 15% faster in
-// cache. These tiles read the interleaved bytes with the AVX-512
-// instructions: Q4_K 39-54 GB/s, Q5_K 50-52 against 38 in row order (weights
-// on 4 KiB pages); Q6_K 66-71 against 53-54 (on huge pages, as the engine
-// holds them).
+// interleaved rows is one contiguous run of bytes, which streams faster even
+// where the row-major tile computes faster in cache. These tiles read the
+// interleaved bytes with the AVX-512 instructions (docs/benchmarks.md,
+// 2026-12-06, has the rates against row order).
 //
 // The integers, per super-block of 8 rows. A 64-byte load holds Q4KRows8's
 // qs[p][g] and qs[p][g+1] (g even): 4 quant bytes of each row for g, then
@@ -34,13 +30,7 @@
 // passes of up to four over each group, whose weights stay in L1 across the
 // passes; the unpacking of a load serves every token of a pass. That beat
 // the row-order AVX-512 tiles (the 4 x 4 and the wide ones) at every batch
-// size on the Zen 5: colibri_ops_bench --kernels=avx512 --layout=both
-// --rows=4096 --cols=2048 --prefill_tokens=N, 2 threads, GFLOP/s row order
-// against interleaved: Q4_K N=2 309 / 423, 4 363 / 640, 5 290 / 568, 8 359 /
-// 660, 16 464 / 652, 128 521 / 733; Q5_K N=4 315 / 448, 8 290 / 538, 128
-// 413 / 462; Q6_K N=1 227 / 240, 2 345 / 360, 4 378 / 448, 8 338 / 474,
-// 16 441 / 490, 128 519 / 549. (The AVX2 set's interleaved Q4_K tile, which
-// this set used first for batches, ran 128 tokens at 365-405.)
+// size measured on a Zen 5 (docs/benchmarks.md).
 #include <immintrin.h>
 
 #include <cstdint>

@@ -172,9 +172,8 @@ std::string CpuModelForCache() {
 Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,
                              const std::string& cache_dir, const std::string& cpu_model) {
   Calibration result;
-  // v2: the interleaved tiles take part (a choice cached before them is
-  // measured again); v3: Q6_K's interleaved tile too; v5: the AVX-512 set's
-  // interleaved Q4_K tile.
+  // The version in the name changes whenever the timed tiles change, so that
+  // a choice cached by an older build is measured again.
   if (!cache_dir.empty()) result.cache_path = cache_dir + "/kernels-v5-" + cpu_model + ".txt";
   if (!result.cache_path.empty()) {
     std::ifstream in(result.cache_path);

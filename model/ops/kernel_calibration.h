@@ -1,8 +1,8 @@
 // Chooses MatMul's kernel set by measuring it on this CPU. Internal to model/ops.
 //
 // Which SIMD set is fastest depends on the micro-architecture, not only on what
-// it supports (issue 12: the AVX-512 set beat AVX2 on AMD Zen 4 and lost to it
-// on Intel Sapphire Rapids). At first use, every set the CPU can run times the
+// it supports (the AVX-512 set has beaten AVX2 on AMD Zen 4 and lost to it on
+// Intel Sapphire Rapids). At first use, every set the CPU can run times the
 // decode-shaped (one token) quantized tile on a small weight tile that stays in
 // cache, for the type families that dominate decode (Q4_K, Q6_K, Q8_0; each
 // in the interleaved layout of weight_layout.h on a set with a tile for it,
@@ -16,7 +16,7 @@
 // results (model/ops/vec_dot.h), so the choice only changes speed.
 //
 // COLIBRI_CPU (common/cpu_features.h), when set, skips the calibration: MatMul
-// then uses the best set it allows, as before.
+// then uses the widest set it allows.
 #ifndef COLIBRI_MODEL_OPS_KERNEL_CALIBRATION_H_
 #define COLIBRI_MODEL_OPS_KERNEL_CALIBRATION_H_
 

@@ -23,11 +23,8 @@ static_assert(kMinRowsPerPart % kInterleaveRows == 0,
 constexpr int64_t kPartsPerThread = 4;
 // Weight bytes (times tokens) a part covers at least: every part starts a
 // new stream whose first bytes arrive at the memory's latency, not its
-// bandwidth. One-token decode of a MoE layer's 8 experts (24 matrices of
-// 864 KiB, 2 threads, Zen 5) ran at 28.1 GB/s in 8 parts per matrix and 30.0
-// in one (colibri_moe_bench, medians of 6 interleaved runs); decode of the
-// 4-layer Qwen3-30B-A3B-shaped Q4_K_M model went from 95.6 to 100.5 tok/s and
-// its 128-token prompt from 665 to 732 (6 interleaved runs).
+// bandwidth, so a one-token expert matrix (under 1 MiB for Qwen3-30B-A3B)
+// runs as one part (docs/benchmarks.md).
 constexpr int64_t kMinPartWork = 512 << 10;
 // Multiply-adds below which threading costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 18;
@@ -50,9 +47,7 @@ uint8_t* Align64(uint8_t* p) {
 // Rows a row block holds a multiple of when it can: the one-token tiles take
 // 8 (AVX2) or 4 (AVX-512) rows at a time and hand a block's remaining rows to
 // the per-row kernels. Blocks of 58 rows (the 96 KiB of a 2048-column Q6_K
-// output head) sent 2 rows in 58 there: 2.3% of decode time of the 4-layer
-// Q4_K_M model in the per-row Q6_K kernel (perf); end to end the difference
-// was inside the noise.
+// output head) would send 2 rows in 58 there.
 constexpr int64_t kRowBlockMultiple = 8;
 
 int64_t RowBlock(uint64_t bytes_per_row) {

@@ -84,8 +84,8 @@ bool ParseFlag(const char* arg, const char* name, std::string* value) {
 // Best-of-reps bandwidth of a parallel read and a triad over `mib` MiB. The
 // read runs over huge pages, as the coordinator and the nodes keep the
 // weights a decode step streams (common/huge_pages.h): over 4 KiB pages the
-// same loop read 10-20% less on an AMD Zen 5 VM (48 against 54-61 GB/s), a
-// limit that weights on huge pages can beat.
+// same loop reads less (docs/benchmarks.md), a limit that weights on huge
+// pages can beat.
 void MemoryProbe(ThreadPool* pool, int64_t mib) {
   const size_t bytes = static_cast<size_t>(mib) << 20;
   const size_t n = bytes / sizeof(uint64_t);

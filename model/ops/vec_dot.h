@@ -14,10 +14,8 @@
 //    one float accumulator; for block b it adds (dw_b * da_b) * float(P_b),
 //    where P_b is the exact integer Σ of qw*qa over the block's 32 elements.
 //    For Q4_1/Q5_1 a second sum adds mw_b * sa_b block by block and is added
-//    to the first last. (Until December 2026 each block fed eight lanes, one
-//    per 4 elements: eight float updates per block and row, which bound the
-//    tiles. With one integer per block, a tile sums 8 rows' blocks into one
-//    vector and updates the 8 rows in one operation.)
+//    to the first last. With one integer per block, a tile sums 8 rows'
+//    blocks into one vector and updates the 8 rows in one operation.
 //
 //  K-quants against Q8_K activations: one float accumulator; for each
 //    super-block it adds (dw * da) * float(Σ sc*q*qa), then, for the types with
@@ -103,8 +101,8 @@ const KernelSet* Avx2Kernels();
 const KernelSet* Avx512Kernels();
 // The two sets without the checks, built on first use in their own
 // translation units, whose code (the building included) uses the set's
-// instructions: call them only once the CPU is known to run those (an AVX2
-// machine died on an AVX-512 move while the AVX-512 set was built).
+// instructions: call them only once the CPU is known to run those (on a CPU
+// without them, building the set dies of SIGILL).
 const KernelSet& Avx2KernelsUnchecked();
 const KernelSet& Avx512KernelsUnchecked();
 // The NEON sets (64-bit ARM builds; neon_kernels.h): plain NEON, which every

@@ -273,8 +273,8 @@ KernelSet MakeAvx512() {
   k.name = "avx512";
   // The interleaved layout: Q4_K, Q5_K and Q6_K with this set's own tiles
   // (interleaved_avx512.cc); the 32-element types with the AVX2 set's, which
-  // beat the AVX2 per-row tiles this set runs for them by 1.5-2.5x (the
-  // same instructions, fewer multiplies; colibri_ops_bench --layout=both).
+  // beat the AVX2 per-row tiles this set runs for them (the same
+  // instructions, fewer multiplies; colibri_ops_bench --layout=both).
   InstallAvx512InterleavedTiles(&k);
   k.quant_tile[Slot(TensorType::kQ4_K)] = &avx2::QuantTile<SuperBlockKernel<Q4_KAvx512>>;
   k.quant_tile[Slot(TensorType::kQ5_K)] = &Q5_KTile;

@@ -1,4 +1,4 @@
-// Runs the colibri-make-model binary the way the README and the wrapper script do.
+// Runs the colibri-make-model binary the way docs/demo-model.md and the wrapper script do.
 #include <cstdlib>
 #include <memory>
 #include <string>
