@@ -47,7 +47,7 @@ void KvCache::Reserve(int seq, int positions) {
   }
   // Rows are committed kCommitAhead positions at a time, one madvise per
   // layer and KV head for K and for V, so that decode does not stop for a
-  // page fault every few tokens per head (docs/kernels.md has the figures).
+  // page fault every few tokens per head (docs/benchmarks.md has the figures).
   if (!commit_ahead_ || positions <= committed_[seq]) return;
   const int target = std::min(n_ctx_, positions + kCommitAhead);
   // Standard attention: each KV head's rows (head_dim / head_dim_v elements);
