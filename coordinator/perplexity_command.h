@@ -5,7 +5,7 @@
 // token w * ctx; each window's first ctx tokens are evaluated from an empty
 // cache, and position i predicts token i + 1 of the window. A trailing window
 // shorter than ctx + 1 tokens is dropped. This is what
-// scripts/train-demo-model measures in PyTorch, so the figures compare.
+// scripts/demo-model measures in PyTorch, so the figures compare.
 #ifndef COLIBRI_COORDINATOR_PERPLEXITY_COMMAND_H_
 #define COLIBRI_COORDINATOR_PERPLEXITY_COMMAND_H_
 

@@ -42,7 +42,7 @@ bench_init() {
   local build="$1"
   COORD="$build/coordinator/colibri-coordinator"
   NODE="$build/expert_node/colibri-expert-node"
-  MAKE_MODEL="$build/scripts/colibri-make-model"
+  MAKE_MODEL="$build/tools/colibri-make-model"
   RELAY="$build/tools/relay/colibri-relay"
   OPS_BENCH="$build/model/ops/colibri_ops_bench"
   local b

@@ -62,7 +62,7 @@ model="$dir/deepseek-v3-L$layers-D$dense-E$experts-K$top_k-N$nextn-$type.gguf"
 if [ ! -f "$model" ]; then
   mkdir -p "$dir"
   echo "making $model..." >&2
-  "$build/scripts/colibri-make-model" --preset deepseek-v3 --layers "$layers" \
+  "$build/tools/colibri-make-model" --preset deepseek-v3 --layers "$layers" \
     --dense-layers "$dense" --experts "$experts" --top-k "$top_k" --nextn-layers "$nextn" \
     --type "$type" --out "$model.part" >&2
   mv "$model.part" "$model"

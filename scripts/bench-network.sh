@@ -47,7 +47,7 @@ usage: scripts/bench-network.sh [options]
                        from 4 generations, serve's pipelined halves together);
                        --variant none measures the plain configuration only
   --spec-model M       model of the speculation figures (default the trained
-                       demo model models/demo/colibri-demo-kjv-q8_0.gguf)
+                       demo model scripts/demo-model/colibri-demo-kjv-q8_0.gguf)
   --spec-tokens N      tokens per speculation run (default 96)
   --draft-max K        --draft-max of the speculation runs (default 8)
   --no-local           skip the runs without nodes (for investigations: T1
@@ -119,7 +119,7 @@ serve_args=""
 node_args=""
 client_args=""
 no_local=0
-spec_model=models/demo/colibri-demo-kjv-q8_0.gguf
+spec_model=scripts/demo-model/colibri-demo-kjv-q8_0.gguf
 spec_tokens=96
 draft_max=8
 llama_dir=""

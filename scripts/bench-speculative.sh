@@ -11,7 +11,7 @@ usage() {
 usage: scripts/bench-speculative.sh [options]
 
   -n N               tokens to generate per run (default 96)
-  --model M          GGUF to benchmark (default models/demo/colibri-demo-kjv-q8_0.gguf:
+  --model M          GGUF to benchmark (default scripts/demo-model/colibri-demo-kjv-q8_0.gguf:
                      a trained model, so that acceptance means something; a
                      synthetic model with random weights never repeats its input)
   --threads T        coordinator threads (default 2)
@@ -35,7 +35,7 @@ cd "$(dirname "$0")/.."
 source scripts/bench-common.sh
 
 n_predict=96
-model=models/demo/colibri-demo-kjv-q8_0.gguf
+model=scripts/demo-model/colibri-demo-kjv-q8_0.gguf
 threads=2
 node_threads=1
 delay_ms=0.25

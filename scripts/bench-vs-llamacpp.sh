@@ -84,7 +84,7 @@ fi
 COORD="$build/coordinator/colibri-coordinator"
 # shellcheck disable=SC2034  # read by bench_memory_bandwidth
 OPS_BENCH="$build/model/ops/colibri_ops_bench"
-MAKE_MODEL="$build/scripts/colibri-make-model"
+MAKE_MODEL="$build/tools/colibri-make-model"
 [ -x "$COORD" ] || bench_die "$COORD is missing; build it: cmake --build $build --target colibri-coordinator"
 work="$build/bench-vs-llamacpp"
 mkdir -p "$work"

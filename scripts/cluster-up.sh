@@ -7,7 +7,7 @@
 #                              [--n-predict N]
 #
 #   --nodes N      expert nodes (default 3)
-#   --model M      GGUF model (default: models/demo/colibri-demo-kjv-q8_0.gguf,
+#   --model M      GGUF model (default: scripts/demo-model/colibri-demo-kjv-q8_0.gguf,
 #                  the committed demo model trained on the King James Bible)
 #   --prompt TEXT  the prompt of the generation at the end (default: "And it
 #                  came to pass")
@@ -66,7 +66,7 @@ for b in "$coordinator_bin" "$node_bin" "$client_bin"; do
   [ -x "$b" ] || { echo "cluster-up: $b is not built" >&2; exit 1; }
 done
 
-model="${model:-models/demo/colibri-demo-kjv-q8_0.gguf}"
+model="${model:-scripts/demo-model/colibri-demo-kjv-q8_0.gguf}"
 [ -f "$model" ] || { echo "cluster-up: no model file $model" >&2; exit 1; }
 
 if [ -d "$dir/pids" ] && [ -n "$(ls -A "$dir/pids" 2>/dev/null)" ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on one machine: installs the Debian packages, builds Colibri and
-# generates text with the committed demo model (models/demo/, a small
-# Qwen3-MoE trained on the King James Bible; see models/demo/PROVENANCE.md).
+# generates text with the committed demo model (scripts/demo-model/, a small
+# Qwen3-MoE trained on the King James Bible; see scripts/demo-model/PROVENANCE.md).
 #
 # Environment:
 #   COLIBRI_BUILD_DIR  build folder (default: build)
@@ -16,7 +16,7 @@ build="${COLIBRI_BUILD_DIR:-build}"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target colibri-coordinator
 
-model="${COLIBRI_MODEL:-models/demo/colibri-demo-kjv-q8_0.gguf}"
+model="${COLIBRI_MODEL:-scripts/demo-model/colibri-demo-kjv-q8_0.gguf}"
 
 "$build/coordinator/colibri-coordinator" inspect --model "$model"
 echo

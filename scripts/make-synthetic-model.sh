@@ -13,7 +13,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${COLIBRI_BUILD_DIR:-$root/build}
-binary=$build/scripts/colibri-make-model
+binary=$build/tools/colibri-make-model
 
 if ! command -v cmake > /dev/null; then
   echo "make-synthetic-model: cmake not found; run scripts/install-deps.sh first" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs the Debian packages and the pinned npm packages
-# of tests/clients and tests/deploy, builds Colibri (Release) and
+# of tests/api_clients and tests/deploy, builds Colibri (Release) and
 # runs the whole test suite with CTest, then (on x86-64) cross-builds the
 # project for 64-bit ARM and, under qemu-user, runs the engine's tests, the
 # ARM coordinator on every fixture model against this build's, and two ARM
@@ -21,11 +21,11 @@ cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
 # npm packages, pinned by their package-lock.json files: the official client
-# libraries the HTTP API is tested with (tests/clients) and the offline
+# libraries the HTTP API is tested with (tests/api_clients) and the offline
 # deploy/ and k8s/ checks (tests/deploy). The tests that need them skip
 # without them.
 if command -v npm > /dev/null 2>&1; then
-  npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error
+  npm ci --prefix tests/api_clients --no-audit --no-fund --loglevel=error
   npm ci --prefix tests/deploy --no-audit --no-fund --loglevel=error
 else
   echo "test.sh: npm not found: the client-library and deploy checks will skip"

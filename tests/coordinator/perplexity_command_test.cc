@@ -1,6 +1,6 @@
 // `colibri-coordinator perplexity` on the committed demo model: its held-out
 // loss matches the figure PyTorch computed for the same tokens and windows
-// (models/demo/provenance.json, written by scripts/train-demo-model/), within
+// (scripts/demo-model/provenance.json, written by scripts/demo-model/), within
 // the error that Q8_0 quantization adds; and its errors are clear.
 #include <cmath>
 #include <fstream>
@@ -20,7 +20,7 @@ namespace {
 constexpr double kQuantizationTolerance = 0.01;
 
 std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
-std::string DemoDir() { return std::string(COLIBRI_SOURCE_DIR) + "/models/demo/"; }
+std::string DemoDir() { return std::string(COLIBRI_SOURCE_DIR) + "/scripts/demo-model/"; }
 
 // The value of "key: value" in a command's output, or NaN.
 double Figure(const std::string& out, const std::string& key) {
@@ -31,7 +31,7 @@ double Figure(const std::string& out, const std::string& key) {
 
 TEST(PerplexityCommandTest, DemoModelMatchesPyTorchOnHeldOutText) {
   std::ifstream in(DemoDir() + "provenance.json");
-  ASSERT_TRUE(in) << "models/demo/provenance.json is missing";
+  ASSERT_TRUE(in) << "scripts/demo-model/provenance.json is missing";
   const nlohmann::json prov = nlohmann::json::parse(in);
   const nlohmann::json& held = prov.at("held_out");
   const testing::CommandResult r = testing::RunCommand(

@@ -160,7 +160,7 @@ TEST(RunOutputTest, InterleavedTypesGiveTheFileOrdersTokensAndLogits) {
     SCOPED_TRACE(type);
     const std::string model = dir + "/run-output-" + type + ".gguf";
     const testing::CommandResult made =
-        testing::RunCommand({testing::BinaryPath("scripts/colibri-make-model"), "--preset", "demo",
+        testing::RunCommand({testing::BinaryPath("tools/colibri-make-model"), "--preset", "demo",
                              "--type", type, "--out", model});
     ASSERT_EQ(made.exit_code, 0) << made.err;
     auto run = [&](const std::string& logits, bool file_order) {

@@ -42,7 +42,7 @@ constexpr char kCurl[] = "/usr/bin/curl";
 constexpr char kModel[] = "qwen2moe-tiny-q8_0";
 // Trained on the King James Bible: its greedy text repeats its prompt's
 // phrases, so n-gram drafts are accepted (a random fixture's are not).
-constexpr char kDemoModel[] = COLIBRI_SOURCE_DIR "/models/demo/colibri-demo-kjv-q8_0.gguf";
+constexpr char kDemoModel[] = COLIBRI_SOURCE_DIR "/scripts/demo-model/colibri-demo-kjv-q8_0.gguf";
 
 std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coordinator"); }
 

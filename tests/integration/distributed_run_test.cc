@@ -200,7 +200,7 @@ TEST_F(DistributedRunTest, SpeculationGivesTheSameTokensAndLogitsOnNodes) {
       auto run = [&](bool nodes, bool draft, const std::string& logits) {
         std::vector<std::string> a = {
             Coordinator(),       "run",
-            "--model",           COLIBRI_SOURCE_DIR "/models/demo/colibri-demo-kjv-q8_0.gguf",
+            "--model",           COLIBRI_SOURCE_DIR "/scripts/demo-model/colibri-demo-kjv-q8_0.gguf",
             "--prompt",          prompt.text,
             "--n-predict",       "40",
             "--threads",         "2",

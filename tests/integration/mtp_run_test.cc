@@ -111,7 +111,7 @@ TEST(MtpRunTest, Glm4MoeFilesFromTheMakerGiveThePlainOutput) {
   const std::string dir = testing::MakeTempDir("mtp-glm");
   const std::string model = dir + "/glm.gguf";
   const CommandResult made = testing::RunCommand(testing::TinyGlm4MoeMakeModelCommand(
-      testing::BinaryPath("scripts/colibri-make-model"), model));
+      testing::BinaryPath("tools/colibri-make-model"), model));
   ASSERT_EQ(made.exit_code, 0) << made.err;
   std::vector<std::unique_ptr<NodeProcess>> nodes;
   std::vector<const NodeProcess*> views;

@@ -173,7 +173,7 @@ TEST_F(ServeMtpTest, ConcurrentMtpDraftingGivesThePlainTokensOnTwoNodes) {
 TEST_F(ServeMtpTest, ConcurrentMtpDraftingGivesThePlainTokensOnAGlm4MoeFile) {
   const std::string model = testing::MakeTempDir("serve-mtp-glm") + "/glm.gguf";
   const CommandResult made = testing::RunCommand(testing::TinyGlm4MoeMakeModelCommand(
-      testing::BinaryPath("scripts/colibri-make-model"), model));
+      testing::BinaryPath("tools/colibri-make-model"), model));
   ASSERT_EQ(made.exit_code, 0) << made.err;
   CheckSameAsPlain(model);
 }

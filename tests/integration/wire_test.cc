@@ -256,7 +256,7 @@ RowChange CompareRows(const float* a, const float* b, size_t n_vocab) {
 }
 
 // The random fixtures' near-ties make free-running bf16 tokens a matter of
-// luck; the demo model is trained (models/demo), so most of its greedy
+// luck; the demo model is trained (scripts/demo-model), so most of its greedy
 // choices have real margins, though its greedy text falls into repeated
 // phrases where two continuations can be close. With bf16 activations on the
 // wire both ways (with and without node-side reduction), 2 nodes run 8

@@ -8,7 +8,7 @@
 set -uo pipefail
 src="$1"
 bin="$2"
-model="$src/models/demo/colibri-demo-kjv-q8_0.gguf"
+model="$src/scripts/demo-model/colibri-demo-kjv-q8_0.gguf"
 for b in coordinator/colibri-coordinator expert_node/colibri-expert-node; do
   [ -x "$bin/$b" ] || { echo "SKIP: $bin/$b is not built"; exit 77; }
 done

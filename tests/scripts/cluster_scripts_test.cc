@@ -94,16 +94,16 @@ std::vector<std::string> Words(const std::string& text) {
 }
 
 // What the README's first command runs: the committed demo model, so the text
-// must be recognisably English. models/demo/words.txt is the vocabulary of the
-// training text (written by scripts/train-demo-model/, not by colibri); a
+// must be recognisably English. scripts/demo-model/words.txt is the vocabulary of the
+// training text (written by scripts/demo-model/, not by colibri); a
 // random-weight model's output has far fewer than 80% of its words there.
 TEST(ClusterScriptsTest, DefaultDemoClusterStreamsEnglish) {
   const std::string dir = StateDir();
   const std::string text = ClusterUp({"--dir", dir});
   EXPECT_EQ(tokenizer::ToValidUtf8(text), text);
 
-  std::ifstream in(Scripts() + "../models/demo/words.txt");
-  ASSERT_TRUE(in) << "models/demo/words.txt is missing";
+  std::ifstream in(Scripts() + "../scripts/demo-model/words.txt");
+  ASSERT_TRUE(in) << "scripts/demo-model/words.txt is missing";
   std::unordered_set<std::string> dictionary;
   for (std::string w; in >> w;) dictionary.insert(w);
   ASSERT_GT(dictionary.size(), 5000u);

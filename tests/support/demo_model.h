@@ -1,4 +1,4 @@
-// The demo model committed in the source tree (models/demo). Header-only: a
+// The demo model committed in the source tree (scripts/demo-model). Header-only: a
 // test using it gets COLIBRI_SOURCE_DIR="${PROJECT_SOURCE_DIR}" from its CMake
 // target (target_compile_definitions); without it the path is relative to the
 // working directory.
@@ -11,7 +11,7 @@
 
 namespace colibri::testing {
 
-inline constexpr char kDemoModel[] = COLIBRI_SOURCE_DIR "/models/demo/colibri-demo-kjv-q8_0.gguf";
+inline constexpr char kDemoModel[] = COLIBRI_SOURCE_DIR "/scripts/demo-model/colibri-demo-kjv-q8_0.gguf";
 
 }  // namespace colibri::testing
 

@@ -9,7 +9,7 @@
 #include "model/gguf/gguf_file.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/ops/quantize.h"
-#include "scripts/synthetic_model/model_spec.h"
+#include "tools/synthetic_model/model_spec.h"
 
 namespace colibri::quantize {
 namespace {

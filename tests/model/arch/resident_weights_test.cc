@@ -17,7 +17,7 @@
 #include "model/arch/session.h"
 #include "model/gguf/gguf_file.h"
 #include "model/moe/local_expert_backend.h"
-#include "scripts/synthetic_model/synthetic_model.h"
+#include "tools/synthetic_model/synthetic_model.h"
 #include "tests/support/proc_self.h"
 
 namespace colibri {

@@ -11,4 +11,4 @@ packages=(
   bible-kjv-text   # the King James Bible (public domain), the training text
 )
 
-exec bash "$(dirname "$0")/../apt-install-missing.sh" train-demo-model/install-deps "${packages[@]}"
+exec bash "$(dirname "$0")/../apt-install-missing.sh" demo-model/install-deps "${packages[@]}"

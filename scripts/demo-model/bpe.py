@@ -1,7 +1,7 @@
 """Byte-level BPE (GPT-2 style) trained on the corpus, and the matching encoder.
 
 The vocabulary is laid out as colibri's synthetic-model tokenizer does
-(scripts/synthetic_model/byte_level_bpe.h): the 256 byte tokens in GPT-2's
+(tools/synthetic_model/byte_level_bpe.h): the 256 byte tokens in GPT-2's
 byte-to-unicode form and id order, one token per learned merge, then the special
 tokens. Pre-tokenization is GPT-2's regex (tokenizer.ggml.pre "gpt-2"); the
 corpus is pure ASCII, so the Unicode classes reduce to ASCII ones (checked).

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Trains colibri's demo MoE on the King James Bible.
 
-    nice -n 19 python3 scripts/train-demo-model/train.py --out build/demo-model
+    nice -n 19 python3 scripts/demo-model/train.py --out build/demo-model
 
 Writes to --out: tokenizer.json, tokens-train.npy / tokens-heldout.npy,
 ckpt-STEP.pt every --ckpt-every steps and final.pt, and a loss log (train.log is

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Reproduces models/demo/: trains the demo MoE on the King James Bible, exports
+# Reproduces scripts/demo-model/: trains the demo MoE on the King James Bible, exports
 # it to GGUF, quantizes it with colibri-quantize, checks the export against
 # PyTorch and writes the committed files. Not part of CI (CI uses the committed
 # model); takes ~40 min on 2 busy cores.
 #
-#   bash scripts/train-demo-model/make-demo-model.sh [--steps N] [--work DIR]
+#   bash scripts/demo-model/make-demo-model.sh [--steps N] [--work DIR]
 #
 #   --steps N   training steps (default 300, what the committed model used)
 #   --work DIR  checkpoints, logs and the F32/F16 files (default build/demo-model)
@@ -31,8 +31,8 @@ while [ $# -gt 0 ]; do
 done
 build="${COLIBRI_BUILD_DIR:-build}"
 py=/usr/bin/python3  # Debian's, where python3-torch is installed
-here=scripts/train-demo-model
-out=models/demo
+here=scripts/demo-model
+out=scripts/demo-model
 
 bash "$here/install-deps.sh"
 bash scripts/install-deps.sh
@@ -67,6 +67,6 @@ cp "$work/loss.tsv" "$out/loss.tsv"
   --json "$work/check.json" | tee "$work/check.txt"
 
 "$py" "$here/write_provenance.py" --work "$work" --out "$out" \
-  --command "bash scripts/train-demo-model/make-demo-model.sh --steps $steps" \
+  --command "bash scripts/demo-model/make-demo-model.sh --steps $steps" \
   --train-command "${train_cmd[*]}" --ckpt "$(basename "$ckpt")" --note "$note"
 echo "make-demo-model: wrote $out"

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Routing figures of the trained demo model on the held-out text, per layer.
 
-    /usr/bin/python3 scripts/train-demo-model/measure_routing.py \
+    /usr/bin/python3 scripts/demo-model/measure_routing.py \
         --ckpt build/demo-model/final.pt --tokens build/demo-model/tokens-heldout.npy
 
 For every token (windows of n_ctx as in training) and layer L:

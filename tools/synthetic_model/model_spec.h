@@ -13,7 +13,7 @@
 #include "absl/types/span.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/ops/tensor_type.h"
-#include "scripts/synthetic_model/byte_level_bpe.h"
+#include "tools/synthetic_model/byte_level_bpe.h"
 
 namespace colibri::synthetic {
 

@@ -21,7 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/ops/tensor_type.h"
-#include "scripts/synthetic_model/model_spec.h"
+#include "tools/synthetic_model/model_spec.h"
 
 namespace colibri::synthetic {
 

@@ -24,7 +24,7 @@ try {
   grpc = await import('@grpc/grpc-js');
   protoLoader = await import('@grpc/proto-loader');
 } catch {
-  console.log('SKIP: @grpc/grpc-js or @grpc/proto-loader is not installed (npm ci in tests/clients)');
+  console.log('SKIP: @grpc/grpc-js or @grpc/proto-loader is not installed (npm ci in tests/api_clients)');
   process.exit(77);
 }
 

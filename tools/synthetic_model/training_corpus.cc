@@ -1,4 +1,4 @@
-#include "scripts/synthetic_model/training_corpus.h"
+#include "tools/synthetic_model/training_corpus.h"
 
 namespace colibri::synthetic {
 namespace {

@@ -1,4 +1,4 @@
-#include "scripts/synthetic_model/byte_level_bpe.h"
+#include "tools/synthetic_model/byte_level_bpe.h"
 
 #include <algorithm>
 #include <queue>

@@ -18,7 +18,7 @@ let OpenAI;
 try {
   ({ default: OpenAI } = await import('openai'));
 } catch {
-  console.log('SKIP: the openai package is not installed (npm ci in tests/clients)');
+  console.log('SKIP: the openai package is not installed (npm ci in tests/api_clients)');
   process.exit(77);
 }
 

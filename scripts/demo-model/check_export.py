@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Checks an exported demo model against PyTorch on the held-out text.
 
-    /usr/bin/python3 scripts/train-demo-model/check_export.py --ckpt build/demo-model/final.pt \
+    /usr/bin/python3 scripts/demo-model/check_export.py --ckpt build/demo-model/final.pt \
         --text build/demo-model/heldout.txt --coordinator build/coordinator/colibri-coordinator \
         --f16 demo-f16.gguf [--quantized demo-q8_0.gguf ...] [--json out.json]
 

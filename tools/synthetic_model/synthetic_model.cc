@@ -1,4 +1,4 @@
-#include "scripts/synthetic_model/synthetic_model.h"
+#include "tools/synthetic_model/synthetic_model.h"
 
 #include <unistd.h>
 
@@ -18,8 +18,8 @@
 #include "common/thread_pool.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/ops/quantize.h"
-#include "scripts/synthetic_model/byte_level_bpe.h"
-#include "scripts/synthetic_model/training_corpus.h"
+#include "tools/synthetic_model/byte_level_bpe.h"
+#include "tools/synthetic_model/training_corpus.h"
 
 namespace colibri::synthetic {
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes models/demo/PROVENANCE.md, provenance.json and words.txt.
+"""Writes scripts/demo-model/PROVENANCE.md, provenance.json and words.txt.
 
 provenance.json holds the figures tests compare against (PyTorch's held-out
 loss on the F16 weights, computed by check_export.py); words.txt is the sorted
@@ -91,7 +91,7 @@ def main():
         "# The demo model: a small Qwen3-MoE trained on the King James Bible",
         "",
         "`%s` (%.1f MiB, sha256 `%s`) is a `qwen3moe` GGUF trained by "
-        "`scripts/train-demo-model/` and quantized to Q8_0 by `colibri-quantize`." % (
+        "`scripts/demo-model/` and quantized to Q8_0 by `colibri-quantize`." % (
             MODEL_FILE, prov["bytes"] / 1048576, prov["sha256"]),
         "",
         "- Text: the King James Bible from Debian's `bible-kjv-text` %s (public domain), "

@@ -8,7 +8,7 @@ if ! command -v node >/dev/null 2>&1; then
   exit 77
 fi
 if [ ! -d "$dir/node_modules/openai" ]; then
-  echo "SKIP: run 'npm ci' in tests/clients to install the openai client"
+  echo "SKIP: run 'npm ci' in tests/api_clients to install the openai client"
   exit 77
 fi
 if [ ! -f "$2" ]; then

@@ -8,7 +8,7 @@ if ! command -v node >/dev/null 2>&1; then
   exit 77
 fi
 if [ ! -d "$dir/node_modules/@grpc/grpc-js" ] || [ ! -d "$dir/node_modules/@grpc/proto-loader" ]; then
-  echo "SKIP: run 'npm ci' in tests/clients to install @grpc/grpc-js and @grpc/proto-loader"
+  echo "SKIP: run 'npm ci' in tests/api_clients to install @grpc/grpc-js and @grpc/proto-loader"
   exit 77
 fi
 if [ ! -f "$2" ]; then

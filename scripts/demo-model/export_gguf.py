@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes a trained checkpoint as a float32 `qwen3moe` GGUF (v3).
 
-    /usr/bin/python3 scripts/train-demo-model/export_gguf.py \
+    /usr/bin/python3 scripts/demo-model/export_gguf.py \
         --ckpt build/demo-model/final.pt --tokenizer build/demo-model/tokenizer.json \
         --out build/demo-model/demo-f32.gguf
 

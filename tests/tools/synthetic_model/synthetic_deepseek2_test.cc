@@ -12,8 +12,8 @@
 #include "model/arch/session.h"
 #include "model/gguf/gguf_file.h"
 #include "model/moe/local_expert_backend.h"
-#include "scripts/synthetic_model/model_spec.h"
-#include "scripts/synthetic_model/synthetic_model.h"
+#include "tools/synthetic_model/model_spec.h"
+#include "tools/synthetic_model/synthetic_model.h"
 
 namespace colibri::synthetic {
 namespace {

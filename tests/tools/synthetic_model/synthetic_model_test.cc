@@ -1,4 +1,4 @@
-#include "scripts/synthetic_model/synthetic_model.h"
+#include "tools/synthetic_model/synthetic_model.h"
 
 #include <cmath>
 #include <cstdint>
@@ -17,8 +17,8 @@
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
 #include "model/tokenizer/tokenizer.h"
-#include "scripts/synthetic_model/byte_level_bpe.h"
-#include "scripts/synthetic_model/model_spec.h"
+#include "tools/synthetic_model/byte_level_bpe.h"
+#include "tools/synthetic_model/model_spec.h"
 
 namespace colibri::synthetic {
 namespace {

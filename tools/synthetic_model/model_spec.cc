@@ -1,4 +1,4 @@
-#include "scripts/synthetic_model/model_spec.h"
+#include "tools/synthetic_model/model_spec.h"
 
 #include <cmath>
 #include <utility>

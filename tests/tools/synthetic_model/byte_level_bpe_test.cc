@@ -1,4 +1,4 @@
-#include "scripts/synthetic_model/byte_level_bpe.h"
+#include "tools/synthetic_model/byte_level_bpe.h"
 
 #include <memory>
 #include <set>
@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/gguf/gguf_file.h"
-#include "scripts/synthetic_model/training_corpus.h"
+#include "tools/synthetic_model/training_corpus.h"
 #include "tests/support/paths.h"
 
 namespace colibri::synthetic {

@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/ops/tensor_type.h"
-#include "scripts/synthetic_model/model_spec.h"
-#include "scripts/synthetic_model/synthetic_model.h"
+#include "tools/synthetic_model/model_spec.h"
+#include "tools/synthetic_model/synthetic_model.h"
 
 namespace {
 
