@@ -36,9 +36,12 @@ absl::StatusOr<Value> GetPath(Interpreter& in, const Value& obj, const Value& pa
   return cur;
 }
 
-// select/reject/selectattr/rejectattr.
+// select/reject/selectattr/rejectattr. As in Jinja2, a falsy value (none,
+// undefined, false, 0, "", [], {}) yields nothing and its arguments are not
+// looked at: templates write `tools | selectattr(...)` when no tools are given.
 absl::StatusOr<Value> Select(Interpreter& in, const Value& seq, CallArgs& args, bool attr,
                              bool keep) {
+  if (!seq.Truthy()) return Value::MakeGenerator({});
   COLIBRI_ASSIGN_OR_RETURN(Value::List items, in.Iterate(seq));
   size_t next = 0;
   Value attribute;
@@ -69,7 +72,10 @@ absl::StatusOr<Value> Select(Interpreter& in, const Value& seq, CallArgs& args, 
   return Value::MakeGenerator(std::move(out));
 }
 
+// map(filter, ...) or map(attribute=..., default=...); a falsy value yields
+// nothing, as in Select.
 absl::StatusOr<Value> Map(Interpreter& in, const Value& seq, CallArgs& args) {
+  if (!seq.Truthy()) return Value::MakeGenerator({});
   COLIBRI_ASSIGN_OR_RETURN(Value::List items, in.Iterate(seq));
   const Value attribute = Arg(args, 99, "attribute");
   Value::List out;
@@ -591,7 +597,8 @@ absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const
   if (name == "format") return Format(in, v.ToString(), args, /*percent_style=*/true);
   if (name == "str.format") return Format(in, v.ToString(), args, /*percent_style=*/false);
   if (name == "indent") {
-    if (!v.is_string() && !v.is_undefined()) {
+    COLIBRI_RETURN_IF_ERROR(NeedDefined(in, name, v));
+    if (!v.is_string()) {
       return in.Fail(absl::StrCat("indent: expected a string, not ", v.TypeName()));
     }
     return Indent(in, v.str(), args);

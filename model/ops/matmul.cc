@@ -120,23 +120,28 @@ struct Job {
 
 // Rows [rs, rs + nr) of w in GGUF order: at w's bytes when they are, else
 // copied into *buf with their groups put back into row order (a kernel set
-// without tiles for w's layout, or the exact path).
+// without tiles for w's layout, or the exact path). A group comes back whole
+// (DeinterleaveGroup writes its 8 rows), so *buf holds every row from the
+// start of the group holding rs to the end of the group holding the range's
+// last row, or to rs + nr when the range runs into the rows after the last
+// group.
 const uint8_t* RowsInGgufOrder(const WeightMatrix& w, int64_t rs, int64_t nr,
                                std::vector<uint8_t>* buf) {
   const int64_t full = w.rows / kInterleaveRows * kInterleaveRows;
   if (w.layout == WeightLayout::kRows || rs >= full) return w.data + rs * w.row_bytes;
   const int64_t first = rs / kInterleaveRows * kInterleaveRows;
   const int64_t end = rs + nr;
-  buf->resize(static_cast<size_t>(end - first) * w.row_bytes);
-  for (int64_t g = first; g < std::min(end, full); g += kInterleaveRows) {
+  const int64_t groups_end =
+      std::min(full, (end + kInterleaveRows - 1) / kInterleaveRows * kInterleaveRows);
+  buf->resize(static_cast<size_t>(std::max(groups_end, end) - first) * w.row_bytes);
+  for (int64_t g = first; g < groups_end; g += kInterleaveRows) {
     DeinterleaveGroup(w.type, w.data + g * w.row_bytes, w.row_bytes,
                       buf->data() + (g - first) * w.row_bytes);
   }
   if (end > full) {
     // The rows after the last group, in GGUF order already.
-    const int64_t from = std::max(first, full);
-    std::memcpy(buf->data() + (from - first) * w.row_bytes, w.data + from * w.row_bytes,
-                static_cast<size_t>(end - from) * w.row_bytes);
+    std::memcpy(buf->data() + (full - first) * w.row_bytes, w.data + full * w.row_bytes,
+                static_cast<size_t>(end - full) * w.row_bytes);
   }
   return buf->data() + (rs - first) * w.row_bytes;
 }
@@ -186,25 +191,36 @@ void RunFloatRows(const Job& job, int64_t r0, int64_t r1, float* buf) {
   const WeightMatrix& w = *job.w;
   const int64_t cols = w.cols;
   const bool direct = w.type == TensorType::kF32;
+  // rb rows are dequantized into buf at a time. Interleaved rows are put
+  // back in GGUF order whole groups at a time (fetch rows, a multiple of 8),
+  // so that a group is put back once even where rb is not a multiple of 8
+  // (fewer than 8 rows of more than 3072 columns fill a block).
   const int64_t rb = RowBlock(static_cast<uint64_t>(cols) * sizeof(float));
+  const int64_t fetch = w.layout == WeightLayout::kInterleaved8
+                            ? (rb + kInterleaveRows - 1) / kInterleaveRows * kInterleaveRows
+                            : rb;
   const internal::DequantFn dequant = job.kernels->dequant[internal::Slot(w.type)];
-  for (int64_t rs = r0; rs < r1; rs += rb) {
-    const int64_t nr = std::min(rb, r1 - rs);
-    const float* wf;
-    int64_t w_stride;
-    if (direct) {
-      wf = reinterpret_cast<const float*>(w.data + rs * w.row_bytes);
-      w_stride = static_cast<int64_t>(w.row_bytes / sizeof(float));
-    } else {
-      const uint8_t* rows = RowsInGgufOrder(w, rs, nr, &ReorderBuffer());
-      for (int64_t i = 0; i < nr; ++i) dequant(rows + i * w.row_bytes, buf + i * cols, cols);
-      wf = buf;
-      w_stride = cols;
-    }
-    for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
-      const int64_t nt = std::min<int64_t>(internal::kMaxTokenTile, job.n_tokens - t0);
-      job.kernels->float_tile(wf, w_stride, nr, job.x + t0 * cols, cols, cols, nt,
-                              job.y + t0 * job.y_stride + rs, job.y_stride);
+  for (int64_t fs = r0; fs < r1; fs += fetch) {
+    const int64_t fe = std::min(fetch, r1 - fs) + fs;
+    const uint8_t* fetched = direct ? nullptr : RowsInGgufOrder(w, fs, fe - fs, &ReorderBuffer());
+    for (int64_t rs = fs; rs < fe; rs += rb) {
+      const int64_t nr = std::min(rb, fe - rs);
+      const float* wf;
+      int64_t w_stride;
+      if (direct) {
+        wf = reinterpret_cast<const float*>(w.data + rs * w.row_bytes);
+        w_stride = static_cast<int64_t>(w.row_bytes / sizeof(float));
+      } else {
+        const uint8_t* rows = fetched + (rs - fs) * w.row_bytes;
+        for (int64_t i = 0; i < nr; ++i) dequant(rows + i * w.row_bytes, buf + i * cols, cols);
+        wf = buf;
+        w_stride = cols;
+      }
+      for (int64_t t0 = 0; t0 < job.n_tokens; t0 += internal::kMaxTokenTile) {
+        const int64_t nt = std::min<int64_t>(internal::kMaxTokenTile, job.n_tokens - t0);
+        job.kernels->float_tile(wf, w_stride, nr, job.x + t0 * cols, cols, cols, nt,
+                                job.y + t0 * job.y_stride + rs, job.y_stride);
+      }
     }
   }
 }

@@ -37,10 +37,9 @@ const void* Middle(const ops::WeightMatrix& m) {
   return m.data + static_cast<uint64_t>(m.rows) * m.row_bytes / 2;
 }
 
-// A 2-layer model of `type` in the test's temporary directory: routed expert
-// tensors of 16 experts of 256 x 1024 (~4.4 MB in Q8_0), more than a huge
-// page apart from the dense tensors around them.
-std::string* MakeModel(ops::TensorType type, const std::string& tag) {
+// A 2-layer model: routed expert tensors of 16 experts of 256 x 1024 (~4.4 MB
+// in Q8_0), more than a huge page apart from the dense tensors around them.
+synthetic::ModelSpec SmallSpec() {
   synthetic::ModelSpec spec;
   spec.n_layer = 2;
   spec.n_embd = 256;
@@ -52,6 +51,12 @@ std::string* MakeModel(ops::TensorType type, const std::string& tag) {
   spec.n_ff_exp = 1024;
   spec.n_ctx = 128;
   spec.vocab_size = 320;
+  return spec;
+}
+
+// A model of `spec` with matrices of `type` in the test's temporary directory.
+std::string* MakeModel(ops::TensorType type, const std::string& tag,
+                       const synthetic::ModelSpec& spec = SmallSpec()) {
   synthetic::GenerateOptions options;
   options.type = type;
   options.num_threads = 2;
@@ -81,12 +86,13 @@ class ResidentWeightsTest : public ::testing::Test {
   }
 
   // The logits after a short prompt and two decode steps, concatenated.
-  static std::vector<float> Logits(const arch::Model& model) {
+  static std::vector<float> Logits(const arch::Model& model,
+                                   ops::NumericPath path = ops::NumericPath::kFast) {
     ThreadPool pool(2);
-    moe::LocalExpertBackend backend(&model.experts(), model.config().n_expert,
-                                    ops::NumericPath::kFast, &pool);
+    moe::LocalExpertBackend backend(&model.experts(), model.config().n_expert, path, &pool);
     arch::SessionOptions options;
     options.n_ctx = 64;
+    options.path = path;
     absl::StatusOr<std::unique_ptr<arch::Session>> session =
         arch::Session::Create(model, &backend, &pool, options);
     EXPECT_TRUE(session.ok()) << session.status();
@@ -255,6 +261,31 @@ TEST_F(InterleaveWeightsTest, AllInterleavesTheRoutedExpertsToo) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, 0u);
   EXPECT_TRUE(Bitwise(Logits(*model), before));
+}
+
+// Rows longer than 3072 columns, as in the models people run: the exact
+// path dequantizes fewer than 8 of them at a time, so its blocks of rows
+// begin and end inside the interleaved groups. 32 heads of 128 make
+// attn_output 256 x 4096, experts of 3328 make ffn_down 256 x 3328.
+TEST_F(InterleaveWeightsTest, ExactPathOverLongInterleavedRowsGivesTheSameLogits) {
+  synthetic::ModelSpec spec = SmallSpec();
+  spec.n_head = 32;
+  spec.n_head_kv = 4;
+  spec.head_dim = 128;
+  spec.n_expert = 4;
+  spec.n_ff_exp = 13 * 256;
+  std::unique_ptr<std::string> path(MakeModel(ops::TensorType::kQ4_K, "interleave-wide", spec));
+  std::unique_ptr<arch::Model> model = OpenModel(*path);
+  ASSERT_NE(model, nullptr);
+  ASSERT_EQ(model->layer(0).wo.cols, 4096);
+  const std::vector<float> before = Logits(*model, ops::NumericPath::kExact);
+  absl::StatusOr<uint64_t> moved = model->InterleaveWeights(arch::Model::RamWeights::kAll);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_EQ(model->layer(0).wo.layout, ops::WeightLayout::kInterleaved8);
+  ASSERT_EQ(model->experts()[0][0].down.layout, ops::WeightLayout::kInterleaved8);
+  EXPECT_TRUE(Bitwise(Logits(*model, ops::NumericPath::kExact), before));
+  model.reset();
+  std::remove(path->c_str());
 }
 
 TEST_F(InterleaveWeightsTest, KernelsWithoutTilesForTheLayoutGetNothingInterleaved) {

@@ -148,6 +148,47 @@ TEST(ChatTemplateLanguage, UndefinedPrintsEmptyButFailsOnAttributeAccess) {
   EXPECT_THAT(out.status().message(), HasSubstr("'nothing' is undefined"));
 }
 
+// select, reject, selectattr, rejectattr and map yield nothing for a falsy
+// value, without looking at their arguments (Jinja2's `if value:`); a truthy
+// value that is not iterable still fails. Expected outputs from Jinja2 3.1.6.
+TEST(ChatTemplateLanguage, FilteringAFalsyValueYieldsNothing) {
+  const LanguageCase cases[] = {
+      {R"tpl({{ none | selectattr('type', 'equalto', 'x') | list }}|{{ none | rejectattr('type') | list }}|{{ none | select | list }}|{{ none | reject('none') | list }}|{{ none | map(attribute='a') | list }}|{{ none | map('upper') | list }})tpl",
+       R"tpl({})tpl", R"tpl([]|[]|[]|[]|[]|[])tpl"},
+      {R"tpl({% for v in [none, false, 0, 0.0, '', [], {}, nothing] %}{{ v | selectattr('a') | list | length }}{{ v | select | list | length }}{{ v | map | list | length }}{% endfor %})tpl",
+       R"tpl({})tpl", R"tpl(000000000000000000000000)tpl"},
+      // A tool-calling template's opening when the request carries no tools,
+      // and with them.
+      {R"tpl({% if not tools is defined %}{% set tools = none %}{% endif %}{% set has_code = tools | selectattr('type', 'equalto', 'code_interpreter') | list | length > 0 %}{{ has_code }}|{% for t in tools | rejectattr('type', 'equalto', 'code_interpreter') %}{{ t.type }}{% else %}no tools{% endfor %})tpl",
+       R"tpl({})tpl", R"tpl(False|no tools)tpl"},
+      {R"tpl({% if not tools is defined %}{% set tools = none %}{% endif %}{% set has_code = tools | selectattr('type', 'equalto', 'code_interpreter') | list | length > 0 %}{{ has_code }}|{% for t in tools | rejectattr('type', 'equalto', 'code_interpreter') %}{{ t.type }}{% else %}no tools{% endfor %})tpl",
+       R"tpl({"tools": [{"type": "code_interpreter"}, {"type": "function"}]})tpl",
+       R"tpl(True|function)tpl"},
+      {R"tpl({{ 'ab' | map('upper') | join }}|{{ 'a ' | select | list }})tpl", R"tpl({})tpl",
+       R"tpl(AB|['a', ' '])tpl"},
+  };
+  for (const LanguageCase& c : cases) {
+    absl::StatusOr<std::string> out = RenderText(c.source, c.context);
+    ASSERT_TRUE(out.ok()) << c.source << "\n" << out.status();
+    EXPECT_EQ(*out, c.expected) << "template: " << c.source;
+  }
+  for (const char* bad : {"{{ 1 | selectattr('a') | list }}", "{{ true | map('upper') | list }}",
+                          "{{ 2.5 | reject | list }}"}) {
+    absl::StatusOr<std::string> out = RenderText(bad, "{}");
+    ASSERT_FALSE(out.ok()) << bad;
+    EXPECT_THAT(out.status().message(), HasSubstr("object is not iterable")) << bad;
+  }
+}
+
+// indent reads its value as a string; an undefined one fails as in Jinja2
+// instead of printing the variable's name.
+TEST(ChatTemplateLanguage, IndentOfAnUndefinedValueFails) {
+  absl::StatusOr<std::string> out = RenderText("{{ nothing | indent(2) }}", "{}");
+  ASSERT_FALSE(out.ok()) << *out;
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("'nothing' is undefined"));
+}
+
 TEST(ChatTemplateLanguage, StrftimeNowUsesTheGivenClock) {
   absl::StatusOr<std::unique_ptr<ChatTemplate>> t =
       ChatTemplate::Parse("{{ strftime_now('%Y-%m-%d %H:%M') }}|{{ strftime_now('%d %b %Y') }}");
