@@ -58,51 +58,48 @@ ExpertServiceImpl::~ExpertServiceImpl() {
   io_queue_.reset();
 }
 
-// The unary methods: gate, call one domain class, reply.
+// The unary methods: one domain call each, through ServeUnary.
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Prefetch(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* raw,
                                                       grpc::ByteBuffer* response) {
-  auto* call = StartUnary<v1::PrefetchRequest, v1::PrefetchReply>(response);
-  const absl::Status s = AuthorizeAndParse(*context, *raw, kMaxControlRequestBytes, "Prefetch",
-                                           call->mutable_request());
-  if (s.ok()) call->reply()->set_accepted(prefetch_->HintAll(call->request().experts()));
-  return Finish(call, s);
+  return ServeUnary<v1::PrefetchRequest, v1::PrefetchReply>(
+      *context, *raw, response, kMaxControlRequestBytes, "Prefetch", /*executor=*/nullptr,
+      [this](const v1::PrefetchRequest& request, v1::PrefetchReply* reply) {
+        reply->set_accepted(prefetch_->HintAll(request.experts()));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Import(grpc::CallbackServerContext* context,
                                                     const grpc::ByteBuffer* raw,
                                                     grpc::ByteBuffer* response) {
-  auto* call = StartUnary<v1::ImportRequest, v1::ImportReply>(response);
-  const absl::Status s = AuthorizeAndParse(*context, *raw, kMaxControlRequestBytes, "Import",
-                                           call->mutable_request());
-  if (!s.ok()) return Finish(call, s);
-  return FinishOn(import_queue_.get(), call,
-                  [this, call](v1::ImportReply* reply) {
-                    return importer_->Import(call->request(), reply);
-                  });
+  return ServeUnary<v1::ImportRequest, v1::ImportReply>(
+      *context, *raw, response, kMaxControlRequestBytes, "Import", import_queue_.get(),
+      [this](const v1::ImportRequest& request, v1::ImportReply* reply) {
+        return importer_->Import(request, reply);
+      });
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Inventory(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* raw,
                                                        grpc::ByteBuffer* response) {
-  auto* call = StartUnary<v1::InventoryRequest, v1::InventoryReply>(response);
-  const absl::Status s = AuthorizeAndParse(*context, *raw, kMaxQueryRequestBytes, "Inventory",
-                                           call->mutable_request());
-  if (!s.ok()) return Finish(call, s);
-  return FinishOn(io_queue_.get(), call, [this, call](v1::InventoryReply* reply) {
-    return report_->Inventory(call->request(), reply);
-  });
+  return ServeUnary<v1::InventoryRequest, v1::InventoryReply>(
+      *context, *raw, response, kMaxQueryRequestBytes, "Inventory", io_queue_.get(),
+      [this](const v1::InventoryRequest& request, v1::InventoryReply* reply) {
+        return report_->Inventory(request, reply);
+      });
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::NodeStats(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* raw,
                                                        grpc::ByteBuffer* response) {
-  auto* call = StartUnary<v1::NodeStatsRequest, v1::NodeStatsReply>(response);
-  const absl::Status s = AuthorizeAndParse(*context, *raw, kMaxQueryRequestBytes, "NodeStats",
-                                           call->mutable_request());
-  if (s.ok()) report_->Stats(call->reply());
-  return Finish(call, s);
+  return ServeUnary<v1::NodeStatsRequest, v1::NodeStatsReply>(
+      *context, *raw, response, kMaxQueryRequestBytes, "NodeStats", /*executor=*/nullptr,
+      [this](const v1::NodeStatsRequest&, v1::NodeStatsReply* reply) {
+        report_->Stats(reply);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ExpertServiceImpl::Ingest(
@@ -126,24 +123,29 @@ absl::Status ExpertServiceImpl::AuthorizeAndParse(const grpc::ServerContextBase&
   return rpc::ParseRequest(raw, max_bytes, method, request);
 }
 
-template <typename Request, typename Reply>
-rpc::ParsedUnaryCall<Request, Reply>* ExpertServiceImpl::StartUnary(grpc::ByteBuffer* response) {
+template <typename Request, typename Reply, typename Work>
+grpc::ServerUnaryReactor* ExpertServiceImpl::ServeUnary(const grpc::ServerContextBase& context,
+                                                        const grpc::ByteBuffer& raw,
+                                                        grpc::ByteBuffer* response,
+                                                        uint64_t max_bytes,
+                                                        absl::string_view method,
+                                                        TaskQueue* executor, Work work) {
   active_calls_.fetch_add(1);
-  return new rpc::ParsedUnaryCall<Request, Reply>(response);
+  auto* call = new rpc::ParsedUnaryCall<Request, Reply>(response);
+  const absl::Status admitted =
+      AuthorizeAndParse(context, raw, max_bytes, method, call->mutable_request());
+  if (!admitted.ok()) return Finish(call, admitted);
+  if (executor == nullptr) return Finish(call, work(call->request(), call->reply()));
+  if (!executor->Post([this, call, work] { Finish(call, work(call->request(), call->reply())); })) {
+    return Finish(call, absl::UnavailableError("node is shutting down"));
+  }
+  return call;
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Finish(rpc::RawUnaryReactor* call,
                                                     const absl::Status& status) {
   call->FinishCall(rpc::ToGrpcStatus(status));
   active_calls_.fetch_sub(1);
-  return call;
-}
-
-template <typename Call, typename Work>
-grpc::ServerUnaryReactor* ExpertServiceImpl::FinishOn(TaskQueue* executor, Call* call, Work work) {
-  if (!executor->Post([this, call, work] { Finish(call, work(call->reply())); })) {
-    return Finish(call, absl::UnavailableError("node is shutting down"));
-  }
   return call;
 }
 

@@ -216,16 +216,18 @@ class ExpertServiceImpl final : public ExpertServiceBase {
                                  absl::string_view method, Request* request) const;
   // True when the call carries the configured token (or none is configured).
   bool Authorized(const grpc::ServerContextBase& context) const;
-  // A unary call's reactor, counted in active_calls().
-  template <typename Request, typename Reply>
-  rpc::ParsedUnaryCall<Request, Reply>* StartUnary(grpc::ByteBuffer* response);
+  // Every unary method: counts the call (active_calls), passes it through
+  // AuthorizeAndParse, then runs work(request, reply) -> absl::Status inline
+  // (executor null: in-memory work only) or on `executor` (Unavailable when
+  // it does not take it), and finishes the call with that status.
+  template <typename Request, typename Reply, typename Work>
+  grpc::ServerUnaryReactor* ServeUnary(const grpc::ServerContextBase& context,
+                                       const grpc::ByteBuffer& raw, grpc::ByteBuffer* response,
+                                       uint64_t max_bytes, absl::string_view method,
+                                       TaskQueue* executor, Work work);
   // Finishes a unary call (serializing its reply when OK), counts it done
   // and returns it (for the handler to return).
   grpc::ServerUnaryReactor* Finish(rpc::RawUnaryReactor* call, const absl::Status& status);
-  // Runs work(reply) on `executor`, then finishes the call with its status;
-  // Unavailable when the executor does not take it.
-  template <typename Call, typename Work>
-  grpc::ServerUnaryReactor* FinishOn(TaskQueue* executor, Call* call, Work work);
 
   // Registers one ComputeCall waiting for the next ComputeLayer call (none
   // once StopComputeLayer has begun).

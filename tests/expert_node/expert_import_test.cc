@@ -16,30 +16,14 @@ namespace colibri::expert_node {
 namespace {
 
 using testing::Key;
-using testing::LoadedModel;
 using testing::LocalOutputs;
-using testing::NodeParts;
-using testing::OpenFixture;
-using testing::OpenNodeParts;
 using testing::TempDir;
 
-class ExpertImportTest : public ::testing::Test {
+class ExpertImportTest : public testing::TinyNodeTest {
  protected:
-  void SetUp() override {
-    std::string skip;
-    m_ = OpenFixture("qwen3moe-tiny-f32.gguf", &skip);
-    if (m_.model == nullptr) GTEST_SKIP() << skip;
-    parts_ = OpenNodeParts(dir_.path());
-    ASSERT_NE(parts_.importer, nullptr);
-  }
-
   absl::Status Import(const v1::ImportRequest& request, v1::ImportReply* reply) {
     return parts_.importer->Import(request, reply);
   }
-
-  LoadedModel m_;
-  TempDir dir_;
-  NodeParts parts_;
 };
 
 TEST_F(ExpertImportTest, ImportsWhatIsAskedAndSkipsWhatIsStored) {

@@ -33,31 +33,14 @@ using testing::GetInventory;
 using testing::GetStats;
 using testing::IngestExperts;
 using testing::Key;
-using testing::LoadedModel;
 using testing::LocalOutputs;
 using testing::MakeContext;
-using testing::OpenFixture;
 using testing::RamBytesOf;
 using testing::RandomRequest;
 using testing::RequestFor;
 using testing::StartNode;
-using testing::TempDir;
 
-class ExpertServiceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string skip;
-    m_ = OpenFixture("qwen3moe-tiny-f32.gguf", &skip);
-    if (m_.model == nullptr) GTEST_SKIP() << skip;
-  }
-
-  v1::ComputeLayerRequest Valid(int layer = 0) {
-    return RandomRequest(*m_.model, m_.fingerprint, layer, 4, 2, 99);
-  }
-
-  LoadedModel m_;
-  TempDir dir_;
-};
+using ExpertServiceTest = testing::TinyModelTest;
 
 // Every method over the wire: its reply, and a domain error arriving with its
 // code and message.

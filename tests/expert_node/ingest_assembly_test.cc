@@ -16,12 +16,9 @@ namespace {
 
 using testing::BytesOfExpert;
 using testing::IngestChunksOf;
-using testing::LoadedModel;
 using testing::LocalOutputs;
 using testing::NodeParts;
-using testing::OpenFixture;
 using testing::OpenNodeParts;
-using testing::TempDir;
 
 // Adds `chunks` to `stream`, storing each expert once complete; the first
 // error, or End's status.
@@ -61,25 +58,13 @@ v1::IngestChunk WholeExpert(const std::string& fingerprint, int layer, int exper
   return h;
 }
 
-class IngestAssemblyTest : public ::testing::Test {
+class IngestAssemblyTest : public testing::TinyNodeTest {
  protected:
-  void SetUp() override {
-    std::string skip;
-    m_ = OpenFixture("qwen3moe-tiny-f32.gguf", &skip);
-    if (m_.model == nullptr) GTEST_SKIP() << skip;
-    parts_ = OpenNodeParts(dir_.path());
-    ASSERT_NE(parts_.compute, nullptr);
-  }
-
   IngestAssembly MakeAssembly(uint64_t max_buffer_bytes = uint64_t{1} << 30) {
     IngestAssembly::Options options;
     options.max_buffer_bytes = max_buffer_bytes;
     return IngestAssembly(options, parts_.store.get(), parts_.registry.get());
   }
-
-  LoadedModel m_;
-  TempDir dir_;
-  NodeParts parts_;
 };
 
 TEST_F(IngestAssemblyTest, ChunksBecomeDurableExpertsThatCompute) {

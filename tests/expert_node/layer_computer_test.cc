@@ -76,23 +76,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ComputeMatchesLocalTest,
                          ::testing::Values("qwen3moe-tiny-f32.gguf", "mixtral-tiny-q4_k_m.gguf",
                                            "qwen2moe-tiny-q8_0.gguf", "olmoe-tiny-f16.gguf"));
 
-class LayerComputerTest : public ::testing::Test {
+// No RAM tier: every compute reads the store.
+class LayerComputerTest : public testing::TinyNodeTest {
  protected:
-  void SetUp() override {
-    std::string skip;
-    m_ = OpenFixture("qwen3moe-tiny-f32.gguf", &skip);
-    if (m_.model == nullptr) GTEST_SKIP() << skip;
-    parts_ = OpenNodeParts(dir_.path(), 0);  // no RAM tier: every compute reads the store
-    ASSERT_NE(parts_.compute, nullptr);
-  }
-
-  v1::ComputeLayerRequest Valid(int layer = 0) {
-    return RandomRequest(*m_.model, m_.fingerprint, layer, 4, 2, 99);
-  }
-
-  LoadedModel m_;
-  TempDir dir_;
-  NodeParts parts_;
+  LayerComputerTest() : TinyNodeTest(0) {}
 };
 
 TEST_F(LayerComputerTest, MalformedRequestsAreRefusedAndTheNextOneComputes) {

@@ -137,4 +137,21 @@ v1::ComputeLayerRequest RequestFor(const arch::Model& model, const std::string& 
   return request;
 }
 
+void TinyModelTest::SetUp() {
+  std::string skip;
+  m_ = OpenFixture("qwen3moe-tiny-f32.gguf", &skip);
+  if (m_.model == nullptr) GTEST_SKIP() << skip;
+}
+
+v1::ComputeLayerRequest TinyModelTest::Valid(int layer) const {
+  return RandomRequest(*m_.model, m_.fingerprint, layer, 4, 2, 99);
+}
+
+void TinyNodeTest::SetUp() {
+  TinyModelTest::SetUp();
+  if (IsSkipped()) return;
+  parts_ = OpenNodeParts(dir_.path(), ram_budget_);
+  ASSERT_NE(parts_.compute, nullptr);
+}
+
 }  // namespace colibri::expert_node::testing

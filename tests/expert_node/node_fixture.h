@@ -16,7 +16,9 @@
 #include "expert_node/model_registry.h"
 #include "expert_node/node_server.h"
 #include "expert_node/ram_tier.h"
+#include "gtest/gtest.h"
 #include "model/arch/model.h"
+#include "tests/expert_node/expert_test_util.h"
 
 namespace colibri::expert_node::testing {
 
@@ -71,6 +73,29 @@ v1::ExpertKey Key(const std::string& fingerprint, int layer, int expert);
 v1::ComputeLayerRequest RequestFor(const arch::Model& model, const std::string& fingerprint,
                                    int layer, const std::vector<int>& experts, int n_tokens,
                                    uint32_t seed);
+
+// A test on the tiny Qwen3-MoE fixture (skipped when the fixtures are
+// absent), with a temporary folder.
+class TinyModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  // A request of 4 tokens on `layer`, each routed to 2 experts.
+  v1::ComputeLayerRequest Valid(int layer = 0) const;
+
+  LoadedModel m_;
+  TempDir dir_;
+};
+
+// TinyModelTest with the node's domain over a store in dir_ (parts_), a RAM
+// tier of ram_budget bytes, nothing stored yet.
+class TinyNodeTest : public TinyModelTest {
+ protected:
+  explicit TinyNodeTest(uint64_t ram_budget = 64 << 20) : ram_budget_(ram_budget) {}
+  void SetUp() override;
+
+  const uint64_t ram_budget_;
+  NodeParts parts_;
+};
 
 }  // namespace colibri::expert_node::testing
 

@@ -16,9 +16,7 @@ namespace colibri::expert_node {
 namespace {
 
 using testing::Key;
-using testing::LoadedModel;
 using testing::NodeParts;
-using testing::OpenFixture;
 using testing::OpenNodeParts;
 using testing::RequestFor;
 using testing::TempDir;
@@ -29,29 +27,22 @@ void WaitFor(Done done) {
   for (int i = 0; i < 500 && !done(); ++i) absl::SleepFor(absl::Milliseconds(10));
 }
 
-class PrefetchQueueTest : public ::testing::Test {
+class PrefetchQueueTest : public testing::TinyNodeTest {
  protected:
   void SetUp() override {
-    std::string skip;
-    m_ = OpenFixture("qwen3moe-tiny-f32.gguf", &skip);
-    if (m_.model == nullptr) GTEST_SKIP() << skip;
+    TinyNodeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    OpenQueue();
   }
-
-  void Open(uint64_t ram_budget = 64 << 20) {
-    parts_ = OpenNodeParts(dir_.path(), ram_budget);
-    ASSERT_NE(parts_.compute, nullptr);
+  void OpenQueue() {
     queue_ = std::make_unique<PrefetchQueue>(PrefetchQueue::Options(), parts_.store.get(),
                                              parts_.tier.get(), parts_.registry.get());
   }
 
-  LoadedModel m_;
-  TempDir dir_;
-  NodeParts parts_;
   std::unique_ptr<PrefetchQueue> queue_;  // destroyed first: its loads use the parts
 };
 
 TEST_F(PrefetchQueueTest, HintsLoadExpertsIntoRam) {
-  ASSERT_NO_FATAL_FAILURE(Open());
   testing::ImportAll(m_, &parts_);
   google::protobuf::RepeatedPtrField<v1::ExpertKey> keys;
   for (int e = 0; e < m_.model->config().n_expert; ++e) *keys.Add() = Key(m_.fingerprint, 1, e);
@@ -68,7 +59,6 @@ TEST_F(PrefetchQueueTest, HintsLoadExpertsIntoRam) {
 }
 
 TEST_F(PrefetchQueueTest, HintsForWhatCannotBeLoadedAreIgnoredAndCounted) {
-  ASSERT_NO_FATAL_FAILURE(Open());
   const arch::ModelConfig& config = m_.model->config();
   v1::ImportRequest most;  // every expert but layer 0 expert 0
   most.set_gguf_path(m_.path);
@@ -98,7 +88,6 @@ TEST_F(PrefetchQueueTest, HintsForWhatCannotBeLoadedAreIgnoredAndCounted) {
 }
 
 TEST_F(PrefetchQueueTest, DuplicateHintsCoalesceIntoOneDiskRead) {
-  ASSERT_NO_FATAL_FAILURE(Open());
   testing::ImportAll(m_, &parts_);
   google::protobuf::RepeatedPtrField<v1::ExpertKey> keys;
   for (int i = 0; i < 10; ++i) *keys.Add() = Key(m_.fingerprint, 1, 2);
@@ -135,8 +124,7 @@ TEST_F(PrefetchQueueTest, PrefetchNeverChangesOutputs) {
     TempDir dir;
     parts_ = OpenNodeParts(dir.path(), budget);
     ASSERT_NE(parts_.compute, nullptr);
-    queue_ = std::make_unique<PrefetchQueue>(PrefetchQueue::Options(), parts_.store.get(),
-                                             parts_.tier.get(), parts_.registry.get());
+    OpenQueue();
     testing::ImportAll(m_, &parts_);
     uint32_t seed = 7;
     for (int round = 0; round < 4; ++round) {
