@@ -25,8 +25,7 @@ absl::Span<const uint8_t> BytesOf(const ops::WeightMatrix& m) {
 
 }  // namespace
 
-ExpertImporter::ExpertImporter(const Options& options, ExpertStore* store,
-                               ModelRegistry* registry)
+ExpertImporter::ExpertImporter(const Options& options, ExpertStore* store, ModelRegistry* registry)
     : options_(options), store_(store), registry_(registry) {}
 
 absl::Status ExpertImporter::Import(const v1::ImportRequest& request, v1::ImportReply* reply) {

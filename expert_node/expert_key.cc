@@ -8,8 +8,8 @@ namespace colibri::expert_node {
 absl::StatusOr<ExpertId> ParseExpertKey(const v1::ExpertKey& key) {
   COLIBRI_RETURN_IF_ERROR(ValidateFingerprint(key.model_fingerprint()));
   if (key.layer() < 0 || key.layer() > 99999 || key.expert() < 0 || key.expert() > 99999) {
-    return absl::InvalidArgumentError(absl::StrCat("expert key: layer ", key.layer(), " expert ",
-                                                   key.expert(), " out of range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert key: layer ", key.layer(), " expert ", key.expert(), " out of range"));
   }
   return ExpertId{key.model_fingerprint(), key.layer(), key.expert()};
 }

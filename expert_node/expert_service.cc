@@ -9,8 +9,10 @@
 
 namespace colibri::expert_node {
 
-absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> ExpertServiceImpl::Create(
-    const Options& options, ExpertStore* store, RamTier* tier, UsageCounts* usage) {
+absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> ExpertServiceImpl::Create(const Options& options,
+                                                                             ExpertStore* store,
+                                                                             RamTier* tier,
+                                                                             UsageCounts* usage) {
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<ModelRegistry> registry, ModelRegistry::Load(store));
   return std::unique_ptr<ExpertServiceImpl>(
       new ExpertServiceImpl(options, store, tier, usage, std::move(registry)));
@@ -32,11 +34,11 @@ ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store,
     : options_(options),
       registry_(std::move(registry)),
       ingest_(std::make_unique<IngestAssembly>(IngestOptionsOf(options), store, registry_.get())),
-      importer_(std::make_unique<ExpertImporter>(
-          ExpertImporter::Options{options.progress_interval}, store, registry_.get())),
+      importer_(std::make_unique<ExpertImporter>(ExpertImporter::Options{options.progress_interval},
+                                                 store, registry_.get())),
       compute_(std::make_unique<LayerComputer>(
-          LayerComputer::Options{options.compute_threads, options.max_reply_bytes},
-          registry_.get(), tier, usage)),
+          LayerComputer::Options{options.compute_threads, options.max_reply_bytes}, registry_.get(),
+          tier, usage)),
       prefetch_(std::make_unique<PrefetchQueue>(
           PrefetchQueue::Options{options.io_threads, options.prefetch_queue_limit}, store, tier,
           registry_.get())),
@@ -124,12 +126,9 @@ absl::Status ExpertServiceImpl::AuthorizeAndParse(const grpc::ServerContextBase&
 }
 
 template <typename Request, typename Reply, typename Work>
-grpc::ServerUnaryReactor* ExpertServiceImpl::ServeUnary(const grpc::ServerContextBase& context,
-                                                        const grpc::ByteBuffer& raw,
-                                                        grpc::ByteBuffer* response,
-                                                        uint64_t max_bytes,
-                                                        absl::string_view method,
-                                                        TaskQueue* executor, Work work) {
+grpc::ServerUnaryReactor* ExpertServiceImpl::ServeUnary(
+    const grpc::ServerContextBase& context, const grpc::ByteBuffer& raw, grpc::ByteBuffer* response,
+    uint64_t max_bytes, absl::string_view method, TaskQueue* executor, Work work) {
   active_calls_.fetch_add(1);
   auto* call = new rpc::ParsedUnaryCall<Request, Reply>(response);
   const absl::Status admitted =

@@ -80,9 +80,9 @@ namespace colibri::expert_node {
 // request that does not parse gets INVALID_ARGUMENT (not gRPC's UNIMPLEMENTED).
 // Each unary method has a request size cap checked before parsing
 // (RESOURCE_EXHAUSTED): ComputeLayer's follows from the registered models'
-// shapes and Options::max_batch_tokens (ModelRegistry::ComputeRequestLimit), Prefetch
-// and Import take at most kMaxControlRequestBytes, Inventory and NodeStats
-// kMaxQueryRequestBytes.
+// shapes and Options::max_batch_tokens (ModelRegistry::ComputeRequestLimit),
+// Prefetch and Import take at most kMaxControlRequestBytes, Inventory and
+// NodeStats kMaxQueryRequestBytes.
 using ExpertServiceBase = v1::ExpertService::WithRawMethod_ComputeLayer<
     v1::ExpertService::WithRawCallbackMethod_Prefetch<
         v1::ExpertService::WithRawCallbackMethod_Ingest<
@@ -204,8 +204,8 @@ class ExpertServiceImpl final : public ExpertServiceBase {
  private:
   struct ComputeCall;
 
-  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier,
-                    UsageCounts* usage, std::unique_ptr<ModelRegistry> registry);
+  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier, UsageCounts* usage,
+                    std::unique_ptr<ModelRegistry> registry);
 
   // The gate of every call: UNAUTHENTICATED (absl's code) unless the call
   // carries the configured token, then the request parsed within its cap

@@ -79,8 +79,7 @@ absl::Status ParseBiasesAndActivation(const v1::IngestChunk& chunk, absl::string
 
 }  // namespace
 
-IngestAssembly::IngestAssembly(const Options& options, ExpertStore* store,
-                               ModelRegistry* registry)
+IngestAssembly::IngestAssembly(const Options& options, ExpertStore* store, ModelRegistry* registry)
     : options_(options), store_(store), registry_(registry) {}
 
 bool IngestAssembly::Reserve(uint64_t bytes) {
@@ -115,8 +114,8 @@ absl::Status IngestAssembly::Stream::Add(const v1::IngestChunk& chunk) {
   COLIBRI_ASSIGN_OR_RETURN(ExpertId id, ParseExpertKey(chunk.key()));
   if (chunk.has_gate()) {
     if (assembling_) {
-      return absl::InvalidArgumentError(absl::StrCat("header of ", ToString(id), " before ",
-                                                     ToString(id_), " was complete"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("header of ", ToString(id), " before ", ToString(id_), " was complete"));
     }
     COLIBRI_RETURN_IF_ERROR(StartExpert(chunk, std::move(id)));
   } else if (!assembling_ || !(id == id_)) {
@@ -205,7 +204,8 @@ absl::Status IngestAssembly::Stream::Store(v1::IngestReply* reply) {
   absl::Status s;
   const uint64_t actual = PayloadChecksum(gate, up, down, biases);
   if (actual != layout_.xxh64) {
-    s = absl::DataLossError(absl::StrFormat("%s: xxh64 of the received bytes is %016x, header "
+    s =
+        absl::DataLossError(absl::StrFormat("%s: xxh64 of the received bytes is %016x, header "
                                             "says %016x",
                                             ToString(id_), actual, layout_.xxh64));
   }

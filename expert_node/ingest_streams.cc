@@ -21,8 +21,8 @@ namespace colibri::expert_node {
 // executor has stored it).
 class IngestStreams::Reactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  Reactor(IngestStreams* streams, grpc::CallbackServerContext* context,
-          grpc::ByteBuffer* response, bool authorized)
+  Reactor(IngestStreams* streams, grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
+          bool authorized)
       : streams_(streams),
         context_(context),
         response_(response),
@@ -204,8 +204,9 @@ IngestStreams::~IngestStreams() {
   if (watchdog_.joinable()) watchdog_.join();
 }
 
-grpc::ServerReadReactor<grpc::ByteBuffer>* IngestStreams::Open(
-    grpc::CallbackServerContext* context, grpc::ByteBuffer* response, bool authorized) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* IngestStreams::Open(grpc::CallbackServerContext* context,
+                                                               grpc::ByteBuffer* response,
+                                                               bool authorized) {
   return new Reactor(this, context, response, authorized);
 }
 

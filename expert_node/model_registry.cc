@@ -46,10 +46,10 @@ absl::Status ModelRegistry::Register(const std::string& fingerprint, const Model
       if ((shape.n_embd != 0 && shape.n_embd != known.n_embd) ||
           (shape.n_layer != 0 && known.n_layer != 0 && shape.n_layer != known.n_layer) ||
           (shape.n_expert != 0 && known.n_expert != 0 && shape.n_expert != known.n_expert)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "model ", fingerprint, ": shape ", shape.n_layer, "x", shape.n_expert, "x",
-            shape.n_embd, " contradicts the stored ", known.n_layer, "x", known.n_expert, "x",
-            known.n_embd));
+        return absl::InvalidArgumentError(
+            absl::StrCat("model ", fingerprint, ": shape ", shape.n_layer, "x", shape.n_expert, "x",
+                         shape.n_embd, " contradicts the stored ", known.n_layer, "x",
+                         known.n_expert, "x", known.n_embd));
       }
       merged.n_embd = known.n_embd;
       if (merged.n_layer == 0) merged.n_layer = known.n_layer;

@@ -43,12 +43,12 @@ class PrefetchQueue {
 
   // The queue's counters of hints (the RAM tier counts what the loads do).
   struct Counters {
-    uint64_t hints = 0;      // every hint received
-    uint64_t issued = 0;     // queued for loading
-    uint64_t ignored = 0;    // malformed, unknown model, outside it, or not stored
-    uint64_t resident = 0;   // resident when hinted
-    uint64_t coalesced = 0;  // already queued or loading
-    uint64_t queue_full = 0; // dropped: the queue was full
+    uint64_t hints = 0;       // every hint received
+    uint64_t issued = 0;      // queued for loading
+    uint64_t ignored = 0;     // malformed, unknown model, outside it, or not stored
+    uint64_t resident = 0;    // resident when hinted
+    uint64_t coalesced = 0;   // already queued or loading
+    uint64_t queue_full = 0;  // dropped: the queue was full
   };
 
   // store, tier and registry are borrowed and must outlive the queue.

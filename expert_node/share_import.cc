@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "placement/placement.h"
 #include "model/arch/model.h"
 #include "model/gguf/gguf_fingerprint.h"
+#include "placement/placement.h"
 
 namespace colibri::expert_node {
 

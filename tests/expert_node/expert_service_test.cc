@@ -369,9 +369,9 @@ TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
     EXPECT_EQ(Compute(stub.get(), Valid(), &reply, bad).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
     v1::IngestReply ingest;
-    EXPECT_EQ(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {{0, 0}}, &ingest, bad)
-                  .error_code(),
-              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(
+        IngestExperts(stub.get(), *m_.model, m_.fingerprint, {{0, 0}}, &ingest, bad).error_code(),
+        grpc::StatusCode::UNAUTHENTICATED);
   }
   v1::IngestReply ingest;
   ASSERT_TRUE(IngestExperts(stub.get(), *m_.model, m_.fingerprint, {}, &ingest, token).ok());
@@ -431,8 +431,7 @@ TEST_F(ExpertServiceTest, HotExpertsArePinnedAfterRestartAndOtherFingerprintsIgn
     for (int i = 0; i < 5; ++i) {
       v1::ComputeLayerReply reply;
       ASSERT_TRUE(
-          Compute(stub.get(), RequestFor(*m_.model, m_.fingerprint, 0, {1, 2}, 4, i), &reply)
-              .ok());
+          Compute(stub.get(), RequestFor(*m_.model, m_.fingerprint, 0, {1, 2}, 4, i), &reply).ok());
     }
     v1::ComputeLayerReply reply;
     ASSERT_TRUE(

@@ -98,7 +98,8 @@ TEST_F(IngestAssemblyTest, ChunksBecomeDurableExpertsThatCompute) {
 TEST_F(IngestAssemblyTest, MalformedStreamsAreRefusedAndStoreNothing) {
   const moe::ExpertWeights& w = m_.model->experts()[0][0];
   auto header = [&] {
-    v1::IngestChunk h = WholeExpert(m_.fingerprint, 0, 0, w, "", static_cast<uint32_t>(w.gate.type));
+    v1::IngestChunk h =
+        WholeExpert(m_.fingerprint, 0, 0, w, "", static_cast<uint32_t>(w.gate.type));
     h.clear_data();
     h.set_total_bytes(w.bytes());
     h.set_xxh64(0);
@@ -157,8 +158,8 @@ TEST_F(IngestAssemblyTest, BufferingIsBoundedAcrossStreams) {
   const std::string bytes = BytesOfExpert(w);
   IngestAssembly assembly = MakeAssembly(bytes.size() * 3 / 2);
   auto start_of = [&](int expert) {
-    v1::IngestChunk h = WholeExpert(m_.fingerprint, 0, expert, w, bytes,
-                                    static_cast<uint32_t>(w.gate.type));
+    v1::IngestChunk h =
+        WholeExpert(m_.fingerprint, 0, expert, w, bytes, static_cast<uint32_t>(w.gate.type));
     h.set_data(bytes.substr(0, 16));  // then the stream stalls
     return h;
   };
@@ -173,9 +174,9 @@ TEST_F(IngestAssemblyTest, BufferingIsBoundedAcrossStreams) {
   a.reset();
   EXPECT_EQ(assembly.buffered_bytes(), 0u);
   v1::IngestReply reply;
-  EXPECT_TRUE(Feed(assembly.OpenStream().get(),
-                   IngestChunksOf(*m_.model, m_.fingerprint, 0, 1), &reply)
-                  .ok());
+  EXPECT_TRUE(
+      Feed(assembly.OpenStream().get(), IngestChunksOf(*m_.model, m_.fingerprint, 0, 1), &reply)
+          .ok());
   EXPECT_EQ(reply.stored_size(), 1);
 }
 
@@ -202,7 +203,8 @@ TEST_F(IngestAssemblyTest, StoredExpertsCannotBePoisoned) {
   { NodeParts closed = std::move(parts_); }
   NodeParts disk_only = OpenNodeParts(dir_.path(), 0);  // no RAM tier: read the disk
   ASSERT_NE(disk_only.compute, nullptr);
-  const v1::ComputeLayerRequest request = testing::RequestFor(*m_.model, m_.fingerprint, 0, {3}, 2, 5);
+  const v1::ComputeLayerRequest request =
+      testing::RequestFor(*m_.model, m_.fingerprint, 0, {3}, 2, 5);
   v1::ComputeLayerReply reply;
   ASSERT_TRUE(disk_only.compute->Compute(request, &reply).ok());
   testing::ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),

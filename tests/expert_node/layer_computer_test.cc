@@ -37,8 +37,8 @@ TEST_P(ComputeMatchesLocalTest, BitwiseEqualOnBothPaths) {
   const arch::ModelConfig& config = m.model->config();
 
   uint32_t seed = 1;
-  for (v1::NumericPath path : {v1::NUMERIC_PATH_EXACT, v1::NUMERIC_PATH_FAST,
-                               v1::NUMERIC_PATH_UNSPECIFIED}) {
+  for (v1::NumericPath path :
+       {v1::NUMERIC_PATH_EXACT, v1::NUMERIC_PATH_FAST, v1::NUMERIC_PATH_UNSPECIFIED}) {
     for (int layer = 0; layer < config.n_layer; ++layer) {
       for (bool reduce : {false, true}) {
         v1::ComputeLayerRequest request =
@@ -171,7 +171,7 @@ TEST_F(LayerComputerTest, AReplyTooLargeIsRefusedByShape) {
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("limit"), std::string::npos) << s;
   EXPECT_EQ(parts_.tier->counters().misses, 0u);  // no expert was even looked up
-  request.set_reduce_per_token(true);  // reduced per token it fits
+  request.set_reduce_per_token(true);             // reduced per token it fits
   ASSERT_TRUE(compute.Compute(request, &reply).ok());
 }
 

@@ -50,8 +50,8 @@ NodeParts OpenNodeParts(const std::string& data_dir, uint64_t ram_budget) {
       std::make_unique<ExpertImporter>(ExpertImporter::Options(), raw_store, parts.registry.get());
   LayerComputer::Options compute;
   compute.threads = 2;
-  parts.compute = std::make_unique<LayerComputer>(compute, parts.registry.get(), parts.tier.get(),
-                                                  nullptr);
+  parts.compute =
+      std::make_unique<LayerComputer>(compute, parts.registry.get(), parts.tier.get(), nullptr);
   return parts;
 }
 
@@ -106,9 +106,9 @@ void ExpectBitwiseEqual(const v1::ComputeLayerReply& reply, const std::vector<fl
   EXPECT_EQ(reply.outputs().shape(1), n_embd);
   ASSERT_EQ(reply.outputs().data().size(), expected.size() * sizeof(float));
   ASSERT_FALSE(expected.empty());
-  EXPECT_EQ(std::memcmp(reply.outputs().data().data(), expected.data(),
-                        expected.size() * sizeof(float)),
-            0);
+  EXPECT_EQ(
+      std::memcmp(reply.outputs().data().data(), expected.data(), expected.size() * sizeof(float)),
+      0);
 }
 
 std::string BytesOfExpert(const moe::ExpertWeights& w) {

@@ -51,9 +51,8 @@ TEST_F(PrefetchQueueTest, HintsLoadExpertsIntoRam) {
   WaitFor([&] { return parts_.tier->resident_count() >= static_cast<uint64_t>(queued); });
   EXPECT_EQ(parts_.tier->resident_count(), static_cast<uint64_t>(queued));
   v1::ComputeLayerReply reply;
-  ASSERT_TRUE(parts_.compute->Compute(RequestFor(*m_.model, m_.fingerprint, 1, {0, 5}, 4, 3),
-                                      &reply)
-                  .ok());
+  ASSERT_TRUE(
+      parts_.compute->Compute(RequestFor(*m_.model, m_.fingerprint, 1, {0, 5}, 4, 3), &reply).ok());
   EXPECT_EQ(reply.ram_misses(), 0);
   EXPECT_GT(reply.ram_hits(), 0);
 }

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "placement/placement.h"
 #include "gtest/gtest.h"
+#include "placement/placement.h"
 
 namespace colibri::expert_node {
 namespace {
