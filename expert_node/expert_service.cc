@@ -18,22 +18,13 @@ absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> ExpertServiceImpl::Create(con
       new ExpertServiceImpl(options, store, tier, usage, std::move(registry)));
 }
 
-namespace {
-
-IngestAssembly::Options IngestOptionsOf(const ExpertServiceImpl::Options& options) {
-  IngestAssembly::Options ingest;
-  ingest.max_expert_bytes = options.max_expert_bytes;
-  ingest.max_buffer_bytes = options.max_ingest_buffer_bytes;
-  return ingest;
-}
-
-}  // namespace
-
 ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier,
                                      UsageCounts* usage, std::unique_ptr<ModelRegistry> registry)
     : options_(options),
       registry_(std::move(registry)),
-      ingest_(std::make_unique<IngestAssembly>(IngestOptionsOf(options), store, registry_.get())),
+      ingest_(std::make_unique<IngestAssembly>(
+          IngestAssembly::Options{options.max_expert_bytes, options.max_ingest_buffer_bytes}, store,
+          registry_.get())),
       importer_(std::make_unique<ExpertImporter>(ExpertImporter::Options{options.progress_interval},
                                                  store, registry_.get())),
       compute_(std::make_unique<LayerComputer>(
