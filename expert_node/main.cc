@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(colibri::cli::kReplicaCount);
   app.add_flag("--exit-after-import", exit_after_import,
-               "with --import-gguf: exit once the import is done (an init step)");
+               "with --import-gguf: import without serving, then exit (an init step)");
   app.add_flag("--repair", options.repair_damaged_store,
                "if the store is damaged: let RocksDB repair it, then verify every expert "
                "(what fails is dropped and re-sent by the coordinator)");
