@@ -62,9 +62,16 @@
 #include "absl/time/time.h"
 #include "colibri/v1/expert.pb.h"
 #include "coordinator/node_client.h"
-#include "coordinator/placement.h"
+#include "placement/placement.h"
 
 namespace colibri::coordinator {
+
+// The coordinator's code names placement/'s parts without their namespace.
+using placement::BalanceReplicas;
+using placement::ExpertWork;
+using placement::Placement;
+using placement::PlacementNode;
+using placement::RendezvousScore;
 
 struct ClusterOptions {
   // host:port of every node. Required (at least one).

@@ -1,42 +1,31 @@
-// colibri.v1.ExpertService: ComputeLayer on gRPC's asynchronous API, the
-// other methods on its callback API.
+// colibri.v1.ExpertService: the gRPC edge of the node's domain classes.
+// Each method checks the caller's token, parses its request, calls one
+// domain class and replies, converting statuses with rpc::ToGrpcStatus:
+//   ComputeLayer  LayerComputer (layer_computer.h), its prefetch hints
+//                 PrefetchQueue (prefetch_queue.h)
+//   Prefetch      PrefetchQueue
+//   Ingest        IngestAssembly (ingest_assembly.h) through IngestStreams
+//                 (ingest_streams.h)
+//   Import        ExpertImporter (expert_import.h)
+//   Inventory, NodeStats  NodeReport (node_report.h)
+// over the models of ModelRegistry (model_registry.h). Tests and main use
+// those classes directly; this file only adapts them to gRPC.
 //
-// ComputeLayer, the call on every token's path, is served by
-// Options::compute_workers threads that wait on the server's completion queue
-// themselves (ServeComputeLayer): the thread that receives a call checks its
-// token, parses it, computes (sharing one ThreadPool of
+// ComputeLayer, the call on every token's path, runs on gRPC's asynchronous
+// API: Options::compute_workers threads wait on the server's completion
+// queue themselves (ServeComputeLayer), and the thread that receives a call
+// checks its token, parses it, computes (sharing LayerComputer's pool of
 // Options::compute_threads for the matmuls) and sends the reply, with no
-// hand-off to another thread. (On the callback API a call went from gRPC's
-// poller to its callback thread to an executor: two wake-ups more per call,
-// which measured ~40% of a node's CPU per token on small layers.)
+// hand-off to another thread: every hand-off is a wake-up more per call, per
+// layer, per token.
 //
-// The callback handlers never block the gRPC callback thread: they check the
-// caller's token, then hand the request to an executor and return; the
-// executor thread finishes the call. Executors:
+// The other methods run on the callback API and never block gRPC's callback
+// thread: they check the token, parse, then either answer inline (Prefetch,
+// NodeStats: in-memory work) or hand the work to an executor whose thread
+// finishes the call:
 //   io       (1 thread)  Ingest writes, Inventory scans;
 //   import   (1 thread)  Import, which can run for minutes;
-//   prefetch (the I/O pool: Options::io_threads, bounded queue) loads the
-//            prefetch hints of Prefetch and of ComputeLayerRequest.prefetch
-//            into the RAM tier.
-// NodeStats reads counters only and answers inline.
-//
-// Prefetch hints are advice and never fail a call nor block it: the callback
-// checks the key against the known models (in memory) and queues it unless
-// the expert is resident or already queued / being loaded (coalesced); a full
-// queue drops it. The I/O thread looks the expert's size up in the store's
-// index (not stored: ignored) and asks the RAM tier to prefetch it, which
-// drops it under memory pressure (ram_tier.h). The NodeStatsReply comment
-// (expert.proto) defines each prefetch counter. Prefetch never changes
-// results: outputs depend only on the expert bytes, whichever tier they come
-// from.
-//
-// Import: opens only regular files (never blocks on a FIFO or a device); any
-// failure to open or parse the file is NotFound "cannot import PATH", details
-// in the node's log only, so a caller cannot probe which paths exist.
-//
-// Ingest: a chunk that does not parse ends the stream with INVALID_ARGUMENT;
-// nothing of the expert it belonged to is stored (experts acknowledged
-// before it stay).
+//   prefetch (PrefetchQueue's I/O pool: Options::io_threads, bounded queue).
 //
 // Errors: unknown model NotFound; malformed requests InvalidArgument naming the
 // field (layer_compute.h); an expert the node does not hold NotFound; a damaged
@@ -49,8 +38,9 @@
 // request body is read (rpc/call_auth.h); the handlers check it again. gRPC
 // health and reflection are separate services and need no token (probes).
 //
-// Thread-safety: gRPC calls the handlers from any thread; all state is either
-// constant after Create, atomic, or guarded by mu_.
+// Thread-safety: gRPC calls the handlers from any thread; the domain classes
+// are thread-safe, the rest is constant after Create, atomic, or guarded by
+// compute_mu_.
 #ifndef COLIBRI_EXPERT_NODE_EXPERT_SERVICE_H_
 #define COLIBRI_EXPERT_NODE_EXPERT_SERVICE_H_
 
@@ -61,15 +51,21 @@
 #include <thread>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "colibri/v1/expert.grpc.pb.h"
-#include "common/metrics.h"
-#include "common/thread_pool.h"
+#include "expert_node/expert_import.h"
 #include "expert_node/expert_store.h"
+#include "expert_node/ingest_assembly.h"
+#include "expert_node/ingest_streams.h"
+#include "expert_node/layer_computer.h"
+#include "expert_node/model_registry.h"
+#include "expert_node/node_report.h"
+#include "expert_node/prefetch_queue.h"
 #include "expert_node/ram_tier.h"
 #include "expert_node/task_queue.h"
 #include "expert_node/usage_counts.h"
@@ -84,9 +80,9 @@ namespace colibri::expert_node {
 // request that does not parse gets INVALID_ARGUMENT (not gRPC's UNIMPLEMENTED).
 // Each unary method has a request size cap checked before parsing
 // (RESOURCE_EXHAUSTED): ComputeLayer's follows from the registered models'
-// shapes and Options::max_batch_tokens (ComputeLayerRequestLimit), Prefetch
-// and Import take at most kMaxControlRequestBytes, Inventory and NodeStats
-// kMaxQueryRequestBytes.
+// shapes and Options::max_batch_tokens (ModelRegistry::ComputeRequestLimit),
+// Prefetch and Import take at most kMaxControlRequestBytes, Inventory and
+// NodeStats kMaxQueryRequestBytes.
 using ExpertServiceBase = v1::ExpertService::WithRawMethod_ComputeLayer<
     v1::ExpertService::WithRawCallbackMethod_Prefetch<
         v1::ExpertService::WithRawCallbackMethod_Ingest<
@@ -152,7 +148,8 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   };
 
   // store, tier and usage are borrowed and must outlive the service; usage
-  // may be null (no usage counting). Reads the model records from the store.
+  // may be null (no usage counting). Builds the domain classes from
+  // `options`; store errors of ModelRegistry::Load pass through.
   static absl::StatusOr<std::unique_ptr<ExpertServiceImpl>> Create(const Options& options,
                                                                    ExpertStore* store,
                                                                    RamTier* tier,
@@ -161,10 +158,10 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   ~ExpertServiceImpl() override;
 
   // Makes an Import in progress stop before its next expert, and later ones
-  // fail at once, with Unavailable (what was imported stays stored; a later
-  // Import skips it). Call when shutting down, so that a long Import does not
-  // hold the node up. Thread-safe.
-  void BeginShutdown();
+  // fail at once, with Unavailable (ExpertImporter::BeginShutdown). Call when
+  // shutting down, so that a long Import does not hold the node up.
+  // Thread-safe.
+  void BeginShutdown() { importer_->BeginShutdown(); }
 
   // Starts the ComputeLayer workers on `queue`, a completion queue of the
   // server this service is registered with (ServerBuilder::AddCompletionQueue),
@@ -196,29 +193,41 @@ class ExpertServiceImpl final : public ExpertServiceBase {
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
 
-  // ComputeLayer's request cap: the largest over the registered models of
-  // max_batch_tokens hidden rows of n_embd floats, each token routed to at
-  // most every expert once, prefetch hints for at most every expert of the
-  // model, plus 64 KiB; 64 KiB while no model is registered (every
-  // ComputeLayer is then NotFound anyway).
-  uint64_t ComputeLayerRequestLimit() const;
-
-  // The blocking bodies of the handlers, run on executor threads (and by
-  // main for --import-gguf).
-  absl::Status DoComputeLayer(const v1::ComputeLayerRequest& request,
-                              v1::ComputeLayerReply* reply);
-  absl::Status DoImport(const v1::ImportRequest& request, v1::ImportReply* reply);
-  absl::Status DoInventory(const v1::InventoryRequest& request, v1::InventoryReply* reply);
-  void FillNodeStats(v1::NodeStatsReply* reply) const;
+  // The domain classes behind the methods (thread-safe; owned by the
+  // service).
+  ExpertImporter* importer() { return importer_.get(); }
+  const NodeReport* report() const { return report_.get(); }
 
   // Calls of this service started and not yet finished.
   int active_calls() const { return active_calls_.load(); }
-  // Seconds of every ComputeLayer call's work (queueing excluded).
-  const metrics::Histogram& compute_seconds() const { return compute_seconds_; }
 
  private:
-  class IngestReactor;
   struct ComputeCall;
+
+  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier, UsageCounts* usage,
+                    std::unique_ptr<ModelRegistry> registry);
+
+  // The gate of every call: UNAUTHENTICATED (absl's code) unless the call
+  // carries the configured token, then the request parsed within its cap
+  // (rpc::ParseRequest's errors).
+  template <typename Request>
+  absl::Status AuthorizeAndParse(const grpc::ServerContextBase& context,
+                                 const grpc::ByteBuffer& raw, uint64_t max_bytes,
+                                 absl::string_view method, Request* request) const;
+  // True when the call carries the configured token (or none is configured).
+  bool Authorized(const grpc::ServerContextBase& context) const;
+  // Every unary method: counts the call (active_calls), passes it through
+  // AuthorizeAndParse, then runs work(request, reply) -> absl::Status inline
+  // (executor null: in-memory work only) or on `executor` (Unavailable when
+  // it does not take it), and finishes the call with that status.
+  template <typename Request, typename Reply, typename Work>
+  grpc::ServerUnaryReactor* ServeUnary(const grpc::ServerContextBase& context,
+                                       const grpc::ByteBuffer& raw, grpc::ByteBuffer* response,
+                                       uint64_t max_bytes, absl::string_view method,
+                                       TaskQueue* executor, Work work);
+  // Finishes a unary call (serializing its reply when OK), counts it done
+  // and returns it (for the handler to return).
+  grpc::ServerUnaryReactor* Finish(rpc::RawUnaryReactor* call, const absl::Status& status);
 
   // Registers one ComputeCall waiting for the next ComputeLayer call (none
   // once StopComputeLayer has begun).
@@ -229,74 +238,22 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   // when its finish event comes back).
   void ServeComputeCall(ComputeCall* call);
 
-  ExpertServiceImpl(const Options& options, ExpertStore* store, RamTier* tier,
-                    UsageCounts* usage);
-
-  // True when the call carries the configured token (or none is configured).
-  bool Authorized(const grpc::ServerContextBase* context) const;
-  // The model's record, NotFound when the node holds none.
-  absl::StatusOr<ModelInfo> FindModel(const std::string& fingerprint) const;
-  // Records (or completes) a model's shape durably; InvalidArgument when it
-  // contradicts the known one. Zero fields of `shape` mean unknown.
-  absl::Status RegisterModel(const std::string& fingerprint, const ModelInfo& shape);
-  // Counts a prefetch hint and queues it unless it is ignored, resident,
-  // coalesced or dropped; true when queued.
-  bool QueuePrefetch(const v1::ExpertKey& key);
-  // The I/O pool's work for one queued hint.
-  void RunPrefetch(const ExpertId& id);
-  // Takes `bytes` of Options::max_ingest_buffer_bytes; false (counted) when
-  // they are not available.
-  bool ReserveIngestBytes(uint64_t bytes);
-  // The idle-stream watchdog: ends the streams idle for longer than
-  // Options::ingest_idle_timeout until watchdog_stop_ is set.
-  void WatchIngestStreams();
-  // Finishes a unary call (serializing its reply when OK) and counts it done.
-  void Finish(rpc::RawUnaryReactor* reactor, const grpc::Status& status);
-
   const Options options_;
-  ExpertStore* const store_;
-  RamTier* const tier_;
-  UsageCounts* const usage_;  // may be null
-  ThreadPool compute_pool_;
-
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, ModelInfo> models_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<ExpertId> prefetch_pending_ ABSL_GUARDED_BY(mu_);
-  // Serialises model record writes (held across one small RocksDB write, by
-  // executor threads only).
-  absl::Mutex model_write_mu_;
-
-  // Ingest streams in progress (registered by their reactors, unregistered
-  // in OnDone before they are deleted). Lock order: ingest_mu_, then a
-  // reactor's own mutex.
-  absl::Mutex ingest_mu_;
-  absl::flat_hash_set<IngestReactor*> ingest_streams_ ABSL_GUARDED_BY(ingest_mu_);
-  bool watchdog_stop_ ABSL_GUARDED_BY(ingest_mu_) = false;
-  std::thread watchdog_;
-
-  std::atomic<bool> shutting_down_{false};
-  std::atomic<uint64_t> ingest_buffered_{0};  // bytes of experts being assembled
-  std::atomic<uint64_t> ingest_refused_{0};
-  std::atomic<uint64_t> ingest_timeouts_{0};
-  std::atomic<uint64_t> compute_requests_{0};
-  std::atomic<uint64_t> compute_routes_{0};
-  std::atomic<int32_t> in_flight_{0};     // ComputeLayer calls
   std::atomic<int32_t> active_calls_{0};  // every call of this service
-  // 100 us to ~13 s.
-  metrics::Histogram compute_seconds_{metrics::ExponentialBuckets(1e-4, 2, 18)};
-  // Prefetch hint counters of the service (the tier keeps the others).
-  std::atomic<uint64_t> prefetch_hints_{0};
-  std::atomic<uint64_t> prefetch_issued_{0};
-  std::atomic<uint64_t> prefetch_ignored_{0};
-  std::atomic<uint64_t> prefetch_resident_{0};   // resident when hinted
-  std::atomic<uint64_t> prefetch_coalesced_{0};  // already queued or loading
-  std::atomic<uint64_t> prefetch_queue_full_{0};
 
-  // Last members: destroyed (drained and joined) first, while everything the
-  // tasks use is still alive.
+  // The domain, in dependency order (destroyed last to first, after the
+  // executors below, whose tasks use it).
+  const std::unique_ptr<ModelRegistry> registry_;
+  const std::unique_ptr<IngestAssembly> ingest_;
+  const std::unique_ptr<ExpertImporter> importer_;
+  std::unique_ptr<LayerComputer> compute_;
+  std::unique_ptr<PrefetchQueue> prefetch_;
+  const std::unique_ptr<NodeReport> report_;
+
+  // Executors: destroyed (drained and joined) before the domain.
   std::unique_ptr<TaskQueue> io_queue_;
   std::unique_ptr<TaskQueue> import_queue_;
-  std::unique_ptr<TaskQueue> prefetch_queue_;
+  std::unique_ptr<IngestStreams> ingest_streams_;
 
   // ComputeLayer's queue and workers (ServeComputeLayer). compute_mu_ orders
   // AwaitComputeCall's registrations before the queue's shutdown.

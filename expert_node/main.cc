@@ -20,8 +20,11 @@
 #include "common/cli_config.h"
 #include "common/cli_checks.h"
 #include "common/mutex_mode.h"
+#include "common/status_macros.h"
 #include "common/shutdown_signals.h"
 #include "expert_node/event_log.h"
+#include "expert_node/expert_import.h"
+#include "expert_node/model_registry.h"
 #include "expert_node/node_config.h"
 #include "expert_node/node_identity.h"
 #include "expert_node/node_metrics.h"
@@ -32,8 +35,26 @@
 
 namespace {
 
+using colibri::expert_node::ExpertImporter;
+using colibri::expert_node::ExpertStore;
 using colibri::expert_node::LogEvent;
+using colibri::expert_node::ModelRegistry;
 using colibri::expert_node::NodeServer;
+using colibri::expert_node::OpenNodeStore;
+
+// --import-gguf with --exit-after-import: the import on the node's store,
+// with no server. Errors as OpenNodeStore and ExpertImporter::Import.
+absl::Status ImportWithoutServing(const NodeServer::Options& options,
+                                  const colibri::v1::ImportRequest& request) {
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store, OpenNodeStore(options));
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<ModelRegistry> registry,
+                           ModelRegistry::Load(store.get()));
+  ExpertImporter::Options import_options;
+  import_options.progress_interval = options.service.progress_interval;
+  ExpertImporter importer(import_options, store.get(), registry.get());
+  colibri::v1::ImportReply reply;
+  return importer.Import(request, &reply);
+}
 
 }  // namespace
 
@@ -146,7 +167,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(colibri::cli::kReplicaCount);
   app.add_flag("--exit-after-import", exit_after_import,
-               "with --import-gguf: exit once the import is done (an init step)");
+               "with --import-gguf: import without serving, then exit (an init step)");
   app.add_flag("--repair", options.repair_damaged_store,
                "if the store is damaged: let RocksDB repair it, then verify every expert "
                "(what fails is dropped and re-sent by the coordinator)");
@@ -209,6 +230,38 @@ int main(int argc, char** argv) {
 
   const sigset_t signals = colibri::BlockShutdownSignals();
 
+  const bool outside_share =
+      !import_share_of.empty() && std::find(import_share_of.begin(), import_share_of.end(),
+                                            options.service.node_id) == import_share_of.end();
+  if (outside_share) {
+    // A pod added by scaling before the id list was updated: the coordinator
+    // places its share once it joins.
+    LogEvent(absl::StrCat("node ", options.service.node_id,
+                          " is not among --import-share-of: importing nothing"));
+  }
+  const bool importing = !import_gguf.empty() && !outside_share;
+  colibri::v1::ImportRequest import_request;
+  import_request.set_gguf_path(import_gguf);
+  if (importing && !import_share_of.empty()) {
+    absl::StatusOr<colibri::v1::ImportRequest> share = colibri::expert_node::ShareImportRequest(
+        import_gguf, import_share_of, options.service.node_id, import_replicas);
+    if (!share.ok()) {
+      LogEvent(absl::StrCat("import of ", import_gguf, " failed: ", share.status().message()));
+      return 1;
+    }
+    import_request = *std::move(share);
+  }
+  if (!import_gguf.empty() && exit_after_import) {
+    if (importing) {
+      if (absl::Status s = ImportWithoutServing(options, import_request); !s.ok()) {
+        LogEvent(absl::StrCat("import of ", import_gguf, " failed: ", s.message()));
+        return 1;
+      }
+    }
+    LogEvent("import done, exiting (--exit-after-import)");
+    return 0;
+  }
+
   absl::StatusOr<std::unique_ptr<NodeServer>> server = NodeServer::Start(options);
   if (!server.ok()) {
     std::cerr << "colibri-expert-node: " << server.status().message() << "\n";
@@ -224,7 +277,8 @@ int main(int argc, char** argv) {
     metrics_options.auth_token = options.service.auth_token;
     metrics_options.insecure = options.insecure;
     absl::StatusOr<std::unique_ptr<colibri::expert_node::NodeMetricsServer>> started =
-        colibri::expert_node::NodeMetricsServer::Start(metrics_options, (*server)->service());
+        colibri::expert_node::NodeMetricsServer::Start(metrics_options,
+                                                       (*server)->service()->report());
     if (!started.ok()) {
       std::cerr << "colibri-expert-node: " << started.status().message() << "\n";
       (*server)->Shutdown(absl::Seconds(1));
@@ -246,40 +300,15 @@ int main(int argc, char** argv) {
     LogEvent(absl::StrCat("advertised as ", options.service.advertise_address));
   }
 
-  const bool outside_share =
-      !import_share_of.empty() && std::find(import_share_of.begin(), import_share_of.end(),
-                                            options.service.node_id) == import_share_of.end();
-  if (outside_share) {
-    // A pod added by scaling before the id list was updated: the coordinator
-    // places its share once it joins.
-    LogEvent(absl::StrCat("node ", options.service.node_id,
-                          " is not among --import-share-of: importing nothing"));
-  }
-  if (!import_gguf.empty() && !outside_share) {
-    colibri::v1::ImportRequest request;
-    request.set_gguf_path(import_gguf);
-    if (!import_share_of.empty()) {
-      absl::StatusOr<colibri::v1::ImportRequest> share = colibri::expert_node::ShareImportRequest(
-          import_gguf, import_share_of, options.service.node_id, import_replicas);
-      if (!share.ok()) {
-        LogEvent(absl::StrCat("import of ", import_gguf, " failed: ", share.status().message()));
-        (*server)->Shutdown(absl::Seconds(1));
-        return 1;
-      }
-      request = *std::move(share);
-    }
+  if (importing) {
+    // While serving: the node answers (and the warm-up fills RAM) meanwhile.
     colibri::v1::ImportReply reply;
-    absl::Status s = (*server)->service()->DoImport(request, &reply);
+    absl::Status s = (*server)->service()->importer()->Import(import_request, &reply);
     if (!s.ok()) {
       LogEvent(absl::StrCat("import of ", import_gguf, " failed: ", s.message()));
       (*server)->Shutdown(absl::Seconds(1));
       return 1;
     }
-  }
-  if (!import_gguf.empty() && exit_after_import) {
-    (*server)->Shutdown(absl::Seconds(1));
-    LogEvent("import done, exiting (--exit-after-import)");
-    return 0;
   }
 
   const int signal_number = colibri::WaitForShutdownSignal(signals);

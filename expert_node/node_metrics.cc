@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/http_listener.h"
 #include "common/status_macros.h"
-#include "expert_node/expert_service.h"
+#include "expert_node/node_report.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "httplib.h"
@@ -72,7 +72,7 @@ std::string RenderNodeMetrics(const v1::NodeStatsReply& stats,
 }
 
 absl::StatusOr<std::unique_ptr<NodeMetricsServer>> NodeMetricsServer::Start(
-    const Options& options, const ExpertServiceImpl* service) {
+    const Options& options, const NodeReport* report) {
   COLIBRI_RETURN_IF_ERROR(
       rpc::CheckListenAllowed(options.listen, !options.auth_token.empty(), options.insecure));
   const size_t colon = options.listen.rfind(':');
@@ -94,16 +94,16 @@ absl::StatusOr<std::unique_ptr<NodeMetricsServer>> NodeMetricsServer::Start(
   http.set_read_timeout(10, 0);
   http.set_write_timeout(10, 0);
   const std::string token = options.auth_token;
-  http.Get("/metrics", [service, token](const httplib::Request& req, httplib::Response& res) {
+  http.Get("/metrics", [report, token](const httplib::Request& req, httplib::Response& res) {
     if (!rpc::AuthorizationMatches(req.get_header_value("Authorization"), token)) {
       res.status = 401;
       res.set_content("missing or wrong token (Authorization: Bearer ...)\n", "text/plain");
       return;
     }
     v1::NodeStatsReply stats;
-    service->FillNodeStats(&stats);
+    report->Stats(&stats);
     res.status = 200;
-    res.set_content(RenderNodeMetrics(stats, service->compute_seconds().snapshot()),
+    res.set_content(RenderNodeMetrics(stats, report->compute_seconds().snapshot()),
                     metrics::kTextContentType);
   });
   const int bound =

@@ -27,7 +27,7 @@ class Server;
 
 namespace colibri::expert_node {
 
-class ExpertServiceImpl;
+class NodeReport;
 
 // The fields of NodeStatsReply that are values now, not cumulative counts.
 inline constexpr const char* kNodeGaugeFields[] = {
@@ -52,11 +52,11 @@ class NodeMetricsServer {
     bool insecure = false;
   };
 
-  // Binds and serves `service`'s metrics (borrowed; Stop before it goes).
+  // Binds and serves the metrics of `report` (borrowed; Stop before it goes).
   // FailedPrecondition beyond loopback without token or insecure,
   // InvalidArgument for a malformed address, Unavailable when it cannot bind.
   static absl::StatusOr<std::unique_ptr<NodeMetricsServer>> Start(const Options& options,
-                                                                  const ExpertServiceImpl* service);
+                                                                  const NodeReport* report);
   ~NodeMetricsServer();
   NodeMetricsServer(const NodeMetricsServer&) = delete;
   NodeMetricsServer& operator=(const NodeMetricsServer&) = delete;

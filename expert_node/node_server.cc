@@ -58,6 +58,12 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> OpenStore(const ExpertStore::Option
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<ExpertStore>> OpenNodeStore(const NodeServer::Options& options) {
+  ExpertStore::Options store_options = options.store;
+  store_options.buffer_pool = BlobBufferPool::Create(options.buffer_pool);
+  return OpenStore(store_options, options.repair_damaged_store, options.reset_damaged_store);
+}
+
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& options) {
   COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(
       options.listen, !options.service.auth_token.empty(), options.insecure));
@@ -82,10 +88,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   }
 
   std::unique_ptr<NodeServer> node(new NodeServer());
-  ExpertStore::Options store_options = options.store;
-  store_options.buffer_pool = BlobBufferPool::Create(options.buffer_pool);
-  COLIBRI_ASSIGN_OR_RETURN(node->store_, OpenStore(store_options, options.repair_damaged_store,
-                                                   options.reset_damaged_store));
+  COLIBRI_ASSIGN_OR_RETURN(node->store_, OpenNodeStore(options));
   ExpertStore* store = node->store_.get();
   node->tier_ = std::make_unique<RamTier>(
       options.ram, [store](const ExpertId& id) { return store->Get(id); });

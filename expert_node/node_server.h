@@ -113,6 +113,13 @@ class NodeServer {
   std::unique_ptr<RamWarmer> warmer_;
 };
 
+// Opens the node's store as Start does: options.store with a buffer pool of
+// options.buffer_pool; a damaged store (DataLoss) repaired and/or moved aside
+// as repair_damaged_store and reset_damaged_store allow, each step logged.
+// What needs the store without serving (--import-gguf --exit-after-import)
+// opens it with this. Errors as ExpertStore::Open.
+absl::StatusOr<std::unique_ptr<ExpertStore>> OpenNodeStore(const NodeServer::Options& options);
+
 }  // namespace colibri::expert_node
 
 #endif  // COLIBRI_EXPERT_NODE_NODE_SERVER_H_

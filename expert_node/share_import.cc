@@ -4,20 +4,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/placement.h"
 #include "model/arch/model.h"
 #include "model/gguf/gguf_fingerprint.h"
+#include "placement/placement.h"
 
 namespace colibri::expert_node {
 
 absl::StatusOr<std::vector<std::pair<int, int>>> ShareOf(const std::vector<int>& experts_per_layer,
                                                          const std::vector<std::string>& member_ids,
                                                          const std::string& node_id, int replicas) {
-  std::vector<coordinator::PlacementNode> nodes;
+  std::vector<placement::PlacementNode> nodes;
   int self = -1;
   for (const std::string& id : member_ids) {
     if (id == node_id) self = static_cast<int>(nodes.size());
-    coordinator::PlacementNode node;
+    placement::PlacementNode node;
     node.id = id;
     nodes.push_back(std::move(node));
   }
@@ -25,9 +25,9 @@ absl::StatusOr<std::vector<std::pair<int, int>>> ShareOf(const std::vector<int>&
     return absl::InvalidArgumentError(
         absl::StrCat("node id '", node_id, "' is not among the --import-share-of ids"));
   }
-  COLIBRI_ASSIGN_OR_RETURN(coordinator::Placement placement,
-                           coordinator::Placement::Compute(nodes, experts_per_layer, replicas));
-  return placement.ExpertsOf(self);
+  COLIBRI_ASSIGN_OR_RETURN(placement::Placement placed,
+                           placement::Placement::Compute(nodes, experts_per_layer, replicas));
+  return placed.ExpertsOf(self);
 }
 
 absl::StatusOr<v1::ImportRequest> ShareImportRequest(const std::string& gguf_path,

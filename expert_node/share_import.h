@@ -3,7 +3,7 @@
 // (Kubernetes) runs before the coordinator starts, so that the coordinator
 // finds the experts in place and sends nothing.
 //
-// The share is the coordinator's placement (coordinator/placement.h) with
+// The share is the coordinator's placement (placement/placement.h) with
 // every node weighted equally; it is the coordinator's own share when every
 // node reports the same budget (one config for all nodes). Where they differ,
 // the coordinator imports or sends the difference at start-up as usual.

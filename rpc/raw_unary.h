@@ -91,6 +91,8 @@ class ParsedUnaryCall final : public RawUnaryReactor {
   }
 
   const Request& request() const { return request_; }
+  // For a caller that parses the request itself.
+  Request* mutable_request() { return &request_; }
   Reply* reply() { return &reply_; }
 
  private:

@@ -41,6 +41,59 @@ std::unique_ptr<grpc::ClientContext> MakeContext(const std::string& token) {
   return context;
 }
 
+std::vector<v1::IngestChunk> IngestChunksOf(const arch::Model& model,
+                                            const std::string& fingerprint, int layer, int expert,
+                                            size_t chunk_bytes) {
+  const moe::ExpertWeights& w = model.experts()[layer][expert];
+  std::string bytes;
+  for (const ops::WeightMatrix* m : {&w.gate, &w.up, &w.down}) {
+    const auto span = BytesOf(*m);
+    bytes.append(reinterpret_cast<const char*>(span.data()), span.size());
+  }
+  const size_t matrix_bytes = bytes.size();
+  // gpt-oss: the biases follow down (float32), announced in the header.
+  v1::IngestChunk header;
+  for (auto [bias, n, t] : {std::tuple{w.gate_bias, w.gate.rows, header.mutable_gate_bias()},
+                            std::tuple{w.up_bias, w.up.rows, header.mutable_up_bias()},
+                            std::tuple{w.down_bias, w.down.rows, header.mutable_down_bias()}}) {
+    if (bias == nullptr) continue;
+    bytes.append(reinterpret_cast<const char*>(bias), static_cast<size_t>(n) * sizeof(float));
+    t->set_ggml_type(static_cast<uint32_t>(ops::TensorType::kF32));
+    t->add_dims(n);
+  }
+  if (w.gate_bias == nullptr) header.clear_gate_bias();
+  if (w.up_bias == nullptr) header.clear_up_bias();
+  if (w.down_bias == nullptr) header.clear_down_bias();
+  if (w.activation == moe::Activation::kSwigluOai) {
+    header.mutable_activation()->set_kind(v1::ACTIVATION_SWIGLU_OAI);
+    header.mutable_activation()->set_alpha(w.swiglu_alpha);
+    header.mutable_activation()->set_limit(w.swiglu_limit);
+  }
+  header.mutable_key()->set_model_fingerprint(fingerprint);
+  header.mutable_key()->set_layer(layer);
+  header.mutable_key()->set_expert(expert);
+  SetTensor(w.gate, header.mutable_gate());
+  SetTensor(w.up, header.mutable_up());
+  SetTensor(w.down, header.mutable_down());
+  header.set_total_bytes(bytes.size());
+  header.set_xxh64(PayloadChecksum(
+      BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down),
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()) + matrix_bytes,
+                                bytes.size() - matrix_bytes)));
+  header.mutable_model()->set_n_layer(model.config().n_layer);
+  header.mutable_model()->set_n_expert(model.config().n_expert);
+  header.mutable_model()->set_n_embd(model.config().n_embd);
+  std::vector<v1::IngestChunk> chunks = {header};
+  for (size_t off = 0; off < bytes.size(); off += chunk_bytes) {
+    v1::IngestChunk chunk;
+    *chunk.mutable_key() = header.key();
+    chunk.set_offset(off);
+    chunk.set_data(bytes.substr(off, chunk_bytes));
+    chunks.push_back(std::move(chunk));
+  }
+  return chunks;
+}
+
 grpc::Status IngestExperts(v1::ExpertService::Stub* stub, const arch::Model& model,
                            const std::string& fingerprint,
                            const std::vector<std::pair<int, int>>& which, v1::IngestReply* reply,
@@ -54,56 +107,13 @@ grpc::Status IngestExperts(v1::ExpertService::Stub* stub, const arch::Model& mod
   auto context = MakeContext(token);
   std::unique_ptr<grpc::ClientWriter<v1::IngestChunk>> writer =
       stub->Ingest(context.get(), reply);
-  for (const auto& [layer, expert] : experts) {
-    const moe::ExpertWeights& w = model.experts()[layer][expert];
-    std::string bytes;
-    for (const ops::WeightMatrix* m : {&w.gate, &w.up, &w.down}) {
-      const auto span = BytesOf(*m);
-      bytes.append(reinterpret_cast<const char*>(span.data()), span.size());
-    }
-    const size_t matrix_bytes = bytes.size();
-    // gpt-oss: the biases follow down (float32), announced in the header.
-    v1::IngestChunk header;
-    for (auto [bias, n, t] : {std::tuple{w.gate_bias, w.gate.rows, header.mutable_gate_bias()},
-                              std::tuple{w.up_bias, w.up.rows, header.mutable_up_bias()},
-                              std::tuple{w.down_bias, w.down.rows, header.mutable_down_bias()}}) {
-      if (bias == nullptr) continue;
-      bytes.append(reinterpret_cast<const char*>(bias), static_cast<size_t>(n) * sizeof(float));
-      t->set_ggml_type(static_cast<uint32_t>(ops::TensorType::kF32));
-      t->add_dims(n);
-    }
-    if (w.gate_bias == nullptr) header.clear_gate_bias();
-    if (w.up_bias == nullptr) header.clear_up_bias();
-    if (w.down_bias == nullptr) header.clear_down_bias();
-    if (w.activation == moe::Activation::kSwigluOai) {
-      header.mutable_activation()->set_kind(v1::ACTIVATION_SWIGLU_OAI);
-      header.mutable_activation()->set_alpha(w.swiglu_alpha);
-      header.mutable_activation()->set_limit(w.swiglu_limit);
-    }
-    header.mutable_key()->set_model_fingerprint(fingerprint);
-    header.mutable_key()->set_layer(layer);
-    header.mutable_key()->set_expert(expert);
-    SetTensor(w.gate, header.mutable_gate());
-    SetTensor(w.up, header.mutable_up());
-    SetTensor(w.down, header.mutable_down());
-    header.set_total_bytes(bytes.size());
-    header.set_xxh64(PayloadChecksum(
-        BytesOf(w.gate), BytesOf(w.up), BytesOf(w.down),
-        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()) + matrix_bytes,
-                                  bytes.size() - matrix_bytes)));
-    header.mutable_model()->set_n_layer(model.config().n_layer);
-    header.mutable_model()->set_n_expert(model.config().n_expert);
-    header.mutable_model()->set_n_embd(model.config().n_embd);
-    if (!writer->Write(header)) break;
-    bool ok = true;
-    for (size_t off = 0; off < bytes.size() && ok; off += chunk_bytes) {
-      v1::IngestChunk chunk;
-      *chunk.mutable_key() = header.key();
-      chunk.set_offset(off);
-      chunk.set_data(bytes.substr(off, chunk_bytes));
+  bool ok = true;
+  for (size_t i = 0; i < experts.size() && ok; ++i) {
+    for (const v1::IngestChunk& chunk :
+         IngestChunksOf(model, fingerprint, experts[i].first, experts[i].second, chunk_bytes)) {
       ok = writer->Write(chunk);
+      if (!ok) break;
     }
-    if (!ok) break;
   }
   writer->WritesDone();
   return writer->Finish();

@@ -21,6 +21,13 @@ std::unique_ptr<v1::ExpertService::Stub> ConnectTo(const std::string& address);
 // metadata.
 std::unique_ptr<grpc::ClientContext> MakeContext(const std::string& token = "");
 
+// One expert of `model` as an ingest stream sends it: a header chunk (with
+// the model's shape and the payload's xxh64), then the payload in chunks of
+// chunk_bytes.
+std::vector<v1::IngestChunk> IngestChunksOf(const arch::Model& model,
+                                            const std::string& fingerprint, int layer, int expert,
+                                            size_t chunk_bytes = 64 << 10);
+
 // Streams the experts `which` ((layer, expert) pairs; all when empty) of
 // `model` to the node in chunks of chunk_bytes.
 grpc::Status IngestExperts(v1::ExpertService::Stub* stub, const arch::Model& model,

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/placement.h"
 #include "gtest/gtest.h"
+#include "placement/placement.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -24,9 +24,9 @@ TEST(ShareImportTest, ShareIsTheExpertsWhereTheNodeScoresHighest) {
         std::string best;
         double best_score = -1;
         for (const std::string& id : ids) {
-          coordinator::PlacementNode node;
+          placement::PlacementNode node;
           node.id = id;
-          const double score = coordinator::RendezvousScore(node, l, e);
+          const double score = placement::RendezvousScore(node, l, e);
           if (score > best_score) {
             best_score = score;
             best = id;

@@ -16,9 +16,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
-#include "coordinator/placement.h"
 #include "gtest/gtest.h"
 #include "model/arch/model.h"
+#include "placement/placement.h"
 #include "tests/integration/node_process.h"
 #include "tests/support/golden.h"
 #include "tests/support/subprocess.h"
@@ -49,9 +49,9 @@ std::map<std::string, int64_t> ExpectedShares(const std::vector<int>& experts_pe
       std::string best;
       double best_score = -1;
       for (const std::string& id : ids) {
-        coordinator::PlacementNode node;
+        placement::PlacementNode node;
         node.id = id;
-        const double score = coordinator::RendezvousScore(node, l, e);
+        const double score = placement::RendezvousScore(node, l, e);
         if (score > best_score) {
           best_score = score;
           best = id;

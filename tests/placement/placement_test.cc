@@ -1,5 +1,5 @@
-// Weighted rendezvous placement (coordinator/placement.h).
-#include "coordinator/placement.h"
+// Weighted rendezvous placement (placement/placement.h).
+#include "placement/placement.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 
-namespace colibri::coordinator {
+namespace colibri::placement {
 namespace {
 
 std::vector<PlacementNode> Nodes(const std::vector<double>& weights) {
@@ -282,4 +282,4 @@ TEST(BalanceReplicasTest, NeverWorseThanThePrimariesAndOnlyHealthyNodes) {
 }
 
 }  // namespace
-}  // namespace colibri::coordinator
+}  // namespace colibri::placement

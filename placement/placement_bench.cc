@@ -21,9 +21,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/placement.h"
+#include "placement/placement.h"
 
-namespace colibri::coordinator {
+namespace colibri::placement {
 namespace {
 
 struct Options {
@@ -70,7 +70,7 @@ bool ParseFlags(int argc, char** argv, Options* o) {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "bad flag %s (see the header of coordinator/placement_bench.cc)\n",
+      std::fprintf(stderr, "bad flag %s (see the header of placement/placement_bench.cc)\n",
                    arg.c_str());
       return false;
     }
@@ -139,10 +139,10 @@ int Run(const Options& o) {
 }
 
 }  // namespace
-}  // namespace colibri::coordinator
+}  // namespace colibri::placement
 
 int main(int argc, char** argv) {
-  colibri::coordinator::Options options;
-  if (!colibri::coordinator::ParseFlags(argc, argv, &options)) return 2;
-  return colibri::coordinator::Run(options);
+  colibri::placement::Options options;
+  if (!colibri::placement::ParseFlags(argc, argv, &options)) return 2;
+  return colibri::placement::Run(options);
 }

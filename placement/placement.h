@@ -8,9 +8,13 @@
 // node moves only the experts that node gains or loses, and a node's expected
 // share is proportional to its weight.
 //
+// The coordinator places experts with it; an expert node computes its own
+// share with it (expert_node/share_import.h). Both must agree, so it lives
+// below both and depends on neither.
+//
 // Thread-safety: immutable after Compute; any number of readers.
-#ifndef COLIBRI_COORDINATOR_PLACEMENT_H_
-#define COLIBRI_COORDINATOR_PLACEMENT_H_
+#ifndef COLIBRI_PLACEMENT_PLACEMENT_H_
+#define COLIBRI_PLACEMENT_PLACEMENT_H_
 
 #include <cstdint>
 #include <string>
@@ -19,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
-namespace colibri::coordinator {
+namespace colibri::placement {
 
 struct PlacementNode {
   // Stable identity hashed into the scores (the node's reported id, or its
@@ -95,6 +99,6 @@ std::vector<int> BalanceReplicas(const Placement& placement, int layer,
 // units so that choices do not depend on float rounding.
 inline int64_t ExpertWork(int64_t tokens) { return tokens > 0 ? 4 + 3 * tokens : 0; }
 
-}  // namespace colibri::coordinator
+}  // namespace colibri::placement
 
-#endif  // COLIBRI_COORDINATOR_PLACEMENT_H_
+#endif  // COLIBRI_PLACEMENT_PLACEMENT_H_

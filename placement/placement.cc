@@ -1,4 +1,4 @@
-#include "coordinator/placement.h"
+#include "placement/placement.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace colibri::coordinator {
+namespace colibri::placement {
 namespace {
 
 // SplitMix64's finaliser: a bijective mix with full avalanche.
@@ -194,4 +194,4 @@ std::vector<int> BalanceReplicas(const Placement& placement, int layer,
   return chosen;
 }
 
-}  // namespace colibri::coordinator
+}  // namespace colibri::placement

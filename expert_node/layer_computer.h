@@ -1,0 +1,82 @@
+// ComputeLayer without the wire: one layer's routed experts for a request's
+// tokens, computed from the experts in the RAM tier (read from the disk tier
+// on a miss) and pinned there while they are used.
+//
+// layer_compute.h holds the request's validation and the arithmetic; this
+// class adds the node's side: the model's shape (ModelRegistry), the tiers,
+// usage counting, the shared matmul pool and the counters NodeStats reports.
+// Outputs depend only on the request and the experts' bytes: bitwise what the
+// coordinator computes locally (layer_compute.h).
+//
+// Thread-safety: Compute may run on several threads at once (they share the
+// matmul pool, so one request's disk reads overlap another's compute); the
+// accessors from any thread.
+#ifndef COLIBRI_EXPERT_NODE_LAYER_COMPUTER_H_
+#define COLIBRI_EXPERT_NODE_LAYER_COMPUTER_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "colibri/v1/expert.pb.h"
+#include "common/metrics.h"
+#include "common/thread_pool.h"
+#include "expert_node/model_registry.h"
+#include "expert_node/ram_tier.h"
+#include "expert_node/usage_counts.h"
+
+namespace colibri::expert_node {
+
+class LayerComputer {
+ public:
+  struct Options {
+    // Threads of the matmul pool; <= 0: physical cores. Default: 0.
+    int threads = 0;
+    // Largest reply: a request whose outputs would be larger is refused by
+    // its shape (InvalidArgument) before any work.
+    // Default: 256 MiB - 64 KiB.
+    uint64_t max_reply_bytes = (uint64_t{256} << 20) - (uint64_t{64} << 10);
+  };
+
+  struct Counters {
+    uint64_t requests = 0;  // computed successfully
+    uint64_t routes = 0;    // routes of those
+    int32_t in_flight = 0;  // Compute calls running now
+  };
+
+  // registry, tier and usage are borrowed and must outlive the computer;
+  // usage may be null (no usage counting).
+  LayerComputer(const Options& options, const ModelRegistry* registry, RamTier* tier,
+                UsageCounts* usage);
+  LayerComputer(const LayerComputer&) = delete;
+  LayerComputer& operator=(const LayerComputer&) = delete;
+
+  // Computes `request` into *reply (outputs and the reply's timing and RAM
+  // counters). NotFound for a model the node does not hold or an expert it
+  // does not store; InvalidArgument as ParseLayerRequest; DataLoss for a
+  // damaged stored expert (the store drops it).
+  absl::Status Compute(const v1::ComputeLayerRequest& request, v1::ComputeLayerReply* reply);
+
+  Counters counters() const;
+  // Seconds of every Compute call, failed ones included.
+  const metrics::Histogram& seconds() const { return seconds_; }
+
+ private:
+  absl::Status ComputeUncounted(const v1::ComputeLayerRequest& request,
+                                v1::ComputeLayerReply* reply);
+
+  const Options options_;
+  const ModelRegistry* const registry_;
+  RamTier* const tier_;
+  UsageCounts* const usage_;  // may be null
+  ThreadPool pool_;
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> routes_{0};
+  std::atomic<int32_t> in_flight_{0};
+  // 100 us to ~13 s.
+  metrics::Histogram seconds_{metrics::ExponentialBuckets(1e-4, 2, 18)};
+};
+
+}  // namespace colibri::expert_node
+
+#endif  // COLIBRI_EXPERT_NODE_LAYER_COMPUTER_H_

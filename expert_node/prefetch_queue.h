@@ -1,0 +1,94 @@
+// Prefetch hints: "these experts will probably be needed soon", loaded from
+// the disk tier into the RAM tier by a pool of I/O threads ahead of use.
+//
+// Hints are advice and never fail nor block their caller: Hint checks the key
+// against the known models (in memory) and queues it unless the expert is
+// resident or already queued / being loaded (coalesced); a full queue drops
+// it. An I/O thread looks the expert's size up in the store's index (not
+// stored: ignored) and asks the RAM tier to prefetch it, which drops it under
+// memory pressure (ram_tier.h). Prefetch never changes results: outputs
+// depend only on the expert bytes, whichever tier they come from. The
+// NodeStatsReply comment (expert.proto) defines each counter.
+//
+// Thread-safety: every method is thread-safe.
+#ifndef COLIBRI_EXPERT_NODE_PREFETCH_QUEUE_H_
+#define COLIBRI_EXPERT_NODE_PREFETCH_QUEUE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "colibri/v1/expert.pb.h"
+#include "expert_node/expert_record.h"
+#include "expert_node/expert_store.h"
+#include "expert_node/model_registry.h"
+#include "expert_node/ram_tier.h"
+#include "expert_node/task_queue.h"
+#include "google/protobuf/repeated_ptr_field.h"
+
+namespace colibri::expert_node {
+
+class PrefetchQueue {
+ public:
+  struct Options {
+    // Threads loading hinted experts. Default: 2.
+    int io_threads = 2;
+    // Loads waiting at most; more are dropped. Default: 256.
+    size_t queue_limit = 256;
+  };
+
+  // The queue's counters of hints (the RAM tier counts what the loads do).
+  struct Counters {
+    uint64_t hints = 0;       // every hint received
+    uint64_t issued = 0;      // queued for loading
+    uint64_t ignored = 0;     // malformed, unknown model, outside it, or not stored
+    uint64_t resident = 0;    // resident when hinted
+    uint64_t coalesced = 0;   // already queued or loading
+    uint64_t queue_full = 0;  // dropped: the queue was full
+  };
+
+  // store, tier and registry are borrowed and must outlive the queue.
+  PrefetchQueue(const Options& options, ExpertStore* store, RamTier* tier,
+                const ModelRegistry* registry);
+  // Runs the loads already queued, then joins the I/O threads.
+  ~PrefetchQueue();
+  PrefetchQueue(const PrefetchQueue&) = delete;
+  PrefetchQueue& operator=(const PrefetchQueue&) = delete;
+
+  // Counts a hint and queues its load unless it is ignored, resident,
+  // coalesced or dropped; true when queued.
+  bool Hint(const v1::ExpertKey& key);
+  // Hint for each key; how many were queued.
+  int32_t HintAll(const google::protobuf::RepeatedPtrField<v1::ExpertKey>& keys);
+
+  Counters counters() const;
+
+ private:
+  // An I/O thread's work for one queued hint.
+  void Load(const ExpertId& id);
+
+  ExpertStore* const store_;
+  RamTier* const tier_;
+  const ModelRegistry* const registry_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_set<ExpertId> pending_ ABSL_GUARDED_BY(mu_);  // queued or loading
+
+  std::atomic<uint64_t> hints_{0};
+  std::atomic<uint64_t> issued_{0};
+  std::atomic<uint64_t> ignored_{0};
+  std::atomic<uint64_t> resident_{0};
+  std::atomic<uint64_t> coalesced_{0};
+  std::atomic<uint64_t> queue_full_{0};
+
+  // Last: drained and joined first, while everything its tasks use is alive.
+  std::unique_ptr<TaskQueue> loads_;
+};
+
+}  // namespace colibri::expert_node
+
+#endif  // COLIBRI_EXPERT_NODE_PREFETCH_QUEUE_H_
