@@ -157,7 +157,8 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
     if (c.arch == s->name) spec = s;
   }
   if (spec == nullptr) {
-    return Invalid(file, absl::StrCat("unsupported architecture '", c.arch, "' (supported: ",
+    return Invalid(file, absl::StrCat("unsupported architecture '", gguf::EscapeForMessage(c.arch),
+                                      "' (supported: ",
                                       absl::StrJoin(SupportedArchitectures(), ", "), ")"));
   }
   COLIBRI_ASSIGN_OR_RETURN(c.name, file.GetStringOr("general.name", ""));
