@@ -1,14 +1,9 @@
 #include "coordinator/http_server.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <deque>
 #include <optional>
 #include <utility>
@@ -22,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/http_listener.h"
+#include "coordinator/http_connection_gate.h"
 #include "coordinator/chat_prompt.h"
 #include "coordinator/serve_metrics.h"
 #include "httplib.h"
@@ -115,57 +111,6 @@ std::string EndpointLabel(const std::string& path) {
   return "other";
 }
 
-// The port of a socket address, and its host as text.
-bool HostAndPort(const sockaddr_storage& addr, socklen_t len, std::string* host, int* port) {
-  char text[NI_MAXHOST];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0,
-                  NI_NUMERICHOST) != 0) {
-    return false;
-  }
-  *host = text;
-  if (addr.ss_family == AF_INET) {
-    *port = ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    *port = ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
-  } else {
-    return false;
-  }
-  return true;
-}
-
-// The descriptor of the connection `req` came on: cpp-httplib 0.11 does not
-// expose it, so the process's sockets are searched for the one whose two
-// ends are the request's. -1 when not found. The descriptor stays open while
-// the request's handler runs.
-int FindConnectionSocket(const httplib::Request& req) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
-  while (dirent* entry = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0') continue;
-    struct stat st;
-    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-      continue;
-    }
-    std::string local_host, peer_host;
-    int local_port = 0, peer_port = 0;
-    if (HostAndPort(local, local_len, &local_host, &local_port) &&
-        HostAndPort(peer, peer_len, &peer_host, &peer_port) && local_port == req.local_port &&
-        peer_port == req.remote_port && peer_host == req.remote_addr) {
-      found = static_cast<int>(fd);
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
-}
-
 // True when the peer of `fd` has closed (or half-closed) the connection.
 bool PeerClosed(int fd) {
   pollfd p{};
@@ -197,10 +142,23 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   if (absl::Status s = SplitListen(options.listen, &host, &port); !s.ok()) return s;
   if (options.threads < 1) return absl::InvalidArgumentError("--http-threads must be >= 1");
   std::unique_ptr<HttpServer> server(new HttpServer(options));
-  server->server_ = std::make_unique<httplib::Server>();
+  GatedHttpServer::Options gate;
+  gate.threads = options.threads;
+  gate.request_deadline = absl::Seconds(options.request_deadline_seconds);
+  gate.keep_alive = absl::Seconds(options.keep_alive_seconds);
+  gate.keep_alive_max_requests = options.keep_alive_max_requests;
+  gate.read_timeout = absl::Seconds(options.read_timeout_seconds);
+  gate.write_timeout = absl::Seconds(options.write_timeout_seconds);
+  gate.max_pending_per_address = options.max_pending_per_address;
+  server->server_ = std::make_unique<GatedHttpServer>(
+      gate,
+      [raw = server.get()](absl::string_view head, std::string* response) {
+        return raw->QuickHealth(head, response);
+      },
+      [](int status, const std::string& message) {
+        return openai::Dump(openai::MakeError(status, message).body);
+      });
   httplib::Server& http = *server->server_;
-  const size_t threads = static_cast<size_t>(options.threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_read_timeout(options.read_timeout_seconds, 0);
   http.set_write_timeout(options.write_timeout_seconds, 0);
   http.set_keep_alive_timeout(options.keep_alive_seconds);
@@ -275,8 +233,13 @@ void HttpServer::Route() {
       res.set_content(options_.metrics->Render(), metrics::kTextContentType);
     });
   }
-  http.Get("/health", serve(false, [this](const Backend& b, const httplib::Request&,
-                                          httplib::Response& res) { HandleHealth(b, res); }));
+  // Answered by the gate (QuickHealth) unless a keep-alive connection asks
+  // after another request; the same answer either way.
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const openai::ApiError health = Health();
+    res.status = health.http_status;
+    res.set_content(openai::Dump(health.body), kJson);
+  });
   http.Get("/v1/models",
            serve(true, [this](const Backend&, const httplib::Request&, httplib::Response& res) {
              SendJson(res, openai::ModelsResponse(options_.model_id, created_));
@@ -317,18 +280,30 @@ void HttpServer::Route() {
   });
 }
 
-void HttpServer::HandleHealth(const Backend& b, httplib::Response& res) const {
+openai::ApiError HttpServer::Health() const {
+  const Backend* b = backend_.load(std::memory_order_acquire);
+  if (b == nullptr) return openai::MakeError(503, "the model is still loading");
   bool usable = true;
-  if (b.cluster != nullptr) {
-    Cluster& cluster = b.cluster->cluster();
+  if (b->cluster != nullptr) {
+    Cluster& cluster = b->cluster->cluster();
     usable = false;
     for (int i = 0; i < cluster.n_nodes() && !usable; ++i) usable = cluster.healthy(i);
   }
-  if (!usable) {
-    SendError(res, openai::MakeError(503, "no expert node is healthy"));
-    return;
+  if (!usable) return openai::MakeError(503, "no expert node is healthy");
+  return openai::ApiError{200, {{"status", "ok"}}};
+}
+
+bool HttpServer::QuickHealth(absl::string_view head, std::string* response) const {
+  // "GET /health HTTP/1.1", or with a query string.
+  if (!absl::StartsWith(head, "GET /health ") && !absl::StartsWith(head, "GET /health?")) {
+    return false;
   }
-  SendJson(res, {{"status", "ok"}});
+  const openai::ApiError health = Health();
+  *response = GatedHttpServer::JsonResponse(health.http_status, openai::Dump(health.body));
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordRequest("http", "/health", absl::StrCat(health.http_status));
+  }
+  return true;
 }
 
 void HttpServer::HandleTokenize(const Backend& b, const httplib::Request& req,
@@ -441,11 +416,10 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     absl::Cleanup written = [this] { open_generations_.fetch_sub(1); };
     std::vector<GeneratedToken> tokens;
     std::optional<absl::StatusOr<GenerationOutcome>> outcome;
-    int connection = -2;  // looked up once the generation takes a while
+    const int connection = GatedHttpServer::CurrentSocket();
     while (!outcome.has_value()) {
       job->Wait(absl::Seconds(1), &tokens, &outcome);
       if (outcome.has_value()) break;
-      if (connection == -2) connection = FindConnectionSocket(req);
       if (connection >= 0 && PeerClosed(connection)) job->Cancel();
     }
     if (!outcome->ok()) return SendError(res, openai::ErrorFromStatus(outcome->status()));
