@@ -132,6 +132,7 @@ class ConnectionStream final : public httplib::Stream {
     const size_t n = std::min(size, buffer_.size() - pos_);
     std::memcpy(ptr, buffer_.data() + pos_, n);
     pos_ += n;
+    consumed_ += n;
     return static_cast<ssize_t>(n);
   }
 
@@ -157,6 +158,8 @@ class ConnectionStream final : public httplib::Stream {
   // Bytes read from the socket that the request did not use (the start of
   // a pipelined next request).
   std::string TakeUnread() { return buffer_.substr(pos_); }
+  // Bytes the request read.
+  size_t consumed() const { return consumed_; }
 
  private:
   static constexpr size_t kChunk = 16 << 10;
@@ -166,6 +169,7 @@ class ConnectionStream final : public httplib::Stream {
   const int fd_;
   std::string buffer_;
   size_t pos_ = 0;
+  size_t consumed_ = 0;
   const absl::Time deadline_;
   const absl::Duration read_timeout_;
   const absl::Duration write_timeout_;
@@ -443,6 +447,7 @@ void GatedHttpServer::Serve(int fd, std::string buffered, absl::Time deadline, i
   current_socket = fd;
   const bool ok = process_request(stream, last, connection_closed, nullptr);
   current_socket = -1;
+  if (options_.after_request) options_.after_request(stream.consumed());
   Gate* gate = gate_.load();
   if (ok && !last && !connection_closed && is_running() && gate != nullptr) {
     gate->Return(fd, stream.TakeUnread(), served + 1);

@@ -60,6 +60,10 @@ class GatedHttpServer : public httplib::Server {
     int max_pending = 1024;
     // Largest request header (request line and fields). Default: 64 KiB.
     size_t max_header_bytes = 64 << 10;
+    // Called on the worker after each request's response, once the request
+    // is freed, with the bytes the request took (header and body).
+    // Default: none.
+    std::function<void(size_t request_bytes)> after_request;
   };
 
   // Given a complete request header (request line, fields, the blank line),

@@ -119,6 +119,24 @@ bool PeerClosed(int fd) {
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+// A limit of request_limits.h as a 400 naming the field.
+void SendLimitError(httplib::Response& res, const absl::Status& status, const char* param) {
+  SendError(res, openai::MakeError(400, status.message(), param));
+}
+
+// The roles and contents of normalised chat messages, in bytes.
+int64_t ChatBytes(const nlohmann::ordered_json& messages) {
+  int64_t bytes = 0;
+  for (const auto& m : messages) {
+    if (!m.is_object()) continue;
+    for (const char* field : {"role", "content"}) {
+      auto it = m.find(field);
+      if (it != m.end() && it->is_string()) bytes += it->get_ref<const std::string&>().size();
+    }
+  }
+  return bytes;
+}
+
 // The report of one token for logprobs.
 openai::TokenReport Report(const tokenizer::Tokenizer* tokenizer, const GeneratedToken& token) {
   const auto piece = [tokenizer](int32_t id) {
@@ -150,6 +168,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   gate.read_timeout = absl::Seconds(options.read_timeout_seconds);
   gate.write_timeout = absl::Seconds(options.write_timeout_seconds);
   gate.max_pending_per_address = options.max_pending_per_address;
+  gate.after_request = ReleaseMemoryAfterRequest;
   server->server_ = std::make_unique<GatedHttpServer>(
       gate,
       [raw = server.get()](absl::string_view head, std::string* response) {
@@ -185,6 +204,9 @@ void HttpServer::Attach(Backend backend) {
   backend.limits = options_.limits;
   backend.limits.n_ctx = backend.scheduler->n_ctx();
   backend.limits.n_vocab = backend.model->config().n_vocab;
+  backend.request_limits = options_.request_limits;
+  backend.request_limits.n_ctx = backend.limits.n_ctx;
+  backend.request_limits.n_vocab = backend.limits.n_vocab;
   backend_owned_ = std::make_unique<Backend>(std::move(backend));
   backend_.store(backend_owned_.get(), std::memory_order_release);
 }
@@ -313,6 +335,10 @@ void HttpServer::HandleTokenize(const Backend& b, const httplib::Request& req,
   }
   absl::StatusOr<openai::TokenizeRequest> request = openai::ParseTokenizeRequest(req.body);
   if (!request.ok()) return SendError(res, openai::ErrorFromStatus(request.status()));
+  if (absl::Status s = CheckPromptText("the text", request->content.size(), b.request_limits);
+      !s.ok()) {
+    return SendLimitError(res, s, "content");
+  }
   tokenizer::EncodeOptions enc;
   enc.add_special = request->add_special;
   enc.parse_special = request->parse_special;
@@ -337,6 +363,11 @@ void HttpServer::HandleApplyTemplate(const Backend& b, const httplib::Request& r
   if (!b.chat) return SendError(res, openai::MakeError(501, "this server has no chat template"));
   absl::StatusOr<openai::TemplateRequest> request = openai::ParseTemplateRequest(req.body);
   if (!request.ok()) return SendError(res, openai::ErrorFromStatus(request.status()));
+  if (absl::Status s =
+          CheckChat(request->messages.size(), ChatBytes(request->messages), b.request_limits);
+      !s.ok()) {
+    return SendLimitError(res, s, "messages");
+  }
   absl::StatusOr<std::string> prompt =
       b.chat(request->messages, request->tools, request->add_generation_prompt);
   if (!prompt.ok()) return SendError(res, openai::ErrorFromStatus(prompt.status()));
@@ -348,6 +379,22 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   absl::StatusOr<openai::ApiRequest> parsed = openai::ParseRequest(endpoint, req.body, b.limits);
   if (!parsed.ok()) return SendError(res, openai::ErrorFromStatus(parsed.status()));
   openai::ApiRequest& request = *parsed;
+  const bool is_chat = endpoint == openai::Endpoint::kChatCompletions;
+  const RequestLimits& limits = b.request_limits;
+  if (is_chat) {
+    if (absl::Status s = CheckChat(request.messages.size(), ChatBytes(request.messages), limits);
+        !s.ok()) {
+      return SendLimitError(res, s, "messages");
+    }
+  } else if (!request.prompt_is_ids) {
+    if (absl::Status s = CheckPromptText("the prompt text", request.prompt.size(), limits);
+        !s.ok()) {
+      return SendLimitError(res, s, "prompt");
+    }
+  }
+  if (absl::Status s = CheckStopStrings(request.stop, limits); !s.ok()) {
+    return SendLimitError(res, s, "stop");
+  }
 
   // The prompt is tokenized here, so that a prompt too long for the context
   // is a 400 before any streaming starts.

@@ -45,6 +45,7 @@
 #include "absl/time/time.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/openai_api.h"
+#include "coordinator/request_limits.h"
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -101,6 +102,10 @@ class HttpServer {
     size_t max_body_bytes = 8 << 20;
     // Parsing defaults and limits (n_ctx and n_vocab are filled by Attach).
     openai::ApiLimits limits;
+    // The sizes every front end allows (request_limits.h): prompt text,
+    // messages, stop strings; checked before a prompt is rendered or
+    // tokenized. n_ctx and n_vocab are filled by Attach. Default: its defaults.
+    RequestLimits request_limits;
     // Served on GET /metrics, and every request is recorded in it; borrowed,
     // must outlive the server. Default: null (no /metrics).
     ServeMetrics* metrics = nullptr;
@@ -117,8 +122,10 @@ class HttpServer {
     ClusterExperts* cluster = nullptr;
     // Renders chat prompts (null: the chat endpoints answer 501).
     ChatRenderer chat;
-    // Filled by Attach: Options::limits with the model's n_ctx and n_vocab.
+    // Filled by Attach: Options::limits and Options::request_limits with the
+    // model's n_ctx and n_vocab.
     openai::ApiLimits limits;
+    RequestLimits request_limits;
   };
 
   // Binds and starts serving; every endpoint answers 503 until Attach (so

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -207,6 +208,97 @@ TEST_F(HttpHostileTest, ConnectionsPerAddressAreCapped) {
     if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(status, 200);
+}
+
+// The resident set of a process, in KiB (0 when unknown).
+int64_t ResidentKb(int pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return 0;
+}
+
+// {"role":"user","content":"x"} n times.
+std::string Messages(int n) {
+  std::string out = "[";
+  for (int i = 0; i < n; ++i) absl::StrAppend(&out, i ? "," : "", R"({"role":"user","content":"x"})");
+  return out + "]";
+}
+
+// An object of 300,000 keys in a field the API ignores: refused by its key
+// count, not parsed key by key (which took minutes).
+TEST_F(HttpHostileTest, AnObjectWithManyKeysIsRefused) {
+  StartServe();
+  std::string keys = "{";
+  for (int i = 0; i < 300000; ++i) absl::StrAppend(&keys, i ? "," : "", "\"", i, "\":1");
+  const std::string body = R"({"prompt":"hi","max_tokens":1,"logit_bias":)" + keys + "}}";
+  const auto [status, reply] = Curl("POST", "/v1/completions", BodyFile("keys.json", body));
+  EXPECT_EQ(status, 400) << reply;
+  EXPECT_THAT(reply, HasSubstr("an object with more than 256 keys")) << reply;
+  EXPECT_EQ(Curl("GET", "/health").first, 200);
+}
+
+// Chats beyond the message limit of both front ends are refused before they
+// are rendered; 200,000 messages are refused by the body's value count.
+TEST_F(HttpHostileTest, ChatsWithManyMessagesAreRefused) {
+  StartServe();
+  auto [status, reply] = Curl("POST", "/v1/chat/completions",
+                              BodyFile("5000.json", R"({"max_tokens":1,"messages":)" +
+                                                        Messages(5000) + "}"));
+  EXPECT_EQ(status, 400) << reply;
+  EXPECT_THAT(reply, HasSubstr("the chat has 5000 messages, more than the limit of 4096"));
+  EXPECT_THAT(reply, HasSubstr(R"("param":"messages")"));
+  std::tie(status, reply) =
+      Curl("POST", "/apply-template",
+           BodyFile("5000t.json", R"({"messages":)" + Messages(5000) + "}"));
+  EXPECT_EQ(status, 400) << reply;
+  EXPECT_THAT(reply, HasSubstr("more than the limit of 4096"));
+  std::tie(status, reply) = Curl("POST", "/v1/chat/completions",
+                                 BodyFile("200k.json", R"({"max_tokens":1,"messages":)" +
+                                                           Messages(200000) + "}"));
+  EXPECT_EQ(status, 400) << reply;
+  EXPECT_THAT(reply, HasSubstr("more than 262144 JSON values"));
+}
+
+// A prompt text beyond 1 MiB is refused by its size, before it is tokenized
+// (the error names the bytes, not the tokens); /tokenize too.
+TEST_F(HttpHostileTest, APromptTextBeyondTheLimitIsRefusedBeforeTokenizing) {
+  StartServe();
+  const std::string text(7 << 20, 'a');
+  auto [status, reply] =
+      Curl("POST", "/v1/completions",
+           BodyFile("prompt.json", R"({"max_tokens":1,"prompt":")" + text + R"("})"));
+  EXPECT_EQ(status, 400) << reply;
+  EXPECT_THAT(reply, HasSubstr("the prompt text has 7340032 bytes, more than the limit of 1048576"));
+  EXPECT_THAT(reply, HasSubstr(R"("param":"prompt")"));
+  std::tie(status, reply) =
+      Curl("POST", "/tokenize", BodyFile("tokenize-big.json", R"({"content":")" + text + R"("})"));
+  EXPECT_EQ(status, 400) << reply;
+  EXPECT_THAT(reply, HasSubstr("the text has 7340032 bytes"));
+}
+
+// Eight large bodies at once: refused, and the memory they took is given
+// back (it stayed above 2 GiB when each parsed into 290 MiB of JSON values).
+TEST_F(HttpHostileTest, MemoryOfLargeBodiesIsGivenBack) {
+  StartServe();
+  ASSERT_EQ(Curl("GET", "/health").first, 200);
+  const int64_t before_kb = ResidentKb(serve_->pid());
+  const std::string file =
+      BodyFile("messages.json", R"({"max_tokens":1,"messages":)" + Messages(200000) + "}");
+  std::vector<std::thread> clients;
+  std::atomic<int> refused{0};
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&] {
+      if (Curl("POST", "/v1/chat/completions", file).first == 400) refused.fetch_add(1);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(refused.load(), 8);
+  const int64_t after_kb = ResidentKb(serve_->pid());
+  EXPECT_LT(after_kb, before_kb + 256 * 1024) << "resident " << before_kb << " KiB before, "
+                                              << after_kb << " KiB after";
 }
 
 }  // namespace
