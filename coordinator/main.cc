@@ -19,6 +19,7 @@
 #include "coordinator/run_command.h"
 #include "coordinator/serve_command.h"
 #include "coordinator/tokenize_command.h"
+#include "rpc/protobuf_log.h"
 #include "rpc/wire_tensor.h"
 
 namespace {
@@ -209,6 +210,8 @@ void AddWireFlags(CLI::App* cmd, colibri::coordinator::WireOptions* o) {
 
 int main(int argc, char** argv) {
   colibri::UseReleaseMutexMode();
+  // Malformed requests (serve) and replies make libprotobuf log a line each.
+  colibri::rpc::InstallRateLimitedProtobufLog("colibri-coordinator");
   CLI::App app{"colibri-coordinator: runs Mixture-of-Experts GGUF models"};
   app.require_subcommand(1);
 
