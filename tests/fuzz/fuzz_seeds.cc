@@ -275,6 +275,27 @@ void OpenAiSeeds(const fs::path& out) {
   for (const auto& [endpoint, body] : bodies) {
     Write(out / "openai_request", absl::StrCat("body.", i++), std::string(1, endpoint) + body);
   }
+  // Bodies at and past the shape limits (keys of one object, messages),
+  // for the mutations around them.
+  const auto keys = [](int n) {
+    std::string object = "{";
+    for (int k = 0; k < n; ++k) absl::StrAppend(&object, k ? "," : "", "\"", k, "\":1");
+    return object + "}";
+  };
+  std::string messages = "[";
+  for (int m = 0; m < 1500; ++m) {
+    absl::StrAppend(&messages, m ? "," : "", R"({"role":"user","content":"x"})");
+  }
+  messages += "]";
+  const std::pair<char, std::string> shaped[] = {
+      {0, R"({"prompt":"hi","logit_bias":)" + keys(256) + "}"},
+      {0, R"({"prompt":"hi","logit_bias":)" + keys(257) + "}"},
+      {1, R"({"max_tokens":1,"messages":)" + messages + "}"},
+      {4, R"({"messages":)" + messages + "}"},
+  };
+  for (const auto& [endpoint, body] : shaped) {
+    Write(out / "openai_request", absl::StrCat("body.", i++), std::string(1, endpoint) + body);
+  }
 }
 
 }  // namespace
