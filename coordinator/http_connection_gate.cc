@@ -311,6 +311,12 @@ class GatedHttpServer::Gate {
     }
     const size_t from = w.head.size() >= 3 ? w.head.size() - 3 : 0;
     w.head.append(chunk, static_cast<size_t>(n));
+    return TryHandOff(w, from);
+  }
+
+  // When w.head holds a complete header (searched from byte `from`), answers
+  // it or hands it to a worker; true when the connection left the gate.
+  bool TryHandOff(Waiting& w, size_t from) {
     const size_t end = w.head.find("\r\n\r\n", from);
     if (end == std::string::npos) {
       if (w.head.size() > options_.max_header_bytes) {
@@ -336,15 +342,23 @@ class GatedHttpServer::Gate {
   }
 
   void Loop() {
-    std::vector<Waiting> waiting;
+    std::vector<Waiting> waiting, arrived;
     std::vector<pollfd> polled;
     while (true) {
       {
         absl::MutexLock lock(&mu_);
-        for (Waiting& w : incoming_) waiting.push_back(std::move(w));
-        incoming_.clear();
-        if (stopping_) break;
+        arrived.swap(incoming_);
+        if (stopping_) {
+          for (Waiting& w : arrived) waiting.push_back(std::move(w));
+          break;
+        }
       }
+      // A keep-alive connection may bring its next request whole (read
+      // with the previous one).
+      for (Waiting& w : arrived) {
+        if (w.head.empty() || !TryHandOff(w, 0)) waiting.push_back(std::move(w));
+      }
+      arrived.clear();
       absl::Time next = absl::Now() + absl::Seconds(1);
       polled.assign(1, pollfd{wake_[0], POLLIN, 0});
       for (const Waiting& w : waiting) {

@@ -188,6 +188,25 @@ TEST_F(HttpHostileTest, ATricklingHeaderIsCutAtTheDeadline) {
   EXPECT_EQ(status, 200) << body;
 }
 
+// Two requests sent in one write (pipelined) are both answered: the second
+// one, read along with the first, is served without waiting for more bytes.
+TEST_F(HttpHostileTest, PipelinedRequestsAreBothAnswered) {
+  StartServe();
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  open_.push_back(fd);
+  ASSERT_TRUE(SendAll(fd,
+                      "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+                      "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  const std::string reply = ReadUntilClosed(fd, 30);
+  size_t answers = 0;
+  for (size_t at = reply.find("HTTP/1.1 200 "); at != std::string::npos;
+       at = reply.find("HTTP/1.1 200 ", at + 1)) {
+    ++answers;
+  }
+  EXPECT_EQ(answers, 2u) << reply;
+}
+
 // One address may keep 64 connections sending their request; the next is
 // refused at once with 429, and once they are gone the address is served.
 TEST_F(HttpHostileTest, ConnectionsPerAddressAreCapped) {
