@@ -76,8 +76,9 @@ class HttpServer {
     std::string auth_token;
     // The id /v1/models lists and responses carry. Default: "colibri".
     std::string model_id = "colibri";
-    // Connection threads (each open connection holds one while it lasts;
-    // serve makes it 4 * sessions + 4 unless --http-threads). Default: 12.
+    // Request threads (a request whose header has arrived holds one until
+    // its response is written; serve makes it 4 * sessions + 4 unless
+    // --http-threads). Default: 12.
     int threads = 12;
     // Generation requests waiting for a session beyond which new ones get
     // 429. Default: 64.
