@@ -17,8 +17,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/http_listener.h"
-#include "coordinator/http_connection_gate.h"
 #include "coordinator/chat_prompt.h"
+#include "coordinator/http_connection_gate.h"
 #include "coordinator/serve_metrics.h"
 #include "httplib.h"
 #include "rpc/server_support.h"
@@ -178,10 +178,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
         return openai::Dump(openai::MakeError(status, message).body);
       });
   httplib::Server& http = *server->server_;
+  // cpp-httplib sets these as the accepted sockets' SO_RCVTIMEO/SO_SNDTIMEO;
+  // keep-alive is the gate's.
   http.set_read_timeout(options.read_timeout_seconds, 0);
   http.set_write_timeout(options.write_timeout_seconds, 0);
-  http.set_keep_alive_timeout(options.keep_alive_seconds);
-  http.set_keep_alive_max_count(static_cast<size_t>(options.keep_alive_max_requests));
   http.set_payload_max_length(options.max_body_bytes);
   if (options.metrics != nullptr) {
     // Called once a response is written (for a stream, at its end).
