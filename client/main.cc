@@ -11,9 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "client/bench_command.h"
 #include "client/bench_prompts.h"
 #include "client/chat_command.h"
@@ -337,16 +335,13 @@ int main(int argc, char** argv) {
       std::cerr << "colibri-client: give the prompt text or --prompt-tokens, not both\n";
       return 2;
     }
-    v1::TokenList* ids = request.mutable_tokens();
-    for (absl::string_view piece :
-         absl::StrSplit(prompt_tokens, absl::ByAnyChar(", "), absl::SkipEmpty())) {
-      int32_t id = 0;
-      if (!absl::SimpleAtoi(piece, &id)) {
-        std::cerr << "colibri-client: --prompt-tokens: not a token id: '" << piece << "'\n";
-        return 2;
-      }
-      ids->add_ids(id);
+    std::vector<int32_t> ids;
+    if (const std::string error = colibri::cli::ParseTokenIds(prompt_tokens, &ids);
+        !error.empty()) {
+      std::cerr << "colibri-client: --prompt-tokens: " << error << "\n";
+      return 2;
     }
+    for (int32_t id : ids) request.mutable_tokens()->add_ids(id);
   } else {
     request.set_text(prompt);
   }

@@ -11,8 +11,13 @@
 #include <cstdint>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace colibri::cli {
 
@@ -92,6 +97,22 @@ inline int Parse(CLI::App& app, int argc, char** argv) {
     return 2;
   }
   return -1;
+}
+
+// A list of token ids separated by commas ("1,2,3"; spaces around an id are
+// allowed). Fills *ids and returns "" when it is fine, else the reason: an
+// empty place in the list ("1,,2", "1,", ""), or a piece that is not a 32-bit
+// integer.
+inline std::string ParseTokenIds(const std::string& text, std::vector<int32_t>* ids) {
+  ids->clear();
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    piece = absl::StripAsciiWhitespace(piece);
+    if (piece.empty()) return "empty token id in '" + text + "'";
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(piece, &id)) return "not a token id: '" + std::string(piece) + "'";
+    ids->push_back(id);
+  }
+  return "";
 }
 
 }  // namespace colibri::cli

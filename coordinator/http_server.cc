@@ -1,14 +1,9 @@
 #include "coordinator/http_server.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <deque>
 #include <optional>
 #include <utility>
@@ -24,6 +19,7 @@
 #include "common/http_listener.h"
 #include "coordinator/chat_prompt.h"
 #include "coordinator/cluster_experts.h"
+#include "coordinator/http_connection_gate.h"
 #include "coordinator/serve_metrics.h"
 #include "httplib.h"
 #include "rpc/server_support.h"
@@ -116,63 +112,30 @@ std::string EndpointLabel(const std::string& path) {
   return "other";
 }
 
-// The port of a socket address, and its host as text.
-bool HostAndPort(const sockaddr_storage& addr, socklen_t len, std::string* host, int* port) {
-  char text[NI_MAXHOST];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0,
-                  NI_NUMERICHOST) != 0) {
-    return false;
-  }
-  *host = text;
-  if (addr.ss_family == AF_INET) {
-    *port = ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    *port = ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
-  } else {
-    return false;
-  }
-  return true;
-}
-
-// The descriptor of the connection `req` came on: cpp-httplib 0.11 does not
-// expose it, so the process's sockets are searched for the one whose two
-// ends are the request's. -1 when not found. The descriptor stays open while
-// the request's handler runs.
-int FindConnectionSocket(const httplib::Request& req) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
-  while (dirent* entry = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0') continue;
-    struct stat st;
-    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-      continue;
-    }
-    std::string local_host, peer_host;
-    int local_port = 0, peer_port = 0;
-    if (HostAndPort(local, local_len, &local_host, &local_port) &&
-        HostAndPort(peer, peer_len, &peer_host, &peer_port) && local_port == req.local_port &&
-        peer_port == req.remote_port && peer_host == req.remote_addr) {
-      found = static_cast<int>(fd);
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
-}
-
 // True when the peer of `fd` has closed (or half-closed) the connection.
 bool PeerClosed(int fd) {
   pollfd p{};
   p.fd = fd;
   p.events = POLLRDHUP;
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+// A limit of request_limits.h as a 400 naming the field.
+void SendLimitError(httplib::Response& res, const absl::Status& status, const char* param) {
+  SendError(res, openai::MakeError(400, status.message(), param));
+}
+
+// The roles and contents of normalised chat messages, in bytes.
+int64_t ChatBytes(const nlohmann::ordered_json& messages) {
+  int64_t bytes = 0;
+  for (const auto& m : messages) {
+    if (!m.is_object()) continue;
+    for (const char* field : {"role", "content"}) {
+      auto it = m.find(field);
+      if (it != m.end() && it->is_string()) bytes += it->get_ref<const std::string&>().size();
+    }
+  }
+  return bytes;
 }
 
 // The report of one token for logprobs.
@@ -198,14 +161,28 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   if (absl::Status s = SplitListen(options.listen, &host, &port); !s.ok()) return s;
   if (options.threads < 1) return absl::InvalidArgumentError("--http-threads must be >= 1");
   std::unique_ptr<HttpServer> server(new HttpServer(options));
-  server->server_ = std::make_unique<httplib::Server>();
+  GatedHttpServer::Options gate;
+  gate.threads = options.threads;
+  gate.request_deadline = absl::Seconds(options.request_deadline_seconds);
+  gate.keep_alive = absl::Seconds(options.keep_alive_seconds);
+  gate.keep_alive_max_requests = options.keep_alive_max_requests;
+  gate.read_timeout = absl::Seconds(options.read_timeout_seconds);
+  gate.write_timeout = absl::Seconds(options.write_timeout_seconds);
+  gate.max_pending_per_address = options.max_pending_per_address;
+  gate.after_request = ReleaseMemoryAfterRequest;
+  server->server_ = std::make_unique<GatedHttpServer>(
+      gate,
+      [raw = server.get()](absl::string_view head, std::string* response) {
+        return raw->QuickHealth(head, response);
+      },
+      [](int status, const std::string& message) {
+        return openai::Dump(openai::MakeError(status, message).body);
+      });
   httplib::Server& http = *server->server_;
-  const size_t threads = static_cast<size_t>(options.threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // cpp-httplib sets these as the accepted sockets' SO_RCVTIMEO/SO_SNDTIMEO;
+  // keep-alive is the gate's.
   http.set_read_timeout(options.read_timeout_seconds, 0);
   http.set_write_timeout(options.write_timeout_seconds, 0);
-  http.set_keep_alive_timeout(options.keep_alive_seconds);
-  http.set_keep_alive_max_count(static_cast<size_t>(options.keep_alive_max_requests));
   http.set_payload_max_length(options.max_body_bytes);
   if (options.metrics != nullptr) {
     // Called once a response is written (for a stream, at its end).
@@ -228,6 +205,9 @@ void HttpServer::Attach(Backend backend) {
   backend.limits = options_.limits;
   backend.limits.n_ctx = backend.scheduler->n_ctx();
   backend.limits.n_vocab = backend.model->config().n_vocab;
+  backend.request_limits = options_.request_limits;
+  backend.request_limits.n_ctx = backend.limits.n_ctx;
+  backend.request_limits.n_vocab = backend.limits.n_vocab;
   backend_owned_ = std::make_unique<Backend>(std::move(backend));
   backend_.store(backend_owned_.get(), std::memory_order_release);
 }
@@ -276,8 +256,13 @@ void HttpServer::Route() {
       res.set_content(options_.metrics->Render(), metrics::kTextContentType);
     });
   }
-  http.Get("/health", serve(false, [this](const Backend& b, const httplib::Request&,
-                                          httplib::Response& res) { HandleHealth(b, res); }));
+  // Answered by the gate (QuickHealth) unless a keep-alive connection asks
+  // after another request; the same answer either way.
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const openai::ApiError health = Health();
+    res.status = health.http_status;
+    res.set_content(openai::Dump(health.body), kJson);
+  });
   http.Get("/v1/models",
            serve(true, [this](const Backend&, const httplib::Request&, httplib::Response& res) {
              SendJson(res, openai::ModelsResponse(options_.model_id, created_));
@@ -318,18 +303,30 @@ void HttpServer::Route() {
   });
 }
 
-void HttpServer::HandleHealth(const Backend& b, httplib::Response& res) const {
+openai::ApiError HttpServer::Health() const {
+  const Backend* b = backend_.load(std::memory_order_acquire);
+  if (b == nullptr) return openai::MakeError(503, "the model is still loading");
   bool usable = true;
-  if (b.cluster != nullptr) {
-    Cluster& cluster = b.cluster->cluster();
+  if (b->cluster != nullptr) {
+    Cluster& cluster = b->cluster->cluster();
     usable = false;
     for (int i = 0; i < cluster.n_nodes() && !usable; ++i) usable = cluster.healthy(i);
   }
-  if (!usable) {
-    SendError(res, openai::MakeError(503, "no expert node is healthy"));
-    return;
+  if (!usable) return openai::MakeError(503, "no expert node is healthy");
+  return openai::ApiError{200, {{"status", "ok"}}};
+}
+
+bool HttpServer::QuickHealth(absl::string_view head, std::string* response) const {
+  // "GET /health HTTP/1.1", or with a query string.
+  if (!absl::StartsWith(head, "GET /health ") && !absl::StartsWith(head, "GET /health?")) {
+    return false;
   }
-  SendJson(res, {{"status", "ok"}});
+  const openai::ApiError health = Health();
+  *response = GatedHttpServer::JsonResponse(health.http_status, openai::Dump(health.body));
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordRequest("http", "/health", absl::StrCat(health.http_status));
+  }
+  return true;
 }
 
 void HttpServer::HandleTokenize(const Backend& b, const httplib::Request& req,
@@ -339,6 +336,10 @@ void HttpServer::HandleTokenize(const Backend& b, const httplib::Request& req,
   }
   absl::StatusOr<openai::TokenizeRequest> request = openai::ParseTokenizeRequest(req.body);
   if (!request.ok()) return SendError(res, openai::ErrorFromStatus(request.status()));
+  if (absl::Status s = CheckPromptText("the text", request->content.size(), b.request_limits);
+      !s.ok()) {
+    return SendLimitError(res, s, "content");
+  }
   tokenizer::EncodeOptions enc;
   enc.add_special = request->add_special;
   enc.parse_special = request->parse_special;
@@ -363,6 +364,11 @@ void HttpServer::HandleApplyTemplate(const Backend& b, const httplib::Request& r
   if (!b.chat) return SendError(res, openai::MakeError(501, "this server has no chat template"));
   absl::StatusOr<openai::TemplateRequest> request = openai::ParseTemplateRequest(req.body);
   if (!request.ok()) return SendError(res, openai::ErrorFromStatus(request.status()));
+  if (absl::Status s =
+          CheckChat(request->messages.size(), ChatBytes(request->messages), b.request_limits);
+      !s.ok()) {
+    return SendLimitError(res, s, "messages");
+  }
   absl::StatusOr<std::string> prompt =
       b.chat(request->messages, request->tools, request->add_generation_prompt);
   if (!prompt.ok()) return SendError(res, openai::ErrorFromStatus(prompt.status()));
@@ -374,6 +380,22 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   absl::StatusOr<openai::ApiRequest> parsed = openai::ParseRequest(endpoint, req.body, b.limits);
   if (!parsed.ok()) return SendError(res, openai::ErrorFromStatus(parsed.status()));
   openai::ApiRequest& request = *parsed;
+  const bool is_chat = endpoint == openai::Endpoint::kChatCompletions;
+  const RequestLimits& limits = b.request_limits;
+  if (is_chat) {
+    if (absl::Status s = CheckChat(request.messages.size(), ChatBytes(request.messages), limits);
+        !s.ok()) {
+      return SendLimitError(res, s, "messages");
+    }
+  } else if (!request.prompt_is_ids) {
+    if (absl::Status s = CheckPromptText("the prompt text", request.prompt.size(), limits);
+        !s.ok()) {
+      return SendLimitError(res, s, "prompt");
+    }
+  }
+  if (absl::Status s = CheckStopStrings(request.stop, limits); !s.ok()) {
+    return SendLimitError(res, s, "stop");
+  }
 
   // The prompt is tokenized here, so that a prompt too long for the context
   // is a 400 before any streaming starts.
@@ -442,11 +464,10 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     absl::Cleanup written = [this] { open_generations_.fetch_sub(1); };
     std::vector<GeneratedToken> tokens;
     std::optional<absl::StatusOr<GenerationOutcome>> outcome;
-    int connection = -2;  // looked up once the generation takes a while
+    const int connection = GatedHttpServer::CurrentSocket();
     while (!outcome.has_value()) {
       job->Wait(absl::Seconds(1), &tokens, &outcome);
       if (outcome.has_value()) break;
-      if (connection == -2) connection = FindConnectionSocket(req);
       if (connection >= 0 && PeerClosed(connection)) job->Cancel();
     }
     if (!outcome->ok()) return SendError(res, openai::ErrorFromStatus(outcome->status()));

@@ -4,9 +4,14 @@
 // go through the same GenerationScheduler as gRPC Generate, so they share its
 // sessions and queue and give the same tokens.
 //
-// Connections: cpp-httplib serves each connection on one thread of a fixed
-// pool (Options::threads); a connection waiting for a thread waits in the
-// pool's queue. The scheduler's workers never wait for a client: a job
+// Connections (coordinator/http_connection_gate.h): a connection waits for
+// its request header without a thread; once the header is in, one of
+// Options::threads serves the request, and a connection waiting for a thread
+// waits in the pool's queue. A request must arrive whole within
+// Options::request_deadline_seconds, one client address may have
+// Options::max_pending_per_address connections still sending a request, and
+// GET /health is answered without a thread. The scheduler's workers never
+// wait for a client: a job
 // queues its tokens and the connection's thread writes them, so a slow or
 // vanished client only holds its own thread. A streaming client that
 // disconnects is noticed at the next write (a token or the keep-alive
@@ -36,9 +41,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/openai_api.h"
+#include "coordinator/request_limits.h"
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -69,16 +76,25 @@ class HttpServer {
     std::string auth_token;
     // The id /v1/models lists and responses carry. Default: "colibri".
     std::string model_id = "colibri";
-    // Connection threads (each open connection holds one while it lasts;
-    // serve makes it 4 * sessions + 4 unless --http-threads). Default: 12.
+    // Request threads (a request whose header has arrived holds one until
+    // its response is written; serve makes it 4 * sessions + 4 unless
+    // --http-threads). Default: 12.
     int threads = 12;
     // Generation requests waiting for a session beyond which new ones get
     // 429. Default: 64.
     int max_queued = 64;
-    // Seconds a request may take to arrive / a write may block before the
-    // connection is dropped. Default: 30 / 30.
+    // Seconds one read / write may block before the connection is dropped.
+    // Default: 30 / 30.
     int read_timeout_seconds = 30;
     int write_timeout_seconds = 30;
+    // Seconds a request has to arrive whole, header and body, from its first
+    // byte (408 or a closed connection beyond): a client that trickles its
+    // request holds no thread for longer. Default: 10.
+    int request_deadline_seconds = 10;
+    // Connections of one client address still sending their request (429
+    // beyond): the gate's memory and descriptors for slow clients stay
+    // bounded per client. Default: 64.
+    int max_pending_per_address = 64;
     // Seconds an idle keep-alive connection stays open, and the most requests
     // one connection serves. Default: 5 / 100.
     int keep_alive_seconds = 5;
@@ -87,6 +103,10 @@ class HttpServer {
     size_t max_body_bytes = 8 << 20;
     // Parsing defaults and limits (n_ctx and n_vocab are filled by Attach).
     openai::ApiLimits limits;
+    // The sizes every front end allows (request_limits.h): prompt text,
+    // messages, stop strings; checked before a prompt is rendered or
+    // tokenized. n_ctx and n_vocab are filled by Attach. Default: its defaults.
+    RequestLimits request_limits;
     // Served on GET /metrics, and every request is recorded in it; borrowed,
     // must outlive the server. Default: null (no /metrics).
     ServeMetrics* metrics = nullptr;
@@ -103,8 +123,10 @@ class HttpServer {
     ClusterExperts* cluster = nullptr;
     // Renders chat prompts (null: the chat endpoints answer 501).
     ChatRenderer chat;
-    // Filled by Attach: Options::limits with the model's n_ctx and n_vocab.
+    // Filled by Attach: Options::limits and Options::request_limits with the
+    // model's n_ctx and n_vocab.
     openai::ApiLimits limits;
+    RequestLimits request_limits;
   };
 
   // Binds and starts serving; every endpoint answers 503 until Attach (so
@@ -138,7 +160,10 @@ class HttpServer {
   void HandleTokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
   void HandleDetokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);
   void HandleApplyTemplate(const Backend& b, const httplib::Request& req, httplib::Response& res);
-  void HandleHealth(const Backend& b, httplib::Response& res) const;
+  // 200 {"status":"ok"}, or 503 while loading or with no healthy node.
+  openai::ApiError Health() const;
+  // GatedHttpServer::QuickAnswer: GET /health on the gate's thread.
+  bool QuickHealth(absl::string_view head, std::string* response) const;
 
   const Options options_;
   const int64_t created_;  // Unix seconds of start, the model's "created"

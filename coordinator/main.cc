@@ -8,8 +8,6 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "common/cli_config.h"
 #include "common/cli_checks.h"
 #include "common/mutex_mode.h"
@@ -21,6 +19,7 @@
 #include "coordinator/run_command.h"
 #include "coordinator/serve_command.h"
 #include "coordinator/tokenize_command.h"
+#include "rpc/protobuf_log.h"
 #include "rpc/wire_tensor.h"
 
 namespace {
@@ -34,19 +33,6 @@ constexpr const char* kGgufOrderHelp =
 
 using colibri::coordinator::InspectOptions;
 using colibri::coordinator::RunOptions;
-
-bool ParseIdList(const std::string& text, std::vector<int32_t>* ids, std::string* error) {
-  ids->clear();
-  for (absl::string_view piece : absl::StrSplit(text, absl::ByAnyChar(", "), absl::SkipEmpty())) {
-    int32_t id = 0;
-    if (!absl::SimpleAtoi(piece, &id)) {
-      *error = "not a token id: '" + std::string(piece) + "'";
-      return false;
-    }
-    ids->push_back(id);
-  }
-  return true;
-}
 
 // --kv-type f32|f16 (arch::KvType).
 void AddKvTypeFlag(CLI::App* cmd, colibri::arch::KvType* kv_type) {
@@ -224,6 +210,8 @@ void AddWireFlags(CLI::App* cmd, colibri::coordinator::WireOptions* o) {
 
 int main(int argc, char** argv) {
   colibri::UseReleaseMutexMode();
+  // Malformed requests (serve) and replies make libprotobuf log a line each.
+  colibri::rpc::InstallRateLimitedProtobufLog("colibri-coordinator");
   CLI::App app{"colibri-coordinator: runs Mixture-of-Experts GGUF models"};
   app.require_subcommand(1);
 
@@ -388,8 +376,8 @@ int main(int argc, char** argv) {
         serve, [&signals] { colibri::WaitForShutdownSignal(signals); }, std::cout, std::cerr);
   } else if (run_cmd->parsed()) {
     if (run_cmd->count("--prompt-tokens") > 0) {
-      std::string error;
-      if (!ParseIdList(prompt_tokens, &run.prompt_tokens, &error)) {
+      if (const std::string error = colibri::cli::ParseTokenIds(prompt_tokens, &run.prompt_tokens);
+          !error.empty()) {
         std::cerr << "error: --prompt-tokens: " << error << "\n";
         return 2;
       }
@@ -411,8 +399,8 @@ int main(int argc, char** argv) {
   } else if (chat_template_cmd->parsed()) {
     status = colibri::coordinator::RunChatTemplate(chat_template, std::cout);
   } else if (detokenize_cmd->parsed()) {
-    std::string error;
-    if (!ParseIdList(detokenize_ids, &detokenize.ids, &error)) {
+    if (const std::string error = colibri::cli::ParseTokenIds(detokenize_ids, &detokenize.ids);
+        !error.empty()) {
       std::cerr << "error: --ids: " << error << "\n";
       return 2;
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,16 @@ constexpr float kMinLogprob = -9999.0f;
 // KiB of brackets would overflow a thread's stack; tool schemas need a few
 // dozen levels at most.
 constexpr int kMaxJsonDepth = 128;
+// Most keys of one object. The parsed objects keep their keys in order and
+// find a key by a linear search, so an object of k keys costs k^2 / 2 string
+// comparisons to build: 200,000 keys took 20 s. Tool schemas and messages
+// have a few dozen.
+constexpr int kMaxJsonObjectKeys = 256;
+// Most values (arrays, objects, their elements and members) in a body: the
+// parsed form takes ~50 bytes per value however short its text, so this
+// bounds a body's memory to ~13 MiB and its parse to milliseconds. A prompt
+// of 262,000 token ids fits.
+constexpr int64_t kMaxJsonValues = int64_t{1} << 18;
 
 absl::Status FieldError(absl::string_view param, absl::string_view message) {
   absl::Status status = absl::InvalidArgumentError(message);
@@ -40,11 +51,14 @@ const ojson* Field(const ojson& object, const char* name) {
   return &*it;
 }
 
-// The deepest nesting of arrays and objects in `text`, brackets inside
-// strings not counted. Malformed text gets some count; the parser then
-// rejects it.
-int JsonDepth(absl::string_view text) {
-  int depth = 0, deepest = 0;
+// Checks the shape of a JSON text against kMaxJsonDepth, kMaxJsonObjectKeys
+// and kMaxJsonValues in one linear pass, before anything is parsed (brackets,
+// commas and colons inside strings not counted). Malformed text gets some
+// shape; the parser then rejects it.
+absl::Status CheckJsonShape(absl::string_view text) {
+  // Per open array or object: -1 for an array, else the object's keys.
+  std::vector<int> open;
+  int64_t values = 1;
   bool in_string = false, escaped = false;
   for (const char c : text) {
     if (in_string) {
@@ -55,22 +69,46 @@ int JsonDepth(absl::string_view text) {
       } else if (c == '"') {
         in_string = false;
       }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        break;
+      case '[':
+      case '{':
+        open.push_back(c == '[' ? -1 : 0);
+        ++values;
+        if (static_cast<int>(open.size()) > kMaxJsonDepth) {
+          return FieldError("", absl::StrCat("the request body nests arrays and objects deeper "
+                                             "than ", kMaxJsonDepth, " levels"));
+        }
+        break;
+      case ']':
+      case '}':
+        if (!open.empty()) open.pop_back();
+        break;
+      case ':':
+        if (!open.empty() && open.back() >= 0 && ++open.back() > kMaxJsonObjectKeys) {
+          return FieldError("", absl::StrCat("the request body has an object with more than ",
+                                             kMaxJsonObjectKeys, " keys"));
+        }
+        break;
+      case ',':
+        if (++values > kMaxJsonValues) {
+          return FieldError("", absl::StrCat("the request body has more than ", kMaxJsonValues,
+                                             " JSON values"));
+        }
+        break;
+      default:
+        break;
     }
   }
-  return deepest;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ojson> ParseObject(absl::string_view body) {
-  if (JsonDepth(body) > kMaxJsonDepth) {
-    return FieldError("", absl::StrCat("the request body nests arrays and objects deeper than ",
-                                       kMaxJsonDepth, " levels"));
-  }
+  if (absl::Status s = CheckJsonShape(body); !s.ok()) return s;
   ojson value = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) return FieldError("", "the request body is not valid JSON");
   if (!value.is_object()) return FieldError("", "the request body must be a JSON object");

@@ -77,8 +77,10 @@ struct ApiRequest {
 std::string ParamOf(const absl::Status& status);
 
 // Parses a JSON body. InvalidArgument (param set) for bad JSON, a body that
-// nests arrays and objects more than 128 deep (every parser here), a missing
-// required field, a wrong type or a value out of range.
+// nests arrays and objects more than 128 deep, has an object with more than
+// 256 keys or more than 262,144 values in all (every parser here: checked in
+// one linear pass before parsing), a missing required field, a wrong type or
+// a value out of range.
 absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view body,
                                         const ApiLimits& limits);
 

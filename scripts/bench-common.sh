@@ -407,6 +407,29 @@ bench_cleanup() {
 # bench_mib KIB -> "123.4 MiB"
 bench_mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
 
+# bench_figure V: V with three significant digits in fixed notation, never an
+# exponent (1158 -> "1158", 12.34 -> "12.3", 0.01234 -> "0.0123"): what the
+# tables and summaries print, so that their pattern holds on any machine.
+BENCH_FIGURE_AWK='function figure(v,   a, e, p, d) {
+  a = (v < 0) ? -v : v
+  if (a == 0) return "0"
+  e = log(a) / log(10)
+  p = int(e)
+  if (p > e) p--
+  d = 2 - p
+  if (d < 0) d = 0
+  return sprintf("%." d "f", v) }'
+bench_figure() { awk -v v="$1" "$BENCH_FIGURE_AWK"' BEGIN { print figure(v) }'; }
+
+# bench_median_range "V V V": "median (min-max)" of the values, each as
+# bench_figure prints it.
+bench_median_range() {
+  tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g |
+    awk "$BENCH_FIGURE_AWK"'{ v[NR] = $1 } END {
+      m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      printf "%s (%s-%s)\n", figure(m), figure(v[1]), figure(v[NR]) }'
+}
+
 # bench_div A B [FORMAT]: A / B, or "n/a" when either is missing or B is 0.
 bench_div() {
   awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN {

@@ -119,7 +119,7 @@ for r in $(seq "$rounds"); do
     warm_s="-"
     if [ "$mode" = warm ]; then
       warm_s=$(wait_warmed)
-      waited=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+      waited=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
     else
       sleep "$waited"
     fi
@@ -135,17 +135,11 @@ for r in $(seq "$rounds"); do
   done
 done
 
-# median_range "V V V": "median (min-max)".
-median_range() {
-  tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g |
-    awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
-           printf "%.3g (%.3g-%.3g)\n", m, v[1], v[NR] }'
-}
 echo
 echo "first run after a restart, median (range) of $rounds:"
 for mode in warm cold; do
   label="--warm-ram"
   [ "$mode" = cold ] && label="--no-warm-ram"
   printf '  %-13s prompt %s s, decode %s tok/s\n' "$label" \
-    "$(median_range "${rows[$mode.prompt]}")" "$(median_range "${rows[$mode.decode]}")"
+    "$(bench_median_range "${rows[$mode.prompt]}")" "$(bench_median_range "${rows[$mode.decode]}")"
 done

@@ -77,11 +77,14 @@ for h in "${harnesses[@]}"; do
   mkdir -p "$corpus/$name"
   seeds=()
   if [ -d "$corpus/seeds/$name" ]; then seeds=("$corpus/seeds/$name"); fi
+  # A dictionary beside the harness (tests/fuzz/<name>.dict) steers mutations.
+  dict=()
+  if [ -f "tests/fuzz/$name.dict" ]; then dict=(-dict="tests/fuzz/$name.dict"); fi
   log="$build/fuzz-$name.log"
   echo "fuzz: $h for ${seconds} s" >&2
   if ! COLIBRI_FUZZ_VOCAB="$fixtures/vocab/ggml-vocab-gpt-2.gguf" \
       "$build/tests/fuzz/$h" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
-      -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/$name-" \
+      -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/$name-" "${dict[@]}" \
       "$corpus/$name" "${seeds[@]}" >"$log" 2>&1; then
     echo "fuzz: $h FAILED; last lines of $log:" >&2
     tail -n 40 "$log" >&2

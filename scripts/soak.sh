@@ -2,9 +2,13 @@
 # Soak test (not a CI test): a 3-node cluster and a coordinator on loopback,
 # driven by 32 concurrent clients for N minutes. Each client loops: a Generate
 # of 16 tokens (a random prompt of the fixture's english case, sampled with a
-# random seed) through colibri-client. At the end it prints the requests and
-# errors by status code, the p50/p99/max latency, and the RSS of the
-# coordinator and of each node at the start and at the end of the load.
+# random seed) through colibri-client. Alongside, scripts/soak-http-hostile.py
+# attacks the coordinator's HTTP API: 10 connections trickling their request
+# header, bodies of 200,000 keys, of 200,000 and 5,000 chat messages and a
+# 7 MiB prompt, while it checks /health every second. At the end it prints
+# the requests and errors by status code, the p50/p99/max latency, what the
+# hostile client saw, and the RSS of the coordinator and of each node at the
+# start and at the end of the load.
 #
 #   scripts/soak.sh [--minutes N] [--clients C] [--model M.gguf] [--sessions S]
 #
@@ -86,8 +90,15 @@ for i in 0 1 2; do
   addresses+="${addresses:+,}$a"
 done
 coord=$(start_server coordinator "$coordinator" serve --model "$model" --listen 127.0.0.1:0 \
-          --threads 2 --sessions "$sessions" --nodes "$addresses")
-echo "soak: nodes $addresses, coordinator $coord, $clients clients for $minutes min"
+          --http-listen 127.0.0.1:0 --threads 2 --sessions "$sessions" --nodes "$addresses")
+http=""
+for _ in $(seq 100); do
+  http=$(sed -n 's/^http listening on \([^ ]*\).*/\1/p' "$dir/coordinator.out" | head -n 1)
+  [ -n "$http" ] && break
+  sleep 0.1
+done
+[ -n "$http" ] || { echo "soak: no HTTP listener; see $dir/coordinator.log" >&2; exit 1; }
+echo "soak: nodes $addresses, coordinator $coord (HTTP $http), $clients clients for $minutes min"
 
 prompt_ids="$(python3 -c "
 import json,sys
@@ -123,7 +134,11 @@ for c in $(seq "$clients"); do
   worker "$c" &
   workers+=($!)
 done
+hostile_status=0
+python3 scripts/soak-http-hostile.py "$http" $(( minutes * 60 )) >"$dir/hostile.out" 2>&1 &
+hostile=$!
 wait "${workers[@]}"
+wait "$hostile" || hostile_status=$?
 rss_end="$(rss_line end)"
 
 cat "$dir"/results.* >"$dir/results"
@@ -136,5 +151,7 @@ sort -n -k2 "$dir/results" | awk '{v[NR] = $2} END {
   p50 = v[int((NR - 1) * 0.50) + 1]; p99 = v[int((NR - 1) * 0.99) + 1]
   printf "latency (ms, 16 tokens, client process included): p50 %d, p99 %d, max %d\n", p50, p99, v[NR]
 }'
+echo "hostile HTTP clients (exit $hostile_status):"
+cat "$dir/hostile.out"
 echo "RSS $rss_start"
 echo "RSS $rss_end"

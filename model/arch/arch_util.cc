@@ -69,7 +69,7 @@ absl::Status ReadRopeScaling(const gguf::GgufFile& file, ModelConfig* c) {
   }
   if (type != "yarn") {
     return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", a, ".rope.scaling.type '",
-                                                   type, "' is not none, linear or yarn"));
+                                                   gguf::EscapeForMessage(type), "' is not none, linear or yarn"));
   }
   c->yarn = true;
   c->yarn_factor = factor;

@@ -3,9 +3,12 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
 namespace colibri::arch {
@@ -24,6 +27,72 @@ absl::StatusOr<int> ToInt(const gguf::GgufFile& file, const std::string& key, in
     return Invalid(file, absl::StrCat(key, " = ", v, " is out of range"));
   }
   return static_cast<int>(v);
+}
+
+// How many distinct N the tensor names "blk.N.<anything>" hold: the layers the
+// file has weights for (NextN/MTP blocks included).
+int64_t BlocksWithTensors(const gguf::GgufFile& file) {
+  absl::flat_hash_set<int64_t> blocks;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    absl::string_view name = t.name;
+    if (!absl::ConsumePrefix(&name, "blk.")) continue;
+    const size_t dot = name.find('.');
+    int64_t n = 0;
+    if (dot != absl::string_view::npos && absl::SimpleAtoi(name.substr(0, dot), &n) && n >= 0) {
+      blocks.insert(n);
+    }
+  }
+  return static_cast<int64_t>(blocks.size());
+}
+
+// Dimension `axis` of tensor `name`, or -1 when the tensor is absent or has
+// fewer dimensions (loading the weights then names what is missing).
+int64_t TensorDim(const gguf::GgufFile& file, const std::string& name, size_t axis) {
+  const gguf::TensorInfo* t = file.FindTensor(name);
+  if (t == nullptr || t->dims.size() <= axis) return -1;
+  return t->dims[axis];
+}
+
+// Header counts that size allocations (layers, heads, experts, embedding
+// width) against the tensors that hold their weights, so that nothing is
+// allocated for a count the file cannot back. `block_count` is the header's
+// value, of which the c.n_layer blocks that are run must have tensors (NextN
+// blocks are loaded, and checked, only when asked for).
+absl::Status CheckCountsAgainstTensors(const gguf::GgufFile& file, const ModelConfig& c,
+                                       int block_count) {
+  const int64_t blocks = BlocksWithTensors(file);
+  if (c.n_layer > blocks) {
+    return Invalid(file, absl::StrCat(c.arch, ".block_count ", block_count,
+                                      " but the file has tensors for ", blocks, " layers"));
+  }
+  // Products of counts stay within int: the forward pass indexes with them.
+  const int64_t widths[] = {int64_t{c.n_head} * c.head_dim, int64_t{c.n_head} * c.head_dim_v,
+                            int64_t{c.n_head_kv} * c.head_dim, int64_t{c.n_head_kv} * c.head_dim_v,
+                            int64_t{c.kv_lora_rank} + c.n_rot};
+  for (int64_t w : widths) {
+    if (w > std::numeric_limits<int>::max()) {
+      return Invalid(file, absl::StrCat("attention.head_count ", c.n_head, " x key/value length ",
+                                        c.head_dim, "/", c.head_dim_v, " is out of range"));
+    }
+  }
+  const int64_t embd_cols = TensorDim(file, "token_embd.weight", 0);
+  if (embd_cols >= 0 && embd_cols != c.n_embd) {
+    return Invalid(file, absl::StrCat(c.arch, ".embedding_length ", c.n_embd,
+                                      " but token_embd.weight has rows of ", embd_cols));
+  }
+  const int64_t attn_out = TensorDim(file, "blk.0.attn_output.weight", 0);
+  if (attn_out >= 0 && attn_out != int64_t{c.n_head} * c.head_dim_v) {
+    return Invalid(file, absl::StrCat(c.arch, ".attention.head_count ", c.n_head, " x ",
+                                      c.head_dim_v, " but blk.0.attn_output.weight has rows of ",
+                                      attn_out));
+  }
+  const std::string router = absl::StrCat("blk.", c.n_layer_dense_lead, ".ffn_gate_inp.weight");
+  const int64_t router_rows = TensorDim(file, router, 1);
+  if (router_rows >= 0 && router_rows != c.n_expert) {
+    return Invalid(file, absl::StrCat(c.arch, ".expert_count ", c.n_expert, " but ", router,
+                                      " routes to ", router_rows, " experts"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -88,7 +157,8 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
     if (c.arch == s->name) spec = s;
   }
   if (spec == nullptr) {
-    return Invalid(file, absl::StrCat("unsupported architecture '", c.arch, "' (supported: ",
+    return Invalid(file, absl::StrCat("unsupported architecture '", gguf::EscapeForMessage(c.arch),
+                                      "' (supported: ",
                                       absl::StrJoin(SupportedArchitectures(), ", "), ")"));
   }
   COLIBRI_ASSIGN_OR_RETURN(c.name, file.GetStringOr("general.name", ""));
@@ -121,6 +191,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
                            file.GetFloatOr(absl::StrCat(a, ".rope.scale_linear"), 1.0));
   c.rope_freq_scale = static_cast<float>(1.0 / scale);
 
+  const int block_count = c.n_layer;
   COLIBRI_RETURN_IF_ERROR(spec->finish_config(file, &c));
 
   if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) {
@@ -179,6 +250,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::GgufFile& file) {
   if (!(c.rms_eps > 0) || !(c.rope_freq_base > 0)) {
     return Invalid(file, "layer_norm_rms_epsilon and rope.freq_base must be > 0");
   }
+  COLIBRI_RETURN_IF_ERROR(CheckCountsAgainstTensors(file, c, block_count));
   const gguf::TensorInfo* embd = file.FindTensor("token_embd.weight");
   if (embd == nullptr || embd->dims.size() != 2) {
     return Invalid(file, "tensor token_embd.weight is missing or not 2-D");

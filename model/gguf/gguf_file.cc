@@ -142,7 +142,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
     for (TensorInfo& info : image.tensors) {
       if (!file->tensor_index_.emplace(info.name, file->tensors_.size()).second) {
         const TensorInfo& other = file->tensors_[file->tensor_index_[info.name]];
-        return absl::DataLossError(absl::StrCat(sibling, ": tensor '", info.name,
+        return absl::DataLossError(absl::StrCat(sibling, ": tensor '", EscapeForMessage(info.name),
                                                 "' is also in split file ", other.split_index + 1));
       }
       file->tensors_.push_back(std::move(info));

@@ -107,7 +107,9 @@ class ImageParser {
     return Error(absl::StrCat(what, " runs past the end of the file (at byte ", cursor_.pos(),
                               " of ", bytes_.size(), ")"));
   }
-  static std::string Meta(absl::string_view key) { return absl::StrCat("metadata '", key, "'"); }
+  static std::string Meta(absl::string_view key) {
+    return absl::StrCat("metadata '", EscapeForMessage(key), "'");
+  }
 
   // Accounts for `bytes` more of parsed header memory (before allocating them).
   absl::Status Charge(uint64_t bytes, absl::string_view what) {
@@ -153,7 +155,7 @@ class ImageParser {
     std::string key;
     if (!cursor_.ReadString(&key)) return Truncated(absl::StrCat("metadata key #", k));
     if (out_.metadata_index.contains(key)) {
-      return Error(absl::StrCat("duplicate metadata key '", key, "'"));
+      return Error(absl::StrCat("duplicate metadata key '", EscapeForMessage(key), "'"));
     }
     uint32_t type = 0;
     if (!cursor_.ReadLe(&type)) return Truncated(absl::StrCat(Meta(key), " value type"));
@@ -339,7 +341,7 @@ class ImageParser {
     TensorInfo info;
     info.split_index = split_index_;
     if (!cursor_.ReadString(&info.name)) return Truncated(absl::StrCat("tensor #", t, " name"));
-    const std::string where = absl::StrCat("tensor '", info.name, "'");
+    const std::string where = absl::StrCat("tensor '", EscapeForMessage(info.name), "'");
     uint32_t n_dims = 0;
     if (!cursor_.ReadLe(&n_dims)) return Truncated(absl::StrCat(where, " n_dims"));
     if (n_dims < 1 || n_dims > kMaxDims) {
@@ -382,7 +384,7 @@ class ImageParser {
     }
     info.n_bytes = blocks * type_size;
     if (!tensor_index_.emplace(info.name, out_.tensors.size()).second) {
-      return Error(absl::StrCat("duplicate tensor name '", info.name, "'"));
+      return Error(absl::StrCat("duplicate tensor name '", EscapeForMessage(info.name), "'"));
     }
     out_.tensors.push_back(std::move(info));
     return absl::OkStatus();
@@ -394,7 +396,7 @@ class ImageParser {
     const uint64_t size = bytes_.size();
     out_.data_offset = (cursor_.pos() + a - 1) / a * a;  // pos <= size, no overflow
     for (TensorInfo& info : out_.tensors) {
-      const std::string where = absl::StrCat("tensor '", info.name, "'");
+      const std::string where = absl::StrCat("tensor '", EscapeForMessage(info.name), "'");
       const uint64_t rel = info.offset_in_file;
       if (rel % a != 0) {
         return Error(
@@ -419,7 +421,8 @@ class ImageParser {
       const TensorInfo& next = out_.tensors[order[k]];
       if (prev.n_bytes != 0 && next.n_bytes != 0 &&
           next.offset_in_file < prev.offset_in_file + prev.n_bytes) {
-        return Error(absl::StrCat("tensors '", prev.name, "' and '", next.name, "' overlap"));
+        return Error(absl::StrCat("tensors '", EscapeForMessage(prev.name), "' and '",
+                                EscapeForMessage(next.name), "' overlap"));
       }
     }
     return absl::OkStatus();

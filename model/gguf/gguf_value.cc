@@ -176,10 +176,8 @@ bool operator==(const Value& a, const Value& b) {
          a.floats == b.floats && a.strings == b.strings && a.arrays == b.arrays;
 }
 
-namespace {
-
-std::string Quoted(const std::string& s, size_t max_chars) {
-  std::string out = "\"";
+std::string EscapeForMessage(absl::string_view s, size_t max_chars) {
+  std::string out;
   size_t n = 0;
   for (char c : s) {
     if (n++ == max_chars) {
@@ -200,8 +198,13 @@ std::string Quoted(const std::string& s, size_t max_chars) {
       out += c;
     }
   }
-  out += '"';
   return out;
+}
+
+namespace {
+
+std::string Quoted(const std::string& s, size_t max_chars) {
+  return absl::StrCat("\"", EscapeForMessage(s, max_chars), "\"");
 }
 
 std::string ArrayElementToString(const Value& v, size_t k, size_t max_elements, size_t max_chars) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace colibri::gguf {
 
 // On-disk ids (gguf_type).
@@ -90,6 +92,12 @@ inline bool operator!=(const Value& a, const Value& b) { return !(a == b); }
 // `[array of 32000 string: "<unk>", "<s>", "</s>", ...]` with at most
 // `max_elements` elements shown.
 std::string ValueToString(const Value& value, size_t max_elements = 4, size_t max_chars = 60);
+
+// Text read from a file (a key, a tensor or architecture name) made safe to
+// put in an error message or a log line: double quotes and backslashes escaped,
+// newline and tab as \n and \t, other control bytes as \xNN, and cut after
+// `max_chars` bytes with "...". Bytes >= 0x80 pass unchanged (UTF-8 text).
+std::string EscapeForMessage(absl::string_view s, size_t max_chars = 80);
 
 }  // namespace colibri::gguf
 

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/gguf/gguf_value.h"
 #include "model/tokenizer/pre_tokenizer.h"
 
 namespace colibri::tokenizer {
@@ -164,7 +165,8 @@ absl::StatusOr<PreTokenizerSpec> FindPreTokenizerSpec(absl::string_view name) {
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown pre-tokenizer type '", name, "' (tokenizer.ggml.pre)"));
+      absl::StrCat("unknown pre-tokenizer type '", gguf::EscapeForMessage(name),
+                   "' (tokenizer.ggml.pre)"));
 }
 
 }  // namespace colibri::tokenizer

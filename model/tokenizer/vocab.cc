@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/gguf/gguf_value.h"
 
 namespace colibri::tokenizer {
 namespace {
@@ -133,10 +134,12 @@ absl::StatusOr<Vocab> Vocab::Build(VocabData data) {
              data.model == "plamo2" || data.model == "gemma4" || data.model == "no_vocab" ||
              data.model == "none" || data.model == "hybriddna" || data.model == "whitespace") {
     return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer model '", data.model, "' (tokenizer.ggml.model) is not supported"));
+        absl::StrCat("tokenizer model '", gguf::EscapeForMessage(data.model),
+                     "' (tokenizer.ggml.model) is not supported"));
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown tokenizer model '", data.model, "' (tokenizer.ggml.model)"));
+        absl::StrCat("unknown tokenizer model '", gguf::EscapeForMessage(data.model),
+                     "' (tokenizer.ggml.model)"));
   }
   if (data.add_space_prefix) v.add_space_prefix_ = *data.add_space_prefix;
 
@@ -188,7 +191,7 @@ absl::Status Vocab::LoadTokens(VocabData& data) {
   for (size_t i = 0; i < n; ++i) {
     if (text_[i].empty()) text_[i] = absl::StrCat("[EMPTY_", i, "]");
     if (const int32_t other = Find(text_[i]); other >= 0) {
-      return absl::DataLossError(absl::StrCat("duplicate token in vocabulary: '", text_[i],
+      return absl::DataLossError(absl::StrCat("duplicate token in vocabulary: '", gguf::EscapeForMessage(text_[i]),
                                               "' has ids ", other, " and ", i));
     }
     const uint64_t hash = absl::HashOf(absl::string_view(text_[i]));

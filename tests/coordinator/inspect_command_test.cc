@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/patched_gguf.h"
 #include "tests/support/paths.h"
 
 namespace colibri::coordinator {
@@ -40,6 +41,22 @@ TEST(InspectCommandTest, StandardAttentionKvBytes) {
   std::ostringstream out;
   ASSERT_TRUE(RunInspect(options, out).ok());
   EXPECT_THAT(out.str(), HasSubstr("KV cache per token: 1.50 KiB (f32), 768 B (--kv-type f16)\n"));
+}
+
+// A header count the tensor table cannot back is reported, not printed as the
+// model's shape.
+TEST(InspectCommandTest, AbsurdBlockCountIsNotLoadable) {
+  const std::string path = testing::PatchedFixture("mixtral-tiny-q4_k_m.gguf", "llama.block_count",
+                                                    823558014, "inspect-block-count.gguf");
+  if (path.empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  InspectOptions options;
+  options.model_path = path;
+  std::ostringstream out;
+  ASSERT_TRUE(RunInspect(options, out).ok());
+  EXPECT_THAT(out.str(), HasSubstr("not loadable: " + path +
+                                   ": llama.block_count 823558014 but the file has tensors for "
+                                   "2 layers\n"));
+  EXPECT_THAT(out.str(), ::testing::Not(HasSubstr("layers 823558014")));
 }
 
 }  // namespace

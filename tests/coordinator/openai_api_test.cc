@@ -5,12 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace colibri::coordinator::openai {
 namespace {
 
 using json = nlohmann::json;
+using ::testing::HasSubstr;
 
 ApiLimits Limits() {
   ApiLimits limits;
@@ -192,6 +195,45 @@ TEST(ParseRequestTest, ChatMessagesAreNormalised) {
 
 // Arrays nested `depth` deep: "[[...]]".
 std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// Keys of a parsed object are found by a linear search: an object of
+// 300,000 keys (in a field the API ignores) would cost minutes to build, and
+// so would the members of many such objects. Both are refused by a linear
+// scan before parsing; the most keys and values allowed parse.
+TEST(ParseRequestTest, ObjectsWithManyKeysAndBodiesWithManyValuesAreRefused) {
+  const auto object = [](int keys) {
+    std::string out = "{";
+    for (int i = 0; i < keys; ++i) absl::StrAppend(&out, i ? "," : "", "\"k", i, "\":1");
+    return out + "}";
+  };
+  EXPECT_TRUE(
+      ParseRequest(Endpoint::kCompletions, R"({"prompt": "hi", "x": )" + object(256) + "}", Limits())
+          .ok());
+  for (int keys : {257, 300000}) {
+    const absl::StatusOr<ApiRequest> r = ParseRequest(
+        Endpoint::kCompletions, R"({"prompt": "hi", "logit_bias": )" + object(keys) + "}", Limits());
+    ExpectBad(r, "");
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("an object with more than 256 keys"));
+  }
+  // Keys inside strings are text.
+  EXPECT_TRUE(ParseTokenizeRequest(R"({"content": ")" + std::string(1000, ':') + R"("})").ok());
+  EXPECT_FALSE(ParseTemplateRequest(R"({"messages": [{"role": "user", "content": "hi", "x": )" +
+                                    object(1000) + "}]}")
+                   .ok());
+
+  // 2^18 values: 1 body object + the prompt ids (an array and its elements).
+  std::string ids = "[";
+  for (int i = 0; i < (1 << 18) - 3; ++i) absl::StrAppend(&ids, i ? "," : "", 1);
+  const std::string body = R"({"prompt": )" + ids + "]}";
+  ApiLimits limits = Limits();
+  limits.n_ctx = 1 << 20;
+  const absl::StatusOr<ApiRequest> most = ParseRequest(Endpoint::kCompletions, body, limits);
+  EXPECT_TRUE(most.ok()) << most.status();
+  const absl::StatusOr<ApiRequest> more =
+      ParseRequest(Endpoint::kCompletions, R"({"prompt": )" + ids + ",1,1]}", limits);
+  ExpectBad(more, "");
+  EXPECT_THAT(std::string(more.status().message()), HasSubstr("more than 262144 JSON values"));
+}
 
 // Copying or printing a JSON value recurses per level: a body of brackets
 // deep enough to overflow the stack is refused before it is parsed, on every

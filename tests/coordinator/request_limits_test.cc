@@ -102,6 +102,31 @@ TEST(RequestLimitsTest, ChatPromptsNeedMessagesWithRolesWithinTheTextLimit) {
               "no messages");
 }
 
+// The message count is bounded apart from the bytes: 200,000 empty messages
+// are few bytes but as many values to render.
+TEST(RequestLimitsTest, ChatMessagesAreBoundedInNumber) {
+  RequestLimits limits = Limits();
+  limits.max_messages = 3;
+  v1::GenerateRequest chat;
+  chat.set_max_tokens(4);
+  for (int i = 0; i < 3; ++i) chat.mutable_chat()->add_messages()->set_role("u");
+  EXPECT_TRUE(CheckGenerateRequest(chat, limits).ok());
+  chat.mutable_chat()->add_messages()->set_role("u");
+  ExpectError(CheckGenerateRequest(chat, limits), absl::StatusCode::kOutOfRange,
+              "the chat has 4 messages, more than the limit of 3");
+  // The same checks, as the HTTP API calls them.
+  ExpectError(CheckChat(200000, 1000, RequestLimits()), absl::StatusCode::kOutOfRange,
+              "more than the limit of 4096");
+  ExpectError(CheckChat(1, (1 << 20) + 1, RequestLimits()), absl::StatusCode::kOutOfRange,
+              "bytes, more than the limit of 1048576");
+  ExpectError(CheckPromptText("the prompt text", 7 << 20, RequestLimits()),
+              absl::StatusCode::kOutOfRange, "the prompt text has 7340032 bytes");
+  ExpectError(CheckStopStrings({"a", "b", "c"}, limits), absl::StatusCode::kOutOfRange,
+              "3 stop strings");
+  limits.max_messages = 0;
+  EXPECT_FALSE(ValidateRequestLimits(limits).ok());
+}
+
 TEST(RequestLimitsTest, UnusableLimitsAreInvalid) {
   RequestLimits no_ctx = Limits();
   no_ctx.n_ctx = 0;

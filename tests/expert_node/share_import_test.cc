@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "placement/placement.h"
+#include "tests/support/patched_gguf.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -51,6 +53,18 @@ TEST(ShareImportTest, BadMembersAreInvalidArgument) {
   EXPECT_TRUE(absl::IsInvalidArgument(ShareOf(experts, {"a", "a"}, "a", 1).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(ShareOf(experts, {"a", "b"}, "a", 3).status()));
   EXPECT_FALSE(ShareImportRequest("/nonexistent.gguf", {"a"}, "a", 1).ok());
+}
+
+// The node opens the GGUF to count its experts: a header count the tensors
+// cannot back is an error, not an allocation.
+TEST(ShareImportTest, AbsurdBlockCountIsInvalidArgument) {
+  const std::string path = testing::PatchedFixture("qwen2moe-tiny-q8_0.gguf", "qwen2moe.block_count",
+                                                    2147483647, "share-block-count.gguf");
+  if (path.empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  const absl::StatusOr<v1::ImportRequest> request = ShareImportRequest(path, {"a"}, "a", 1);
+  ASSERT_TRUE(absl::IsInvalidArgument(request.status())) << request.status();
+  EXPECT_THAT(request.status().message(),
+              ::testing::HasSubstr("block_count 2147483647 but the file has tensors for 3 layers"));
 }
 
 }  // namespace

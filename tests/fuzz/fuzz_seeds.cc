@@ -4,7 +4,8 @@
 //
 // makes OUT_DIR/{gguf,tokenizer,expert_record,expert_request,inference_request}
 // with one file per seed: the first 64 KiB of every fixture model and vocab
-// GGUF (header, metadata and tensor table), the tokenizer test strings, value
+// GGUF (header, metadata and tensor table), a complete one-layer model small
+// enough to fuzz whole (so that the loader runs), the tokenizer test strings, value
 // headers, keys and model records of the fixture models' experts, and
 // ExpertService / Inference requests shaped like the ones the coordinator
 // sends for those models. Small, so it runs at test time (nothing is
@@ -27,6 +28,7 @@
 #include "expert_node/expert_record.h"
 #include "model/gguf/gguf_file.h"
 #include "model/gguf/gguf_fingerprint.h"
+#include "model/gguf/gguf_writer.h"
 #include "model/ops/tensor_type.h"
 
 namespace fs = std::filesystem;
@@ -57,6 +59,50 @@ std::vector<fs::path> GgufFiles(const fs::path& dir) {
     if (entry.path().extension() == ".gguf") out.push_back(entry.path());
   }
   return out;
+}
+
+// A complete qwen3moe model of one layer with F32 weights (about 6 KB): the
+// seed from which gguf_fuzz reaches the loader with counts mutated.
+std::string TinyModel() {
+  namespace gg = colibri::gguf;
+  constexpr int kEmbd = 8, kHeads = 2, kHeadDim = 4, kExperts = 4, kFf = 8, kVocab = 16;
+  gg::GgufWriter w;
+  const std::string a = "qwen3moe.";
+  w.SetValue("general.architecture", gg::Value::String("qwen3moe"));
+  w.SetValue(a + "block_count", gg::Value::Uint32(1));
+  w.SetValue(a + "context_length", gg::Value::Uint32(32));
+  w.SetValue(a + "embedding_length", gg::Value::Uint32(kEmbd));
+  w.SetValue(a + "attention.head_count", gg::Value::Uint32(kHeads));
+  w.SetValue(a + "attention.head_count_kv", gg::Value::Uint32(1));
+  w.SetValue(a + "attention.key_length", gg::Value::Uint32(kHeadDim));
+  w.SetValue(a + "attention.value_length", gg::Value::Uint32(kHeadDim));
+  w.SetValue(a + "expert_count", gg::Value::Uint32(kExperts));
+  w.SetValue(a + "expert_used_count", gg::Value::Uint32(2));
+  w.SetValue(a + "expert_feed_forward_length", gg::Value::Uint32(kFf));
+  const std::pair<const char*, std::vector<int64_t>> tensors[] = {
+      {"token_embd.weight", {kEmbd, kVocab}},
+      {"output_norm.weight", {kEmbd}},
+      {"blk.0.attn_norm.weight", {kEmbd}},
+      {"blk.0.attn_q.weight", {kEmbd, kHeads * kHeadDim}},
+      {"blk.0.attn_k.weight", {kEmbd, kHeadDim}},
+      {"blk.0.attn_v.weight", {kEmbd, kHeadDim}},
+      {"blk.0.attn_output.weight", {kHeads * kHeadDim, kEmbd}},
+      {"blk.0.attn_q_norm.weight", {kHeadDim}},
+      {"blk.0.attn_k_norm.weight", {kHeadDim}},
+      {"blk.0.ffn_norm.weight", {kEmbd}},
+      {"blk.0.ffn_gate_inp.weight", {kEmbd, kExperts}},
+      {"blk.0.ffn_gate_exps.weight", {kEmbd, kFf, kExperts}},
+      {"blk.0.ffn_up_exps.weight", {kEmbd, kFf, kExperts}},
+      {"blk.0.ffn_down_exps.weight", {kFf, kEmbd, kExperts}},
+  };
+  for (const auto& [name, dims] : tensors) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::vector<float> values(static_cast<size_t>(n), 0.25f);
+    if (!w.AddF32Tensor(name, dims, values).ok()) return "";
+  }
+  const std::vector<uint8_t> image = w.Serialize();
+  return std::string(image.begin(), image.end());
 }
 
 // Seeds from one model: its experts' records and the requests for them.
@@ -229,6 +275,27 @@ void OpenAiSeeds(const fs::path& out) {
   for (const auto& [endpoint, body] : bodies) {
     Write(out / "openai_request", absl::StrCat("body.", i++), std::string(1, endpoint) + body);
   }
+  // Bodies at and past the shape limits (keys of one object, messages),
+  // for the mutations around them.
+  const auto keys = [](int n) {
+    std::string object = "{";
+    for (int k = 0; k < n; ++k) absl::StrAppend(&object, k ? "," : "", "\"", k, "\":1");
+    return object + "}";
+  };
+  std::string messages = "[";
+  for (int m = 0; m < 1500; ++m) {
+    absl::StrAppend(&messages, m ? "," : "", R"({"role":"user","content":"x"})");
+  }
+  messages += "]";
+  const std::pair<char, std::string> shaped[] = {
+      {0, R"({"prompt":"hi","logit_bias":)" + keys(256) + "}"},
+      {0, R"({"prompt":"hi","logit_bias":)" + keys(257) + "}"},
+      {1, R"({"max_tokens":1,"messages":)" + messages + "}"},
+      {4, R"({"messages":)" + messages + "}"},
+  };
+  for (const auto& [endpoint, body] : shaped) {
+    Write(out / "openai_request", absl::StrCat("body.", i++), std::string(1, endpoint) + body);
+  }
 }
 
 }  // namespace
@@ -249,6 +316,7 @@ int main(int argc, char** argv) {
       Write(out / "gguf", p.filename().string(), ReadPrefix(p, 64 << 10));
     }
   }
+  Write(out / "gguf", "tiny-model.gguf", TinyModel());
   for (const fs::path& p : GgufFiles(fixtures / "models")) ModelSeeds(p, out);
   ComputeSeeds(out);
   TextSeeds(fixtures / "vocab", out);

@@ -340,6 +340,35 @@ TEST_F(ServeTest, GarbageOnEveryMethodIsInvalidArgument) {
   EXPECT_TRUE(info.ok()) << info.status();
 }
 
+// Each request whose text is not UTF-8 makes libprotobuf log a line: 200
+// of them leave at most the rate limit's lines in serve's log (10 a minute
+// and one line counting the rest), not 200.
+TEST_F(ServeTest, InvalidUtf8RequestsDoNotFloodTheLog) {
+  const std::string log = ::testing::TempDir() + "/serve-utf8.log";
+  const std::vector<std::string> argv = {
+      "/bin/sh", "-c", "exec \"$@\" 2>" + log, "sh", Coordinator(), "serve", "--model",
+      ModelPath("qwen2moe-tiny-q8_0"), "--listen", "127.0.0.1:0", "--threads", "1"};
+  serve_ = std::make_unique<ServerProcess>();
+  std::string error;
+  ASSERT_TRUE(serve_->Start(argv, &error)) << error;
+  auto channel = grpc::CreateChannel(serve_->address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  const std::string bad_text("\x0a\x02\xff\xfe", 4);  // text = 1: two bytes, not UTF-8
+  for (int i = 0; i < 200; ++i) {
+    const grpc::Status s = CallRaw(&generic, "/colibri.v1.Inference/Generate", bad_text);
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  serve_->Stop(SIGTERM);
+  std::ifstream in(log);
+  std::string line;
+  int utf8_lines = 0;
+  while (std::getline(in, line)) {
+    if (line.find("UTF-8") != std::string::npos) ++utf8_lines;
+  }
+  EXPECT_GT(utf8_lines, 0);
+  EXPECT_LE(utf8_lines, 11);
+}
+
 TEST_F(ServeTest, FinishReasonsStopStringsAndContext) {
   const std::string model = "mixtral-tiny-q4_k_m";
   const std::string address = StartServe(model, {"--ctx-size", "64"});

@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
   for (const std::string& note : report->notes) std::fprintf(stderr, "note: %s\n", note.c_str());
   if (quiet) return 0;
 
-  std::printf("wrote %s: %s (%llu bytes), %d tensors, %.3g M parameters, %.1f s\n", out.c_str(),
+  std::printf("wrote %s: %s (%llu bytes), %d tensors, %.2f M parameters, %.1f s\n", out.c_str(),
               Size(report->file_bytes).c_str(), static_cast<unsigned long long>(report->file_bytes),
               report->n_tensors, static_cast<double>(report->n_params) / 1e6, seconds);
   std::printf("  %s: layers %d, d=%d, %d/%d heads of %d, context %d%s\n",

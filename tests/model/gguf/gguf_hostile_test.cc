@@ -351,6 +351,27 @@ TEST(GgufHostileTest, DuplicateTensorNames) {
   ExpectError(image, absl::StatusCode::kDataLoss, "duplicate tensor name 't1'");
 }
 
+// Names read from the file reach error messages (and logs) escaped: a key or
+// tensor name with newlines or control bytes cannot forge or garble lines.
+TEST(GgufHostileTest, NamesInErrorsAreEscaped) {
+  const std::string key = std::string("evil\nkey\x01\x1b[31m") + std::string(200, 'k');
+  std::vector<uint8_t> image = OneValue(key, Value::Uint32(7));
+  PutU32(image, OffsetAfter(image, key), 99);
+  absl::Status s = ParseStatus(image);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("metadata 'evil\\nkey\\x01\\x1b[31mkkk"));
+  EXPECT_THAT(s.message(), HasSubstr("k...': value type 99 is unknown"));
+  EXPECT_EQ(s.message().find('\n'), absl::string_view::npos) << s;
+  EXPECT_EQ(s.message().find('\x1b'), absl::string_view::npos) << s;
+
+  const std::string name = "t\r\nINFO forged line";
+  image = Tensors({"a", name});
+  PutU32(image, NDimsAt(image, name) + 4 + 8, 99);
+  s = ParseStatus(image);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 't\\x0d\\nINFO forged line': type 99"));
+  EXPECT_EQ(s.message().find('\n'), absl::string_view::npos) << s;
+}
+
 TEST(GgufHostileTest, RandomCorruptionNeverCrashes) {
   const std::vector<uint8_t> base = SmallModel().Serialize();
   absl::StatusOr<std::unique_ptr<GgufFile>> full = GgufFile::FromBytes(base, "test.gguf");
