@@ -66,6 +66,18 @@ absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
   });
 }
 
+int64_t ChatBytes(const nlohmann::ordered_json& messages) {
+  int64_t bytes = 0;
+  for (const auto& m : messages) {
+    if (!m.is_object()) continue;
+    for (const char* field : {"role", "content"}) {
+      auto it = m.find(field);
+      if (it != m.end() && it->is_string()) bytes += it->get_ref<const std::string&>().size();
+    }
+  }
+  return bytes;
+}
+
 absl::StatusOr<std::vector<int32_t>> EncodeChatPrompt(const ChatRenderer& chat,
                                                       const tokenizer::Tokenizer& tokenizer,
                                                       const nlohmann::ordered_json& messages,

@@ -12,12 +12,20 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "absl/status/statusor.h"
-#include "coordinator/http_server.h"
 #include "model/gguf/gguf_file.h"
 #include "model/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace colibri::coordinator {
+
+// Turns chat messages into the prompt text (the chat template). Returns
+// InvalidArgument for messages the template rejects.
+using ChatRenderer = std::function<absl::StatusOr<std::string>(
+    const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+    bool add_generation_prompt)>;
 
 // Loads and parses the template. template_file "" means none given;
 // tokenizer may be null (then bos_token and eos_token are ""). Writes which
@@ -26,6 +34,10 @@ namespace colibri::coordinator {
 absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
                                               const tokenizer::Tokenizer* tokenizer,
                                               const std::string& template_file, std::ostream& err);
+
+// The bytes of the string roles and contents of chat messages (what
+// RequestLimits::max_text_bytes bounds).
+int64_t ChatBytes(const nlohmann::ordered_json& messages);
 
 // The prompt token ids of a chat request, as both the HTTP chat endpoint and
 // gRPC Generate's `chat` prompt make them: `messages` rendered by `chat` with

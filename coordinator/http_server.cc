@@ -125,17 +125,27 @@ void SendLimitError(httplib::Response& res, const absl::Status& status, const ch
   SendError(res, openai::MakeError(400, status.message(), param));
 }
 
-// The roles and contents of normalised chat messages, in bytes.
-int64_t ChatBytes(const nlohmann::ordered_json& messages) {
-  int64_t bytes = 0;
-  for (const auto& m : messages) {
-    if (!m.is_object()) continue;
-    for (const char* field : {"role", "content"}) {
-      auto it = m.find(field);
-      if (it != m.end() && it->is_string()) bytes += it->get_ref<const std::string&>().size();
-    }
+// An OpenAI completion or chat request as a front-end-neutral one.
+GenerationRequest ToGenerationRequest(openai::ApiRequest&& api) {
+  GenerationRequest r;
+  if (api.endpoint == openai::Endpoint::kChatCompletions) {
+    r.prompt = GenerationRequest::Prompt::kChat;
+    r.messages = std::move(api.messages);
+    r.tools = std::move(api.tools);
+  } else if (api.prompt_is_ids) {
+    r.prompt = GenerationRequest::Prompt::kIds;
+    r.ids = std::move(api.prompt_ids);
+  } else {
+    r.text = std::move(api.prompt);
   }
-  return bytes;
+  r.sampling = api.sampling;
+  r.has_seed = api.has_seed;
+  r.max_tokens = api.max_tokens;
+  r.ignore_eos = api.ignore_eos;
+  r.stop = std::move(api.stop);
+  r.logprobs = api.logprobs;
+  r.top_logprobs = api.top_logprobs;
+  return r;
 }
 
 // The report of one token for logprobs.
@@ -202,12 +212,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
 }
 
 void HttpServer::Attach(Backend backend) {
-  backend.limits = options_.limits;
   backend.limits.n_ctx = backend.scheduler->n_ctx();
   backend.limits.n_vocab = backend.model->config().n_vocab;
   backend.request_limits = options_.request_limits;
   backend.request_limits.n_ctx = backend.limits.n_ctx;
   backend.request_limits.n_vocab = backend.limits.n_vocab;
+  backend.requests.tokenizer = backend.tokenizer;
+  backend.requests.chat = backend.chat;
+  backend.requests.limits = backend.request_limits;
+  backend.requests.defaults = options_.defaults;
   backend_owned_ = std::make_unique<Backend>(std::move(backend));
   backend_.store(backend_owned_.get(), std::memory_order_release);
 }
@@ -379,72 +392,19 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
                                 const httplib::Request& req, httplib::Response& res) {
   absl::StatusOr<openai::ApiRequest> parsed = openai::ParseRequest(endpoint, req.body, b.limits);
   if (!parsed.ok()) return SendError(res, openai::ErrorFromStatus(parsed.status()));
-  openai::ApiRequest& request = *parsed;
-  const bool is_chat = endpoint == openai::Endpoint::kChatCompletions;
-  const RequestLimits& limits = b.request_limits;
-  if (is_chat) {
-    if (absl::Status s = CheckChat(request.messages.size(), ChatBytes(request.messages), limits);
-        !s.ok()) {
-      return SendLimitError(res, s, "messages");
-    }
-  } else if (!request.prompt_is_ids) {
-    if (absl::Status s = CheckPromptText("the prompt text", request.prompt.size(), limits);
-        !s.ok()) {
-      return SendLimitError(res, s, "prompt");
-    }
-  }
-  if (absl::Status s = CheckStopStrings(request.stop, limits); !s.ok()) {
-    return SendLimitError(res, s, "stop");
-  }
-
+  const bool chat = endpoint == openai::Endpoint::kChatCompletions;
+  const bool stream = parsed->stream;
+  const bool include_usage = parsed->include_usage;
+  const bool logprobs = parsed->logprobs;
   // The prompt is tokenized here, so that a prompt too long for the context
   // is a 400 before any streaming starts.
-  GenerationSpec spec;
-  const bool chat = endpoint == openai::Endpoint::kChatCompletions;
-  const char* prompt_param = chat ? "messages" : "prompt";
-  if (request.prompt_is_ids) {
-    spec.prompt_ids = std::move(request.prompt_ids);
-  } else {
-    if (b.tokenizer == nullptr) {
-      return SendError(
-          res, openai::MakeError(400, "the model has no tokenizer: send token ids", prompt_param));
-    }
-    if (chat && !b.chat) {
-      return SendError(res, openai::MakeError(501, "this server has no chat template"));
-    }
-    tokenizer::EncodeOptions enc;
-    enc.add_special = true;
-    absl::StatusOr<std::vector<int32_t>> ids =
-        chat ? EncodeChatPrompt(b.chat, *b.tokenizer, request.messages, request.tools)
-             : b.tokenizer->Encode(request.prompt, enc);
-    if (!ids.ok()) return SendError(res, openai::ErrorFromStatus(ids.status()));
-    spec.prompt_ids = std::move(*ids);
-  }
-  const int n_ctx = b.limits.n_ctx;
-  const int n_prompt = static_cast<int>(spec.prompt_ids.size());
-  if (n_prompt == 0) {
-    return SendError(res, openai::MakeError(400, "the prompt has no tokens", prompt_param));
-  }
-  if (n_prompt > n_ctx) {
-    return SendError(res,
-                     openai::MakeError(400,
-                                       absl::StrCat("the prompt has ", n_prompt,
-                                                    " tokens, more than the context of ", n_ctx),
-                                       prompt_param));
-  }
-  spec.sampling = request.sampling;
-  if (!request.has_seed) spec.sampling.seed = absl::ToUnixNanos(absl::Now()) ^ next_id_.load();
-  spec.generation.max_tokens =
-      request.max_tokens.has_value()
-          ? *request.max_tokens
-          : std::max(1, std::min(b.limits.default_max_tokens, n_ctx - n_prompt));
-  spec.generation.ignore_eos = request.ignore_eos;
-  spec.generation.stop = request.stop;
-  spec.generation.logprobs = request.logprobs;
-  spec.generation.top_logprobs = request.top_logprobs;
-
-  if (b.scheduler->queued() >= options_.max_queued) {
-    return SendError(res, openai::MakeError(429, "too many requests are waiting; retry later"));
+  std::string param;
+  absl::StatusOr<GenerationSpec> made =
+      MakeGenerationSpec(ToGenerationRequest(*std::move(parsed)), b.requests, &param);
+  if (!made.ok()) return SendError(res, openai::ErrorFromStatus(made.status(), param));
+  GenerationSpec spec = *std::move(made);
+  if (absl::Status s = CheckQueue(*b.scheduler, b.requests.defaults); !s.ok()) {
+    return SendError(res, openai::ErrorFromStatus(s));
   }
   auto job = std::make_shared<HttpJob>(std::move(spec));
   if (absl::Status s = b.scheduler->Submit(job); !s.ok()) {
@@ -457,10 +417,9 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   id.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", created_, "-", next_id_.fetch_add(1));
   id.created = absl::ToUnixSeconds(absl::Now());
   id.model = options_.model_id;
-  const bool logprobs = request.logprobs;
   const tokenizer::Tokenizer* tokenizer = b.tokenizer;
 
-  if (!request.stream) {
+  if (!stream) {
     absl::Cleanup written = [this] { open_generations_.fetch_sub(1); };
     std::vector<GeneratedToken> tokens;
     std::optional<absl::StatusOr<GenerationOutcome>> outcome;
@@ -492,7 +451,6 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     size_t text_offset = 0;  // of the completions logprobs
   };
   auto state = std::make_shared<StreamState>();
-  const bool include_usage = request.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",

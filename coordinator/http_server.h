@@ -43,6 +43,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "coordinator/chat_prompt.h"
+#include "coordinator/generation_request.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/openai_api.h"
 #include "coordinator/request_limits.h"
@@ -59,12 +61,6 @@ namespace colibri::coordinator {
 
 class ServeMetrics;  // serve_metrics.h
 
-// Turns chat messages into the prompt text (the chat template). Returns
-// InvalidArgument for messages the template rejects.
-using ChatRenderer = std::function<absl::StatusOr<std::string>(
-    const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-    bool add_generation_prompt)>;
-
 class HttpServer {
  public:
   struct Options {
@@ -80,9 +76,6 @@ class HttpServer {
     // its response is written; serve makes it 4 * sessions + 4 unless
     // --http-threads). Default: 12.
     int threads = 12;
-    // Generation requests waiting for a session beyond which new ones get
-    // 429. Default: 64.
-    int max_queued = 64;
     // Seconds one read / write may block before the connection is dropped.
     // Default: 30 / 30.
     int read_timeout_seconds = 30;
@@ -101,12 +94,13 @@ class HttpServer {
     int keep_alive_max_requests = 100;
     // Largest request body (413 beyond). Default: 8 MiB.
     size_t max_body_bytes = 8 << 20;
-    // Parsing defaults and limits (n_ctx and n_vocab are filled by Attach).
-    openai::ApiLimits limits;
     // The sizes every front end allows (request_limits.h): prompt text,
     // messages, stop strings; checked before a prompt is rendered or
     // tokenized. n_ctx and n_vocab are filled by Attach. Default: its defaults.
     RequestLimits request_limits;
+    // What a request leaves out, and the queue's bound (the gRPC service
+    // has the same). Default: its defaults.
+    GenerationDefaults defaults;
     // Served on GET /metrics, and every request is recorded in it; borrowed,
     // must outlive the server. Default: null (no /metrics).
     ServeMetrics* metrics = nullptr;
@@ -123,10 +117,11 @@ class HttpServer {
     ClusterExperts* cluster = nullptr;
     // Renders chat prompts (null: the chat endpoints answer 501).
     ChatRenderer chat;
-    // Filled by Attach: Options::limits and Options::request_limits with the
-    // model's n_ctx and n_vocab.
+    // Filled by Attach: the model's n_ctx and n_vocab for parsing,
+    // Options::request_limits with them, and what MakeGenerationSpec needs.
     openai::ApiLimits limits;
     RequestLimits request_limits;
+    GenerationRequestContext requests;
   };
 
   // Binds and starts serving; every endpoint answers 503 until Attach (so

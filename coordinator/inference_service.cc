@@ -2,7 +2,6 @@
 
 #include <future>
 #include <limits>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,23 +26,41 @@ const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "the coordinator
 
 // The request's sampling parameters with the proto's "0 means off / default"
 // conventions resolved.
-sampling::SamplingOptions ToSamplingOptions(const v1::SamplingParams& p, int default_last_n) {
-  sampling::SamplingOptions o;
-  o.temperature = p.temperature();
-  o.top_k = p.top_k();
-  o.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
-  o.min_p = p.min_p();
-  o.repeat_penalty = p.repeat_penalty() == 0.0f ? 1.0f : p.repeat_penalty();
-  o.presence_penalty = p.presence_penalty();
-  o.frequency_penalty = p.frequency_penalty();
-  o.penalty_last_n = p.penalty_last_n() == 0 ? default_last_n : p.penalty_last_n();
-  if (p.has_seed()) {
-    o.seed = p.seed();
-  } else {
-    std::random_device device;
-    o.seed = (static_cast<uint64_t>(device()) << 32) | device();
+// A Generate request as a front-end-neutral one (the sizes were checked).
+GenerationRequest ToGenerationRequest(const v1::GenerateRequest& request) {
+  GenerationRequest r;
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kTokens:
+      r.prompt = GenerationRequest::Prompt::kIds;
+      r.ids.assign(request.tokens().ids().begin(), request.tokens().ids().end());
+      break;
+    case v1::GenerateRequest::kChat:
+      r.prompt = GenerationRequest::Prompt::kChat;
+      r.messages = nlohmann::ordered_json::array();
+      for (const v1::ChatMessage& m : request.chat().messages()) {
+        r.messages.push_back({{"role", m.role()}, {"content", m.content()}});
+      }
+      break;
+    default:
+      r.text = request.text();
+      break;
   }
-  return o;
+  r.path = request.exact() ? ops::NumericPath::kExact : ops::NumericPath::kFast;
+  const v1::SamplingParams& p = request.sampling();
+  r.sampling.temperature = p.temperature();
+  r.sampling.top_k = p.top_k();
+  r.sampling.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  r.sampling.min_p = p.min_p();
+  r.sampling.repeat_penalty = p.repeat_penalty() == 0.0f ? 1.0f : p.repeat_penalty();
+  r.sampling.presence_penalty = p.presence_penalty();
+  r.sampling.frequency_penalty = p.frequency_penalty();
+  r.sampling.penalty_last_n = p.penalty_last_n();
+  r.sampling.seed = p.seed();
+  r.has_seed = p.has_seed();
+  if (request.max_tokens() != 0) r.max_tokens = request.max_tokens();
+  r.ignore_eos = request.ignore_eos();
+  r.stop.assign(request.stop().begin(), request.stop().end());
+  return r;
 }
 
 v1::FinishReason ToProto(FinishReason reason) {
@@ -201,15 +218,19 @@ InferenceServiceImpl::InferenceServiceImpl(const Options& options, const arch::M
 absl::StatusOr<std::unique_ptr<InferenceServiceImpl>> InferenceServiceImpl::Create(
     const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
     ClusterExperts* cluster, GenerationScheduler* scheduler) {
-  if (options.default_max_tokens < 1) {
-    return absl::InvalidArgumentError("default_max_tokens must be >= 1");
+  if (options.defaults.max_tokens < 1) {
+    return absl::InvalidArgumentError("defaults.max_tokens must be >= 1");
   }
   std::unique_ptr<InferenceServiceImpl> service(
       new InferenceServiceImpl(options, model, tokenizer, cluster, scheduler));
-  service->limits_ = options.limits;
-  service->limits_.n_ctx = scheduler->n_ctx();
-  service->limits_.n_vocab = model.config().n_vocab;
-  COLIBRI_RETURN_IF_ERROR(ValidateRequestLimits(service->limits_));
+  GenerationRequestContext& requests = service->requests_;
+  requests.tokenizer = tokenizer;
+  requests.chat = options.chat;
+  requests.defaults = options.defaults;
+  requests.limits = options.limits;
+  requests.limits.n_ctx = scheduler->n_ctx();
+  requests.limits.n_vocab = model.config().n_vocab;
+  COLIBRI_RETURN_IF_ERROR(ValidateRequestLimits(requests.limits));
 
   const arch::ModelConfig& config = model.config();
   COLIBRI_ASSIGN_OR_RETURN(std::string fingerprint, gguf::ModelFingerprint(model.file()));
@@ -240,46 +261,6 @@ void InferenceServiceImpl::Stop() {
   if (control_.joinable()) control_.join();
 }
 
-absl::Status InferenceServiceImpl::ValidateRequest(const v1::GenerateRequest& request) const {
-  COLIBRI_RETURN_IF_ERROR(CheckGenerateRequest(request, limits_));
-  if ((request.has_text() || request.has_chat()) && tokenizer_ == nullptr) {
-    return absl::FailedPreconditionError("the model has no tokenizer: send token ids");
-  }
-  if (request.has_chat() && !options_.chat) {
-    return absl::UnimplementedError("this server has no chat template");
-  }
-  sampling::SamplingOptions sampling =
-      ToSamplingOptions(request.sampling(), options_.default_penalty_last_n);
-  absl::Status s = sampling.Validate();
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("sampling: ", s.message()));
-  return absl::OkStatus();
-}
-
-GenerationSpec InferenceServiceImpl::ToSpec(const v1::GenerateRequest& request) const {
-  GenerationSpec spec;
-  if (request.has_tokens()) {
-    spec.prompt_ids.assign(request.tokens().ids().begin(), request.tokens().ids().end());
-  } else {
-    spec.text = request.text();
-  }
-  spec.path = request.exact() ? ops::NumericPath::kExact : ops::NumericPath::kFast;
-  spec.sampling = ToSamplingOptions(request.sampling(), options_.default_penalty_last_n);
-  spec.generation.max_tokens =
-      request.max_tokens() == 0 ? options_.default_max_tokens : request.max_tokens();
-  spec.generation.ignore_eos = request.ignore_eos();
-  spec.generation.stop.assign(request.stop().begin(), request.stop().end());
-  return spec;
-}
-
-absl::StatusOr<std::vector<int32_t>> InferenceServiceImpl::ChatPromptIds(
-    const v1::ChatMessages& chat) const {
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  for (const v1::ChatMessage& m : chat.messages()) {
-    messages.push_back({{"role", m.role()}, {"content", m.content()}});
-  }
-  return EncodeChatPrompt(options_.chat, *tokenizer_, messages, nullptr);
-}
-
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   const bool authorized = rpc::BearerTokenMatches(*context, options_.auth_token);
@@ -287,18 +268,20 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
   absl::Status status = authorized ? rpc::ParseRequest(*raw, std::numeric_limits<uint64_t>::max(),
                                                        "Generate", &request)
                                    : absl::OkStatus();
-  if (authorized && status.ok()) status = ValidateRequest(request);
-  GenerationSpec spec = ToSpec(request);
-  // Rendering a chat is bounded CPU work (the template's limits), done here
-  // like Tokenize so that its errors come before any token.
-  if (authorized && status.ok() && request.has_chat()) {
-    absl::StatusOr<std::vector<int32_t>> ids = ChatPromptIds(request.chat());
-    if (ids.ok()) {
-      spec.prompt_ids = std::move(*ids);
+  // The proto's own sizes first (before its chat becomes JSON), then the
+  // checks, rendering and tokenizing every front end shares: bounded CPU
+  // work, done here like Tokenize so that its errors come before any token.
+  if (authorized && status.ok()) status = CheckGenerateRequest(request, requests_.limits);
+  GenerationSpec spec;
+  if (authorized && status.ok()) {
+    absl::StatusOr<GenerationSpec> made = MakeGenerationSpec(ToGenerationRequest(request), requests_);
+    if (made.ok()) {
+      spec = *std::move(made);
     } else {
-      status = ids.status();
+      status = made.status();
     }
   }
+  if (authorized && status.ok()) status = CheckQueue(*scheduler_, requests_.defaults);
   auto call = std::make_shared<GenerateCall>(std::move(spec));
   GenerateCall::Reactor* reactor = call->MakeReactor(call);
   if (!authorized) {
@@ -330,7 +313,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Tokenize(grpc::CallbackServerCon
     reactor->FinishCall(ToGrpc(absl::FailedPreconditionError("the model has no tokenizer")));
     return reactor;
   }
-  absl::Status valid = CheckTokenizeRequest(*request, limits_);
+  absl::Status valid = CheckTokenizeRequest(*request, requests_.limits);
   if (!valid.ok()) {
     reactor->FinishCall(ToGrpc(valid));
     return reactor;

@@ -38,6 +38,7 @@
 #include "colibri/v1/inference.grpc.pb.h"
 #include "coordinator/chat_prompt.h"
 #include "coordinator/cluster_experts.h"
+#include "coordinator/generation_request.h"
 #include "coordinator/generation_scheduler.h"
 #include "coordinator/request_limits.h"
 #include "model/arch/model.h"
@@ -57,10 +58,9 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   struct Options {
     // Required bearer token; empty disables auth. Never logged. Default: "".
     std::string auth_token;
-    // max_tokens of a request that gives 0. Default: 256.
-    int default_max_tokens = 256;
-    // penalty_last_n of a request that gives 0. Default: 64.
-    int default_penalty_last_n = 64;
+    // What a request leaves out, and the queue's bound (the HTTP API has
+    // the same). Default: its defaults.
+    GenerationDefaults defaults;
     // Request size limits (their n_ctx and n_vocab are filled in from the
     // scheduler and the model). Default: RequestLimits' defaults.
     RequestLimits limits;
@@ -104,14 +104,6 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   InferenceServiceImpl(const Options& options, const arch::Model& model,
                        const tokenizer::Tokenizer* tokenizer, ClusterExperts* cluster,
                        GenerationScheduler* scheduler);
-  // Checks what needs no tokenizer or model work: the sizes (request_limits.h,
-  // OutOfRange or InvalidArgument naming the limit) and the sampling
-  // parameters (InvalidArgument).
-  absl::Status ValidateRequest(const v1::GenerateRequest& request) const;
-  // The request as the scheduler runs it, the proto's defaults resolved.
-  GenerationSpec ToSpec(const v1::GenerateRequest& request) const;
-  // The prompt ids of a `chat` prompt (ValidateRequest passed).
-  absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::ChatMessages& chat) const;
   void ControlLoop();
   void FillClusterStatus(v1::ClusterStatusReply* reply) const;
 
@@ -120,7 +112,9 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   const tokenizer::Tokenizer* const tokenizer_;
   ClusterExperts* const cluster_;
   GenerationScheduler* const scheduler_;
-  RequestLimits limits_;  // with the scheduler's n_ctx and the model's n_vocab
+  // The limits (with the scheduler's n_ctx and the model's n_vocab),
+  // defaults, tokenizer and chat template of MakeGenerationSpec.
+  GenerationRequestContext requests_;
   v1::ModelInfoReply model_info_;
 
   mutable absl::Mutex mu_;

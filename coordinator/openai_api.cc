@@ -369,7 +369,6 @@ absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view bod
   const ojson& request = *parsed;
   ApiRequest out;
   out.endpoint = endpoint;
-  out.sampling.penalty_last_n = limits.penalty_last_n;
 
   if (endpoint == Endpoint::kChatCompletions) {
     absl::StatusOr<ojson> messages = NormalizeMessages(request);
@@ -511,7 +510,7 @@ ApiError MakeError(int http_status, absl::string_view message, absl::string_view
   return error;
 }
 
-ApiError ErrorFromStatus(const absl::Status& status) {
+ApiError ErrorFromStatus(const absl::Status& status, absl::string_view param) {
   int http = 500;
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
@@ -528,6 +527,9 @@ ApiError ErrorFromStatus(const absl::Status& status) {
     case absl::StatusCode::kResourceExhausted:
       http = 429;
       break;
+    case absl::StatusCode::kUnimplemented:
+      http = 501;
+      break;
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kCancelled:  // only a shutting-down server cancels a live request
       http = 503;
@@ -535,7 +537,7 @@ ApiError ErrorFromStatus(const absl::Status& status) {
     default:
       break;
   }
-  return MakeError(http, status.message(), ParamOf(status));
+  return MakeError(http, status.message(), param.empty() ? ParamOf(status) : std::string(param));
 }
 
 const char* FinishReasonName(FinishReason reason) {

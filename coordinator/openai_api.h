@@ -36,11 +36,6 @@ struct ApiLimits {
   int n_ctx = 4096;
   // Vocabulary size: prompt token ids must be below it.
   int n_vocab = 0;
-  // max_tokens of a request that gives none. Default: 256 (and never more
-  // than what is left of the context after the prompt; see http_server).
-  int default_max_tokens = 256;
-  // penalty_last_n of every request (OpenAI has no such field). Default: 64.
-  int penalty_last_n = 64;
 };
 
 // A parsed completion or chat request.
@@ -58,7 +53,8 @@ struct ApiRequest {
   // The tokens asked for; nullopt when the request gave none.
   std::optional<int> max_tokens;
   // temperature defaults to 1 and top_p to 1 as in OpenAI's API; an absent
-  // seed leaves has_seed false (the server then picks one).
+  // seed leaves has_seed false (the server then picks one); penalty_last_n
+  // is 0 (OpenAI has no such field: the server's default).
   sampling::SamplingOptions sampling;
   bool has_seed = false;
   std::vector<std::string> stop;
@@ -113,9 +109,10 @@ struct ApiError {
   nlohmann::json body;
 };
 // InvalidArgument/OutOfRange 400, Unauthenticated 401, NotFound 404,
-// ResourceExhausted 429, FailedPrecondition 400, Unavailable and Cancelled
-// 503, others 500.
-ApiError ErrorFromStatus(const absl::Status& status);
+// ResourceExhausted 429, FailedPrecondition 400, Unimplemented 501,
+// Unavailable and Cancelled 503, others 500. `param` names the request field
+// the error is about ("": the status's own param payload, if any).
+ApiError ErrorFromStatus(const absl::Status& status, absl::string_view param = "");
 ApiError MakeError(int http_status, absl::string_view message, absl::string_view param = "");
 
 // A generated token as reported with logprobs.

@@ -11,7 +11,8 @@
 
 namespace colibri::testing {
 
-inline constexpr char kDemoModel[] = COLIBRI_SOURCE_DIR "/scripts/demo-model/colibri-demo-kjv-q8_0.gguf";
+inline constexpr char kDemoModel[] =
+    COLIBRI_SOURCE_DIR "/scripts/demo-model/colibri-demo-kjv-q8_0.gguf";
 
 }  // namespace colibri::testing
 
