@@ -1,6 +1,6 @@
 // The draft policy: how many drafted tokens each decoding sequence of a
 // forward step carries, chosen from what the run has measured so far. `run`
-// and `serve` share it (coordinator/generation_scheduler.h plans every step
+// and `serve` share it (coordinator/generation/generation_scheduler.h plans every step
 // with one DraftPlanner per batched session).
 //
 // A step of n tokens costs T(n), measured on this run per token count

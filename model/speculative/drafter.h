@@ -1,6 +1,6 @@
 // Drafters for speculative decoding: cheap guesses of the tokens that follow a
 // sequence, which the generation loop then verifies with the model in one
-// forward (coordinator/generation_scheduler.h). A guess only costs time: the
+// forward (coordinator/generation/generation_scheduler.h). A guess only costs time: the
 // verification keeps the output exactly what plain decoding gives, whatever
 // a drafter proposes.
 //

@@ -132,7 +132,7 @@ def main():
     lines += [
         "",
         "Smoothed training loss at the last step: %.4f. `provenance.json` has these figures "
-        "for the tests (`tests/coordinator/perplexity_command_test.cc` compares colibri's "
+        "for the tests (`tests/coordinator/cli/perplexity_command_test.cc` compares colibri's "
         "perplexity of the committed file with PyTorch's F16 figure); `words.txt` is the "
         "training text's vocabulary (`tests/scripts/cluster_scripts_test.cc`); `train.log` and "
         "`loss.tsv` are the run's log and loss curve (held-out loss on the first 48 windows "

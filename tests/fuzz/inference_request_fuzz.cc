@@ -1,5 +1,5 @@
 // libFuzzer harness for the coordinator's request checks
-// (coordinator/request_limits.h): the input's first byte picks a
+// (coordinator/api/request_limits.h): the input's first byte picks a
 // colibri.v1.Inference request type (Generate or Tokenize), the rest is parsed
 // as that message and checked against small limits. Whatever the bytes, the
 // check answers with a status; an accepted request is within every limit.
@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "colibri/v1/inference.pb.h"
-#include "coordinator/request_limits.h"
+#include "coordinator/api/request_limits.h"
 
 namespace {
 

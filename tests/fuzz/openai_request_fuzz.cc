@@ -1,5 +1,5 @@
 // libFuzzer harness for the OpenAI-compatible API's request parsers
-// (coordinator/openai_api.h): the input's first byte picks the endpoint
+// (coordinator/api/openai_api.h): the input's first byte picks the endpoint
 // (completions, chat completions, tokenize, detokenize, apply-template), the
 // rest is the request body. Whatever the bytes, a parser answers with a
 // status, and an accepted request is within the limits it was given.
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "coordinator/openai_api.h"
+#include "coordinator/api/openai_api.h"
 
 namespace {
 

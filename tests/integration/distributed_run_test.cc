@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/node_client.h"
+#include "coordinator/cluster/node_client.h"
 #include "expert_node/expert_store.h"
 #include "gtest/gtest.h"
 #include "tests/expert_node/node_test_client.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "colibri/v1/expert.pb.h"
-#include "coordinator/node_client.h"
+#include "coordinator/cluster/node_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/node_process.h"
 #include "tests/support/coordinator_run.h"

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/types/span.h"
-#include "coordinator/generation_scheduler.h"
+#include "coordinator/generation/generation_scheduler.h"
 #include "gtest/gtest.h"
 
 namespace colibri::testing {

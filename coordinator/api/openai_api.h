@@ -1,0 +1,173 @@
+// The OpenAI-compatible HTTP API's wire format, as pure functions: request
+// bodies of /v1/completions and /v1/chat/completions parsed and checked into
+// a GenerationSpec-ready form, and the JSON responses, streamed chunks and
+// error envelopes built. No sockets here: http_server.* moves the bytes, and
+// a unit test drives these directly.
+//
+// Field rules (as OpenAI documents them, where Colibri supports them):
+// `max_completion_tokens` wins over `max_tokens`; `n` must be 1; `null` means
+// "not given"; unknown fields are ignored; every type or range error is a 400
+// naming the field (Status InvalidArgument with the field as its "param"
+// payload, see ParamOf).
+//
+// Thread-safety: every function is thread-safe (no shared state).
+#ifndef COLIBRI_COORDINATOR_API_OPENAI_API_H_
+#define COLIBRI_COORDINATOR_API_OPENAI_API_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/generation/generation.h"
+#include "model/sampling/sampler.h"
+#include "nlohmann/json.hpp"
+
+namespace colibri::coordinator::openai {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// What parsing needs to know about the served model.
+struct ApiLimits {
+  // Context size: max_tokens above it and prompts longer are refused.
+  int n_ctx = 4096;
+  // Vocabulary size: prompt token ids must be below it.
+  int n_vocab = 0;
+};
+
+// A parsed completion or chat request.
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  // Completions: the prompt text, or token ids when prompt_is_ids.
+  std::string prompt;
+  std::vector<int32_t> prompt_ids;
+  bool prompt_is_ids = false;
+  // Chat: the messages with every `content` made a string (text parts
+  // joined), and `tools` when given (else null). Ordered as the client sent
+  // them: templates print them with tojson.
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;
+  // The tokens asked for; nullopt when the request gave none.
+  std::optional<int> max_tokens;
+  // temperature defaults to 1 and top_p to 1 as in OpenAI's API; an absent
+  // seed leaves has_seed false (the server then picks one); penalty_last_n
+  // is 0 (OpenAI has no such field: the server's default).
+  sampling::SamplingOptions sampling;
+  bool has_seed = false;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  // Chat: `logprobs` (bool) and `top_logprobs`; completions: `logprobs` (the
+  // number of top tokens, 0 for the chosen token's only).
+  bool logprobs = false;
+  int top_logprobs = 0;
+  // Generate past end-of-generation tokens (a Colibri extension, like
+  // llama.cpp's). Default: false.
+  bool ignore_eos = false;
+};
+
+// The "param" payload of a parse error: the offending field ("" if none).
+std::string ParamOf(const absl::Status& status);
+
+// Parses a JSON body. InvalidArgument (param set) for bad JSON, a body that
+// nests arrays and objects more than 128 deep, has an object with more than
+// 256 keys or more than 262,144 values in all (every parser here: checked in
+// one linear pass before parsing), a missing required field, a wrong type or
+// a value out of range.
+absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view body,
+                                        const ApiLimits& limits);
+
+// Parses /tokenize ({"content": string, "add_special": bool,
+// "parse_special": bool}; the two flags default to false and true) and
+// /detokenize ({"tokens": [ids]}).
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+  bool parse_special = true;
+};
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body);
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(absl::string_view body, int n_vocab);
+// Parses /apply-template: {"messages": [...], "tools": [...]?,
+// "add_generation_prompt": bool (default true)}; messages normalised as in
+// ApiRequest.
+struct TemplateRequest {
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;
+  bool add_generation_prompt = true;
+};
+absl::StatusOr<TemplateRequest> ParseTemplateRequest(absl::string_view body);
+
+// --- Responses ---------------------------------------------------------------
+
+// An error as OpenAI clients expect it: the HTTP status and the envelope
+// {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int http_status = 500;
+  nlohmann::json body;
+};
+// InvalidArgument/OutOfRange 400, Unauthenticated 401, NotFound 404,
+// ResourceExhausted 429, FailedPrecondition 400, Unimplemented 501,
+// Unavailable and Cancelled 503, others 500. `param` names the request field
+// the error is about ("": the status's own param payload, if any).
+ApiError ErrorFromStatus(const absl::Status& status, absl::string_view param = "");
+ApiError MakeError(int http_status, absl::string_view message, absl::string_view param = "");
+
+// A generated token as reported with logprobs.
+struct TokenReport {
+  std::string piece;  // the token's text (may be part of a character)
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // most likely first
+};
+
+// "stop" or "length".
+const char* FinishReasonName(FinishReason reason);
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+nlohmann::json UsageJson(const Usage& usage);
+
+// Identity of one response: every chunk of a stream repeats it.
+struct ResponseId {
+  std::string id;       // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+// The chat "logprobs" object ({"content": [...]}) and the completions one
+// ({"tokens", "token_logprobs", "top_logprobs", "text_offset"}); text_offset
+// starts at `offset`.
+nlohmann::json ChatLogprobs(const std::vector<TokenReport>& tokens);
+nlohmann::json CompletionLogprobs(const std::vector<TokenReport>& tokens, size_t offset);
+
+// A whole non-streamed response. logprobs null when not asked for.
+nlohmann::json CompletionResponse(Endpoint endpoint, const ResponseId& id, const std::string& text,
+                                  FinishReason reason, const Usage& usage,
+                                  const nlohmann::json& logprobs);
+
+// Streamed chunks. A chat stream starts with RoleChunk, then TextChunk per
+// piece of text, then FinishChunk; a completions stream has TextChunks then
+// FinishChunk. UsageChunk (choices []) follows when include_usage.
+nlohmann::json RoleChunk(const ResponseId& id);
+nlohmann::json TextChunk(Endpoint endpoint, const ResponseId& id, const std::string& text,
+                         const nlohmann::json& logprobs);
+nlohmann::json FinishChunk(Endpoint endpoint, const ResponseId& id, FinishReason reason);
+nlohmann::json UsageChunk(Endpoint endpoint, const ResponseId& id, const Usage& usage);
+
+// "data: <json>\n\n" (the JSON on one line, invalid UTF-8 replaced).
+std::string SseEvent(const nlohmann::json& value);
+// "data: [DONE]\n\n".
+std::string SseDone();
+// The JSON text of a response body (invalid UTF-8 replaced, never throws).
+std::string Dump(const nlohmann::json& value);
+
+// GET /v1/models.
+nlohmann::json ModelsResponse(const std::string& model_id, int64_t created);
+
+}  // namespace colibri::coordinator::openai
+
+#endif  // COLIBRI_COORDINATOR_API_OPENAI_API_H_

@@ -1,0 +1,414 @@
+// colibri-coordinator: the command line. Flags are read here only; each
+// subcommand is a library function taking an Options struct.
+#include <signal.h>
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "common/cli_config.h"
+#include "common/cli_checks.h"
+#include "common/mutex_mode.h"
+#include "common/shutdown_signals.h"
+#include "coordinator/cli/chat_template_command.h"
+#include "coordinator/cli/cluster_command.h"
+#include "coordinator/cli/inspect_command.h"
+#include "coordinator/cli/perplexity_command.h"
+#include "coordinator/cli/run_command.h"
+#include "coordinator/cli/serve_command.h"
+#include "coordinator/cli/tokenize_command.h"
+#include "rpc/protobuf_log.h"
+#include "rpc/wire_tensor.h"
+
+namespace {
+
+constexpr const char* kMmapHelp =
+    "keep the weights mapped from the file instead of copying them into RAM on huge pages "
+    "(the copy is made when they take at most half of the memory limit)";
+constexpr const char* kGgufOrderHelp =
+    "copy the weights into RAM in the file's row order, not in the interleaved layout the "
+    "kernels read faster (same results; for comparisons)";
+
+using colibri::coordinator::InspectOptions;
+using colibri::coordinator::RunOptions;
+
+// --kv-type f32|f16 (arch::KvType).
+void AddKvTypeFlag(CLI::App* cmd, colibri::arch::KvType* kv_type) {
+  using colibri::arch::KvType;
+  const std::map<std::string, KvType> types = {{"f32", KvType::kF32}, {"f16", KvType::kF16}};
+  cmd->add_option("--kv-type", *kv_type,
+                  "element type of the KV cache: f32, or f16 (half the memory and the bytes "
+                  "attention reads)")
+      ->transform(CLI::CheckedTransformer(types))
+      ->type_name("f32|f16")
+      ->default_str("f32");
+}
+
+void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool* exact) {
+  cmd->add_option("--model,-m", o->model_path, "GGUF model file (first file of a split model)")
+      ->required();
+  cmd->add_option("--prompt,-p", o->prompt, "prompt text");
+  cmd->add_option("--prompt-file", o->prompt_file, "file holding the prompt text");
+  cmd->add_option("--prompt-tokens", *prompt_tokens,
+                  "comma-separated token ids, fed exactly as given (no BOS added)");
+  cmd->add_option("--n-predict,-n", o->n_predict,
+                  "tokens to generate (0: evaluate the prompt; the context bounds it)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after end-of-generation tokens");
+  cmd->add_option("--temp", o->sampling.temperature, "sampling temperature (0: greedy)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1: off)")
+      ->capture_default_str()
+      ->check(colibri::cli::kProbability);
+  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0: off)")
+      ->capture_default_str()
+      ->check(colibri::cli::kProbability);
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1: off)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "(0: off)")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "(0: off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", o->sampling.penalty_last_n,
+                  "tokens the penalties look back over (-1: all)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, colibri::sampling::SamplingOptions::kMaxPenaltyLastN));
+  cmd->add_option("--seed", o->sampling.seed, "sampling seed")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads,-t", o->threads, "worker threads (0: physical cores)")
+      ->capture_default_str()
+      ->check(colibri::cli::kThreadCount);
+  cmd->add_option("--ctx-size,-c", o->ctx_size,
+                  "context size (0: min(model, 4096); at most the model's)")
+      ->capture_default_str()
+      ->check(colibri::cli::kContextSize);
+  cmd->add_option("--batch-size,-b", o->batch_size, "prompt tokens per batch")
+      ->capture_default_str()
+      ->check(colibri::cli::kBatchSize);
+  cmd->add_flag("--exact", *exact, "keep activations in float32 (the reference path)");
+  cmd->add_option("--logits-out", o->logits_out, "write float32 logits rows to this file");
+  cmd->add_flag("--all-logits", o->all_logits, "with --logits-out: a row per prompt position");
+  cmd->add_flag("--print-token-ids", o->print_token_ids,
+                "print the generated ids on one line instead of the text");
+  cmd->add_flag("--mmap", o->keep_mapped, kMmapHelp);
+  cmd->add_flag("--gguf-order", o->gguf_order, kGgufOrderHelp);
+  AddKvTypeFlag(cmd, &o->kv_type);
+  cmd->add_option("--prefetch-depth", o->prefetch_depth,
+                  "layers ahead to predict experts for, 0-2 (default: 1 with --nodes, 0 without)")
+      ->check(CLI::Range(0, 2));
+  cmd->add_option("--prefetch-count", o->prefetch_count,
+                  "experts predicted per token (0: the model's top-k)")
+      ->capture_default_str()
+      ->check(colibri::cli::kExpertCount);
+}
+
+// --draft, --draft-max and --draft-fixed of run and serve.
+void AddSpeculationFlags(CLI::App* cmd, colibri::coordinator::SpeculationOptions* o) {
+  using colibri::coordinator::DraftKind;
+  const std::map<std::string, DraftKind> kinds = {
+      {"none", DraftKind::kNone}, {"ngram", DraftKind::kNgram}, {"mtp", DraftKind::kMtp}};
+  cmd->add_option("--draft", o->draft,
+                  "speculative decoding drafter: none, ngram (prompt lookup) or mtp (the "
+                  "model's own NextN/MTP block, for files that carry one; it runs with its "
+                  "routed experts on this process, also with --nodes); the output is the same "
+                  "either way")
+      ->transform(CLI::CheckedTransformer(kinds))
+      ->type_name("none|ngram|mtp")
+      ->default_str("none");
+  cmd->add_option("--draft-max", o->draft_max, "most drafted tokens per verify step")
+      ->capture_default_str()
+      ->check(colibri::cli::kDraftTokens);
+  cmd->add_flag("--draft-fixed{false}", o->adaptive,
+                "always draft --draft-max tokens instead of adapting the length to the "
+                "measured acceptance and cost");
+}
+
+// --nodes and the options every cluster command shares. For `serve`
+// (node_prefix "node-") the TLS flags to the nodes are --node-tls-*, since
+// --tls-cert/--tls-key are the server's own, and the token flags are serve's.
+void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions* o,
+                     const std::string& node_prefix = "") {
+  CLI::Option* nodes =
+      cmd->add_option("--nodes", o->nodes, "expert nodes host:port,... (none: experts run here)")
+          ->delimiter(',')
+          ->check(colibri::cli::ConnectAddress());
+  CLI::Option* dns = cmd->add_option("--nodes-dns", o->nodes_dns,
+                                     "NAME:PORT: every address NAME resolves to is an expert node")
+                         ->excludes(nodes)
+                         ->check(colibri::cli::ConnectAddress());
+  cmd->add_option("--nodes-dns-interval", o->nodes_dns_interval_seconds,
+                  "seconds between resolutions of --nodes-dns while serving")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 7 * 24 * 3600.0));
+  cmd->add_option("--nodes-file", o->nodes_file,
+                  "file with one expert node HOST:PORT per line (serve re-reads it on SIGHUP)")
+      ->excludes(nodes)
+      ->excludes(dns);
+  cmd->add_option("--replicas", o->replicas, "copies of each expert on distinct nodes")
+      ->capture_default_str()
+      ->check(colibri::cli::kReplicaCount);
+  const std::map<std::string, bool> choices = {{"balance", true}, {"primary", false}};
+  cmd->add_option("--replica-choice", o->balance_replicas,
+                  "with --replicas above 1, which replica computes each expert of a layer: "
+                  "balance (the one that evens out the nodes' work; they read experts they "
+                  "hold as secondaries too) or primary (always the first healthy one)")
+      ->transform(CLI::CheckedTransformer(choices))
+      ->type_name("balance|primary")
+      ->default_str("balance");
+  if (node_prefix.empty()) {
+    cmd->add_option("--auth-token-file", o->auth_token_file, "file holding the nodes' shared token");
+  }
+  cmd->add_option("--" + node_prefix + "tls-ca", o->tls_ca_file,
+                  "PEM CA certificate: talk TLS to the nodes");
+  cmd->add_option("--" + node_prefix + "tls-cert", o->tls_cert_file,
+                  "PEM client certificate for the nodes");
+  cmd->add_option("--" + node_prefix + "tls-key", o->tls_key_file,
+                  "PEM key of --" + node_prefix + "tls-cert");
+  cmd->add_option("--node-gguf", o->node_gguf,
+                  "nodes import experts from this GGUF path on their own disks");
+  cmd->add_option("--replace-after", o->replace_after_seconds,
+                  "seconds a node may be away before its experts are re-placed (0: never)")
+      ->capture_default_str()
+      ->check(colibri::cli::kSeconds);
+  cmd->add_option("--probe-interval", o->probe_interval_seconds,
+                  "seconds between health probes of unhealthy nodes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 3600.0));
+}
+
+// How activations travel to the nodes (run and serve).
+void AddWireFlags(CLI::App* cmd, colibri::coordinator::WireOptions* o) {
+  cmd->add_option_function<std::string>(
+         "--wire-dtype",
+         [o](const std::string& name) {
+           absl::StatusOr<colibri::v1::DType> dtype = colibri::rpc::ParseWireDType(name);
+           if (dtype.ok()) o->dtype = *dtype;
+         },
+         "activations to and from the nodes: f32 (default; results bitwise equal to a local "
+         "run) or bf16 (half the bytes)")
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            absl::StatusOr<colibri::v1::DType> dtype = colibri::rpc::ParseWireDType(name);
+            return dtype.ok() ? std::string() : std::string(dtype.status().message());
+          },
+          "f32|bf16"));
+  cmd->add_flag("--wire-reduce", o->reduce,
+                "nodes return one weighted sum per token instead of one row per route (fewer "
+                "bytes; results equal a local run only up to float rounding)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  colibri::UseReleaseMutexMode();
+  // Malformed requests (serve) and replies make libprotobuf log a line each.
+  colibri::rpc::InstallRateLimitedProtobufLog("colibri-coordinator");
+  CLI::App app{"colibri-coordinator: runs Mixture-of-Experts GGUF models"};
+  app.require_subcommand(1);
+
+  RunOptions run;
+  std::string prompt_tokens;
+  bool exact = false;
+  CLI::App* run_cmd = app.add_subcommand("run", "one-shot generation or evaluation");
+  AddRunFlags(run_cmd, &run, &prompt_tokens, &exact);
+  AddClusterFlags(run_cmd, &run.cluster);
+  AddWireFlags(run_cmd, &run.cluster.wire);
+  AddSpeculationFlags(run_cmd, &run.speculation);
+
+  colibri::coordinator::ServeOptions serve;
+  CLI::App* serve_cmd = app.add_subcommand(
+      "serve", "serve colibri.v1.Inference over gRPC and the OpenAI API over HTTP");
+  serve_cmd->add_option("--model,-m", serve.model_path, "GGUF model file")->required();
+  serve_cmd->add_option("--listen", serve.listen, "gRPC address (port 0: the OS picks one)")
+      ->capture_default_str()
+      ->check(colibri::cli::ListenAddress());
+  serve_cmd->add_option("--http-listen", serve.http_listen,
+                        "OpenAI-compatible HTTP API address HOST:PORT (port 0: the OS picks one)")
+      ->check(colibri::cli::ListenAddress());
+  serve_cmd->add_option("--chat-template-file", serve.chat_template_file,
+                        "Jinja chat template for the chat endpoints (default: the GGUF's, else "
+                        "ChatML)");
+  serve_cmd->add_option("--http-threads", serve.http_threads,
+                        "HTTP connection threads (0: 4 * --sessions + 4)")
+      ->capture_default_str()
+      ->check(colibri::cli::kThreadCount);
+  serve_cmd->add_option("--threads,-t", serve.threads, "worker threads (0: physical cores)")
+      ->capture_default_str()
+      ->check(colibri::cli::kThreadCount);
+  serve_cmd
+      ->add_option("--ctx-size,-c", serve.ctx_size,
+                   "context size (0: min(model, 4096); at most the model's)")
+      ->capture_default_str()
+      ->check(colibri::cli::kContextSize);
+  serve_cmd->add_option("--batch-size,-b", serve.batch_size, "prompt tokens per batch")
+      ->capture_default_str()
+      ->check(colibri::cli::kBatchSize);
+  serve_cmd
+      ->add_option("--sessions", serve.sessions, "concurrent generations (more requests queue)")
+      ->capture_default_str()
+      ->check(colibri::cli::kSessionCount);
+  serve_cmd->add_option("--tls-cert", serve.tls_cert_file,
+                        "PEM certificate chain of this server (enables TLS)");
+  serve_cmd->add_option("--tls-key", serve.tls_key_file, "PEM key of --tls-cert");
+  serve_cmd->add_flag("--insecure", serve.insecure,
+                      "allow listening beyond loopback without an auth token");
+  serve_cmd->add_option("--auth-token-file", serve.auth_token_file,
+                        "token clients must send; also sent to the nodes unless "
+                        "--node-auth-token-file is given");
+  serve_cmd->add_option("--node-auth-token-file", serve.node_auth_token_file,
+                        "the nodes' token when it differs from --auth-token-file");
+  serve_cmd->add_flag("--mmap", serve.keep_mapped, kMmapHelp);
+  serve_cmd->add_flag("--gguf-order", serve.gguf_order, kGgufOrderHelp);
+  AddKvTypeFlag(serve_cmd, &serve.kv_type);
+  serve_cmd->add_option("--prefetch-depth", serve.prefetch_depth,
+                        "layers ahead to predict experts for, 0-2 (default: 1 with nodes, 0 "
+                        "without)")
+      ->check(CLI::Range(0, 2));
+  serve_cmd
+      ->add_option("--prefetch-count", serve.prefetch_count,
+                   "experts predicted per token (0: the model's top-k)")
+      ->capture_default_str()
+      ->check(colibri::cli::kExpertCount);
+  {
+    using colibri::arch::PipelineHalves;
+    const std::map<std::string, PipelineHalves> halves = {
+        {"auto", PipelineHalves::kAuto}, {"on", PipelineHalves::kOn}, {"off", PipelineHalves::kOff}};
+    serve_cmd
+        ->add_option("--pipeline-halves", serve.pipeline_halves,
+                     "split each step's sequences into two halves pipelined against the expert "
+                     "nodes: auto (with nodes, whichever is measured faster), on or off")
+        ->transform(CLI::CheckedTransformer(halves))
+        ->type_name("auto|on|off")
+        ->default_str("auto");
+  }
+  AddClusterFlags(serve_cmd, &serve.cluster, "node-");
+  AddSpeculationFlags(serve_cmd, &serve.speculation);
+  AddWireFlags(serve_cmd, &serve.cluster.wire);
+
+  colibri::coordinator::PlanOptions plan;
+  CLI::App* plan_cmd = app.add_subcommand("plan", "where every expert would go (moves nothing)");
+  plan_cmd->add_option("--model,-m", plan.model_path, "GGUF model file")->required();
+  AddClusterFlags(plan_cmd, &plan.cluster);
+  plan_cmd->add_flag("--assume-equal", plan.cluster.assume_equal,
+                     "weigh nodes equally and do not contact them");
+  bool plan_summary_only = false;
+  plan_cmd->add_flag("--summary", plan_summary_only, "only the per-node totals");
+
+  InspectOptions inspect;
+  CLI::App* inspect_cmd = app.add_subcommand("inspect", "describe a GGUF model file");
+  inspect_cmd->add_option("--model,-m", inspect.model_path, "GGUF model file")->required();
+  inspect_cmd->add_flag("--verbose,-v", inspect.verbose, "list every metadata key and tensor");
+
+  colibri::coordinator::PerplexityOptions perplexity;
+  bool perplexity_exact = false;
+  CLI::App* perplexity_cmd =
+      app.add_subcommand("perplexity", "mean next-token loss and perplexity over a text");
+  perplexity_cmd->add_option("--model,-m", perplexity.model_path, "GGUF model file")->required();
+  perplexity_cmd->add_option("--text-file", perplexity.text_file, "the text to score")->required();
+  perplexity_cmd->add_option("--ctx", perplexity.ctx,
+                             "tokens per window (0: the model's context, at most 512)")
+      ->capture_default_str()
+      ->check(colibri::cli::kContextSize);
+  perplexity_cmd->add_option("--max-windows", perplexity.max_windows,
+                             "score at most this many windows (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  perplexity_cmd->add_option("--threads,-t", perplexity.threads,
+                             "worker threads (0: physical cores)")
+      ->capture_default_str()
+      ->check(colibri::cli::kThreadCount);
+  AddKvTypeFlag(perplexity_cmd, &perplexity.kv_type);
+  perplexity_cmd->add_flag("--exact", perplexity_exact,
+                           "keep activations in float32 (the reference path)");
+
+  colibri::coordinator::TokenizeOptions tokenize;
+  CLI::App* tokenize_cmd = app.add_subcommand("tokenize", "print the token ids of a text");
+  tokenize_cmd->add_option("--model,-m", tokenize.model_path, "GGUF file (vocab-only is fine)")
+      ->required();
+  tokenize_cmd->add_option("--text", tokenize.text, "the text");
+  tokenize_cmd->add_option("--text-file", tokenize.text_file, "file holding the text");
+  tokenize_cmd->add_option("--separator", tokenize.separator,
+                           "split the input on this string; one line of ids per piece");
+  tokenize_cmd->add_flag("--add-special", tokenize.add_special, "add BOS/EOS as the vocab asks");
+  tokenize_cmd->add_flag("--parse-special", tokenize.parse_special,
+                         "recognise special-token text in the input");
+
+  colibri::coordinator::DetokenizeOptions detokenize;
+  std::string detokenize_ids;
+  CLI::App* detokenize_cmd = app.add_subcommand("detokenize", "print the text of token ids");
+  detokenize_cmd->add_option("--model,-m", detokenize.model_path, "GGUF file")->required();
+  detokenize_cmd->add_option("--ids", detokenize_ids, "comma-separated token ids")->required();
+  detokenize_cmd->add_flag("--render-special", detokenize.render_special,
+                           "render control tokens as text");
+
+  colibri::coordinator::ChatTemplateOptions chat_template;
+  CLI::App* chat_template_cmd =
+      app.add_subcommand("chat-template", "render a Jinja chat template for one conversation");
+  chat_template_cmd->add_option("--template-file", chat_template.template_file, "Jinja template")
+      ->required();
+  chat_template_cmd
+      ->add_option("--conversation-file", chat_template.conversation_file,
+                   "JSON object with messages and optional tools")
+      ->required();
+  chat_template_cmd->add_flag("--add-generation-prompt", chat_template.add_generation_prompt,
+                              "end with the assistant turn's opening");
+  chat_template_cmd->add_option("--bos-token", chat_template.bos_token, "value of bos_token");
+  chat_template_cmd->add_option("--eos-token", chat_template.eos_token, "value of eos_token");
+
+  colibri::AddConfigFileOption(&app);
+  if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
+
+  absl::Status status;
+  if (serve_cmd->parsed()) {
+    const sigset_t signals = colibri::BlockShutdownSignals();
+    colibri::coordinator::BlockReloadSignal();
+    serve.cluster.reload_on_sighup = true;
+    status = colibri::coordinator::RunServe(
+        serve, [&signals] { colibri::WaitForShutdownSignal(signals); }, std::cout, std::cerr);
+  } else if (run_cmd->parsed()) {
+    if (run_cmd->count("--prompt-tokens") > 0) {
+      if (const std::string error = colibri::cli::ParseTokenIds(prompt_tokens, &run.prompt_tokens);
+          !error.empty()) {
+        std::cerr << "error: --prompt-tokens: " << error << "\n";
+        return 2;
+      }
+      run.has_prompt_tokens = true;
+    }
+    if (exact) run.path = colibri::ops::NumericPath::kExact;
+    status = colibri::coordinator::RunGenerate(run, std::cout, std::cerr);
+  } else if (plan_cmd->parsed()) {
+    plan.list_experts = !plan_summary_only;
+    status = colibri::coordinator::RunPlan(plan, std::cout);
+  } else if (inspect_cmd->parsed()) {
+    status = colibri::coordinator::RunInspect(inspect, std::cout);
+  } else if (perplexity_cmd->parsed()) {
+    if (perplexity_exact) perplexity.path = colibri::ops::NumericPath::kExact;
+    status = colibri::coordinator::RunPerplexity(perplexity, std::cout, std::cerr);
+  } else if (tokenize_cmd->parsed()) {
+    tokenize.has_separator = tokenize_cmd->count("--separator") > 0;
+    status = colibri::coordinator::RunTokenize(tokenize, std::cout);
+  } else if (chat_template_cmd->parsed()) {
+    status = colibri::coordinator::RunChatTemplate(chat_template, std::cout);
+  } else if (detokenize_cmd->parsed()) {
+    if (const std::string error = colibri::cli::ParseTokenIds(detokenize_ids, &detokenize.ids);
+        !error.empty()) {
+      std::cerr << "error: --ids: " << error << "\n";
+      return 2;
+    }
+    status = colibri::coordinator::RunDetokenize(detokenize, std::cout);
+  }
+  if (!status.ok()) {
+    std::cerr << "error: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,204 @@
+#include "coordinator/cli/serve_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "common/thread_pool.h"
+#include "coordinator/api/chat_prompt.h"
+#include "coordinator/generation/generation_scheduler.h"
+#include "coordinator/api/http_server.h"
+#include "coordinator/api/inference_service.h"
+#include "coordinator/cli/resident_weights.h"
+#include "coordinator/generation/serve_metrics.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "model/arch/model.h"
+#include "model/tokenizer/tokenizer.h"
+#include "rpc/server_support.h"
+
+namespace colibri::coordinator {
+namespace {
+
+// The model's name in the HTTP API: the file name without ".gguf".
+std::string ModelId(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (absl::EndsWith(name, ".gguf")) name.resize(name.size() - 5);
+  return name.empty() ? "colibri" : name;
+}
+
+}  // namespace
+
+absl::Status RunServe(const ServeOptions& options, const std::function<void()>& wait_for_shutdown,
+                      std::ostream& out, std::ostream& err) {
+  std::string token;
+  if (!options.auth_token_file.empty()) {
+    COLIBRI_ASSIGN_OR_RETURN(token, rpc::ReadTokenFile(options.auth_token_file));
+  }
+  COLIBRI_RETURN_IF_ERROR(
+      rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));
+  if (!options.http_listen.empty()) {
+    COLIBRI_RETURN_IF_ERROR(
+        rpc::CheckListenAllowed(options.http_listen, !token.empty(), options.insecure));
+  }
+  // Outlives everything that records into it.
+  ServeMetrics metrics;
+  // The HTTP API listens while the model loads, answering 503 until then.
+  std::unique_ptr<HttpServer> http;
+  if (!options.http_listen.empty()) {
+    HttpServer::Options http_options;
+    http_options.listen = options.http_listen;
+    http_options.auth_token = token;
+    http_options.threads =
+        options.http_threads > 0 ? options.http_threads : 4 * std::max(options.sessions, 1) + 4;
+    http_options.model_id = ModelId(options.model_path);
+    http_options.metrics = &metrics;
+    COLIBRI_ASSIGN_OR_RETURN(http, HttpServer::Start(http_options));
+  }
+  rpc::ServerTlsFiles tls;
+  tls.cert_file = options.tls_cert_file;
+  tls.key_file = options.tls_key_file;
+  COLIBRI_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                           rpc::MakeServerCredentials(tls));
+
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<arch::Model> model,
+                           arch::Model::Open(options.model_path));
+  absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
+      tokenizer::Tokenizer::FromGguf(model->file());
+  if (!tok.ok()) err << "serve: no tokenizer (" << tok.status().message() << "): id prompts only\n";
+
+  if (options.ctx_size > model->config().n_ctx_train) {
+    err << "serve: --ctx-size " << options.ctx_size << " is above the model's context length of "
+        << model->config().n_ctx_train << "; using " << model->config().n_ctx_train << "\n";
+  }
+
+  // Before the nodes are set up and the first request: every weight when every
+  // expert runs here, else the dense part.
+  MakeWeightsResident(model.get(), /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
+                      /*interleave=*/!options.gguf_order, err);
+  // With nodes the pool's jobs come between waits on them: see ForIntermittentJobs.
+  ThreadPool pool(options.threads, options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
+                                                             : ThreadPool::Options());
+  std::unique_ptr<ClusterExperts> cluster;
+  if (options.cluster.enabled()) {
+    ClusterCommandOptions cluster_options = options.cluster;
+    cluster_options.auth_token_file = !options.node_auth_token_file.empty()
+                                          ? options.node_auth_token_file
+                                          : options.auth_token_file;
+    COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(cluster_options, *model, &pool, err));
+    COLIBRI_RETURN_IF_ERROR(cluster->WatchMembership(cluster_options, err));
+  }
+
+  GenerationScheduler::Options scheduler_options;
+  scheduler_options.sessions = options.sessions;
+  scheduler_options.ctx_size = options.ctx_size;
+  scheduler_options.batch_size = options.batch_size;
+  scheduler_options.prefetch.depth = options.prefetch_depth >= 0 ? options.prefetch_depth
+                                     : cluster != nullptr        ? 1
+                                                                 : 0;
+  scheduler_options.prefetch.count = options.prefetch_count;
+  scheduler_options.pipeline_halves = options.pipeline_halves;
+  scheduler_options.kv_type = options.kv_type;
+  scheduler_options.log = &err;
+  scheduler_options.metrics = &metrics;
+  scheduler_options.speculation = options.speculation;
+  const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
+  // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.
+  ChatRenderer chat;
+  if (tokenizer != nullptr || http != nullptr) {
+    COLIBRI_ASSIGN_OR_RETURN(
+        chat, LoadChatRenderer(model->file(), tokenizer, options.chat_template_file, err));
+  }
+  COLIBRI_ASSIGN_OR_RETURN(
+      std::unique_ptr<GenerationScheduler> scheduler,
+      GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
+  InferenceServiceImpl::Options service_options;
+  service_options.auth_token = token;
+  service_options.chat = chat;
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<InferenceServiceImpl> service,
+                           InferenceServiceImpl::Create(service_options, *model, tokenizer,
+                                                        cluster.get(), scheduler.get()));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, credentials, &port);
+  builder.RegisterService(service.get());
+  rpc::ServerTransportOptions transport;
+  transport.max_message_bytes = options.max_message_bytes;
+  rpc::ConfigureServerBuilder(transport, &builder);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeGrpcMetricsInterceptor(&metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus(true);
+    health->SetServingStatus(v1::Inference::service_full_name(), true);
+  }
+  const arch::ModelConfig& config = model->config();
+  err << absl::StrFormat(
+      "serve: %s (%s), %d layers, %d experts top-%d, context %d, %d session(s), %s, %s%s\n",
+      config.arch, config.name, config.n_layer, config.n_expert, config.n_expert_used,
+      scheduler->n_ctx(), options.sessions,
+      cluster != nullptr ? absl::StrCat(cluster->cluster().n_nodes(), " expert nodes")
+                         : std::string("local experts"),
+      token.empty() ? "no auth" : "token auth", options.tls_cert_file.empty() ? "" : ", TLS");
+  if (options.speculation.draft != DraftKind::kNone) {
+    err << absl::StrFormat("serve: speculative decoding with %s drafts, at most %d per step (%s)\n",
+                           DraftKindName(options.speculation.draft), options.speculation.draft_max,
+                           options.speculation.adaptive ? "adaptive" : "fixed");
+  }
+  out << "listening on " << rpc::ListenHost(options.listen) << ":" << port << std::endl;
+
+  // Stopped before what it serves is destroyed, on every return.
+  absl::Cleanup stop_http = [&http] {
+    if (http != nullptr) http->Stop();
+  };
+  metrics.SetSources(scheduler.get(), cluster.get());
+  if (http != nullptr) {
+    HttpServer::Backend backend;
+    backend.model = model.get();
+    backend.tokenizer = tokenizer;
+    backend.scheduler = scheduler.get();
+    backend.cluster = cluster.get();
+    backend.chat = std::move(chat);
+    http->Attach(std::move(backend));
+    out << "http listening on " << rpc::ListenHost(options.http_listen) << ":" << http->port()
+        << std::endl;
+  }
+
+  wait_for_shutdown();
+
+  err << "serve: shutting down\n";
+  if (health != nullptr) health->Shutdown();
+  // Calls in progress get the grace period to finish; then gRPC cancels them
+  // and the workers stop at their next token.
+  server->Shutdown(std::chrono::system_clock::now() +
+                   absl::ToChronoMilliseconds(options.shutdown_grace));
+  server->Wait();
+  // Running HTTP streams end with the cancellation of their generations:
+  // given a moment to send that error event before the connections close.
+  scheduler->BeginShutdown();
+  if (http != nullptr) {
+    http->Drain(absl::Seconds(2));
+    http->Stop();
+  }
+  scheduler->Stop();
+  service->Stop();
+  err << "serve: stopped\n";
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::coordinator

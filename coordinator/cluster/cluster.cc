@@ -1,0 +1,571 @@
+#include "coordinator/cluster/cluster.h"
+
+#include <algorithm>
+#include <iostream>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace colibri::coordinator {
+
+std::vector<PlacementNode> PlacementNodesOf(const std::vector<Cluster::Node>& nodes,
+                                            bool assume_equal) {
+  std::vector<PlacementNode> out;
+  for (const Cluster::Node& n : nodes) {
+    PlacementNode p;
+    p.id = n.node_id;
+    const uint64_t capacity = n.inventory.disk_budget_bytes() != 0 ? n.inventory.disk_budget_bytes()
+                                                                   : n.inventory.ram_budget_bytes();
+    p.weight = assume_equal || capacity == 0 ? 1.0 : static_cast<double>(capacity) / (1 << 30);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Connect(
+    const ClusterOptions& options, const std::string& fingerprint,
+    const std::vector<int>& experts_per_layer) {
+  if (options.addresses.empty()) return absl::InvalidArgumentError("no expert nodes given");
+  std::vector<std::unique_ptr<NodeClient>> clients;
+  std::vector<Node> nodes;
+  std::vector<bool> reachable;
+  std::string unreachable;  // the first failure, for the error when none answers
+  for (const std::string& address : options.addresses) {
+    NodeClientOptions client_options = options.client;
+    client_options.address = address;
+    COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<NodeClient> client,
+                             CreateGrpcNodeClient(client_options));
+    v1::InventoryRequest request;
+    request.set_model_fingerprint(fingerprint);
+    absl::StatusOr<v1::InventoryReply> inventory = client->Inventory(request);
+    Node node;
+    node.address = address;
+    node.node_id = address;
+    node.provisional = !inventory.ok();
+    if (inventory.ok()) {
+      if (!inventory->node_id().empty()) node.node_id = inventory->node_id();
+      node.inventory = *std::move(inventory);
+    } else if (absl::IsUnavailable(inventory.status()) ||
+               absl::IsDeadlineExceeded(inventory.status())) {
+      const std::string why =
+          absl::StrCat("expert node ", address, " does not answer: ", inventory.status().message());
+      if (unreachable.empty()) unreachable = why;
+      std::ostream& log = options.log != nullptr ? *options.log : std::cerr;
+      log << "cluster: " << why << "; starting without it, it joins once it answers\n";
+    } else {
+      // Answering with an error (wrong token, bad request) is not a node away.
+      return absl::Status(inventory.status().code(), absl::StrCat("expert node ", address, ": ",
+                                                                  inventory.status().message()));
+    }
+    reachable.push_back(inventory.ok());
+    nodes.push_back(std::move(node));
+    clients.push_back(std::move(client));
+  }
+  if (std::find(reachable.begin(), reachable.end(), true) == reachable.end()) {
+    return absl::UnavailableError(unreachable);
+  }
+  return Create(options, fingerprint, experts_per_layer, std::move(clients), std::move(nodes),
+                std::move(reachable));
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(
+    const ClusterOptions& options, const std::string& fingerprint,
+    const std::vector<int>& experts_per_layer, std::vector<std::unique_ptr<NodeClient>> clients,
+    std::vector<Node> nodes, std::vector<bool> reachable) {
+  if (clients.size() != nodes.size() || clients.empty()) {
+    return absl::InvalidArgumentError("a cluster needs one client per node, and a node");
+  }
+  if (reachable.empty()) reachable.assign(nodes.size(), true);
+  if (reachable.size() == nodes.size()) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].provisional) reachable[i] = false;
+    }
+  }
+  const int n_reachable = static_cast<int>(std::count(reachable.begin(), reachable.end(), true));
+  if (reachable.size() != nodes.size() || n_reachable == 0) {
+    return absl::InvalidArgumentError("a cluster needs a reachable node");
+  }
+  std::set<std::string> ids;
+  for (const Node& n : nodes) {
+    if (!ids.insert(n.node_id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("node id '", n.node_id,
+                                                     "' is reported twice (", n.address,
+                                                     "): give each node its own --node-id"));
+    }
+  }
+  if (options.replicas < 1) return absl::InvalidArgumentError("replicas must be >= 1");
+  COLIBRI_ASSIGN_OR_RETURN(
+      Placement placement,
+      Placement::Compute(PlacementNodesOf(nodes, options.assume_equal), experts_per_layer,
+                         std::min(options.replicas, n_reachable), reachable));
+  return std::unique_ptr<Cluster>(new Cluster(options, fingerprint, experts_per_layer,
+                                              std::move(placement), std::move(clients),
+                                              std::move(nodes), std::move(reachable)));
+}
+
+Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
+                 std::vector<int> experts_per_layer, Placement placement,
+                 std::vector<std::unique_ptr<NodeClient>> clients, std::vector<Node> nodes,
+                 std::vector<bool> reachable)
+    : options_(options),
+      fingerprint_(std::move(fingerprint)),
+      experts_per_layer_(std::move(experts_per_layer)),
+      capacity_(std::max<int>(options.max_node_slots, static_cast<int>(nodes.size()))),
+      slots_(new Node[capacity_]),
+      healthy_(reachable),
+      unhealthy_since_(nodes.size(), absl::InfinitePast()),
+      counters_(nodes.size()),
+      available_(reachable),
+      wanted_available_(reachable),
+      retired_(nodes.size(), false) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!healthy_[i]) unhealthy_since_[i] = absl::Now();
+    // Provisional nodes join under their own id instead (UpdateMembership).
+    if (nodes[i].provisional) available_[i] = wanted_available_[i] = false;
+    members_.insert(nodes[i].address);
+    slots_[i] = std::move(nodes[i]);
+  }
+  clients_.assign(std::make_move_iterator(clients.begin()), std::make_move_iterator(clients.end()));
+  n_nodes_.store(static_cast<int>(nodes.size()), std::memory_order_release);
+  placements_.push_back(std::make_unique<const Placement>(std::move(placement)));
+  current_.store(placements_.back().get(), std::memory_order_release);
+  prober_ = std::thread([this] { ProbeLoop(); });
+}
+
+Cluster::~Cluster() { Shutdown(); }
+
+void Cluster::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (prober_.joinable()) prober_.join();
+  if (rebalancer_thread_.joinable()) rebalancer_thread_.join();
+}
+
+bool Cluster::stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stop_;
+}
+
+void Cluster::SetRebalancer(Rebalancer rebalancer) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (rebalancer_ || stop_) return;
+    rebalancer_ = std::move(rebalancer);
+  }
+  rebalancer_thread_ = std::thread([this] { RebalanceLoop(); });
+}
+
+void Cluster::RequestRepair() {
+  absl::MutexLock lock(&mu_);
+  if (rebalancer_) repair_requested_ = true;
+}
+
+int64_t Cluster::repairs() const {
+  absl::MutexLock lock(&mu_);
+  return repairs_;
+}
+
+bool Cluster::excluded(int node) const {
+  absl::MutexLock lock(&mu_);
+  return !available_[node];
+}
+
+int64_t Cluster::moved_experts() const {
+  absl::MutexLock lock(&mu_);
+  return moved_experts_;
+}
+
+std::shared_ptr<NodeClient> Cluster::client(int node) const {
+  absl::MutexLock lock(&clients_mu_);
+  return clients_[node];
+}
+
+bool Cluster::retired(int node) const {
+  absl::MutexLock lock(&mu_);
+  return retired_[node];
+}
+
+absl::Status Cluster::SetMembers(const std::vector<std::string>& addresses) {
+  if (addresses.empty()) {
+    return absl::InvalidArgumentError(
+        "an empty node list: a cluster keeps at least one node (stop the coordinator instead)");
+  }
+  absl::MutexLock lock(&mu_);
+  members_ = std::set<std::string>(addresses.begin(), addresses.end());
+  return absl::OkStatus();
+}
+
+int64_t Cluster::replacements() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(placements_.size()) - 1;
+}
+
+void Cluster::Log(const std::string& line) const {
+  absl::MutexLock lock(&log_mu_);
+  std::ostream& out = options_.log != nullptr ? *options_.log : std::cerr;
+  out << line + "\n" << std::flush;
+}
+
+bool Cluster::healthy(int node) const {
+  absl::MutexLock lock(&mu_);
+  return healthy_[node];
+}
+
+void Cluster::MarkUnhealthy(int node, const absl::Status& why) {
+  bool was_healthy;
+  {
+    absl::MutexLock lock(&mu_);
+    was_healthy = healthy_[node];
+    healthy_[node] = false;
+    if (was_healthy) unhealthy_since_[node] = absl::Now();
+  }
+  if (was_healthy) {
+    Log(absl::StrCat("cluster: node ", slots_[node].address, " unhealthy: ", why.message()));
+  }
+}
+
+void Cluster::ReportExpertLoss(int node, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++expert_losses_;
+  }
+  Log(absl::StrCat("cluster: node ", slots_[node].address, " lost an expert: ", why.message()));
+  RequestRepair();
+}
+
+int64_t Cluster::expert_losses() const {
+  absl::MutexLock lock(&mu_);
+  return expert_losses_;
+}
+
+void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
+                         double node_seconds, bool ok) {
+  absl::MutexLock lock(&mu_);
+  NodeCounters& c = counters_[node];
+  ++c.requests;
+  if (!ok) ++c.failures;
+  c.bytes_sent += bytes_sent;
+  c.bytes_received += bytes_received;
+  c.wait_seconds += wait_seconds;
+  c.node_seconds += node_seconds;
+}
+
+void Cluster::RecordWireFloor(int node, int64_t floor_bytes) {
+  absl::MutexLock lock(&mu_);
+  counters_[node].floor_bytes += floor_bytes;
+}
+
+void Cluster::RecordFailover(int node) {
+  absl::MutexLock lock(&mu_);
+  ++counters_[node].failovers;
+}
+
+void Cluster::RecordFallbackRoutes(int64_t n) {
+  absl::MutexLock lock(&mu_);
+  fallback_routes_ += n;
+}
+
+NodeCounters Cluster::counters(int node) const {
+  absl::MutexLock lock(&mu_);
+  return counters_[node];
+}
+
+int64_t Cluster::fallback_routes() const {
+  absl::MutexLock lock(&mu_);
+  return fallback_routes_;
+}
+
+void Cluster::ProbeLoop() {
+  while (true) {
+    std::vector<int> unhealthy;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.probe_interval);
+      if (stop_) return;
+      UpdateWantedPlacement();
+      for (int i = 0; i < n_nodes(); ++i) {
+        if (!healthy_[i] && !retired_[i] && !slots_[i].provisional) unhealthy.push_back(i);
+      }
+    }
+    for (int i : unhealthy) {
+      std::shared_ptr<NodeClient> c = client(i);
+      if (c == nullptr || !c->CheckHealth().ok()) continue;
+      {
+        absl::MutexLock lock(&mu_);
+        healthy_[i] = true;
+      }
+      Log(absl::StrCat("cluster: node ", slots_[i].address, " healthy again"));
+    }
+    UpdateMembership();
+  }
+}
+
+void Cluster::UpdateMembership() {
+  std::vector<std::string> to_contact;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!rebalancer_) return;
+    std::set<std::string> in;  // listed addresses with a node of known id
+    for (int i = 0; i < n_nodes(); ++i) {
+      if (retired_[i]) continue;
+      if (members_.count(slots_[i].address) == 0) {
+        retired_[i] = true;
+        Log(absl::StrCat("cluster: node ", slots_[i].address,
+                         " is no longer listed: its experts move to the others, then it is "
+                         "released"));
+      } else if (!slots_[i].provisional) {
+        in.insert(slots_[i].address);
+      }
+    }
+    for (const std::string& address : members_) {
+      if (in.count(address) == 0) to_contact.push_back(address);
+    }
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    it = std::find(to_contact.begin(), to_contact.end(), it->first) == to_contact.end()
+             ? pending_.erase(it)
+             : std::next(it);
+  }
+  for (const std::string& address : to_contact) {
+    std::shared_ptr<NodeClient>& c = pending_[address];
+    if (c == nullptr) {
+      for (int i = 0; i < n_nodes() && c == nullptr; ++i) {
+        if (slots_[i].provisional && slots_[i].address == address) c = client(i);
+      }
+    }
+    if (c == nullptr) {
+      NodeClientOptions client_options = options_.client;
+      client_options.address = address;
+      absl::StatusOr<std::unique_ptr<NodeClient>> made =
+          options_.client_factory ? options_.client_factory(client_options)
+                                  : CreateGrpcNodeClient(client_options);
+      if (!made.ok()) {
+        if (pending_logged_.insert(address).second) {
+          Log(absl::StrCat("cluster: cannot make a client for ", address, ": ",
+                           made.status().message()));
+        }
+        continue;
+      }
+      c = std::shared_ptr<NodeClient>(*std::move(made));
+    }
+    v1::InventoryRequest request;
+    request.set_model_fingerprint(fingerprint_);
+    absl::StatusOr<v1::InventoryReply> inventory = c->Inventory(request);
+    if (!inventory.ok()) {
+      if (pending_logged_.insert(address).second) {
+        Log(absl::StrCat("cluster: node ", address, " does not answer yet (",
+                         inventory.status().message(), "); it joins once it does"));
+      }
+      continue;
+    }
+    if (AddNode(address, *std::move(inventory), c)) {
+      pending_.erase(address);
+      pending_logged_.erase(address);
+    }
+  }
+  ReleaseRetiredClients();
+}
+
+bool Cluster::AddNode(const std::string& address, v1::InventoryReply inventory,
+                      std::shared_ptr<NodeClient> client) {
+  const std::string id = inventory.node_id().empty() ? address : inventory.node_id();
+  int index;
+  {
+    absl::MutexLock lock(&mu_);
+    const int n = n_nodes();
+    for (int i = 0; i < n; ++i) {
+      if (!retired_[i] && !slots_[i].provisional && slots_[i].node_id == id) {
+        if (pending_logged_.insert(address).second) {
+          Log(absl::StrCat("cluster: node ", address, " reports id '", id, "', which ",
+                           slots_[i].address, " already has: not taking it in"));
+        }
+        return false;
+      }
+    }
+    if (n == capacity_) {
+      if (pending_logged_.insert(address).second) {
+        Log(absl::StrCat("cluster: cannot take ", address, " in: all ", capacity_,
+                         " node slots used (restart the coordinator)"));
+      }
+      return false;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (slots_[i].provisional && slots_[i].address == address) retired_[i] = true;
+    }
+    index = n;
+    Node& node = slots_[index];
+    node.address = address;
+    node.node_id = id;
+    node.inventory = std::move(inventory);
+    healthy_.push_back(true);
+    unhealthy_since_.push_back(absl::InfinitePast());
+    counters_.emplace_back();
+    available_.push_back(false);
+    wanted_available_.push_back(true);
+    retired_.push_back(false);
+    {
+      absl::MutexLock clients_lock(&clients_mu_);
+      clients_.push_back(std::move(client));
+    }
+    n_nodes_.store(index + 1, std::memory_order_release);
+  }
+  Log(absl::StrCat("cluster: node ", address, " (id ", id,
+                   ") joins: its share of experts is placed on it before work is routed to it"));
+  return true;
+}
+
+void Cluster::ReleaseRetiredClients() {
+  std::vector<std::shared_ptr<NodeClient>> released;  // destroyed outside the locks
+  {
+    absl::MutexLock lock(&mu_);
+    absl::MutexLock clients_lock(&clients_mu_);
+    for (int i = 0; i < n_nodes(); ++i) {
+      if (retired_[i] && !available_[i] && clients_[i] != nullptr) {
+        released.push_back(std::move(clients_[i]));
+        clients_[i] = nullptr;
+      }
+    }
+  }
+  for (const std::shared_ptr<NodeClient>& c : released) {
+    Log(absl::StrCat("cluster: node ", c->address(), " released"));
+  }
+}
+
+std::vector<PlacementNode> Cluster::PlacementNodesOfSlots(int n) const {
+  std::vector<PlacementNode> out =
+      PlacementNodesOf(std::vector<Node>(slots_.get(), slots_.get() + n), options_.assume_equal);
+  for (int i = 0; i < n; ++i) {
+    if (retired_[i]) out[i].id = absl::StrCat("\x01retired-", i);
+  }
+  return out;
+}
+
+void Cluster::UpdateWantedPlacement() {
+  if (!rebalancer_) return;
+  const absl::Time now = absl::Now();
+  for (int i = 0; i < n_nodes(); ++i) {
+    if (retired_[i] || slots_[i].provisional) {
+      wanted_available_[i] = false;
+    } else if (healthy_[i]) {
+      wanted_available_[i] = true;
+    } else if (wanted_available_[i] && now - unhealthy_since_[i] > options_.replace_after &&
+               std::count(wanted_available_.begin(), wanted_available_.end(), true) > 1) {
+      // The last node is never excluded: there would be nowhere to place onto,
+      // and the coordinator's fallback serves its work meanwhile.
+      wanted_available_[i] = false;
+    }
+  }
+  if (std::count(wanted_available_.begin(), wanted_available_.end(), true) == 0) {
+    // Every node in force was retired and none joined yet: keep them until one does.
+    wanted_available_ = available_;
+  }
+}
+
+namespace {
+
+// (layer, expert, node) assignments of `to` that `from` does not have.
+int64_t NewAssignments(const Placement& from, const Placement& to) {
+  int64_t n = 0;
+  for (int l = 0; l < to.n_layer(); ++l) {
+    for (int e = 0; e < to.n_expert(l); ++e) {
+      absl::Span<const int> before = from.Owners(l, e);
+      for (int node : to.Owners(l, e)) {
+        n += std::find(before.begin(), before.end(), node) == before.end() ? 1 : 0;
+      }
+    }
+  }
+  return n;
+}
+
+// The addresses of nodes [0, want.size()) that are left out of `want`,
+// retired ones apart.
+std::string NodeList(const Cluster& cluster, const std::vector<bool>& want,
+                     const std::vector<bool>& retired, bool list_retired) {
+  std::string out;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] || retired[i] != list_retired) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", cluster.node(static_cast<int>(i)).address);
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+void Cluster::RebalanceLoop() {
+  absl::Duration backoff = options_.probe_interval;
+  while (true) {
+    std::vector<bool> want;
+    std::vector<bool> retired;
+    std::vector<PlacementNode> placement_nodes;
+    bool repair = false;
+    Rebalancer rebalancer;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || wanted_available_ != available_ || repair_requested_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) return;
+      want = wanted_available_;
+      retired = retired_;
+      placement_nodes = PlacementNodesOfSlots(static_cast<int>(want.size()));
+      repair = want == available_;
+      repair_requested_ = false;
+      rebalancer = rebalancer_;
+    }
+    absl::Status status;
+    std::unique_ptr<Placement> next;
+    if (repair) {
+      Log("cluster: repairing: re-sending the experts nodes reported lost");
+      status = rebalancer(placement());
+    } else {
+      const int n_available = static_cast<int>(std::count(want.begin(), want.end(), true));
+      absl::StatusOr<Placement> computed = Placement::Compute(
+          placement_nodes, experts_per_layer_, std::min(options_.replicas, n_available), want);
+      status = computed.status();
+      if (status.ok()) {
+        next = std::make_unique<Placement>(*std::move(computed));
+        Log(absl::StrCat(
+            "cluster: re-placing experts (excluded: ", NodeList(*this, want, retired, false),
+            "; retired: ", NodeList(*this, want, retired, true), "; ",
+            NewAssignments(placement(), *next), " expert copies move)"));
+        status = rebalancer(*next);
+      }
+    }
+    if (!status.ok()) {
+      Log(absl::StrCat(repair ? "cluster: repair failed, will retry: "
+                              : "cluster: re-placement failed, the current placement stays: ",
+                       status.message()));
+      absl::MutexLock lock(&mu_);
+      if (repair) repair_requested_ = true;
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(30));
+      continue;
+    }
+    backoff = options_.probe_interval;
+    if (repair) {
+      absl::MutexLock lock(&mu_);
+      ++repairs_;
+      continue;
+    }
+    const int64_t moved = NewAssignments(placement(), *next);
+    {
+      absl::MutexLock lock(&mu_);
+      placements_.push_back(std::move(next));
+      available_ = want;
+      // Nodes that joined meanwhile are not in this placement yet.
+      available_.resize(wanted_available_.size(), false);
+      moved_experts_ += moved;
+      current_.store(placements_.back().get(), std::memory_order_release);
+    }
+    Log(absl::StrCat(
+        "cluster: new placement in force (excluded: ", NodeList(*this, want, retired, false), ")"));
+    ReleaseRetiredClients();
+  }
+}
+
+}  // namespace colibri::coordinator

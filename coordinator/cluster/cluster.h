@@ -1,0 +1,295 @@
+// The expert nodes one coordinator drives: their clients, the placement of
+// experts over them, their health and per-node counters. Shared by every
+// RemoteExpertBackend (one per session) of a `run` or `serve`.
+//
+// Health: a node is marked unhealthy when a call to it fails; a background
+// thread probes unhealthy nodes with grpc.health.v1 every probe_interval and
+// marks them healthy again when they answer SERVING. Meanwhile work for an
+// unhealthy node goes to the next replica, or is computed by the coordinator
+// itself.
+//
+// Re-placement: a node unhealthy for longer than replace_after is excluded
+// and its experts are re-placed onto the others (rendezvous placement moves
+// only that node's experts). A second background thread hands the new
+// placement to the rebalancer (SetRebalancer: it makes the nodes hold what the
+// placement assigns them) and installs it once that succeeds; until then the
+// old placement stays in force. When an excluded node is healthy again it is
+// placed back the same way (it usually still holds its experts, so nothing is
+// sent). Without a rebalancer placement never changes.
+//
+// Membership: SetMembers gives the addresses the cluster should consist of
+// (serve re-resolves --nodes-dns or reloads --nodes-file). The probe thread
+// contacts each listed address without a node; once one answers its
+// Inventory it becomes a new node (a new index; its id and capacity as it
+// reports them) and is placed in like a node coming back: the rebalancer
+// sends or has it import its rendezvous share, and only then does the new
+// placement route work to it. A node whose address is no longer listed is
+// retired: a placement without it is installed first (its experts held by
+// their new owners), then its client is released (the connection closes once
+// calls in flight finish); client() returns null for it from then on. Node
+// indexes are never reused: a node back after its retirement, or on another
+// address, takes a new one. A node unreachable at start-up (Connect) gets a
+// provisional index under its address that never holds experts; when it
+// answers, it joins as above under its reported id and the provisional index
+// is retired. The last node in force is retired only once another can take
+// its experts. Without a rebalancer membership never changes.
+//
+// Repair: a node that answers DataLoss or NotFound for an expert it should
+// hold (a stored value failed its checksum and was dropped) gets it back: the
+// same thread runs the rebalancer for the placement in force, which re-sends
+// what the nodes' inventories miss. Such a loss is the expert's, not the
+// node's: ReportExpertLoss leaves the node healthy (its other experts keep
+// being served); only that call's routes move on.
+//
+// Thread-safety: thread-safe. Clients are used without holding mutex_.
+#ifndef COLIBRI_COORDINATOR_CLUSTER_CLUSTER_H_
+#define COLIBRI_COORDINATOR_CLUSTER_CLUSTER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "colibri/v1/expert.pb.h"
+#include "coordinator/cluster/node_client.h"
+#include "placement/placement.h"
+
+namespace colibri::coordinator {
+
+// The coordinator's code names placement/'s parts without their namespace.
+using placement::BalanceReplicas;
+using placement::ExpertWork;
+using placement::Placement;
+using placement::PlacementNode;
+using placement::RendezvousScore;
+
+struct ClusterOptions {
+  // host:port of every node. Required (at least one).
+  std::vector<std::string> addresses;
+  // Copies of each expert on distinct nodes. Default: 1.
+  int replicas = 1;
+  // With replicas > 1: each layer's experts go to the replicas that balance
+  // the nodes' work (BalanceReplicas) instead of always to the primary. The
+  // nodes then read experts they hold as secondaries too, so their RAM tiers
+  // need room for them. Default: true.
+  bool balance_replicas = true;
+  // Weigh every node 1 instead of by its reported capacity. Default: false.
+  bool assume_equal = false;
+  // Template for every node's client; `address` is filled in per node.
+  NodeClientOptions client;
+  // How often unhealthy nodes are probed. Default: 500 ms.
+  absl::Duration probe_interval = absl::Milliseconds(500);
+  // A node unhealthy for longer than this has its experts re-placed onto the
+  // other nodes. absl::InfiniteDuration(): never. Default: 2 minutes.
+  absl::Duration replace_after = absl::Minutes(2);
+  // Where significant events (a node lost, a node back) are logged, one line
+  // each. Default: null, meaning std::cerr.
+  std::ostream* log = nullptr;
+  // Node indexes the cluster may ever hand out (each join takes one, see
+  // Membership); a join beyond them is refused with a log line.
+  // Default: 256.
+  int max_node_slots = 256;
+  // Makes the client of a node joining later (`client` with the address
+  // filled in is the template). Default: empty, meaning CreateGrpcNodeClient.
+  std::function<absl::StatusOr<std::unique_ptr<NodeClient>>(const NodeClientOptions&)>
+      client_factory;
+};
+
+// Cumulative per-node counters.
+struct NodeCounters {
+  int64_t requests = 0;        // ComputeLayer calls made (= round trips)
+  int64_t failures = 0;        // of which failed or missed their deadline
+  int64_t failovers = 0;       // failed calls whose routes moved to a replica
+  int64_t bytes_sent = 0;      // ComputeLayer request bytes
+  int64_t bytes_received = 0;  // ComputeLayer reply bytes
+  double wait_seconds = 0;     // time from sending a call to its completion
+  // Of that, the time the node reported working on the calls (its replies'
+  // compute_micros + disk_wait_micros); the rest is transport, queueing and
+  // the gRPC paths on both ends.
+  double node_seconds = 0;
+  // The hidden-state floor of those calls: 2 x tokens x n_embd x 4 bytes
+  // (each token's row once each way, float32).
+  int64_t floor_bytes = 0;
+};
+
+class Cluster {
+ public:
+  // One node of the cluster as start-up found it.
+  struct Node {
+    std::string address;
+    std::string node_id;           // reported, or the address when empty
+    v1::InventoryReply inventory;  // for the model's fingerprint
+    // Unreachable at start-up: id and capacity unknown, never holds experts.
+    bool provisional = false;
+  };
+
+  // Connects to every node of options.addresses, reads its inventory for
+  // `fingerprint` and places experts_per_layer[l] experts of each layer over
+  // the nodes that answered. A node that does not answer starts unhealthy and
+  // excluded (its id is its address, its weight 1): work goes around it, and
+  // once it answers its health probe it is placed in like a node coming back
+  // (with a rebalancer). Unavailable when no node answers; InvalidArgument for
+  // bad options.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Connect(
+      const ClusterOptions& options, const std::string& fingerprint,
+      const std::vector<int>& experts_per_layer);
+
+  // The same from ready clients (tests pass mocks). clients[i] serves nodes[i];
+  // reachable[i] false starts node i unhealthy and excluded (empty: every
+  // node reachable; at least one must be). Nodes marked provisional join
+  // under their reported id once they answer (see Membership).
+  static absl::StatusOr<std::unique_ptr<Cluster>> Create(
+      const ClusterOptions& options, const std::string& fingerprint,
+      const std::vector<int>& experts_per_layer, std::vector<std::unique_ptr<NodeClient>> clients,
+      std::vector<Node> nodes, std::vector<bool> reachable = {});
+
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Node indexes handed out so far (including retired nodes); only grows.
+  int n_nodes() const { return n_nodes_.load(std::memory_order_acquire); }
+  // The client of a node, shared so that a call in flight keeps it alive;
+  // null once the node is retired and released.
+  std::shared_ptr<NodeClient> client(int node) const;
+  // Immutable once the index is handed out.
+  const Node& node(int i) const { return slots_[i]; }
+  const std::string& fingerprint() const { return fingerprint_; }
+  int replicas() const { return options_.replicas; }
+  bool balance_replicas() const { return options_.balance_replicas; }
+
+  // The placement in force. The reference stays valid for the cluster's
+  // lifetime, but a re-placement may install a newer one at any time: read it
+  // once per unit of work (a layer) and use that copy throughout.
+  const Placement& placement() const { return *current_.load(std::memory_order_acquire); }
+
+  // Makes every node hold what `placement` assigns it (called on the cluster's
+  // re-placement thread, never concurrently with itself). OK means the
+  // placement may be installed.
+  using Rebalancer = std::function<absl::Status(const Placement& placement)>;
+  // Enables re-placement. Call once, before work starts.
+  void SetRebalancer(Rebalancer rebalancer);
+  // Asks the re-placement thread to re-send what nodes miss of the placement
+  // in force (no-op without a rebalancer). Cheap; repeated requests coalesce.
+  void RequestRepair();
+  // Repairs completed.
+  int64_t repairs() const;
+  // True while node is excluded from the placement in force.
+  bool excluded(int node) const;
+  // Placements installed after the first.
+  int64_t replacements() const;
+  // Expert copies the installed placements gave to a node that did not hold
+  // them in the placement before (Σ over re-placements).
+  int64_t moved_experts() const;
+
+  // The addresses the cluster should consist of (see Membership); returns at
+  // once, the probe thread does the rest. InvalidArgument when empty.
+  absl::Status SetMembers(const std::vector<std::string>& addresses);
+  // True once node's address is no longer a member (it may still be in force
+  // until the placement without it is installed).
+  bool retired(int node) const;
+
+  bool healthy(int node) const;
+  // Records a failed call; the first failure of a healthy node logs one line.
+  void MarkUnhealthy(int node, const absl::Status& why);
+  // A node answered that it lost (DataLoss) or does not hold (NotFound) an
+  // expert it should hold: logs it, counts it and requests a repair; the node
+  // stays healthy.
+  void ReportExpertLoss(int node, const absl::Status& why);
+  // Expert losses reported so far.
+  int64_t expert_losses() const;
+
+  void RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
+                  double node_seconds, bool ok);
+  void RecordWireFloor(int node, int64_t floor_bytes);
+  void RecordFailover(int node);
+  void RecordFallbackRoutes(int64_t n);
+  NodeCounters counters(int node) const;
+  int64_t fallback_routes() const;
+
+  // Stops the background threads early (the destructor does too). Waits for a
+  // re-placement in progress, which should poll stopping().
+  void Shutdown();
+  bool stopping() const;
+
+  // Writes `line` and a newline to ClusterOptions::log in one write, so that
+  // lines from the cluster's threads and the rebalancer never interleave.
+  void Log(const std::string& line) const;
+
+ private:
+  Cluster(const ClusterOptions& options, std::string fingerprint,
+          std::vector<int> experts_per_layer, Placement placement,
+          std::vector<std::unique_ptr<NodeClient>> clients, std::vector<Node> nodes,
+          std::vector<bool> reachable);
+  void ProbeLoop();
+  // Retires nodes no longer listed and takes listed addresses in (RPCs
+  // outside mu_). Probe thread only.
+  void UpdateMembership();
+  // Makes node index for a joining node; false when refused (logged).
+  bool AddNode(const std::string& address, v1::InventoryReply inventory,
+               std::shared_ptr<NodeClient> client);
+  // Releases the clients of retired nodes out of the placement in force.
+  void ReleaseRetiredClients();
+  // Placement weights of nodes [0, n); retired nodes get a unique
+  // placeholder id so a node re-joining with its old id is not a duplicate.
+  std::vector<PlacementNode> PlacementNodesOfSlots(int n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Updates wanted_available_ from health and how long nodes have been away.
+  void UpdateWantedPlacement() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RebalanceLoop();
+
+  const ClusterOptions options_;
+  const std::string fingerprint_;
+  const std::vector<int> experts_per_layer_;
+  const int capacity_;
+  // [capacity_]; entry i written once, before n_nodes_ passes i.
+  const std::unique_ptr<Node[]> slots_;
+  std::atomic<int> n_nodes_{0};
+  mutable absl::Mutex clients_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<std::shared_ptr<NodeClient>> clients_ ABSL_GUARDED_BY(clients_mu_);
+  // Points into placements_; written by the re-placement thread only.
+  std::atomic<const Placement*> current_{nullptr};
+
+  mutable absl::Mutex mu_;
+  std::vector<bool> healthy_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> unhealthy_since_ ABSL_GUARDED_BY(mu_);
+  std::vector<NodeCounters> counters_ ABSL_GUARDED_BY(mu_);
+  int64_t fallback_routes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Every placement ever installed (a handful), so references stay valid.
+  std::vector<std::unique_ptr<const Placement>> placements_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> available_ ABSL_GUARDED_BY(mu_);         // of the placement in force
+  std::vector<bool> wanted_available_ ABSL_GUARDED_BY(mu_);  // what health asks for
+  Rebalancer rebalancer_ ABSL_GUARDED_BY(mu_);
+  bool repair_requested_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t repairs_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t expert_losses_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t moved_experts_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<bool> retired_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> members_ ABSL_GUARDED_BY(mu_);
+  // Probe thread only: clients of listed addresses not yet in, and those
+  // whose failure was logged.
+  std::map<std::string, std::shared_ptr<NodeClient>> pending_;
+  std::set<std::string> pending_logged_;
+  mutable absl::Mutex log_mu_;
+  std::thread prober_;
+  std::thread rebalancer_thread_;
+};
+
+// Placement weights of nodes: their disk budget in GiB (the RAM budget when no
+// disk budget is reported; 1 when neither is), or 1 each with assume_equal.
+std::vector<PlacementNode> PlacementNodesOf(const std::vector<Cluster::Node>& nodes,
+                                            bool assume_equal);
+
+}  // namespace colibri::coordinator
+
+#endif  // COLIBRI_COORDINATOR_CLUSTER_CLUSTER_H_

@@ -1,0 +1,295 @@
+#include "coordinator/cluster/node_client.h"
+
+#include <chrono>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "colibri/v1/expert.grpc.pb.h"
+#include "common/status_macros.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "rpc/client_support.h"
+
+namespace colibri::coordinator {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& address, const char* method) {
+  return rpc::FromGrpc(s, address, method);
+}
+
+class GrpcIngestStream : public IngestStream {
+ public:
+  GrpcIngestStream(std::string address, std::unique_ptr<grpc::ClientContext> context,
+                   std::unique_ptr<v1::IngestReply> reply,
+                   std::unique_ptr<grpc::ClientWriter<v1::IngestChunk>> writer)
+      : address_(std::move(address)),
+        context_(std::move(context)),
+        reply_(std::move(reply)),
+        writer_(std::move(writer)) {}
+
+  ~GrpcIngestStream() override {
+    if (!finished_) {
+      context_->TryCancel();
+      writer_->Finish().IgnoreError();
+    }
+  }
+
+  absl::Status Write(const v1::IngestChunk& chunk) override {
+    if (!writer_->Write(chunk)) {
+      return absl::UnavailableError(absl::StrCat(address_, " Ingest: the stream broke"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<v1::IngestReply> Finish() override {
+    finished_ = true;
+    writer_->WritesDone();
+    absl::Status s = FromGrpc(writer_->Finish(), address_, "Ingest");
+    if (!s.ok()) return s;
+    return *reply_;
+  }
+
+ private:
+  const std::string address_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<v1::IngestReply> reply_;  // written by the stream on Finish
+  std::unique_ptr<grpc::ClientWriter<v1::IngestChunk>> writer_;
+  bool finished_ = false;
+};
+
+// One ComputeLayer call in flight on a ComputeQueue: its tag on the gRPC queue.
+struct AsyncComputeCall {
+  std::string address;
+  void* tag = nullptr;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ComputeLayerReply>> reader;
+  v1::ComputeLayerReply reply;
+  grpc::Status status;
+};
+
+}  // namespace
+
+class ComputeQueue::Impl {
+ public:
+  ~Impl() {
+    {
+      absl::MutexLock lock(&mu_);
+      for (AsyncComputeCall* call : in_flight_) call->context.TryCancel();
+    }
+    // Every started call comes back once (cancelled or not).
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (in_flight_.empty()) break;
+      }
+      delete TakeFromGrpc();
+    }
+    queue_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue_.Next(&tag, &ok)) {
+    }
+  }
+
+  grpc::CompletionQueue* grpc_queue() { return &queue_; }
+
+  void Started(AsyncComputeCall* call) {
+    absl::MutexLock lock(&mu_);
+    in_flight_.insert(call);
+  }
+
+  void Complete(void* tag, absl::StatusOr<v1::ComputeLayerReply> reply) {
+    absl::MutexLock lock(&mu_);
+    done_.push_back(Completion{tag, std::move(reply)});
+  }
+
+  int outstanding() const {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(in_flight_.size() + done_.size());
+  }
+
+  Completion Next() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!done_.empty()) {
+        Completion c = std::move(done_.front());
+        done_.pop_front();
+        return c;
+      }
+    }
+    AsyncComputeCall* call = TakeFromGrpc();
+    Completion c;
+    c.tag = call->tag;
+    if (call->status.ok()) {
+      c.reply = std::move(call->reply);
+    } else {
+      c.reply = rpc::FromGrpc(call->status, call->address, "ComputeLayer");
+    }
+    delete call;
+    return c;
+  }
+
+ private:
+  // Blocks for the next call back from gRPC and forgets it as in flight.
+  AsyncComputeCall* TakeFromGrpc() {
+    void* tag = nullptr;
+    bool ok = false;
+    // Never false before Shutdown, which only the destructor calls after
+    // every call came back.
+    queue_.Next(&tag, &ok);
+    auto* call = static_cast<AsyncComputeCall*>(tag);
+    absl::MutexLock lock(&mu_);
+    in_flight_.erase(call);
+    return call;
+  }
+
+  grpc::CompletionQueue queue_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_set<AsyncComputeCall*> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::deque<Completion> done_ ABSL_GUARDED_BY(mu_);
+};
+
+ComputeQueue::ComputeQueue() : impl_(std::make_unique<Impl>()) {}
+ComputeQueue::~ComputeQueue() = default;
+int ComputeQueue::outstanding() const { return impl_->outstanding(); }
+ComputeQueue::Completion ComputeQueue::Next() { return impl_->Next(); }
+void ComputeQueue::Complete(void* tag, absl::StatusOr<v1::ComputeLayerReply> reply) {
+  impl_->Complete(tag, std::move(reply));
+}
+
+void NodeClient::StartComputeLayer(const v1::ComputeLayerRequest& request, ComputeQueue* queue,
+                                   void* tag) {
+  queue->Complete(tag, ComputeLayer(request));
+}
+
+namespace {
+
+class GrpcNodeClient : public NodeClient {
+ public:
+  GrpcNodeClient(NodeClientOptions options, std::shared_ptr<grpc::Channel> channel)
+      : options_(std::move(options)),
+        channel_(std::move(channel)),
+        stub_(v1::ExpertService::NewStub(channel_)),
+        generic_(channel_) {}
+
+  const std::string& address() const override { return options_.address; }
+
+  absl::StatusOr<v1::ComputeLayerReply> ComputeLayer(
+      const v1::ComputeLayerRequest& request) override {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, options_.compute_deadline);
+    v1::ComputeLayerReply reply;
+    absl::Status s =
+        FromGrpc(stub_->ComputeLayer(&ctx, request, &reply), address(), "ComputeLayer");
+    if (!s.ok()) return s;
+    return reply;
+  }
+
+  void StartComputeLayer(const v1::ComputeLayerRequest& request, ComputeQueue* queue,
+                         void* tag) override {
+    auto* call = new AsyncComputeCall;
+    call->address = address();
+    call->tag = tag;
+    Prepare(&call->context, options_.compute_deadline);
+    ComputeQueue::Impl* impl = queue->impl();
+    call->reader = stub_->PrepareAsyncComputeLayer(&call->context, request, impl->grpc_queue());
+    impl->Started(call);
+    call->reader->StartCall();
+    call->reader->Finish(&call->reply, &call->status, call);
+  }
+
+  absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest& request) override {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, options_.control_deadline);
+    v1::PrefetchReply reply;
+    absl::Status s = FromGrpc(stub_->Prefetch(&ctx, request, &reply), address(), "Prefetch");
+    if (!s.ok()) return s;
+    return reply;
+  }
+
+  absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() override {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    Prepare(ctx.get(), options_.transfer_deadline);
+    auto reply = std::make_unique<v1::IngestReply>();
+    std::unique_ptr<grpc::ClientWriter<v1::IngestChunk>> writer =
+        stub_->Ingest(ctx.get(), reply.get());
+    if (writer == nullptr) {
+      return absl::UnavailableError(absl::StrCat(address(), " Ingest: cannot start the stream"));
+    }
+    return std::unique_ptr<IngestStream>(
+        new GrpcIngestStream(address(), std::move(ctx), std::move(reply), std::move(writer)));
+  }
+
+  absl::StatusOr<v1::ImportReply> Import(const v1::ImportRequest& request) override {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, options_.transfer_deadline);
+    v1::ImportReply reply;
+    absl::Status s = FromGrpc(stub_->Import(&ctx, request, &reply), address(), "Import");
+    if (!s.ok()) return s;
+    return reply;
+  }
+
+  absl::StatusOr<v1::InventoryReply> Inventory(const v1::InventoryRequest& request) override {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, options_.control_deadline);
+    v1::InventoryReply reply;
+    absl::Status s = FromGrpc(stub_->Inventory(&ctx, request, &reply), address(), "Inventory");
+    if (!s.ok()) return s;
+    return reply;
+  }
+
+  absl::StatusOr<v1::NodeStatsReply> NodeStats() override {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, options_.control_deadline);
+    v1::NodeStatsRequest request;
+    v1::NodeStatsReply reply;
+    absl::Status s = FromGrpc(stub_->NodeStats(&ctx, request, &reply), address(), "NodeStats");
+    if (!s.ok()) return s;
+    return reply;
+  }
+
+  absl::Status CheckHealth() override {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, options_.health_deadline);
+    absl::StatusOr<bool> serving = rpc::CheckHealth(&generic_, &ctx, "", address());
+    if (!serving.ok()) return absl::UnavailableError(serving.status().message());
+    if (!*serving) return absl::UnavailableError(absl::StrCat(address(), " is not serving"));
+    return absl::OkStatus();
+  }
+
+ private:
+  void Prepare(grpc::ClientContext* ctx, absl::Duration deadline) const {
+    rpc::PrepareContext(ctx, deadline, options_.auth_token);
+  }
+
+  const NodeClientOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::ExpertService::Stub> stub_;
+  grpc::GenericStub generic_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NodeClient>> CreateGrpcNodeClient(const NodeClientOptions& options) {
+  if (options.address.empty()) return absl::InvalidArgumentError("node address is empty");
+  rpc::ChannelOptions channel_options;
+  channel_options.address = options.address;
+  channel_options.use_tls = options.use_tls;
+  channel_options.tls_ca_pem = options.tls_ca_pem;
+  channel_options.tls_cert_pem = options.tls_cert_pem;
+  channel_options.tls_key_pem = options.tls_key_pem;
+  channel_options.max_message_bytes = options.max_message_bytes;
+  channel_options.keepalive_time = options.keepalive_time;
+  channel_options.keepalive_timeout = options.keepalive_timeout;
+  channel_options.min_reconnect_backoff = options.min_reconnect_backoff;
+  channel_options.max_reconnect_backoff = options.max_reconnect_backoff;
+  COLIBRI_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                           rpc::CreateChannel(channel_options));
+  return std::unique_ptr<NodeClient>(new GrpcNodeClient(options, std::move(channel)));
+}
+
+}  // namespace colibri::coordinator

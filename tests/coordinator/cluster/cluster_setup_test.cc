@@ -1,0 +1,97 @@
+// EnsureExperts against fake nodes whose inventories say what they hold.
+#include "coordinator/cluster/cluster_setup.h"
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "model/arch/model.h"
+#include "model/gguf/gguf_fingerprint.h"
+#include "tests/coordinator/cluster/fake_node_client.h"
+#include "tests/support/paths.h"
+
+namespace colibri::coordinator {
+namespace {
+
+class ClusterSetupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = colibri::testing::FixturesDir();
+    if (dir.empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+    absl::StatusOr<std::unique_ptr<arch::Model>> model =
+        arch::Model::Open(dir + "/models/qwen3moe-tiny-f32.gguf");
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    fingerprint_ = *gguf::ModelFingerprint(model_->file());
+  }
+
+  // One node whose inventory lists every expert of the model; `hash` gives
+  // each one's reported content hash (nullopt: none reported).
+  std::unique_ptr<Cluster> OneNodeHoldingAll(
+      const std::function<std::optional<uint64_t>(int, int)>& hash) {
+    const arch::ModelConfig& config = model_->config();
+    Cluster::Node node;
+    node.address = "fake:1";
+    node.node_id = "fake";
+    for (int l = 0; l < config.n_layer; ++l) {
+      v1::InventoryEntry* entry = node.inventory.add_entries();
+      entry->set_model_fingerprint(fingerprint_);
+      entry->set_layer(l);
+      for (int e = 0; e < config.n_expert; ++e) {
+        entry->add_experts(e);
+        if (std::optional<uint64_t> h = hash(l, e); h.has_value()) entry->add_xxh64(*h);
+      }
+    }
+    std::vector<std::unique_ptr<NodeClient>> clients;
+    clients.push_back(std::make_unique<testing::FakeNodeClient>("fake:1"));
+    std::vector<Cluster::Node> nodes = {node};
+    ClusterOptions options;
+    options.log = &log_;
+    absl::StatusOr<std::unique_ptr<Cluster>> cluster =
+        Cluster::Create(options, fingerprint_, std::vector<int>(config.n_layer, config.n_expert),
+                        std::move(clients), std::move(nodes));
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    return cluster.ok() ? std::move(*cluster) : nullptr;
+  }
+
+  uint64_t Hash(int l, int e) const { return ExpertChecksum(model_->experts()[l][e]); }
+
+  std::unique_ptr<arch::Model> model_;
+  std::string fingerprint_;
+  std::ostringstream log_;
+};
+
+TEST_F(ClusterSetupTest, MatchingContentHashesNeedNothingSent) {
+  auto cluster = OneNodeHoldingAll([&](int l, int e) { return Hash(l, e); });
+  ASSERT_NE(cluster, nullptr);
+  absl::StatusOr<ExpertSetupResult> result = EnsureExperts(*cluster, *model_, {});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->experts_sent, 0);
+}
+
+TEST_F(ClusterSetupTest, NodesThatReportNoHashesAreTrusted) {
+  auto cluster = OneNodeHoldingAll([](int, int) { return std::nullopt; });
+  ASSERT_NE(cluster, nullptr);
+  EXPECT_TRUE(EnsureExperts(*cluster, *model_, {}).ok());
+}
+
+// Defect 1 of issue 9, coordinator side: a node holding other bytes than the
+// model's for an expert is refused, naming the node and the expert.
+TEST_F(ClusterSetupTest, AContentHashMismatchIsDataLoss) {
+  auto cluster = OneNodeHoldingAll(
+      [&](int l, int e) { return l == 1 && e == 2 ? Hash(l, e) ^ 1 : Hash(l, e); });
+  ASSERT_NE(cluster, nullptr);
+  absl::StatusOr<ExpertSetupResult> result = EnsureExperts(*cluster, *model_, {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss) << result.status();
+  EXPECT_NE(result.status().message().find("fake:1"), std::string::npos) << result.status();
+  EXPECT_NE(result.status().message().find("L1E2"), std::string::npos) << result.status();
+}
+
+}  // namespace
+}  // namespace colibri::coordinator

@@ -1,0 +1,198 @@
+// Speculative decoding inside GenerationScheduler (serve's core), driven
+// without gRPC on the demo model (trained, so n-gram drafts are accepted):
+// generations running together with drafting on give exactly the tokens,
+// pieces, log-probabilities and finish reasons that each gives alone on a
+// plain scheduler with one session, greedy and seeded with penalties, with
+// stop strings and end of generation met inside a draft and every small
+// max_tokens; and drafts were accepted and rejected (the /metrics counters).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "coordinator/generation/generation_scheduler.h"
+#include "coordinator/generation/serve_metrics.h"
+#include "gtest/gtest.h"
+#include "model/arch/model.h"
+#include "model/tokenizer/tokenizer.h"
+#include "tests/support/demo_model.h"
+#include "tests/support/recording_job.h"
+
+namespace colibri::coordinator {
+namespace {
+
+using testing::kDemoModel;
+
+// Records what the scheduler reports for one job.
+using testing::RecordingJob;
+
+void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
+  ASSERT_TRUE(plain.status.ok()) << plain.status;
+  ASSERT_TRUE(spec.status.ok()) << spec.status;
+  EXPECT_EQ(plain.result.tokens, spec.result.tokens);
+  EXPECT_EQ(plain.result.text, spec.result.text);
+  EXPECT_EQ(plain.result.finish_reason, spec.result.finish_reason);
+  ASSERT_EQ(plain.tokens.size(), spec.tokens.size());
+  for (size_t i = 0; i < plain.tokens.size(); ++i) {
+    EXPECT_EQ(plain.tokens[i].id, spec.tokens[i].id) << i;
+    EXPECT_EQ(plain.tokens[i].text, spec.tokens[i].text) << i;
+    EXPECT_EQ(plain.tokens[i].logprob, spec.tokens[i].logprob) << i;
+    ASSERT_EQ(plain.tokens[i].top_logprobs.size(), spec.tokens[i].top_logprobs.size()) << i;
+    for (size_t j = 0; j < plain.tokens[i].top_logprobs.size(); ++j) {
+      EXPECT_EQ(plain.tokens[i].top_logprobs[j].id, spec.tokens[i].top_logprobs[j].id);
+      EXPECT_EQ(plain.tokens[i].top_logprobs[j].logprob, spec.tokens[i].top_logprobs[j].logprob);
+    }
+  }
+}
+
+// The value of `series` in `text` (Prometheus format); -1 when absent.
+double Sample(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+class SchedulerSpeculationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = arch::Model::Open(kDemoModel);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    auto tok = tokenizer::Tokenizer::FromGguf(model_->file());
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = std::move(*tok);
+    pool_ = std::make_unique<ThreadPool>(2);
+  }
+
+  std::unique_ptr<GenerationScheduler> NewScheduler(int sessions, int batch_size,
+                                                    const SpeculationOptions& speculation,
+                                                    ServeMetrics* metrics) {
+    GenerationScheduler::Options options;
+    options.sessions = sessions;
+    options.batch_size = batch_size;
+    options.speculation = speculation;
+    options.metrics = metrics;
+    auto s = GenerationScheduler::Create(options, *model_, tokenizer_.get(), nullptr, pool_.get());
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  std::vector<int32_t> Encode(const std::string& text) {
+    tokenizer::EncodeOptions enc;
+    enc.add_special = true;
+    auto ids = tokenizer_->Encode(text, enc);
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    return ids.ok() ? *ids : std::vector<int32_t>{};
+  }
+
+  // Runs every spec on `scheduler` at once and waits for them all.
+  std::vector<std::shared_ptr<RecordingJob>> RunTogether(GenerationScheduler& scheduler,
+                                                         const std::vector<GenerationSpec>& specs) {
+    std::vector<std::shared_ptr<RecordingJob>> jobs;
+    for (const GenerationSpec& spec : specs) {
+      jobs.push_back(std::make_shared<RecordingJob>(spec));
+      EXPECT_TRUE(scheduler.Submit(jobs.back()).ok());
+    }
+    for (auto& job : jobs) job->done.WaitForNotification();
+    return jobs;
+  }
+
+  std::unique_ptr<arch::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+TEST_F(SchedulerSpeculationTest, DraftingGenerationsTogetherGiveWhatEachGivesAlone) {
+  const std::string verse =
+      "And God said, Let there be light: and there was light. And God saw the light, that it "
+      "was good: and God divided the light from the darkness. ";
+  const std::vector<int32_t> repeat = Encode(verse + verse + "And God said,");
+  GenerationSpec greedy;
+  greedy.prompt_ids = repeat;
+  greedy.sampling.temperature = 0;
+  greedy.generation.max_tokens = 40;
+  greedy.generation.logprobs = true;
+  greedy.generation.top_logprobs = 2;
+  GenerationSpec seeded = greedy;
+  seeded.sampling.temperature = 0.7f;
+  seeded.sampling.top_k = 20;
+  seeded.sampling.repeat_penalty = 1.05f;
+  seeded.sampling.frequency_penalty = 0.05f;
+  seeded.sampling.seed = 1234;
+  GenerationSpec other = greedy;
+  other.prompt_ids = Encode("The king of Babylon");
+
+  // Plain, one at a time: the reference, and the text to take stop strings
+  // from.
+  SpeculationOptions none;
+  std::unique_ptr<GenerationScheduler> plain = NewScheduler(1, 64, none, nullptr);
+  ASSERT_NE(plain, nullptr);
+  const auto greedy_plain = RunTogether(*plain, {greedy});
+  ASSERT_TRUE(greedy_plain[0]->status.ok());
+  const std::string text = greedy_plain[0]->result.text;
+  ASSERT_GT(text.size(), 30u);
+
+  std::vector<GenerationSpec> specs = {greedy, seeded, other};
+  for (size_t at : {size_t{5}, size_t{17}, size_t{29}}) {
+    GenerationSpec stop = greedy;
+    stop.generation.stop = {text.substr(at, 4)};
+    specs.push_back(stop);
+  }
+  for (int max_tokens : {1, 2, 3, 5}) {
+    GenerationSpec short_one = greedy;
+    short_one.generation.max_tokens = max_tokens;
+    specs.push_back(short_one);
+  }
+  // End of generation inside a draft: the prompt's repeats end with it.
+  const int32_t eos = tokenizer_->eos_id();
+  if (eos >= 0) {
+    GenerationSpec ending = greedy;
+    auto line = tokenizer_->Encode(" and there was light.", {});
+    ASSERT_TRUE(line.ok());
+    for (int r = 0; r < 3; ++r) {
+      ending.prompt_ids.insert(ending.prompt_ids.end(), line->begin(), line->end());
+      ending.prompt_ids.push_back(eos);
+    }
+    ending.prompt_ids.insert(ending.prompt_ids.end(), line->begin(), line->end());
+    specs.push_back(ending);
+  }
+  std::vector<std::shared_ptr<RecordingJob>> alone;
+  for (const GenerationSpec& spec : specs) alone.push_back(RunTogether(*plain, {spec})[0]);
+  plain.reset();
+
+  for (bool adaptive : {false, true}) {
+    SCOPED_TRACE(adaptive ? "adaptive" : "fixed");
+    SpeculationOptions ngram;
+    ngram.draft = DraftKind::kNgram;
+    ngram.draft_max = 8;
+    ngram.adaptive = adaptive;
+    ServeMetrics metrics;
+    // 4 sessions for 12 generations: they queue, join and leave; a budget
+    // of 24 tokens chunks the prompts and limits the drafts.
+    std::unique_ptr<GenerationScheduler> spec = NewScheduler(4, 24, ngram, &metrics);
+    ASSERT_NE(spec, nullptr);
+    const auto together = RunTogether(*spec, specs);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "generation " << i);
+      ExpectSame(*alone[i], *together[i]);
+    }
+    const std::string scraped = metrics.Render();
+    if (!adaptive) {  // the adaptive length may rightly find drafting does not pay
+      EXPECT_GT(Sample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}"), 0);
+      EXPECT_GT(Sample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}"), 0);
+    }
+    EXPECT_EQ(spec->active_generations(), 0);
+  }
+}
+
+TEST_F(SchedulerSpeculationTest, AnOutOfRangeDraftMaxIsRefused) {
+  for (int draft_max : {0, kMaxDraftTokens + 1}) {
+    GenerationScheduler::Options options;
+    options.speculation.draft = DraftKind::kNgram;
+    options.speculation.draft_max = draft_max;
+    auto s = GenerationScheduler::Create(options, *model_, tokenizer_.get(), nullptr, pool_.get());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << draft_max;
+  }
+}
+
+}  // namespace
+}  // namespace colibri::coordinator
