@@ -225,9 +225,9 @@ void Cluster::MarkUnhealthy(int node, const absl::Status& why) {
     if (was_healthy) unhealthy_since_[node] = absl::Now();
   }
   if (was_healthy) {
-    Log(absl::StrCat("cluster: node ", slots_[node].address,
-                     absl::IsDeadlineExceeded(why) ? " suspect (late): " : " unhealthy: ",
-                     why.message()));
+    Log(absl::StrCat(
+        "cluster: node ", slots_[node].address,
+        absl::IsDeadlineExceeded(why) ? " suspect (late): " : " unhealthy: ", why.message()));
   }
 }
 
@@ -277,8 +277,8 @@ std::vector<NodeSpeed> Cluster::Speeds(int n_nodes) const {
     if (stale[i]) continue;
     const LatencyEstimate& e = latency_[i].estimate();
     speed[i] = NodeSpeed{e.network_ewma, e.seconds_per_work_ewma};
-    fastest.network_seconds = any_fresh ? std::min(fastest.network_seconds, e.network_ewma)
-                                        : e.network_ewma;
+    fastest.network_seconds =
+        any_fresh ? std::min(fastest.network_seconds, e.network_ewma) : e.network_ewma;
     fastest.seconds_per_work = any_fresh
                                    ? std::min(fastest.seconds_per_work, e.seconds_per_work_ewma)
                                    : e.seconds_per_work_ewma;

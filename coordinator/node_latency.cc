@@ -9,9 +9,9 @@ namespace {
 // The p-quantile of `values` (nearest rank; 0 when empty).
 double Quantile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
-  const size_t rank = static_cast<size_t>(
-      std::min<double>(static_cast<double>(values.size()) - 1,
-                       std::ceil(p * static_cast<double>(values.size())) - 1));
+  const size_t rank =
+      static_cast<size_t>(std::min<double>(static_cast<double>(values.size()) - 1,
+                                           std::ceil(p * static_cast<double>(values.size())) - 1));
   std::nth_element(values.begin(), values.begin() + rank, values.end());
   return values[rank];
 }

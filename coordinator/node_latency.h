@@ -37,12 +37,12 @@ struct LatencyOptions {
 
 // A node's estimate at one moment. Seconds throughout.
 struct LatencyEstimate {
-  int64_t samples = 0;                // replies observed since the last fresh start
-  double wait_ewma = 0;               // whole call
+  int64_t samples = 0;   // replies observed since the last fresh start
+  double wait_ewma = 0;  // whole call
   double wait_high = 0;
-  double network_ewma = 0;            // wait minus the node's reported work
+  double network_ewma = 0;  // wait minus the node's reported work
   double network_high = 0;
-  double seconds_per_work_ewma = 0;   // node's reported work / ExpertWork units
+  double seconds_per_work_ewma = 0;  // node's reported work / ExpertWork units
   double seconds_per_work_high = 0;
   absl::Time last_reply = absl::InfinitePast();
 

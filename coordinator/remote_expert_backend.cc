@@ -373,8 +373,8 @@ absl::Status RemoteExpertBackend::Wait() {
                         std::max(0.0, static_cast<double>(call.reply->disk_wait_micros())))
               : 0.0;
       cluster_->RecordCall(call.node, static_cast<int64_t>(call.request.ByteSizeLong()),
-                           reply_bytes, call.wait_seconds, std::min(node_seconds, call.wait_seconds),
-                           call.work, status);
+                           reply_bytes, call.wait_seconds,
+                           std::min(node_seconds, call.wait_seconds), call.work, status);
       if (call.reply.ok()) {
         absl::MutexLock lock(&mu_);
         stats_.bytes_received += reply_bytes;

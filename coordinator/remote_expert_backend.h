@@ -138,7 +138,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
     std::vector<int32_t> route_row;  // [routes]: its token's hidden row
     v1::ComputeLayerRequest request;
     absl::StatusOr<v1::ComputeLayerReply> reply;
-    int64_t work = 0;  // Σ ExpertWork of its experts' tokens in the call
+    int64_t work = 0;         // Σ ExpertWork of its experts' tokens in the call
     absl::Duration deadline;  // Cluster::CallDeadline
     std::chrono::steady_clock::time_point start;  // when the call was started
     double wait_seconds = 0;

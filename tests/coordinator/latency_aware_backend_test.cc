@@ -16,10 +16,10 @@ namespace {
 
 using testing::Batch;
 using testing::FakeNode;
-using testing::RandomBatch;
-using testing::RemoteExpertBackendTest;
 using testing::kExperts;
 using testing::kLayers;
+using testing::RandomBatch;
+using testing::RemoteExpertBackendTest;
 
 class LatencyAwareBackendTest : public RemoteExpertBackendTest {
  protected:
@@ -32,8 +32,8 @@ class LatencyAwareBackendTest : public RemoteExpertBackendTest {
       const Batch b = RandomBatch(1, 4, seed + i);
       std::vector<float> local_out, remote_out;
       RunBoth(b, i % kLayers, ops::NumericPath::kExact, remote, &local_out, &remote_out);
-      EXPECT_EQ(0, std::memcmp(local_out.data(), remote_out.data(),
-                               local_out.size() * sizeof(float)));
+      EXPECT_EQ(0,
+                std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
       for (size_t n = 0; n < nodes_.size(); ++n) {
         calls[n] += static_cast<int>(nodes_[n]->TakeRequests().size());
       }
@@ -50,8 +50,8 @@ class LatencyAwareBackendTest : public RemoteExpertBackendTest {
 
 TEST_F(LatencyAwareBackendTest, ASlowNodeLosesWorkAndWinsItBackWhenItRecovers) {
   MakeCluster(3, 2, absl::Milliseconds(5), ReplicaChoice::kFastest);
-  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                             ops::NumericPath::kExact, &pool_);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kExact,
+                             &pool_);
   std::vector<int> calls = Run(&remote, 12, 1);
   for (int n = 0; n < 3; ++n) EXPECT_GT(calls[n], 0) << "node " << n;
 
@@ -84,8 +84,8 @@ TEST_F(LatencyAwareBackendTest, PrimaryAndBalanceIgnoreTheEstimates) {
 
 TEST_F(LatencyAwareBackendTest, DeadlinesComeFromTheEstimate) {
   MakeCluster(3, 2, absl::Milliseconds(5), ReplicaChoice::kFastest);
-  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                             ops::NumericPath::kExact, &pool_);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kExact,
+                             &pool_);
   Run(&remote, 1, 1);
   // Before any reply, the fixed ceiling (NodeClientOptions::compute_deadline).
   for (FakeNode* node : nodes_) {
@@ -112,8 +112,8 @@ TEST_F(LatencyAwareBackendTest, DeadlinesComeFromTheEstimate) {
 TEST_F(LatencyAwareBackendTest, ALateNodeIsSuspectAndItsShareGoesToAReplica) {
   // Probes so rare that the suspect node stays out for the whole test.
   MakeCluster(3, 2, absl::Hours(1), ReplicaChoice::kFastest);
-  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                             ops::NumericPath::kExact, &pool_);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kExact,
+                             &pool_);
   Run(&remote, 12, 1);
   const int late = 2;
   nodes_[late]->set_late(true);
@@ -130,8 +130,8 @@ TEST_F(LatencyAwareBackendTest, ALateNodeIsSuspectAndItsShareGoesToAReplica) {
 
 TEST_F(LatencyAwareBackendTest, ALateNodeWithoutReplicaIsComputedHere) {
   MakeCluster(3, 1, absl::Hours(1), ReplicaChoice::kFastest);
-  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
-                             ops::NumericPath::kExact, &pool_);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kExact,
+                             &pool_);
   Run(&remote, 12, 1);
   nodes_[0]->set_late(true);
   for (int i = 0; i < 24 && cluster_->healthy(0); ++i) Run(&remote, 1, 600 + i);

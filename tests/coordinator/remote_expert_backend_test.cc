@@ -27,11 +27,11 @@ namespace {
 
 using testing::Batch;
 using testing::FakeNode;
-using testing::RandomBatch;
-using testing::RemoteExpertBackendTest;
 using testing::kEmbd;
 using testing::kExperts;
 using testing::kLayers;
+using testing::RandomBatch;
+using testing::RemoteExpertBackendTest;
 
 TEST_F(RemoteExpertBackendTest, MatchesLocalBitwiseWithOneCallPerInvolvedNode) {
   MakeCluster(3, 1);

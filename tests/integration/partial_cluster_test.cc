@@ -94,9 +94,9 @@ class PartialClusterTest : public ::testing::Test {
   // Starts `serve` of model over addresses_ with `extra` flags and connects
   // a client to it.
   void Serve(const std::string& model, const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {Coordinator(), "serve",     "--model",       ModelPath(model),
-                                     "--listen",    "127.0.0.1:0", "--threads",   "1",
-                                     "--nodes",     addresses_,  "--probe-interval", "0.2"};
+    std::vector<std::string> args = {
+        Coordinator(), "serve", "--model", ModelPath(model), "--listen",         "127.0.0.1:0",
+        "--threads",   "1",     "--nodes", addresses_,       "--probe-interval", "0.2"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::string error;
     ASSERT_TRUE(serve_.Start(args, &error)) << error;
