@@ -156,14 +156,29 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
   cmd->add_option("--replicas", o->replicas, "copies of each expert on distinct nodes")
       ->capture_default_str()
       ->check(colibri::cli::kReplicaCount);
-  const std::map<std::string, bool> choices = {{"balance", true}, {"primary", false}};
-  cmd->add_option("--replica-choice", o->balance_replicas,
+  const std::map<std::string, colibri::coordinator::ReplicaChoice> choices = {
+      {"fastest", colibri::coordinator::ReplicaChoice::kFastest},
+      {"balance", colibri::coordinator::ReplicaChoice::kBalance},
+      {"primary", colibri::coordinator::ReplicaChoice::kPrimary}};
+  cmd->add_option("--replica-choice", o->replica_choice,
                   "with --replicas above 1, which replica computes each expert of a layer: "
-                  "balance (the one that evens out the nodes' work; they read experts they "
-                  "hold as secondaries too) or primary (always the first healthy one)")
+                  "fastest (the one expected to answer first, from each node's observed reply "
+                  "times and the work already given it), balance (the one that evens out the "
+                  "nodes' work, blind to their speed) or primary (always the first healthy one); "
+                  "fastest and balance have nodes read experts they hold as secondaries too")
       ->transform(CLI::CheckedTransformer(choices))
-      ->type_name("balance|primary")
-      ->default_str("balance");
+      ->type_name("fastest|balance|primary")
+      ->default_str("fastest");
+  cmd->add_option("--deadline-factor", o->deadline_factor,
+                  "a call to a node is late after this many times its observed high-percentile "
+                  "reply time (at least --deadline-floor): the node is suspect and its work goes "
+                  "to a replica or is computed here")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1000.0));
+  cmd->add_option("--deadline-floor", o->deadline_floor_seconds,
+                  "seconds a call to a node may always take before it is late")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 3600.0));
   if (node_prefix.empty()) {
     cmd->add_option("--auth-token-file", o->auth_token_file, "file holding the nodes' shared token");
   }

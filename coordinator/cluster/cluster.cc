@@ -117,6 +117,7 @@ Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
       healthy_(reachable),
       unhealthy_since_(nodes.size(), absl::InfinitePast()),
       counters_(nodes.size()),
+      latency_(nodes.size(), LatencyEstimator(options.latency)),
       available_(reachable),
       wanted_available_(reachable),
       retired_(nodes.size(), false) {
@@ -224,7 +225,9 @@ void Cluster::MarkUnhealthy(int node, const absl::Status& why) {
     if (was_healthy) unhealthy_since_[node] = absl::Now();
   }
   if (was_healthy) {
-    Log(absl::StrCat("cluster: node ", slots_[node].address, " unhealthy: ", why.message()));
+    Log(absl::StrCat(
+        "cluster: node ", slots_[node].address,
+        absl::IsDeadlineExceeded(why) ? " suspect (late): " : " unhealthy: ", why.message()));
   }
 }
 
@@ -243,15 +246,61 @@ int64_t Cluster::expert_losses() const {
 }
 
 void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
-                         double node_seconds, bool ok) {
+                         double node_seconds, int64_t work, const absl::Status& status) {
+  const absl::Time now = Now();
   absl::MutexLock lock(&mu_);
   NodeCounters& c = counters_[node];
   ++c.requests;
-  if (!ok) ++c.failures;
+  if (!status.ok()) ++c.failures;
+  if (absl::IsDeadlineExceeded(status)) ++c.deadline_misses;
+  if (status.ok()) latency_[node].Observe(now, work, wait_seconds, node_seconds);
   c.bytes_sent += bytes_sent;
   c.bytes_received += bytes_received;
   c.wait_seconds += wait_seconds;
   c.node_seconds += node_seconds;
+}
+
+LatencyEstimate Cluster::latency(int node) const {
+  absl::MutexLock lock(&mu_);
+  return latency_[node].estimate();
+}
+
+std::vector<NodeSpeed> Cluster::Speeds(int n_nodes) const {
+  const absl::Time now = Now();
+  std::vector<NodeSpeed> speed(n_nodes);
+  std::vector<bool> stale(n_nodes, true);
+  NodeSpeed fastest;
+  bool any_fresh = false;
+  absl::MutexLock lock(&mu_);
+  for (int i = 0; i < n_nodes && i < static_cast<int>(latency_.size()); ++i) {
+    stale[i] = latency_[i].Stale(now);
+    if (stale[i]) continue;
+    const LatencyEstimate& e = latency_[i].estimate();
+    speed[i] = NodeSpeed{e.network_ewma, e.seconds_per_work_ewma};
+    fastest.network_seconds =
+        any_fresh ? std::min(fastest.network_seconds, e.network_ewma) : e.network_ewma;
+    fastest.seconds_per_work = any_fresh
+                                   ? std::min(fastest.seconds_per_work, e.seconds_per_work_ewma)
+                                   : e.seconds_per_work_ewma;
+    any_fresh = true;
+  }
+  for (int i = 0; i < n_nodes; ++i) {
+    if (stale[i]) speed[i] = fastest;
+  }
+  return speed;
+}
+
+absl::Duration Cluster::CallDeadline(int node, int64_t work) const {
+  const absl::Duration ceiling = options_.client.compute_deadline;
+  LatencyEstimate e;
+  {
+    absl::MutexLock lock(&mu_);
+    if (node >= static_cast<int>(latency_.size())) return ceiling;
+    e = latency_[node].estimate();
+  }
+  if (e.samples == 0) return ceiling;
+  const absl::Duration late = absl::Seconds(options_.deadline_factor * e.High(work));
+  return std::min(std::max(late, options_.deadline_floor), ceiling);
 }
 
 void Cluster::RecordWireFloor(int node, int64_t floor_bytes) {
@@ -404,6 +453,7 @@ bool Cluster::AddNode(const std::string& address, v1::InventoryReply inventory,
     healthy_.push_back(true);
     unhealthy_since_.push_back(absl::InfinitePast());
     counters_.emplace_back();
+    latency_.emplace_back(options_.latency);
     available_.push_back(false);
     wanted_available_.push_back(true);
     retired_.push_back(false);

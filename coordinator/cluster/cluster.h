@@ -2,7 +2,8 @@
 // experts over them, their health and per-node counters. Shared by every
 // RemoteExpertBackend (one per session) of a `run` or `serve`.
 //
-// Health: a node is marked unhealthy when a call to it fails; a background
+// Health: a node is marked unhealthy when a call to it fails or misses its
+// deadline (a late node is "suspect": it may only be slow); a background
 // thread probes unhealthy nodes with grpc.health.v1 every probe_interval and
 // marks them healthy again when they answer SERVING. Meanwhile work for an
 // unhealthy node goes to the next replica, or is computed by the coordinator
@@ -42,8 +43,8 @@
 // being served); only that call's routes move on.
 //
 // Thread-safety: thread-safe. Clients are used without holding mutex_.
-#ifndef COLIBRI_COORDINATOR_CLUSTER_CLUSTER_H_
-#define COLIBRI_COORDINATOR_CLUSTER_CLUSTER_H_
+#ifndef COLIBRI_COORDINATOR_CLUSTER_H_
+#define COLIBRI_COORDINATOR_CLUSTER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -62,6 +63,8 @@
 #include "absl/time/time.h"
 #include "colibri/v1/expert.pb.h"
 #include "coordinator/cluster/node_client.h"
+#include "coordinator/cluster/node_latency.h"
+#include "coordinator/cluster/replica_choice.h"
 #include "placement/placement.h"
 
 namespace colibri::coordinator {
@@ -78,11 +81,23 @@ struct ClusterOptions {
   std::vector<std::string> addresses;
   // Copies of each expert on distinct nodes. Default: 1.
   int replicas = 1;
-  // With replicas > 1: each layer's experts go to the replicas that balance
-  // the nodes' work (BalanceReplicas) instead of always to the primary. The
-  // nodes then read experts they hold as secondaries too, so their RAM tiers
-  // need room for them. Default: true.
-  bool balance_replicas = true;
+  // With replicas > 1: which copy computes each expert of a layer
+  // (ReplicaChoice). With kFastest and kBalance the nodes read experts they
+  // hold as secondaries too, so their RAM tiers need room for them.
+  // Default: kFastest.
+  ReplicaChoice replica_choice = ReplicaChoice::kFastest;
+  // The per-node reply-time estimates (NodeLatency).
+  LatencyOptions latency;
+  // A ComputeLayer call to a node with an estimate gets the deadline
+  // max(deadline_factor x its high-percentile time for the call's work,
+  // deadline_floor), at most client.compute_deadline (which calls to a node
+  // without an estimate get). A call that misses it marks the node suspect
+  // (unhealthy: no new work, probed until it answers). Defaults: 8 and 1 s.
+  double deadline_factor = 8;
+  absl::Duration deadline_floor = absl::Seconds(1);
+  // The clock of the latency estimates (staleness). Default: empty, meaning
+  // absl::Now.
+  std::function<absl::Time()> clock;
   // Weigh every node 1 instead of by its reported capacity. Default: false.
   bool assume_equal = false;
   // Template for every node's client; `address` is filled in per node.
@@ -109,6 +124,7 @@ struct ClusterOptions {
 struct NodeCounters {
   int64_t requests = 0;        // ComputeLayer calls made (= round trips)
   int64_t failures = 0;        // of which failed or missed their deadline
+  int64_t deadline_misses = 0;  // of which missed their deadline
   int64_t failovers = 0;       // failed calls whose routes moved to a replica
   int64_t bytes_sent = 0;      // ComputeLayer request bytes
   int64_t bytes_received = 0;  // ComputeLayer reply bytes
@@ -166,7 +182,9 @@ class Cluster {
   const Node& node(int i) const { return slots_[i]; }
   const std::string& fingerprint() const { return fingerprint_; }
   int replicas() const { return options_.replicas; }
-  bool balance_replicas() const { return options_.balance_replicas; }
+  ReplicaChoice replica_choice() const { return options_.replica_choice; }
+  // ClusterOptions::clock.
+  absl::Time Now() const { return options_.clock ? options_.clock() : absl::Now(); }
 
   // The placement in force. The reference stays valid for the cluster's
   // lifetime, but a re-placement may install a newer one at any time: read it
@@ -209,8 +227,21 @@ class Cluster {
   // Expert losses reported so far.
   int64_t expert_losses() const;
 
+  // A ComputeLayer call completed with `status` after wait_seconds, of which
+  // the node reported node_seconds working; `work`: its ExpertWork units. OK
+  // calls feed the node's latency estimate; DeadlineExceeded ones count as
+  // deadline misses.
   void RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, double wait_seconds,
-                  double node_seconds, bool ok);
+                  double node_seconds, int64_t work, const absl::Status& status);
+  // The node's latency estimate now.
+  LatencyEstimate latency(int node) const;
+  // The speed ChooseFastestReplicas weighs for nodes [0, n_nodes): their
+  // estimates, except that a node whose estimate is stale (or absent) counts
+  // as fast as the fastest fresh one, so that it is given work and measured.
+  std::vector<NodeSpeed> Speeds(int n_nodes) const;
+  // The deadline of a ComputeLayer call of `work` ExpertWork units to node
+  // (see ClusterOptions::deadline_factor).
+  absl::Duration CallDeadline(int node, int64_t work) const;
   void RecordWireFloor(int node, int64_t floor_bytes);
   void RecordFailover(int node);
   void RecordFallbackRoutes(int64_t n);
@@ -263,6 +294,7 @@ class Cluster {
   std::vector<bool> healthy_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> unhealthy_since_ ABSL_GUARDED_BY(mu_);
   std::vector<NodeCounters> counters_ ABSL_GUARDED_BY(mu_);
+  std::vector<LatencyEstimator> latency_ ABSL_GUARDED_BY(mu_);  // [nodes]
   int64_t fallback_routes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // Every placement ever installed (a handful), so references stay valid.
@@ -292,4 +324,4 @@ std::vector<PlacementNode> PlacementNodesOf(const std::vector<Cluster::Node>& no
 
 }  // namespace colibri::coordinator
 
-#endif  // COLIBRI_COORDINATOR_CLUSTER_CLUSTER_H_
+#endif  // COLIBRI_COORDINATOR_CLUSTER_H_

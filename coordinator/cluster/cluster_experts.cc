@@ -40,7 +40,9 @@ absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& o
     COLIBRI_ASSIGN_OR_RETURN(out.addresses, ReadNodesFile(options.nodes_file));
   }
   out.replicas = options.replicas;
-  out.balance_replicas = options.balance_replicas;
+  out.replica_choice = options.replica_choice;
+  out.deadline_factor = options.deadline_factor;
+  out.deadline_floor = absl::Seconds(options.deadline_floor_seconds);
   out.assume_equal = options.assume_equal;
   if (options.replicas < 1) return absl::InvalidArgumentError("--replicas must be >= 1");
   out.replace_after = options.replace_after_seconds > 0
@@ -216,11 +218,18 @@ void ClusterExperts::MarkPromptDone() {
 void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const {
   for (int i = 0; i < cluster_->n_nodes(); ++i) {
     const NodeCounters c = cluster_->counters(i);
+    const LatencyEstimate l = cluster_->latency(i);
     err << absl::StrFormat(
-        "node %s: requests=%d failures=%d failovers=%d bytes_sent=%d bytes_received=%d "
-        "wait_s=%.3f node_s=%.3f healthy=%d\n",
-        cluster_->node(i).address, c.requests, c.failures, c.failovers, c.bytes_sent,
-        c.bytes_received, c.wait_seconds, c.node_seconds, cluster_->healthy(i) ? 1 : 0);
+        "node %s: requests=%d failures=%d deadline_misses=%d failovers=%d bytes_sent=%d "
+        "bytes_received=%d wait_s=%.3f node_s=%.3f healthy=%d\n",
+        cluster_->node(i).address, c.requests, c.failures, c.deadline_misses, c.failovers,
+        c.bytes_sent, c.bytes_received, c.wait_seconds, c.node_seconds,
+        cluster_->healthy(i) ? 1 : 0);
+    err << absl::StrFormat(
+        "node %s latency: wait_ewma_ms=%.3f wait_p95_ms=%.3f network_ewma_ms=%.3f "
+        "network_p95_ms=%.3f work_us_per_unit=%.3f\n",
+        cluster_->node(i).address, 1e3 * l.wait_ewma, 1e3 * l.wait_high, 1e3 * l.network_ewma,
+        1e3 * l.network_high, 1e6 * l.seconds_per_work_ewma);
   }
   const RemoteBackendStats s = BackendTotals();
   err << absl::StrFormat(

@@ -37,8 +37,12 @@ struct ClusterCommandOptions {
   bool reload_on_sighup = false;
   // Copies of each expert on distinct nodes. Default: 1.
   int replicas = 1;
-  // ClusterOptions::balance_replicas (--replica-choice). Default: true.
-  bool balance_replicas = true;
+  // ClusterOptions::replica_choice (--replica-choice). Default: kFastest.
+  ReplicaChoice replica_choice = ReplicaChoice::kFastest;
+  // ClusterOptions::deadline_factor and deadline_floor (--deadline-factor,
+  // --deadline-floor). Defaults: 8 and 1 s.
+  double deadline_factor = 8;
+  double deadline_floor_seconds = 1;
   // File holding the shared auth token (surrounding whitespace ignored).
   // Default: empty, no token.
   std::string auth_token_file;

@@ -161,8 +161,8 @@ void ComputeQueue::Complete(void* tag, absl::StatusOr<v1::ComputeLayerReply> rep
   impl_->Complete(tag, std::move(reply));
 }
 
-void NodeClient::StartComputeLayer(const v1::ComputeLayerRequest& request, ComputeQueue* queue,
-                                   void* tag) {
+void NodeClient::StartComputeLayer(const v1::ComputeLayerRequest& request,
+                                   absl::Duration /*deadline*/, ComputeQueue* queue, void* tag) {
   queue->Complete(tag, ComputeLayer(request));
 }
 
@@ -189,12 +189,12 @@ class GrpcNodeClient : public NodeClient {
     return reply;
   }
 
-  void StartComputeLayer(const v1::ComputeLayerRequest& request, ComputeQueue* queue,
-                         void* tag) override {
+  void StartComputeLayer(const v1::ComputeLayerRequest& request, absl::Duration deadline,
+                         ComputeQueue* queue, void* tag) override {
     auto* call = new AsyncComputeCall;
     call->address = address();
     call->tag = tag;
-    Prepare(&call->context, options_.compute_deadline);
+    Prepare(&call->context, deadline);
     ComputeQueue::Impl* impl = queue->impl();
     call->reader = stub_->PrepareAsyncComputeLayer(&call->context, request, impl->grpc_queue());
     impl->Started(call);

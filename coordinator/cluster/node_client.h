@@ -36,7 +36,8 @@ struct NodeClientOptions {
   std::string tls_ca_pem;
   std::string tls_cert_pem;
   std::string tls_key_pem;
-  // Deadline of one ComputeLayer call. Default: 30 s.
+  // Deadline of one ComputeLayer call (ComputeLayer; StartComputeLayer takes
+  // its own). Default: 30 s.
   absl::Duration compute_deadline = absl::Seconds(30);
   // Deadline of Inventory, NodeStats and Prefetch. Default: 10 s.
   absl::Duration control_deadline = absl::Seconds(10);
@@ -112,12 +113,13 @@ class NodeClient {
   virtual absl::StatusOr<v1::ComputeLayerReply> ComputeLayer(
       const v1::ComputeLayerRequest& request) = 0;
   // Starts ComputeLayer without waiting: its result comes out of
-  // queue->Next() with `tag`. The request may go as soon as this returns.
-  // The gRPC client sends it and returns; this default (for clients with no
-  // asynchronous path, such as test fakes) calls ComputeLayer and records
-  // its result.
-  virtual void StartComputeLayer(const v1::ComputeLayerRequest& request, ComputeQueue* queue,
-                                 void* tag);
+  // queue->Next() with `tag` (DeadlineExceeded when `deadline` passes first).
+  // The request may go as soon as this returns. The gRPC client sends it and
+  // returns; this default (for clients with no asynchronous path, such as
+  // test fakes) calls ComputeLayer, ignoring `deadline`, and records its
+  // result.
+  virtual void StartComputeLayer(const v1::ComputeLayerRequest& request, absl::Duration deadline,
+                                 ComputeQueue* queue, void* tag);
   virtual absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest& request) = 0;
   virtual absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() = 0;
   virtual absl::StatusOr<v1::ImportReply> Import(const v1::ImportRequest& request) = 0;

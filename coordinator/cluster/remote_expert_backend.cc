@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "rpc/wire_tensor.h"
 
 namespace colibri::coordinator {
@@ -159,20 +160,33 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
         absl::StrCat("layer ", batch.layer, " has no placement for ", n_expert_, " experts"));
     return;
   }
-  first_.assign(n_expert_, 0);
-  if (placement.replicas() > 1 && cluster_->balance_replicas()) {
-    std::vector<int64_t> tokens(n_expert_, 0);
-    for (int64_t i = 0; i < n_routes; ++i) ++tokens[batch.experts[i]];
-    std::vector<int64_t> cost(n_expert_);
-    for (int e = 0; e < n_expert_; ++e) cost[e] = ExpertWork(tokens[e]);
-    first_ = BalanceReplicas(placement, batch.layer, cost, Healthy(placement.n_nodes()));
-  }
+  std::vector<int64_t> tokens(n_expert_, 0);
+  for (int64_t i = 0; i < n_routes; ++i) ++tokens[batch.experts[i]];
+  std::vector<int64_t> work(n_expert_);
+  for (int e = 0; e < n_expert_; ++e) work[e] = ExpertWork(tokens[e]);
+  first_ = ChooseReplicas(placement, batch.layer, work, Healthy(placement.n_nodes()));
   std::vector<int64_t> routes(n_routes);
   for (int64_t i = 0; i < n_routes; ++i) routes[i] = i;
   Dispatch(routes, /*send_hints=*/true);
   absl::MutexLock lock(&mu_);
   ++stats_.layers;
   stats_.involved_nodes += static_cast<int64_t>(calls_.size());
+}
+
+std::vector<int> RemoteExpertBackend::ChooseReplicas(const Placement& placement, int layer,
+                                                     const std::vector<int64_t>& work,
+                                                     const std::vector<bool>& healthy) const {
+  if (placement.replicas() == 1) return std::vector<int>(placement.n_expert(layer), 0);
+  switch (cluster_->replica_choice()) {
+    case ReplicaChoice::kFastest:
+      return ChooseFastestReplicas(placement, layer, work, cluster_->Speeds(placement.n_nodes()),
+                                   healthy);
+    case ReplicaChoice::kBalance:
+      return BalanceReplicas(placement, layer, work, healthy);
+    case ReplicaChoice::kPrimary:
+      break;
+  }
+  return std::vector<int>(placement.n_expert(layer), 0);
 }
 
 int RemoteExpertBackend::OwnerAt(const Placement& placement, int32_t e, int attempt) const {
@@ -224,6 +238,11 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
       call->route_row.push_back(token_slot_[t]);
     }
     for (int64_t t : call->tokens) token_slot_[t] = -1;
+    // Its ExpertWork: each expert's tokens in this call.
+    expert_tokens_.assign(n_expert_, 0);
+    for (int64_t route : call->routes) ++expert_tokens_[batch_.experts[route]];
+    call->work = 0;
+    for (int64_t n : expert_tokens_) call->work += ExpertWork(n);
     EncodeRequest(call);
     const int64_t request_bytes = static_cast<int64_t>(call->request.ByteSizeLong());
     const int64_t floor =
@@ -236,12 +255,13 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
       stats_.payload_sent += static_cast<int64_t>(call->request.hidden().data().size());
       stats_.floor_bytes += floor;
     }
+    call->deadline = cluster_->CallDeadline(call->node, call->work);
     call->start = std::chrono::steady_clock::now();
     // Null once the node was retired; its experts have moved by then.
     std::shared_ptr<NodeClient> client = cluster_->client(call->node);
     call->retired = client == nullptr;
     if (client != nullptr) {
-      client->StartComputeLayer(call->request, &queue_, call);
+      client->StartComputeLayer(call->request, call->deadline, &queue_, call);
     } else {
       queue_.Complete(call, absl::UnavailableError("node retired from the cluster"));
     }
@@ -338,6 +358,11 @@ absl::Status RemoteExpertBackend::Wait() {
     for (size_t c = first; c < end; ++c) {
       const Call& call = *calls_[c];
       absl::Status status = call.reply.ok() ? Scatter(call) : call.reply.status();
+      if (absl::IsDeadlineExceeded(status)) {
+        status = absl::DeadlineExceededError(
+            absl::StrCat(cluster_->node(call.node).address, " ComputeLayer: no reply within ",
+                         absl::FormatDuration(call.deadline), " (", status.message(), ")"));
+      }
       const int64_t reply_bytes =
           call.reply.ok() ? static_cast<int64_t>(call.reply->ByteSizeLong()) : 0;
       // What the node says it spent on the call (clamped: a reply is untrusted;
@@ -348,8 +373,8 @@ absl::Status RemoteExpertBackend::Wait() {
                         std::max(0.0, static_cast<double>(call.reply->disk_wait_micros())))
               : 0.0;
       cluster_->RecordCall(call.node, static_cast<int64_t>(call.request.ByteSizeLong()),
-                           reply_bytes, call.wait_seconds, std::min(node_seconds, call.wait_seconds),
-                           status.ok());
+                           reply_bytes, call.wait_seconds,
+                           std::min(node_seconds, call.wait_seconds), call.work, status);
       if (call.reply.ok()) {
         absl::MutexLock lock(&mu_);
         stats_.bytes_received += reply_bytes;
@@ -442,7 +467,7 @@ void RemoteExpertBackend::SendHints(const Placement& placement, const std::vecto
   // [layer] of the hinted layers: the replica each hinted expert starts from,
   // chosen as Submit would choose for a batch of those experts.
   absl::flat_hash_map<int, std::vector<int>> start;
-  if (placement.replicas() > 1 && cluster_->balance_replicas()) {
+  if (placement.replicas() > 1) {
     absl::flat_hash_map<int, std::vector<int64_t>> cost;
     for (const auto& [layer, e] : hints_) {
       if (!valid(layer, e)) continue;
@@ -451,7 +476,7 @@ void RemoteExpertBackend::SendHints(const Placement& placement, const std::vecto
       c[e] = ExpertWork(1);
     }
     for (const auto& [layer, c] : cost) {
-      start[layer] = BalanceReplicas(placement, layer, c, healthy);
+      start[layer] = ChooseReplicas(placement, layer, c, healthy);
     }
   }
   for (const auto& [layer, e] : hints_) {

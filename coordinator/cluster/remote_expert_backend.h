@@ -3,14 +3,17 @@
 // local fallback.
 //
 // Submit chooses, per expert of the batch, which healthy replica computes it
-// (BalanceReplicas: the one that keeps the busiest node's work least, when
-// ClusterOptions::balance_replicas; else the first healthy one), groups the
+// (ClusterOptions::replica_choice: the one expected to answer first given the
+// nodes' latency estimates, ChooseFastestReplicas; the one that keeps the
+// busiest node's work least, BalanceReplicas; or the first healthy one), groups the
 // batch's (token, rank) routes by it, sends each involved node the hidden rows it needs
 // (each token once) and its routes, and returns: the calls are started on the
 // backend's ComputeQueue from the caller's thread. Wait takes the replies on
 // that thread (no thread hand-off either way) and scatters them into
 // out[t][r]. A call's wait time runs from its start until Wait takes it, so it
-// includes the caller's own work when the reply came before Wait. A call that
+// includes the caller's own work when the reply came before Wait; it feeds the
+// node's latency estimate (Cluster::RecordCall), and the estimate sets the
+// call's deadline (Cluster::CallDeadline). A call that
 // fails or misses its deadline marks its node unhealthy (except DataLoss /
 // NotFound from the node: an expert's loss, Cluster::ReportExpertLoss) and its
 // routes go to each expert's next healthy replica (in Owners order after the
@@ -135,6 +138,8 @@ class RemoteExpertBackend : public moe::ExpertBackend {
     std::vector<int32_t> route_row;  // [routes]: its token's hidden row
     v1::ComputeLayerRequest request;
     absl::StatusOr<v1::ComputeLayerReply> reply;
+    int64_t work = 0;         // Σ ExpertWork of its experts' tokens in the call
+    absl::Duration deadline;  // Cluster::CallDeadline
     std::chrono::steady_clock::time_point start;  // when the call was started
     double wait_seconds = 0;
     // The node was retired (its client released) before the call went out:
@@ -142,6 +147,12 @@ class RemoteExpertBackend : public moe::ExpertBackend {
     bool retired = false;
   };
 
+  // [n_expert] indexes into Owners(layer, e): the replica of each expert
+  // tried first, by cluster_->replica_choice(). work[e]: the expert's
+  // ExpertWork in the batch; healthy[node]: the nodes that may be chosen.
+  std::vector<int> ChooseReplicas(const Placement& placement, int layer,
+                                  const std::vector<int64_t>& work,
+                                  const std::vector<bool>& healthy) const;
   // The node of expert e's replica at try `attempt` (see first_).
   int OwnerAt(const Placement& placement, int32_t e, int attempt) const;
   // cluster_->healthy(node) of nodes 0 .. n_nodes - 1, read once.
@@ -185,6 +196,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   std::vector<std::unique_ptr<Call>> calls_;
   std::vector<int> node_slot_;       // [n_nodes] scratch: call index or -1
   std::vector<int32_t> token_slot_;  // [n_tokens] scratch: row in a request or -1
+  std::vector<int64_t> expert_tokens_;  // [n_expert] scratch: tokens of a call
   // Stashed hints (layer, expert), touched by the caller only.
   std::vector<std::pair<int, int32_t>> hints_;
 

@@ -164,6 +164,26 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
   per_node("colibri_node_work_seconds_total",
            "Of that wait, the time the node reported computing and reading from disk.",
            Type::kCounter, [&](int i) { return counters[i].node_seconds; });
+  per_node("colibri_node_deadline_misses_total",
+           "Calls to the node that missed their latency-derived deadline (node marked suspect).",
+           Type::kCounter, [&](int i) { return counters[i].deadline_misses; });
+  std::vector<LatencyEstimate> latency(n);
+  for (int i = 0; i < n; ++i) latency[i] = c.latency(i);
+  per_node("colibri_node_reply_seconds_ewma",
+           "Running average of the node's ComputeLayer reply time.", Type::kGauge,
+           [&](int i) { return latency[i].wait_ewma; });
+  per_node("colibri_node_reply_seconds_p95",
+           "95th percentile of the node's newest ComputeLayer reply times.", Type::kGauge,
+           [&](int i) { return latency[i].wait_high; });
+  per_node("colibri_node_network_seconds_ewma",
+           "Running average of the reply time minus the node's reported work.", Type::kGauge,
+           [&](int i) { return latency[i].network_ewma; });
+  per_node("colibri_node_network_seconds_p95",
+           "95th percentile of the reply time minus the node's reported work.", Type::kGauge,
+           [&](int i) { return latency[i].network_high; });
+  per_node("colibri_node_work_seconds_per_unit_ewma",
+           "Running average of the node's reported work per unit of expert work.", Type::kGauge,
+           [&](int i) { return latency[i].seconds_per_work_ewma; });
   per_node("colibri_node_healthy", "1 while the node is healthy.", Type::kGauge,
            [&](int i) { return c.healthy(i) ? 1 : 0; });
   per_node("colibri_node_excluded", "1 while the node is excluded from the placement.",

@@ -1,7 +1,9 @@
 // Start-up is not all-or-nothing: `run` and `serve` with one of three nodes
 // unreachable start with the two they reach (the same tokens as the local
 // run), serve takes the third in once it comes up, and a run whose node dies
-// while experts are being sent to it completes.
+// while experts are being sent to it completes. A node that hangs (SIGSTOP)
+// under serve does not stall it. No timing is asserted; ctest's timeout
+// bounds each test.
 #include <signal.h>
 
 #include <chrono>
@@ -49,14 +51,25 @@ std::vector<int32_t> Prompt(const std::string& model) {
   return c.prompt_tokens;
 }
 
-std::vector<std::string> RunArgs(const std::string& model, const std::vector<int32_t>& prompt) {
+std::vector<std::string> RunArgs(const std::string& model, const std::vector<int32_t>& prompt,
+                                 int n_predict = kTokens) {
   return {Coordinator(),     "run",
           "--model",         ModelPath(model),
           "--prompt-tokens", testing::JoinIds(std::vector<int>(prompt.begin(), prompt.end())),
-          "--n-predict",     std::to_string(kTokens),
+          "--n-predict",     std::to_string(n_predict),
           "--temp",          "0",
           "--ignore-eos",    "--print-token-ids",
           "--threads",       "1"};
+}
+
+// A greedy generation of `n` tokens of `prompt`, EOS ignored.
+v1::GenerateRequest Request(const std::vector<int32_t>& prompt, int n = kTokens) {
+  v1::GenerateRequest request;
+  for (int32_t id : prompt) request.mutable_tokens()->add_ids(id);
+  request.set_max_tokens(n);
+  request.set_ignore_eos(true);
+  request.mutable_sampling()->set_temperature(0);
+  return request;
 }
 
 class PartialClusterTest : public ::testing::Test {
@@ -78,8 +91,26 @@ class PartialClusterTest : public ::testing::Test {
     return port;
   }
 
+  // Starts `serve` of model over addresses_ with `extra` flags and connects
+  // a client to it.
+  void Serve(const std::string& model, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {
+        Coordinator(), "serve", "--model", ModelPath(model), "--listen",         "127.0.0.1:0",
+        "--threads",   "1",     "--nodes", addresses_,       "--probe-interval", "0.2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string error;
+    ASSERT_TRUE(serve_.Start(args, &error)) << error;
+    ClientOptions options;
+    options.address = serve_.address();
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
   std::vector<std::unique_ptr<NodeProcess>> nodes_;
   std::string addresses_;
+  ServerProcess serve_;
+  std::unique_ptr<Client> client_;
 };
 
 TEST_F(PartialClusterTest, RunAndServeStartWithoutAnUnreachableNodeAndServeTakesItInLater) {
@@ -98,26 +129,12 @@ TEST_F(PartialClusterTest, RunAndServeStartWithoutAnUnreachableNodeAndServeTakes
   EXPECT_EQ(ParseIds(partial.out), expected);
   EXPECT_NE(partial.err.find("starting without it"), std::string::npos) << partial.err;
 
-  ServerProcess serve;
-  std::string error;
-  ASSERT_TRUE(
-      serve.Start({Coordinator(), "serve", "--model", ModelPath(model), "--listen", "127.0.0.1:0",
-                   "--threads", "1", "--nodes", addresses_, "--probe-interval", "0.2"},
-                  &error))
-      << error;
-  ClientOptions options;
-  options.address = serve.address();
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  v1::GenerateRequest request;
-  for (int32_t id : prompt) request.mutable_tokens()->add_ids(id);
-  request.set_max_tokens(kTokens);
-  request.set_ignore_eos(true);
-  request.mutable_sampling()->set_temperature(0);
-  absl::StatusOr<GenerateResult> before = (*client)->Generate(request);
+  ASSERT_NO_FATAL_FAILURE(Serve(model, {}));
+  const v1::GenerateRequest request = Request(prompt);
+  absl::StatusOr<GenerateResult> before = client_->Generate(request);
   ASSERT_TRUE(before.ok()) << before.status();
   EXPECT_EQ(before->tokens, expected);
-  absl::StatusOr<v1::ClusterStatusReply> status = (*client)->ClusterStatus();
+  absl::StatusOr<v1::ClusterStatusReply> status = client_->ClusterStatus();
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->nodes_size(), 3);
   EXPECT_FALSE(status->nodes(2).healthy());
@@ -127,11 +144,12 @@ TEST_F(PartialClusterTest, RunAndServeStartWithoutAnUnreachableNodeAndServeTakes
 
   // The third node comes up on its address: it joins under its own id (the
   // provisional entry made for its address is retired) and gets work.
+  std::string error;
   ASSERT_TRUE(nodes_[2]->Start(port, &error)) << error;
   bool placed = false;
   for (int i = 0; i < 300 && !placed; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    status = (*client)->ClusterStatus();
+    status = client_->ClusterStatus();
     ASSERT_TRUE(status.ok()) << status.status();
     placed = status->nodes(2).healthy() && !status->nodes(2).excluded() &&
              status->nodes(2).experts_assigned() > 0;
@@ -140,13 +158,57 @@ TEST_F(PartialClusterTest, RunAndServeStartWithoutAnUnreachableNodeAndServeTakes
   // Placed under the id it reports, not under its address.
   EXPECT_EQ(status->nodes(2).node_id(), "node-2");
   EXPECT_GE(status->nodes(2).experts_stored(), status->nodes(2).experts_assigned());
-  absl::StatusOr<GenerateResult> after = (*client)->Generate(request);
+  absl::StatusOr<GenerateResult> after = client_->Generate(request);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->tokens, expected);
-  status = (*client)->ClusterStatus();
+  status = client_->ClusterStatus();
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_GT(status->nodes(2).requests(), 0);
-  EXPECT_EQ(serve.Stop(SIGTERM), 0);
+  EXPECT_EQ(serve_.Stop(SIGTERM), 0);
+}
+
+TEST_F(PartialClusterTest, ServeKeepsTheLocalTokensWhileANodeIsStopped) {
+  // Three nodes, two copies of each expert, 48 tokens per generation.
+  const std::string model = "qwen3moe-tiny-f32";
+  const int n = 48;
+  const std::vector<int32_t> prompt = Prompt(model);
+  const CommandResult local = testing::RunCommand(RunArgs(model, prompt, n));
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const std::vector<int32_t> expected = ParseIds(local.out);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(n));
+  for (int i = 0; i < 3; ++i) {
+    nodes_.push_back(
+        std::make_unique<NodeProcess>(testing::MakeTempDir("hung"), "node-" + std::to_string(i)));
+    std::string error;
+    ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
+    addresses_ += (i > 0 ? "," : "") + nodes_.back()->address();
+  }
+  ASSERT_NO_FATAL_FAILURE(Serve(model, {"--replicas", "2"}));
+  const v1::GenerateRequest request = Request(prompt, n);
+  // Healthy first: every node has replied, so every node has an estimate.
+  absl::StatusOr<GenerateResult> healthy = client_->Generate(request);
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  EXPECT_EQ(healthy->tokens, expected);
+
+  // Stop node 1 while a generation is under way, then generate again with it
+  // still stopped (in case the first finished before the signal landed).
+  const int stopped = nodes_[1]->pid();
+  absl::StatusOr<GenerateResult> during = absl::UnknownError("not run");
+  std::thread generation([&] { during = client_->Generate(request); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
+  generation.join();
+  absl::StatusOr<GenerateResult> after = client_->Generate(request);
+  absl::StatusOr<v1::ClusterStatusReply> status = client_->ClusterStatus();
+  ::kill(stopped, SIGCONT);
+  ASSERT_TRUE(during.ok()) << during.status();
+  EXPECT_EQ(during->tokens, expected);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->tokens, expected);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->nodes_size(), 3);
+  EXPECT_FALSE(status->nodes(1).healthy());
+  EXPECT_EQ(serve_.Stop(SIGTERM), 0);
 }
 
 TEST_F(PartialClusterTest, ARunWhoseNodeDiesDuringIngestCompletes) {

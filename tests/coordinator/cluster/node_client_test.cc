@@ -162,11 +162,11 @@ TEST_F(NodeClientTest, UnreachableNodeIsUnavailable) {
 }
 
 // Asynchronous ComputeLayer: calls to several clients complete on one queue,
-// each with its own tag and its own reply; a missed deadline comes back as a
-// status like the blocking call's.
+// each with its own tag and its own reply; a missed deadline (the call's own,
+// not NodeClientOptions::compute_deadline) comes back as a status like the
+// blocking call's.
 TEST_F(NodeClientTest, ComputeQueueCollectsCallsOfSeveralClients) {
   NodeClientOptions options;
-  options.compute_deadline = absl::Milliseconds(300);
   std::unique_ptr<NodeClient> a = Client(options);
   std::unique_ptr<NodeClient> b = Client(options);
   ComputeQueue queue;
@@ -175,7 +175,7 @@ TEST_F(NodeClientTest, ComputeQueueCollectsCallsOfSeveralClients) {
     v1::ComputeLayerRequest request;
     request.set_layer(i == 3 ? 99 : i);  // 99 sleeps past the deadline
     request.mutable_hidden()->set_data(std::string(1000 + i, static_cast<char>('a' + i)));
-    (i % 2 == 0 ? a : b)->StartComputeLayer(request, &queue, &tags[i]);
+    (i % 2 == 0 ? a : b)->StartComputeLayer(request, absl::Milliseconds(300), &queue, &tags[i]);
   }
   EXPECT_EQ(queue.outstanding(), 4);
   bool seen[4] = {false, false, false, false};
@@ -199,12 +199,11 @@ TEST_F(NodeClientTest, ComputeQueueCollectsCallsOfSeveralClients) {
 TEST_F(NodeClientTest, ComputeQueueReportsAnUnreachableNode) {
   NodeClientOptions options;
   options.address = "127.0.0.1:1";  // nothing listens there
-  options.compute_deadline = absl::Seconds(5);
   absl::StatusOr<std::unique_ptr<NodeClient>> client = CreateGrpcNodeClient(options);
   ASSERT_TRUE(client.ok());
   ComputeQueue queue;
   int tag = 0;
-  (*client)->StartComputeLayer(v1::ComputeLayerRequest(), &queue, &tag);
+  (*client)->StartComputeLayer(v1::ComputeLayerRequest(), absl::Seconds(5), &queue, &tag);
   ComputeQueue::Completion done = queue.Next();
   EXPECT_EQ(done.tag, &tag);
   EXPECT_EQ(done.reply.status().code(), absl::StatusCode::kUnavailable) << done.reply.status();
@@ -222,8 +221,8 @@ TEST_F(NodeClientTest, AComputeQueueDestroyedWithCallsInFlightCancelsThem) {
     int tag = 0;
     v1::ComputeLayerRequest request;
     request.set_layer(99);
-    client->StartComputeLayer(request, &queue, &tag);
-    client->StartComputeLayer(request, &queue, &tag);
+    client->StartComputeLayer(request, absl::Seconds(30), &queue, &tag);
+    client->StartComputeLayer(request, absl::Seconds(30), &queue, &tag);
     absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(1.5));
@@ -246,9 +245,9 @@ TEST(ComputeQueueTest, TheDefaultStartRecordsTheBlockingResult) {
   int tags[2];
   v1::ComputeLayerRequest request;
   request.set_layer(7);
-  client.StartComputeLayer(request, &queue, &tags[0]);
+  client.StartComputeLayer(request, absl::Seconds(30), &queue, &tags[0]);
   request.set_layer(1);
-  client.StartComputeLayer(request, &queue, &tags[1]);
+  client.StartComputeLayer(request, absl::Seconds(30), &queue, &tags[1]);
   ASSERT_EQ(queue.outstanding(), 2);
   ComputeQueue::Completion first = queue.Next();
   EXPECT_EQ(first.tag, &tags[0]);

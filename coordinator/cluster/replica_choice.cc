@@ -1,0 +1,57 @@
+#include "coordinator/cluster/replica_choice.h"
+
+#include <algorithm>
+
+namespace colibri::coordinator {
+
+std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, int layer,
+                                       absl::Span<const int64_t> work,
+                                       const std::vector<NodeSpeed>& speed,
+                                       const std::vector<bool>& usable) {
+  const int n_expert = placement.n_expert(layer);
+  std::vector<int> chosen(n_expert, 0);
+  if (placement.replicas() == 1) return chosen;
+  auto owner = [&](int e, int i) { return placement.Owners(layer, e)[i]; };
+  std::vector<int64_t> load(placement.n_nodes(), 0);  // [node]: work given so far
+  std::vector<int> open;  // experts of the batch with more than one usable copy
+  for (int e = 0; e < n_expert && e < static_cast<int>(work.size()); ++e) {
+    if (work[e] <= 0) continue;
+    int first = -1;
+    int n_usable = 0;
+    for (int i = 0; i < placement.replicas(); ++i) {
+      if (!usable[owner(e, i)]) continue;
+      if (first < 0) first = i;
+      ++n_usable;
+    }
+    if (n_usable == 0) continue;
+    chosen[e] = first;
+    if (n_usable == 1) {
+      load[owner(e, first)] += work[e];
+    } else {
+      open.push_back(e);
+    }
+  }
+  std::stable_sort(open.begin(), open.end(), [&](int a, int b) { return work[a] > work[b]; });
+  std::vector<double> finish(placement.replicas());
+  for (int e : open) {
+    double earliest = -1;
+    for (int i = 0; i < placement.replicas(); ++i) {
+      const int node = owner(e, i);
+      if (!usable[node]) continue;
+      finish[i] = speed[node].network_seconds +
+                  speed[node].seconds_per_work * static_cast<double>(load[node] + work[e]);
+      if (earliest < 0 || finish[i] < earliest) earliest = finish[i];
+    }
+    int best = -1;
+    for (int i = 0; i < placement.replicas(); ++i) {
+      const int node = owner(e, i);
+      if (!usable[node] || finish[i] > earliest * kEquallyFastSlack) continue;
+      if (best < 0 || load[node] < load[owner(e, best)]) best = i;
+    }
+    chosen[e] = best;
+    load[owner(e, best)] += work[e];
+  }
+  return chosen;
+}
+
+}  // namespace colibri::coordinator
