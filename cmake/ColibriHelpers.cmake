@@ -17,10 +17,17 @@ endfunction()
 # gtest_discover_tests splits a list-valued property at its semicolons.) Tests labelled
 # "sanitize" also run in the ASan+UBSan pass of scripts/test.sh (parsers and
 # kernels: the code that meets hostile input); colibri_sanitize_tests builds them.
+# Their main is tests/support/test_main.cc: GoogleTest's, after it applies the
+# environment's process knobs as programs' mains do (COLIBRI_CPU).
 function(colibri_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT;PREFIX" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT TARGET colibri_test_main)
+    colibri_library(colibri_test_main
+      SOURCES ${PROJECT_SOURCE_DIR}/tests/support/test_main.cc
+      DEPS colibri_common GTest::gtest)
+  endif()
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock colibri_warnings)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} colibri_test_main GTest::gtest GTest::gmock colibri_warnings)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()

@@ -5,21 +5,19 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
 namespace colibri {
 
-std::string CacheDir() {
-  if (const char* own = std::getenv("COLIBRI_CACHE_DIR"); own != nullptr) return own;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') {
-    return std::string(xdg) + "/colibri";
+std::string CacheDirFrom(const char* colibri_cache_dir, const char* xdg_cache_home,
+                         const char* home) {
+  if (colibri_cache_dir != nullptr) return colibri_cache_dir;
+  if (xdg_cache_home != nullptr && xdg_cache_home[0] == '/') {
+    return std::string(xdg_cache_home) + "/colibri";
   }
-  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
-    return std::string(home) + "/.cache/colibri";
-  }
+  if (home != nullptr && home[0] == '/') return std::string(home) + "/.cache/colibri";
   return "";
 }
 

@@ -2,8 +2,7 @@
 // coordinator's expert hashes): files that only save work and may be deleted
 // at any time.
 //
-// Thread-safety: every function may be called from any thread (CacheDir reads
-// the environment, which the caller must not change meanwhile).
+// Thread-safety: every function may be called from any thread.
 #ifndef COLIBRI_COMMON_CACHE_DIR_H_
 #define COLIBRI_COMMON_CACHE_DIR_H_
 
@@ -14,10 +13,13 @@
 
 namespace colibri {
 
-// $COLIBRI_CACHE_DIR when set (set but empty: "", no cache), else
-// $XDG_CACHE_HOME/colibri when that is an absolute path, else
-// $HOME/.cache/colibri when HOME is absolute, else "".
-std::string CacheDir();
+// The cache directory from the values of the environment variables
+// COLIBRI_CACHE_DIR, XDG_CACHE_HOME and HOME (each null when unset; programs
+// read them in main: common/process_knobs.h): colibri_cache_dir when set (set
+// but empty: "", no cache), else xdg_cache_home + "/colibri" when that is an
+// absolute path, else home + "/.cache/colibri" when home is absolute, else "".
+std::string CacheDirFrom(const char* colibri_cache_dir, const char* xdg_cache_home,
+                         const char* home);
 
 // mkdir -p `dir` (new directories mode 0700); true when it is a directory
 // afterwards.

@@ -1,7 +1,11 @@
 #include "common/cpu_features.h"
 
-#include <cstdlib>
-#include <cstring>
+#include <atomic>
+
+#include "absl/base/const_init.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
@@ -30,24 +34,72 @@ CpuFeatures Detect() {
   f.neon_dotprod = (getauxval(AT_HWCAP) & kHwcapAsimdDp) != 0;
 #endif
 #endif
-  const char* force = std::getenv("COLIBRI_CPU");
-  if (force != nullptr) {
-    if (std::strcmp(force, "portable") == 0) {
+  return f;
+}
+
+CpuFeatures Capped(CpuFeatures f, CpuCap cap) {
+  switch (cap) {
+    case CpuCap::kNone:
+      break;
+    case CpuCap::kPortable:
       f = CpuFeatures{};
-    } else if (std::strcmp(force, "avx2") == 0) {
+      break;
+    case CpuCap::kAvx2:
       f.avx512f = f.avx512_vnni = f.avx512_bf16 = false;
-    } else if (std::strcmp(force, "neon") == 0) {
+      break;
+    case CpuCap::kNeon:
       f.neon_dotprod = false;
-    }
+      break;
   }
   return f;
 }
 
+absl::Mutex cpu_mu(absl::kConstInit);
+CpuCap cpu_cap ABSL_GUARDED_BY(cpu_mu) = CpuCap::kNone;
+// Set once, under cpu_mu, to the features computed; read without the lock.
+std::atomic<const CpuFeatures*> cpu_features{nullptr};
+
 }  // namespace
 
+const char* CpuCapName(CpuCap cap) {
+  switch (cap) {
+    case CpuCap::kNone:
+      return "none";
+    case CpuCap::kPortable:
+      return "portable";
+    case CpuCap::kAvx2:
+      return "avx2";
+    case CpuCap::kNeon:
+      return "neon";
+  }
+  return "?";
+}
+
+absl::Status SetCpuCap(CpuCap cap) {
+  absl::MutexLock lock(&cpu_mu);
+  if (cpu_features.load(std::memory_order_relaxed) != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CPU cap ", CpuCapName(cap),
+        " set after the CPU features were read (set it before the first kernel runs)"));
+  }
+  cpu_cap = cap;
+  return absl::OkStatus();
+}
+
+CpuCap GetCpuCap() {
+  absl::MutexLock lock(&cpu_mu);
+  return cpu_cap;
+}
+
 const CpuFeatures& GetCpuFeatures() {
-  static const CpuFeatures features = Detect();
-  return features;
+  if (const CpuFeatures* f = cpu_features.load(std::memory_order_acquire); f != nullptr) return *f;
+  absl::MutexLock lock(&cpu_mu);
+  if (cpu_features.load(std::memory_order_relaxed) == nullptr) {
+    static CpuFeatures computed;
+    computed = Capped(Detect(), cpu_cap);
+    cpu_features.store(&computed, std::memory_order_release);
+  }
+  return *cpu_features.load(std::memory_order_relaxed);
 }
 
 std::string DescribeCpuFeatures(const CpuFeatures& f) {

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace colibri {
 
 struct CpuFeatures {
@@ -15,10 +17,31 @@ struct CpuFeatures {
   bool neon_dotprod = false;  // with the ARMv8.2 SDOT/UDOT instructions
 };
 
-// Features of this machine; computed on first call. The environment variable
-// COLIBRI_CPU=portable hides every SIMD feature (forces the portable kernels),
-// COLIBRI_CPU=avx2 hides everything above AVX2, COLIBRI_CPU=neon the ARM dot
-// product instructions.
+// A cap on the features GetCpuFeatures reports, so that the kernels use no
+// more than it allows (programs take it from COLIBRI_CPU in main:
+// common/process_knobs.h).
+enum class CpuCap {
+  kNone,      // every feature of the machine
+  kPortable,  // no SIMD feature: the portable kernels
+  kAvx2,      // nothing above AVX2 (no AVX-512)
+  kNeon,      // no ARM dot-product instructions
+};
+
+// "none", "portable", "avx2", "neon".
+const char* CpuCapName(CpuCap cap);
+
+// Sets the cap GetCpuFeatures applies. Process-wide; call it from main before
+// anything calls GetCpuFeatures (the kernels do on their first use, e.g. the
+// first MatMul). Returns FailedPrecondition, changing nothing, once the
+// features have been computed (a cap set later would not reach the kernels
+// already chosen). Thread-safe. Default: CpuCap::kNone.
+absl::Status SetCpuCap(CpuCap cap);
+
+// The cap in force (CpuCap::kNone unless SetCpuCap set another). Thread-safe.
+CpuCap GetCpuCap();
+
+// Features of this machine under the cap of SetCpuCap; computed on the first
+// call, the same afterwards. Thread-safe.
 const CpuFeatures& GetCpuFeatures();
 
 // "avx2 fma f16c" style summary for logs.

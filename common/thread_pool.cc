@@ -51,22 +51,15 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
 #endif
 }
 
-// Options with COLIBRI_SPIN_US, when set to a number, as every spin.
-ThreadPool::Options WithSpinOverride(ThreadPool::Options options) {
-  const char* env = std::getenv("COLIBRI_SPIN_US");
-  if (env == nullptr || *env == '\0') return options;
-  char* end = nullptr;
-  const long us = std::strtol(env, &end, 10);
-  if (*end != '\0' || us < 0 || us > 1000000) return options;
-  options.spin_us = options.pause_us = options.caller_spin_us = static_cast<int>(us);
+}  // namespace
+
+ThreadPool::Options ThreadPool::WithSpinOverride(Options options, std::optional<int> spin_us) {
+  if (spin_us.has_value()) options.spin_us = options.pause_us = options.caller_spin_us = *spin_us;
   return options;
 }
 
-}  // namespace
-
 ThreadPool::ThreadPool(int num_threads, const Options& options)
-    : num_threads_(num_threads > 0 ? num_threads : PhysicalCoreCount()),
-      options_(WithSpinOverride(options)) {
+    : num_threads_(num_threads > 0 ? num_threads : PhysicalCoreCount()), options_(options) {
   workers_.reserve(num_threads_ - 1);
   for (int i = 1; i < num_threads_; ++i) {
     workers_.emplace_back([this, i] { WorkerLoop(i); });

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -53,9 +54,8 @@ class ThreadPool {
     //
     // The defaults of 50 suit machines whose wake-ups are slow (VMs): a poll
     // that catches the next job or the last chunk saves a futex wake-up per
-    // job (docs/benchmarks.md has the figures). The environment variable
-    // COLIBRI_SPIN_US, when set, replaces all three (0 restores sleeping at
-    // once).
+    // job (docs/benchmarks.md has the figures). WithSpinOverride sets all
+    // three at once (programs take it from COLIBRI_SPIN_US in main).
     int caller_spin_us = 50;
   };
 
@@ -70,6 +70,10 @@ class ThreadPool {
     return options;
   }
 
+  // `options` with spin_us, pause_us and caller_spin_us all set to *spin_us
+  // when it has a value (0: sleep at once), unchanged otherwise.
+  static Options WithSpinOverride(Options options, std::optional<int> spin_us);
+
   // Starts num_threads - 1 workers (the caller is the last thread).
   // num_threads <= 0 means PhysicalCoreCount().
   explicit ThreadPool(int num_threads) : ThreadPool(num_threads, Options()) {}
@@ -79,7 +83,7 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
-  // The options in force (COLIBRI_SPIN_US applied).
+  // The options the pool was built with.
   const Options& options() const { return options_; }
 
   // Calls body(begin, end) over disjoint chunks covering [0, n), each at least

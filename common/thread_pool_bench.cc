@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/process_knobs.h"
 #include "common/thread_pool.h"
 
 namespace {
@@ -106,8 +107,14 @@ int main(int argc, char** argv) {
   sleep_at_once.caller_spin_us = 0;
   colibri::ThreadPool::Options spinning;
   spinning.caller_spin_us = Flag(argc, argv, "--spin-us", 30);
-  colibri::ThreadPool a(threads, sleep_at_once);
-  colibri::ThreadPool b(threads, spinning);
+  const absl::StatusOr<colibri::ProcessKnobs> knobs = colibri::ReadProcessKnobs();
+  if (!knobs.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(knobs.status().message()).c_str());
+    return 2;
+  }
+  colibri::ThreadPool a(threads,
+                        colibri::ThreadPool::WithSpinOverride(sleep_at_once, knobs->spin_us));
+  colibri::ThreadPool b(threads, colibri::ThreadPool::WithSpinOverride(spinning, knobs->spin_us));
   std::vector<Block> ra, rb;
   for (int i = 0; i < blocks; ++i) {
     ra.push_back(RunBlock(&a, jobs, chunks, iters));
@@ -116,8 +123,9 @@ int main(int argc, char** argv) {
   const double ideal = static_cast<double>(work_us) / threads;
   std::printf("%d threads, %d jobs x %d blocks, %d chunks per job, %d us of work per job\n",
               threads, jobs, blocks, chunks, work_us);
-  Report("caller_spin_us=0", ra, ideal);
-  std::string name = "caller_spin_us=" + std::to_string(spinning.caller_spin_us);
-  Report(name.c_str(), rb, ideal);
+  const std::string name_a = "caller_spin_us=" + std::to_string(a.options().caller_spin_us);
+  Report(name_a.c_str(), ra, ideal);
+  const std::string name_b = "caller_spin_us=" + std::to_string(b.options().caller_spin_us);
+  Report(name_b.c_str(), rb, ideal);
   return 0;
 }

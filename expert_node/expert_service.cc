@@ -28,8 +28,9 @@ ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store,
       importer_(std::make_unique<ExpertImporter>(ExpertImporter::Options{options.progress_interval},
                                                  store, registry_.get())),
       compute_(std::make_unique<LayerComputer>(
-          LayerComputer::Options{options.compute_threads, options.max_reply_bytes}, registry_.get(),
-          tier, usage)),
+          LayerComputer::Options{options.compute_threads, options.max_reply_bytes,
+                                 options.compute_spin_us},
+          registry_.get(), tier, usage)),
       prefetch_(std::make_unique<PrefetchQueue>(
           PrefetchQueue::Options{options.io_threads, options.prefetch_queue_limit}, store, tier,
           registry_.get())),

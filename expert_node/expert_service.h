@@ -47,6 +47,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,6 +109,9 @@ class ExpertServiceImpl final : public ExpertServiceBase {
     std::string auth_token;
     // Threads of the matmul pool; <= 0: physical cores. Default: 0.
     int compute_threads = 0;
+    // Replaces every spin of the matmul pool (LayerComputer::Options::spin_us).
+    // Default: none.
+    std::optional<int> compute_spin_us;
     // ComputeLayer requests served concurrently (they share the pool, so this
     // overlaps one request's disk reads with another's compute). Default: 2.
     int compute_workers = 2;

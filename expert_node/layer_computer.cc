@@ -15,7 +15,8 @@ LayerComputer::LayerComputer(const Options& options, const ModelRegistry* regist
       registry_(registry),
       tier_(tier),
       usage_(usage),
-      pool_(options.threads, ThreadPool::ForIntermittentJobs()) {}
+      pool_(options.threads,
+            ThreadPool::WithSpinOverride(ThreadPool::ForIntermittentJobs(), options.spin_us)) {}
 
 absl::Status LayerComputer::Compute(const v1::ComputeLayerRequest& request,
                                     v1::ComputeLayerReply* reply) {

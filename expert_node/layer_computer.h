@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "colibri/v1/expert.pb.h"
@@ -36,6 +37,9 @@ class LayerComputer {
     // its shape (InvalidArgument) before any work.
     // Default: 256 MiB - 64 KiB.
     uint64_t max_reply_bytes = (uint64_t{256} << 20) - (uint64_t{64} << 10);
+    // Replaces every spin of the matmul pool (ThreadPool::WithSpinOverride).
+    // Default: none (ThreadPool::ForIntermittentJobs as it is).
+    std::optional<int> spin_us;
   };
 
   struct Counters {

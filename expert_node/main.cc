@@ -17,11 +17,12 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/cli_config.h"
 #include "common/cli_checks.h"
+#include "common/cli_config.h"
 #include "common/mutex_mode.h"
-#include "common/status_macros.h"
+#include "common/process_knobs.h"
 #include "common/shutdown_signals.h"
+#include "common/status_macros.h"
 #include "expert_node/event_log.h"
 #include "expert_node/expert_import.h"
 #include "expert_node/model_registry.h"
@@ -30,6 +31,7 @@
 #include "expert_node/node_metrics.h"
 #include "expert_node/node_server.h"
 #include "expert_node/share_import.h"
+#include "model/ops/matmul.h"
 #include "rpc/protobuf_log.h"
 #include "rpc/server_support.h"
 
@@ -176,6 +178,18 @@ int main(int argc, char** argv) {
                "deleted) and start empty; the coordinator re-sends the experts");
   colibri::AddConfigFileOption(&app);
   if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
+
+  // The environment's knobs, passed on to the kernels and the matmul pool.
+  absl::StatusOr<colibri::ProcessKnobs> knobs = colibri::ReadProcessKnobs();
+  absl::Status knobs_status = knobs.status();
+  if (knobs_status.ok()) {
+    knobs_status = colibri::ops::ConfigureKernelChoice({knobs->cpu_cap, knobs->cache_dir});
+  }
+  if (!knobs_status.ok()) {
+    std::cerr << "colibri-expert-node: " << knobs_status.message() << "\n";
+    return 2;
+  }
+  options.service.compute_spin_us = knobs->spin_us;
 
   absl::StatusOr<uint64_t> ram = colibri::expert_node::ParseByteSize(ram_budget);
   absl::StatusOr<uint64_t> disk = colibri::expert_node::ParseByteSize(disk_budget);

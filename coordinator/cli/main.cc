@@ -8,9 +8,10 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "common/cli_config.h"
 #include "common/cli_checks.h"
+#include "common/cli_config.h"
 #include "common/mutex_mode.h"
+#include "common/process_knobs.h"
 #include "common/shutdown_signals.h"
 #include "coordinator/cli/chat_template_command.h"
 #include "coordinator/cli/cluster_command.h"
@@ -19,6 +20,7 @@
 #include "coordinator/cli/run_command.h"
 #include "coordinator/cli/serve_command.h"
 #include "coordinator/cli/tokenize_command.h"
+#include "model/ops/matmul.h"
 #include "rpc/protobuf_log.h"
 #include "rpc/wire_tensor.h"
 
@@ -382,7 +384,19 @@ int main(int argc, char** argv) {
   colibri::AddConfigFileOption(&app);
   if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
 
-  absl::Status status;
+  // The environment's knobs, passed on to what each command builds.
+  absl::StatusOr<colibri::ProcessKnobs> knobs = colibri::ReadProcessKnobs();
+  absl::Status status = knobs.status();
+  if (status.ok()) {
+    status = colibri::ops::ConfigureKernelChoice({knobs->cpu_cap, knobs->cache_dir});
+  }
+  if (!status.ok()) {
+    std::cerr << "error: " << status.message() << "\n";
+    return 2;
+  }
+  run.spin_us = serve.spin_us = perplexity.spin_us = knobs->spin_us;
+  run.cluster.cache_dir = serve.cluster.cache_dir = knobs->cache_dir;
+
   if (serve_cmd->parsed()) {
     const sigset_t signals = colibri::BlockShutdownSignals();
     colibri::coordinator::BlockReloadSignal();

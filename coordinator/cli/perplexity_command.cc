@@ -76,7 +76,7 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(const PerplexityOptions& opti
   }
   if (options.max_windows > 0) windows = std::min<int64_t>(windows, options.max_windows);
 
-  ThreadPool pool(options.threads);
+  ThreadPool pool(options.threads, ThreadPool::WithSpinOverride({}, options.spin_us));
   moe::LocalExpertBackend backend(&model->experts(), config.n_expert, options.path, &pool);
   arch::SessionOptions session_options;
   session_options.n_ctx = result.ctx;

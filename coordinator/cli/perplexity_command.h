@@ -10,6 +10,7 @@
 #define COLIBRI_COORDINATOR_CLI_PERPLEXITY_COMMAND_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -29,6 +30,9 @@ struct PerplexityOptions {
   int max_windows = 0;
   // Worker threads. Default: 0, meaning the physical core count.
   int threads = 0;
+  // Replaces every spin of the worker pool (ThreadPool::WithSpinOverride;
+  // main takes it from COLIBRI_SPIN_US). Default: none, the pool's own.
+  std::optional<int> spin_us;
   // Numeric path: kExact keeps activations in float32. Default: kFast.
   ops::NumericPath path = ops::NumericPath::kFast;
   // Element type of the KV cache (arch::KvType). Default: kF32.

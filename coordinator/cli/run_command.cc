@@ -191,8 +191,10 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   MakeWeightsResident(model.get(), /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
                       /*interleave=*/!options.gguf_order, err);
   // With nodes the pool's jobs come between waits on them: see ForIntermittentJobs.
-  ThreadPool pool(options.threads, options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
-                                                             : ThreadPool::Options());
+  ThreadPool pool(options.threads, ThreadPool::WithSpinOverride(
+                                       options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
+                                                                 : ThreadPool::Options(),
+                                       options.spin_us));
   std::unique_ptr<ClusterExperts> cluster;
   if (options.cluster.enabled()) {
     COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(options.cluster, *model, &pool, err));

@@ -3,6 +3,7 @@
 #define COLIBRI_COORDINATOR_CLI_RUN_COMMAND_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ struct RunOptions {
   sampling::SamplingOptions sampling;
   // Worker threads. Default: 0, meaning the physical core count.
   int threads = 0;
+  // Replaces every spin of the worker pool (ThreadPool::WithSpinOverride;
+  // main takes it from COLIBRI_SPIN_US). Default: none, the pool's own.
+  std::optional<int> spin_us;
   // Context size. Default: 0, meaning min(model context, 4096).
   int ctx_size = 0;
   // Prompt tokens per batch. Default: 512.

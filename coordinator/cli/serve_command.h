@@ -4,6 +4,7 @@
 #define COLIBRI_COORDINATOR_CLI_SERVE_COMMAND_H_
 
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -45,6 +46,9 @@ struct ServeOptions {
   // Worker threads of the forward pass. Default: 0, meaning the physical
   // core count.
   int threads = 0;
+  // Replaces every spin of the worker pool (ThreadPool::WithSpinOverride;
+  // main takes it from COLIBRI_SPIN_US). Default: none, the pool's own.
+  std::optional<int> spin_us;
   // Context size of every session. Default: 0, meaning min(model, 4096).
   int ctx_size = 0;
   // Prompt tokens per batch. Default: 512.

@@ -7,7 +7,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/cache_dir.h"
 #include "common/status_macros.h"
 #include "coordinator/api/model_summary.h"
 #include "coordinator/cluster/node_discovery.h"
@@ -113,7 +112,7 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   experts->wire_ = options.wire;
   COLIBRI_ASSIGN_OR_RETURN(experts->cluster_,
                            Cluster::Connect(cluster_options, fingerprint, ExpertsPerLayer(model)));
-  experts->checksums_ = std::make_unique<ExpertChecksums>(CacheDir(), &model, fingerprint);
+  experts->checksums_ = std::make_unique<ExpertChecksums>(options.cache_dir, &model, fingerprint);
   ExpertSetupOptions setup;
   setup.node_gguf_path = options.node_gguf;
   setup.progress = &err;

@@ -65,6 +65,10 @@ struct ClusterCommandOptions {
   // Activations on the wire (--wire-dtype, --wire-reduce; run and serve).
   // Default: float32 rows, one per route.
   WireOptions wire;
+  // Where the experts' checksums are cached (ExpertChecksums; main takes it
+  // from the environment, common/process_knobs.h); "": not cached.
+  // Default: "".
+  std::string cache_dir;
 
   // True when nodes, nodes_dns or nodes_file names expert nodes.
   bool enabled() const { return !nodes.empty() || !nodes_dns.empty() || !nodes_file.empty(); }

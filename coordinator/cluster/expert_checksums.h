@@ -35,8 +35,8 @@ namespace colibri::coordinator {
 class ExpertChecksums {
  public:
   // Reads dir's file for `model` (borrowed; must outlive this) when it
-  // matches the model file. dir: colibri::CacheDir() for the coordinator's
-  // (common/cache_dir.h); empty: no file, every hash is computed.
+  // matches the model file. dir: the coordinator's cache directory
+  // (ClusterCommandOptions::cache_dir); empty: no file, every hash is computed.
   ExpertChecksums(std::string dir, const arch::Model* model, std::string fingerprint);
 
   // ExpertChecksum of the model's expert (layer, expert): from the file when

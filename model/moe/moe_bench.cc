@@ -20,12 +20,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "common/huge_pages.h"
+#include "common/process_knobs.h"
 #include "common/thread_pool.h"
 #include "model/moe/local_expert_backend.h"
 #include "model/ops/matmul.h"
@@ -43,6 +45,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 
 struct Options {
   int threads = 0;
+  std::optional<int> spin_us;  // COLIBRI_SPIN_US
   ops::TensorType type = ops::TensorType::kQ4_K;
   ops::TensorType down_type = ops::TensorType::kQ4_K;
   int64_t embd = 2048;
@@ -110,7 +113,7 @@ MatrixSet MakeMatrices(ops::TensorType type, int64_t rows, int64_t cols, int cou
 }
 
 void Run(const Options& opt) {
-  ThreadPool pool(opt.threads);
+  ThreadPool pool(opt.threads, ThreadPool::WithSpinOverride({}, opt.spin_us));
   std::mt19937 rng(1);
   const MatrixSet gate =
       MakeMatrices(opt.type, opt.ff, opt.embd, opt.experts, opt.interleave, &rng);
@@ -258,6 +261,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--k must not exceed --experts\n");
     return 2;
   }
+  const absl::StatusOr<colibri::ProcessKnobs> knobs = colibri::ReadProcessKnobs();
+  absl::Status status = knobs.status();
+  if (status.ok()) status = colibri::ops::ConfigureKernelChoice({knobs->cpu_cap, knobs->cache_dir});
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+    return 2;
+  }
+  opt.spin_us = knobs->spin_us;
   colibri::moe::Run(opt);
   return 0;
 }

@@ -2,19 +2,36 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/cache_dir.h"
+#include "common/cpu_features.h"
+#include "common/status_macros.h"
 #include "model/ops/activation_quant.h"
+#include "model/ops/matmul.h"
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
 #include "model/ops/weight_layout.h"
 
 namespace colibri::ops::internal {
 namespace {
+
+// ConfigureKernelChoice's cache directory, read by the first
+// CalibratedKernels, which sets `started`.
+struct ChoiceState {
+  absl::Mutex mu;
+  std::string cache_dir ABSL_GUARDED_BY(mu);
+  bool started ABSL_GUARDED_BY(mu) = false;
+};
+
+ChoiceState& Choice() {
+  static ChoiceState* const state = new ChoiceState();
+  return *state;
+}
 
 // 32 rows of 2048 columns: 36-68 KiB of weights, in L2 on any x86 core, so
 // the timing compares the kernels' arithmetic, not the memory.
@@ -198,14 +215,37 @@ Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,
 
 const KernelSet& CalibratedKernels() {
   static const KernelSet* const chosen = [] {
-    const char* force = std::getenv("COLIBRI_CPU");
+    std::string cache_dir;
+    {
+      ChoiceState& state = Choice();
+      absl::MutexLock lock(&state.mu);
+      state.started = true;
+      cache_dir = state.cache_dir;
+    }
     const std::vector<const KernelSet*> sets = RunnableKernelSets();
-    if ((force != nullptr && force[0] != '\0') || sets.size() <= 1) return &DefaultKernels();
+    if (GetCpuCap() != CpuCap::kNone || sets.size() <= 1) return &DefaultKernels();
     // The portable set is only a candidate where no SIMD set runs.
     const std::vector<const KernelSet*> simd(sets.begin() + 1, sets.end());
-    return CalibrateKernels(simd, CacheDir(), CpuModelForCache()).set;
+    return CalibrateKernels(simd, cache_dir, CpuModelForCache()).set;
   }();
   return *chosen;
 }
 
 }  // namespace colibri::ops::internal
+
+namespace colibri::ops {
+
+absl::Status ConfigureKernelChoice(const KernelChoiceOptions& options) {
+  internal::ChoiceState& state = internal::Choice();
+  absl::MutexLock lock(&state.mu);
+  if (state.started) {
+    return absl::FailedPreconditionError(
+        "kernel choice configured after the first MatMul (configure it in main, before any "
+        "kernel runs)");
+  }
+  COLIBRI_RETURN_IF_ERROR(SetCpuCap(options.cpu_cap));
+  state.cache_dir = options.cache_dir;
+  return absl::OkStatus();
+}
+
+}  // namespace colibri::ops

@@ -10,13 +10,13 @@
 // type's time relative to the fastest set's, wins.
 // The choice is cached per CPU model in
 //   CACHE/kernels-v5-<cpu model>.txt
-// (CACHE: colibri::CacheDir(), common/cache_dir.h: $COLIBRI_CACHE_DIR, else
-// $XDG_CACHE_HOME/colibri, else ~/.cache/colibri) so later processes start
-// without measuring. All sets give bitwise identical
+// (CACHE: KernelChoiceOptions::cache_dir of model/ops/matmul.h, which
+// programs take from the environment, common/process_knobs.h) so later
+// processes start without measuring. All sets give bitwise identical
 // results (model/ops/vec_dot.h), so the choice only changes speed.
 //
-// COLIBRI_CPU (common/cpu_features.h), when set, skips the calibration: MatMul
-// then uses the widest set it allows.
+// A CPU cap (common/cpu_features.h) skips the calibration: MatMul then uses
+// the widest set it allows.
 #ifndef COLIBRI_MODEL_OPS_KERNEL_CALIBRATION_H_
 #define COLIBRI_MODEL_OPS_KERNEL_CALIBRATION_H_
 
@@ -45,10 +45,10 @@ struct Calibration {
 Calibration CalibrateKernels(const std::vector<const KernelSet*>& candidates,
                              const std::string& cache_dir, const std::string& cpu_model);
 
-// The set MatMul uses by default: DefaultKernels() when COLIBRI_CPU is set or
+// The set MatMul uses by default: DefaultKernels() under a CPU cap or when
 // only one set can run; else CalibrateKernels over RunnableKernelSets() with
-// the default cache directory and this CPU's model name. Computed once;
-// thread-safe.
+// the cache directory of ConfigureKernelChoice and this CPU's model name.
+// Computed once; thread-safe.
 const KernelSet& CalibratedKernels();
 
 // "AMD EPYC 9R14 96-Core Processor" from /proc/cpuinfo, reduced to

@@ -19,14 +19,17 @@
 // an expert runs locally or on a node.
 //
 // Kernels are chosen at run time (AVX-512 VNNI, else AVX2+FMA where available,
-// else portable C++); COLIBRI_CPU=avx2 or =portable caps the choice (see
-// common/cpu_features.h).
+// else portable C++); a CPU cap (ConfigureKernelChoice, common/cpu_features.h)
+// caps the choice.
 #ifndef COLIBRI_MODEL_OPS_MATMUL_H_
 #define COLIBRI_MODEL_OPS_MATMUL_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "common/cpu_features.h"
 #include "common/thread_pool.h"
 #include "model/ops/tensor_type.h"
 #include "model/ops/weight_layout.h"
@@ -143,9 +146,27 @@ void QuantizeInputRows(const InputRowFormat& f, const float* x, int64_t x_stride
 void MatMulGroup(const MatMulProblem* problems, int64_t count, NumericPath path, ThreadPool* pool,
                  MatMulScratch* scratch);
 
+// Process-wide settings of MatMul's kernel choice; programs fill them from
+// the environment in main (common/process_knobs.h).
+struct KernelChoiceOptions {
+  // Caps the CPU features the kernels may use (SetCpuCap); any cap but kNone
+  // also skips the calibration: MatMul uses the best set the cap allows.
+  // Default: CpuCap::kNone.
+  CpuCap cpu_cap = CpuCap::kNone;
+  // Where the calibration keeps its choice per CPU model
+  // (model/ops/kernel_calibration.h); "": it measures in every process.
+  // Default: "".
+  std::string cache_dir;
+};
+
+// Applies `options`. Call it from main before the first MatMul or
+// GetCpuFeatures (the choice is made once, on first use); later it returns
+// FailedPrecondition and changes nothing. Thread-safe.
+absl::Status ConfigureKernelChoice(const KernelChoiceOptions& options);
+
 // The kernel sets MatMul can run. kAuto (the default) picks the set that
-// measures fastest on this CPU model (model/ops/kernel_calibration.h); with
-// COLIBRI_CPU set (common/cpu_features.h), the best set it allows. All sets give
+// measures fastest on this CPU model (model/ops/kernel_calibration.h); under a
+// CPU cap (ConfigureKernelChoice), the best set it allows. All sets give
 // bitwise identical results (the canonical order of model/ops/vec_dot.h), so
 // the choice only affects speed.
 enum class KernelSetChoice { kAuto, kPortable, kAvx2, kAvx512, kNeon, kNeonDotprod };

@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cpu_features.h"
 #include "common/huge_pages.h"
+#include "common/process_knobs.h"
 #include "common/thread_pool.h"
 #include "model/ops/matmul.h"
 #include "model/ops/quantize.h"
@@ -57,6 +59,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 
 struct Options {
   int threads = 0;
+  std::optional<int> spin_us;  // COLIBRI_SPIN_US
   std::string kernels = "auto";
   std::vector<std::string> types = {"F32",    "F16",    "BF16",   "Q8_0",  "Q4_0",    "Q4_1",
                                     "Q5_0",   "Q5_1",   "Q2_K",   "Q3_K",  "Q4_K",    "Q5_K",
@@ -283,6 +286,14 @@ void BenchType(TensorType type, const Weights& weights, const Options& opt, Thre
 
 int Main(int argc, char** argv) {
   Options opt;
+  const absl::StatusOr<ProcessKnobs> knobs = ReadProcessKnobs();
+  absl::Status status = knobs.status();
+  if (status.ok()) status = ConfigureKernelChoice({knobs->cpu_cap, knobs->cache_dir});
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(status.message()).c_str());
+    return 2;
+  }
+  opt.spin_us = knobs->spin_us;
   for (int i = 1; i < argc; ++i) {
     std::string v;
     if (ParseFlag(argv[i], "--threads", &v)) {
@@ -339,7 +350,7 @@ int Main(int argc, char** argv) {
     choices.push_back(choice);
     names = ActiveKernelSetName();
   }
-  ThreadPool pool(opt.threads);
+  ThreadPool pool(opt.threads, ThreadPool::WithSpinOverride({}, opt.spin_us));
   std::printf("cpu: %s; kernels: %s; threads: %d; matrix %lld x %lld; prefill %lld tokens\n",
               DescribeCpuFeatures(GetCpuFeatures()).c_str(), names.c_str(), pool.num_threads(),
               static_cast<long long>(opt.rows), static_cast<long long>(opt.cols),

@@ -94,7 +94,7 @@ struct KernelSet {
 
 const KernelSet& PortableKernels();
 // The AVX2 set, or null when the build has none (non-x86 targets) or the CPU
-// cannot run it (GetCpuFeatures().avx2, which COLIBRI_CPU can hide).
+// cannot run it (GetCpuFeatures().avx2, which a CPU cap can hide).
 const KernelSet* Avx2Kernels();
 // The AVX-512 set, or null when the build has none or the CPU lacks one of
 // avx512f (with BW and VL), avx512_vnni and avx2.
@@ -114,7 +114,7 @@ const KernelSet& NeonKernelsUnchecked();
 const KernelSet& NeonDotprodKernelsUnchecked();
 // The set MatMul picks by default: the best of AVX-512, AVX2, NEON with dot
 // products, NEON and portable that is built and that the CPU supports
-// (COLIBRI_CPU can hide features).
+// (a CPU cap can hide features).
 const KernelSet& DefaultKernels();
 // The set MatMul uses now: the calibrated one (kernel_calibration.h) unless a
 // test forced another.

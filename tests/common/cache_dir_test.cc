@@ -1,11 +1,10 @@
-// CacheDir's order of environment variables, and MakeCacheDirs.
+// CacheDirFrom's order of environment variables, MakeCacheDirs and WriteCacheFile.
 #include "common/cache_dir.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,38 +15,15 @@
 namespace colibri {
 namespace {
 
-TEST(CacheDirTest, FollowsTheEnvironment) {
-  const char* saved_cache = std::getenv("COLIBRI_CACHE_DIR");
-  const char* saved_xdg = std::getenv("XDG_CACHE_HOME");
-  const char* saved_home = std::getenv("HOME");
-  const std::string cache = saved_cache ? saved_cache : "";
-  const std::string xdg = saved_xdg ? saved_xdg : "";
-  const std::string home = saved_home ? saved_home : "";
-  ::unsetenv("COLIBRI_CACHE_DIR");
-  ::setenv("XDG_CACHE_HOME", "/x/cache", 1);
-  ::setenv("HOME", "/home/u", 1);
-  EXPECT_EQ(CacheDir(), "/x/cache/colibri");
-  ::unsetenv("XDG_CACHE_HOME");
-  EXPECT_EQ(CacheDir(), "/home/u/.cache/colibri");
-  ::setenv("COLIBRI_CACHE_DIR", "/c", 1);
-  EXPECT_EQ(CacheDir(), "/c");
-  ::setenv("COLIBRI_CACHE_DIR", "", 1);  // set but empty: no cache
-  EXPECT_EQ(CacheDir(), "");
-  ::unsetenv("COLIBRI_CACHE_DIR");
-  ::setenv("HOME", "relative", 1);  // only absolute paths count
-  EXPECT_EQ(CacheDir(), "");
-  ::unsetenv("HOME");
-  EXPECT_EQ(CacheDir(), "");
-  auto restore = [](const char* name, const char* saved, const std::string& value) {
-    if (saved != nullptr) {
-      ::setenv(name, value.c_str(), 1);
-    } else {
-      ::unsetenv(name);
-    }
-  };
-  restore("COLIBRI_CACHE_DIR", saved_cache, cache);
-  restore("XDG_CACHE_HOME", saved_xdg, xdg);
-  restore("HOME", saved_home, home);
+TEST(CacheDirTest, FollowsTheEnvironmentsOrder) {
+  EXPECT_EQ(CacheDirFrom(nullptr, "/x/cache", "/home/u"), "/x/cache/colibri");
+  EXPECT_EQ(CacheDirFrom(nullptr, nullptr, "/home/u"), "/home/u/.cache/colibri");
+  EXPECT_EQ(CacheDirFrom("/c", "/x/cache", "/home/u"), "/c");
+  EXPECT_EQ(CacheDirFrom("", "/x/cache", "/home/u"), "");  // set but empty: no cache
+  // Only absolute paths count.
+  EXPECT_EQ(CacheDirFrom(nullptr, "x/cache", "/home/u"), "/home/u/.cache/colibri");
+  EXPECT_EQ(CacheDirFrom(nullptr, nullptr, "relative"), "");
+  EXPECT_EQ(CacheDirFrom(nullptr, nullptr, nullptr), "");
 }
 
 TEST(CacheDirTest, MakeCacheDirsCreatesPrivateParents) {

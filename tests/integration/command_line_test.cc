@@ -1,7 +1,8 @@
 // Numeric command-line values of the three binaries: out-of-range, negative
 // and wrapped values are usage errors (exit 2, the flag named on stderr), never
 // an abort or a silently different value; the context is capped at the
-// model's context length with a message.
+// model's context length with a message. The same for the environment's knobs
+// (common/process_knobs.h), read in each main.
 #include <string>
 #include <vector>
 
@@ -130,6 +131,30 @@ TEST(CommandLineTest, ClientRejectsOutOfRangeNumbers) {
       {with({"--repeat-penalty", "0"}), "--repeat-penalty"},
       {with({"--seed", "-1"}), "--seed"},
   });
+}
+
+TEST(CommandLineTest, BadEnvironmentKnobsAreUsageErrors) {
+  const std::string m = Model();
+  const std::string dir = testing::MakeTempDir("cli-knobs");
+  const std::string env = "/usr/bin/env";
+  ExpectUsageErrors({
+      {{env, "COLIBRI_SPIN_US=fast", Coordinator(), "run", "--model", m, "--prompt", "hi"},
+       "COLIBRI_SPIN_US=\"fast\""},
+      {{env, "COLIBRI_CPU=avx512", Coordinator(), "inspect", "--model", m},
+       "COLIBRI_CPU=\"avx512\""},
+      {{env, "COLIBRI_SPIN_US=-1", Node(), "--data-dir", dir}, "COLIBRI_SPIN_US=\"-1\""},
+      {{env, "COLIBRI_CPU=native", Node(), "--data-dir", dir}, "COLIBRI_CPU=\"native\""},
+  });
+}
+
+TEST(CommandLineTest, CpuCapFromTheEnvironmentReachesTheKernels) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  const CommandResult r = testing::RunCommand(
+      {"/usr/bin/env", "COLIBRI_CPU=portable", "COLIBRI_SPIN_US=0", Coordinator(), "run", "--model",
+       Model(), "--prompt-tokens", "1,2,3", "--n-predict", "2", "--temp", "0", "--threads", "1",
+       "--print-token-ids"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("1 threads, portable, "), std::string::npos) << r.err;
 }
 
 TEST(CommandLineTest, ContextAboveTheModelsIsCappedWithAMessage) {

@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/process_knobs.h"
 #include "model/ops/tensor_type.h"
 #include "tools/synthetic_model/model_spec.h"
 #include "tools/synthetic_model/synthetic_model.h"
@@ -191,6 +192,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.type = *type;
+  absl::StatusOr<colibri::ProcessKnobs> knobs = colibri::ReadProcessKnobs();
+  if (!knobs.ok()) {
+    std::fprintf(stderr, "colibri-make-model: %s\n", std::string(knobs.status().message()).c_str());
+    return 2;
+  }
+  options.spin_us = knobs->spin_us;
   if (out.empty()) {
     out = absl::StrCat("colibri-", preset_name, "-", absl::AsciiStrToLower(type_name), ".gguf");
   }

@@ -254,7 +254,7 @@ absl::StatusOr<GenerateReport> GenerateModel(const ModelSpec& spec, const Genera
               options.name.empty() ? absl::StrCat("colibri-synthetic-", ArchitectureName(spec.arch))
                                    : options.name,
               vocab, &writer);
-  ThreadPool pool(options.num_threads);
+  ThreadPool pool(options.num_threads, ThreadPool::WithSpinOverride({}, options.spin_us));
   uint64_t done = 0;
   for (const TensorPlan& plan : plans) {
     COLIBRI_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, EncodeTensor(plan, options.seed, pool));

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct GenerateOptions {
   // Worker threads for generation and quantization; 0 = one per physical core.
   // The output does not depend on it. Default: 0.
   int num_threads = 0;
+  // Replaces every spin of the worker pool (ThreadPool::WithSpinOverride).
+  // Default: none, the pool's own.
+  std::optional<int> spin_us;
   // general.name. Default (empty): "colibri-synthetic-<arch>".
   std::string name;
   // Called after each tensor is generated with the bytes done so far, the total

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/cpu_features.h"
 #include "gtest/gtest.h"
 #include "model/ops/matmul.h"
 
@@ -93,7 +94,7 @@ TEST(KernelCalibrationTest, NoCacheDirectoryStillChooses) {
 TEST(KernelCalibrationTest, MatMulDefaultIsARunnableSet) {
   const std::vector<const KernelSet*> sets = RunnableKernelSets();
   EXPECT_TRUE(IsIn(&CalibratedKernels(), sets));
-  if (sets.size() > 1 && std::getenv("COLIBRI_CPU") == nullptr) {
+  if (sets.size() > 1 && GetCpuCap() == CpuCap::kNone) {
     EXPECT_NE(&CalibratedKernels(), &PortableKernels());
   }
   ASSERT_TRUE(ForceKernelSetForTesting(KernelSetChoice::kAuto));
