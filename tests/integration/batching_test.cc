@@ -128,9 +128,7 @@ class BatchingTest : public ::testing::Test {
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     serve_ = std::make_unique<ServerProcess>();
     std::string error;
-    ASSERT_TRUE(serve_->Start(args, &error)) << error;
-    http_ = serve_->WaitForLine("http listening on ", &error);
-    ASSERT_FALSE(http_.empty()) << error;
+    ASSERT_TRUE(serve_->StartWithHttp(args, &http_, &error)) << error;
   }
 
   std::unique_ptr<Client> Connect() {

@@ -76,9 +76,7 @@ class HttpApiTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     serve_ = std::make_unique<ServerProcess>();
     std::string error;
-    ASSERT_TRUE(serve_->Start(args, &error)) << error;
-    http_ = serve_->WaitForLine("http listening on ", &error);
-    ASSERT_FALSE(http_.empty()) << error;
+    ASSERT_TRUE(serve_->StartWithHttp(args, &http_, &error)) << error;
   }
 
   // curl with `args` against path; the status and the body.

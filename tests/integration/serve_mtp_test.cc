@@ -76,13 +76,9 @@ class ServeMtpTest : public ::testing::Test {
     }
     serve_ = std::make_unique<ServerProcess>();
     std::string error;
-    if (!serve_->Start(args, &error)) {
-      ADD_FAILURE() << error;
-      return false;
-    }
-    http_ = serve_->WaitForLine("http listening on ", &error);
-    EXPECT_FALSE(http_.empty()) << error;
-    return !http_.empty();
+    const bool started = serve_->StartWithHttp(args, &http_, &error);
+    EXPECT_TRUE(started) << error;
+    return started;
   }
 
   std::vector<int32_t> Generate(const v1::GenerateRequest& request) {

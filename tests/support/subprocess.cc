@@ -104,6 +104,13 @@ bool ServerProcess::Start(const std::vector<std::string>& argv, std::string* err
   return true;
 }
 
+bool ServerProcess::StartWithHttp(const std::vector<std::string>& argv, std::string* http,
+                                  std::string* error) {
+  if (!Start(argv, error)) return false;
+  *http = WaitForLine("http listening on ", error);
+  return !http->empty();
+}
+
 std::string ServerProcess::WaitForLine(const std::string& prefix, std::string* error) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   for (;;) {

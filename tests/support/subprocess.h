@@ -40,6 +40,9 @@ class ServerProcess {
   // Waits at most 20 s for a later stdout line starting with `prefix` and
   // returns the rest of it; "" with *error set when it does not come.
   std::string WaitForLine(const std::string& prefix, std::string* error);
+  // Start, then WaitForLine("http listening on ") into *http (`serve` with
+  // --http-listen announces its HTTP address so). False with *error set.
+  bool StartWithHttp(const std::vector<std::string>& argv, std::string* http, std::string* error);
   bool running() const { return pid_ > 0; }
   // The process id while running, else -1 (to signal it without stopping it).
   int pid() const { return pid_; }

@@ -17,49 +17,15 @@
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
 #include "model/ops/weight_layout.h"
+#include "tests/model/ops/quantized_matrix.h"
 #include "tests/support/kernel_sets.h"
 
 namespace colibri::ops {
 namespace {
 
-struct Matrix {
-  std::vector<uint8_t> bytes;
-  WeightMatrix w;
-};
-
-// Rows quantized from normal values at row-dependent scales, and a few rows
-// of extreme quants (all bytes 0xFF but the fp16 scales), so that the largest
-// quants and scales meet the largest activations.
-// rows x cols of `type`, bytes zero (data set by the caller once they are
-// final).
-Matrix EmptyMatrix(TensorType type, int64_t rows, int64_t cols) {
-  Matrix m;
-  m.w.type = type;
-  m.w.rows = rows;
-  m.w.cols = cols;
-  m.w.row_bytes = RowBytesUnchecked(type, cols);
-  m.bytes.resize(rows * m.w.row_bytes);
-  return m;
-}
-
-Matrix MakeMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  Matrix m = EmptyMatrix(type, rows, cols);
-  std::vector<float> row(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float scale = std::ldexp(1.0f, static_cast<int>(r % 5) - 2);
-    for (float& v : row) v = dist(rng) * scale;
-    if (r % 9 == 4) {
-      // Same magnitude everywhere: the quantizer uses the largest codes.
-      for (int64_t c = 0; c < cols; ++c) row[c] = (c % 3 == 0 ? -8.0f : 8.0f) * scale;
-    }
-    const absl::Status s = QuantizeRow(type, row.data(), m.bytes.data() + r * m.w.row_bytes, cols);
-    EXPECT_TRUE(s.ok()) << TypeName(type) << ": " << s;
-  }
-  m.w.data = m.bytes.data();
-  return m;
-}
+using testing::EmptyMatrix;
+using testing::MakeMatrix;
+using testing::Matrix;
 
 std::vector<float> MakeActivations(int64_t n_tokens, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);

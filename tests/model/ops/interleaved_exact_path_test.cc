@@ -25,6 +25,7 @@
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
 #include "model/ops/weight_layout.h"
+#include "tests/model/ops/quantized_matrix.h"
 #include "tests/support/kernel_sets.h"
 
 namespace colibri::ops {
@@ -35,30 +36,8 @@ constexpr TensorType kInterleavedTypes[] = {
     TensorType::kMXFP4, TensorType::kQ4_0,  TensorType::kQ4_1, TensorType::kQ5_0,
     TensorType::kQ5_1,  TensorType::kIQ4_NL};
 
-// rows x cols of `type` quantized from seeded normal values; bytes[rows * row_bytes].
-struct Matrix {
-  std::vector<uint8_t> bytes;
-  WeightMatrix w;
-};
-
-Matrix MakeMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  Matrix m;
-  m.w.type = type;
-  m.w.rows = rows;
-  m.w.cols = cols;
-  m.w.row_bytes = RowBytesUnchecked(type, cols);
-  m.bytes.resize(static_cast<size_t>(rows) * m.w.row_bytes);
-  std::vector<float> row(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& v : row) v = dist(rng);
-    const absl::Status s = QuantizeRow(type, row.data(), m.bytes.data() + r * m.w.row_bytes, cols);
-    EXPECT_TRUE(s.ok()) << TypeName(type) << ": " << s;
-  }
-  m.w.data = m.bytes.data();
-  return m;
-}
+using testing::MakeMatrix;
+using testing::Matrix;
 
 class InterleavedExactPathTest : public testing::KernelSetTest {};
 
