@@ -207,8 +207,8 @@ class GenerationScheduler {
     // Bytes of KV rows the prefix cache keeps for reuse (see above); 0 turns
     // reuse off. Default: 0.
     int64_t prefix_cache_bytes = 0;
-    // Tokens per prefix cache block: the granularity of reuse. Default: 32.
-    int prefix_block_tokens = 32;
+    // Tokens per prefix cache block: the granularity of reuse. Default: 16.
+    int prefix_block_tokens = 16;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed
