@@ -538,7 +538,6 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
               openai::Usage usage;
               usage.prompt_tokens = (*outcome)->prompt_tokens;
               usage.cached_prompt_tokens = (*outcome)->cached_prompt_tokens;
-    usage.cached_prompt_tokens = (*outcome)->cached_prompt_tokens;
               usage.completion_tokens = static_cast<int>(result.tokens.size());
               out += openai::SseEvent(openai::UsageChunk(endpoint, id, usage));
             }
