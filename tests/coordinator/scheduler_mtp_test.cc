@@ -29,6 +29,7 @@ using ::testing::HasSubstr;
 using testing::TinyNextnModel;
 
 using testing::RecordingJob;
+using testing::RunTogether;
 
 void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
   ASSERT_TRUE(plain.status.ok()) << plain.status;
@@ -73,17 +74,6 @@ class SchedulerMtpTest : public ::testing::Test {
     auto s = GenerationScheduler::Create(options, model, nullptr, nullptr, pool_.get());
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
-  }
-
-  static std::vector<std::shared_ptr<RecordingJob>> RunTogether(
-      GenerationScheduler& scheduler, const std::vector<GenerationSpec>& specs) {
-    std::vector<std::shared_ptr<RecordingJob>> jobs;
-    for (const GenerationSpec& spec : specs) {
-      jobs.push_back(std::make_shared<RecordingJob>(spec));
-      EXPECT_TRUE(scheduler.Submit(jobs.back()).ok());
-    }
-    for (auto& job : jobs) job->done.WaitForNotification();
-    return jobs;
   }
 
   static std::vector<GenerationSpec> Specs() {

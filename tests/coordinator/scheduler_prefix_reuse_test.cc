@@ -23,6 +23,7 @@ namespace {
 
 using testing::kDemoModel;
 using testing::RecordingJob;
+using testing::RunTogether;
 
 constexpr int kBlock = 8;
 
@@ -112,17 +113,6 @@ class SchedulerPrefixReuseTest : public ::testing::Test {
     return spec;
   }
 
-  // Runs every spec on `scheduler` at once and waits for them all.
-  static std::vector<std::shared_ptr<RecordingJob>> RunTogether(
-      GenerationScheduler& scheduler, const std::vector<GenerationSpec>& specs) {
-    std::vector<std::shared_ptr<RecordingJob>> jobs;
-    for (const GenerationSpec& spec : specs) {
-      jobs.push_back(std::make_shared<RecordingJob>(spec));
-      EXPECT_TRUE(scheduler.Submit(jobs.back()).ok());
-    }
-    for (auto& job : jobs) job->done.WaitForNotification();
-    return jobs;
-  }
   static std::shared_ptr<RecordingJob> Run(GenerationScheduler& scheduler, GenerationSpec spec) {
     return RunTogether(scheduler, {std::move(spec)})[0];
   }

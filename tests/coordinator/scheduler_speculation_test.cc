@@ -25,6 +25,7 @@ using testing::kDemoModel;
 
 // Records what the scheduler reports for one job.
 using testing::RecordingJob;
+using testing::RunTogether;
 
 void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
   ASSERT_TRUE(plain.status.ok()) << plain.status;
@@ -82,18 +83,6 @@ class SchedulerSpeculationTest : public ::testing::Test {
     auto ids = tokenizer_->Encode(text, enc);
     EXPECT_TRUE(ids.ok()) << ids.status();
     return ids.ok() ? *ids : std::vector<int32_t>{};
-  }
-
-  // Runs every spec on `scheduler` at once and waits for them all.
-  std::vector<std::shared_ptr<RecordingJob>> RunTogether(GenerationScheduler& scheduler,
-                                                         const std::vector<GenerationSpec>& specs) {
-    std::vector<std::shared_ptr<RecordingJob>> jobs;
-    for (const GenerationSpec& spec : specs) {
-      jobs.push_back(std::make_shared<RecordingJob>(spec));
-      EXPECT_TRUE(scheduler.Submit(jobs.back()).ok());
-    }
-    for (auto& job : jobs) job->done.WaitForNotification();
-    return jobs;
   }
 
   std::unique_ptr<arch::Model> model_;
