@@ -25,7 +25,11 @@ usage: scripts/bench-prefix-reuse.sh [options]
   -h, --help         this text
 
 Every conversation has a system prompt of its own (so turn 1 finds nothing
-cached), and the two serves (reuse on, reuse off) take turns. "ttft" is the
+cached), and the two serves (reuse on, reuse off) take turns. The synthetic
+model's tokenizer has no ChatML tokens (spelled out, "<|im_start|>" is 9
+tokens), so with it the chats are rendered by a ChatML-shaped template that
+puts its one special token where Qwen3's <|im_start|> and <|im_end|> go:
+turn 2's new tokens are then about as many as with Qwen3's tokenizer. "ttft" is the
 time from sending a streamed /v1/chat/completions request to its first
 content chunk; "cached" is usage.prompt_tokens_details.cached_tokens of the
 final usage chunk. Data and logs go to BUILD/bench-prefix-reuse/.
@@ -63,6 +67,17 @@ work="$build/bench-prefix-reuse"
 [ "$fresh" -eq 1 ] && rm -rf "$work"
 mkdir -p "$work"
 trap bench_cleanup EXIT
+template=()
+if [ "$model" = "$build/models/bench-qwen3-30b-a3b-L$layers.gguf" ]; then
+  cat >"$work/chatml-one-token.jinja" <<'EOF'
+{%- for m in messages -%}<|endoftext|>{{ m.role }}
+{{ m.content }}<|endoftext|>
+{% endfor -%}
+{%- if add_generation_prompt -%}<|endoftext|>assistant
+{% endif -%}
+EOF
+  template=(--chat-template-file "$work/chatml-one-token.jinja")
+fi
 
 # converse HTTP TAG: one two-turn conversation on serve HTTP; prints
 # "prompt1 ttft1 prompt2 cached2 ttft2" (tokens, seconds).
@@ -126,10 +141,10 @@ run_config() {
   local name="$1" r on off
   shift
   bench_start_serve "$work/$name-reuse" -m "$model" --listen 127.0.0.1:0 \
-    --http-listen 127.0.0.1:0 --threads "$threads" "$@"
+    --http-listen 127.0.0.1:0 --threads "$threads" "${template[@]}" "$@"
   on="$SERVE_HTTP"
   bench_start_serve "$work/$name-noreuse" -m "$model" --listen 127.0.0.1:0 \
-    --http-listen 127.0.0.1:0 --threads "$threads" --kv-cache-size 0 "$@"
+    --http-listen 127.0.0.1:0 --threads "$threads" --kv-cache-size 0 "${template[@]}" "$@"
   off="$SERVE_HTTP"
   converse "$on" "$name-warm-on" >/dev/null || bench_die "warm-up failed"
   converse "$off" "$name-warm-off" >/dev/null || bench_die "warm-up failed"
