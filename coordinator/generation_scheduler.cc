@@ -236,13 +236,20 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
       e->backend->SecondChannel() != nullptr) {
     e->halves = std::make_unique<HalvesChooser>();
   }
-  e->reuse = prefix_cache_ != nullptr && e->mtp == nullptr;
+  e->reuse = prefix_cache_ != nullptr;
   if (e->reuse && e->session->kv_cache().has_window_layers()) {
     e->reuse = false;
     if (options_.log != nullptr) {
       *options_.log << "serve: prefix reuse is off: " << model_.config().arch
                     << " has sliding-window layers, whose KV ring keeps only the last "
                     << model_.config().sliding_window << " positions" << std::endl;
+    }
+  } else if (e->reuse && e->mtp != nullptr) {
+    e->reuse = false;
+    if (options_.log != nullptr) {
+      *options_.log << "serve: prefix reuse is off with --draft mtp (the NextN block needs the "
+                       "hidden state of every prompt position)"
+                    << std::endl;
     }
   }
   engine = std::move(e);

@@ -128,6 +128,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     COLIBRI_ASSIGN_OR_RETURN(
         chat, LoadChatRenderer(model->file(), tokenizer, options.chat_template_file, err));
   }
+  if (scheduler_options.prefix_cache_bytes > 0) {
+    err << "serve: prefix reuse across requests in up to "
+        << FormatBytes(static_cast<uint64_t>(scheduler_options.prefix_cache_bytes))
+        << " of KV rows (--kv-cache-size)\n";
+  }
   COLIBRI_ASSIGN_OR_RETURN(
       std::unique_ptr<GenerationScheduler> scheduler,
       GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
@@ -171,11 +176,6 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     err << absl::StrFormat("serve: speculative decoding with %s drafts, at most %d per step (%s)\n",
                            DraftKindName(options.speculation.draft), options.speculation.draft_max,
                            options.speculation.adaptive ? "adaptive" : "fixed");
-  }
-  if (scheduler_options.prefix_cache_bytes > 0) {
-    err << "serve: prefix reuse across requests, up to "
-        << FormatBytes(static_cast<uint64_t>(scheduler_options.prefix_cache_bytes))
-        << " of KV rows (--kv-cache-size)\n";
   }
   out << "listening on " << rpc::ListenHost(options.listen) << ":" << port << std::endl;
 
