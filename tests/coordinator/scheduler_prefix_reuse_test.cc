@@ -3,8 +3,8 @@
 // evaluated (its prompt and its answer) takes those KV rows from the prefix
 // cache and gives exactly the tokens, log-probabilities and logits it gives
 // without reuse: one after another, several at once sharing a prefix, with
-// speculative decoding, under a budget that evicts, and never across
-// numeric paths.
+// speculative decoding, with half-float KV, under a budget that evicts, and
+// never across numeric paths.
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,8 +77,10 @@ class SchedulerPrefixReuseTest : public ::testing::Test {
   std::unique_ptr<GenerationScheduler> NewScheduler(int64_t cache_bytes, int sessions = 1,
                                                     ServeMetrics* metrics = nullptr,
                                                     DraftKind draft = DraftKind::kNone,
-                                                    bool wrong_drafts = false) {
+                                                    bool wrong_drafts = false,
+                                                    arch::KvType kv_type = arch::KvType::kF32) {
     GenerationScheduler::Options options;
+    options.kv_type = kv_type;
     options.sessions = sessions;
     options.batch_size = 16;  // prompts take several chunks
     options.prefix_cache_bytes = cache_bytes;
@@ -118,8 +120,10 @@ class SchedulerPrefixReuseTest : public ::testing::Test {
   }
 
   // The spec on a scheduler without reuse.
-  std::shared_ptr<RecordingJob> Reference(const GenerationSpec& spec) {
-    std::unique_ptr<GenerationScheduler> plain = NewScheduler(0);
+  std::shared_ptr<RecordingJob> Reference(const GenerationSpec& spec,
+                                          arch::KvType kv_type = arch::KvType::kF32) {
+    std::unique_ptr<GenerationScheduler> plain =
+        NewScheduler(0, 1, nullptr, DraftKind::kNone, false, kv_type);
     return Run(*plain, spec);
   }
 
@@ -278,6 +282,18 @@ TEST_F(SchedulerPrefixReuseTest, RowsOfOneNumericPathAreNotReusedByTheOther) {
   const auto again = Run(*s, exact);
   EXPECT_GT(again->outcome.cached_prompt_tokens, 0);
   ExpectSame(*on_exact, *again);
+}
+
+TEST_F(SchedulerPrefixReuseTest, HalfFloatRowsAreReusedBitwise) {
+  std::unique_ptr<GenerationScheduler> s =
+      NewScheduler(64 << 20, 1, nullptr, DraftKind::kNone, false, arch::KvType::kF16);
+  ASSERT_NE(s, nullptr);
+  const auto first = Run(*s, Spec(Turn1()));
+  ASSERT_TRUE(first->status.ok());
+  const GenerationSpec turn2 = Spec(Turn2(*first));
+  const auto second = Run(*s, turn2);
+  EXPECT_GE(second->outcome.cached_prompt_tokens, 0.9 * Turn1().size());
+  ExpectSame(*Reference(turn2, arch::KvType::kF16), *second);
 }
 
 TEST_F(SchedulerPrefixReuseTest, AllPromptLogitsEvaluateTheWholePrompt) {
