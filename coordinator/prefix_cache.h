@@ -19,10 +19,12 @@
 //
 // A block's rows are immutable once inserted and shared: a Match holds them
 // while its caller copies them, evicted or not. That is what a later
-// on-disk tier needs too (a writer thread reading inserted blocks; records
-// named by the prefix's path through the tree).
+// on-disk tier needs too: a writer thread reading inserted blocks into
+// records keyed by a hash of the tokens on their path from the root, under a
+// header naming the model, the RowsKind and KvCache::kRowsLayoutVersion.
 //
-// Thread-safety: thread-safe.
+// Thread-safety: thread-safe; Insert calls its export function under the
+// cache's lock (it must not call back into the cache).
 #ifndef COLIBRI_COORDINATOR_PREFIX_CACHE_H_
 #define COLIBRI_COORDINATOR_PREFIX_CACHE_H_
 
@@ -46,9 +48,10 @@ namespace colibri::coordinator {
 class PrefixCache {
  public:
   struct Options {
-    // Tokens per block (>= 1). Default: 32.
-    int block_tokens = 32;
-    // Most bytes of rows the blocks hold; 0 caches nothing. Default: 0.
+    // Tokens per block (>= 1). Default: 16.
+    int block_tokens = 16;
+    // Most bytes of rows the blocks hold (a block larger than this is never
+    // cached); 0 caches nothing. Default: 0.
     int64_t capacity_bytes = 0;
   };
 

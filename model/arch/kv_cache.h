@@ -99,8 +99,8 @@ class KvCache {
   // cache). The rows of positions [from, to) are packed, per layer, as keys
   // [n_head_kv][to - from][head_dim] then values [n_head_kv][to - from]
   // [head_dim_v] (MLA: latents [to - from][kv_lora_rank + n_rot]), elements
-  // of type(); kRowsLayoutVersion names this layout. Only without
-  // sliding-window layers (a ring does not keep old positions).
+  // of type(), independent of n_ctx; kRowsLayoutVersion names this layout.
+  // Only without sliding-window layers (a ring does not keep old positions).
   static constexpr int kRowsLayoutVersion = 1;
   bool has_window_layers() const { return has_window_layers_; }
   // Bytes ExportRows writes for n positions.
@@ -109,9 +109,9 @@ class KvCache {
   // from) bytes). FailedPrecondition with sliding-window layers; OutOfRange
   // unless 0 <= from <= to <= n_past(seq).
   absl::Status ExportRows(int seq, int from, int to, uint8_t* out) const;
-  // Writes rows exported by ExportRows (same model, n_ctx-independent, same
-  // type) as `seq`'s positions [from, to), reserving them; n_past is
-  // unchanged (set_n_past after). FailedPrecondition with sliding-window
+  // Writes rows ExportRows wrote (RowsBytes(to - from) bytes, from a cache
+  // of the same model and type; its n_ctx may differ) as `seq`'s positions
+  // [from, to), reserving them; n_past is unchanged (set_n_past after). FailedPrecondition with sliding-window
   // layers; OutOfRange unless 0 <= from <= to <= n_ctx.
   absl::Status ImportRows(int seq, int from, int to, const uint8_t* in);
 
