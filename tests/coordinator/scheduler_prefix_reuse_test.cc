@@ -16,6 +16,7 @@
 #include "model/speculative/drafter.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/support/demo_model.h"
+#include "tests/support/metrics_text.h"
 #include "tests/support/recording_job.h"
 
 namespace colibri::coordinator {
@@ -43,12 +44,6 @@ void ExpectSame(const RecordingJob& want, const RecordingJob& got) {
     }
   }
   EXPECT_TRUE(want.logits == got.logits) << "the logits differ";
-}
-
-// The value of `series` in `text` (Prometheus format); -1 when absent.
-double Sample(const std::string& text, const std::string& series) {
-  const size_t at = text.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
 // Drafts that are always wrong (a control token the demo model does not
@@ -176,9 +171,9 @@ TEST_F(SchedulerPrefixReuseTest, ASecondTurnReusesThePromptAndAnswerBitwise) {
   EXPECT_EQ(again->outcome.cached_prompt_tokens, (n - 1) / kBlock * kBlock);
 
   const std::string scraped = metrics.Render();
-  EXPECT_EQ(Sample(scraped, "colibri_prompt_tokens_cached_total"),
+  EXPECT_EQ(testing::MetricSample(scraped, "colibri_prompt_tokens_cached_total"),
             second->outcome.cached_prompt_tokens + again->outcome.cached_prompt_tokens);
-  EXPECT_GT(Sample(scraped, "colibri_prefix_cache_bytes"), 0);
+  EXPECT_GT(testing::MetricSample(scraped, "colibri_prefix_cache_bytes"), 0);
 }
 
 TEST_F(SchedulerPrefixReuseTest, ConcurrentGenerationsSharingAPrefixGiveWhatEachGivesAlone) {

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/node_process.h"
+#include "tests/support/metrics_text.h"
 #include "tests/support/subprocess.h"
 
 namespace colibri {
@@ -112,8 +113,8 @@ class PrefixReuseTest : public ::testing::Test {
 
   double Metric(const std::string& series) {
     const CommandResult r = testing::RunCommand({kCurl, "-sS", "http://" + http_ + "/metrics"});
-    const size_t at = r.out.find("\n" + series + " ");
-    return at == std::string::npos ? -1 : std::stod(r.out.substr(at + series.size() + 2));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return testing::MetricSample(r.out, series);
   }
 
   // Everything one server gives: turn 1, turn 2, three follow-ups sharing
