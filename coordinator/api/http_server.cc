@@ -439,6 +439,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     }
     openai::Usage usage;
     usage.prompt_tokens = (*outcome)->prompt_tokens;
+    usage.cached_prompt_tokens = (*outcome)->cached_prompt_tokens;
     usage.completion_tokens = static_cast<int>(result.tokens.size());
     return SendJson(res, openai::CompletionResponse(endpoint, id, result.text, result.finish_reason,
                                                     usage, logprobs_json));
@@ -494,6 +495,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
             if (include_usage) {
               openai::Usage usage;
               usage.prompt_tokens = (*outcome)->prompt_tokens;
+              usage.cached_prompt_tokens = (*outcome)->cached_prompt_tokens;
               usage.completion_tokens = static_cast<int>(result.tokens.size());
               out += openai::SseEvent(openai::UsageChunk(endpoint, id, usage));
             }

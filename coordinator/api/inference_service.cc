@@ -125,6 +125,7 @@ class InferenceServiceImpl::GenerateCall final : public GenerationJob {
     last.set_finish_reason(ToProto(result.finish_reason));
     v1::GenerateStats* stats = last.mutable_stats();
     stats->set_prompt_tokens(outcome->prompt_tokens);
+    stats->set_cached_prompt_tokens(outcome->cached_prompt_tokens);
     stats->set_generated_tokens(static_cast<int32_t>(result.tokens.size()));
     stats->set_prompt_seconds(result.prompt_seconds);
     stats->set_generate_seconds(result.generate_seconds);

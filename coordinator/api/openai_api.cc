@@ -556,7 +556,8 @@ const char* FinishReasonName(FinishReason reason) {
 json UsageJson(const Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
-          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_prompt_tokens}}}};
 }
 
 namespace {

@@ -128,6 +128,9 @@ const char* FinishReasonName(FinishReason reason);
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  // Prompt tokens served from the prefix cache (always reported, as
+  // prompt_tokens_details.cached_tokens).
+  int cached_prompt_tokens = 0;
 };
 nlohmann::json UsageJson(const Usage& usage);
 

@@ -286,6 +286,13 @@ int main(int argc, char** argv) {
   serve_cmd->add_flag("--mmap", serve.keep_mapped, kMmapHelp);
   serve_cmd->add_flag("--gguf-order", serve.gguf_order, kGgufOrderHelp);
   AddKvTypeFlag(serve_cmd, &serve.kv_type);
+  serve_cmd
+      ->add_option("--kv-cache-size", serve.kv_cache_bytes,
+                   "bytes of KV rows kept to reuse request prefixes (chat history, system "
+                   "prompts) in later requests, least recently used evicted first; suffixes "
+                   "K, M, G (binary); 0 turns reuse off")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("RAM/8");
   serve_cmd->add_option("--prefetch-depth", serve.prefetch_depth,
                         "layers ahead to predict experts for, 0-2 (default: 1 with nodes, 0 "
                         "without)")

@@ -1,5 +1,7 @@
 #include "coordinator/cli/serve_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -12,10 +14,11 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "coordinator/api/chat_prompt.h"
-#include "coordinator/generation/generation_scheduler.h"
 #include "coordinator/api/http_server.h"
 #include "coordinator/api/inference_service.h"
+#include "coordinator/api/model_summary.h"
 #include "coordinator/cli/resident_weights.h"
+#include "coordinator/generation/generation_scheduler.h"
 #include "coordinator/generation/serve_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -32,6 +35,13 @@ std::string ModelId(const std::string& path) {
   std::string name = path.substr(path.find_last_of('/') + 1);
   if (absl::EndsWith(name, ".gguf")) name.resize(name.size() - 5);
   return name.empty() ? "colibri" : name;
+}
+
+// Physical RAM, 0 where the system does not say.
+int64_t PhysicalRamBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
 }
 
 }  // namespace
@@ -111,12 +121,19 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   scheduler_options.log = &err;
   scheduler_options.metrics = &metrics;
   scheduler_options.speculation = options.speculation;
+  scheduler_options.prefix_cache_bytes =
+      options.kv_cache_bytes >= 0 ? options.kv_cache_bytes : PhysicalRamBytes() / 8;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.
   ChatRenderer chat;
   if (tokenizer != nullptr || http != nullptr) {
     COLIBRI_ASSIGN_OR_RETURN(
         chat, LoadChatRenderer(model->file(), tokenizer, options.chat_template_file, err));
+  }
+  if (scheduler_options.prefix_cache_bytes > 0) {
+    err << "serve: prefix reuse across requests in up to "
+        << FormatBytes(static_cast<uint64_t>(scheduler_options.prefix_cache_bytes))
+        << " of KV rows (--kv-cache-size)\n";
   }
   COLIBRI_ASSIGN_OR_RETURN(
       std::unique_ptr<GenerationScheduler> scheduler,

@@ -64,6 +64,10 @@ struct ServeOptions {
   bool gguf_order = false;
   // Element type of the KV cache (arch::KvType). Default: kF32.
   arch::KvType kv_type = arch::KvType::kF32;
+  // Bytes of KV rows kept for reuse by later requests with the same prefix
+  // (GenerationScheduler::Options::prefix_cache_bytes); 0 turns reuse off,
+  // -1 means an eighth of the physical RAM. Default: -1.
+  int64_t kv_cache_bytes = -1;
   // Next-layer expert prediction, as RunOptions: layers ahead 0 to 2, or -1
   // for 1 with nodes and 0 without. Default: -1.
   int prefetch_depth = -1;

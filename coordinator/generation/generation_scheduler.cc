@@ -46,6 +46,7 @@ void AddDelta(const arch::SessionStats& after, const arch::SessionStats& before,
 
 // A batched session and its expert backend, for one numeric path.
 struct GenerationScheduler::Engine {
+  ops::NumericPath path = ops::NumericPath::kFast;
   std::unique_ptr<moe::ExpertBackend> local;  // the backend without nodes
   moe::ExpertBackend* backend = nullptr;      // local, or the cluster's for this path
   RemoteExpertBackend* remote = nullptr;      // backend, when over nodes
@@ -58,6 +59,8 @@ struct GenerationScheduler::Engine {
   std::unique_ptr<speculative::MtpModule> mtp;
   // Split or unsplit steps, with kAuto over nodes (null otherwise).
   std::unique_ptr<HalvesChooser> halves;
+  // Generations of this session reuse cached prefixes (see the header).
+  bool reuse = false;
 };
 
 // A generation in a slot: its prompt's progress and its per-token state.
@@ -95,7 +98,14 @@ struct GenerationScheduler::Active {
 GenerationScheduler::GenerationScheduler(const Options& options, const arch::Model& model,
                                          const tokenizer::Tokenizer* tokenizer,
                                          ClusterExperts* cluster, ThreadPool* pool)
-    : options_(options), model_(model), tokenizer_(tokenizer), cluster_(cluster), pool_(pool) {}
+    : options_(options), model_(model), tokenizer_(tokenizer), cluster_(cluster), pool_(pool) {
+  if (options.prefix_cache_bytes > 0) {
+    PrefixCache::Options cache;
+    cache.block_tokens = options.prefix_block_tokens;
+    cache.capacity_bytes = options.prefix_cache_bytes;
+    prefix_cache_ = std::make_unique<PrefixCache>(cache);
+  }
+}
 
 GenerationScheduler::~GenerationScheduler() { Stop(); }
 
@@ -103,6 +113,9 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
     const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
     ClusterExperts* cluster, ThreadPool* pool) {
   if (options.sessions < 1) return absl::InvalidArgumentError("--sessions must be >= 1");
+  if (options.prefix_block_tokens < 1) {
+    return absl::InvalidArgumentError("the prefix cache's block_tokens must be >= 1");
+  }
   const int draft_max = options.speculation.draft_max;
   if (draft_max < 1 || draft_max > kMaxDraftTokens) {
     return absl::InvalidArgumentError(
@@ -164,6 +177,10 @@ GenerationScheduler::ExpertOverlap GenerationScheduler::expert_overlap() const {
   return overlap_;
 }
 
+PrefixCache::Stats GenerationScheduler::prefix_cache() const {
+  return prefix_cache_ != nullptr ? prefix_cache_->stats() : PrefixCache::Stats();
+}
+
 std::vector<GenerationScheduler::HalvesDecision> GenerationScheduler::pipeline_halves() const {
   absl::MutexLock lock(&mu_);
   std::vector<HalvesDecision> all = halves_[0];
@@ -175,6 +192,7 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
   std::unique_ptr<Engine>& engine = engines_[path == ops::NumericPath::kExact ? 1 : 0];
   if (engine != nullptr) return engine.get();
   auto e = std::make_unique<Engine>();
+  e->path = path;
   if (cluster_ != nullptr) {
     e->remote = cluster_->Backend(path);
     e->backend = e->remote;
@@ -218,6 +236,22 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
       e->backend->SecondChannel() != nullptr) {
     e->halves = std::make_unique<HalvesChooser>();
   }
+  e->reuse = prefix_cache_ != nullptr;
+  if (e->reuse && e->session->kv_cache().has_window_layers()) {
+    e->reuse = false;
+    if (options_.log != nullptr) {
+      *options_.log << "serve: prefix reuse is off: " << model_.config().arch
+                    << " has sliding-window layers, whose KV ring keeps only the last "
+                    << model_.config().sliding_window << " positions" << std::endl;
+    }
+  } else if (e->reuse && e->mtp != nullptr) {
+    e->reuse = false;
+    if (options_.log != nullptr) {
+      *options_.log << "serve: prefix reuse is off with --draft mtp (the NextN block needs the "
+                       "hidden state of every prompt position)"
+                    << std::endl;
+    }
+  }
   engine = std::move(e);
   return engine.get();
 }
@@ -247,7 +281,7 @@ void GenerationScheduler::StepLoop() {
         active.push_back(std::move(*a));
         continue;
       }
-      if (options_.metrics != nullptr) options_.metrics->OnGenerationEnd(a.status(), 0, 0);
+      if (options_.metrics != nullptr) options_.metrics->OnGenerationEnd(a.status(), 0, 0, 0);
       {
         absl::MutexLock lock(&mu_);
         running_.erase(std::find(running_.begin(), running_.end(), job));
@@ -301,6 +335,7 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
   if (a->seq >= options_.sessions) return absl::InternalError("no free generation slot");
   engine->used[a->seq] = true;
   engine->session->Reset(a->seq);
+  ReusePrefix(*engine, *a);
   a->emitter = std::make_unique<TokenEmitter>(*a->sampler, tokenizer_, a->options);
   const SpeculationOptions& speculation = options_.speculation;
   if (speculation.make_drafter) {
@@ -640,10 +675,13 @@ void GenerationScheduler::Finish(Active& a, absl::StatusOr<GenerationOutcome> ou
   a.finished = true;
   a.mtp = nullptr;
   a.drafter.reset();  // an MTP drafter frees its slot of the NextN block
-  engines_[a.engine]->used[a.seq] = false;
-  engines_[a.engine]->session->Release(a.seq);  // its KV memory, until reused
+  Engine& engine = *engines_[a.engine];
+  if (outcome.ok() && engine.reuse) CachePrefix(engine, a, outcome->result.tokens);
+  engine.used[a.seq] = false;
+  engine.session->Release(a.seq);  // its KV memory, until reused
   if (options_.metrics != nullptr) {
-    options_.metrics->OnGenerationEnd(outcome.status(), a.outcome.prompt_tokens, a.generated);
+    options_.metrics->OnGenerationEnd(outcome.status(), a.outcome.prompt_tokens,
+                                      a.outcome.cached_prompt_tokens, a.generated);
   }
   // Off the running list before the front end hears of the end, so that a
   // client seeing its response also sees the generation gone.
@@ -652,6 +690,49 @@ void GenerationScheduler::Finish(Active& a, absl::StatusOr<GenerationOutcome> ou
     running_.erase(std::find(running_.begin(), running_.end(), a.job));
   }
   a.job->OnFinish(std::move(outcome));
+}
+
+void GenerationScheduler::ReusePrefix(Engine& engine, Active& a) {
+  if (!engine.reuse || a.options.all_prompt_logits) return;
+  arch::KvCache& kv = engine.session->kv_cache();
+  // At least the last prompt token is evaluated: its logits give the first
+  // generated token.
+  const PrefixCache::Match match = prefix_cache_->Lookup(
+      {engine.path, kv.type()}, a.prompt, static_cast<int>(a.prompt.size()) - 1);
+  const int b = prefix_cache_->block_tokens();
+  for (size_t i = 0; i < match.blocks.size(); ++i) {
+    const int from = static_cast<int>(i) * b;
+    const absl::Status imported = kv.ImportRows(a.seq, from, from + b, match.blocks[i]->data());
+    if (!imported.ok()) {  // a bug: the blocks of this kind have this session's layout
+      if (options_.log != nullptr) {
+        *options_.log << "serve: prefix reuse: " << imported << std::endl;
+      }
+      return;
+    }
+  }
+  kv.set_n_past(a.seq, match.tokens);
+  a.prompt_done = match.tokens;
+  a.outcome.cached_prompt_tokens = match.tokens;
+}
+
+void GenerationScheduler::CachePrefix(Engine& engine, Active& a,
+                                      absl::Span<const int32_t> generated) {
+  arch::KvCache& kv = engine.session->kv_cache();
+  // Position prompt.size() + i holds generated[i] once fed back: every
+  // generated token but the last, which is fed only for its logits
+  // (final_feed). Rows beyond are drafts that were not accepted.
+  const int fed = static_cast<int>(generated.size()) - (a.final_feed.has_value() ? 0 : 1);
+  const int held =
+      std::min(kv.n_past(a.seq), static_cast<int>(a.prompt.size()) + std::max(fed, 0));
+  std::vector<int32_t> tokens = a.prompt;
+  tokens.insert(tokens.end(), generated.begin(), generated.end());
+  tokens.resize(held);
+  const absl::Status cached = prefix_cache_->Insert(
+      {engine.path, kv.type()}, tokens, kv.RowsBytes(prefix_cache_->block_tokens()),
+      [&](int from, int to, uint8_t* out) { return kv.ExportRows(a.seq, from, to, out); });
+  if (!cached.ok() && options_.log != nullptr) {
+    *options_.log << "serve: prefix cache: " << cached << std::endl;
+  }
 }
 
 }  // namespace colibri::coordinator

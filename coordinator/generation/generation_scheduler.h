@@ -36,6 +36,17 @@
 // step's cost. The job's callbacks run on the stepping thread: they must not
 // block (queue the output for the client; never wait for it).
 //
+// Prefix reuse (Options::prefix_cache_bytes): when a generation ends
+// successfully, the KV rows of its prompt and generated tokens go to a
+// PrefixCache shared by every generation; a new one copies the rows of its
+// longest cached prefix (whole blocks, leaving at least one prompt token to
+// evaluate for its logits) into its slot and evaluates only the rest. The
+// kernels are batch-invariant, so its tokens and logits are those it would
+// have without reuse. Off for models with sliding-window layers (their ring
+// does not keep old positions; logged once), with --draft mtp (the NextN
+// block needs every position's hidden state) and for a generation that
+// reports every prompt position's logits.
+//
 // Two pipelined half-batches (Options::pipeline_halves): with kAuto and
 // expert nodes, each step of at least two tokens (several generations, or a
 // prompt chunk split at its middle) runs split or unsplit
@@ -67,6 +78,7 @@
 #include "common/thread_pool.h"
 #include "coordinator/generation/generation.h"
 #include "coordinator/generation/halves_chooser.h"
+#include "coordinator/generation/prefix_cache.h"
 #include "coordinator/generation/speculation_options.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
@@ -105,6 +117,8 @@ struct GenerationSpec {
 struct GenerationOutcome {
   GenerationResult result;
   int prompt_tokens = 0;
+  // Prompt tokens whose KV rows came from the prefix cache (not evaluated).
+  int cached_prompt_tokens = 0;
   // The session's counters over the generation's steps, and over those up to
   // the end of its prompt (steps - prompt_steps: its decode).
   arch::SessionStats steps;
@@ -190,6 +204,11 @@ class GenerationScheduler {
     // Receives the token timings and outcomes; borrowed, must outlive the
     // scheduler. Default: null (none recorded).
     ServeMetrics* metrics = nullptr;
+    // Bytes of KV rows the prefix cache keeps for reuse (see above); 0 turns
+    // reuse off. Default: 0.
+    int64_t prefix_cache_bytes = 0;
+    // Tokens per prefix cache block: the granularity of reuse. Default: 16.
+    int prefix_block_tokens = 16;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed
@@ -236,6 +255,8 @@ class GenerationScheduler {
     HalvesChooser::Octave octave;
   };
   std::vector<HalvesDecision> pipeline_halves() const;
+  // The prefix cache's occupancy (zeros when reuse is off). Thread-safe.
+  PrefixCache::Stats prefix_cache() const;
 
  private:
   struct Engine;
@@ -270,6 +291,12 @@ class GenerationScheduler {
   // Ends `a` with `outcome` (reported to its job); frees its slot.
   void Finish(Active& a, absl::StatusOr<GenerationOutcome> outcome);
   void Complete(Active& a);
+  // Copies the rows of the longest cached prefix of `a`'s prompt into its
+  // slot and skips them; sets a.outcome.cached_prompt_tokens.
+  void ReusePrefix(Engine& engine, Active& a);
+  // Caches the rows of `a`'s prompt and the generated `tokens` its slot
+  // holds.
+  void CachePrefix(Engine& engine, Active& a, absl::Span<const int32_t> generated);
 
   const Options options_;
   const arch::Model& model_;
@@ -280,6 +307,8 @@ class GenerationScheduler {
   // [0] fast path, [1] exact path; used by the stepping thread only (and by
   // Create before it starts).
   std::unique_ptr<Engine> engines_[2];
+  // Null when Options::prefix_cache_bytes is 0.
+  std::unique_ptr<PrefixCache> prefix_cache_;
 
   mutable absl::Mutex mu_;
   std::deque<std::shared_ptr<GenerationJob>> queue_ ABSL_GUARDED_BY(mu_);

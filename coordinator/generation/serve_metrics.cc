@@ -115,6 +115,15 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
              o.outstanding_seconds > 0 ? std::max(0.0, 1.0 - o.wait_seconds / o.outstanding_seconds)
                                        : 0.0);
     CollectHalves(scheduler->pipeline_halves(), w);
+    const PrefixCache::Stats cache = scheduler->prefix_cache();
+    w.Family("colibri_prefix_cache_bytes",
+             "Bytes of KV rows the prefix cache holds (--kv-cache-size bounds them).",
+             Type::kGauge);
+    w.Sample("colibri_prefix_cache_bytes", {}, {}, static_cast<double>(cache.bytes));
+    w.Family("colibri_prefix_cache_evicted_blocks_total",
+             "Prefix cache blocks evicted to stay within --kv-cache-size.", Type::kCounter);
+    w.Sample("colibri_prefix_cache_evicted_blocks_total", {}, {},
+             static_cast<double>(cache.evicted_blocks));
   }
   if (cluster == nullptr) return;
   Cluster& c = cluster->cluster();
@@ -246,6 +255,12 @@ ServeMetrics::ServeMetrics() {
   prompt_tokens_ =
       registry_.AddCounter("colibri_prompt_tokens_total", "Prompt tokens of finished generations.")
           ->With({});
+  prompt_tokens_cached_ =
+      registry_
+          .AddCounter("colibri_prompt_tokens_cached_total",
+                      "Prompt tokens of finished generations whose KV rows came from the "
+                      "prefix cache instead of being evaluated.")
+          ->With({});
   generated_tokens_ =
       registry_
           .AddCounter("colibri_generated_tokens_total",
@@ -285,9 +300,10 @@ void ServeMetrics::OnFirstToken(double seconds) { time_to_first_token_->Observe(
 void ServeMetrics::OnInterToken(double seconds) { inter_token_->Observe(seconds); }
 
 void ServeMetrics::OnGenerationEnd(const absl::Status& status, int prompt_tokens,
-                                   int generated_tokens) {
+                                   int cached_prompt_tokens, int generated_tokens) {
   generations_->With({CodeName(status.code())})->Increment();
   prompt_tokens_->Increment(prompt_tokens);
+  prompt_tokens_cached_->Increment(cached_prompt_tokens);
   generated_tokens_->Increment(generated_tokens);
 }
 

@@ -2,11 +2,13 @@
 //
 // Recorded as they happen: requests by API, endpoint and status (HTTP by
 // HttpServer, gRPC by the interceptor MakeGrpcMetricsInterceptor returns),
-// generations by outcome, prompt and generated tokens, time to first token
+// generations by outcome, prompt tokens (and those the prefix cache
+// supplied) and generated tokens, time to first token
 // (from submission, so queueing counts), inter-token latency and drafted
 // tokens accepted or rejected by speculative decoding (the
 // GenerationScheduler calls the On* hooks). Read at scrape time: queue depth,
-// active generations and predictor recall (from the scheduler), per-node
+// active generations, predictor recall and prefix cache occupancy (from
+// the scheduler), per-node
 // round trips, failures, failovers, bytes, hidden-state floor bytes and
 // wait, health, fallback routes (from the cluster), and the wire's bytes and
 // floor per generated token.
@@ -45,11 +47,13 @@ class ServeMetrics {
 
   // Generation hooks (GenerationScheduler): the first token came
   // `seconds` after submission; a later one `seconds` after the previous
-  // one; a generation ended with `status` after `prompt_tokens` were
-  // evaluated and `generated_tokens` produced (cancelled ones included).
+  // one; a generation ended with `status` after its `prompt_tokens` were
+  // evaluated (`cached_prompt_tokens` of them taken from the prefix cache)
+  // and `generated_tokens` produced (cancelled ones included).
   void OnFirstToken(double seconds);
   void OnInterToken(double seconds);
-  void OnGenerationEnd(const absl::Status& status, int prompt_tokens, int generated_tokens);
+  void OnGenerationEnd(const absl::Status& status, int prompt_tokens, int cached_prompt_tokens,
+                       int generated_tokens);
   // A speculative verify step: of its drafted tokens, `accepted` were the
   // sampled ones and `rejected` were not (dropped from the cache).
   void OnDrafts(int accepted, int rejected);
@@ -62,6 +66,7 @@ class ServeMetrics {
   metrics::Family<metrics::Counter>* requests_;
   metrics::Family<metrics::Counter>* generations_;
   metrics::Counter* prompt_tokens_;
+  metrics::Counter* prompt_tokens_cached_;
   metrics::Counter* generated_tokens_;
   metrics::Counter* drafts_accepted_;
   metrics::Counter* drafts_rejected_;

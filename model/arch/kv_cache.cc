@@ -1,7 +1,9 @@
 #include "model/arch/kv_cache.h"
 
 #include <algorithm>
+#include <type_traits>
 
+#include "absl/strings/str_cat.h"
 #include "common/huge_pages.h"
 
 namespace colibri::arch {
@@ -27,6 +29,7 @@ KvCache::KvCache(const ModelConfig& config, int n_ctx, int n_batch, int n_seq, K
     rows_[il] = c_.is_window_layer(il)
                     ? static_cast<int>(std::min<int64_t>(n_ctx, c_.sliding_window + n_batch - 1))
                     : n_ctx;
+    has_window_layers_ |= c_.is_window_layer(il);
     offset_[il] = total_rows;
     total_rows += rows_[il];
   }
@@ -108,6 +111,66 @@ int KvCache::max_truncate() const {
     if (c_.is_window_layer(il)) most = std::min(most, std::max(0, rows_[il] - c_.sliding_window));
   }
   return most;
+}
+
+int64_t KvCache::RowsBytes(int n) const {
+  const bool mla = c_.attention == AttentionKind::kMla;
+  const int64_t per_row = mla ? c_.kv_lora_rank + c_.n_rot : c_.kv_dim() + c_.v_dim();
+  return static_cast<int64_t>(n) * c_.n_layer * per_row * static_cast<int64_t>(elem_bytes_);
+}
+
+template <typename Packed>
+void KvCache::CopyRows(int seq, int from, int to, Packed* packed) const {
+  // Packed is const uint8_t when importing (packed rows into the slot).
+  constexpr bool kExport = !std::is_const<Packed>::value;
+  const bool mla = c_.attention == AttentionKind::kMla;
+  const size_t n = static_cast<size_t>(to - from);
+  // A run is one KV head's rows (or the latent rows with MLA), consecutive
+  // in the slot and in the packed form alike.
+  const int runs = mla ? 1 : c_.n_head_kv;
+  const size_t k_row = (mla ? c_.kv_lora_rank + c_.n_rot : c_.head_dim) * elem_bytes_;
+  const size_t v_row = mla ? 0 : c_.head_dim_v * elem_bytes_;
+  auto copy = [&](uint8_t* slot, size_t row_bytes, size_t first_row) {
+    uint8_t* a = slot + (first_row + from) * row_bytes;
+    if constexpr (kExport) {
+      std::memcpy(packed, a, n * row_bytes);
+    } else {
+      std::memcpy(a, packed, n * row_bytes);
+    }
+    packed += n * row_bytes;
+  };
+  for (int il = 0; il < c_.n_layer; ++il) {
+    const size_t rows = static_cast<size_t>(rows_[il]);
+    for (int h = 0; h < runs; ++h) copy(k_slots_[seq].get(), k_row, offset_[il] * runs + h * rows);
+    if (v_row == 0) continue;
+    for (int h = 0; h < runs; ++h) copy(v_slots_[seq].get(), v_row, offset_[il] * runs + h * rows);
+  }
+}
+
+absl::Status KvCache::ExportRows(int seq, int from, int to, uint8_t* out) const {
+  if (has_window_layers_) {
+    return absl::FailedPreconditionError("KV cache: rows of sliding-window layers cannot be exported");
+  }
+  if (from < 0 || from > to || to > n_past_[seq]) {
+    return absl::OutOfRangeError(absl::StrCat("KV cache: exporting positions [", from, ", ", to,
+                                              ") of sequence ", seq, " holding ", n_past_[seq]));
+  }
+  if (from < to) CopyRows(seq, from, to, out);
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::ImportRows(int seq, int from, int to, const uint8_t* in) {
+  if (has_window_layers_) {
+    return absl::FailedPreconditionError("KV cache: rows of sliding-window layers cannot be imported");
+  }
+  if (from < 0 || from > to || to > n_ctx_) {
+    return absl::OutOfRangeError(absl::StrCat("KV cache: importing positions [", from, ", ", to,
+                                              ") into a context of ", n_ctx_));
+  }
+  if (from == to) return absl::OkStatus();
+  Reserve(seq, to);
+  CopyRows(seq, from, to, in);
+  return absl::OkStatus();
 }
 
 }  // namespace colibri::arch

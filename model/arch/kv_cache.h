@@ -29,6 +29,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "model/arch/model_config.h"
 #include "model/ops/quantize.h"
 
@@ -94,6 +95,26 @@ class KvCache {
   // their first write (0 where the kernel cannot: before Linux 5.14).
   int positions_committed(int seq) const { return committed_[seq]; }
 
+  // Copies of a sequence's rows, for reuse by another sequence (a prefix
+  // cache). The rows of positions [from, to) are packed, per layer, as keys
+  // [n_head_kv][to - from][head_dim] then values [n_head_kv][to - from]
+  // [head_dim_v] (MLA: latents [to - from][kv_lora_rank + n_rot]), elements
+  // of type(), independent of n_ctx; kRowsLayoutVersion names this layout.
+  // Only without sliding-window layers (a ring does not keep old positions).
+  static constexpr int kRowsLayoutVersion = 1;
+  bool has_window_layers() const { return has_window_layers_; }
+  // Bytes ExportRows writes for n positions.
+  int64_t RowsBytes(int n) const;
+  // Writes the rows of `seq`'s positions [from, to) to out (RowsBytes(to -
+  // from) bytes). FailedPrecondition with sliding-window layers; OutOfRange
+  // unless 0 <= from <= to <= n_past(seq).
+  absl::Status ExportRows(int seq, int from, int to, uint8_t* out) const;
+  // Writes rows ExportRows wrote (RowsBytes(to - from) bytes, from a cache
+  // of the same model and type; its n_ctx may differ) as `seq`'s positions
+  // [from, to), reserving them; n_past is unchanged (set_n_past after). FailedPrecondition with sliding-window
+  // layers; OutOfRange unless 0 <= from <= to <= n_ctx.
+  absl::Status ImportRows(int seq, int from, int to, const uint8_t* in);
+
   // Rows of layer il: n_ctx, or the ring's size (see above).
   int rows(int il) const { return rows_[il]; }
   // Offsets of KV head h's first row in layer il's keys / values (elements).
@@ -126,6 +147,11 @@ class KvCache {
   }
 
  private:
+  // Copies the rows of positions [from, to) of `seq` between its slot and
+  // the packed form (see ExportRows): out of the slot for uint8_t, into it
+  // (reserved) for const uint8_t.
+  template <typename Packed>
+  void CopyRows(int seq, int from, int to, Packed* packed) const;
   template <typename T>
   T* KeyRows(int seq, int il, int row_elems) const {
     return reinterpret_cast<T*>(k_slots_[seq].get()) + offset_[il] * row_elems;
@@ -150,6 +176,7 @@ class KvCache {
   int n_slots_ = 0;            // slots allocated
   std::vector<int> committed_;  // [n_seq] positions committed, 0 without a slot
   bool commit_ahead_ = true;   // false once the kernel refused (PopulatePages)
+  bool has_window_layers_ = false;
 };
 
 }  // namespace colibri::arch

@@ -269,6 +269,10 @@ class Session {
   // Most positions Truncate can always drop from the end and keep the rest
   // (KvCache::max_truncate).
   int max_truncate() const { return kv_.max_truncate(); }
+  // The KV cache, for copying a sequence's rows in and out (ExportRows,
+  // ImportRows, then set_n_past) between evaluations.
+  KvCache& kv_cache() { return kv_; }
+  const KvCache& kv_cache() const { return kv_; }
 
  private:
   Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* pool,

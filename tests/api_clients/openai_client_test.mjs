@@ -1,7 +1,8 @@
 // The official `openai` npm client (pinned in package.json) against
 // `colibri-coordinator serve --http-listen`: completions and chat (the
-// ChatML default template), streamed and not, stop strings, seed reproducibility, an auth failure and malformed
-// requests. Run by CTest through run_openai_client_test.sh:
+// ChatML default template), streamed and not, stop strings, seed reproducibility, a second
+// chat turn's cached prompt tokens (usage.prompt_tokens_details), an auth failure and
+// malformed requests. Run by CTest through run_openai_client_test.sh:
 //
 //   node openai_client_test.mjs COORDINATOR MODEL.gguf
 //
@@ -125,7 +126,33 @@ test('a chat completion, whole and streamed, gives the same message', async () =
   assert.equal(role, 'assistant');
   assert.equal(content, whole.choices[0].message.content);
   assert.equal(finish, 'length');
-  assert.deepEqual(usage, whole.usage);
+  // The same counts; the second request may find the first's prompt cached.
+  const { prompt_tokens_details: details, ...counts } = usage;
+  const { prompt_tokens_details: wholeDetails, ...wholeCounts } = whole.usage;
+  assert.deepEqual(counts, wholeCounts);
+  assert.ok(details.cached_tokens >= wholeDetails.cached_tokens, JSON.stringify(usage));
+});
+
+test('a second chat turn reports the first turn as cached prompt tokens', async () => {
+  const system = 'You answer questions about the small birds of the valley: where they nest, '
+    + 'what they eat, when they sing and where they go when the snow comes. Keep it short.';
+  const messages = [{ role: 'system', content: system },
+                    { role: 'user', content: 'Where do the wrens nest in spring?' }];
+  const first = await client().chat.completions.create({
+    model: modelId, messages, max_completion_tokens: 16, temperature: 0, ignore_eos: true,
+  });
+  assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
+  messages.push({ role: 'assistant', content: first.choices[0].message.content },
+                { role: 'user', content: 'And in winter?' });
+  const stream = await client().chat.completions.create({
+    model: modelId, messages, max_completion_tokens: 4, temperature: 0, ignore_eos: true,
+    stream: true, stream_options: { include_usage: true },
+  });
+  let usage = null;
+  for await (const chunk of stream) if (chunk.usage) usage = chunk.usage;
+  assert.ok(usage.prompt_tokens_details.cached_tokens >= 0.9 * first.usage.prompt_tokens,
+            `turn 1: ${JSON.stringify(first.usage)}, turn 2: ${JSON.stringify(usage)}`);
+  assert.ok(usage.prompt_tokens_details.cached_tokens < usage.prompt_tokens);
 });
 
 test('stop strings end the text before them, streamed or not', async () => {

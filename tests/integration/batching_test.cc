@@ -25,6 +25,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/integration/node_process.h"
 #include "tests/support/golden.h"
+#include "tests/support/metrics_text.h"
 #include "tests/support/subprocess.h"
 
 namespace colibri {
@@ -181,9 +182,7 @@ class BatchingTest : public ::testing::Test {
   double Metric(const std::string& series) {
     const CommandResult r = testing::RunCommand({kCurl, "-sS", "http://" + http_ + "/metrics"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    const size_t at = r.out.find("\n" + series + " ");
-    if (at == std::string::npos) return -1;
-    return std::stod(r.out.substr(at + series.size() + 2));
+    return testing::MetricSample(r.out, series);
   }
 
   // Runs the requests alone, then all together (one joining once another

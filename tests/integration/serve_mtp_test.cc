@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/node_process.h"
 #include "tests/support/paths.h"
+#include "tests/support/metrics_text.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/tiny_nextn_model.h"
 
@@ -95,9 +96,7 @@ class ServeMtpTest : public ::testing::Test {
   double Metric(const std::string& series) {
     const CommandResult r = testing::RunCommand({kCurl, "-sS", "http://" + http_ + "/metrics"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    const size_t at = r.out.find("\n" + series + " ");
-    if (at == std::string::npos) return -1;
-    return std::stod(r.out.substr(at + series.size() + 2));
+    return testing::MetricSample(r.out, series);
   }
 
   // Every request alone on a plain serve, then together on a --draft mtp

@@ -1,5 +1,6 @@
-// A GenerationJob that records everything the scheduler reports, and a way to
-// run one generation alone on a scheduler of its own (the way `run` does).
+// A GenerationJob that records everything the scheduler reports, a way to run
+// several at once on a scheduler, and one alone on a scheduler of its own (the
+// way `run` does).
 #ifndef COLIBRI_TESTS_SUPPORT_RECORDING_JOB_H_
 #define COLIBRI_TESTS_SUPPORT_RECORDING_JOB_H_
 
@@ -45,6 +46,19 @@ class RecordingJob : public coordinator::GenerationJob {
   coordinator::GenerationOutcome outcome;
   absl::Notification done;
 };
+
+// Submits every spec to `scheduler` at once and waits for them all.
+inline std::vector<std::shared_ptr<RecordingJob>> RunTogether(
+    coordinator::GenerationScheduler& scheduler,
+    const std::vector<coordinator::GenerationSpec>& specs) {
+  std::vector<std::shared_ptr<RecordingJob>> jobs;
+  for (const coordinator::GenerationSpec& spec : specs) {
+    jobs.push_back(std::make_shared<RecordingJob>(spec));
+    EXPECT_TRUE(scheduler.Submit(jobs.back()).ok());
+  }
+  for (auto& job : jobs) job->done.WaitForNotification();
+  return jobs;
+}
 
 // Runs `spec` alone on a new scheduler (`options`, local experts; the
 // scheduler is stopped before this returns) and returns its finished job.

@@ -313,13 +313,14 @@ TEST(ErrorTest, StatusCodesMapToHttpAndTheEnvelope) {
 
 TEST(ResponseTest, ChatAndCompletionResponses) {
   ResponseId id{"chatcmpl-1", 1700000000, "m"};
-  Usage usage{5, 3};
+  Usage usage{5, 3, 2};
   const json chat = CompletionResponse(Endpoint::kChatCompletions, id, "Hi!",
                                        FinishReason::kEndOfGeneration, usage, nullptr);
   EXPECT_EQ(chat, json::parse(R"({"id": "chatcmpl-1", "object": "chat.completion",
       "created": 1700000000, "model": "m", "choices": [{"index": 0, "message": {"role":
       "assistant", "content": "Hi!"}, "logprobs": null, "finish_reason": "stop"}],
-      "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})"));
+      "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8,
+      "prompt_tokens_details": {"cached_tokens": 2}}})"));
   const json text = CompletionResponse(Endpoint::kCompletions, id, "abc",
                                        FinishReason::kContextFull, usage, nullptr);
   EXPECT_EQ(text["object"], "text_completion");
@@ -342,6 +343,7 @@ TEST(ResponseTest, StreamChunksAndSseFraming) {
   const json usage = UsageChunk(Endpoint::kCompletions, id, Usage{2, 4});
   EXPECT_EQ(usage["choices"], json::array());
   EXPECT_EQ(usage["usage"]["total_tokens"], 6);
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(usage["object"], "text_completion");
 
   EXPECT_EQ(SseEvent(json{{"a", 1}}), "data: {\"a\":1}\n\n");

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "model/arch/model.h"
 #include "model/speculative/drafter.h"
+#include "tests/support/metrics_text.h"
 #include "tests/support/recording_job.h"
 #include "tests/support/tiny_nextn_model.h"
 
@@ -29,6 +30,7 @@ using ::testing::HasSubstr;
 using testing::TinyNextnModel;
 
 using testing::RecordingJob;
+using testing::RunTogether;
 
 void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
   ASSERT_TRUE(plain.status.ok()) << plain.status;
@@ -40,12 +42,6 @@ void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
     EXPECT_EQ(plain.tokens[i].id, spec.tokens[i].id) << i;
     EXPECT_EQ(plain.tokens[i].logprob, spec.tokens[i].logprob) << i;
   }
-}
-
-// The value of `series` in `text` (Prometheus format); -1 when absent.
-double Sample(const std::string& text, const std::string& series) {
-  const size_t at = text.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
 std::unique_ptr<arch::Model> Open(const testing::TinyNextnOptions& options,
@@ -73,17 +69,6 @@ class SchedulerMtpTest : public ::testing::Test {
     auto s = GenerationScheduler::Create(options, model, nullptr, nullptr, pool_.get());
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
-  }
-
-  static std::vector<std::shared_ptr<RecordingJob>> RunTogether(
-      GenerationScheduler& scheduler, const std::vector<GenerationSpec>& specs) {
-    std::vector<std::shared_ptr<RecordingJob>> jobs;
-    for (const GenerationSpec& spec : specs) {
-      jobs.push_back(std::make_shared<RecordingJob>(spec));
-      EXPECT_TRUE(scheduler.Submit(jobs.back()).ok());
-    }
-    for (auto& job : jobs) job->done.WaitForNotification();
-    return jobs;
   }
 
   static std::vector<GenerationSpec> Specs() {
@@ -147,8 +132,8 @@ class SchedulerMtpTest : public ::testing::Test {
           ExpectSame(*alone[i], *together[i]);
         }
         const std::string scraped = metrics.Render();
-        const double a = Sample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}");
-        const double r = Sample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}");
+        const double a = testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}");
+        const double r = testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}");
         if (!adaptive) {
           EXPECT_GT(a + r, 0);  // drafts were evaluated
         }
@@ -215,8 +200,8 @@ TEST_F(SchedulerMtpTest, ACostlyDrafterIsAskedOnlyForTheDraftsEvaluated) {
   for (auto& job : RunTogether(*scheduler, specs)) ASSERT_TRUE(job->status.ok()) << job->status;
   scheduler->Stop();
   const std::string scraped = metrics.Render();
-  const double evaluated = Sample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}") +
-                           Sample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}");
+  const double evaluated = testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}") +
+                           testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}");
   EXPECT_GT(*proposed, 0);
   EXPECT_EQ(static_cast<double>(*proposed), evaluated);
 }

@@ -16,6 +16,7 @@
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/support/demo_model.h"
+#include "tests/support/metrics_text.h"
 #include "tests/support/recording_job.h"
 
 namespace colibri::coordinator {
@@ -25,6 +26,7 @@ using testing::kDemoModel;
 
 // Records what the scheduler reports for one job.
 using testing::RecordingJob;
+using testing::RunTogether;
 
 void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
   ASSERT_TRUE(plain.status.ok()) << plain.status;
@@ -43,12 +45,6 @@ void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
       EXPECT_EQ(plain.tokens[i].top_logprobs[j].logprob, spec.tokens[i].top_logprobs[j].logprob);
     }
   }
-}
-
-// The value of `series` in `text` (Prometheus format); -1 when absent.
-double Sample(const std::string& text, const std::string& series) {
-  const size_t at = text.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
 class SchedulerSpeculationTest : public ::testing::Test {
@@ -82,18 +78,6 @@ class SchedulerSpeculationTest : public ::testing::Test {
     auto ids = tokenizer_->Encode(text, enc);
     EXPECT_TRUE(ids.ok()) << ids.status();
     return ids.ok() ? *ids : std::vector<int32_t>{};
-  }
-
-  // Runs every spec on `scheduler` at once and waits for them all.
-  std::vector<std::shared_ptr<RecordingJob>> RunTogether(GenerationScheduler& scheduler,
-                                                         const std::vector<GenerationSpec>& specs) {
-    std::vector<std::shared_ptr<RecordingJob>> jobs;
-    for (const GenerationSpec& spec : specs) {
-      jobs.push_back(std::make_shared<RecordingJob>(spec));
-      EXPECT_TRUE(scheduler.Submit(jobs.back()).ok());
-    }
-    for (auto& job : jobs) job->done.WaitForNotification();
-    return jobs;
   }
 
   std::unique_ptr<arch::Model> model_;
@@ -177,8 +161,8 @@ TEST_F(SchedulerSpeculationTest, DraftingGenerationsTogetherGiveWhatEachGivesAlo
     }
     const std::string scraped = metrics.Render();
     if (!adaptive) {  // the adaptive length may rightly find drafting does not pay
-      EXPECT_GT(Sample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}"), 0);
-      EXPECT_GT(Sample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}"), 0);
+      EXPECT_GT(testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}"), 0);
+      EXPECT_GT(testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}"), 0);
     }
     EXPECT_EQ(spec->active_generations(), 0);
   }

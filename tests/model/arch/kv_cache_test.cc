@@ -1,9 +1,12 @@
 // The KV cache component on its own: the layout of a slot (layers, heads,
 // sliding-window rings, MLA's latent rows), the positions and truncation
-// rules, and slot allocation, release and accounting.
+// rules, slot allocation, release and accounting, and the export and import
+// of a sequence's rows.
 #include "model/arch/kv_cache.h"
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -146,6 +149,97 @@ TEST(KvCacheTest, ASlidingWindowRingDropsEverythingOnceAReadRowIsOverwritten) {
   kv.set_n_past(0, 20);
   kv.Truncate(0, 16);  // 4 dropped: position 19 overwrote position 6's row
   EXPECT_EQ(kv.n_past(0), 0);
+}
+
+// Sets every byte of `seq`'s slot (keys and values of every layer) to
+// a pattern of its offset and `salt`.
+void Fill(KvCache& kv, const ModelConfig& c, int seq, int salt) {
+  kv.Reserve(seq, kv.n_ctx());
+  for (int il = 0; il < c.n_layer; ++il) {
+    const bool mla = c.attention == AttentionKind::kMla;
+    const Rows r = mla ? LatentOf(kv, seq, il) : RowsOf(kv, seq, il);
+    const size_t k_bytes =
+        static_cast<size_t>(kv.rows(il)) * (mla ? c.kv_lora_rank + c.n_rot : c.kv_dim()) * r.elem;
+    for (size_t i = 0; i < k_bytes; ++i) const_cast<uint8_t*>(r.k)[i] = (i * 31 + il * 7 + salt) & 0xff;
+    if (mla) continue;
+    const size_t v_bytes = static_cast<size_t>(kv.rows(il)) * c.v_dim() * r.elem;
+    for (size_t i = 0; i < v_bytes; ++i) const_cast<uint8_t*>(r.v)[i] = (i * 13 + il * 5 + salt) & 0xff;
+  }
+}
+
+// Whether position p's rows of every layer and head are equal in a (seq
+// sa) and b (seq sb).
+bool SameRows(const KvCache& a, int sa, const KvCache& b, int sb, const ModelConfig& c, int p) {
+  const bool mla = c.attention == AttentionKind::kMla;
+  for (int il = 0; il < c.n_layer; ++il) {
+    const Rows ra = mla ? LatentOf(a, sa, il) : RowsOf(a, sa, il);
+    const Rows rb = mla ? LatentOf(b, sb, il) : RowsOf(b, sb, il);
+    if (mla) {
+      const size_t row = (c.kv_lora_rank + c.n_rot) * ra.elem;
+      if (std::memcmp(ra.k + p * row, rb.k + p * row, row) != 0) return false;
+      continue;
+    }
+    for (int h = 0; h < c.n_head_kv; ++h) {
+      const size_t k_row = c.head_dim * ra.elem;
+      const size_t v_row = c.head_dim_v * ra.elem;
+      if (std::memcmp(ra.k + a.KeyHead(il, h) * ra.elem + p * k_row,
+                      rb.k + b.KeyHead(il, h) * rb.elem + p * k_row, k_row) != 0 ||
+          std::memcmp(ra.v + a.ValueHead(il, h) * ra.elem + p * v_row,
+                      rb.v + b.ValueHead(il, h) * rb.elem + p * v_row, v_row) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Exports positions [5, 12) of a 32-position cache and imports them into
+// a 64-position one (another slot layout): exactly those rows arrive.
+void ExpectRowsMove(const ModelConfig& c, KvType type) {
+  KvCache from(c, 32, 4, 1, type);
+  KvCache to(c, 64, 4, 2, type);
+  Fill(from, c, 0, 1);
+  Fill(to, c, 1, 2);
+  from.set_n_past(0, 12);
+  std::vector<uint8_t> packed(from.RowsBytes(7));
+  ASSERT_TRUE(from.ExportRows(0, 5, 12, packed.data()).ok());
+  ASSERT_TRUE(to.ImportRows(1, 5, 12, packed.data()).ok());
+  EXPECT_EQ(to.n_past(1), 0);  // the caller sets it
+  for (int p = 5; p < 12; ++p) EXPECT_TRUE(SameRows(from, 0, to, 1, c, p)) << "position " << p;
+  EXPECT_FALSE(SameRows(from, 0, to, 1, c, 4));
+  EXPECT_FALSE(SameRows(from, 0, to, 1, c, 12));
+}
+
+TEST(KvCacheTest, ExportedRowsImportIntoAnotherSlot) {
+  ExpectRowsMove(Standard(), KvType::kF32);
+  ExpectRowsMove(Standard(), KvType::kF16);
+  ModelConfig mla = Standard();
+  mla.attention = AttentionKind::kMla;
+  mla.kv_lora_rank = 16;
+  mla.n_rot = 4;
+  ExpectRowsMove(mla, KvType::kF32);
+}
+
+TEST(KvCacheTest, RowsBytesCountsEveryLayerKeysAndValues) {
+  KvCache kv(Standard(), 32, 4, 1, KvType::kF16);
+  EXPECT_EQ(kv.RowsBytes(5), 5 * 3 * (16 + 12) * 2);
+}
+
+TEST(KvCacheTest, ExportAndImportRefuseBadRangesAndWindows) {
+  KvCache kv(Standard(), 32, 4, 1, KvType::kF32);
+  std::vector<uint8_t> packed(kv.RowsBytes(40));
+  kv.set_n_past(0, 8);
+  EXPECT_EQ(kv.ExportRows(0, 4, 9, packed.data()).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(kv.ExportRows(0, 5, 4, packed.data()).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(kv.ImportRows(0, 0, 33, packed.data()).code(), absl::StatusCode::kOutOfRange);
+  KvCache windowed(Windowed(), 32, 4, 1, KvType::kF32);
+  EXPECT_TRUE(windowed.has_window_layers());
+  EXPECT_FALSE(kv.has_window_layers());
+  windowed.set_n_past(0, 8);
+  EXPECT_EQ(windowed.ExportRows(0, 0, 4, packed.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(windowed.ImportRows(0, 0, 4, packed.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

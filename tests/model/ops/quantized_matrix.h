@@ -14,11 +14,11 @@
 #include "model/ops/quantize.h"
 #include "model/ops/tensor_type.h"
 
-namespace colibri::ops::testing {
+namespace colibri::testing {
 
 struct Matrix {
   std::vector<uint8_t> bytes;
-  WeightMatrix w;
+  ops::WeightMatrix w;
 };
 
 // Rows quantized from normal values at row-dependent scales, and a few rows
@@ -26,17 +26,17 @@ struct Matrix {
 // quants and scales meet the largest activations.
 // rows x cols of `type`, bytes zero (data set by the caller once they are
 // final).
-inline Matrix EmptyMatrix(TensorType type, int64_t rows, int64_t cols) {
+inline Matrix EmptyMatrix(ops::TensorType type, int64_t rows, int64_t cols) {
   Matrix m;
   m.w.type = type;
   m.w.rows = rows;
   m.w.cols = cols;
-  m.w.row_bytes = RowBytesUnchecked(type, cols);
+  m.w.row_bytes = ops::RowBytesUnchecked(type, cols);
   m.bytes.resize(rows * m.w.row_bytes);
   return m;
 }
 
-inline Matrix MakeMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+inline Matrix MakeMatrix(ops::TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   Matrix m = EmptyMatrix(type, rows, cols);
@@ -48,13 +48,13 @@ inline Matrix MakeMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t s
       // Same magnitude everywhere: the quantizer uses the largest codes.
       for (int64_t c = 0; c < cols; ++c) row[c] = (c % 3 == 0 ? -8.0f : 8.0f) * scale;
     }
-    const absl::Status s = QuantizeRow(type, row.data(), m.bytes.data() + r * m.w.row_bytes, cols);
-    EXPECT_TRUE(s.ok()) << TypeName(type) << ": " << s;
+    const absl::Status s = ops::QuantizeRow(type, row.data(), m.bytes.data() + r * m.w.row_bytes, cols);
+    EXPECT_TRUE(s.ok()) << ops::TypeName(type) << ": " << s;
   }
   m.w.data = m.bytes.data();
   return m;
 }
 
-}  // namespace colibri::ops::testing
+}  // namespace colibri::testing
 
 #endif  // COLIBRI_TESTS_MODEL_OPS_QUANTIZED_MATRIX_H_
