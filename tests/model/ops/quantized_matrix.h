@@ -48,7 +48,8 @@ inline Matrix MakeMatrix(ops::TensorType type, int64_t rows, int64_t cols, uint3
       // Same magnitude everywhere: the quantizer uses the largest codes.
       for (int64_t c = 0; c < cols; ++c) row[c] = (c % 3 == 0 ? -8.0f : 8.0f) * scale;
     }
-    const absl::Status s = ops::QuantizeRow(type, row.data(), m.bytes.data() + r * m.w.row_bytes, cols);
+    const absl::Status s =
+        ops::QuantizeRow(type, row.data(), m.bytes.data() + r * m.w.row_bytes, cols);
     EXPECT_TRUE(s.ok()) << ops::TypeName(type) << ": " << s;
   }
   m.w.data = m.bytes.data();
