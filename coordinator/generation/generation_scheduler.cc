@@ -440,8 +440,14 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
   const absl::Status status = session.EvaluateBatch(chunks);
   const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
   // The drafters' time counts in the step's cost: drafts that need a forward
-  // of the NextN block cost that forward too.
-  if (status.ok()) engine->planner->Observe(tokens, draft_seconds + step_seconds);
+  // of the NextN block cost that forward too. Only decode steps are the
+  // plan's evidence: a step with a prompt chunk costs what a prompt costs
+  // (attention over new rows, every expert a long chunk routes to), and one
+  // measured at a prompt's size would stand in for every longer decode step.
+  const bool decode_only = members.size() == decoding.size();
+  if (status.ok() && decode_only) {
+    engine->planner->Observe(tokens, draft_seconds + step_seconds);
+  }
   if (choose_halves && status.ok()) {
     ObserveHalves(e, tokens, session.stats().split_batches > before.split_batches, step_seconds);
   }
