@@ -7,8 +7,8 @@
 
 namespace colibri::coordinator {
 
-void MakeWeightsResident(arch::Model* model, bool experts_here, bool keep_mapped,
-                         bool interleave, std::ostream& err) {
+void MakeWeightsResident(arch::Model* model, bool experts_here, bool keep_mapped, bool interleave,
+                         std::ostream& err) {
   if (!keep_mapped) {
     const arch::Model::RamWeights which =
         experts_here ? arch::Model::RamWeights::kAll : arch::Model::RamWeights::kDense;
@@ -40,6 +40,21 @@ void MakeWeightsResident(arch::Model* model, bool experts_here, bool keep_mapped
     }
   }
   if (experts_here) model->PopulateIfItFits();
+}
+
+std::unique_ptr<ThreadPool> MakeCommandPool(int threads, bool with_nodes,
+                                            std::optional<int> spin_us) {
+  return std::make_unique<ThreadPool>(
+      threads,
+      ThreadPool::WithSpinOverride(
+          with_nodes ? ThreadPool::ForIntermittentJobs() : ThreadPool::Options(), spin_us));
+}
+
+void WarnIfContextCapped(const char* command, int ctx_size, const arch::ModelConfig& config,
+                         std::ostream& err) {
+  if (ctx_size <= config.n_ctx_train) return;
+  err << command << ": --ctx-size " << ctx_size << " is above the model's context length of "
+      << config.n_ctx_train << "; using " << config.n_ctx_train << "\n";
 }
 
 }  // namespace colibri::coordinator

@@ -12,12 +12,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/cpu_features.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
-#include "absl/synchronization/notification.h"
-#include "coordinator/generation/generation_scheduler.h"
 #include "coordinator/cli/resident_weights.h"
+#include "coordinator/generation/generation_scheduler.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/tokenizer/tokenizer.h"
@@ -190,19 +190,14 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   // time); with nodes the dense part, before they are set up.
   MakeWeightsResident(model.get(), /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
                       /*interleave=*/!options.gguf_order, err);
-  // With nodes the pool's jobs come between waits on them: see ForIntermittentJobs.
-  ThreadPool pool(options.threads, ThreadPool::WithSpinOverride(
-                                       options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
-                                                                 : ThreadPool::Options(),
-                                       options.spin_us));
+  std::unique_ptr<ThreadPool> pool =
+      MakeCommandPool(options.threads, options.cluster.enabled(), options.spin_us);
   std::unique_ptr<ClusterExperts> cluster;
   if (options.cluster.enabled()) {
-    COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(options.cluster, *model, &pool, err));
+    COLIBRI_ASSIGN_OR_RETURN(cluster,
+                             ClusterExperts::Start(options.cluster, *model, pool.get(), err));
   }
-  if (options.ctx_size > config.n_ctx_train) {
-    err << "run: --ctx-size " << options.ctx_size << " is above the model's context length of "
-        << config.n_ctx_train << "; using " << config.n_ctx_train << "\n";
-  }
+  WarnIfContextCapped("run", options.ctx_size, config, err);
   // One generation on serve's core with one session.
   GenerationScheduler::Options scheduler_options;
   scheduler_options.sessions = 1;
@@ -220,14 +215,14 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   COLIBRI_ASSIGN_OR_RETURN(
       std::unique_ptr<GenerationScheduler> scheduler,
-      GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
+      GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), pool.get()));
   LogitsWriter logits_out;
   COLIBRI_RETURN_IF_ERROR(logits_out.Open(options.logits_out));
   err << absl::StrFormat(
       "colibri: %s (%s), %d layers, %d experts top-%d, %d threads, %s, %s path, KV cache %s, "
       "loaded in %.2f s\n",
       config.arch, config.name, config.n_layer, config.n_expert, config.n_expert_used,
-      pool.num_threads(), DescribeCpuFeatures(GetCpuFeatures()),
+      pool->num_threads(), DescribeCpuFeatures(GetCpuFeatures()),
       options.path == ops::NumericPath::kExact ? "exact" : "fast",
       arch::KvTypeName(options.kv_type), Seconds(load_start));
 

@@ -84,27 +84,22 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       tokenizer::Tokenizer::FromGguf(model->file());
   if (!tok.ok()) err << "serve: no tokenizer (" << tok.status().message() << "): id prompts only\n";
 
-  if (options.ctx_size > model->config().n_ctx_train) {
-    err << "serve: --ctx-size " << options.ctx_size << " is above the model's context length of "
-        << model->config().n_ctx_train << "; using " << model->config().n_ctx_train << "\n";
-  }
+  WarnIfContextCapped("serve", options.ctx_size, model->config(), err);
 
   // Before the nodes are set up and the first request: every weight when every
   // expert runs here, else the dense part.
   MakeWeightsResident(model.get(), /*experts_here=*/!options.cluster.enabled(), options.keep_mapped,
                       /*interleave=*/!options.gguf_order, err);
-  // With nodes the pool's jobs come between waits on them: see ForIntermittentJobs.
-  ThreadPool pool(options.threads, ThreadPool::WithSpinOverride(
-                                       options.cluster.enabled() ? ThreadPool::ForIntermittentJobs()
-                                                                 : ThreadPool::Options(),
-                                       options.spin_us));
+  std::unique_ptr<ThreadPool> pool =
+      MakeCommandPool(options.threads, options.cluster.enabled(), options.spin_us);
   std::unique_ptr<ClusterExperts> cluster;
   if (options.cluster.enabled()) {
     ClusterCommandOptions cluster_options = options.cluster;
     cluster_options.auth_token_file = !options.node_auth_token_file.empty()
                                           ? options.node_auth_token_file
                                           : options.auth_token_file;
-    COLIBRI_ASSIGN_OR_RETURN(cluster, ClusterExperts::Start(cluster_options, *model, &pool, err));
+    COLIBRI_ASSIGN_OR_RETURN(cluster,
+                             ClusterExperts::Start(cluster_options, *model, pool.get(), err));
     COLIBRI_RETURN_IF_ERROR(cluster->WatchMembership(cluster_options, err));
   }
 
@@ -137,7 +132,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   }
   COLIBRI_ASSIGN_OR_RETURN(
       std::unique_ptr<GenerationScheduler> scheduler,
-      GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), &pool));
+      GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), pool.get()));
   InferenceServiceImpl::Options service_options;
   service_options.auth_token = token;
   service_options.chat = chat;
