@@ -4,6 +4,7 @@
 #ifndef COLIBRI_TESTS_SUPPORT_RECORDING_JOB_H_
 #define COLIBRI_TESTS_SUPPORT_RECORDING_JOB_H_
 
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -62,10 +63,9 @@ inline std::vector<std::shared_ptr<RecordingJob>> RunTogether(
 
 // Runs `spec` alone on a new scheduler (`options`, local experts; the
 // scheduler is stopped before this returns) and returns its finished job.
-inline std::shared_ptr<RecordingJob> RunAlone(const coordinator::GenerationScheduler::Options& options,
-                                              const arch::Model& model,
-                                              const tokenizer::Tokenizer* tokenizer,
-                                              ThreadPool* pool, coordinator::GenerationSpec spec) {
+inline std::shared_ptr<RecordingJob> RunAlone(
+    const coordinator::GenerationScheduler::Options& options, const arch::Model& model,
+    const tokenizer::Tokenizer* tokenizer, ThreadPool* pool, coordinator::GenerationSpec spec) {
   auto job = std::make_shared<RecordingJob>(std::move(spec));
   auto scheduler =
       coordinator::GenerationScheduler::Create(options, model, tokenizer, nullptr, pool);
@@ -78,6 +78,40 @@ inline std::shared_ptr<RecordingJob> RunAlone(const coordinator::GenerationSched
   job->done.WaitForNotification();
   (*scheduler)->Stop();
   return job;
+}
+
+// Expects `got` to have generated exactly what `want` did: both succeeded,
+// with the same tokens, text, trailing text and finish reason, every reported
+// token's id, text, end of generation and log-probabilities, and every
+// reported logits row, floats compared bitwise.
+inline void ExpectSameGeneration(const RecordingJob& want, const RecordingJob& got) {
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  const auto same = [](const float& a, const float& b) {
+    return std::memcmp(&a, &b, sizeof(float)) == 0;
+  };
+  EXPECT_EQ(want.result.tokens, got.result.tokens);
+  EXPECT_EQ(want.result.text, got.result.text);
+  EXPECT_EQ(want.result.trailing_text, got.result.trailing_text);
+  EXPECT_EQ(want.result.finish_reason, got.result.finish_reason);
+  ASSERT_EQ(want.tokens.size(), got.tokens.size());
+  for (size_t i = 0; i < want.tokens.size(); ++i) {
+    const coordinator::GeneratedToken& w = want.tokens[i];
+    const coordinator::GeneratedToken& g = got.tokens[i];
+    EXPECT_EQ(w.id, g.id) << i;
+    EXPECT_EQ(w.text, g.text) << i;
+    EXPECT_EQ(w.end_of_generation, g.end_of_generation) << i;
+    EXPECT_TRUE(same(w.logprob, g.logprob)) << i;
+    ASSERT_EQ(w.top_logprobs.size(), g.top_logprobs.size()) << i;
+    for (size_t j = 0; j < w.top_logprobs.size(); ++j) {
+      EXPECT_EQ(w.top_logprobs[j].id, g.top_logprobs[j].id) << i;
+      EXPECT_TRUE(same(w.top_logprobs[j].logprob, g.top_logprobs[j].logprob)) << i;
+    }
+  }
+  ASSERT_EQ(want.logits.size(), got.logits.size());
+  EXPECT_EQ(std::memcmp(want.logits.data(), got.logits.data(), want.logits.size() * sizeof(float)),
+            0)
+      << "the logits differ";
 }
 
 }  // namespace colibri::testing

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "absl/strings/str_cat.h"
 #include "coordinator/generation/generation_scheduler.h"
 #include "gtest/gtest.h"
 #include "model/arch/model.h"
@@ -63,19 +63,6 @@ std::shared_ptr<Outcome> RunOnce(Loaded& s, const std::vector<int32_t>& prompt,
   return job;
 }
 
-void ExpectSame(const Outcome& plain, const Outcome& spec) {
-  EXPECT_EQ(plain.result.tokens, spec.result.tokens);
-  EXPECT_EQ(plain.result.finish_reason, spec.result.finish_reason);
-  ASSERT_EQ(plain.tokens.size(), spec.tokens.size());
-  for (size_t i = 0; i < plain.tokens.size(); ++i) {
-    EXPECT_EQ(plain.tokens[i].id, spec.tokens[i].id) << i;
-    EXPECT_EQ(std::memcmp(&plain.tokens[i].logprob, &spec.tokens[i].logprob, sizeof(float)), 0)
-        << i;
-  }
-  ASSERT_EQ(plain.logits.size(), spec.logits.size());
-  EXPECT_EQ(std::memcmp(plain.logits.data(), spec.logits.data(), plain.logits.size() * 4), 0);
-}
-
 sampling::SamplingOptions Greedy() {
   sampling::SamplingOptions s;
   s.temperature = 0;
@@ -111,7 +98,7 @@ int64_t ExpectMtpSameAsPlain(Loaded& s) {
       mtp.draft_max = draft_max;
       mtp.adaptive = false;
       const auto spec = RunOnce(s, prompt, seeded ? Seeded() : Greedy(), options, mtp);
-      ExpectSame(*plain, *spec);
+      testing::ExpectSameGeneration(*plain, *spec);
       EXPECT_GT(spec->result.speculation.drafted, 0);
       accepted += spec->result.speculation.accepted;
       std::cerr << (seeded ? "seeded" : "greedy") << " draft_max " << draft_max << ": "

@@ -32,12 +32,11 @@ absl::Status Export(int from, int to, uint8_t* out, int tag) {
 }
 
 void Insert(PrefixCache& cache, Kind kind, const std::vector<int32_t>& tokens, int tag = 0) {
-  ASSERT_TRUE(cache
-                  .Insert(kind, tokens, kBlockBytes,
-                          [tag](int from, int to, uint8_t* out) {
-                            return Export(from, to, out, tag);
-                          })
-                  .ok());
+  ASSERT_TRUE(
+      cache
+          .Insert(kind, tokens, kBlockBytes,
+                  [tag](int from, int to, uint8_t* out) { return Export(from, to, out, tag); })
+          .ok());
 }
 
 PrefixCache NewCache(int64_t blocks) {

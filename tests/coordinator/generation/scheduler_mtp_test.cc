@@ -32,18 +32,6 @@ using testing::TinyNextnModel;
 using testing::RecordingJob;
 using testing::RunTogether;
 
-void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
-  ASSERT_TRUE(plain.status.ok()) << plain.status;
-  ASSERT_TRUE(spec.status.ok()) << spec.status;
-  EXPECT_EQ(plain.result.tokens, spec.result.tokens);
-  EXPECT_EQ(plain.result.finish_reason, spec.result.finish_reason);
-  ASSERT_EQ(plain.tokens.size(), spec.tokens.size());
-  for (size_t i = 0; i < plain.tokens.size(); ++i) {
-    EXPECT_EQ(plain.tokens[i].id, spec.tokens[i].id) << i;
-    EXPECT_EQ(plain.tokens[i].logprob, spec.tokens[i].logprob) << i;
-  }
-}
-
 std::unique_ptr<arch::Model> Open(const testing::TinyNextnOptions& options,
                                   const std::string& name) {
   const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
@@ -129,11 +117,13 @@ class SchedulerMtpTest : public ::testing::Test {
         const auto together = RunTogether(*spec, specs);
         for (size_t i = 0; i < specs.size(); ++i) {
           SCOPED_TRACE(::testing::Message() << "generation " << i);
-          ExpectSame(*alone[i], *together[i]);
+          testing::ExpectSameGeneration(*alone[i], *together[i]);
         }
         const std::string scraped = metrics.Render();
-        const double a = testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}");
-        const double r = testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}");
+        const double a =
+            testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}");
+        const double r =
+            testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}");
         if (!adaptive) {
           EXPECT_GT(a + r, 0);  // drafts were evaluated
         }
@@ -200,8 +190,9 @@ TEST_F(SchedulerMtpTest, ACostlyDrafterIsAskedOnlyForTheDraftsEvaluated) {
   for (auto& job : RunTogether(*scheduler, specs)) ASSERT_TRUE(job->status.ok()) << job->status;
   scheduler->Stop();
   const std::string scraped = metrics.Render();
-  const double evaluated = testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}") +
-                           testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}");
+  const double evaluated =
+      testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}") +
+      testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}");
   EXPECT_GT(*proposed, 0);
   EXPECT_EQ(static_cast<double>(*proposed), evaluated);
 }

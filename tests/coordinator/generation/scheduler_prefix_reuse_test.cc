@@ -16,6 +16,7 @@
 #include "model/speculative/drafter.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/support/demo_model.h"
+#include "tests/support/demo_model_fixture.h"
 #include "tests/support/metrics_text.h"
 #include "tests/support/recording_job.h"
 
@@ -28,24 +29,6 @@ using testing::RunTogether;
 
 constexpr int kBlock = 8;
 
-void ExpectSame(const RecordingJob& want, const RecordingJob& got) {
-  ASSERT_TRUE(want.status.ok()) << want.status;
-  ASSERT_TRUE(got.status.ok()) << got.status;
-  EXPECT_EQ(want.result.tokens, got.result.tokens);
-  EXPECT_EQ(want.result.text, got.result.text);
-  EXPECT_EQ(want.result.finish_reason, got.result.finish_reason);
-  ASSERT_EQ(want.tokens.size(), got.tokens.size());
-  for (size_t i = 0; i < want.tokens.size(); ++i) {
-    EXPECT_EQ(want.tokens[i].logprob, got.tokens[i].logprob) << i;
-    ASSERT_EQ(want.tokens[i].top_logprobs.size(), got.tokens[i].top_logprobs.size()) << i;
-    for (size_t j = 0; j < want.tokens[i].top_logprobs.size(); ++j) {
-      EXPECT_EQ(want.tokens[i].top_logprobs[j].id, got.tokens[i].top_logprobs[j].id);
-      EXPECT_EQ(want.tokens[i].top_logprobs[j].logprob, got.tokens[i].top_logprobs[j].logprob);
-    }
-  }
-  EXPECT_TRUE(want.logits == got.logits) << "the logits differ";
-}
-
 // Drafts that are always wrong (a control token the demo model does not
 // pick after text): the rows after a chunk's first are rejected drafts.
 class WrongDrafter : public speculative::Drafter {
@@ -56,18 +39,8 @@ class WrongDrafter : public speculative::Drafter {
   }
 };
 
-class SchedulerPrefixReuseTest : public ::testing::Test {
+class SchedulerPrefixReuseTest : public testing::DemoModelTest {
  protected:
-  void SetUp() override {
-    auto model = arch::Model::Open(kDemoModel);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    auto tok = tokenizer::Tokenizer::FromGguf(model_->file());
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = std::move(*tok);
-    pool_ = std::make_unique<ThreadPool>(2);
-  }
-
   // A scheduler whose prefix cache holds `cache_bytes` (0: no reuse).
   std::unique_ptr<GenerationScheduler> NewScheduler(int64_t cache_bytes, int sessions = 1,
                                                     ServeMetrics* metrics = nullptr,
@@ -136,10 +109,6 @@ class SchedulerPrefixReuseTest : public ::testing::Test {
     p.insert(p.end(), tail.begin(), tail.end());
     return p;
   }
-
-  std::unique_ptr<arch::Model> model_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<ThreadPool> pool_;
 };
 
 TEST_F(SchedulerPrefixReuseTest, ASecondTurnReusesThePromptAndAnswerBitwise) {
@@ -151,12 +120,12 @@ TEST_F(SchedulerPrefixReuseTest, ASecondTurnReusesThePromptAndAnswerBitwise) {
   const auto first = Run(*s, turn1);
   ASSERT_TRUE(first->status.ok()) << first->status;
   EXPECT_EQ(first->outcome.cached_prompt_tokens, 0);
-  ExpectSame(*Reference(turn1), *first);
+  testing::ExpectSameGeneration(*Reference(turn1), *first);
   EXPECT_GT(s->prefix_cache().blocks, 0);
 
   const GenerationSpec turn2 = Spec(Turn2(*first));
   const auto second = Run(*s, turn2);
-  ExpectSame(*Reference(turn2), *second);
+  testing::ExpectSameGeneration(*Reference(turn2), *second);
   // Every whole block of prompt and answer but the last answer token
   // (sampled, never evaluated).
   const int held = static_cast<int>(turn1.prompt_ids.size() + first->result.tokens.size()) - 1;
@@ -166,7 +135,7 @@ TEST_F(SchedulerPrefixReuseTest, ASecondTurnReusesThePromptAndAnswerBitwise) {
 
   // The same prompt again: all of it but the block of its last token.
   const auto again = Run(*s, turn2);
-  ExpectSame(*second, *again);
+  testing::ExpectSameGeneration(*second, *again);
   const int n = static_cast<int>(turn2.prompt_ids.size());
   EXPECT_EQ(again->outcome.cached_prompt_tokens, (n - 1) / kBlock * kBlock);
 
@@ -194,7 +163,7 @@ TEST_F(SchedulerPrefixReuseTest, ConcurrentGenerationsSharingAPrefixGiveWhatEach
   const auto together = RunTogether(*s, specs);
   for (size_t i = 0; i < specs.size(); ++i) {
     SCOPED_TRACE(::testing::Message() << "generation " << i);
-    ExpectSame(*Reference(specs[i]), *together[i]);
+    testing::ExpectSameGeneration(*Reference(specs[i]), *together[i]);
     EXPECT_GE(together[i]->outcome.cached_prompt_tokens,
               static_cast<int>(Turn1().size()) / kBlock * kBlock);
   }
@@ -236,7 +205,7 @@ TEST_F(SchedulerPrefixReuseTest, SpeculativeDecodingCachesOnlyAcceptedRows) {
       p.insert(p.end(), more.begin(), more.end());
       const GenerationSpec turn2 = Spec(p, 3);
       const auto second = Run(*s, turn2);
-      ExpectSame(*Reference(turn2), *second);
+      testing::ExpectSameGeneration(*Reference(turn2), *second);
       EXPECT_GT(second->outcome.cached_prompt_tokens, 0);
     }
   }
@@ -245,8 +214,8 @@ TEST_F(SchedulerPrefixReuseTest, SpeculativeDecodingCachesOnlyAcceptedRows) {
 TEST_F(SchedulerPrefixReuseTest, ASmallBudgetEvictsAndStaysCorrect) {
   // Two blocks' rows (f32 keys and values of every layer).
   const arch::ModelConfig& c = model_->config();
-  const int64_t block_bytes = static_cast<int64_t>(kBlock) * c.n_layer *
-                              (c.kv_dim() + c.v_dim()) * static_cast<int64_t>(sizeof(float));
+  const int64_t block_bytes = static_cast<int64_t>(kBlock) * c.n_layer * (c.kv_dim() + c.v_dim()) *
+                              static_cast<int64_t>(sizeof(float));
   std::unique_ptr<GenerationScheduler> s = NewScheduler(2 * block_bytes);
   ASSERT_NE(s, nullptr);
   const auto first = Run(*s, Spec(Turn1()));
@@ -258,7 +227,7 @@ TEST_F(SchedulerPrefixReuseTest, ASmallBudgetEvictsAndStaysCorrect) {
   // Leaves go first: the two blocks left are the prefix's first two.
   const GenerationSpec turn2 = Spec(Turn2(*first));
   const auto second = Run(*s, turn2);
-  ExpectSame(*Reference(turn2), *second);
+  testing::ExpectSameGeneration(*Reference(turn2), *second);
   EXPECT_EQ(second->outcome.cached_prompt_tokens, 2 * kBlock);
   EXPECT_LE(s->prefix_cache().bytes, 2 * block_bytes);
 }
@@ -272,11 +241,11 @@ TEST_F(SchedulerPrefixReuseTest, RowsOfOneNumericPathAreNotReusedByTheOther) {
   exact.path = ops::NumericPath::kExact;
   const auto on_exact = Run(*s, exact);
   EXPECT_EQ(on_exact->outcome.cached_prompt_tokens, 0);
-  ExpectSame(*Reference(exact), *on_exact);
+  testing::ExpectSameGeneration(*Reference(exact), *on_exact);
   // The exact path's own rows are reused by the exact path.
   const auto again = Run(*s, exact);
   EXPECT_GT(again->outcome.cached_prompt_tokens, 0);
-  ExpectSame(*on_exact, *again);
+  testing::ExpectSameGeneration(*on_exact, *again);
 }
 
 TEST_F(SchedulerPrefixReuseTest, HalfFloatRowsAreReusedBitwise) {
@@ -288,7 +257,7 @@ TEST_F(SchedulerPrefixReuseTest, HalfFloatRowsAreReusedBitwise) {
   const GenerationSpec turn2 = Spec(Turn2(*first));
   const auto second = Run(*s, turn2);
   EXPECT_GE(second->outcome.cached_prompt_tokens, 0.9 * Turn1().size());
-  ExpectSame(*Reference(turn2, arch::KvType::kF16), *second);
+  testing::ExpectSameGeneration(*Reference(turn2, arch::KvType::kF16), *second);
 }
 
 TEST_F(SchedulerPrefixReuseTest, AllPromptLogitsEvaluateTheWholePrompt) {
@@ -299,7 +268,7 @@ TEST_F(SchedulerPrefixReuseTest, AllPromptLogitsEvaluateTheWholePrompt) {
   all.generation.all_prompt_logits = true;
   const auto job = Run(*s, all);
   EXPECT_EQ(job->outcome.cached_prompt_tokens, 0);
-  ExpectSame(*Reference(all), *job);
+  testing::ExpectSameGeneration(*Reference(all), *job);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/support/demo_model.h"
+#include "tests/support/demo_model_fixture.h"
 #include "tests/support/metrics_text.h"
 #include "tests/support/recording_job.h"
 
@@ -24,41 +25,11 @@ namespace {
 
 using testing::kDemoModel;
 
-// Records what the scheduler reports for one job.
 using testing::RecordingJob;
 using testing::RunTogether;
 
-void ExpectSame(const RecordingJob& plain, const RecordingJob& spec) {
-  ASSERT_TRUE(plain.status.ok()) << plain.status;
-  ASSERT_TRUE(spec.status.ok()) << spec.status;
-  EXPECT_EQ(plain.result.tokens, spec.result.tokens);
-  EXPECT_EQ(plain.result.text, spec.result.text);
-  EXPECT_EQ(plain.result.finish_reason, spec.result.finish_reason);
-  ASSERT_EQ(plain.tokens.size(), spec.tokens.size());
-  for (size_t i = 0; i < plain.tokens.size(); ++i) {
-    EXPECT_EQ(plain.tokens[i].id, spec.tokens[i].id) << i;
-    EXPECT_EQ(plain.tokens[i].text, spec.tokens[i].text) << i;
-    EXPECT_EQ(plain.tokens[i].logprob, spec.tokens[i].logprob) << i;
-    ASSERT_EQ(plain.tokens[i].top_logprobs.size(), spec.tokens[i].top_logprobs.size()) << i;
-    for (size_t j = 0; j < plain.tokens[i].top_logprobs.size(); ++j) {
-      EXPECT_EQ(plain.tokens[i].top_logprobs[j].id, spec.tokens[i].top_logprobs[j].id);
-      EXPECT_EQ(plain.tokens[i].top_logprobs[j].logprob, spec.tokens[i].top_logprobs[j].logprob);
-    }
-  }
-}
-
-class SchedulerSpeculationTest : public ::testing::Test {
+class SchedulerSpeculationTest : public testing::DemoModelTest {
  protected:
-  void SetUp() override {
-    auto model = arch::Model::Open(kDemoModel);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    auto tok = tokenizer::Tokenizer::FromGguf(model_->file());
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = std::move(*tok);
-    pool_ = std::make_unique<ThreadPool>(2);
-  }
-
   std::unique_ptr<GenerationScheduler> NewScheduler(int sessions, int batch_size,
                                                     const SpeculationOptions& speculation,
                                                     ServeMetrics* metrics) {
@@ -79,10 +50,6 @@ class SchedulerSpeculationTest : public ::testing::Test {
     EXPECT_TRUE(ids.ok()) << ids.status();
     return ids.ok() ? *ids : std::vector<int32_t>{};
   }
-
-  std::unique_ptr<arch::Model> model_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<ThreadPool> pool_;
 };
 
 TEST_F(SchedulerSpeculationTest, DraftingGenerationsTogetherGiveWhatEachGivesAlone) {
@@ -157,12 +124,14 @@ TEST_F(SchedulerSpeculationTest, DraftingGenerationsTogetherGiveWhatEachGivesAlo
     const auto together = RunTogether(*spec, specs);
     for (size_t i = 0; i < specs.size(); ++i) {
       SCOPED_TRACE(::testing::Message() << "generation " << i);
-      ExpectSame(*alone[i], *together[i]);
+      testing::ExpectSameGeneration(*alone[i], *together[i]);
     }
     const std::string scraped = metrics.Render();
     if (!adaptive) {  // the adaptive length may rightly find drafting does not pay
-      EXPECT_GT(testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}"), 0);
-      EXPECT_GT(testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}"), 0);
+      EXPECT_GT(testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"accepted\"}"),
+                0);
+      EXPECT_GT(testing::MetricSample(scraped, "colibri_draft_tokens_total{outcome=\"rejected\"}"),
+                0);
     }
     EXPECT_EQ(spec->active_generations(), 0);
   }

@@ -3,10 +3,10 @@
 // `run` drives it) with the n-gram drafter gives the same tokens, text,
 // log-probabilities, logits rows (every prompt position's too) and finish
 // reason as plain decoding, greedy and seeded (with penalties), with stop
-// strings, a full context and every max_tokens. Drafts must actually be verified and accepted (else the
-// comparison would prove nothing): by the n-gram drafter on the demo model
-// with a prompt that repeats, by an oracle drafter on the fixtures. It relies on the
-// kernels being batch-invariant, which the first test checks.
+// strings, a full context and every max_tokens. Drafts must actually be verified and accepted (else
+// the comparison would prove nothing): by the n-gram drafter on the demo model with a prompt that
+// repeats, by an oracle drafter on the fixtures. It relies on the kernels being batch-invariant,
+// which the first test checks.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -130,32 +130,13 @@ std::shared_ptr<testing::RecordingJob> RunOnce(const Loaded& l, const Shape& sha
 using Outcome = testing::RecordingJob;
 
 void ExpectSame(const Outcome& plain, const Outcome& spec) {
-  EXPECT_EQ(plain.result.tokens, spec.result.tokens);
-  EXPECT_EQ(plain.result.text, spec.result.text);
-  EXPECT_EQ(plain.result.trailing_text, spec.result.trailing_text);
-  EXPECT_EQ(plain.result.finish_reason, spec.result.finish_reason);
+  testing::ExpectSameGeneration(plain, spec);
   // One time per token fed back, whether it came from a draft or not: every
   // generated token but (at most) the last.
   EXPECT_EQ(plain.result.token_seconds.size(), spec.result.token_seconds.size());
   EXPECT_LE(spec.result.token_seconds.size(), spec.tokens.size());
   EXPECT_GE(spec.result.token_seconds.size() + 1, spec.tokens.size());
   for (float t : spec.result.token_seconds) EXPECT_GE(t, 0.0f);
-  ASSERT_EQ(plain.tokens.size(), spec.tokens.size());
-  for (size_t i = 0; i < plain.tokens.size(); ++i) {
-    const GeneratedToken& p = plain.tokens[i];
-    const GeneratedToken& s = spec.tokens[i];
-    EXPECT_EQ(p.id, s.id) << i;
-    EXPECT_EQ(p.text, s.text) << i;
-    EXPECT_EQ(p.end_of_generation, s.end_of_generation) << i;
-    EXPECT_TRUE(BitwiseEqual(&p.logprob, &s.logprob, 1)) << i;
-    ASSERT_EQ(p.top_logprobs.size(), s.top_logprobs.size()) << i;
-    for (size_t j = 0; j < p.top_logprobs.size(); ++j) {
-      EXPECT_EQ(p.top_logprobs[j].id, s.top_logprobs[j].id);
-      EXPECT_TRUE(BitwiseEqual(&p.top_logprobs[j].logprob, &s.top_logprobs[j].logprob, 1));
-    }
-  }
-  ASSERT_EQ(plain.logits.size(), spec.logits.size());
-  EXPECT_TRUE(BitwiseEqual(plain.logits.data(), spec.logits.data(), plain.logits.size()));
 }
 
 sampling::SamplingOptions Greedy() {
@@ -294,8 +275,7 @@ TEST(SpeculativeGenerationTest, EveryMaxTokensAndLogitsRowStayTheSame) {
       options.max_tokens = max_tokens;
       accepted +=
           Compare(l, chunked, prompt, Greedy(), options, 5, false, Drafting::kOracle).accepted;
-      accepted +=
-          Compare(l, {}, prompt, Seeded(), options, 3, false, Drafting::kOracle).accepted;
+      accepted += Compare(l, {}, prompt, Seeded(), options, 3, false, Drafting::kOracle).accepted;
     }
   }
   EXPECT_GT(accepted, 0);
@@ -310,8 +290,8 @@ TEST(SpeculativeGenerationTest, AFullContextEndsAtTheSameToken) {
   options.max_tokens = 40;
   options.ignore_eos = true;
   const Shape small{64, /*n_ctx=*/20};
-  const SpeculationStats s = Compare(l, small, prompt, Greedy(), options, 8, false,
-                                     Drafting::kOracle);
+  const SpeculationStats s =
+      Compare(l, small, prompt, Greedy(), options, 8, false, Drafting::kOracle);
   EXPECT_GT(s.accepted, 0);
   // 20 positions: the 8 of the prompt, 12 tokens fed back, and the last one
   // sampled when the context was full.
