@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
   // them). What still goes through malloc in megabytes is RocksDB's transient
   // buffers of each read (an expert's size, freed before Get returns). Keep
   // those in the heap (mmap threshold above any expert) and keep up to 64 MiB
-  // free at an arena's top instead of trimming it: trimming made every read
-  // fault its buffers in afresh (measured: decode 20 % slower). Setting the
+  // free at an arena's top instead of trimming it: trimming would make every
+  // read fault its buffers in afresh (docs/benchmarks.md). Setting the
   // thresholds also stops glibc from raising them on its own.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);

@@ -20,9 +20,9 @@ namespace colibri::coordinator {
 // which changes the model's views: call before anything copies them), the
 // others by Model::CopyWeightsToRam. Weights that stay mapped are paged in now
 // when every expert is computed here and the files fit
-// (Model::PopulateIfItFits), as before. Says on `err` what it did, in one
-// line (and one more when interleaving failed); a failure to copy is reported there and is not an
-// error: the weights then stay mapped, and compute the same.
+// (Model::PopulateIfItFits). Says on `err` what it did, in one line (and
+// one more when interleaving failed); a failure to copy is reported there
+// and is not an error: the weights then stay mapped, and compute the same.
 void MakeWeightsResident(arch::Model* model, bool experts_here, bool keep_mapped, bool interleave,
                          std::ostream& err);
 

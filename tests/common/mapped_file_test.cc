@@ -39,7 +39,7 @@ TEST_F(MappedFileTest, MapsARegularFile) {
   EXPECT_EQ(std::memcmp((*f)->data(), "hello", 5), 0);
 }
 
-// Defect 5 of issue 9: opening a FIFO blocked until a writer came (forever,
+// Opening a FIFO blocked until a writer came (forever,
 // for an Import or `inspect`). It must fail at once, as any non-regular file.
 TEST_F(MappedFileTest, AFifoIsRefusedWithoutBlocking) {
   const std::string fifo = dir_ + "/fifo";

@@ -102,7 +102,7 @@ TEST(ExpertNodeBinaryTest, RejectsBadFlags) {
             0);
 }
 
-// Defect 12 of issue 9: a node whose store is damaged says what is damaged
+// A node whose store is damaged says what is damaged
 // and how to go on; --reset-store moves the store aside and starts empty with
 // the same node id.
 TEST(ExpertNodeBinaryTest, ADamagedStoreOffersRepairAndReset) {
@@ -144,7 +144,7 @@ TEST(ExpertNodeBinaryTest, ADamagedStoreOffersRepairAndReset) {
   EXPECT_EQ(id_after, id);
 }
 
-// Node parts of defect 14 of issue 9: a guessable token, a huge or
+// Node side: a guessable token, a huge or
 // malformed node id are refused as usage errors; a unix socket is announced
 // as itself, not as "unix:1".
 TEST(ExpertNodeBinaryTest, RefusesWeakTokensAndBadIdsAndAnnouncesUnixSockets) {

@@ -236,7 +236,7 @@ TEST(ExpertStoreTest, DamagedBlobFileIsCountedAndDropped) {
   ExpectSameBytes(**blob, e);
 }
 
-// Defect 1 of issue 9: other bytes, another type or another width for a
+// Other bytes, another type or another width for a
 // stored expert are refused; the stored bytes stay, also after a reopen.
 TEST(ExpertStoreTest, StoredExpertsAreImmutable) {
   TempDir dir;
@@ -369,7 +369,7 @@ std::vector<SyntheticExpert> FillStore(const std::string& dir, int n) {
   return experts;
 }
 
-// Defect 12 of issue 9: a damaged MANIFEST, CURRENT or SST left the node
+// A damaged MANIFEST, CURRENT or SST left the node
 // unable to start with no way forward. Open names the damage and the ways
 // forward; --repair's Repair + VerifyAll or --reset-store's ResetStore get a
 // store that opens, keeps only verified experts and loses nothing else.

@@ -1,6 +1,6 @@
 // The expert node's request limits, in-process on 127.0.0.1:0 over a real
-// gRPC channel: unparseable requests, per-method request caps (issue 9,
-// defects 6 and 10) and Ingest streams that stall (defect 7).
+// gRPC channel: unparseable requests, per-method request caps and Ingest
+// streams that stall.
 #include <chrono>
 #include <condition_variable>
 #include <memory>

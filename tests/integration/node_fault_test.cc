@@ -1,4 +1,4 @@
-// Faults of a real colibri-expert-node process (issue 9, "fault tests"):
+// Faults of a real colibri-expert-node process:
 // kill -9 at seeded random points during ingest, import, compute and
 // shutdown, each followed by the invariant: the store opens, every stored
 // expert verifies, and a run over the node gives the local run's tokens.

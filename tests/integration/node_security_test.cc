@@ -1,5 +1,5 @@
 // A real colibri-expert-node process with a token, attacked by callers
-// without one (issue 9, defect 6).
+// without one.
 #include <chrono>
 #include <condition_variable>
 #include <fstream>

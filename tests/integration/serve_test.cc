@@ -314,7 +314,7 @@ TEST_F(ServeTest, MalformedRequestsAreInvalidArgumentAndTheServerKeepsServing) {
   EXPECT_EQ(good->tokens, LocalRun(model, prompt, false, 4));
 }
 
-// Defect 10 of issue 9: bytes that are not the method's request got
+// Bytes that are not the method's request got
 // UNIMPLEMENTED; every Inference method answers INVALID_ARGUMENT and the
 // server keeps serving.
 TEST_F(ServeTest, GarbageOnEveryMethodIsInvalidArgument) {

@@ -21,7 +21,7 @@ TEST(LogRateLimiterTest, AdmitsAtMostMaxLinesPerWindowThenReportsTheRest) {
   EXPECT_EQ(suppressed, 0);
 }
 
-// Defect 10 of issue 9: each unparseable request wrote a libprotobuf line.
+// Each unparseable request wrote a libprotobuf line.
 TEST(ProtobufLogTest, AFloodOfBadMessagesWritesABoundedLog) {
   InstallRateLimitedProtobufLog("protobuf_log_test", 5);
   v1::ExpertKey key;

@@ -81,7 +81,7 @@ TEST_F(ClusterSetupTest, NodesThatReportNoHashesAreTrusted) {
   EXPECT_TRUE(EnsureExperts(*cluster, *model_, {}).ok());
 }
 
-// Defect 1 of issue 9, coordinator side: a node holding other bytes than the
+// Coordinator side: a node holding other bytes than the
 // model's for an expert is refused, naming the node and the expert.
 TEST_F(ClusterSetupTest, AContentHashMismatchIsDataLoss) {
   auto cluster = OneNodeHoldingAll(
