@@ -19,6 +19,7 @@
 #include "common/cli_config.h"
 #include "common/cli_checks.h"
 #include "common/mutex_mode.h"
+#include "common/version_flag.h"
 
 namespace {
 
@@ -139,6 +140,7 @@ int main(int argc, char** argv) {
   colibri::UseReleaseMutexMode();
   CLI::App app{"colibri-client: talks to a Colibri coordinator (colibri-coordinator serve)"};
   app.require_subcommand(1);
+  colibri::AddVersionFlag(&app, "colibri-client");
   ClientOptions options;
   std::string token_file;
   std::string ca_file;

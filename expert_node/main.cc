@@ -23,6 +23,7 @@
 #include "common/process_knobs.h"
 #include "common/shutdown_signals.h"
 #include "common/status_macros.h"
+#include "common/version_flag.h"
 #include "expert_node/event_log.h"
 #include "expert_node/expert_import.h"
 #include "expert_node/model_registry.h"
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   colibri::rpc::InstallRateLimitedProtobufLog("colibri-expert-node");
   CLI::App app{"colibri-expert-node: holds routed experts and computes them for a coordinator"};
+  colibri::AddVersionFlag(&app, "colibri-expert-node");
   NodeServer::Options options;
   std::string ram_budget = "1G";
   std::string disk_budget = "0";
