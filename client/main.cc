@@ -7,10 +7,10 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "client/bench_command.h"
 #include "client/bench_prompts.h"
@@ -19,6 +19,8 @@
 #include "common/cli_config.h"
 #include "common/cli_checks.h"
 #include "common/mutex_mode.h"
+#include "common/version_flag.h"
+#include "rpc/auth_token.h"
 
 namespace {
 
@@ -139,6 +141,7 @@ int main(int argc, char** argv) {
   colibri::UseReleaseMutexMode();
   CLI::App app{"colibri-client: talks to a Colibri coordinator (colibri-coordinator serve)"};
   app.require_subcommand(1);
+  colibri::AddVersionFlag(&app, "colibri-client");
   ClientOptions options;
   std::string token_file;
   std::string ca_file;
@@ -258,12 +261,12 @@ int main(int argc, char** argv) {
   if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
 
   if (!token_file.empty()) {
-    std::string token;
-    if (!ReadFile(token_file, &token)) {
-      std::cerr << "colibri-client: cannot read auth token file " << token_file << "\n";
+    absl::StatusOr<std::string> token = colibri::rpc::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      std::cerr << "colibri-client: " << token.status().message() << "\n";
       return 1;
     }
-    options.auth_token = std::string(absl::StripAsciiWhitespace(token));
+    options.auth_token = *std::move(token);
   }
   if (!ca_file.empty()) {
     if (!ReadFile(ca_file, &options.tls_ca_pem)) {

@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "rpc/auth_token.h"
 #include "rpc/call_auth.h"
 #include "rpc/server_support.h"
 
@@ -68,7 +69,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(
       options.listen, !options.service.auth_token.empty(), options.insecure));
   if (!options.service.auth_token.empty()) {
-    COLIBRI_RETURN_IF_ERROR(rpc::CheckServerToken(options.service.auth_token));
+    COLIBRI_RETURN_IF_ERROR(rpc::CheckAuthToken(options.service.auth_token));
   }
   if (!options.service.node_id.empty()) {
     COLIBRI_RETURN_IF_ERROR(ValidateNodeId(options.service.node_id));

@@ -73,8 +73,8 @@ class NodeServer {
   // listening, logging what was pinned), starts serving and then the RAM
   // warm-up (warm_ram).
   // FailedPrecondition when the address is beyond loopback with neither a
-  // token nor `insecure`; InvalidArgument when the token is shorter than
-  // rpc::kMinServerTokenBytes, the node id breaks ValidateNodeId's rule or
+  // token nor `insecure`; InvalidArgument when the token breaks
+  // rpc::CheckAuthToken's rule, the node id breaks ValidateNodeId's rule or
   // pin_budget_bytes exceeds the RAM budget; Unavailable when the address cannot be bound; store
   // errors pass through (DataLoss for a damaged store unless the flags above handle it).
   static absl::StatusOr<std::unique_ptr<NodeServer>> Start(const Options& options);

@@ -87,21 +87,6 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return ss.str();
 }
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  absl::StatusOr<std::string> contents = ReadWholeFile(path);
-  if (!contents.ok()) return contents.status();
-  std::string token(absl::StripAsciiWhitespace(*contents));
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
-  return token;
-}
-
-absl::Status CheckServerToken(absl::string_view token) {
-  if (token.size() >= kMinServerTokenBytes) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("the auth token has ", token.size(),
-                                                 " bytes; at least ", kMinServerTokenBytes,
-                                                 " are required (e.g. openssl rand -hex 16)"));
-}
-
 std::string BoundAddress(absl::string_view listen, int port) {
   if (absl::StartsWith(listen, "unix:") || absl::StartsWith(listen, "unix-abstract:")) {
     return std::string(listen);

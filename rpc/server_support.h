@@ -1,6 +1,7 @@
 // What the project's gRPC servers (colibri-expert-node, colibri-coordinator
-// serve) share: the listen-address rule, token and PEM files, server
-// credentials, transport settings and the bearer-token check.
+// serve) share: the listen-address rule, PEM files, server
+// credentials, transport settings and the bearer-token check (the token
+// rule and token files: rpc/auth_token.h).
 //
 // Thread-safety: every function is thread-safe (no shared state).
 #ifndef COLIBRI_RPC_SERVER_SUPPORT_H_
@@ -37,16 +38,6 @@ std::string ListenHost(absl::string_view address);
 // the network unless asked to. `token_flag` names the flag in the message.
 absl::Status CheckListenAllowed(absl::string_view listen, bool has_token, bool insecure,
                                 absl::string_view token_flag = "--auth-token-file");
-
-// Reads a token file: its contents without surrounding whitespace.
-// InvalidArgument when empty, NotFound when unreadable.
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
-
-// Shortest token a server accepts: a guessable token is no protection.
-inline constexpr size_t kMinServerTokenBytes = 16;
-// InvalidArgument (naming the length, never the token) when a server's token
-// is shorter than kMinServerTokenBytes.
-absl::Status CheckServerToken(absl::string_view token);
 
 // The address a server bound: "host:port" for TCP listen addresses (with the
 // port the OS chose for port 0), the listen address itself for "unix:" and

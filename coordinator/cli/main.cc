@@ -13,6 +13,7 @@
 #include "common/mutex_mode.h"
 #include "common/process_knobs.h"
 #include "common/shutdown_signals.h"
+#include "common/version_flag.h"
 #include "coordinator/cli/chat_template_command.h"
 #include "coordinator/cli/cluster_command.h"
 #include "coordinator/cli/inspect_command.h"
@@ -231,6 +232,7 @@ int main(int argc, char** argv) {
   colibri::rpc::InstallRateLimitedProtobufLog("colibri-coordinator");
   CLI::App app{"colibri-coordinator: runs Mixture-of-Experts GGUF models"};
   app.require_subcommand(1);
+  colibri::AddVersionFlag(&app, "colibri-coordinator");
 
   RunOptions run;
   std::string prompt_tokens;

@@ -25,6 +25,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
+#include "rpc/auth_token.h"
 #include "rpc/server_support.h"
 
 namespace colibri::coordinator {
@@ -51,6 +52,10 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   std::string token;
   if (!options.auth_token_file.empty()) {
     COLIBRI_ASSIGN_OR_RETURN(token, rpc::ReadTokenFile(options.auth_token_file));
+  }
+  // Checked before the model loads (the cluster reads it again when it starts).
+  if (!options.node_auth_token_file.empty()) {
+    COLIBRI_RETURN_IF_ERROR(rpc::ReadTokenFile(options.node_auth_token_file).status());
   }
   COLIBRI_RETURN_IF_ERROR(
       rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));

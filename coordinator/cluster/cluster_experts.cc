@@ -4,13 +4,13 @@
 #include <sstream>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "coordinator/api/model_summary.h"
 #include "coordinator/cluster/node_discovery.h"
 #include "model/gguf/gguf_fingerprint.h"
+#include "rpc/auth_token.h"
 #include "rpc/wire_tensor.h"
 
 namespace colibri::coordinator {
@@ -52,12 +52,7 @@ absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& o
   }
   out.probe_interval = absl::Seconds(options.probe_interval_seconds);
   if (!options.auth_token_file.empty()) {
-    COLIBRI_ASSIGN_OR_RETURN(std::string token, ReadFile(options.auth_token_file, "auth token"));
-    out.client.auth_token = std::string(absl::StripAsciiWhitespace(token));
-    if (out.client.auth_token.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("auth token file ", options.auth_token_file, " is empty"));
-    }
+    COLIBRI_ASSIGN_OR_RETURN(out.client.auth_token, rpc::ReadTokenFile(options.auth_token_file));
   }
   if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
     out.client.use_tls = true;

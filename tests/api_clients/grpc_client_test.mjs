@@ -10,6 +10,7 @@
 //
 // Exits 77 (CTest's skip code) when the packages are not installed.
 import { after, before, test } from 'node:test';
+import { randomBytes } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -30,7 +31,8 @@ try {
 
 const [coordinator, modelPath, protoDir] = process.argv.slice(2);
 const here = dirname(fileURLToPath(import.meta.url));
-const TOKEN = 'grpc-node-client-s3cret';
+// A token as `openssl rand -hex 32` makes (the server refuses short ones).
+const TOKEN = randomBytes(32).toString('hex');
 const PROMPT = 'The small birds of the valley';
 let server;
 let grpcAddress;

@@ -8,6 +8,7 @@
 //
 // Exits 77 (CTest's skip code) when the client library is not installed.
 import { after, before, test } from 'node:test';
+import { randomBytes } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -24,7 +25,8 @@ try {
 }
 
 const [coordinator, modelPath] = process.argv.slice(2);
-const TOKEN = 'node-client-s3cret';
+// A token as `openssl rand -hex 32` makes (the server refuses short ones).
+const TOKEN = randomBytes(32).toString('hex');
 const PROMPT = 'The small birds of the valley';
 let server;
 let baseURL;

@@ -16,6 +16,7 @@
 #include "model/gguf/gguf_fingerprint.h"
 #include "tests/expert_node/expert_test_util.h"
 #include "tests/expert_node/node_test_client.h"
+#include "tests/support/auth_token.h"
 #include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
@@ -155,7 +156,7 @@ TEST(ExpertNodeBinaryTest, RefusesWeakTokensAndBadIdsAndAnnouncesUnixSockets) {
       colibri::testing::RunCommand({NodeBinary(), "--listen", "127.0.0.1:0", "--data-dir",
                                     dir.path() + "/d", "--auth-token-file", token_file});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_TRUE(absl::StrContains(r.err, "at least 16")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "fewer than the 32 required")) << r.err;
   EXPECT_FALSE(absl::StrContains(r.err, "x\n")) << r.err;
   for (const std::string& id :
        {std::string(100000, 'a'), std::string("a b"), std::string("\x1b[2Jnode")}) {
@@ -188,7 +189,7 @@ TEST(ExpertNodeBinaryTest, ServesWithTokenAndImportsAtStartup) {
   const std::string gguf = fixtures + "/models/qwen3moe-tiny-f32.gguf";
   TempDir dir;
   const std::string token_file = dir.path() + "/token";
-  std::ofstream(token_file) << "tok-1234567890abcdef\n";
+  const std::string token = colibri::testing::WriteAuthTokenFile(token_file);
   NodeProcess node;
   ASSERT_TRUE(node.Start({"--listen", "127.0.0.1:0", "--data-dir", dir.path() + "/db",
                           "--auth-token-file", token_file, "--ram-budget", "16M",
@@ -198,11 +199,11 @@ TEST(ExpertNodeBinaryTest, ServesWithTokenAndImportsAtStartup) {
   v1::InventoryReply inventory;
   for (int i = 0; i < 100; ++i) {
     inventory.Clear();
-    auto context = testing::MakeContext("tok-1234567890abcdef");
+    auto context = testing::MakeContext(token);
     ASSERT_TRUE(stub->Inventory(context.get(), v1::InventoryRequest(), &inventory).ok());
     if (inventory.entries_size() > 0 && inventory.entries(inventory.entries_size() - 1).experts_size() > 0) {
       v1::NodeStatsReply stats;
-      auto c2 = testing::MakeContext("tok-1234567890abcdef");
+      auto c2 = testing::MakeContext(token);
       ASSERT_TRUE(stub->NodeStats(c2.get(), v1::NodeStatsRequest(), &stats).ok());
       if (stats.experts_stored() == 24) break;
     }

@@ -21,6 +21,7 @@
 #include "tests/expert_node/expert_test_util.h"
 #include "tests/expert_node/node_fixture.h"
 #include "tests/expert_node/node_test_client.h"
+#include "tests/support/auth_token.h"
 
 namespace colibri::expert_node {
 namespace {
@@ -356,7 +357,7 @@ TEST_F(ExpertServiceTest, IngestBufferingIsBoundedAcrossStreams) {
 }
 
 TEST_F(ExpertServiceTest, AuthTokenIsRequired) {
-  const std::string token = "s3cret-token-0123456789";
+  const std::string token = colibri::testing::RandomAuthToken();
   auto node = StartNode(dir_.path(), token);
   ASSERT_NE(node, nullptr);
   auto stub = ConnectTo(node->address());

@@ -2,12 +2,15 @@
 // and wrapped values are usage errors (exit 2, the flag named on stderr), never
 // an abort or a silently different value; the context is capped at the
 // model's context length with a message. The same for the environment's knobs
-// (common/process_knobs.h), read in each main.
+// (common/process_knobs.h), read in each main. Token files the binaries must
+// refuse.
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/integration/node_process.h"
+#include "tests/support/auth_token.h"
 #include "tests/support/subprocess.h"
 
 namespace colibri {
@@ -169,6 +172,82 @@ TEST(CommandLineTest, ContextAboveTheModelsIsCappedWithAMessage) {
       << r.err;
   // The context of 512 fills: 3 prompt positions, 509 fed back, one more sampled.
   EXPECT_NE(r.err.find("context of 512 positions is full"), std::string::npos) << r.err;
+}
+
+// A token file holding the repository's placeholder (k8s/base/token.example),
+// a token of under 32 characters or nothing is refused by every binary before
+// it serves or connects: a message naming the file and why, never the token.
+// A good token works end to end in serve_test, tls_test, http_api_test and
+// node_security_test.
+struct BadToken {
+  std::string contents;  // the file's
+  std::string why;       // in the message
+};
+
+std::vector<BadToken> BadTokens() {
+  return {
+      {"replace-me-with-openssl-rand-hex-32\n", "placeholder"},
+      {"s3cret-token\n", "12 characters, fewer than the 32 required"},
+      {"\n", "empty"},
+  };
+}
+
+// Runs `argv` (which names `token_file`) once per bad token in the file:
+// exit code `exit_code`, stderr naming the file, the reason and how to make a
+// token, and not the token itself.
+void ExpectRefusals(const std::vector<std::string>& argv, const std::string& token_file,
+                    int exit_code) {
+  for (const BadToken& bad : BadTokens()) {
+    SCOPED_TRACE(argv[0] + " with " + bad.why);
+    std::ofstream(token_file) << bad.contents;
+    const CommandResult r = testing::RunCommand(argv);
+    EXPECT_EQ(r.exit_code, exit_code) << r.err;
+    EXPECT_NE(r.err.find("token file " + token_file), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(bad.why), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("openssl rand -hex 32"), std::string::npos) << r.err;
+    if (bad.contents.size() > 2) {
+      EXPECT_EQ(r.err.find(bad.contents.substr(0, bad.contents.size() - 1)), std::string::npos)
+          << r.err;
+    }
+  }
+}
+
+TEST(CommandLineTest, ExpertNodeRefusesBadTokenFiles) {
+  const std::string dir = testing::MakeTempDir("token-node");
+  const std::string token_file = dir + "/token";
+  ExpectRefusals({Node(), "--listen", "127.0.0.1:0", "--data-dir", dir + "/data",
+                  "--auth-token-file", token_file},
+                 token_file, 2);
+}
+
+TEST(CommandLineTest, CoordinatorRefusesBadTokenFiles) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  const std::string model = testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf";
+  const std::string dir = testing::MakeTempDir("token-coordinator");
+  const std::string token_file = dir + "/token";
+  ExpectRefusals({Coordinator(), "serve", "--model", model, "--listen", "127.0.0.1:0",
+                  "--auth-token-file", token_file},
+                 token_file, 1);
+  // The nodes' own token, refused before the model loads; the serving token
+  // is a good one.
+  const std::string good_file = dir + "/good-token";
+  testing::WriteAuthTokenFile(good_file);
+  ExpectRefusals(
+      {Coordinator(), "serve", "--model", model, "--listen", "127.0.0.1:0", "--auth-token-file",
+       good_file, "--nodes", "127.0.0.1:1", "--node-auth-token-file", token_file},
+      token_file, 1);
+  // `run` with nodes reads the nodes' token too.
+  ExpectRefusals({Coordinator(), "run", "--model", model, "--prompt", "hi", "--nodes",
+                  "127.0.0.1:1", "--auth-token-file", token_file},
+                 token_file, 1);
+}
+
+TEST(CommandLineTest, ClientRefusesBadTokenFiles) {
+  const std::string dir = testing::MakeTempDir("token-client");
+  const std::string token_file = dir + "/token";
+  ExpectRefusals(
+      {Client(), "--coordinator", "127.0.0.1:1", "--auth-token-file", token_file, "health"},
+      token_file, 1);
 }
 
 }  // namespace

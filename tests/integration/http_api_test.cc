@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/node_process.h"
+#include "tests/support/auth_token.h"
 #include "tests/support/subprocess.h"
 
 namespace colibri {
@@ -398,7 +399,7 @@ TEST_F(HttpApiTest, BadRequestsGetTheErrorEnvelopeNamingTheField) {
 TEST_F(HttpApiTest, TheTokenIsRequiredExceptForHealth) {
   const std::string dir = testing::MakeTempDir("http");
   const std::string token_file = dir + "/token";
-  ASSERT_EQ(testing::RunCommand({"/bin/sh", "-c", "echo s3cret > " + token_file}).exit_code, 0);
+  const std::string token = testing::WriteAuthTokenFile(token_file);
   StartServe({"--auth-token-file", token_file});
   const json request = {{"prompt", "hi"}, {"max_tokens", 2}};
   ExpectError(Post("/v1/completions", request), 401, "");
@@ -406,7 +407,7 @@ TEST_F(HttpApiTest, TheTokenIsRequiredExceptForHealth) {
   ExpectError(Curl("GET", "/v1/models"), 401, "");
   ExpectError(Post("/tokenize", {{"content", "x"}}), 401, "");
   EXPECT_EQ(Curl("GET", "/health").status, 200);
-  EXPECT_EQ(Post("/v1/completions", request, {"-H", "Authorization: Bearer s3cret"}).status, 200);
+  EXPECT_EQ(Post("/v1/completions", request, {"-H", "Authorization: Bearer " + token}).status, 200);
 }
 
 TEST_F(HttpApiTest, RefusesAnHttpListenerBeyondLoopbackWithoutAToken) {

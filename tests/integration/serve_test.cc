@@ -19,6 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/node_process.h"
+#include "tests/support/auth_token.h"
 #include "tests/support/golden.h"
 #include "tests/support/raw_call.h"
 #include "tests/support/subprocess.h"
@@ -200,7 +201,8 @@ TEST_F(ServeTest, SameTokensAndTextAsTheLocalRunWithoutNodes) {
 }
 
 TEST_F(ServeTest, TokensAreCheckedOnEveryCall) {
-  const std::string token_file = WriteFile(dir_, "token", "  s3cret-token\n");
+  const std::string token = testing::RandomAuthToken();
+  const std::string token_file = WriteFile(dir_, "token", "  " + token + "\n");
   const std::string address = StartServe("qwen3moe-tiny-f32", {"--auth-token-file", token_file});
   ASSERT_FALSE(address.empty());
   const v1::GenerateRequest request = GreedyRequest(Prompt("qwen3moe-tiny-f32"), false, 3);
@@ -215,7 +217,7 @@ TEST_F(ServeTest, TokensAreCheckedOnEveryCall) {
     tokenize.set_text("hello");
     EXPECT_EQ(client->Tokenize(tokenize).status().code(), absl::StatusCode::kUnauthenticated);
   }
-  std::unique_ptr<Client> client = Connect(address, "s3cret-token");
+  std::unique_ptr<Client> client = Connect(address, token);
   absl::StatusOr<GenerateResult> result = client->Generate(request);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->tokens.size(), 3u);

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "rpc/client_support.h"
 #include "tests/integration/node_process.h"
+#include "tests/support/auth_token.h"
 #include "tests/support/golden.h"
 #include "tests/support/subprocess.h"
 
@@ -115,7 +116,7 @@ TEST_F(TlsTest, MutualTlsGivesTheLocalTokens) {
 // the local tokens; a call without it is UNAUTHENTICATED; health needs none.
 TEST_F(TlsTest, TheTokenIsCheckedOverTls) {
   const std::string token_file = certs_ + "/token";
-  std::ofstream(token_file) << "tls-test-token-0123456789abcdef\n";
+  testing::WriteAuthTokenFile(token_file);
   StartNodes(/*mutual=*/false, {"--auth-token-file", token_file});
   const CommandResult local = testing::RunCommand(Run({}));
   ASSERT_EQ(local.exit_code, 0) << local.err;

@@ -20,7 +20,7 @@ namespace {
 
 using testing::CallRaw;
 
-const char kToken[] = "call-auth-test-token-0123456789";
+const char kToken[] = "call-auth-test-token-0123456789abcdef";
 
 TEST(CallAuthTest, CallAllowedNeedsTheTokenExceptForOpenMethods) {
   const std::vector<std::string> open = DefaultOpenMethodPrefixes();

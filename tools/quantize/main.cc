@@ -4,11 +4,13 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "common/version_flag.h"
 #include "model/ops/tensor_type.h"
 #include "tools/quantize/quantize_gguf.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"colibri-quantize: re-encodes the weight matrices of a float GGUF model"};
+  colibri::AddVersionFlag(&app, "colibri-quantize");
   colibri::quantize::QuantizeOptions options;
   std::string type_name = "q8_0";
   app.add_option("--in,-i", options.input_path, "GGUF model with F32/F16/BF16 tensors")->required();

@@ -17,6 +17,7 @@
 #include "CLI/CLI.hpp"
 #include "common/mutex_mode.h"
 #include "common/shutdown_signals.h"
+#include "common/version_flag.h"
 #include "tools/relay/relay.h"
 #include "tools/relay/relay_flags.h"
 
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   colibri::UseReleaseMutexMode();
   CLI::App app{
       "colibri-relay: relays TCP through an emulated link (delay + bandwidth cap per direction)"};
+  colibri::AddVersionFlag(&app, "colibri-relay");
   std::vector<std::string> routes;
   double delay_ms = 0;
   std::string bandwidth = "0";

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/process_knobs.h"
+#include "common/version_flag.h"
 #include "model/ops/tensor_type.h"
 #include "tools/synthetic_model/model_spec.h"
 #include "tools/synthetic_model/synthetic_model.h"
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "colibri-make-model: writes a synthetic Mixture-of-Experts GGUF model with seeded random "
       "weights and a real byte-level BPE tokenizer"};
+  colibri::AddVersionFlag(&app, "colibri-make-model");
   std::string preset_name = "demo";
   std::string arch_name;
   std::string type_name = "q4_k";

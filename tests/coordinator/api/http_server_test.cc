@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/auth_token.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -21,7 +22,8 @@ namespace {
 TEST(HttpServerTest, AnswersServiceUnavailableUntilTheModelIsAttached) {
   HttpServer::Options options;
   options.listen = "127.0.0.1:0";
-  options.auth_token = "tok";
+  const std::string token = colibri::testing::RandomAuthToken();
+  options.auth_token = token;
   options.threads = 2;
   absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -38,7 +40,7 @@ TEST(HttpServerTest, AnswersServiceUnavailableUntilTheModelIsAttached) {
   httplib::Result models = client.Get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(models->status, 401);  // the token first, so nothing leaks
-  httplib::Result authorized = client.Get("/v1/models", {{"Authorization", "Bearer tok"}});
+  httplib::Result authorized = client.Get("/v1/models", {{"Authorization", "Bearer " + token}});
   ASSERT_TRUE(authorized);
   EXPECT_EQ(authorized->status, 503);
   (*server)->Stop();

@@ -13,6 +13,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/cluster/fake_node_client.h"
+#include "tests/support/auth_token.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -93,7 +94,7 @@ class NodeClientTest : public ::testing::Test {
 
 TEST_F(NodeClientTest, SendsTheTokenAndReadsReplies) {
   NodeClientOptions options;
-  options.auth_token = "s3cret";
+  options.auth_token = colibri::testing::RandomAuthToken();
   std::unique_ptr<NodeClient> client = Client(options);
   v1::InventoryRequest request;
   request.set_model_fingerprint("fp");
@@ -101,7 +102,7 @@ TEST_F(NodeClientTest, SendsTheTokenAndReadsReplies) {
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->node_id(), "echo");
   EXPECT_EQ(reply->entries(0).model_fingerprint(), "fp");
-  EXPECT_EQ(service_.last_auth(), "Bearer s3cret");
+  EXPECT_EQ(service_.last_auth(), "Bearer " + options.auth_token);
   ASSERT_TRUE(Client()->Inventory(request).ok());
   EXPECT_EQ(service_.last_auth(), "");
 }
