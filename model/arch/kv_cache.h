@@ -54,7 +54,7 @@ inline void StoreCacheRow(const float* src, int n, uint16_t* dst) {
 
 class KvCache {
  public:
-  // config is borrowed. n_ctx >= 1 positions per sequence; n_batch >= 1, the
+  // config is copied. n_ctx >= 1 positions per sequence; n_batch >= 1, the
   // most positions one forward writes (a ring keeps that many beyond the
   // window); n_seq >= 1 slots.
   KvCache(const ModelConfig& config, int n_ctx, int n_batch, int n_seq, KvType type);
@@ -161,7 +161,7 @@ class KvCache {
     return reinterpret_cast<T*>(v_slots_[seq].get()) + offset_[il] * c_.v_dim();
   }
 
-  const ModelConfig& c_;
+  const ModelConfig c_;  // a copy: a caller's temporary may not outlive the cache
   const KvType type_;
   const int n_ctx_;
   const size_t elem_bytes_;     // 4, or 2 with kF16

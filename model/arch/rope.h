@@ -14,7 +14,7 @@ namespace colibri::arch {
 
 class RopeTable {
  public:
-  // config is borrowed; positions 0 .. n_ctx - 1.
+  // config is copied; positions 0 .. n_ctx - 1.
   RopeTable(const ModelConfig& config, int n_ctx);
 
   // Rotates the first n_rot floats of each of n_heads heads of v (heads
@@ -23,7 +23,7 @@ class RopeTable {
   void Apply(float* v, int n_heads, int head_stride, int pos) const;
 
  private:
-  const ModelConfig& c_;
+  const ModelConfig c_;  // a copy, as the table's owner may pass a temporary
   std::vector<float> cos_;  // [n_ctx][n_rot / 2]
   std::vector<float> sin_;  // [n_ctx][n_rot / 2]
 };
