@@ -281,6 +281,26 @@ TEST(SpeculativeGenerationTest, EveryMaxTokensAndLogitsRowStayTheSame) {
   EXPECT_GT(accepted, 0);
 }
 
+// Every prompt position's logits are reported whatever the chunks the
+// prompt is evaluated in, then one row per token fed back: the same rows with
+// a batch of 5 (four chunks) as with one chunk.
+TEST(SpeculativeGenerationTest, EveryPromptPositionsLogitsInEveryChunking) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  Loaded l = Load(FixturePath("qwen3moe-tiny-f32"), ops::NumericPath::kFast);
+  ASSERT_NE(l.model, nullptr);
+  const std::vector<int32_t> prompt = Repeating({5, 6, 7, 8, 9, 10, 11, 12});
+  GenerationOptions options;
+  options.max_tokens = 6;
+  options.ignore_eos = true;
+  options.all_prompt_logits = true;
+  options.evaluate_every_token = true;
+  const auto whole = RunOnce(l, {64, 512}, prompt, Greedy(), options, {});
+  const auto chunked = RunOnce(l, {5, 512}, prompt, Greedy(), options, {});
+  const size_t n_vocab = static_cast<size_t>(l.model->config().n_vocab);
+  EXPECT_EQ(whole->logits.size(), (prompt.size() + 6) * n_vocab);
+  testing::ExpectSameGeneration(*whole, *chunked);
+}
+
 TEST(SpeculativeGenerationTest, AFullContextEndsAtTheSameToken) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
   Loaded l = Load(FixturePath("qwen3moe-tiny-f32"), ops::NumericPath::kFast);
