@@ -4,6 +4,11 @@
 // a node that misses one is suspect and its share is computed elsewhere,
 // bitwise the same. Slowness is injected as observed replies
 // (Cluster::RecordCall) and lateness as DeadlineExceeded, so nothing sleeps.
+// The fake nodes' own replies are timed for real, so their estimates carry
+// the host's noise: the fake clock moves 50 ms per layer, as time passes in
+// a generation, so that a node that lost its work to noise is measured again
+// once its estimate is stale (LatencyOptions::refresh_after, 1 s), as in a
+// real cluster.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -23,12 +28,13 @@ using testing::RemoteExpertBackendTest;
 
 class LatencyAwareBackendTest : public RemoteExpertBackendTest {
  protected:
-  // Runs `layers` random batches through remote and the local backend,
-  // expects bitwise equal outputs, and returns the ComputeLayer calls each
-  // node got.
+  // Runs `layers` random batches through remote and the local backend, 50 ms
+  // of the fake clock apart, expects bitwise equal outputs, and returns the
+  // ComputeLayer calls each node got.
   std::vector<int> Run(RemoteExpertBackend* remote, int layers, uint32_t seed) {
     std::vector<int> calls(nodes_.size(), 0);
     for (int i = 0; i < layers; ++i) {
+      now_ += absl::Milliseconds(50);
       const Batch b = RandomBatch(1, 4, seed + i);
       std::vector<float> local_out, remote_out;
       RunBoth(b, i % kLayers, ops::NumericPath::kExact, remote, &local_out, &remote_out);
@@ -52,10 +58,11 @@ TEST_F(LatencyAwareBackendTest, ASlowNodeLosesWorkAndWinsItBackWhenItRecovers) {
   MakeCluster(3, 2, absl::Milliseconds(5), ReplicaChoice::kFastest);
   RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kExact,
                              &pool_);
-  std::vector<int> calls = Run(&remote, 12, 1);
+  std::vector<int> calls = Run(&remote, 24, 1);
   for (int n = 0; n < 3; ++n) EXPECT_GT(calls[n], 0) << "node " << n;
 
-  // Node 1 answers 40 ms late twice (a 20 ms link): it loses all its work.
+  // Node 1 answers 40 ms late twice (a 20 ms link): it loses all its work
+  // (for 12 layers, 0.6 s: its estimate is not stale yet).
   const int slow = 1;
   SlowReplies(slow, 2, 0.040);
   calls = Run(&remote, 12, 100);
@@ -63,9 +70,10 @@ TEST_F(LatencyAwareBackendTest, ASlowNodeLosesWorkAndWinsItBackWhenItRecovers) {
   EXPECT_GT(calls[0] + calls[2], 0);
 
   // A second later its estimate is stale: it is given work, measured fast
-  // (the fake answers at once) and keeps getting work.
+  // (the fake answers at once) and gets work again (more than the one call
+  // that measures it, even when noise costs it a refresh period).
   now_ += absl::Seconds(2);
-  calls = Run(&remote, 12, 200);
+  calls = Run(&remote, 30, 200);
   EXPECT_GT(calls[slow], 1);
   EXPECT_LT(cluster_->latency(slow).wait_ewma, 0.040);
   EXPECT_EQ(remote.stats().fallback_routes, 0);
@@ -117,7 +125,10 @@ TEST_F(LatencyAwareBackendTest, ALateNodeIsSuspectAndItsShareGoesToAReplica) {
   Run(&remote, 12, 1);
   const int late = 2;
   nodes_[late]->set_late(true);
-  // Until a batch involves it: then the step completes from the replicas.
+  // Its estimate stale, so that it counts as fast as the fastest and is
+  // given work whatever the noise of its last replies: once a batch involves
+  // it, the step completes from the replicas.
+  now_ += absl::Seconds(2);
   for (int i = 0; i < 24 && cluster_->healthy(late); ++i) Run(&remote, 1, 400 + i);
   EXPECT_FALSE(cluster_->healthy(late));
   EXPECT_EQ(cluster_->counters(late).deadline_misses, 1);
