@@ -25,6 +25,7 @@ packages=(
   libcpp-httplib-dev                   # serve's OpenAI-compatible HTTP API (cpp-httplib 0.11)
   curl                                 # the HTTP API's integration test drives it with curl
   prometheus                           # promtool check metrics in tests/integration/metrics_scrape_test
+  chromium                             # headless browser that draws /dashboard in tests/integration/dashboard_test
 )
 # On x86-64 the project is also built for 64-bit ARM and tested emulated
 # (scripts/test-arm64.sh, which fetches the arm64 libraries itself); an ARM

@@ -18,6 +18,8 @@
 #include "absl/time/time.h"
 #include "common/http_listener.h"
 #include "coordinator/api/chat_prompt.h"
+#include "coordinator/api/cluster_view.h"
+#include "coordinator/api/dashboard.h"
 #include "coordinator/cluster/cluster_experts.h"
 #include "coordinator/api/http_connection_gate.h"
 #include "coordinator/generation/serve_metrics.h"
@@ -103,7 +105,8 @@ absl::Status SplitListen(const std::string& listen, std::string* host, int* port
 // "other", so that scanners cannot grow the series without bound).
 constexpr const char* kRoutes[] = {
     "/health",   "/v1/models",  "/v1/completions", "/v1/chat/completions",
-    "/tokenize", "/detokenize", "/apply-template", "/metrics"};
+    "/tokenize", "/detokenize", "/apply-template", "/metrics",
+    "/dashboard", "/v1/cluster"};
 
 std::string EndpointLabel(const std::string& path) {
   for (const char* route : kRoutes) {
@@ -276,6 +279,25 @@ void HttpServer::Route() {
     res.status = health.http_status;
     res.set_content(openai::Dump(health.body), kJson);
   });
+  // The page holds no data (it fetches /v1/cluster with the token the user
+  // gives it), so it loads without one, also while the model loads.
+  http.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("Content-Security-Policy",
+                   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                   "connect-src 'self'; img-src 'self' data:");
+    res.set_content(kDashboardHtml, "text/html; charset=utf-8");
+  });
+  http.Get("/v1/cluster",
+           serve(true, [](const Backend& b, const httplib::Request&, httplib::Response& res) {
+             if (b.cluster_view == nullptr) {
+               return SendError(res, openai::MakeError(404, "no cluster view in this server"));
+             }
+             res.status = 200;
+             res.set_header("Cache-Control", "no-store");
+             res.set_content(b.cluster_view->Render(), kJson);
+           }));
   http.Get("/v1/models",
            serve(true, [this](const Backend&, const httplib::Request&, httplib::Response& res) {
              SendJson(res, openai::ModelsResponse(options_.model_id, created_));

@@ -1,6 +1,8 @@
 // The OpenAI-compatible HTTP API of `serve` (cpp-httplib): GET /v1/models,
 // POST /v1/completions and /v1/chat/completions (JSON or SSE streaming),
-// GET /health, POST /tokenize, /detokenize and /apply-template. Generations
+// GET /health, POST /tokenize, /detokenize and /apply-template, and the
+// dashboard: GET /dashboard (a page, served without a token: it holds no
+// data) and GET /v1/cluster (what the page draws). Generations
 // go through the same GenerationScheduler as gRPC Generate, so they share its
 // sessions and queue and give the same tokens.
 //
@@ -23,7 +25,8 @@
 // once a second while it waits (a client that only half-closes its side
 // counts as gone too), and its generation is cancelled.
 //
-// Auth: with Options::auth_token set, every endpoint except /health needs
+// Auth: with Options::auth_token set, every endpoint except /health and
+// /dashboard needs
 // "Authorization: Bearer <token>" (401 otherwise). GET /metrics (with
 // Options::metrics) answers from start-up, before the model is attached.
 //
@@ -59,6 +62,7 @@ struct Response;
 
 namespace colibri::coordinator {
 
+class ClusterView;   // cluster_view.h
 class ServeMetrics;  // serve_metrics.h
 
 class HttpServer {
@@ -117,6 +121,8 @@ class HttpServer {
     ClusterExperts* cluster = nullptr;
     // Renders chat prompts (null: the chat endpoints answer 501).
     ChatRenderer chat;
+    // Answers GET /v1/cluster (null: 404).
+    ClusterView* cluster_view = nullptr;
     // Filled by Attach: the model's n_ctx and n_vocab for parsing,
     // Options::request_limits with them, and what MakeGenerationSpec needs.
     openai::ApiLimits limits;

@@ -14,12 +14,15 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "coordinator/api/chat_prompt.h"
+#include "coordinator/api/cluster_view.h"
 #include "coordinator/api/http_server.h"
 #include "coordinator/api/inference_service.h"
 #include "coordinator/api/model_summary.h"
 #include "coordinator/cli/resident_weights.h"
+#include "coordinator/generation/expert_use.h"
 #include "coordinator/generation/generation_scheduler.h"
 #include "coordinator/generation/serve_metrics.h"
+#include "coordinator/generation/step_timeline.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -135,6 +138,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
         << FormatBytes(static_cast<uint64_t>(scheduler_options.prefix_cache_bytes))
         << " of KV rows (--kv-cache-size)\n";
   }
+  // What the dashboard draws; written by the scheduler's stepping thread.
+  ExpertUse expert_use(ExpertsPerLayer(*model));
+  StepTimeline timeline;
+  scheduler_options.route_observer = &expert_use;
+  scheduler_options.timeline = &timeline;
   COLIBRI_ASSIGN_OR_RETURN(
       std::unique_ptr<GenerationScheduler> scheduler,
       GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), pool.get()));
@@ -181,6 +189,13 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   }
   out << "listening on " << rpc::ListenHost(options.listen) << ":" << port << std::endl;
 
+  ClusterView::Sources view_sources;
+  view_sources.model = model.get();
+  view_sources.scheduler = scheduler.get();
+  view_sources.cluster = cluster != nullptr ? &cluster->cluster() : nullptr;
+  view_sources.expert_use = &expert_use;
+  view_sources.timeline = &timeline;
+  ClusterView cluster_view(view_sources);
   // Stopped before what it serves is destroyed, on every return.
   absl::Cleanup stop_http = [&http] {
     if (http != nullptr) http->Stop();
@@ -193,6 +208,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     backend.scheduler = scheduler.get();
     backend.cluster = cluster.get();
     backend.chat = std::move(chat);
+    backend.cluster_view = &cluster_view;
     http->Attach(std::move(backend));
     out << "http listening on " << rpc::ListenHost(options.http_listen) << ":" << http->port()
         << std::endl;

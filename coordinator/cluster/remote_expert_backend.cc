@@ -90,7 +90,7 @@ RemoteExpertBackend::~RemoteExpertBackend() {
 
 RemoteBackendStats& RemoteBackendStats::operator+=(const RemoteBackendStats& o) {
   // A counter added to the struct must be added here too.
-  static_assert(sizeof(RemoteBackendStats) == 14 * sizeof(int64_t),
+  static_assert(sizeof(RemoteBackendStats) == 16 * sizeof(int64_t),
                 "RemoteBackendStats changed: update operator+=");
   layers += o.layers;
   round_trips += o.round_trips;
@@ -106,6 +106,8 @@ RemoteBackendStats& RemoteBackendStats::operator+=(const RemoteBackendStats& o) 
   hints_separate += o.hints_separate;
   hints_dropped += o.hints_dropped;
   prefetch_calls += o.prefetch_calls;
+  slowest_compute_micros += o.slowest_compute_micros;
+  slowest_disk_micros += o.slowest_disk_micros;
   return *this;
 }
 
@@ -343,6 +345,10 @@ void RemoteExpertBackend::WeighFallbackRoutes() {
 absl::Status RemoteExpertBackend::Wait() {
   if (!submit_status_.ok()) return std::exchange(submit_status_, absl::OkStatus());
   int replicas = placement_->replicas();
+  // The slowest successful call's wait, and what its node reported.
+  double slowest_wait = -1;
+  int64_t slowest_compute = 0;
+  int64_t slowest_disk = 0;
   size_t first = 0;
   while (first < calls_.size()) {
     // Every call of [first, end) is outstanding: take them all.
@@ -375,6 +381,15 @@ absl::Status RemoteExpertBackend::Wait() {
       cluster_->RecordCall(call.node, static_cast<int64_t>(call.request.ByteSizeLong()),
                            reply_bytes, call.wait_seconds,
                            std::min(node_seconds, call.wait_seconds), call.work, status);
+      if (call.reply.ok() && call.wait_seconds > slowest_wait) {
+        // Untrusted figures: each kept within the call's own wait.
+        const double wait_micros = 1e6 * call.wait_seconds;
+        slowest_wait = call.wait_seconds;
+        slowest_compute = static_cast<int64_t>(
+            std::min(wait_micros, std::max(0.0, static_cast<double>(call.reply->compute_micros()))));
+        slowest_disk = static_cast<int64_t>(std::min(
+            wait_micros, std::max(0.0, static_cast<double>(call.reply->disk_wait_micros()))));
+      }
       if (call.reply.ok()) {
         absl::MutexLock lock(&mu_);
         stats_.bytes_received += reply_bytes;
@@ -425,6 +440,11 @@ absl::Status RemoteExpertBackend::Wait() {
     }
     first = end;
     if (!retry.empty()) Dispatch(retry, /*send_hints=*/false);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.slowest_compute_micros += slowest_compute;
+    stats_.slowest_disk_micros += slowest_disk;
   }
 
   int64_t n_fallback = 0;

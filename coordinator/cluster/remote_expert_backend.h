@@ -98,6 +98,10 @@ struct RemoteBackendStats {
   int64_t hints_separate = 0;  // sent in a separate Prefetch call
   int64_t hints_dropped = 0;   // stale, no healthy owner, or the owner's call outstanding
   int64_t prefetch_calls = 0;  // separate Prefetch calls made
+  // Of the slowest successful call of each layer (Σ over layers): what its
+  // node reported computing and waiting for its disk, in microseconds.
+  int64_t slowest_compute_micros = 0;
+  int64_t slowest_disk_micros = 0;
 
   // Adds every counter of `other` (a second channel's, for one total).
   RemoteBackendStats& operator+=(const RemoteBackendStats& other);

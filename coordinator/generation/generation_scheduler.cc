@@ -11,6 +11,7 @@
 #include "coordinator/cluster/cluster_experts.h"
 #include "coordinator/cluster/remote_expert_backend.h"
 #include "coordinator/generation/serve_metrics.h"
+#include "coordinator/generation/step_timeline.h"
 #include "model/moe/local_expert_backend.h"
 #include "model/speculative/draft_planner.h"
 #include "model/speculative/mtp_drafter.h"
@@ -211,6 +212,7 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
   session_options.kv_type = options_.kv_type;
   COLIBRI_ASSIGN_OR_RETURN(e->session,
                            arch::Session::Create(model_, e->backend, pool_, session_options));
+  e->session->set_route_observer(options_.route_observer);
   e->used.assign(options_.sessions, false);
   speculative::DraftPlannerOptions planner;
   planner.max_draft = options_.speculation.draft_max;
@@ -455,6 +457,21 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
       engine->remote != nullptr ? engine->remote->stats() : RemoteBackendStats();
   arch::SessionStats delta;
   AddDelta(session.stats(), before, &delta);
+  if (options_.timeline != nullptr) {
+    StepRecord record;
+    record.end = absl::Now();
+    record.seconds = step_seconds;
+    record.tokens = tokens;
+    record.generations = static_cast<int>(members.size());
+    record.prompt = !decode_only;
+    record.expert_wait_seconds = delta.expert_wait_seconds;
+    record.node_compute_seconds =
+        1e-6 * static_cast<double>(remote_after.slowest_compute_micros -
+                                   remote_before.slowest_compute_micros);
+    record.node_disk_seconds = 1e-6 * static_cast<double>(remote_after.slowest_disk_micros -
+                                                          remote_before.slowest_disk_micros);
+    options_.timeline->Add(record);
+  }
   {
     absl::MutexLock lock(&mu_);
     overlap_.wait_seconds += delta.expert_wait_seconds;

@@ -89,6 +89,7 @@ namespace colibri::coordinator {
 
 class ClusterExperts;  // cluster_experts.h
 class ServeMetrics;    // serve_metrics.h
+class StepTimeline;    // step_timeline.h
 
 // One request, as the scheduler runs it.
 struct GenerationSpec {
@@ -209,6 +210,12 @@ class GenerationScheduler {
     int64_t prefix_cache_bytes = 0;
     // Tokens per prefix cache block: the granularity of reuse. Default: 16.
     int prefix_block_tokens = 16;
+    // Receives every session's routing (on the stepping thread); borrowed,
+    // must outlive the scheduler. Default: null.
+    arch::RouteObserver* route_observer = nullptr;
+    // Receives every forward step's timing; borrowed, must outlive the
+    // scheduler. Default: null.
+    StepTimeline* timeline = nullptr;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/node_process.h"
+#include "tests/support/curl.h"
 #include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
@@ -29,9 +30,12 @@ namespace {
 
 using json = nlohmann::json;
 using testing::CommandResult;
+using testing::Curl;
+using testing::HttpReply;
+using testing::kCurl;
+using testing::PostJson;
 using testing::ServerProcess;
 
-constexpr char kCurl[] = "/usr/bin/curl";
 constexpr char kPromtool[] = "/usr/bin/promtool";
 constexpr char kPrompt[] = "The small birds of the valley";
 
@@ -39,33 +43,6 @@ std::string Coordinator() { return testing::BinaryPath("coordinator/colibri-coor
 std::string Node() { return testing::BinaryPath("expert_node/colibri-expert-node"); }
 std::string Model(const std::string& name) {
   return testing::FixturesDir() + "/models/" + name + ".gguf";
-}
-
-struct HttpReply {
-  int status = 0;
-  std::string body;
-};
-
-// curl against http://address/path; `args` go before the URL.
-HttpReply Curl(const std::string& address, const std::string& path,
-               std::vector<std::string> args = {}) {
-  std::vector<std::string> argv = {kCurl, "-sS", "-w", "\n%{http_code}"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back("http://" + address + path);
-  const CommandResult r = testing::RunCommand(argv);
-  HttpReply reply;
-  const size_t nl = r.out.rfind('\n');
-  if (nl == std::string::npos) return reply;
-  reply.status = std::atoi(r.out.c_str() + nl + 1);
-  reply.body = r.out.substr(0, nl);
-  return reply;
-}
-
-HttpReply PostJson(const std::string& address, const std::string& path, const json& body,
-                   std::vector<std::string> args = {}) {
-  args.insert(args.end(),
-              {"-X", "POST", "-H", "Content-Type: application/json", "--data-binary", body.dump()});
-  return Curl(address, path, std::move(args));
 }
 
 // The samples of a text exposition: "name{labels}" -> value. Comment lines

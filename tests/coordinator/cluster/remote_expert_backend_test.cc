@@ -104,6 +104,35 @@ TEST_F(RemoteExpertBackendTest, NodeWorkSecondsComeFromTheReplies) {
   EXPECT_GT(c.node_seconds, 0.004);
 }
 
+// The step timeline's node figures: per layer, what the node of the slowest
+// call reported (once per layer, however many nodes the layer involved),
+// never more than that call's own wait.
+TEST_F(RemoteExpertBackendTest, TheSlowestCallOfEachLayerGivesItsNodesFigures) {
+  MakeCluster(3, 1);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts,
+                             ops::NumericPath::kFast, &pool_);
+  for (FakeNode* node : nodes_) node->set_reported_micros(absl::Milliseconds(2), 300, 200);
+  std::vector<float> local_out, remote_out;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    RunBoth(RandomBatch(4, 4, 20 + layer), layer, ops::NumericPath::kFast, &remote, &local_out,
+            &remote_out);
+  }
+  const RemoteBackendStats s = remote.stats();
+  ASSERT_GT(s.involved_nodes, kLayers);  // some layer went to several nodes
+  EXPECT_EQ(s.slowest_compute_micros, 300 * kLayers);
+  EXPECT_EQ(s.slowest_disk_micros, 200 * kLayers);
+
+  // Absurd figures are cut to the call's wait (2 ms of sleep, well under 1 s).
+  for (FakeNode* node : nodes_) {
+    node->set_reported_micros(absl::Milliseconds(2), std::numeric_limits<int64_t>::max(), -5);
+  }
+  RunBoth(RandomBatch(4, 4, 30), 0, ops::NumericPath::kFast, &remote, &local_out, &remote_out);
+  const RemoteBackendStats t = remote.stats();
+  EXPECT_GE(t.slowest_compute_micros - s.slowest_compute_micros, 2000);
+  EXPECT_LT(t.slowest_compute_micros - s.slowest_compute_micros, 1000000);
+  EXPECT_EQ(t.slowest_disk_micros, s.slowest_disk_micros);
+}
+
 // Two half-batches in flight at once: one on the backend, one on its second
 // channel; each gives the local result, and stats() counts both.
 TEST_F(RemoteExpertBackendTest, TheSecondChannelRunsABatchAlongside) {
