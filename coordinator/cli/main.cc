@@ -18,6 +18,7 @@
 #include "coordinator/cli/cluster_command.h"
 #include "coordinator/cli/inspect_command.h"
 #include "coordinator/cli/perplexity_command.h"
+#include "coordinator/cli/project_command.h"
 #include "coordinator/cli/run_command.h"
 #include "coordinator/cli/serve_command.h"
 #include "coordinator/cli/tokenize_command.h"
@@ -328,6 +329,60 @@ int main(int argc, char** argv) {
                      "weigh nodes equally and do not contact them");
   bool plan_summary_only = false;
   plan_cmd->add_flag("--summary", plan_summary_only, "only the per-node totals");
+  // --project: a throughput projection for a described cluster (no nodes needed).
+  bool plan_project = false;
+  colibri::coordinator::ProjectOptions project;
+  double project_rtt_ms = 0.5;
+  double project_ram_gib = 0;
+  double project_call_overhead_ms = 0.3;
+  plan_cmd->add_flag("--project", plan_project,
+                     "project decode throughput for the cluster the --project-* flags describe");
+  plan_cmd->add_option("--project-shape", project.shape,
+                       "model shape to project instead of the model's own: deepseek-v3, kimi-k2, "
+                       "qwen3-235b, glm-4.5, qwen3-30b, or layers=..,moe_layers=..,experts=..,"
+                       "experts_used=..,embd=..,expert_mib=..,dense_gib=..");
+  plan_cmd->add_option("--project-nodes", project.cluster.nodes, "expert nodes (0: none)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  plan_cmd->add_option("--project-rtt-ms", project_rtt_ms, "round trip to a node, ms")
+      ->check(CLI::Range(0.0, 10000.0))
+      ->capture_default_str();
+  plan_cmd->add_option("--project-gbit", project.cluster.link_gbit,
+                       "the coordinator's link, Gbit/s")
+      ->check(CLI::Range(0.001, 10000.0))
+      ->capture_default_str();
+  plan_cmd->add_option("--project-node-threads", project.cluster.node_threads,
+                       "threads per node (default: this machine's)")
+      ->check(CLI::Range(1, 4096));
+  plan_cmd->add_option("--project-ram-gib", project_ram_gib,
+                       "RAM for experts per node, GiB (default: all fit)")
+      ->check(CLI::Range(0.0, 1e6));
+  plan_cmd->add_option("--project-node-mem-gbs", project.cluster.node_mem_gbs,
+                       "memory bandwidth per node, GB/s (default: this machine's measured rate)")
+      ->check(CLI::Range(0.0, 10000.0));
+  plan_cmd->add_option("--project-coordinator-threads", project.cluster.coordinator_threads,
+                       "threads of the coordinator's PC (default: this machine's)")
+      ->check(CLI::Range(1, 4096));
+  plan_cmd->add_option("--project-coordinator-mem-gbs", project.cluster.coordinator_mem_gbs,
+                       "memory bandwidth of the coordinator's PC, GB/s (default: this machine's "
+                       "measured rate)")
+      ->check(CLI::Range(0.0, 10000.0));
+  plan_cmd->add_flag("--project-grid", project.grid,
+                     "one line per cluster of 3, 5, 8 nodes on 1, 2.5, 10 Gbit/s links");
+  plan_cmd->add_option("--project-disk-gbs", project.cluster.disk_gbs,
+                       "disk read rate per node, GB/s")
+      ->check(CLI::Range(0.001, 1000.0))
+      ->capture_default_str();
+  plan_cmd->add_option("--project-call-overhead-ms", project_call_overhead_ms,
+                       "cost of one node call beyond the round trip, ms")
+      ->check(CLI::Range(0.0, 10000.0))
+      ->capture_default_str();
+  plan_cmd->add_option("--project-drafts", project.drafts, "drafts per step in the speculation rows")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
+  plan_cmd->add_option("--project-acceptance", project.acceptance, "acceptance of each draft")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
 
   InspectOptions inspect;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "describe a GGUF model file");
@@ -423,6 +478,13 @@ int main(int argc, char** argv) {
     }
     if (exact) run.path = colibri::ops::NumericPath::kExact;
     status = colibri::coordinator::RunGenerate(run, std::cout, std::cerr);
+  } else if (plan_cmd->parsed() && plan_project) {
+    project.model_path = plan.model_path;
+    project.cluster.rtt_seconds = project_rtt_ms / 1e3;
+    project.cluster.node_ram_bytes = project_ram_gib * (1 << 30);
+    project.cluster.replicas = plan.cluster.replicas;
+    project.call_overhead_seconds = project_call_overhead_ms / 1e3;
+    status = colibri::coordinator::RunProject(project, std::cout, std::cerr);
   } else if (plan_cmd->parsed()) {
     plan.list_experts = !plan_summary_only;
     status = colibri::coordinator::RunPlan(plan, std::cout);

@@ -4,6 +4,7 @@
 // model's context length with a message. The same for the environment's knobs
 // (common/process_knobs.h), read in each main. Token files the binaries must
 // refuse.
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -248,6 +249,30 @@ TEST(CommandLineTest, ClientRefusesBadTokenFiles) {
   ExpectRefusals(
       {Client(), "--coordinator", "127.0.0.1:1", "--auth-token-file", token_file, "health"},
       token_file, 1);
+}
+
+// `plan --project` on the fixture model over two nodes 4 ms away: the line
+// scripts read, a projection no faster than one round trip per MoE layer
+// allows (3 MoE layers: at most 1 / (3 x 4.3 ms) = 77.5 tok/s with the
+// 0.3 ms call overhead), and shapes it cannot project named.
+TEST(CommandLineTest, PlanProjectPrintsAProjectionBoundByTheRoundTrips) {
+  const CommandResult r =
+      testing::RunCommand({Coordinator(), "plan", "--project", "--model", Model(),
+                           "--project-nodes", "2", "--project-rtt-ms", "4", "--project-drafts",
+                           "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string key = "projected single-stream decode: ";
+  const size_t at = r.out.find(key);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double tps = std::atof(r.out.c_str() + at + key.size());
+  EXPECT_GT(tps, 0) << r.out;
+  EXPECT_LE(tps, 77.6) << r.out;
+  EXPECT_NE(r.out.find("network latency"), std::string::npos) << r.out;
+
+  const CommandResult bad = testing::RunCommand(
+      {Coordinator(), "plan", "--project", "--model", Model(), "--project-shape", "llama-5"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("llama-5"), std::string::npos) << bad.err;
 }
 
 }  // namespace
