@@ -13,7 +13,8 @@ namespace colibri::coordinator {
 
 absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
                                               const tokenizer::Tokenizer* tokenizer,
-                                              const std::string& template_file, std::ostream& err) {
+                                              const std::string& template_file, std::ostream& err,
+                                              std::string* source_out) {
   std::string source;
   std::string origin;
   if (!template_file.empty()) {
@@ -40,6 +41,7 @@ absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
         absl::StrCat("chat template from ", origin, ": ", parsed.status().message()));
   }
   err << "serve: chat template: " << origin << "\n";
+  if (source_out != nullptr) *source_out = source;
 
   std::shared_ptr<const chat_template::ChatTemplate> tpl = std::move(*parsed);
   std::string bos, eos;

@@ -31,9 +31,11 @@ using ChatRenderer = std::function<absl::StatusOr<std::string>(
 // tokenizer may be null (then bos_token and eos_token are ""). Writes which
 // template it uses (and the ChatML warning) to `err`. NotFound for an
 // unreadable file, InvalidArgument for a template that does not parse.
+// `source` (may be null) receives the template's text.
 absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
                                               const tokenizer::Tokenizer* tokenizer,
-                                              const std::string& template_file, std::ostream& err);
+                                              const std::string& template_file, std::ostream& err,
+                                              std::string* source = nullptr);
 
 // The bytes of the string roles and contents of chat messages (what
 // RequestLimits::max_text_bytes bounds).

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/http_listener.h"
+#include "coordinator/api/assistant_output.h"
 #include "coordinator/api/chat_prompt.h"
 #include "coordinator/api/cluster_view.h"
 #include "coordinator/api/dashboard.h"
@@ -415,6 +416,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   absl::StatusOr<openai::ApiRequest> parsed = openai::ParseRequest(endpoint, req.body, b.limits);
   if (!parsed.ok()) return SendError(res, openai::ErrorFromStatus(parsed.status()));
   const bool chat = endpoint == openai::Endpoint::kChatCompletions;
+  const bool parse_tool_calls = parsed->parse_tool_calls;
   const bool stream = parsed->stream;
   const bool include_usage = parsed->include_usage;
   const bool logprobs = parsed->logprobs;
@@ -440,6 +442,20 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   id.created = absl::ToUnixSeconds(absl::Now());
   id.model = options_.model_id;
   const tokenizer::Tokenizer* tokenizer = b.tokenizer;
+  // Chat: the text split into content, reasoning and tool calls by the
+  // model's own syntax; whether a think block is open shows at the prompt's end.
+  std::shared_ptr<AssistantOutputParser> parser;
+  if (chat) {
+    std::string tail;
+    if (tokenizer != nullptr) {
+      const auto& ids = job->spec().prompt_ids;
+      const size_t n = std::min<size_t>(ids.size(), 8);
+      tail = tokenizer->Decode(absl::MakeConstSpan(ids).subspan(ids.size() - n), true);
+    }
+    parser = std::make_shared<AssistantOutputParser>(
+        DialectFor(b.model->config().arch, b.chat_template_source, tail), parse_tool_calls,
+        absl::StrCat("call_", id.created, "_", next_id_.load(), "_"));
+  }
 
   if (!stream) {
     absl::Cleanup written = [this] { open_generations_.fetch_sub(1); };
@@ -463,6 +479,13 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     usage.prompt_tokens = (*outcome)->prompt_tokens;
     usage.cached_prompt_tokens = (*outcome)->cached_prompt_tokens;
     usage.completion_tokens = static_cast<int>(result.tokens.size());
+    if (chat) {
+      OutputDelta message = parser->Feed(result.text);
+      message.Append(parser->Finish());
+      const std::string reason =
+          parser->called_tools() ? "tool_calls" : openai::FinishReasonName(result.finish_reason);
+      return SendJson(res, openai::ChatResponse(id, message, reason, usage, logprobs_json));
+    }
     return SendJson(res, openai::CompletionResponse(endpoint, id, result.text, result.finish_reason,
                                                     usage, logprobs_json));
   }
@@ -472,8 +495,11 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   struct StreamState {
     bool started = false;
     size_t text_offset = 0;  // of the completions logprobs
+    std::shared_ptr<AssistantOutputParser> parser;  // chat
+    int tool_index = 0;  // of the next streamed tool call
   };
   auto state = std::make_shared<StreamState>();
+  state->parser = parser;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -502,6 +528,13 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
                       : openai::CompletionLogprobs(one, state->text_offset);
           }
           state->text_offset += t.text.size();
+          if (state->parser != nullptr) {
+            const OutputDelta d = state->parser->Feed(t.text);
+            if (d.empty() && lp.is_null()) continue;
+            out += openai::SseEvent(openai::ChatDeltaChunk(id, d, state->tool_index, lp));
+            state->tool_index += static_cast<int>(d.tool_calls.size());
+            continue;
+          }
           out += openai::SseEvent(openai::TextChunk(endpoint, id, t.text, lp));
         }
         if (outcome.has_value()) {
@@ -509,11 +542,19 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
             out += openai::SseEvent(openai::ErrorFromStatus(outcome->status()).body);
           } else {
             const GenerationResult& result = (*outcome)->result;
-            if (!result.trailing_text.empty()) {
+            std::string reason = openai::FinishReasonName(result.finish_reason);
+            if (state->parser != nullptr) {
+              OutputDelta d = state->parser->Feed(result.trailing_text);
+              d.Append(state->parser->Finish());
+              if (!d.empty()) {
+                out += openai::SseEvent(openai::ChatDeltaChunk(id, d, state->tool_index, nullptr));
+              }
+              if (state->parser->called_tools()) reason = "tool_calls";
+            } else if (!result.trailing_text.empty()) {
               out +=
                   openai::SseEvent(openai::TextChunk(endpoint, id, result.trailing_text, nullptr));
             }
-            out += openai::SseEvent(openai::FinishChunk(endpoint, id, result.finish_reason));
+            out += openai::SseEvent(openai::FinishChunk(endpoint, id, reason));
             if (include_usage) {
               openai::Usage usage;
               usage.prompt_tokens = (*outcome)->prompt_tokens;

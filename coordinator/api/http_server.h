@@ -121,6 +121,9 @@ class HttpServer {
     ClusterExperts* cluster = nullptr;
     // Renders chat prompts (null: the chat endpoints answer 501).
     ChatRenderer chat;
+    // The chat template's text: which thinking and tool-call syntax the
+    // model writes (assistant_output.h). Default: "".
+    std::string chat_template_source;
     // Answers GET /v1/cluster (null: 404).
     ClusterView* cluster_view = nullptr;
     // Filled by Attach: the model's n_ctx and n_vocab for parsing,

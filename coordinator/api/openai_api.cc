@@ -221,6 +221,61 @@ absl::StatusOr<ojson> Tools(const ojson& request) {
   return *tools;
 }
 
+// Fields whose meaning this server cannot honour yet: a 400 naming them
+// rather than an answer that ignores them.
+absl::Status RefuseUnsupported(const ojson& request) {
+  static constexpr const char* kConstraints[] = {
+      "grammar",      "json_schema",  "guided_json", "guided_regex",
+      "guided_grammar", "guided_choice", "functions",  "function_call"};
+  for (const char* name : kConstraints) {
+    if (const ojson* f = Field(request, name); f != nullptr && !f->is_null()) {
+      return FieldError(name, absl::StrCat("'", name,
+                                           "' is not supported (constrained decoding is not "
+                                           "available in this server yet)"));
+    }
+  }
+  if (const ojson* format = Field(request, "response_format"); format != nullptr) {
+    const ojson* type = format->is_object() ? Field(*format, "type") : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      return FieldError("response_format", "'response_format' must be an object with a 'type'");
+    }
+    if (type->get<std::string>() != "text") {
+      return FieldError("response_format",
+                        absl::StrCat("'response_format' of type '", type->get<std::string>(),
+                                     "' is not supported yet (constrained decoding); only "
+                                     "'text'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// tool_choice: "auto" (the default) and "none"; "required" and a named
+// function need constrained decoding.
+absl::Status ParseToolChoice(const ojson& request, ApiRequest* out) {
+  const ojson* choice = Field(request, "tool_choice");
+  std::string value = "auto";
+  if (choice != nullptr) {
+    if (choice->is_object()) {
+      return FieldError("tool_choice",
+                        "'tool_choice' naming a function is not supported yet (it needs "
+                        "constrained decoding); use \"auto\"");
+    }
+    if (!choice->is_string()) return FieldError("tool_choice", "'tool_choice' must be a string");
+    value = choice->get<std::string>();
+    if (value == "required") {
+      return FieldError("tool_choice",
+                        "'tool_choice' \"required\" is not supported yet (it needs constrained "
+                        "decoding); use \"auto\"");
+    }
+    if (value != "auto" && value != "none") {
+      return FieldError("tool_choice", absl::StrCat("'tool_choice' must be \"auto\" or \"none\", "
+                                                    "got \"", value, "\""));
+    }
+  }
+  out->parse_tool_calls = !out->tools.is_null() && !out->tools.empty() && value == "auto";
+  return absl::OkStatus();
+}
+
 absl::Status ParsePrompt(const ojson& request, const ApiLimits& limits, ApiRequest* out) {
   const ojson* prompt = Field(request, "prompt");
   if (prompt == nullptr) return FieldError("prompt", "'prompt' is required");
@@ -377,10 +432,12 @@ absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view bod
     absl::StatusOr<ojson> tools = Tools(request);
     if (!tools.ok()) return tools.status();
     out.tools = std::move(*tools);
+    if (absl::Status s = ParseToolChoice(request, &out); !s.ok()) return s;
   } else {
     if (absl::Status s = ParsePrompt(request, limits, &out); !s.ok()) return s;
   }
 
+  if (absl::Status s = RefuseUnsupported(request); !s.ok()) return s;
   absl::StatusOr<std::optional<int64_t>> n = GetInt(request, "n");
   if (!n.ok()) return n.status();
   if (n->has_value() && **n != 1) {
@@ -631,6 +688,54 @@ json CompletionResponse(Endpoint endpoint, const ResponseId& id, const std::stri
   return response;
 }
 
+namespace {
+
+json ToolCallsJson(const std::vector<ToolCall>& calls, int first_index, bool with_index) {
+  json out = json::array();
+  int index = first_index;
+  for (const ToolCall& call : calls) {
+    json c = {{"id", call.id},
+              {"type", "function"},
+              {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+    if (with_index) c["index"] = index++;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+json ChatResponse(const ResponseId& id, const OutputDelta& message,
+                  const std::string& finish_reason, const Usage& usage, const json& logprobs) {
+  json m = {{"role", "assistant"}};
+  m["content"] = message.content.empty() && !message.tool_calls.empty() ? json(nullptr)
+                                                                       : json(message.content);
+  if (!message.reasoning.empty()) m["reasoning_content"] = message.reasoning;
+  if (!message.tool_calls.empty()) m["tool_calls"] = ToolCallsJson(message.tool_calls, 0, false);
+  json choice = {{"index", 0},
+                 {"message", std::move(m)},
+                 {"logprobs", logprobs},
+                 {"finish_reason", finish_reason}};
+  json response = Envelope(Endpoint::kChatCompletions, id, false, json::array({std::move(choice)}));
+  response["usage"] = UsageJson(usage);
+  return response;
+}
+
+json ChatDeltaChunk(const ResponseId& id, const OutputDelta& delta, int first_tool_index,
+                    const json& logprobs) {
+  json d = json::object();
+  if (!delta.content.empty() || (delta.reasoning.empty() && delta.tool_calls.empty())) {
+    d["content"] = delta.content;
+  }
+  if (!delta.reasoning.empty()) d["reasoning_content"] = delta.reasoning;
+  if (!delta.tool_calls.empty()) {
+    d["tool_calls"] = ToolCallsJson(delta.tool_calls, first_tool_index, true);
+  }
+  json choice = {{"index", 0}, {"delta", std::move(d)}, {"logprobs", logprobs},
+                 {"finish_reason", nullptr}};
+  return Envelope(Endpoint::kChatCompletions, id, true, json::array({std::move(choice)}));
+}
+
 json RoleChunk(const ResponseId& id) {
   json choice = {{"index", 0},
                  {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -651,7 +756,11 @@ json TextChunk(Endpoint endpoint, const ResponseId& id, const std::string& text,
 }
 
 json FinishChunk(Endpoint endpoint, const ResponseId& id, FinishReason reason) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReasonName(reason)}};
+  return FinishChunk(endpoint, id, std::string(FinishReasonName(reason)));
+}
+
+json FinishChunk(Endpoint endpoint, const ResponseId& id, const std::string& reason) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}};
   if (endpoint == Endpoint::kChatCompletions) {
     choice["delta"] = json::object();
   } else {

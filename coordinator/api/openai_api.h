@@ -6,9 +6,13 @@
 //
 // Field rules (as OpenAI documents them, where Colibri supports them):
 // `max_completion_tokens` wins over `max_tokens`; `n` must be 1; `null` means
-// "not given"; unknown fields are ignored; every type or range error is a 400
-// naming the field (Status InvalidArgument with the field as its "param"
-// payload, see ParamOf).
+// "not given"; unknown fields are ignored, except those that would change
+// what the output means (response_format other than "text", tool_choice
+// "required" or a named function, and the constrained-decoding extensions
+// of other servers: grammar, json_schema, guided_*; the legacy functions /
+// function_call): those are a 400 naming the field, never silently dropped;
+// every type or range error is a 400 naming the field (Status
+// InvalidArgument with the field as its "param" payload, see ParamOf).
 //
 // Thread-safety: every function is thread-safe (no shared state).
 #ifndef COLIBRI_COORDINATOR_API_OPENAI_API_H_
@@ -22,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/api/assistant_output.h"
 #include "coordinator/generation/generation.h"
 #include "model/sampling/sampler.h"
 #include "nlohmann/json.hpp"
@@ -50,6 +55,9 @@ struct ApiRequest {
   // them: templates print them with tojson.
   nlohmann::ordered_json messages;
   nlohmann::ordered_json tools;
+  // Chat: whether the model's tool calls are parsed out of its text (tools
+  // given and tool_choice "auto", the default; "none" leaves them as text).
+  bool parse_tool_calls = false;
   // The tokens asked for; nullopt when the request gave none.
   std::optional<int> max_tokens;
   // temperature defaults to 1 and top_p to 1 as in OpenAI's API; an absent
@@ -152,6 +160,14 @@ nlohmann::json CompletionResponse(Endpoint endpoint, const ResponseId& id, const
                                   FinishReason reason, const Usage& usage,
                                   const nlohmann::json& logprobs);
 
+// A whole chat response whose message is split (assistant_output.h): content
+// (null when empty and there are tool calls), reasoning_content when any,
+// tool_calls when any; finish_reason as given ("tool_calls" when the model
+// called tools).
+nlohmann::json ChatResponse(const ResponseId& id, const OutputDelta& message,
+                            const std::string& finish_reason, const Usage& usage,
+                            const nlohmann::json& logprobs);
+
 // Streamed chunks. A chat stream starts with RoleChunk, then TextChunk per
 // piece of text, then FinishChunk; a completions stream has TextChunks then
 // FinishChunk. UsageChunk (choices []) follows when include_usage.
@@ -159,6 +175,12 @@ nlohmann::json RoleChunk(const ResponseId& id);
 nlohmann::json TextChunk(Endpoint endpoint, const ResponseId& id, const std::string& text,
                          const nlohmann::json& logprobs);
 nlohmann::json FinishChunk(Endpoint endpoint, const ResponseId& id, FinishReason reason);
+nlohmann::json FinishChunk(Endpoint endpoint, const ResponseId& id, const std::string& reason);
+// A chat chunk of a split message's piece: delta.content, delta.
+// reasoning_content and delta.tool_calls (each call whole, its "index"
+// counting from first_tool_index) as the delta has them.
+nlohmann::json ChatDeltaChunk(const ResponseId& id, const OutputDelta& delta, int first_tool_index,
+                              const nlohmann::json& logprobs);
 nlohmann::json UsageChunk(Endpoint endpoint, const ResponseId& id, const Usage& usage);
 
 // "data: <json>\n\n" (the JSON on one line, invalid UTF-8 replaced).

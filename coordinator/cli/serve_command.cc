@@ -129,9 +129,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.
   ChatRenderer chat;
+  std::string chat_template_source;
   if (tokenizer != nullptr || http != nullptr) {
-    COLIBRI_ASSIGN_OR_RETURN(
-        chat, LoadChatRenderer(model->file(), tokenizer, options.chat_template_file, err));
+    COLIBRI_ASSIGN_OR_RETURN(chat, LoadChatRenderer(model->file(), tokenizer,
+                                                    options.chat_template_file, err,
+                                                    &chat_template_source));
   }
   if (scheduler_options.prefix_cache_bytes > 0) {
     err << "serve: prefix reuse across requests in up to "
@@ -208,6 +210,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     backend.scheduler = scheduler.get();
     backend.cluster = cluster.get();
     backend.chat = std::move(chat);
+    backend.chat_template_source = std::move(chat_template_source);
     backend.cluster_view = &cluster_view;
     http->Attach(std::move(backend));
     out << "http listening on " << rpc::ListenHost(options.http_listen) << ":" << http->port()

@@ -335,6 +335,65 @@ TEST_F(HttpApiTest, AChatTemplateFileOverridesAndItsErrorsAreBadRequests) {
   EXPECT_EQ(Post("/v1/chat/completions", {{"messages", {hi}}, {"max_tokens", 2}}).status, 200);
 }
 
+// A template that opens a think block in the generation prompt (as
+// DeepSeek-R1's does): the whole reply is reasoning_content, streamed and
+// not, and equals the completion of the rendered prompt. Output constraints
+// the server cannot honour are 400s naming the field.
+TEST_F(HttpApiTest, ReasoningIsSplitFromContentAndUnsupportedConstraintsAreRefused) {
+  const std::string dir = testing::MakeTempDir("http-think");
+  const std::string path = dir + "/template.jinja";
+  {
+    std::ofstream file(path);
+    file << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n"
+            "{% endif %}";
+  }
+  StartServe({"--chat-template-file", path});
+  const json messages = {{{"role", "user"}, {"content", "Why is the sky blue?"}}};
+  HttpReply rendered = Post("/apply-template", {{"messages", messages}});
+  ASSERT_EQ(rendered.status, 200) << rendered.body;
+  HttpReply ids = Post("/tokenize", {{"content", rendered.value["prompt"]}, {"add_special", true}});
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  const json sampling = {{"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+  json completion = sampling;
+  completion["prompt"] = ids.value["tokens"];
+  HttpReply reference = Post("/v1/completions", completion);
+  ASSERT_EQ(reference.status, 200) << reference.body;
+  const std::string expected = reference.value["choices"][0]["text"];
+  ASSERT_EQ(expected.find("</think>"), std::string::npos) << "the fixture closed the block";
+
+  json chat = sampling;
+  chat["messages"] = messages;
+  HttpReply whole = Post("/v1/chat/completions", chat);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const json& message = whole.value["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], expected) << whole.body;
+  EXPECT_EQ(message["content"], "") << whole.body;
+  EXPECT_FALSE(message.contains("tool_calls"));
+
+  chat["stream"] = true;
+  std::string reasoning, content;
+  for (const std::string& d : SseData(Post("/v1/chat/completions", chat, {"-N"}).body)) {
+    if (d == "[DONE]") continue;
+    const json chunk = json::parse(d);
+    if (chunk["choices"].empty()) continue;
+    const json& delta = chunk["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, expected);
+  EXPECT_EQ(content, "");
+
+  ExpectError(Post("/v1/chat/completions",
+                   {{"messages", messages}, {"response_format", {{"type", "json_object"}}}}),
+              400, "response_format");
+  const json tools = json::array(
+      {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}});
+  ExpectError(Post("/v1/chat/completions",
+                   {{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}}),
+              400, "tool_choice");
+}
+
 TEST_F(HttpApiTest, LogprobsReportTheChosenTokenAndTheTopOnes) {
   StartServe();
   HttpReply reply = Post("/v1/completions", {{"prompt", kPrompt},

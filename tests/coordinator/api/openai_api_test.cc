@@ -330,6 +330,58 @@ TEST(ResponseTest, ChatAndCompletionResponses) {
   EXPECT_EQ(FinishReasonName(FinishReason::kLength), std::string("length"));
 }
 
+// What would change the meaning of the output and is not honoured yet is a
+// 400 naming the field; tool_choice "auto" parses tool calls, "none" not.
+TEST(ParseRequestTest, ConstraintsThatCannotBeHonouredAreRefusedNotDropped) {
+  const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  const json tools = json::array(
+      {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}});
+  ExpectBad(Chat({{"messages", messages}, {"response_format", {{"type", "json_object"}}}}),
+            "response_format");
+  ExpectBad(Chat({{"messages", messages},
+                  {"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}),
+            "response_format");
+  ExpectBad(Chat({{"messages", messages}, {"response_format", "json"}}), "response_format");
+  ExpectBad(Completion({{"prompt", "x"}, {"grammar", "root ::= \"a\""}}), "grammar");
+  ExpectBad(Chat({{"messages", messages}, {"guided_json", json::object()}}), "guided_json");
+  ExpectBad(Chat({{"messages", messages}, {"functions", json::array()}}), "functions");
+  ExpectBad(Chat({{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}}),
+            "tool_choice");
+  ExpectBad(Chat({{"messages", messages},
+                  {"tools", tools},
+                  {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}),
+            "tool_choice");
+  ExpectBad(Chat({{"messages", messages}, {"tool_choice", "sometimes"}}), "tool_choice");
+
+  auto text = Chat({{"messages", messages}, {"response_format", {{"type", "text"}}}});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_FALSE(text->parse_tool_calls);
+  auto with_tools = Chat({{"messages", messages}, {"tools", tools}});
+  ASSERT_TRUE(with_tools.ok()) << with_tools.status();
+  EXPECT_TRUE(with_tools->parse_tool_calls);
+  auto none = Chat({{"messages", messages}, {"tools", tools}, {"tool_choice", "none"}});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->parse_tool_calls);
+}
+
+TEST(ResponseTest, ChatResponsesWithReasoningAndToolCalls) {
+  ResponseId id{"chatcmpl-2", 1700000000, "m"};
+  OutputDelta message;
+  message.reasoning = "think";
+  message.tool_calls.push_back({"call_0", "get_weather", "{\"city\":\"Paris\"}"});
+  const json r = ChatResponse(id, message, "tool_calls", Usage{5, 3, 0}, nullptr);
+  EXPECT_EQ(r["choices"][0], json::parse(R"({"index": 0, "message": {"role": "assistant",
+      "content": null, "reasoning_content": "think", "tool_calls": [{"id": "call_0", "type":
+      "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+      "logprobs": null, "finish_reason": "tool_calls"})"));
+  const json chunk = ChatDeltaChunk(id, message, 2, nullptr);
+  EXPECT_EQ(chunk["choices"][0]["delta"], json::parse(R"({"reasoning_content": "think",
+      "tool_calls": [{"index": 2, "id": "call_0", "type": "function", "function": {"name":
+      "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]})"));
+  EXPECT_EQ(FinishChunk(Endpoint::kChatCompletions, id, "tool_calls")["choices"][0]["finish_reason"],
+            "tool_calls");
+}
+
 TEST(ResponseTest, StreamChunksAndSseFraming) {
   ResponseId id{"chatcmpl-2", 1, "m"};
   EXPECT_EQ(RoleChunk(id)["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));

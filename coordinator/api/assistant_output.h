@@ -1,0 +1,106 @@
+// Splits an assistant's generated text into what the OpenAI chat API
+// reports apart: `content`, `reasoning_content` (the text inside the model's
+// thinking block) and `tool_calls` (the model's own tool-call syntax,
+// parsed into a name and JSON arguments). One parser serves the streamed and
+// the whole response: text goes in as it is generated, and what can be
+// released comes out; text that may be the start of a marker is held back
+// until it is known not to be.
+//
+// Dialects (the markers as the model writes them in plain text):
+//   think        <think> ... </think> (Qwen3, GLM-4.5, DeepSeek-R1); a
+//                prompt that ends with "<think>" (the template opened the
+//                block) starts inside it.
+//   hermes       <tool_call>{"name": N, "arguments": {...}}</tool_call>
+//                (Qwen2.5, Qwen3, Hermes)
+//   glm45        <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value>...
+//                </tool_call>; a value that parses as JSON is taken as such,
+//                else as a string
+//   deepseek_v3  <｜tool▁calls▁begin｜> ... <｜tool▁calls▁end｜>, each call
+//                <｜tool▁call▁begin｜>[function<｜tool▁sep｜>]N then the
+//                arguments (bare or in a ```json fence) <｜tool▁call▁end｜>
+// A tool-call block whose body does not parse is given back as content,
+// markers included, so nothing the model wrote is lost.
+//
+// Thread-safety: a parser is used by one thread at a time.
+#ifndef COLIBRI_COORDINATOR_API_ASSISTANT_OUTPUT_H_
+#define COLIBRI_COORDINATOR_API_ASSISTANT_OUTPUT_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace colibri::coordinator {
+
+enum class ToolDialect { kNone, kHermes, kGlm45, kDeepSeekV3 };
+
+struct OutputDialect {
+  ToolDialect tools = ToolDialect::kNone;
+  bool think = false;                // <think> blocks are reasoning
+  bool starts_in_reasoning = false;  // the prompt opened the block
+};
+
+// The dialect of a model from its architecture and chat template, for a
+// rendered prompt (whose end tells whether a think block is open).
+OutputDialect DialectFor(absl::string_view arch, absl::string_view chat_template,
+                         absl::string_view prompt);
+
+struct ToolCall {
+  std::string id;         // "call_<n>" unique within the response, made here
+  std::string name;
+  std::string arguments;  // a JSON object, serialized compactly
+};
+
+// What a Feed or Finish releases, in order within each field.
+struct OutputDelta {
+  std::string content;
+  std::string reasoning;
+  std::vector<ToolCall> tool_calls;
+  bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
+  // Appends `more`'s fields to this one's.
+  void Append(OutputDelta more) {
+    content += more.content;
+    reasoning += more.reasoning;
+    for (ToolCall& call : more.tool_calls) tool_calls.push_back(std::move(call));
+  }
+};
+
+class AssistantOutputParser {
+ public:
+  // parse_tools false (no tools in the request, or tool_choice "none"):
+  // tool-call markers are plain content. id_prefix starts every call's id.
+  AssistantOutputParser(OutputDialect dialect, bool parse_tools, std::string id_prefix);
+
+  OutputDelta Feed(absl::string_view text);
+  // The end of generation: releases everything held (an unfinished think
+  // block as reasoning, an unfinished tool-call block as content).
+  OutputDelta Finish();
+  // Whether any tool call was released (finish_reason "tool_calls").
+  bool called_tools() const { return calls_ > 0; }
+
+ private:
+  enum class Mode { kContent, kReasoning, kTools };
+  // Moves what can be released from pending_ into *out; `final` releases all.
+  void Drain(bool final, OutputDelta* out);
+  // Parses a tool block's body (without its markers) into *calls; false
+  // when it does not parse.
+  bool ParseBlock(absl::string_view body, std::vector<ToolCall>* calls);
+  void AppendContent(absl::string_view text, OutputDelta* out);
+
+  const OutputDialect dialect_;
+  const bool parse_tools_;
+  const std::string id_prefix_;
+  std::string open_tools_;   // "" when tool calls are not parsed
+  std::string close_tools_;
+  Mode mode_;
+  std::string pending_;
+  // Content right after a think block or a tool call: leading whitespace
+  // (the newlines models put there) is dropped.
+  bool trim_leading_ = false;
+  int calls_ = 0;
+};
+
+}  // namespace colibri::coordinator
+
+#endif  // COLIBRI_COORDINATOR_API_ASSISTANT_OUTPUT_H_

@@ -1,0 +1,168 @@
+// AssistantOutputParser on texts written the way each model family writes
+// its thinking and tool calls: the split a whole text gives, the same split
+// when the text arrives a byte at a time (markers cut anywhere), and the
+// text given back unchanged when a block does not parse or never closes.
+#include "coordinator/api/assistant_output.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace colibri::coordinator {
+namespace {
+
+OutputDialect Dialect(ToolDialect tools, bool think = false, bool starts_in_reasoning = false) {
+  OutputDialect d;
+  d.tools = tools;
+  d.think = think;
+  d.starts_in_reasoning = starts_in_reasoning;
+  return d;
+}
+
+OutputDelta Whole(const OutputDialect& d, const std::string& text, bool tools = true) {
+  AssistantOutputParser p(d, tools, "call_");
+  OutputDelta out = p.Feed(text);
+  out.Append(p.Finish());
+  return out;
+}
+
+// The same text fed one byte at a time.
+OutputDelta Bytewise(const OutputDialect& d, const std::string& text, bool tools = true) {
+  AssistantOutputParser p(d, tools, "call_");
+  OutputDelta out;
+  for (char c : text) out.Append(p.Feed(std::string(1, c)));
+  out.Append(p.Finish());
+  return out;
+}
+
+void ExpectSame(const OutputDelta& a, const OutputDelta& b) {
+  EXPECT_EQ(a.content, b.content);
+  EXPECT_EQ(a.reasoning, b.reasoning);
+  ASSERT_EQ(a.tool_calls.size(), b.tool_calls.size());
+  for (size_t i = 0; i < a.tool_calls.size(); ++i) {
+    EXPECT_EQ(a.tool_calls[i].id, b.tool_calls[i].id);
+    EXPECT_EQ(a.tool_calls[i].name, b.tool_calls[i].name);
+    EXPECT_EQ(a.tool_calls[i].arguments, b.tool_calls[i].arguments);
+  }
+}
+
+TEST(AssistantOutputTest, HermesToolCallsAfterThinking) {
+  const OutputDialect d = Dialect(ToolDialect::kHermes, /*think=*/true);
+  const std::string text =
+      "<think>\nThe user wants the weather.\n</think>\n\nLet me check.\n<tool_call>\n"
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{\\\"tz\\\": "
+      "\\\"CET\\\"}\"}\n</tool_call>";
+  const OutputDelta out = Whole(d, text);
+  EXPECT_EQ(out.reasoning, "\nThe user wants the weather.\n");
+  EXPECT_EQ(out.content, "Let me check.\n");
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.tool_calls[0].id, "call_0");
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"city\":\"Paris\",\"days\":2}");
+  EXPECT_EQ(out.tool_calls[1].id, "call_1");
+  EXPECT_EQ(out.tool_calls[1].name, "get_time");
+  EXPECT_EQ(out.tool_calls[1].arguments, "{\"tz\":\"CET\"}");  // a string holding JSON
+  ExpectSame(out, Bytewise(d, text));
+}
+
+TEST(AssistantOutputTest, APromptThatOpenedTheThinkBlockStartsInReasoning) {
+  const OutputDialect d = Dialect(ToolDialect::kNone, true, /*starts_in_reasoning=*/true);
+  const OutputDelta out = Whole(d, "first, 2 + 2 = 4</think>\n\nThe answer is 4.");
+  EXPECT_EQ(out.reasoning, "first, 2 + 2 = 4");
+  EXPECT_EQ(out.content, "The answer is 4.");
+  ExpectSame(out, Bytewise(d, "first, 2 + 2 = 4</think>\n\nThe answer is 4."));
+  // Never closed: all of it is reasoning.
+  const OutputDelta cut = Whole(d, "still thinking <");
+  EXPECT_EQ(cut.reasoning, "still thinking <");
+  EXPECT_EQ(cut.content, "");
+}
+
+TEST(AssistantOutputTest, Glm45ArgumentsAreJsonWhereTheyParse) {
+  const OutputDialect d = Dialect(ToolDialect::kGlm45, true);
+  const std::string text =
+      "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+      "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>units</arg_key>\n"
+      "<arg_value>[\"C\"]</arg_value>\n</tool_call>";
+  const OutputDelta out = Whole(d, text);
+  EXPECT_EQ(out.content, "");
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"city\":\"Paris\",\"days\":3,\"units\":[\"C\"]}");
+  ExpectSame(out, Bytewise(d, text));
+}
+
+TEST(AssistantOutputTest, DeepSeekV3AndV31Calls) {
+  const OutputDialect d = Dialect(ToolDialect::kDeepSeekV3);
+  const std::string v3 =
+      "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+      "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function"
+      "<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  const OutputDelta out = Whole(d, v3);
+  EXPECT_EQ(out.content, "Checking.");
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"city\":\"Paris\"}");
+  EXPECT_EQ(out.tool_calls[1].name, "get_time");
+  EXPECT_EQ(out.tool_calls[1].arguments, "{}");
+  ExpectSame(out, Bytewise(d, v3));
+  const std::string v31 =
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Oslo\"}"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  const OutputDelta out31 = Whole(d, v31);
+  ASSERT_EQ(out31.tool_calls.size(), 1u);
+  EXPECT_EQ(out31.tool_calls[0].arguments, "{\"city\":\"Oslo\"}");
+}
+
+TEST(AssistantOutputTest, WhatDoesNotParseOrNeverClosesIsGivenBackAsContent) {
+  const OutputDialect d = Dialect(ToolDialect::kHermes);
+  const std::string bad = "Sure: <tool_call>{not json}</tool_call> done";
+  const OutputDelta out = Whole(d, bad);
+  EXPECT_TRUE(out.tool_calls.empty());
+  EXPECT_EQ(out.content, bad);
+  ExpectSame(out, Bytewise(d, bad));
+  const std::string unclosed = "<tool_call>{\"name\": \"f\", \"argum";
+  const OutputDelta cut = Whole(d, unclosed);
+  EXPECT_TRUE(cut.tool_calls.empty());
+  EXPECT_EQ(cut.content, unclosed);
+  // A name that is not a string, or arguments that are not an object.
+  EXPECT_TRUE(Whole(d, "<tool_call>{\"name\": 3}</tool_call>").tool_calls.empty());
+  EXPECT_TRUE(
+      Whole(d, "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>").tool_calls.empty());
+}
+
+TEST(AssistantOutputTest, WithoutToolParsingTheMarkersAreText) {
+  const OutputDialect d = Dialect(ToolDialect::kHermes);
+  const std::string text = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
+  const OutputDelta out = Whole(d, text, /*tools=*/false);
+  EXPECT_EQ(out.content, text);
+  EXPECT_TRUE(out.tool_calls.empty());
+}
+
+TEST(AssistantOutputTest, TextThatMayStartAMarkerIsHeldUntilItIsKnown) {
+  AssistantOutputParser p(Dialect(ToolDialect::kHermes, true), true, "c");
+  EXPECT_EQ(p.Feed("a < b <tool").content, "a < b ");
+  EXPECT_EQ(p.Feed("box>").content, "<toolbox>");  // not a marker after all
+  EXPECT_EQ(p.Feed("<thi").content, "");
+  const OutputDelta d = p.Feed("nk>x");
+  EXPECT_EQ(d.content, "");
+  EXPECT_EQ(d.reasoning, "x");
+  EXPECT_FALSE(p.called_tools());
+}
+
+TEST(AssistantOutputTest, TheDialectComesFromTheTemplate) {
+  EXPECT_EQ(DialectFor("qwen3moe", "{{ '<tool_call>' }} <think>", "").tools, ToolDialect::kHermes);
+  EXPECT_TRUE(DialectFor("qwen3moe", "{{ '<tool_call>' }} <think>", "").think);
+  EXPECT_EQ(DialectFor("glm4moe", "<tool_call>{{ name }}<arg_key>", "").tools,
+            ToolDialect::kGlm45);
+  EXPECT_EQ(DialectFor("deepseek2", "<｜tool▁calls▁begin｜>", "").tools, ToolDialect::kDeepSeekV3);
+  EXPECT_EQ(DialectFor("mixtral", "[INST]", "").tools, ToolDialect::kNone);
+  EXPECT_FALSE(DialectFor("mixtral", "[INST]", "").think);
+  const OutputDialect r1 = DialectFor("deepseek2", "<think>", "<｜Assistant｜><think>\n");
+  EXPECT_TRUE(r1.starts_in_reasoning);
+  EXPECT_FALSE(DialectFor("deepseek2", "<think>", "<｜Assistant｜>").starts_in_reasoning);
+}
+
+}  // namespace
+}  // namespace colibri::coordinator
