@@ -12,7 +12,8 @@
 // give 1.59 MiB, a Qwen3-30B-A3B expert's size at Q4_K_M-like density) and
 // reused. One run per engine and depth reads every expert once in a random
 // order through ExpertStore::Get from `depth` threads (so `depth` reads are
-// in flight, each verified and copied as a RAM-tier miss is), with O_DIRECT
+// in flight, each verified and copied into a recycled buffer as a RAM-tier
+// miss is), with O_DIRECT
 // (--direct=1) or after posix_fadvise(DONTNEED) on every file (--direct=0).
 // --raw=1 reads the records' blocks straight from the extent file instead (the
 // I/O alone, without the store's verification and copy). Prints one line per
@@ -227,6 +228,8 @@ int main(int argc, char** argv) {
         options.read_queue.engine = engine;
         options.read_queue.depth = depth;
         options.read_queue.max_threads = depth;
+        // As the node: blob buffers recycled (BlobBufferPool's default bound).
+        options.buffer_pool = colibri::expert_node::BlobBufferPool::Create({});
         auto store = ExpertStore::Open(options);
         if (!store.ok()) {
           std::fprintf(stderr, "%s: %s\n", colibri::expert_node::EngineName(engine),
