@@ -60,9 +60,29 @@ bool ContinueShortRead(uint64_t got, uint64_t wanted) {
   return got > 0 && got < wanted && got % kDirectIoAlignment == 0;
 }
 
-class ThreadQueue final : public DiskReadQueue {
+// ReadMany for both engines: one slot per request, handed to the engine by
+// Start, then a wait until the last slot finishes.
+class BatchingQueue : public DiskReadQueue {
  public:
-  ThreadQueue(int depth, int threads) : DiskReadQueue(depth) {
+  std::vector<absl::StatusOr<uint64_t>> ReadMany(absl::Span<const Request> requests) final {
+    if (requests.empty()) return {};
+    Batch batch(requests.size());
+    std::vector<Slot> slots(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) slots[i] = Slot{&batch, i, requests[i], 0};
+    Start(absl::MakeSpan(slots));
+    batch.done.WaitForNotification();
+    return std::move(batch.results);
+  }
+
+ protected:
+  explicit BatchingQueue(int depth) : DiskReadQueue(depth) {}
+  // Starts reading every slot; each is Finish-ed once, on any thread.
+  virtual void Start(absl::Span<Slot> slots) = 0;
+};
+
+class ThreadQueue final : public BatchingQueue {
+ public:
+  ThreadQueue(int depth, int threads) : BatchingQueue(depth) {
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   }
   ~ThreadQueue() override {
@@ -73,24 +93,14 @@ class ThreadQueue final : public DiskReadQueue {
     for (std::thread& t : workers_) t.join();
   }
 
-  std::vector<absl::StatusOr<uint64_t>> ReadMany(absl::Span<const Request> requests) override {
-    if (requests.empty()) return {};
-    Batch batch(requests.size());
-    std::vector<Slot> slots(requests.size());
-    {
-      absl::MutexLock lock(&mu_);
-      for (size_t i = 0; i < requests.size(); ++i) {
-        slots[i] = Slot{&batch, i, requests[i], 0};
-        pending_.push_back(&slots[i]);
-      }
-    }
-    batch.done.WaitForNotification();
-    return std::move(batch.results);
-  }
-
   Engine engine() const override { return Engine::kThreads; }
 
  private:
+  void Start(absl::Span<Slot> slots) override {
+    absl::MutexLock lock(&mu_);
+    for (Slot& slot : slots) pending_.push_back(&slot);
+  }
+
   void WorkerLoop() {
     while (true) {
       Slot* slot = nullptr;
@@ -130,7 +140,7 @@ class ThreadQueue final : public DiskReadQueue {
 };
 
 #if COLIBRI_HAVE_LIBURING
-class UringQueue final : public DiskReadQueue {
+class UringQueue final : public BatchingQueue {
  public:
   static absl::StatusOr<std::unique_ptr<DiskReadQueue>> Create(int depth) {
     std::unique_ptr<UringQueue> q(new UringQueue(depth));
@@ -163,35 +173,27 @@ class UringQueue final : public DiskReadQueue {
     io_uring_queue_exit(&ring_);
   }
 
-  std::vector<absl::StatusOr<uint64_t>> ReadMany(absl::Span<const Request> requests) override {
-    if (requests.empty()) return {};
-    Batch batch(requests.size());
-    std::vector<Slot> slots(requests.size());
-    {
-      absl::MutexLock lock(&mu_);
-      for (size_t i = 0; i < requests.size(); ++i) {
-        slots[i] = Slot{&batch, i, requests[i], 0};
-        if (in_flight_ == depth()) {
-          // Full: what is prepared goes to the kernel, then wait for room.
-          io_uring_submit(&ring_);
-          mu_.Await(absl::Condition(
-              +[](UringQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
-                return q->in_flight_ < q->depth();
-              },
-              this));
-        }
-        PrepareLocked(&slots[i]);
-      }
-      io_uring_submit(&ring_);
-    }
-    batch.done.WaitForNotification();
-    return std::move(batch.results);
-  }
-
   Engine engine() const override { return Engine::kUring; }
 
  private:
-  explicit UringQueue(int depth) : DiskReadQueue(depth) {}
+  explicit UringQueue(int depth) : BatchingQueue(depth) {}
+
+  void Start(absl::Span<Slot> slots) override {
+    absl::MutexLock lock(&mu_);
+    for (Slot& slot : slots) {
+      if (in_flight_ == depth()) {
+        // Full: what is prepared goes to the kernel, then wait for room.
+        io_uring_submit(&ring_);
+        mu_.Await(absl::Condition(
+            +[](UringQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
+              return q->in_flight_ < q->depth();
+            },
+            this));
+      }
+      PrepareLocked(&slot);
+    }
+    io_uring_submit(&ring_);
+  }
 
   // Puts the slot's remaining bytes on the submission queue (the caller
   // submits); in_flight_ < depth() holds, so an entry is free.

@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -123,6 +124,30 @@ bool ParseArgs(int argc, char** argv, Args* args) {
   return args->experts > 0 && args->rounds > 0;
 }
 
+// Calls read(expert, reader) for every expert once, in a random order, from
+// `depth` reader threads (reader: 0..depth-1); returns the seconds it took
+// and sets *failures to the reads that returned false.
+template <typename Read>
+double ReadAllExperts(int experts, int depth, std::mt19937* rng, int* failures, Read read) {
+  std::vector<int> order(experts);
+  for (int e = 0; e < experts; ++e) order[e] = e;
+  std::shuffle(order.begin(), order.end(), *rng);
+  std::atomic<size_t> next{0};
+  std::atomic<int> failed{0};
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> readers;
+  for (int t = 0; t < depth; ++t) {
+    readers.emplace_back([&, t] {
+      for (size_t i = next.fetch_add(1); i < order.size(); i = next.fetch_add(1)) {
+        if (!read(order[i], t)) failed.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  *failures = failed.load();
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
 // Reads every record's blocks (records are laid out back to back, each
 // rounded up to the alignment) from `depth` threads sharing one queue.
 void RunRaw(const Args& args, DiskReadQueue::Engine engine, int depth, uint64_t payload,
@@ -145,30 +170,22 @@ void RunRaw(const Args& args, DiskReadQueue::Engine engine, int depth, uint64_t 
   }
   const uint64_t record = colibri::expert_node::kHeaderBytes + payload;
   const uint64_t span = (record + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
-  std::vector<int> order(args.experts);
-  for (int e = 0; e < args.experts; ++e) order[e] = e;
-  std::shuffle(order.begin(), order.end(), *rng);
-  std::atomic<size_t> next{0};
-  std::atomic<int> failures{0};
-  const absl::Time start = absl::Now();
-  std::vector<std::thread> readers;
+  std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> buffers;
   for (int t = 0; t < depth; ++t) {
-    readers.emplace_back([&] {
-      uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlignment, span));
-      for (size_t i = next.fetch_add(1); i < order.size(); i = next.fetch_add(1)) {
-        auto n = (*queue)->Read({fd, order[i] * span, span, buf});
-        if (!n.ok() || *n < record) failures.fetch_add(1);
-      }
-      std::free(buf);
-    });
+    buffers.emplace_back(static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlignment, span)),
+                         &std::free);
   }
-  for (std::thread& t : readers) t.join();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  int failures = 0;
+  const double seconds =
+      ReadAllExperts(args.experts, depth, rng, &failures, [&](int expert, int reader) {
+        auto n = (*queue)->Read({fd, expert * span, span, buffers[reader].get()});
+        return n.ok() && *n >= record;
+      });
   ::close(fd);
   std::printf("run engine=%s depth=%d reads=%d seconds=%.4f reads_per_s=%.1f gb_per_s=%.3f raw%s\n",
               colibri::expert_node::EngineName((*queue)->engine()), depth, args.experts, seconds,
               args.experts / seconds, args.experts * payload / seconds / 1e9,
-              failures.load() > 0 ? " FAILED" : "");
+              failures > 0 ? " FAILED" : "");
   std::fflush(stdout);
 }
 
@@ -243,24 +260,13 @@ int main(int argc, char** argv) {
           RunRaw(args, engine, depth, payload, &rng);
           continue;
         }
-        std::vector<int> order(args.experts);
-        for (int e = 0; e < args.experts; ++e) order[e] = e;
-        std::shuffle(order.begin(), order.end(), rng);
-        std::atomic<size_t> next{0};
-        std::atomic<int> failures{0};
-        const absl::Time start = absl::Now();
-        std::vector<std::thread> readers;
-        for (int t = 0; t < depth; ++t) {
-          readers.emplace_back([&] {
-            for (size_t i = next.fetch_add(1); i < order.size(); i = next.fetch_add(1)) {
-              if (!(*store)->Get(ExpertId{fp, 0, order[i]}).ok()) failures.fetch_add(1);
-            }
-          });
-        }
-        for (std::thread& t : readers) t.join();
-        const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-        if (failures.load() > 0) {
-          std::fprintf(stderr, "%d reads failed\n", failures.load());
+        int failures = 0;
+        const double seconds =
+            ReadAllExperts(args.experts, depth, &rng, &failures, [&](int expert, int) {
+              return (*store)->Get(ExpertId{fp, 0, expert}).ok();
+            });
+        if (failures > 0) {
+          std::fprintf(stderr, "%d reads failed\n", failures);
           return 1;
         }
         std::printf(
