@@ -53,6 +53,9 @@ void Finish(Slot* slot, absl::StatusOr<uint64_t> result) {
   if (batch->remaining.fetch_sub(1) == 1) batch->done.Notify();
 }
 
+// Largest single read submitted (a multiple of the alignment).
+constexpr uint64_t kMaxPartBytes = uint64_t{1} << 30;
+
 // Whether a read that returned `got` of the `wanted` bytes should continue
 // with the rest: only after whole aligned blocks (a short read that is not
 // one ends at the end of the file).
@@ -200,8 +203,10 @@ class UringQueue final : public BatchingQueue {
   void PrepareLocked(Slot* slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const Request& r = slot->request;
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    io_uring_prep_read(sqe, r.fd, r.dest + slot->done_bytes,
-                       static_cast<unsigned>(r.length - slot->done_bytes),
+    // A read's length is 32 bits: larger ones go in aligned parts (a full
+    // part continues like an aligned short read).
+    const uint64_t part = std::min<uint64_t>(r.length - slot->done_bytes, kMaxPartBytes);
+    io_uring_prep_read(sqe, r.fd, r.dest + slot->done_bytes, static_cast<unsigned>(part),
                        r.offset + slot->done_bytes);
     io_uring_sqe_set_data(sqe, slot);
     ++in_flight_;
