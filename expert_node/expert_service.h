@@ -117,8 +117,10 @@ class ExpertServiceImpl final : public ExpertServiceBase {
     int compute_workers = 2;
     // Prefetch loads waiting at most; more are dropped. Default: 256.
     size_t prefetch_queue_limit = 256;
-    // Threads of the I/O pool serving prefetch hints. Default: 2.
-    int io_threads = 2;
+    // Threads of the I/O pool serving prefetch hints; each waits on one read
+    // in the store's read queue, so this many prefetches are in flight.
+    // Default: 8.
+    int io_threads = 8;
     // Largest expert (gate + up + down bytes) Ingest accepts. Default: 4 GiB.
     uint64_t max_expert_bytes = uint64_t{4} << 30;
     // Largest ComputeLayer reply: a request whose outputs would be larger is

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "expert_node/event_log.h"
 #include "expert_node/recovery_log.h"
+#include "xxhash.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
@@ -46,7 +47,7 @@ absl::Span<const uint8_t> ToSpan(const char* p, size_t n) {
 struct StoredPayload {
   absl::Span<const uint8_t> gate, up, down, biases;
 };
-StoredPayload SplitPayload(const rocksdb::Slice& value, const ExpertLayout& layout) {
+StoredPayload SplitPayload(absl::string_view value, const ExpertLayout& layout) {
   const char* p = value.data() + layout.header_bytes();
   StoredPayload out;
   out.gate = ToSpan(p, layout.gate.bytes);
@@ -97,6 +98,85 @@ rocksdb::Options DbOptions(uint64_t min_blob_size, bool direct_reads) {
   return db_options;
 }
 
+std::string ExtentFolder(const std::string& data_dir) { return data_dir + "/extents"; }
+
+// A stored value read back: `bytes` (header + payload) owned by `pinned` (a
+// legacy value) or `record` (an extent record).
+struct StoredValue {
+  rocksdb::PinnableSlice pinned;
+  ExtentFiles::Record record;
+  absl::string_view bytes;
+};
+
+// Reads the values of `ids`, extent records all in flight together. Per id:
+// NotFound when absent; DataLoss when RocksDB's checksums, the pointer, the
+// extent file or the record's header checksum say it is damaged (the payload
+// is the caller's to verify); other errors pass through.
+std::vector<absl::StatusOr<StoredValue>> ReadValues(rocksdb::DB* db, ExtentFiles* extents,
+                                                    absl::Span<const ExpertId> ids) {
+  std::vector<absl::StatusOr<StoredValue>> out;
+  out.reserve(ids.size());
+  std::vector<ExtentPointer> pointers;
+  std::vector<size_t> pointer_of;  // index into `out` of each pointer
+  for (const ExpertId& id : ids) {
+    StoredValue value;
+    const rocksdb::Status s =
+        db->Get(rocksdb::ReadOptions(), db->DefaultColumnFamily(), ExpertValueKey(id), &value.pinned);
+    if (s.IsNotFound()) {
+      out.push_back(absl::NotFoundError(absl::StrCat("node does not hold ", ToString(id))));
+      continue;
+    }
+    if (s.IsCorruption()) {
+      // RocksDB's own checksum (blob record, block) caught the damage.
+      out.push_back(absl::DataLossError(absl::StrCat(ToString(id), ": ", s.ToString())));
+      continue;
+    }
+    if (!s.ok()) {
+      out.push_back(FromRocks(s, absl::StrCat("reading ", ToString(id))));
+      continue;
+    }
+    if (!IsExtentPointer(View(value.pinned))) {
+      value.bytes = View(value.pinned);
+      out.push_back(std::move(value));
+      continue;
+    }
+    absl::StatusOr<ExtentPointer> pointer = DecodeExtentPointer(View(value.pinned));
+    if (!pointer.ok()) {
+      out.push_back(absl::DataLossError(absl::StrCat(ToString(id), ": ", pointer.status().message())));
+      continue;
+    }
+    pointers.push_back(*pointer);
+    pointer_of.push_back(out.size());
+    out.push_back(StoredValue{});
+  }
+  if (pointers.empty()) return out;
+  std::vector<absl::StatusOr<ExtentFiles::Record>> records = extents->ReadMany(pointers);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const ExpertId& id = ids[pointer_of[i]];
+    absl::StatusOr<StoredValue>& value = out[pointer_of[i]];
+    if (!records[i].ok()) {
+      value = absl::Status(records[i].status().code(),
+                           absl::StrCat(ToString(id), ": ", records[i].status().message()));
+      continue;
+    }
+    const absl::string_view bytes = records[i]->bytes;
+    absl::StatusOr<ExpertLayout> layout = DecodeHeader(bytes, id.layer, id.expert);
+    if (!layout.ok()) {
+      value = absl::DataLossError(absl::StrCat(ToString(id), ": extent record: ",
+                                               layout.status().message()));
+      continue;
+    }
+    if (XXH64(bytes.data(), layout->header_bytes(), 0) != pointers[i].header_xxh64) {
+      value = absl::DataLossError(
+          absl::StrCat(ToString(id), ": extent record's header does not match its pointer"));
+      continue;
+    }
+    value->record = std::move(*records[i]);
+    value->bytes = bytes;
+  }
+  return out;
+}
+
 absl::Status DamagedStoreError(const std::string& data_dir, const absl::Status& why) {
   return absl::DataLossError(absl::StrCat(
       "expert store ", data_dir, " is damaged: ", why.message(),
@@ -116,8 +196,18 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Open(const Options& op
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.data_dir, &raw);
   absl::Status opened = FromRocks(s, absl::StrCat("opening expert store ", options.data_dir));
   if (s.IsCorruption()) return DamagedStoreError(options.data_dir, opened);
+  std::unique_ptr<rocksdb::DB> db(raw);
   COLIBRI_RETURN_IF_ERROR(opened);
-  std::unique_ptr<ExpertStore> store(new ExpertStore(std::unique_ptr<rocksdb::DB>(raw), options));
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<DiskReadQueue> queue,
+                           DiskReadQueue::Create(options.read_queue));
+  ExtentFiles::Options extent_options;
+  extent_options.dir = ExtentFolder(options.data_dir);
+  extent_options.direct_reads = options.direct_reads;
+  extent_options.sync_writes = options.sync_writes;
+  COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<ExtentFiles> extents,
+                           ExtentFiles::Open(extent_options, queue.get()));
+  std::unique_ptr<ExpertStore> store(
+      new ExpertStore(std::move(db), options, std::move(queue), std::move(extents)));
   absl::Status counted = store->RebuildCounters();
   if (absl::IsDataLoss(counted)) return DamagedStoreError(options.data_dir, counted);
   COLIBRI_RETURN_IF_ERROR(counted);
@@ -184,11 +274,16 @@ absl::StatusOr<int64_t> ExpertStore::VerifyAll() {
   return dropped;
 }
 
-ExpertStore::ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options)
+ExpertStore::ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options,
+                         std::unique_ptr<DiskReadQueue> read_queue,
+                         std::unique_ptr<ExtentFiles> extents)
     : data_dir_(options.data_dir),
       sync_writes_(options.sync_writes),
+      extent_writes_(options.extent_files),
       buffer_pool_(options.buffer_pool),
-      db_(std::move(db)) {}
+      db_(std::move(db)),
+      read_queue_(std::move(read_queue)),
+      extents_(std::move(extents)) {}
 
 ExpertStore::~ExpertStore() {
   if (db_ != nullptr) db_->Close().PermitUncheckedError();
@@ -244,14 +339,7 @@ absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
   }
   const std::string header = EncodeHeader(id.layer, id.expert, layout);
   const std::string index_key = ExpertIndexKey(id);
-  const rocksdb::Slice parts[] = {rocksdb::Slice(header), ToSlice(gate), ToSlice(up), ToSlice(down),
-                                  ToSlice(biases)};
   const std::string value_key = ExpertValueKey(id);
-  const rocksdb::Slice key_slice(value_key);
-  rocksdb::WriteBatch batch;
-  COLIBRI_RETURN_IF_ERROR(FromRocks(
-      batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, 5)), "batch"));
-  COLIBRI_RETURN_IF_ERROR(FromRocks(batch.Put(index_key, header), "batch"));
 
   absl::MutexLock lock(&write_mu_);
   COLIBRI_RETURN_IF_ERROR(CheckLayerLayout(id, layout));
@@ -261,6 +349,22 @@ absl::Status ExpertStore::Put(const ExpertId& id, const ExpertLayout& layout,
     COLIBRI_ASSIGN_OR_RETURN(const bool same, SameAsStored(id, header, gate, up, down, biases));
     if (same) return absl::OkStatus();  // already stored: nothing to write
   }
+  rocksdb::WriteBatch batch;
+  if (extent_writes_) {
+    // The record is durable in its file before the pointer to it is written.
+    const absl::string_view parts[] = {header, View(ToSlice(gate)), View(ToSlice(up)),
+                                       View(ToSlice(down)), View(ToSlice(biases))};
+    COLIBRI_ASSIGN_OR_RETURN(const ExtentPointer pointer, extents_->Append(parts));
+    COLIBRI_RETURN_IF_ERROR(
+        FromRocks(batch.Put(value_key, EncodeExtentPointer(pointer)), "batch"));
+  } else {
+    const rocksdb::Slice parts[] = {rocksdb::Slice(header), ToSlice(gate), ToSlice(up),
+                                    ToSlice(down), ToSlice(biases)};
+    const rocksdb::Slice key_slice(value_key);
+    COLIBRI_RETURN_IF_ERROR(FromRocks(
+        batch.Put(rocksdb::SliceParts(&key_slice, 1), rocksdb::SliceParts(parts, 5)), "batch"));
+  }
+  COLIBRI_RETURN_IF_ERROR(FromRocks(batch.Put(index_key, header), "batch"));
   rocksdb::WriteOptions wo;
   wo.sync = sync_writes_;
   COLIBRI_RETURN_IF_ERROR(
@@ -291,33 +395,40 @@ void ExpertStore::RemoveWriteObserver(int id) {
 }
 
 absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id) {
-  rocksdb::PinnableSlice value;
-  rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), ExpertValueKey(id), &value);
-  if (s.IsNotFound()) {
-    return absl::NotFoundError(absl::StrCat("node does not hold ", ToString(id)));
+  return std::move(GetMany(absl::MakeConstSpan(&id, 1))[0]);
+}
+
+std::vector<absl::StatusOr<std::unique_ptr<ExpertBlob>>> ExpertStore::GetMany(
+    absl::Span<const ExpertId> ids) {
+  std::vector<absl::StatusOr<StoredValue>> values = ReadValues(db_.get(), extents_.get(), ids);
+  std::vector<absl::StatusOr<std::unique_ptr<ExpertBlob>>> out;
+  out.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (values[i].ok()) {
+      out.push_back(VerifiedBlob(ids[i], values[i]->bytes));
+      continue;
+    }
+    if (absl::IsDataLoss(values[i].status())) DropDamaged(ids[i], values[i].status());
+    out.push_back(values[i].status());
   }
-  if (s.IsCorruption()) {
-    // RocksDB's own checksum (blob record, block) caught the damage: the
-    // same treatment as a payload checksum failure.
-    absl::Status bad = absl::DataLossError(absl::StrCat(ToString(id), ": ", s.ToString()));
-    DropDamaged(id, bad);
-    return bad;
-  }
-  COLIBRI_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("reading ", ToString(id))));
-  absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(value), id.layer, id.expert);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::VerifiedBlob(const ExpertId& id,
+                                                                      absl::string_view bytes) {
+  absl::StatusOr<ExpertLayout> layout = DecodeHeader(bytes, id.layer, id.expert);
   if (!layout.ok()) {
     DropDamaged(id, layout.status());
     return absl::DataLossError(absl::StrCat(ToString(id), ": ", layout.status().message()));
   }
   const uint64_t expected = layout->header_bytes() + layout->payload_bytes();
-  if (value.size() != expected) {
+  if (bytes.size() != expected) {
     absl::Status bad = absl::DataLossError(absl::StrCat(
-        ToString(id), ": stored value has ", value.size(), " bytes, header says ", expected));
+        ToString(id), ": stored value has ", bytes.size(), " bytes, header says ", expected));
     DropDamaged(id, bad);
     return bad;
   }
-  const StoredPayload stored = SplitPayload(value, *layout);
+  const StoredPayload stored = SplitPayload(bytes, *layout);
   if (PayloadChecksum(stored.gate, stored.up, stored.down, stored.biases) != layout->xxh64) {
     absl::Status bad = absl::DataLossError(absl::StrCat(ToString(id), ": checksum mismatch"));
     DropDamaged(id, bad);
@@ -366,16 +477,16 @@ absl::StatusOr<bool> ExpertStore::SameAsStored(const ExpertId& id, absl::string_
                                                absl::Span<const uint8_t> up,
                                                absl::Span<const uint8_t> down,
                                                absl::Span<const uint8_t> biases) {
-  rocksdb::PinnableSlice stored;
-  rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), ExpertValueKey(id), &stored);
+  absl::StatusOr<StoredValue> value =
+      std::move(ReadValues(db_.get(), extents_.get(), absl::MakeConstSpan(&id, 1))[0]);
   absl::Status damage;
-  if (s.IsCorruption() || s.IsNotFound()) {
-    damage = absl::DataLossError(absl::StrCat(ToString(id), ": ", s.ToString()));
-  } else if (!s.ok()) {
-    return FromRocks(s, absl::StrCat("reading ", ToString(id)));
+  if (absl::IsDataLoss(value.status()) || absl::IsNotFound(value.status())) {
+    damage = value.status();
+  } else if (!value.ok()) {
+    return value.status();
   } else {
-    absl::StatusOr<ExpertLayout> layout = DecodeHeader(View(stored), id.layer, id.expert);
+    const absl::string_view stored = value->bytes;
+    absl::StatusOr<ExpertLayout> layout = DecodeHeader(stored, id.layer, id.expert);
     if (!layout.ok()) {
       damage = layout.status();
     } else if (stored.size() != layout->header_bytes() + layout->payload_bytes()) {
@@ -385,7 +496,7 @@ absl::StatusOr<bool> ExpertStore::SameAsStored(const ExpertId& id, absl::string_
       if (PayloadChecksum(s.gate, s.up, s.down, s.biases) != layout->xxh64) {
         damage = absl::DataLossError(absl::StrCat(ToString(id), ": checksum mismatch"));
       } else {
-        const bool same = View(stored).substr(0, layout->header_bytes()) == header &&
+        const bool same = stored.substr(0, layout->header_bytes()) == header &&
                           s.gate == gate && s.up == up && s.down == down && s.biases == biases;
         if (same) return true;
         return absl::AlreadyExistsError(

@@ -1,15 +1,27 @@
-// The expert node's disk tier: experts stored durably in RocksDB.
+// The expert node's disk tier: experts stored durably, indexed by RocksDB.
 //
-// Layout of the database: see expert_record.h (keys, value header). Values
-// larger than Options::min_blob_size go to RocksDB blob files, so the LSM tree
-// holds only keys and small index entries; inventory scans read those alone.
+// Layout of the database: see expert_record.h (keys, value header). An
+// expert's value (header + payload) is stored in one of two ways, and both
+// are read, so stores written before extent files open and serve unchanged:
+//   extent   (Options::extent_files) the value is a record in an extent file
+//            (extent_files.h) and the value key holds an ExtentPointer to it,
+//            so that a read is one aligned read of exactly the expert's bytes
+//            (O_DIRECT with Options::direct_reads), many in flight at once
+//            through the store's DiskReadQueue (io_uring when available).
+//   legacy   the value key holds the value itself; values larger than
+//            Options::min_blob_size go to RocksDB blob files.
+// Either way the LSM tree holds only keys and small entries; inventory scans
+// read those alone.
 //
 // Durability: Put and PutModel return OK only after the write is in the synced
-// WAL (WriteOptions::sync), so an acknowledged expert survives a crash.
-// Integrity: Get verifies the payload checksum. A value that fails it (or whose
-// header is damaged) is deleted, counted in checksum_failures(), and reported
-// as DataLoss; from then on the expert is missing (Inventory omits it) until
-// it is ingested again.
+// WAL (WriteOptions::sync), and an extent record is synced to its file before
+// the pointer to it is written, so an acknowledged expert survives a crash
+// (kill -9 or power loss) at any point.
+// Integrity: Get verifies the payload checksum (and, for an extent record,
+// the pointer's header checksum and that the record lies inside its file). A
+// value that fails (or whose header or pointer is damaged) is deleted, counted
+// in checksum_failures(), and reported as DataLoss; from then on the expert is
+// missing (Inventory omits it) until it is ingested again.
 //
 // Thread-safety: all methods may be called concurrently.
 #ifndef COLIBRI_EXPERT_NODE_EXPERT_STORE_H_
@@ -28,7 +40,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "expert_node/disk_read_queue.h"
 #include "expert_node/expert_record.h"
+#include "expert_node/extent_files.h"
 
 namespace rocksdb {
 class DB;
@@ -46,12 +60,18 @@ class ExpertStore {
     // Sync the WAL before acknowledging writes. Default: true. (Tests of
     // speed may turn it off; durability then ends at the OS page cache.)
     bool sync_writes = true;
-    // Read SST and blob files with O_DIRECT (RocksDB use_direct_reads),
-    // bypassing the OS page cache, so every RAM-tier miss really reads the
-    // device (honest cold-cache measurements). RocksDB's own block cache still
-    // holds index blocks; expert values live in blob files, which have no
-    // cache. Cost: see README.md. Default: false.
+    // Read extent files with O_DIRECT and SST and blob files with RocksDB's
+    // use_direct_reads, bypassing the OS page cache, so every RAM-tier miss
+    // really reads the device (honest cold-cache measurements) and no copy
+    // goes through the page cache. RocksDB's own block cache still holds
+    // index blocks. Cost: see README.md. Default: false.
     bool direct_reads = false;
+    // Store new experts' values in extent files; false: in RocksDB (legacy
+    // layout). Both layouts are read either way. Default: true.
+    bool extent_files = true;
+    // How extent records are read: engine (io_uring when available, else
+    // pread threads) and depth. Default: DiskReadQueue::Options' defaults.
+    DiskReadQueue::Options read_queue;
     // Where Get takes its blobs' buffers (and where they go back when the
     // blobs are destroyed), so that evict-and-load churn reuses buffers
     // instead of allocating. Default: null (each blob allocates its own).
@@ -106,6 +126,10 @@ class ExpertStore {
   // Options::buffer_pool when set). NotFound when absent; DataLoss (after
   // deleting it) when damaged.
   absl::StatusOr<std::unique_ptr<ExpertBlob>> Get(const ExpertId& id);
+  // Get of every id, their extent reads in flight together; one result per
+  // id, in order.
+  std::vector<absl::StatusOr<std::unique_ptr<ExpertBlob>>> GetMany(
+      absl::Span<const ExpertId> ids);
 
   // True when the expert has an index entry (no value read).
   absl::StatusOr<bool> Contains(const ExpertId& id) const;
@@ -149,13 +173,20 @@ class ExpertStore {
   const std::string& data_dir() const { return data_dir_; }
   // Options::buffer_pool (may be null).
   BlobBufferPool* buffer_pool() const { return buffer_pool_.get(); }
+  // The engine reading extent records (io_uring or threads).
+  DiskReadQueue::Engine read_engine() const { return read_queue_->engine(); }
+  // Whether extent reads bypass the page cache (direct_reads, and the file
+  // system accepts O_DIRECT).
+  bool direct_extent_reads() const { return extents_->direct(); }
 
-  // Writes `value` under the raw key of `id`'s value, bypassing every check:
-  // for tests that simulate damaged disks.
+  // Writes `value` under the raw key of `id`'s value (a legacy value or an
+  // encoded ExtentPointer), bypassing every check: for tests that simulate
+  // damaged disks.
   absl::Status PutRawValueForTesting(const ExpertId& id, const std::string& value);
 
  private:
-  ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options);
+  ExpertStore(std::unique_ptr<rocksdb::DB> db, const Options& options,
+              std::unique_ptr<DiskReadQueue> read_queue, std::unique_ptr<ExtentFiles> extents);
   absl::Status RebuildCounters();
   // FailedPrecondition when another stored expert of id's layer has another
   // type or shape than `layout`.
@@ -171,11 +202,19 @@ class ExpertStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Deletes both keys of a damaged expert and counts it.
   void DropDamaged(const ExpertId& id, const absl::Status& why);
+  // The checked blob of id's stored value `bytes` (header + payload);
+  // DataLoss (after dropping the expert) when they fail a check.
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> VerifiedBlob(const ExpertId& id,
+                                                          absl::string_view bytes);
 
   const std::string data_dir_;
   const bool sync_writes_;
+  const bool extent_writes_;
   const std::shared_ptr<BlobBufferPool> buffer_pool_;
   std::unique_ptr<rocksdb::DB> db_;
+  // Declared after db_ and in this order: extents_ borrows read_queue_.
+  std::unique_ptr<DiskReadQueue> read_queue_;
+  std::unique_ptr<ExtentFiles> extents_;
 
   // Serialises writers so the counters below follow the index exactly.
   mutable absl::Mutex write_mu_;

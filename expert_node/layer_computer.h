@@ -6,7 +6,9 @@
 // class adds the node's side: the model's shape (ModelRegistry), the tiers,
 // usage counting, the shared matmul pool and the counters NodeStats reports.
 // Outputs depend only on the request and the experts' bytes: bitwise what the
-// coordinator computes locally (layer_compute.h).
+// coordinator computes locally (layer_compute.h). A request's experts are all
+// acquired (pinned) before compute: the resident ones at once, the missing
+// ones by Options::miss_loaders threads together, so their disk reads overlap.
 //
 // Thread-safety: Compute may run on several threads at once (they share the
 // matmul pool, so one request's disk reads overlap another's compute); the
@@ -16,7 +18,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "absl/status/status.h"
 #include "colibri/v1/expert.pb.h"
@@ -24,6 +31,7 @@
 #include "common/thread_pool.h"
 #include "expert_node/model_registry.h"
 #include "expert_node/ram_tier.h"
+#include "expert_node/task_queue.h"
 #include "expert_node/usage_counts.h"
 
 namespace colibri::expert_node {
@@ -40,6 +48,12 @@ class LayerComputer {
     // Replaces every spin of the matmul pool (ThreadPool::WithSpinOverride).
     // Default: none (ThreadPool::ForIntermittentJobs as it is).
     std::optional<int> spin_us;
+    // Threads acquiring a request's experts that are not resident, so that
+    // all of a layer's misses are read from disk at once (in flight together
+    // in the store's read queue) before compute starts; they wait on the
+    // disk, not on a core. 0: one at a time, as compute asks for them.
+    // Default: 8.
+    int miss_loaders = 8;
   };
 
   struct Counters {
@@ -68,12 +82,18 @@ class LayerComputer {
  private:
   absl::Status ComputeUncounted(const v1::ComputeLayerRequest& request,
                                 v1::ComputeLayerReply* reply);
+  // Pins every expert of `experts` (distinct, of `fingerprint`'s `layer`)
+  // into (*pinned)[expert], misses loaded together; the first error of any.
+  absl::Status AcquireAll(const std::string& fingerprint, int32_t layer,
+                          const std::vector<int32_t>& experts,
+                          absl::flat_hash_map<int32_t, PinnedExpert>* pinned);
 
   const Options options_;
   const ModelRegistry* const registry_;
   RamTier* const tier_;
   UsageCounts* const usage_;  // may be null
   ThreadPool pool_;
+  std::unique_ptr<TaskQueue> miss_loaders_;  // null when Options::miss_loaders is 0
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> routes_{0};
   std::atomic<int32_t> in_flight_{0};

@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   std::string disk_budget = "0";
   std::string pin_budget = "0";
   std::string free_buffers = "32M";
+  std::string io_engine = "auto";
   int prefetch_protect_ms = static_cast<int>(
       absl::ToInt64Milliseconds(options.ram.prefetch_protection));
   std::string auth_token_file;
@@ -129,6 +130,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--direct-io", options.store.direct_reads,
                "read experts with O_DIRECT (bypass the page cache)");
+  app.add_option("--io-engine", io_engine,
+                 "how experts are read from disk: io_uring, threads (pread pool), or auto "
+                 "(io_uring when the kernel and the container allow it)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "io_uring", "threads"}));
+  app.add_option("--io-depth", options.store.read_queue.depth,
+                 "expert reads in flight at most (a layer's misses and prefetches together)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--io-threads", options.service.io_threads,
                  "threads loading prefetch hints from disk")
       ->capture_default_str()
@@ -209,6 +219,7 @@ int main(int argc, char** argv) {
               << ram_budget << "\n";
     return 2;
   }
+  options.store.read_queue.engine = *colibri::expert_node::ParseEngine(io_engine);  // checked above
   options.ram.budget_bytes = *ram;
   options.pin_budget_bytes = *pin;
   options.buffer_pool.max_free_bytes = *free_bytes;
@@ -306,7 +317,9 @@ int main(int argc, char** argv) {
                         ", data ", options.store.data_dir, ", ", (*server)->store()->experts_stored(),
                         " experts stored, RAM budget ", options.ram.budget_bytes, " bytes",
                         ", pinned ", (*server)->ram_tier()->counters().pinned_experts, " experts",
-                        options.store.direct_reads ? ", direct I/O" : "",
+                        options.store.direct_reads ? ", direct I/O" : "", ", reads by ",
+                        colibri::expert_node::EngineName((*server)->store()->read_engine()),
+                        " at depth ", options.store.read_queue.depth,
                         options.service.auth_token.empty() ? ", no auth" : ", token auth",
                         options.tls_cert_file.empty() ? "" : ", TLS"));
   if (!options.service.advertise_address.empty()) {

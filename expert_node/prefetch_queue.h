@@ -35,8 +35,9 @@ namespace colibri::expert_node {
 class PrefetchQueue {
  public:
   struct Options {
-    // Threads loading hinted experts. Default: 2.
-    int io_threads = 2;
+    // Threads loading hinted experts; each waits on one read in the store's
+    // read queue, so this many loads are in flight together. Default: 8.
+    int io_threads = 8;
     // Loads waiting at most; more are dropped. Default: 256.
     size_t queue_limit = 256;
   };

@@ -14,6 +14,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # wire protocol
   librocksdb-dev                       # expert-node disk tier
   libxxhash-dev                        # expert-node value checksums (XXH64)
+  liburing-dev                         # expert-node reads at queue depth (io_uring; optional)
   libcli11-dev                         # command lines with subcommands (header-only)
   nlohmann-json3-dev                   # JSON: chat-template contexts, golden files in tests
   openssl                              # test certificates of the TLS tests; deploy/make-certs.sh

@@ -18,9 +18,10 @@ using testing::TempDir;
 
 constexpr char kFp[] = "0123456789abcdef0123456789abcdef";
 
-std::unique_ptr<ExpertStore> OpenStore(const std::string& dir) {
+std::unique_ptr<ExpertStore> OpenStore(const std::string& dir, bool extent_files = true) {
   ExpertStore::Options options;
   options.data_dir = dir;
+  options.extent_files = extent_files;
   absl::StatusOr<std::unique_ptr<ExpertStore>> store = ExpertStore::Open(options);
   EXPECT_TRUE(store.ok()) << store.status();
   return store.ok() ? std::move(*store) : nullptr;
@@ -194,15 +195,15 @@ int FlipByteInFiles(const std::string& dir, const std::string& suffix, double wh
   return damaged;
 }
 
-// A byte flipped on disk inside a blob file: RocksDB's own checksum catches
-// it. The expert is counted, dropped and reported as DataLoss; the others
-// stay readable.
+// A byte flipped on disk inside a blob file of the legacy layout: RocksDB's
+// own checksum catches it. The expert is counted, dropped and reported as
+// DataLoss; the others stay readable. (Extent records: extent_store_test.)
 TEST(ExpertStoreTest, DamagedBlobFileIsCountedAndDropped) {
   TempDir dir;
   const SyntheticExpert e = MakeExpert(64, 128, 5);
   const ExpertId victim{kFp, 0, 0};
   {
-    auto store = OpenStore(dir.path());
+    auto store = OpenStore(dir.path(), /*extent_files=*/false);
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->Put(victim, e.layout, e.gate, e.up, e.down).ok());
   }
@@ -210,7 +211,7 @@ TEST(ExpertStoreTest, DamagedBlobFileIsCountedAndDropped) {
   const ExpertId other{kFp, 0, 1};
   {
     // Reopening flushes the first expert into its own blob file.
-    auto store = OpenStore(dir.path());
+    auto store = OpenStore(dir.path(), /*extent_files=*/false);
     ASSERT_NE(store, nullptr);
     ASSERT_EQ(FlipByteInFiles(dir.path(), ".blob"), 1);
     ASSERT_TRUE(
@@ -218,7 +219,7 @@ TEST(ExpertStoreTest, DamagedBlobFileIsCountedAndDropped) {
             ->Put(other, other_expert.layout, other_expert.gate, other_expert.up, other_expert.down)
             .ok());
   }
-  auto store = OpenStore(dir.path());
+  auto store = OpenStore(dir.path(), /*extent_files=*/false);
   ASSERT_NE(store, nullptr);
   absl::StatusOr<std::unique_ptr<ExpertBlob>> blob = store->Get(victim);
   EXPECT_EQ(blob.status().code(), absl::StatusCode::kDataLoss) << blob.status();

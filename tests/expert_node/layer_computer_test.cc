@@ -3,7 +3,9 @@
 // field named; a damaged stored expert reported, dropped and replaceable.
 #include "expert_node/layer_computer.h"
 
+#include <algorithm>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -190,6 +192,56 @@ TEST_F(LayerComputerTest, ADamagedStoredExpertIsReportedDroppedAndReplaceable) {
   ASSERT_TRUE(parts_.compute->Compute(request, &reply).ok());
   ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
                      m_.model->config().n_embd);
+}
+
+// A request's missing experts are read together: every load of the layer is
+// in flight at once (the loader waits until all have arrived, or gives up
+// after a while and the test fails), and the outputs stay bitwise the same.
+TEST_F(LayerComputerTest, ALayersMissesAreLoadedTogether) {
+  testing::ImportAll(m_, &parts_);
+  v1::ComputeLayerRequest request =
+      testing::RandomRequest(*m_.model, m_.fingerprint, 1, 6, m_.model->config().n_expert_used, 7);
+  std::set<int32_t> distinct;
+  for (const auto& route : request.routes()) distinct.insert(route.expert());
+  ASSERT_GE(distinct.size(), 2u);
+  const int want = static_cast<int>(distinct.size());
+
+  struct Loads {
+    absl::Mutex mu;
+    int in_flight = 0;
+    int most = 0;
+    int want = 0;
+  } loads;
+  loads.want = want;
+  ExpertStore* store = parts_.store.get();
+  RamTier tier(RamTier::Options(), [&](const ExpertId& id) {
+    {
+      absl::MutexLock lock(&loads.mu);
+      loads.most = std::max(loads.most, ++loads.in_flight);
+      loads.mu.AwaitWithTimeout(
+          absl::Condition(+[](Loads* l) { return l->most >= l->want; }, &loads),
+          absl::Seconds(20));
+      --loads.in_flight;
+    }
+    return store->Get(id);
+  });
+  LayerComputer::Options options;
+  options.threads = 2;
+  LayerComputer compute(options, parts_.registry.get(), &tier, nullptr);
+  v1::ComputeLayerReply reply;
+  ASSERT_TRUE(compute.Compute(request, &reply).ok());
+  {
+    absl::MutexLock lock(&loads.mu);
+    EXPECT_EQ(loads.most, want);
+  }
+  EXPECT_EQ(reply.ram_misses(), want);
+  EXPECT_EQ(reply.ram_hits(), 0);
+  ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
+                     m_.model->config().n_embd);
+  // Now resident: hits, no loads.
+  ASSERT_TRUE(compute.Compute(request, &reply).ok());
+  EXPECT_EQ(reply.ram_hits(), want);
+  EXPECT_EQ(reply.disk_wait_micros(), 0);
 }
 
 }  // namespace
