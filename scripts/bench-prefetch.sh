@@ -76,7 +76,10 @@ ram_budget=$(awk -v b="$MODEL_ROUTED_BYTES" -v f="$ram_fraction" 'BEGIN { printf
 run_args=(run -m "$model" -p "$prompt" --ignore-eos --threads "$threads")
 
 modes=(off)
-if "$COORD" run --help 2>&1 | grep -q -- --prefetch-depth; then
+# The help read whole first: `grep -q` exits at its first match, and the
+# coordinator's SIGPIPE would fail the pipeline under pipefail.
+run_help=$("$COORD" run --help 2>&1 || true)
+if grep -q -- --prefetch-depth <<<"$run_help"; then
   modes=(off on)
   prefetch_note="prefetch switched with --prefetch-depth 0 / 1"
 else
