@@ -7,7 +7,8 @@
 #   hang     every node fast, the one serve called most SIGSTOPped SECONDS
 #            into the generation (--hang-node) and SIGCONTed after it
 # Prints tok/s, wall time and p99 inter-token latency (median and range of
-# the repetitions), the failovers, deadline misses and hedges serve counted,
+# the repetitions), the failovers, deadline misses, hedges and hedge wins
+# serve counted over the repetitions,
 # and the goals: slow >= 0.7 x healthy tok/s, hang wall <= 2 x healthy + 5 s.
 set -euo pipefail
 
@@ -145,11 +146,13 @@ generate() {  # SITUATION: one generation; prints "tok/s wall p99"
     END { print t, w, p }' "$work/client-$1.out"
 }
 
-declare -A TPS WALL P99 FAILOVERS0 MISSES0
+declare -A TPS WALL P99 FAILOVERS0 MISSES0 HEDGES0 WINS0
 for s in "${situations[@]}"; do
   generate "$s" >/dev/null  # warm-up: every node replied, estimates exist
   FAILOVERS0[$s]=$(metric colibri_node_failovers_total "$s")
   MISSES0[$s]=$(metric colibri_node_deadline_misses_total "$s")
+  HEDGES0[$s]=$(metric colibri_hedges_total "$s")
+  WINS0[$s]=$(metric colibri_hedge_wins_total "$s")
 done
 for r in $(seq "$reps"); do
   for s in "${situations[@]}"; do
@@ -165,13 +168,15 @@ median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } EN
   print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo "model $(basename "$model"), 3 nodes, --replicas 2, links ${fast_ms} ms one way," \
   "$n_predict tokens per generation, $reps interleaved repetitions; median (range)"
-printf '%-8s %-26s %-26s %-28s %9s %9s %6s\n' situation "tok/s" "wall s" "p99 inter-token s" \
-  failovers deadline hedges
+printf '%-8s %-26s %-26s %-28s %9s %9s %6s %5s\n' situation "tok/s" "wall s" \
+  "p99 inter-token s" failovers deadline hedges wins
 for s in "${situations[@]}"; do
-  printf '%-8s %-26s %-26s %-28s %9s %9s %6s\n' "$s" "$(bench_median_range "${TPS[$s]}")" \
+  printf '%-8s %-26s %-26s %-28s %9s %9s %6s %5s\n' "$s" "$(bench_median_range "${TPS[$s]}")" \
     "$(bench_median_range "${WALL[$s]}")" "$(bench_median_range "${P99[$s]}")" \
     $(($(metric colibri_node_failovers_total "$s") - FAILOVERS0[$s])) \
-    $(($(metric colibri_node_deadline_misses_total "$s") - MISSES0[$s])) n/a
+    $(($(metric colibri_node_deadline_misses_total "$s") - MISSES0[$s])) \
+    $(($(metric colibri_hedges_total "$s") - HEDGES0[$s])) \
+    $(($(metric colibri_hedge_wins_total "$s") - WINS0[$s]))
 done
 healthy_tps=$(median "${TPS[healthy]}")
 healthy_wall=$(median "${WALL[healthy]}")

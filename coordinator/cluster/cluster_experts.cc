@@ -42,6 +42,9 @@ absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& o
   out.replica_choice = options.replica_choice;
   out.deadline_factor = options.deadline_factor;
   out.deadline_floor = absl::Seconds(options.deadline_floor_seconds);
+  out.hedge_factor = options.hedge_factor;
+  out.hedge_floor = absl::Seconds(options.hedge_floor_seconds);
+  out.hedge_budget = options.hedge_budget;
   out.assume_equal = options.assume_equal;
   if (options.replicas < 1) return absl::InvalidArgumentError("--replicas must be >= 1");
   out.replace_after = options.replace_after_seconds > 0
@@ -227,14 +230,18 @@ void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const 
   }
   const RemoteBackendStats s = BackendTotals();
   err << absl::StrFormat(
-      "experts: layers=%d round_trips=%d involved_nodes=%d failovers=%d fallback_routes=%d\n",
-      s.layers, s.round_trips, s.involved_nodes, s.failovers, s.fallback_routes);
+      "experts: layers=%d round_trips=%d involved_nodes=%d hedges=%d hedge_wins=%d "
+      "hedge_wasted_bytes=%d failovers=%d fallback_routes=%d\n",
+      s.layers, s.round_trips, s.involved_nodes, s.hedges, s.hedge_wins, s.hedge_wasted_bytes,
+      s.failovers, s.fallback_routes);
   const RemoteBackendStats& p = at_prompt_done_;
   err << absl::StrFormat(
-      "experts decode: layers=%d round_trips=%d involved_nodes=%d failovers=%d "
-      "fallback_routes=%d\n",
+      "experts decode: layers=%d round_trips=%d involved_nodes=%d hedges=%d hedge_wins=%d "
+      "hedge_wasted_bytes=%d failovers=%d fallback_routes=%d\n",
       s.layers - p.layers, s.round_trips - p.round_trips, s.involved_nodes - p.involved_nodes,
-      s.failovers - p.failovers, s.fallback_routes - p.fallback_routes);
+      s.hedges - p.hedges, s.hedge_wins - p.hedge_wins,
+      s.hedge_wasted_bytes - p.hedge_wasted_bytes, s.failovers - p.failovers,
+      s.fallback_routes - p.fallback_routes);
   err << absl::StrFormat(
       "wire: dtype=%s reduce=%d bytes_sent=%d bytes_received=%d payload_sent=%d "
       "payload_received=%d floor_bytes=%d\n",

@@ -43,6 +43,12 @@ struct ClusterCommandOptions {
   // --deadline-floor). Defaults: 8 and 1 s.
   double deadline_factor = 8;
   double deadline_floor_seconds = 1;
+  // ClusterOptions::hedge_factor, hedge_floor and hedge_budget (--hedge-factor,
+  // --hedge-floor, --hedge-budget; budget 0: no hedging). Defaults: 3, 20 ms,
+  // 20 per second.
+  double hedge_factor = 3;
+  double hedge_floor_seconds = 0.02;
+  double hedge_budget = 20;
   // File holding the shared auth token (surrounding whitespace ignored).
   // Default: empty, no token.
   std::string auth_token_file;

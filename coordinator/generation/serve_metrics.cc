@@ -200,6 +200,19 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
   w.Family("colibri_fallback_routes_total",
            "Routes computed by the coordinator because no replica could.", Type::kCounter);
   w.Sample("colibri_fallback_routes_total", {}, {}, static_cast<double>(c.fallback_routes()));
+  const HedgeCounters hedges = c.hedges();
+  w.Family("colibri_hedges_total",
+           "Late calls whose share was re-sent to the experts' other copies.", Type::kCounter);
+  w.Sample("colibri_hedges_total", {}, {}, static_cast<double>(hedges.hedges));
+  w.Family("colibri_hedge_wins_total", "Hedges that answered before the late call.",
+           Type::kCounter);
+  w.Sample("colibri_hedge_wins_total", {}, {}, static_cast<double>(hedges.wins));
+  w.Family("colibri_hedge_wasted_bytes_total",
+           "Request and reply bytes of the calls that lost to a hedge or to the late call.",
+           Type::kCounter);
+  w.Sample("colibri_hedge_wasted_bytes_total", {}, {}, static_cast<double>(hedges.wasted_bytes));
+  w.Family("colibri_hedges_refused_total", "Hedges the --hedge-budget refused.", Type::kCounter);
+  w.Sample("colibri_hedges_refused_total", {}, {}, static_cast<double>(hedges.refused));
   w.Family("colibri_replacements_total", "Placements installed after the first.", Type::kCounter);
   w.Sample("colibri_replacements_total", {}, {}, static_cast<double>(c.replacements()));
 }
