@@ -9,7 +9,8 @@
 # Prints tok/s, wall time and p99 inter-token latency (median and range of
 # the repetitions), the failovers, deadline misses, hedges and hedge wins
 # serve counted over the repetitions,
-# and the goals: slow >= 0.7 x healthy tok/s, hang wall <= 2 x healthy + 5 s.
+# whether a greedy generation in each situation gives the healthy one's token
+# ids, and the goals: slow >= 0.7 x healthy tok/s, hang wall <= 2 x healthy + 5 s.
 set -euo pipefail
 
 usage() {
@@ -127,23 +128,35 @@ busiest_pid() {
     END { sub(/.*node="bench/, "", id); sub(/".*/, "", id); print id }')
   echo "${NODE_PIDS[$((id - 1))]}"
 }
-generate() {  # SITUATION: one generation; prints "tok/s wall p99"
-  local hung_pid=""
-  [ "$1" = hang ] && hung_pid=$(busiest_pid hang)
-  "$CLIENT" --coordinator "${SERVE[$1]}" bench -c 1 --requests 1 --prompt-tokens 8 \
-    --max-tokens "$n_predict" >"$work/client-$1.out" 2>"$work/client-$1.err" &
+# client SITUATION OUT ARGS...: colibri-client ARGS against that serve, output
+# to OUT; for hang the busiest node is SIGSTOPped hang_s in and SIGCONTed after.
+client() {
+  local s="$1" out="$2" hung_pid=""
+  shift 2
+  [ "$s" = hang ] && hung_pid=$(busiest_pid hang)
+  "$CLIENT" --coordinator "${SERVE[$s]}" "$@" >"$out" 2>"$out.err" &
   local pid=$!
-  if [ "$1" = hang ]; then
+  if [ "$s" = hang ]; then
     sleep "$hang_s"
     kill -STOP "$hung_pid"
   fi
-  wait "$pid" || { [ -n "$hung_pid" ] && kill -CONT "$hung_pid"; bench_die "bench on $1 failed: $(tail -3 "$work/client-$1.err")"; }
-  if [ "$1" = hang ]; then
+  wait "$pid" || { [ -n "$hung_pid" ] && kill -CONT "$hung_pid"; bench_die "client on $s failed: $(tail -3 "$out.err")"; }
+  if [ "$s" = hang ]; then
     kill -CONT "$hung_pid"
     all_healthy hang
   fi
+}
+generate() {  # SITUATION: one generation; prints "tok/s wall p99"
+  client "$1" "$work/client-$1.out" bench -c 1 --requests 1 --prompt-tokens 8 \
+    --max-tokens "$n_predict"
   awk '/^wall time/ { w = $4 } /^output tokens\/s/ { t = $4 } /^inter-token latency/ { p = $6 }
     END { print t, w, p }' "$work/client-$1.out"
+}
+# token_ids SITUATION: the greedy token ids of one generation, one line.
+token_ids() {
+  client "$1" "$work/ids-$1" generate "The slow node" -n "$n_predict" --temp 0 --ignore-eos \
+    --print-token-ids
+  cat "$work/ids-$1"
 }
 
 declare -A TPS WALL P99 FAILOVERS0 MISSES0 HEDGES0 WINS0
@@ -177,6 +190,16 @@ for s in "${situations[@]}"; do
     $(($(metric colibri_node_deadline_misses_total "$s") - MISSES0[$s])) \
     $(($(metric colibri_hedges_total "$s") - HEDGES0[$s])) \
     $(($(metric colibri_hedge_wins_total "$s") - WINS0[$s]))
+done
+# Same tokens: one more greedy generation per situation (hung as above).
+healthy_ids=$(token_ids healthy)
+for s in "${situations[@]}"; do
+  [ "$s" = healthy ] && continue
+  if [ "$(token_ids "$s")" = "$healthy_ids" ]; then
+    echo "$s: the same $n_predict token ids as healthy"
+  else
+    echo "$s: token ids DIFFER from healthy (see $work/ids-*)"
+  fi
 done
 healthy_tps=$(median "${TPS[healthy]}")
 healthy_wall=$(median "${WALL[healthy]}")

@@ -485,9 +485,8 @@ void RemoteExpertBackend::Take(Call* call, absl::StatusOr<v1::ComputeLayerReply>
                        node_seconds, call->work, status);
   if (status.ok() && usable) {
     for (int32_t e : call->experts) expert_done_[e] = true;
-    call->accepted = true;
     Call* original = call->hedge_of;
-    if (original != nullptr && !original->accepted && !original->hedge_won) {
+    if (original != nullptr && !original->hedge_won) {
       original->hedge_won = true;
       {
         absl::MutexLock lock(&mu_);

@@ -166,7 +166,6 @@ class RemoteExpertBackend : public moe::ExpertBackend {
     int64_t request_bytes = 0;
     bool live = false;       // started and not yet taken from queue_
     bool cancelled = false;  // its experts were all answered by other calls
-    bool accepted = false;   // its reply was scattered
     // When it is hedged if still live (time_point::max(): never), whether it
     // was, and whether a hedge of it answered first.
     std::chrono::steady_clock::time_point hedge_at = std::chrono::steady_clock::time_point::max();

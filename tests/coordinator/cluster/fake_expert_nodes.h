@@ -176,13 +176,14 @@ class FakeNode : public FakeNodeClient {
     for (Held& h : held) h.queue->Complete(h.tag, Answer(h.request));
     return static_cast<int>(held.size());
   }
-  // Blocks until at least `n` calls are held.
-  void AwaitHeld(int n) {
+  // Blocks until at least `n` calls are held (true), or for at most 30 s
+  // (false: what the test waited for never came).
+  bool AwaitHeld(int n) {
     absl::MutexLock lock(&mu_);
     auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return static_cast<int>(held_.size()) >= n;
     };
-    mu_.Await(absl::Condition(&enough));
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
   }
   // Held calls cancelled by their caller so far.
   int cancelled() {

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/cluster/fake_expert_nodes.h"
@@ -85,12 +86,28 @@ class HedgedCallTest : public RemoteExpertBackendTest {
     ASSERT_TRUE(local.Wait().ok());
     remote_->Submit(b.view(kLayer), remote_out.data());
     absl::Status status;
-    std::thread waiter([&] { status = remote_->Wait(); });
+    absl::Notification returned;
+    std::thread waiter([&] {
+      status = remote_->Wait();
+      returned.Notify();
+    });
     meanwhile();
+    // Only when the backend is broken: it waits for a held call it should
+    // have cancelled. Release it so that the test fails instead of hanging.
+    if (!returned.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+      ADD_FAILURE() << "Wait did not return";
+      for (FakeNode* node : nodes_) node->Release();
+    }
     waiter.join();
     ASSERT_TRUE(status.ok()) << status;
     EXPECT_EQ(0,
               std::memcmp(local_out.data(), remote_out.data(), local_out.size() * sizeof(float)));
+  }
+  // Returns once done() holds (polled; at most 30 s, then the test goes on
+  // and fails on what it expected).
+  template <typename Fn>
+  static void Until(Fn done) {
+    for (int i = 0; i < 30000 && !done(); ++i) absl::SleepFor(absl::Milliseconds(1));
   }
   // The backend's counters since Start.
   RemoteBackendStats Delta() const {
@@ -166,7 +183,9 @@ TEST_F(HedgedCallTest, WhenTheOriginalAnswersFirstTheHedgeIsCancelled) {
   for (FakeNode* node : nodes_) node->set_hold(true);
   RunWhile(BatchOf(experts, 2), [&] {
     for (int n = 0; n < 3; ++n) {
-      if (hedge_calls[n] > 0) nodes_[n]->AwaitHeld(1);
+      if (hedge_calls[n] > 0) {
+        EXPECT_TRUE(nodes_[n]->AwaitHeld(1)) << "no hedge to node " << n;
+      }
     }
     // The hedge is out: now the original answers.
     EXPECT_EQ(nodes_[slow]->Release(), 1);
@@ -191,7 +210,7 @@ TEST_F(HedgedCallTest, NoHedgeBeforeTheDelay) {
   nodes_[slow]->set_hold(true);
   // A node that answers late, well within the hour.
   RunWhile(BatchOf(PrimaryOn(slow), 3), [&] {
-    nodes_[slow]->AwaitHeld(1);
+    ASSERT_TRUE(nodes_[slow]->AwaitHeld(1));
     absl::SleepFor(absl::Milliseconds(20));
     EXPECT_EQ(nodes_[slow]->Release(), 1);
   });
@@ -210,8 +229,8 @@ TEST_F(HedgedCallTest, TheBudgetCapsHedges) {
   EXPECT_EQ(Delta().hedges, 2);
   // The third waits for its node (which answers once the budget refused).
   RunWhile(BatchOf(experts, 6), [&] {
-    nodes_[slow]->AwaitHeld(1);
-    while (cluster_->hedges().refused == 0) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_TRUE(nodes_[slow]->AwaitHeld(1));
+    Until([&] { return cluster_->hedges().refused > 0; });
     EXPECT_EQ(nodes_[slow]->Release(), 1);
   });
   EXPECT_EQ(Delta().hedges, 2);
@@ -232,7 +251,7 @@ TEST_F(HedgedCallTest, NoHedgeWithoutAnotherCopy) {
   cluster_->MarkUnhealthy(1, absl::UnavailableError("test"));
   nodes_[slow]->set_hold(true);
   RunWhile(BatchOf(experts, 8), [&] {
-    nodes_[slow]->AwaitHeld(1);
+    ASSERT_TRUE(nodes_[slow]->AwaitHeld(1));
     absl::SleepFor(absl::Milliseconds(20));
     EXPECT_EQ(nodes_[slow]->Release(), 1);
   });
@@ -253,9 +272,9 @@ TEST_F(HedgedCallTest, AFailedHedgeLeavesTheShareToTheOriginal) {
   }
   nodes_[slow]->set_hold(true);
   RunWhile(BatchOf(experts, 9), [&] {
-    nodes_[slow]->AwaitHeld(1);
+    ASSERT_TRUE(nodes_[slow]->AwaitHeld(1));
     for (int n = 0; n < 3; ++n) {
-      while (target[n] && cluster_->healthy(n)) absl::SleepFor(absl::Milliseconds(1));
+      if (target[n]) Until([&] { return !cluster_->healthy(n); });
     }
     EXPECT_EQ(nodes_[slow]->Release(), 1);
   });
