@@ -406,7 +406,6 @@ void RemoteExpertBackend::Hedge(Call* call) {
   for (int64_t route : call->routes) {
     if (hedged[batch_.experts[route]]) routes.push_back(route);
   }
-  call->hedged = true;
   {
     absl::MutexLock lock(&mu_);
     ++stats_.hedges;

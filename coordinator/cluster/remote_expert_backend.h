@@ -29,7 +29,8 @@
 // order, in one call per node (with wire.reduce only when every expert has
 // one, since a reply of sums cannot be taken in part). The first answer per
 // expert is taken; a call whose experts have all been answered by others is
-// cancelled (with the other replies, the wire bytes it cost count as wasted).
+// cancelled. The bytes of the losing calls (cancelled, or answered when their
+// reply could no longer be used) count as wasted.
 // A late call outrun by its hedges does not make its node suspect; its wait
 // feeds the node's estimate as a lower bound (Cluster::RecordCancelledCall).
 // Calls that fail while another call covers their experts need no failover.
@@ -166,10 +167,9 @@ class RemoteExpertBackend : public moe::ExpertBackend {
     int64_t request_bytes = 0;
     bool live = false;       // started and not yet taken from queue_
     bool cancelled = false;  // its experts were all answered by other calls
-    // When it is hedged if still live (time_point::max(): never), whether it
-    // was, and whether a hedge of it answered first.
+    // When it is hedged if still live (time_point::max(): never), and
+    // whether a hedge of it answered first.
     std::chrono::steady_clock::time_point hedge_at = std::chrono::steady_clock::time_point::max();
-    bool hedged = false;
     bool hedge_won = false;
     // For a hedge: the call whose share it re-sends (null otherwise).
     Call* hedge_of = nullptr;
@@ -233,7 +233,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   absl::Status submit_status_;
   // The replica at try a of expert e is Owners(e)[(first_[e] + a) % replicas].
   std::vector<int> first_;              // [n_expert]: the replica chosen first
-  std::vector<int> attempt_;            // [n_expert]: tries moved past
+  std::vector<int> attempt_;            // [n_expert]: the furthest try sent
   std::vector<bool> fallback_experts_;  // [n_expert]
   std::vector<bool> expert_done_;       // [n_expert]: a reply of it was scattered
   std::vector<int> expert_live_;        // [n_expert]: live calls that carry it
