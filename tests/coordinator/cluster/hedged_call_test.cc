@@ -129,6 +129,33 @@ class HedgedCallTest : public RemoteExpertBackendTest {
   RemoteBackendStats base_;
 };
 
+// The delay is the node's high-percentile time for the call's work times the
+// factor, at least the floor; none before a reply or with the budget at 0.
+TEST_F(HedgedCallTest, TheDelayComesFromTheEstimate) {
+  options_.hedge_factor = 3;
+  options_.hedge_floor = absl::Milliseconds(20);
+  options_.hedge_budget = 20;
+  MakeCluster(2, 2, absl::Hours(1), ReplicaChoice::kPrimary);
+  EXPECT_EQ(cluster_->HedgeDelay(0, ExpertWork(1)), absl::InfiniteDuration());
+  cluster_->RecordCall(0, 0, 0, 0.001, 0.0, ExpertWork(1), absl::OkStatus());
+  EXPECT_EQ(cluster_->HedgeDelay(0, ExpertWork(1)), absl::Milliseconds(20));
+  for (int i = 0; i < 64; ++i) {
+    cluster_->RecordCall(0, 0, 0, 0.5, 0.0, ExpertWork(1), absl::OkStatus());
+  }
+  EXPECT_EQ(cluster_->HedgeDelay(0, ExpertWork(1)), absl::Milliseconds(1500));
+  // Work on the node counts per unit: 0.25 s of reported work per unit.
+  for (int i = 0; i < 64; ++i) {
+    cluster_->RecordCall(1, 0, 0, 0.5, 0.5, ExpertWork(1) * 2, absl::OkStatus());
+  }
+  EXPECT_EQ(cluster_->HedgeDelay(1, ExpertWork(1) * 4), absl::Seconds(3));
+
+  options_.hedge_budget = 0;
+  MakeCluster(2, 2, absl::Hours(1), ReplicaChoice::kPrimary);
+  cluster_->RecordCall(0, 0, 0, 0.5, 0.0, ExpertWork(1), absl::OkStatus());
+  EXPECT_EQ(cluster_->HedgeDelay(0, ExpertWork(1)), absl::InfiniteDuration());
+  EXPECT_FALSE(cluster_->TakeHedge());
+}
+
 TEST_F(HedgedCallTest, AHeldCallIsOutrunByItsHedgeAndCancelled) {
   Start(3, 2);
   const int slow = 0;
