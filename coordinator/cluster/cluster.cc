@@ -253,7 +253,10 @@ void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, d
   ++c.requests;
   if (!status.ok()) ++c.failures;
   if (absl::IsDeadlineExceeded(status)) ++c.deadline_misses;
-  if (status.ok()) latency_[node].Observe(now, work, wait_seconds, node_seconds);
+  if (status.ok()) {
+    latency_[node].Observe(now, work, wait_seconds, node_seconds);
+    c.work_units += work;
+  }
   c.bytes_sent += bytes_sent;
   c.bytes_received += bytes_received;
   c.wait_seconds += wait_seconds;

@@ -145,6 +145,8 @@ struct NodeCounters {
   // The hidden-state floor of those calls: 2 x tokens x n_embd x 4 bytes
   // (each token's row once each way, float32).
   int64_t floor_bytes = 0;
+  // ExpertWork units of the calls the node answered (hedged ones included).
+  int64_t work_units = 0;
 };
 
 // Hedged calls, cumulative (RemoteBackendStats has the same per backend).

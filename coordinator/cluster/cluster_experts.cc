@@ -1,5 +1,6 @@
 #include "coordinator/cluster/cluster_experts.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -227,6 +228,23 @@ void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const 
         "network_p95_ms=%.3f work_us_per_unit=%.3f\n",
         cluster_->node(i).address, 1e3 * l.wait_ewma, 1e3 * l.wait_high, 1e3 * l.network_ewma,
         1e3 * l.network_high, 1e6 * l.seconds_per_work_ewma);
+  }
+  {
+    // The busiest node against the mean of those not retired: what a layer
+    // waits for when the work is uneven.
+    int64_t max = 0;
+    int64_t sum = 0;
+    int n = 0;
+    for (int i = 0; i < cluster_->n_nodes(); ++i) {
+      if (cluster_->retired(i)) continue;
+      const int64_t w = cluster_->counters(i).work_units;
+      max = std::max(max, w);
+      sum += w;
+      ++n;
+    }
+    const double mean = n > 0 ? static_cast<double>(sum) / n : 0.0;
+    err << absl::StrFormat("node work: units_max=%d units_mean=%.1f max_over_mean=%.3f\n", max,
+                           mean, mean > 0 ? static_cast<double>(max) / mean : 0.0);
   }
   const RemoteBackendStats s = BackendTotals();
   err << absl::StrFormat(

@@ -118,7 +118,8 @@ class ClusterExperts {
   // Also reads every healthy node's NodeStats (one call each).
   void MarkPromptDone();
   // One line per node (requests, failures, failovers, bytes, wait, health),
-  // then the totals of the backends made and the decode-only totals, then the wire bytes
+  // the balance of the nodes' work ("node work:", the busiest node's ExpertWork
+  // units against the mean), then the totals of the backends made and the decode-only totals, then the wire bytes
   // ("wire decode:", per generated token and against the hidden-state floor,
   // over `decode_tokens` tokens generated after the prompt), then the prefetch
   // hints when any were given, then per node the decode-only change of its
