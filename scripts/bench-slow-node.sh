@@ -7,8 +7,10 @@
 #   hang     every node fast, the one serve called most SIGSTOPped SECONDS
 #            into the generation (--hang-node) and SIGCONTed after it
 # Prints tok/s, wall time and p99 inter-token latency (median and range of
-# the repetitions), the failovers, deadline misses and hedges serve counted,
-# and the goals: slow >= 0.7 x healthy tok/s, hang wall <= 2 x healthy + 5 s.
+# the repetitions), the failovers, deadline misses, hedges and hedge wins
+# serve counted over the repetitions,
+# whether a greedy generation in each situation gives the healthy one's token
+# ids, and the goals: slow >= 0.7 x healthy tok/s, hang wall <= 2 x healthy + 5 s.
 set -euo pipefail
 
 usage() {
@@ -126,30 +128,44 @@ busiest_pid() {
     END { sub(/.*node="bench/, "", id); sub(/".*/, "", id); print id }')
   echo "${NODE_PIDS[$((id - 1))]}"
 }
-generate() {  # SITUATION: one generation; prints "tok/s wall p99"
-  local hung_pid=""
-  [ "$1" = hang ] && hung_pid=$(busiest_pid hang)
-  "$CLIENT" --coordinator "${SERVE[$1]}" bench -c 1 --requests 1 --prompt-tokens 8 \
-    --max-tokens "$n_predict" >"$work/client-$1.out" 2>"$work/client-$1.err" &
+# client SITUATION OUT ARGS...: colibri-client ARGS against that serve, output
+# to OUT; for hang the busiest node is SIGSTOPped hang_s in and SIGCONTed after.
+client() {
+  local s="$1" out="$2" hung_pid=""
+  shift 2
+  [ "$s" = hang ] && hung_pid=$(busiest_pid hang)
+  "$CLIENT" --coordinator "${SERVE[$s]}" "$@" >"$out" 2>"$out.err" &
   local pid=$!
-  if [ "$1" = hang ]; then
+  if [ "$s" = hang ]; then
     sleep "$hang_s"
     kill -STOP "$hung_pid"
   fi
-  wait "$pid" || { [ -n "$hung_pid" ] && kill -CONT "$hung_pid"; bench_die "bench on $1 failed: $(tail -3 "$work/client-$1.err")"; }
-  if [ "$1" = hang ]; then
+  wait "$pid" || { [ -n "$hung_pid" ] && kill -CONT "$hung_pid"; bench_die "client on $s failed: $(tail -3 "$out.err")"; }
+  if [ "$s" = hang ]; then
     kill -CONT "$hung_pid"
     all_healthy hang
   fi
+}
+generate() {  # SITUATION: one generation; prints "tok/s wall p99"
+  client "$1" "$work/client-$1.out" bench -c 1 --requests 1 --prompt-tokens 8 \
+    --max-tokens "$n_predict"
   awk '/^wall time/ { w = $4 } /^output tokens\/s/ { t = $4 } /^inter-token latency/ { p = $6 }
     END { print t, w, p }' "$work/client-$1.out"
 }
+# token_ids SITUATION: the greedy token ids of one generation, one line.
+token_ids() {
+  client "$1" "$work/ids-$1" generate "The slow node" -n "$n_predict" --temp 0 --ignore-eos \
+    --print-token-ids
+  cat "$work/ids-$1"
+}
 
-declare -A TPS WALL P99 FAILOVERS0 MISSES0
+declare -A TPS WALL P99 FAILOVERS0 MISSES0 HEDGES0 WINS0
 for s in "${situations[@]}"; do
   generate "$s" >/dev/null  # warm-up: every node replied, estimates exist
   FAILOVERS0[$s]=$(metric colibri_node_failovers_total "$s")
   MISSES0[$s]=$(metric colibri_node_deadline_misses_total "$s")
+  HEDGES0[$s]=$(metric colibri_hedges_total "$s")
+  WINS0[$s]=$(metric colibri_hedge_wins_total "$s")
 done
 for r in $(seq "$reps"); do
   for s in "${situations[@]}"; do
@@ -165,13 +181,25 @@ median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } EN
   print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo "model $(basename "$model"), 3 nodes, --replicas 2, links ${fast_ms} ms one way," \
   "$n_predict tokens per generation, $reps interleaved repetitions; median (range)"
-printf '%-8s %-26s %-26s %-28s %9s %9s %6s\n' situation "tok/s" "wall s" "p99 inter-token s" \
-  failovers deadline hedges
+printf '%-8s %-26s %-26s %-28s %9s %9s %6s %5s\n' situation "tok/s" "wall s" \
+  "p99 inter-token s" failovers deadline hedges wins
 for s in "${situations[@]}"; do
-  printf '%-8s %-26s %-26s %-28s %9s %9s %6s\n' "$s" "$(bench_median_range "${TPS[$s]}")" \
+  printf '%-8s %-26s %-26s %-28s %9s %9s %6s %5s\n' "$s" "$(bench_median_range "${TPS[$s]}")" \
     "$(bench_median_range "${WALL[$s]}")" "$(bench_median_range "${P99[$s]}")" \
     $(($(metric colibri_node_failovers_total "$s") - FAILOVERS0[$s])) \
-    $(($(metric colibri_node_deadline_misses_total "$s") - MISSES0[$s])) n/a
+    $(($(metric colibri_node_deadline_misses_total "$s") - MISSES0[$s])) \
+    $(($(metric colibri_hedges_total "$s") - HEDGES0[$s])) \
+    $(($(metric colibri_hedge_wins_total "$s") - WINS0[$s]))
+done
+# Same tokens: one more greedy generation per situation (hung as above).
+healthy_ids=$(token_ids healthy)
+for s in "${situations[@]}"; do
+  [ "$s" = healthy ] && continue
+  if [ "$(token_ids "$s")" = "$healthy_ids" ]; then
+    echo "$s: the same $n_predict token ids as healthy"
+  else
+    echo "$s: token ids DIFFER from healthy (see $work/ids-*)"
+  fi
 done
 healthy_tps=$(median "${TPS[healthy]}")
 healthy_wall=$(median "${WALL[healthy]}")

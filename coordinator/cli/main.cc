@@ -183,6 +183,20 @@ void AddClusterFlags(CLI::App* cmd, colibri::coordinator::ClusterCommandOptions*
                   "seconds a call to a node may always take before it is late")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 3600.0));
+  cmd->add_option("--hedge-factor", o->hedge_factor,
+                  "a call to a node not answered after this many times its observed "
+                  "high-percentile reply time (at least --hedge-floor) has its work re-sent to "
+                  "the experts' other copies; the first answer is taken")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1000.0));
+  cmd->add_option("--hedge-floor", o->hedge_floor_seconds,
+                  "seconds a call to a node may always take before it is hedged")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--hedge-budget", o->hedge_budget,
+                  "most hedged calls per second (0: no hedging)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   if (node_prefix.empty()) {
     cmd->add_option("--auth-token-file", o->auth_token_file, "file holding the nodes' shared token");
   }

@@ -253,7 +253,10 @@ void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, d
   ++c.requests;
   if (!status.ok()) ++c.failures;
   if (absl::IsDeadlineExceeded(status)) ++c.deadline_misses;
-  if (status.ok()) latency_[node].Observe(now, work, wait_seconds, node_seconds);
+  if (status.ok()) {
+    latency_[node].Observe(now, work, wait_seconds, node_seconds);
+    c.work_units += work;
+  }
   c.bytes_sent += bytes_sent;
   c.bytes_received += bytes_received;
   c.wait_seconds += wait_seconds;
@@ -301,6 +304,61 @@ absl::Duration Cluster::CallDeadline(int node, int64_t work) const {
   if (e.samples == 0) return ceiling;
   const absl::Duration late = absl::Seconds(options_.deadline_factor * e.High(work));
   return std::min(std::max(late, options_.deadline_floor), ceiling);
+}
+
+absl::Duration Cluster::HedgeDelay(int node, int64_t work) const {
+  if (!(options_.hedge_budget > 0)) return absl::InfiniteDuration();
+  LatencyEstimate e;
+  {
+    absl::MutexLock lock(&mu_);
+    if (node >= static_cast<int>(latency_.size())) return absl::InfiniteDuration();
+    e = latency_[node].estimate();
+  }
+  if (e.samples == 0) return absl::InfiniteDuration();
+  return std::max(absl::Seconds(options_.hedge_factor * e.High(work)), options_.hedge_floor);
+}
+
+bool Cluster::TakeHedge() {
+  if (!(options_.hedge_budget > 0)) return false;
+  const double burst = std::max(1.0, options_.hedge_budget);
+  const absl::Time now = Now();
+  absl::MutexLock lock(&mu_);
+  if (hedge_refilled_ == absl::InfinitePast()) {
+    hedge_tokens_ = burst;
+  } else if (now > hedge_refilled_) {
+    hedge_tokens_ = std::min(
+        burst, hedge_tokens_ + options_.hedge_budget * absl::ToDoubleSeconds(now - hedge_refilled_));
+  }
+  hedge_refilled_ = std::max(hedge_refilled_, now);
+  if (hedge_tokens_ < 1) {
+    ++hedges_.refused;
+    return false;
+  }
+  hedge_tokens_ -= 1;
+  return true;
+}
+
+void Cluster::RecordCancelledCall(int node, int64_t bytes_sent, double wait_seconds, int64_t work,
+                                  bool outrun) {
+  const absl::Time now = Now();
+  absl::MutexLock lock(&mu_);
+  NodeCounters& c = counters_[node];
+  ++c.requests;
+  c.bytes_sent += bytes_sent;
+  c.wait_seconds += wait_seconds;
+  if (outrun) latency_[node].Observe(now, work, wait_seconds, 0.0);
+}
+
+void Cluster::RecordHedges(const HedgeCounters& delta) {
+  absl::MutexLock lock(&mu_);
+  hedges_.hedges += delta.hedges;
+  hedges_.wins += delta.wins;
+  hedges_.wasted_bytes += delta.wasted_bytes;
+}
+
+HedgeCounters Cluster::hedges() const {
+  absl::MutexLock lock(&mu_);
+  return hedges_;
 }
 
 void Cluster::RecordWireFloor(int node, int64_t floor_bytes) {

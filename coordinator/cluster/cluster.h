@@ -95,6 +95,15 @@ struct ClusterOptions {
   // (unhealthy: no new work, probed until it answers). Defaults: 8 and 1 s.
   double deadline_factor = 8;
   absl::Duration deadline_floor = absl::Seconds(1);
+  // Hedged calls: a ComputeLayer call to a node with an estimate that has not
+  // answered after max(hedge_factor x its high-percentile time for the call's
+  // work, hedge_floor) has its share re-sent to the other copies of its
+  // experts (RemoteExpertBackend); the first answer per expert is taken.
+  // hedge_budget: hedges per second, a token bucket holding one second's
+  // worth (at least one); 0 disables hedging. Defaults: 3, 20 ms, 20.
+  double hedge_factor = 3;
+  absl::Duration hedge_floor = absl::Milliseconds(20);
+  double hedge_budget = 20;
   // The clock of the latency estimates (staleness). Default: empty, meaning
   // absl::Now.
   std::function<absl::Time()> clock;
@@ -136,6 +145,16 @@ struct NodeCounters {
   // The hidden-state floor of those calls: 2 x tokens x n_embd x 4 bytes
   // (each token's row once each way, float32).
   int64_t floor_bytes = 0;
+  // ExpertWork units of the calls the node answered (hedged ones included).
+  int64_t work_units = 0;
+};
+
+// Hedged calls, cumulative (RemoteBackendStats has the same per backend).
+struct HedgeCounters {
+  int64_t hedges = 0;        // late calls whose share was re-sent to other copies
+  int64_t wins = 0;          // of those, the re-sent share answered first
+  int64_t wasted_bytes = 0;  // request + reply bytes of the losing calls
+  int64_t refused = 0;       // hedges the budget refused (Cluster only)
 };
 
 class Cluster {
@@ -242,6 +261,24 @@ class Cluster {
   // The deadline of a ComputeLayer call of `work` ExpertWork units to node
   // (see ClusterOptions::deadline_factor).
   absl::Duration CallDeadline(int node, int64_t work) const;
+  // How long a ComputeLayer call of `work` ExpertWork units to node may go
+  // unanswered before it is hedged (see ClusterOptions::hedge_factor);
+  // absl::InfiniteDuration() when hedging is off or the node has no estimate.
+  absl::Duration HedgeDelay(int node, int64_t work) const;
+  // Takes a hedge from the budget (ClusterOptions::hedge_budget); false when
+  // it is spent or hedging is off.
+  bool TakeHedge();
+  // A ComputeLayer call to node cancelled before it answered, after
+  // wait_seconds: counted as a request of bytes_sent. With outrun (hedges
+  // answered its share first) it took at least that long, so the wait feeds
+  // the node's estimate as a reply of that time without reported work: a
+  // slow or hung node loses new work while the estimate is fresh, and is not
+  // marked suspect for it.
+  void RecordCancelledCall(int node, int64_t bytes_sent, double wait_seconds, int64_t work,
+                           bool outrun);
+  // Adds a backend's hedge counters.
+  void RecordHedges(const HedgeCounters& delta);
+  HedgeCounters hedges() const;
   void RecordWireFloor(int node, int64_t floor_bytes);
   void RecordFailover(int node);
   void RecordFallbackRoutes(int64_t n);
@@ -296,6 +333,10 @@ class Cluster {
   std::vector<NodeCounters> counters_ ABSL_GUARDED_BY(mu_);
   std::vector<LatencyEstimator> latency_ ABSL_GUARDED_BY(mu_);  // [nodes]
   int64_t fallback_routes_ ABSL_GUARDED_BY(mu_) = 0;
+  HedgeCounters hedges_ ABSL_GUARDED_BY(mu_);
+  // The hedge budget's token bucket: tokens left at hedge_refilled_ (Now()).
+  double hedge_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time hedge_refilled_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // Every placement ever installed (a handful), so references stay valid.
   std::vector<std::unique_ptr<const Placement>> placements_ ABSL_GUARDED_BY(mu_);

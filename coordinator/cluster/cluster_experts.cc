@@ -1,5 +1,6 @@
 #include "coordinator/cluster/cluster_experts.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -42,6 +43,9 @@ absl::StatusOr<ClusterOptions> MakeClusterOptions(const ClusterCommandOptions& o
   out.replica_choice = options.replica_choice;
   out.deadline_factor = options.deadline_factor;
   out.deadline_floor = absl::Seconds(options.deadline_floor_seconds);
+  out.hedge_factor = options.hedge_factor;
+  out.hedge_floor = absl::Seconds(options.hedge_floor_seconds);
+  out.hedge_budget = options.hedge_budget;
   out.assume_equal = options.assume_equal;
   if (options.replicas < 1) return absl::InvalidArgumentError("--replicas must be >= 1");
   out.replace_after = options.replace_after_seconds > 0
@@ -225,16 +229,37 @@ void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const 
         cluster_->node(i).address, 1e3 * l.wait_ewma, 1e3 * l.wait_high, 1e3 * l.network_ewma,
         1e3 * l.network_high, 1e6 * l.seconds_per_work_ewma);
   }
+  {
+    // The busiest node against the mean of those not retired: what a layer
+    // waits for when the work is uneven.
+    int64_t max = 0;
+    int64_t sum = 0;
+    int n = 0;
+    for (int i = 0; i < cluster_->n_nodes(); ++i) {
+      if (cluster_->retired(i)) continue;
+      const int64_t w = cluster_->counters(i).work_units;
+      max = std::max(max, w);
+      sum += w;
+      ++n;
+    }
+    const double mean = n > 0 ? static_cast<double>(sum) / n : 0.0;
+    err << absl::StrFormat("node work: units_max=%d units_mean=%.1f max_over_mean=%.3f\n", max,
+                           mean, mean > 0 ? static_cast<double>(max) / mean : 0.0);
+  }
   const RemoteBackendStats s = BackendTotals();
   err << absl::StrFormat(
-      "experts: layers=%d round_trips=%d involved_nodes=%d failovers=%d fallback_routes=%d\n",
-      s.layers, s.round_trips, s.involved_nodes, s.failovers, s.fallback_routes);
+      "experts: layers=%d round_trips=%d involved_nodes=%d hedges=%d hedge_wins=%d "
+      "hedge_wasted_bytes=%d failovers=%d fallback_routes=%d\n",
+      s.layers, s.round_trips, s.involved_nodes, s.hedges, s.hedge_wins, s.hedge_wasted_bytes,
+      s.failovers, s.fallback_routes);
   const RemoteBackendStats& p = at_prompt_done_;
   err << absl::StrFormat(
-      "experts decode: layers=%d round_trips=%d involved_nodes=%d failovers=%d "
-      "fallback_routes=%d\n",
+      "experts decode: layers=%d round_trips=%d involved_nodes=%d hedges=%d hedge_wins=%d "
+      "hedge_wasted_bytes=%d failovers=%d fallback_routes=%d\n",
       s.layers - p.layers, s.round_trips - p.round_trips, s.involved_nodes - p.involved_nodes,
-      s.failovers - p.failovers, s.fallback_routes - p.fallback_routes);
+      s.hedges - p.hedges, s.hedge_wins - p.hedge_wins,
+      s.hedge_wasted_bytes - p.hedge_wasted_bytes, s.failovers - p.failovers,
+      s.fallback_routes - p.fallback_routes);
   err << absl::StrFormat(
       "wire: dtype=%s reduce=%d bytes_sent=%d bytes_received=%d payload_sent=%d "
       "payload_received=%d floor_bytes=%d\n",

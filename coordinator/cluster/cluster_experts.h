@@ -43,6 +43,12 @@ struct ClusterCommandOptions {
   // --deadline-floor). Defaults: 8 and 1 s.
   double deadline_factor = 8;
   double deadline_floor_seconds = 1;
+  // ClusterOptions::hedge_factor, hedge_floor and hedge_budget (--hedge-factor,
+  // --hedge-floor, --hedge-budget; budget 0: no hedging). Defaults: 3, 20 ms,
+  // 20 per second.
+  double hedge_factor = 3;
+  double hedge_floor_seconds = 0.02;
+  double hedge_budget = 20;
   // File holding the shared auth token (surrounding whitespace ignored).
   // Default: empty, no token.
   std::string auth_token_file;
@@ -112,7 +118,8 @@ class ClusterExperts {
   // Also reads every healthy node's NodeStats (one call each).
   void MarkPromptDone();
   // One line per node (requests, failures, failovers, bytes, wait, health),
-  // then the totals of the backends made and the decode-only totals, then the wire bytes
+  // the balance of the nodes' work ("node work:", the busiest node's ExpertWork
+  // units against the mean), then the totals of the backends made and the decode-only totals, then the wire bytes
   // ("wire decode:", per generated token and against the hidden-state floor,
   // over `decode_tokens` tokens generated after the prompt), then the prefetch
   // hints when any were given, then per node the decode-only change of its

@@ -5,11 +5,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "colibri/v1/expert.grpc.pb.h"
 #include "common/status_macros.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "rpc/client_support.h"
@@ -76,18 +78,15 @@ struct AsyncComputeCall {
 class ComputeQueue::Impl {
  public:
   ~Impl() {
+    std::vector<void*> tags;
     {
       absl::MutexLock lock(&mu_);
-      for (AsyncComputeCall* call : in_flight_) call->context.TryCancel();
+      for (AsyncComputeCall* call : in_flight_) tags.push_back(call->tag);
+      for (const auto& [tag, cancel] : elsewhere_) tags.push_back(tag);
     }
+    for (void* tag : tags) Cancel(tag);
     // Every started call comes back once (cancelled or not).
-    while (true) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (in_flight_.empty()) break;
-      }
-      delete TakeFromGrpc();
-    }
+    while (outstanding() > 0) NextUntil(gpr_inf_future(GPR_CLOCK_MONOTONIC));
     queue_.Shutdown();
     void* tag = nullptr;
     bool ok = false;
@@ -102,63 +101,127 @@ class ComputeQueue::Impl {
     in_flight_.insert(call);
   }
 
+  void StartedElsewhere(void* tag, std::function<void()> cancel) {
+    absl::MutexLock lock(&mu_);
+    elsewhere_[tag] = std::move(cancel);
+  }
+
   void Complete(void* tag, absl::StatusOr<v1::ComputeLayerReply> reply) {
     absl::MutexLock lock(&mu_);
+    elsewhere_.erase(tag);
     done_.push_back(Completion{tag, std::move(reply)});
+    // A Next blocked on the gRPC queue sees done_ only once woken.
+    if (waiting_ && wake_ == nullptr) {
+      wake_ = std::make_unique<grpc::Alarm>();
+      wake_->Set(&queue_, gpr_now(GPR_CLOCK_MONOTONIC), wake_.get());
+    }
+  }
+
+  void Cancel(void* tag) {
+    std::function<void()> cancel;
+    {
+      absl::MutexLock lock(&mu_);
+      bool grpc_call = false;
+      for (AsyncComputeCall* call : in_flight_) {
+        if (call->tag != tag) continue;
+        call->context.TryCancel();
+        grpc_call = true;
+      }
+      if (grpc_call) return;
+      auto it = elsewhere_.find(tag);
+      if (it == elsewhere_.end()) return;
+      cancel = std::exchange(it->second, nullptr);
+    }
+    // Outside mu_: it may call Complete.
+    if (cancel) cancel();
   }
 
   int outstanding() const {
     absl::MutexLock lock(&mu_);
-    return static_cast<int>(in_flight_.size() + done_.size());
+    return static_cast<int>(in_flight_.size() + elsewhere_.size() + done_.size());
   }
 
-  Completion Next() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!done_.empty()) {
-        Completion c = std::move(done_.front());
-        done_.pop_front();
-        return c;
+  std::optional<Completion> NextUntil(gpr_timespec deadline) {
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (!done_.empty()) return PopDone();
+        waiting_ = true;
       }
+      void* tag = nullptr;
+      bool ok = false;
+      // Never SHUTDOWN before Shutdown, which only the destructor calls after
+      // every call came back.
+      const grpc::CompletionQueue::NextStatus status = queue_.AsyncNext(&tag, &ok, deadline);
+      AsyncComputeCall* call = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        waiting_ = false;
+        if (status != grpc::CompletionQueue::GOT_EVENT) {
+          if (!done_.empty()) return PopDone();
+          return std::nullopt;
+        }
+        if (tag == wake_.get()) {
+          wake_.reset();
+          continue;
+        }
+        call = static_cast<AsyncComputeCall*>(tag);
+        in_flight_.erase(call);
+      }
+      Completion c;
+      c.tag = call->tag;
+      if (call->status.ok()) {
+        c.reply = std::move(call->reply);
+      } else {
+        c.reply = rpc::FromGrpc(call->status, call->address, "ComputeLayer");
+      }
+      delete call;
+      return c;
     }
-    AsyncComputeCall* call = TakeFromGrpc();
-    Completion c;
-    c.tag = call->tag;
-    if (call->status.ok()) {
-      c.reply = std::move(call->reply);
-    } else {
-      c.reply = rpc::FromGrpc(call->status, call->address, "ComputeLayer");
-    }
-    delete call;
-    return c;
   }
 
  private:
-  // Blocks for the next call back from gRPC and forgets it as in flight.
-  AsyncComputeCall* TakeFromGrpc() {
-    void* tag = nullptr;
-    bool ok = false;
-    // Never false before Shutdown, which only the destructor calls after
-    // every call came back.
-    queue_.Next(&tag, &ok);
-    auto* call = static_cast<AsyncComputeCall*>(tag);
-    absl::MutexLock lock(&mu_);
-    in_flight_.erase(call);
-    return call;
+  Completion PopDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Completion c = std::move(done_.front());
+    done_.pop_front();
+    return c;
   }
 
   grpc::CompletionQueue queue_;
   mutable absl::Mutex mu_;
+  // Outstanding calls: gRPC ones (a handful; tags need not be unique), and
+  // those a client completes itself, by tag.
   absl::flat_hash_set<AsyncComputeCall*> in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<void*, std::function<void()>> elsewhere_ ABSL_GUARDED_BY(mu_);
   std::deque<Completion> done_ ABSL_GUARDED_BY(mu_);
+  // True while NextUntil waits on queue_; wake_ is the alarm that ends the
+  // wait when Complete adds to done_ meanwhile (its tag is itself).
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<grpc::Alarm> wake_ ABSL_GUARDED_BY(mu_);
 };
 
 ComputeQueue::ComputeQueue() : impl_(std::make_unique<Impl>()) {}
 ComputeQueue::~ComputeQueue() = default;
 int ComputeQueue::outstanding() const { return impl_->outstanding(); }
-ComputeQueue::Completion ComputeQueue::Next() { return impl_->Next(); }
+ComputeQueue::Completion ComputeQueue::Next() {
+  return *impl_->NextUntil(gpr_inf_future(GPR_CLOCK_MONOTONIC));
+}
+std::optional<ComputeQueue::Completion> ComputeQueue::NextUntil(
+    std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+      deadline - std::chrono::steady_clock::now());
+  const gpr_timespec at =
+      left.count() <= 0 ? gpr_now(GPR_CLOCK_MONOTONIC)
+                        : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                       gpr_time_from_micros(left.count(), GPR_TIMESPAN));
+  return impl_->NextUntil(at);
+}
+void ComputeQueue::Cancel(void* tag) { impl_->Cancel(tag); }
 void ComputeQueue::Complete(void* tag, absl::StatusOr<v1::ComputeLayerReply> reply) {
   impl_->Complete(tag, std::move(reply));
+}
+void ComputeQueue::StartedElsewhere(void* tag, std::function<void()> cancel) {
+  impl_->StartedElsewhere(tag, std::move(cancel));
 }
 
 void NodeClient::StartComputeLayer(const v1::ComputeLayerRequest& request,

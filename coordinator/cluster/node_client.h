@@ -12,8 +12,11 @@
 #ifndef COLIBRI_COORDINATOR_CLUSTER_NODE_CLIENT_H_
 #define COLIBRI_COORDINATOR_CLUSTER_NODE_CLIENT_H_
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -60,9 +63,11 @@ struct NodeClientOptions {
 // Where ComputeLayer calls started with NodeClient::StartComputeLayer complete,
 // on any number of clients: the thread that takes them (Next) drives the gRPC
 // calls itself, so a layer's calls to several nodes cost no thread hand-off.
+// A call can be cancelled while outstanding (Cancel); it still completes once.
 //
-// Thread-safety: StartComputeLayer on it and Next from one thread at a time
-// (the owner's).
+// Thread-safety: StartComputeLayer on it, Next, NextUntil and Cancel from one
+// thread at a time (the owner's); Complete from any thread (a client that
+// answers later, registered with StartedElsewhere, wakes a blocked Next).
 class ComputeQueue {
  public:
   struct Completion {
@@ -71,8 +76,9 @@ class ComputeQueue {
   };
 
   ComputeQueue();
-  // Cancels the calls still outstanding and waits until gRPC has let go of
-  // them.
+  // Cancels the calls still outstanding and waits until each has completed
+  // (gRPC has let go of it, a client registered with StartedElsewhere has
+  // called Complete).
   ~ComputeQueue();
   ComputeQueue(const ComputeQueue&) = delete;
   ComputeQueue& operator=(const ComputeQueue&) = delete;
@@ -82,9 +88,22 @@ class ComputeQueue {
   // Blocks until one of the outstanding calls completes and returns it
   // (calls completed at their start first). Requires outstanding() > 0.
   Completion Next();
-  // Records a call that completed as it started (NodeClient's default
-  // StartComputeLayer, a client with no node behind it).
+  // The same, but returns nullopt once `deadline` passes first.
+  std::optional<Completion> NextUntil(std::chrono::steady_clock::time_point deadline);
+  // Asks the outstanding calls started with `tag` to end now: a gRPC call is
+  // cancelled (it completes with Cancelled, or with its reply if that came
+  // first); a call registered with StartedElsewhere has its `cancel` run
+  // (once). No-op for a tag that is not outstanding.
+  void Cancel(void* tag);
+  // Records a call that completed (NodeClient's default StartComputeLayer, a
+  // client with no node behind it, or one registered with StartedElsewhere).
   void Complete(void* tag, absl::StatusOr<v1::ComputeLayerReply> reply);
+  // A client without a gRPC call behind StartComputeLayer (a test fake) that
+  // completes the call later, from any thread, through Complete(tag, ...):
+  // registers it as outstanding until then. `cancel` (may be empty) is what
+  // Cancel(tag) runs; it must lead to Complete(tag, ...) and may call it
+  // itself.
+  void StartedElsewhere(void* tag, std::function<void()> cancel);
 
   class Impl;  // node_client.cc
   Impl* impl() { return impl_.get(); }

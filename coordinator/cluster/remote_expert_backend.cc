@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -90,7 +91,7 @@ RemoteExpertBackend::~RemoteExpertBackend() {
 
 RemoteBackendStats& RemoteBackendStats::operator+=(const RemoteBackendStats& o) {
   // A counter added to the struct must be added here too.
-  static_assert(sizeof(RemoteBackendStats) == 16 * sizeof(int64_t),
+  static_assert(sizeof(RemoteBackendStats) == 19 * sizeof(int64_t),
                 "RemoteBackendStats changed: update operator+=");
   layers += o.layers;
   round_trips += o.round_trips;
@@ -108,6 +109,9 @@ RemoteBackendStats& RemoteBackendStats::operator+=(const RemoteBackendStats& o) 
   prefetch_calls += o.prefetch_calls;
   slowest_compute_micros += o.slowest_compute_micros;
   slowest_disk_micros += o.slowest_disk_micros;
+  hedges += o.hedges;
+  hedge_wins += o.hedge_wins;
+  hedge_wasted_bytes += o.hedge_wasted_bytes;
   return *this;
 }
 
@@ -133,6 +137,8 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
   calls_.clear();
   attempt_.assign(n_expert_, 0);
   fallback_experts_.assign(n_expert_, false);
+  expert_done_.assign(n_expert_, false);
+  expert_live_.assign(n_expert_, 0);
   submit_status_ = absl::OkStatus();
   placement_ = &cluster_->placement();
   const Placement& placement = *placement_;
@@ -202,7 +208,8 @@ std::vector<bool> RemoteExpertBackend::Healthy(int n_nodes) const {
   return healthy;
 }
 
-void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send_hints) {
+void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send_hints,
+                                   Call* hedge_of) {
   const Placement& placement = *placement_;
   const int replicas = placement.replicas();
   const int n_nodes = placement.n_nodes();
@@ -244,9 +251,17 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
     expert_tokens_.assign(n_expert_, 0);
     for (int64_t route : call->routes) ++expert_tokens_[batch_.experts[route]];
     call->work = 0;
-    for (int64_t n : expert_tokens_) call->work += ExpertWork(n);
+    for (int32_t e = 0; e < n_expert_; ++e) {
+      if (expert_tokens_[e] == 0) continue;
+      call->work += ExpertWork(expert_tokens_[e]);
+      call->experts.push_back(e);
+      ++expert_live_[e];
+    }
+    call->live = true;
+    call->hedge_of = hedge_of;
     EncodeRequest(call);
     const int64_t request_bytes = static_cast<int64_t>(call->request.ByteSizeLong());
+    call->request_bytes = request_bytes;
     const int64_t floor =
         2 * static_cast<int64_t>(call->tokens.size()) * batch_.n_embd * sizeof(float);
     cluster_->RecordWireFloor(call->node, floor);
@@ -262,6 +277,14 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
     // Null once the node was retired; its experts have moved by then.
     std::shared_ptr<NodeClient> client = cluster_->client(call->node);
     call->retired = client == nullptr;
+    // Hedges are not hedged again; a call with no other copy to go to finds
+    // that out when it is due.
+    const absl::Duration hedge_delay = hedge_of == nullptr && !call->retired && replicas > 1
+                                           ? cluster_->HedgeDelay(call->node, call->work)
+                                           : absl::InfiniteDuration();
+    if (hedge_delay < absl::Hours(24)) {
+      call->hedge_at = call->start + absl::ToChronoMicroseconds(hedge_delay);
+    }
     if (client != nullptr) {
       client->StartComputeLayer(call->request, call->deadline, &queue_, call);
     } else {
@@ -312,6 +335,7 @@ absl::Status RemoteExpertBackend::Scatter(const Call& call) {
   const char* data = outputs.data().data();
   if (!wire_.reduce) {
     for (size_t j = 0; j < call.routes.size(); ++j) {
+      if (expert_done_[batch_.experts[call.routes[j]]]) continue;  // answered by another call
       rpc::DecodeFloats(data + j * n_embd * element, n_embd, dtype, out_ + call.routes[j] * n_embd);
     }
     return absl::OkStatus();
@@ -342,109 +366,222 @@ void RemoteExpertBackend::WeighFallbackRoutes() {
   }
 }
 
-absl::Status RemoteExpertBackend::Wait() {
-  if (!submit_status_.ok()) return std::exchange(submit_status_, absl::OkStatus());
-  int replicas = placement_->replicas();
-  // The slowest successful call's wait, and what its node reported.
-  double slowest_wait = -1;
-  int64_t slowest_compute = 0;
-  int64_t slowest_disk = 0;
-  size_t first = 0;
-  while (first < calls_.size()) {
-    // Every call of [first, end) is outstanding: take them all.
-    while (queue_.outstanding() > 0) {
-      ComputeQueue::Completion done = queue_.Next();
-      Call* call = static_cast<Call*>(done.tag);
-      call->reply = std::move(done.reply);
-      call->wait_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - call->start).count();
+RemoteExpertBackend::Call* RemoteExpertBackend::NextHedge() const {
+  Call* first = nullptr;
+  for (const std::unique_ptr<Call>& c : calls_) {
+    if (!c->live || c->cancelled || c->hedge_at == std::chrono::steady_clock::time_point::max()) {
+      continue;
     }
-    std::vector<int64_t> retry;
-    const size_t end = calls_.size();
-    for (size_t c = first; c < end; ++c) {
-      const Call& call = *calls_[c];
-      absl::Status status = call.reply.ok() ? Scatter(call) : call.reply.status();
-      if (absl::IsDeadlineExceeded(status)) {
-        status = absl::DeadlineExceededError(
-            absl::StrCat(cluster_->node(call.node).address, " ComputeLayer: no reply within ",
-                         absl::FormatDuration(call.deadline), " (", status.message(), ")"));
-      }
-      const int64_t reply_bytes =
-          call.reply.ok() ? static_cast<int64_t>(call.reply->ByteSizeLong()) : 0;
-      // What the node says it spent on the call (clamped: a reply is untrusted;
-      // summed as doubles, so that no reported value can overflow).
-      const double node_seconds =
-          call.reply.ok()
-              ? 1e-6 * (std::max(0.0, static_cast<double>(call.reply->compute_micros())) +
-                        std::max(0.0, static_cast<double>(call.reply->disk_wait_micros())))
-              : 0.0;
-      cluster_->RecordCall(call.node, static_cast<int64_t>(call.request.ByteSizeLong()),
-                           reply_bytes, call.wait_seconds,
-                           std::min(node_seconds, call.wait_seconds), call.work, status);
-      if (call.reply.ok() && call.wait_seconds > slowest_wait) {
-        // Untrusted figures: each kept within the call's own wait.
-        const double wait_micros = 1e6 * call.wait_seconds;
-        slowest_wait = call.wait_seconds;
-        slowest_compute = static_cast<int64_t>(
-            std::min(wait_micros, std::max(0.0, static_cast<double>(call.reply->compute_micros()))));
-        slowest_disk = static_cast<int64_t>(std::min(
-            wait_micros, std::max(0.0, static_cast<double>(call.reply->disk_wait_micros()))));
-      }
-      if (call.reply.ok()) {
-        absl::MutexLock lock(&mu_);
-        stats_.bytes_received += reply_bytes;
-        stats_.payload_received += static_cast<int64_t>(call.reply->outputs().data().size());
-      }
-      if (status.ok()) continue;
-      // A node retired while this layer was under way: the placement that
-      // retired it is installed, so its experts have moved. Route the call's
-      // experts again by that placement; the node is not at fault.
-      if (call.retired && &cluster_->placement() != placement_) {
-        placement_ = &cluster_->placement();
-        replicas = placement_->replicas();
-        AddWorkers(placement_->n_nodes());  // nodes that joined since Submit
-        for (int64_t route : call.routes) {
-          // Owners order of the new placement, from its primary.
-          first_[batch_.experts[route]] = 0;
-          attempt_[batch_.experts[route]] = 0;
-        }
-        retry.insert(retry.end(), call.routes.begin(), call.routes.end());
-        continue;
-      }
-      // DataLoss / NotFound answered by the node: it lost (a stored value
-      // failed its checksum and was dropped) or misses an expert of this
-      // call. That is the expert's loss, not the node's: have it re-sent and
-      // keep the node. A reply that does not parse (Scatter) is the node's.
-      if (!call.reply.ok() &&
-          (absl::IsDataLoss(call.reply.status()) || absl::IsNotFound(call.reply.status()))) {
-        cluster_->ReportExpertLoss(call.node, status);
-      } else {
-        cluster_->MarkUnhealthy(call.node, status);
-      }
-      // Move each expert of the call past this node; all its routes in this
-      // layer went here, so one step per expert.
-      bool moved = false;
-      for (int64_t route : call.routes) {
-        const int32_t e = batch_.experts[route];
-        if (attempt_[e] < replicas && OwnerAt(*placement_, e, attempt_[e]) == call.node) {
-          ++attempt_[e];
-        }
-        moved = moved || attempt_[e] < replicas;
-      }
-      if (moved) {
-        cluster_->RecordFailover(call.node);
-        absl::MutexLock lock(&mu_);
-        ++stats_.failovers;
-      }
-      retry.insert(retry.end(), call.routes.begin(), call.routes.end());
+    if (first == nullptr || c->hedge_at < first->hedge_at) first = c.get();
+  }
+  return first;
+}
+
+void RemoteExpertBackend::Hedge(Call* call) {
+  call->hedge_at = std::chrono::steady_clock::time_point::max();
+  const Placement& placement = *placement_;
+  const int replicas = placement.replicas();
+  const std::vector<bool> healthy = Healthy(placement.n_nodes());
+  // Each unanswered expert's next healthy copy on another node, if any.
+  std::vector<std::pair<int32_t, int>> targets;  // (expert, attempt)
+  bool every = true;
+  for (int32_t e : call->experts) {
+    if (expert_done_[e]) continue;
+    int target = -1;
+    for (int a = attempt_[e] + 1; a < replicas && target < 0; ++a) {
+      const int node = OwnerAt(placement, e, a);
+      if (healthy[node] && node != call->node) target = a;
     }
-    first = end;
-    if (!retry.empty()) Dispatch(retry, /*send_hints=*/false);
+    if (target < 0) {
+      every = false;
+    } else {
+      targets.emplace_back(e, target);
+    }
+  }
+  if (targets.empty() || (wire_.reduce && !every) || !cluster_->TakeHedge()) return;
+  std::vector<bool> hedged(n_expert_, false);
+  for (const auto& [e, a] : targets) {
+    attempt_[e] = a;
+    hedged[e] = true;
+  }
+  std::vector<int64_t> routes;
+  for (int64_t route : call->routes) {
+    if (hedged[batch_.experts[route]]) routes.push_back(route);
   }
   {
     absl::MutexLock lock(&mu_);
-    stats_.slowest_compute_micros += slowest_compute;
-    stats_.slowest_disk_micros += slowest_disk;
+    ++stats_.hedges;
+  }
+  cluster_->RecordHedges(HedgeCounters{1, 0, 0});
+  Dispatch(routes, /*send_hints=*/false, call);
+}
+
+void RemoteExpertBackend::CancelAnswered() {
+  for (const std::unique_ptr<Call>& c : calls_) {
+    if (!c->live || c->cancelled) continue;
+    const bool answered = std::all_of(c->experts.begin(), c->experts.end(),
+                                      [this](int32_t e) { return expert_done_[e]; });
+    if (!answered) continue;
+    c->cancelled = true;
+    queue_.Cancel(c.get());
+  }
+}
+
+void RemoteExpertBackend::CountWasted(const Call& call, int64_t reply_bytes) {
+  const int64_t bytes = call.request_bytes + reply_bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.hedge_wasted_bytes += bytes;
+  }
+  cluster_->RecordHedges(HedgeCounters{0, 0, bytes});
+}
+
+void RemoteExpertBackend::Take(Call* call, absl::StatusOr<v1::ComputeLayerReply> reply) {
+  call->live = false;
+  call->reply = std::move(reply);
+  call->wait_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - call->start).count();
+  for (int32_t e : call->experts) --expert_live_[e];
+  const int64_t reply_bytes =
+      call->reply.ok() ? static_cast<int64_t>(call->reply->ByteSizeLong()) : 0;
+  if (call->reply.ok()) {
+    absl::MutexLock lock(&mu_);
+    stats_.bytes_received += reply_bytes;
+    stats_.payload_received += static_cast<int64_t>(call->reply->outputs().data().size());
+  }
+  // What the node says it spent on the call (clamped: a reply is untrusted;
+  // summed as doubles, so that no reported value can overflow).
+  const double node_seconds =
+      call->reply.ok()
+          ? std::min(call->wait_seconds,
+                     1e-6 * (std::max(0.0, static_cast<double>(call->reply->compute_micros())) +
+                             std::max(0.0, static_cast<double>(call->reply->disk_wait_micros()))))
+          : 0.0;
+  if (call->cancelled) {
+    // Its experts were answered by other calls; it is not at fault.
+    if (call->reply.ok()) {
+      cluster_->RecordCall(call->node, call->request_bytes, reply_bytes, call->wait_seconds,
+                           node_seconds, call->work, absl::OkStatus());
+    } else {
+      cluster_->RecordCancelledCall(call->node, call->request_bytes, call->wait_seconds,
+                                    call->work, /*outrun=*/call->hedge_of == nullptr);
+    }
+    CountWasted(*call, reply_bytes);
+    return;
+  }
+  // A reply of per-token sums is taken whole or not at all.
+  const bool usable =
+      call->reply.ok() &&
+      (!wire_.reduce || std::none_of(call->experts.begin(), call->experts.end(),
+                                     [this](int32_t e) { return expert_done_[e]; }));
+  absl::Status status = !call->reply.ok() ? call->reply.status()
+                        : usable          ? Scatter(*call)
+                                          : absl::OkStatus();
+  if (absl::IsDeadlineExceeded(status)) {
+    status = absl::DeadlineExceededError(
+        absl::StrCat(cluster_->node(call->node).address, " ComputeLayer: no reply within ",
+                     absl::FormatDuration(call->deadline), " (", status.message(), ")"));
+  }
+  cluster_->RecordCall(call->node, call->request_bytes, reply_bytes, call->wait_seconds,
+                       node_seconds, call->work, status);
+  if (status.ok() && usable) {
+    if (call->wait_seconds > slowest_wait_) {
+      // Untrusted figures: each kept within the call's own wait.
+      const double wait_micros = 1e6 * call->wait_seconds;
+      slowest_wait_ = call->wait_seconds;
+      slowest_compute_ = static_cast<int64_t>(std::min(
+          wait_micros, std::max(0.0, static_cast<double>(call->reply->compute_micros()))));
+      slowest_disk_ = static_cast<int64_t>(std::min(
+          wait_micros, std::max(0.0, static_cast<double>(call->reply->disk_wait_micros()))));
+    }
+    for (int32_t e : call->experts) expert_done_[e] = true;
+    Call* original = call->hedge_of;
+    if (original != nullptr && !original->hedge_won) {
+      original->hedge_won = true;
+      {
+        absl::MutexLock lock(&mu_);
+        ++stats_.hedge_wins;
+      }
+      cluster_->RecordHedges(HedgeCounters{0, 1, 0});
+    }
+    CancelAnswered();
+    return;
+  }
+  if (status.ok()) CountWasted(*call, reply_bytes);  // a hedge's sums came first
+  // The routes no other call carries any more.
+  std::vector<int64_t> retry;
+  for (int64_t route : call->routes) {
+    const int32_t e = batch_.experts[route];
+    if (!expert_done_[e] && expert_live_[e] == 0) retry.push_back(route);
+  }
+  if (!status.ok()) {
+    // A node retired while this layer was under way: the placement that
+    // retired it is installed, so its experts have moved. Route the call's
+    // experts again by that placement; the node is not at fault.
+    if (call->retired && &cluster_->placement() != placement_) {
+      placement_ = &cluster_->placement();
+      AddWorkers(placement_->n_nodes());  // nodes that joined since Submit
+      for (int64_t route : retry) {
+        // Owners order of the new placement, from its primary.
+        first_[batch_.experts[route]] = 0;
+        attempt_[batch_.experts[route]] = 0;
+      }
+      if (!retry.empty()) Dispatch(retry, /*send_hints=*/false);
+      return;
+    }
+    // DataLoss / NotFound answered by the node: it lost (a stored value
+    // failed its checksum and was dropped) or misses an expert of this
+    // call. That is the expert's loss, not the node's: have it re-sent and
+    // keep the node. A reply that does not parse (Scatter) is the node's.
+    if (!call->reply.ok() &&
+        (absl::IsDataLoss(call->reply.status()) || absl::IsNotFound(call->reply.status()))) {
+      cluster_->ReportExpertLoss(call->node, status);
+    } else {
+      cluster_->MarkUnhealthy(call->node, status);
+    }
+  }
+  if (retry.empty()) return;
+  // Every copy tried so far for these experts has failed them (or, after a
+  // hedge's sums came first, cannot be taken in part): move each past the
+  // furthest one tried (attempt_), once.
+  const int replicas = placement_->replicas();
+  bool moved = false;
+  std::vector<bool> stepped(n_expert_, false);
+  for (int64_t route : retry) {
+    const int32_t e = batch_.experts[route];
+    if (stepped[e]) continue;
+    stepped[e] = true;
+    if (attempt_[e] < replicas) ++attempt_[e];
+    moved = moved || attempt_[e] < replicas;
+  }
+  if (moved && !status.ok()) {
+    cluster_->RecordFailover(call->node);
+    absl::MutexLock lock(&mu_);
+    ++stats_.failovers;
+  }
+  Dispatch(retry, /*send_hints=*/false);
+}
+
+absl::Status RemoteExpertBackend::Wait() {
+  if (!submit_status_.ok()) return std::exchange(submit_status_, absl::OkStatus());
+  // The slowest call whose answer is used, and what its node reported (Take).
+  slowest_wait_ = -1;
+  slowest_compute_ = 0;
+  slowest_disk_ = 0;
+  while (queue_.outstanding() > 0) {
+    Call* due = NextHedge();
+    std::optional<ComputeQueue::Completion> done =
+        due != nullptr ? queue_.NextUntil(due->hedge_at) : queue_.Next();
+    if (!done.has_value()) {
+      Hedge(due);
+      continue;
+    }
+    Take(static_cast<Call*>(done->tag), std::move(done->reply));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.slowest_compute_micros += slowest_compute_;
+    stats_.slowest_disk_micros += slowest_disk_;
   }
 
   int64_t n_fallback = 0;

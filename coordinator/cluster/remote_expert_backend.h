@@ -22,6 +22,20 @@
 // generation completes, bit for bit the same: every expert output depends only
 // on its token's row, the weights and the path.
 //
+// Hedged calls: a call that has not answered after Cluster::HedgeDelay (its
+// node's high-percentile time for the call's work times a factor, at least a
+// floor) while the hedge budget allows (Cluster::TakeHedge) has its share re-sent:
+// each of its experts with another healthy copy goes to the next one in Owners
+// order, in one call per node (with wire.reduce only when every expert has
+// one, since a reply of sums cannot be taken in part). The first answer per
+// expert is taken; a call whose experts have all been answered by others is
+// cancelled. The bytes of the losing calls (cancelled, or answered when their
+// reply could no longer be used) count as wasted.
+// A late call outrun by its hedges does not make its node suspect; its wait
+// feeds the node's estimate as a lower bound (Cluster::RecordCancelledCall).
+// Calls that fail while another call covers their experts need no failover.
+// Whichever call answers, the result is bitwise the same.
+//
 // Prefetch hints (moe::ExpertBackend::Prefetch) are stashed and sent with the
 // next Submit, each to the replica that would compute its expert if the hinted
 // experts of its layer were that layer's batch (one token each): riding on that
@@ -102,6 +116,10 @@ struct RemoteBackendStats {
   // node reported computing and waiting for its disk, in microseconds.
   int64_t slowest_compute_micros = 0;
   int64_t slowest_disk_micros = 0;
+  // Hedged calls (see the file comment; Cluster::hedges() sums all backends).
+  int64_t hedges = 0;              // late calls whose share was re-sent
+  int64_t hedge_wins = 0;          // of those, the re-sent share answered first
+  int64_t hedge_wasted_bytes = 0;  // request + reply bytes of the losing calls
 
   // Adds every counter of `other` (a second channel's, for one total).
   RemoteBackendStats& operator+=(const RemoteBackendStats& other);
@@ -138,6 +156,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   struct Call {
     int node = -1;
     std::vector<int64_t> routes;
+    std::vector<int32_t> experts;    // the distinct experts of routes
     std::vector<int64_t> tokens;     // batch token of each hidden row
     std::vector<int32_t> route_row;  // [routes]: its token's hidden row
     v1::ComputeLayerRequest request;
@@ -149,6 +168,15 @@ class RemoteExpertBackend : public moe::ExpertBackend {
     // The node was retired (its client released) before the call went out:
     // the layer read a placement older than the one that moved its experts.
     bool retired = false;
+    int64_t request_bytes = 0;
+    bool live = false;       // started and not yet taken from queue_
+    bool cancelled = false;  // its experts were all answered by other calls
+    // When it is hedged if still live (time_point::max(): never), and
+    // whether a hedge of it answered first.
+    std::chrono::steady_clock::time_point hedge_at = std::chrono::steady_clock::time_point::max();
+    bool hedge_won = false;
+    // For a hedge: the call whose share it re-sends (null otherwise).
+    Call* hedge_of = nullptr;
   };
 
   // [n_expert] indexes into Owners(layer, e): the replica of each expert
@@ -164,7 +192,21 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   // Groups `routes` by each expert's current replica (attempt_) and sends the
   // calls; routes without a healthy replica go to fallback_experts_. With
   // send_hints, the stashed hints go out with these calls (SendHints).
-  void Dispatch(const std::vector<int64_t>& routes, bool send_hints);
+  // hedge_of: the late call these routes are a hedge of (null otherwise).
+  void Dispatch(const std::vector<int64_t>& routes, bool send_hints, Call* hedge_of = nullptr);
+  // The live call to be hedged first, or null.
+  Call* NextHedge() const;
+  // Re-sends the share of the late `call` to the other copies of its experts,
+  // budget permitting; never again for this call.
+  void Hedge(Call* call);
+  // A call came back: scatters its reply if it is the first for its experts,
+  // records it, cancels calls whose experts are all answered, and fails over
+  // the routes a failure left without a call.
+  void Take(Call* call, absl::StatusOr<v1::ComputeLayerReply> reply);
+  // Cancels the live calls whose experts have all been answered.
+  void CancelAnswered();
+  // Counts a losing call's bytes as wasted.
+  void CountWasted(const Call& call, int64_t reply_bytes);
   // Adds the stashed hints to the requests of the calls just grouped
   // (node_slot_ maps nodes to them) or to one Prefetch call per other owner,
   // and empties the stash. Called before those requests are posted.
@@ -195,8 +237,15 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   absl::Status submit_status_;
   // The replica at try a of expert e is Owners(e)[(first_[e] + a) % replicas].
   std::vector<int> first_;              // [n_expert]: the replica chosen first
-  std::vector<int> attempt_;            // [n_expert]: tries moved past
+  std::vector<int> attempt_;            // [n_expert]: the furthest try sent
   std::vector<bool> fallback_experts_;  // [n_expert]
+  std::vector<bool> expert_done_;       // [n_expert]: a reply of it was scattered
+  std::vector<int> expert_live_;        // [n_expert]: live calls that carry it
+  // Of the calls whose answers this Wait used, the slowest one's wait and
+  // what its node reported (microseconds): RemoteBackendStats::slowest_*.
+  double slowest_wait_ = -1;
+  int64_t slowest_compute_ = 0;
+  int64_t slowest_disk_ = 0;
   std::vector<std::unique_ptr<Call>> calls_;
   std::vector<int> node_slot_;       // [n_nodes] scratch: call index or -1
   std::vector<int32_t> token_slot_;  // [n_tokens] scratch: row in a request or -1

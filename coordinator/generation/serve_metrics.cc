@@ -197,11 +197,22 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
            [&](int i) { return c.healthy(i) ? 1 : 0; });
   per_node("colibri_node_excluded", "1 while the node is excluded from the placement.",
            Type::kGauge, [&](int i) { return c.excluded(i) ? 1 : 0; });
-  w.Family("colibri_fallback_routes_total",
-           "Routes computed by the coordinator because no replica could.", Type::kCounter);
-  w.Sample("colibri_fallback_routes_total", {}, {}, static_cast<double>(c.fallback_routes()));
-  w.Family("colibri_replacements_total", "Placements installed after the first.", Type::kCounter);
-  w.Sample("colibri_replacements_total", {}, {}, static_cast<double>(c.replacements()));
+  // A counter of the whole cluster: one sample without labels.
+  const auto total = [&](const char* name, const char* help, int64_t value) {
+    w.Family(name, help, Type::kCounter);
+    w.Sample(name, {}, {}, static_cast<double>(value));
+  };
+  total("colibri_fallback_routes_total",
+        "Routes computed by the coordinator because no replica could.", c.fallback_routes());
+  const HedgeCounters hedges = c.hedges();
+  total("colibri_hedges_total", "Late calls whose share was re-sent to the experts' other copies.",
+        hedges.hedges);
+  total("colibri_hedge_wins_total", "Hedges that answered before the late call.", hedges.wins);
+  total("colibri_hedge_wasted_bytes_total",
+        "Request and reply bytes of the calls that lost to a hedge or to the late call.",
+        hedges.wasted_bytes);
+  total("colibri_hedges_refused_total", "Hedges the --hedge-budget refused.", hedges.refused);
+  total("colibri_replacements_total", "Placements installed after the first.", c.replacements());
 }
 
 class MetricsInterceptor final : public grpc::experimental::Interceptor {

@@ -10,8 +10,8 @@
 // active generations, predictor recall and prefix cache occupancy (from
 // the scheduler), per-node
 // round trips, failures, failovers, bytes, hidden-state floor bytes and
-// wait, health, fallback routes (from the cluster), and the wire's bytes and
-// floor per generated token.
+// wait, health, fallback routes and hedged calls (from the cluster), and the
+// wire's bytes and floor per generated token.
 //
 // Thread-safety: thread-safe; SetSources once, before serving.
 #ifndef COLIBRI_COORDINATOR_GENERATION_SERVE_METRICS_H_

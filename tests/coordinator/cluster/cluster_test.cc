@@ -80,6 +80,17 @@ bool Eventually(F done) {
   return done();
 }
 
+// A node's work counts the ExpertWork units of the calls it answered; a
+// failed call did no work.
+TEST(ClusterTest, AnsweredCallsCountTheirWork) {
+  std::unique_ptr<TestCluster> t = MakeCluster(2, 1, absl::InfiniteDuration());
+  t->cluster->RecordCall(0, 10, 20, 0.01, 0.0, 7, absl::OkStatus());
+  t->cluster->RecordCall(0, 10, 0, 0.01, 0.0, 5, absl::UnavailableError("down"));
+  t->cluster->RecordCall(1, 10, 20, 0.01, 0.0, 3, absl::OkStatus());
+  EXPECT_EQ(t->cluster->counters(0).work_units, 7);
+  EXPECT_EQ(t->cluster->counters(1).work_units, 3);
+}
+
 TEST(ClusterTest, NodeAwayTooLongIsReplacedAndPlacedBackWhenHealthy) {
   auto t = MakeCluster(3, 1, absl::Milliseconds(30));
   ASSERT_NE(t->cluster, nullptr);

@@ -1,6 +1,7 @@
 // Fake expert nodes for RemoteExpertBackend tests: random float32 experts,
 // nodes that compute ComputeLayer with the same kernels as the local backend
-// (and can be told to fail, to be late or to report times), random batches,
+// (and can be told to fail, to be late, to hold their replies or to report
+// times), random batches,
 // and a fixture that builds a Cluster over them with a fake clock.
 #ifndef COLIBRI_TESTS_COORDINATOR_CLUSTER_FAKE_EXPERT_NODES_H_
 #define COLIBRI_TESTS_COORDINATOR_CLUSTER_FAKE_EXPERT_NODES_H_
@@ -78,6 +79,14 @@ class FakeNode : public FakeNodeClient {
     {
       absl::MutexLock lock(&mu_);
       requests_.push_back(request);
+    }
+    return Answer(request);
+  }
+  // The reply to `request` now (the failure the node is told to give, or the
+  // experts' outputs).
+  absl::StatusOr<v1::ComputeLayerReply> Answer(const v1::ComputeLayerRequest& request) {
+    {
+      absl::MutexLock lock(&mu_);
       if (down()) return absl::UnavailableError(address() + " is down");
       if (garbage_) return v1::ComputeLayerReply();
       if (!lose_.ok()) return lose_;
@@ -117,7 +126,8 @@ class FakeNode : public FakeNodeClient {
     reported_disk_ = disk;
   }
   // Records the deadline; a late node answers DeadlineExceeded at once, as a
-  // node that never answers would once `deadline` passed.
+  // node that never answers would once `deadline` passed; a holding node
+  // keeps the call until Release (or until it is cancelled: Cancelled).
   void StartComputeLayer(const v1::ComputeLayerRequest& request, absl::Duration deadline,
                          ComputeQueue* queue, void* tag) override {
     {
@@ -128,8 +138,57 @@ class FakeNode : public FakeNodeClient {
         queue->Complete(tag, absl::DeadlineExceededError("Deadline Exceeded"));
         return;
       }
+      if (hold_) {
+        requests_.push_back(request);
+        held_.push_back(Held{request, queue, tag});
+        queue->StartedElsewhere(tag, [this, queue, tag] {
+          bool found = false;
+          {
+            absl::MutexLock lock(&mu_);
+            for (auto it = held_.begin(); it != held_.end(); ++it) {
+              if (it->tag != tag) continue;
+              held_.erase(it);
+              ++cancelled_;
+              found = true;
+              break;
+            }
+          }
+          if (found) queue->Complete(tag, absl::CancelledError("Cancelled"));
+        });
+        return;
+      }
     }
     NodeClient::StartComputeLayer(request, deadline, queue, tag);
+  }
+  // While set, ComputeLayer calls started are held (a slow or hung node).
+  void set_hold(bool hold) {
+    absl::MutexLock lock(&mu_);
+    hold_ = hold;
+  }
+  // Answers the calls held now, in order (from the caller's thread, as a
+  // node whose replies come in late); returns how many.
+  int Release() {
+    std::vector<Held> held;
+    {
+      absl::MutexLock lock(&mu_);
+      held = std::exchange(held_, {});
+    }
+    for (Held& h : held) h.queue->Complete(h.tag, Answer(h.request));
+    return static_cast<int>(held.size());
+  }
+  // Blocks until at least `n` calls are held (true), or for at most 30 s
+  // (false: what the test waited for never came).
+  bool AwaitHeld(int n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return static_cast<int>(held_.size()) >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
+  }
+  // Held calls cancelled by their caller so far.
+  int cancelled() {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
   }
   void set_late(bool late) {
     absl::MutexLock lock(&mu_);
@@ -170,8 +229,16 @@ class FakeNode : public FakeNodeClient {
   }
 
  private:
+  struct Held {
+    v1::ComputeLayerRequest request;
+    ComputeQueue* queue;
+    void* tag;
+  };
   const FakeModel* const model_;
   absl::Mutex mu_;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Held> held_ ABSL_GUARDED_BY(mu_);
+  int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
   bool garbage_ ABSL_GUARDED_BY(mu_) = false;
   bool late_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<absl::Duration> deadlines_ ABSL_GUARDED_BY(mu_);
@@ -241,7 +308,7 @@ class RemoteExpertBackendTest : public ::testing::Test {
       nodes.push_back(n);
       clients.push_back(std::move(node));
     }
-    ClusterOptions options;
+    ClusterOptions options = options_;
     options.replicas = replicas;
     options.replica_choice = choice;
     options.clock = [this] { return now_; };
@@ -265,6 +332,8 @@ class RemoteExpertBackendTest : public ::testing::Test {
     ASSERT_TRUE(remote->Wait().ok());
   }
 
+  // The other ClusterOptions of MakeCluster (hedging, deadlines).
+  ClusterOptions options_;
   // ClusterOptions::clock of the cluster: moves only when a test moves it.
   absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
   FakeModel model_;

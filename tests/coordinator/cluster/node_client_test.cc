@@ -229,6 +229,62 @@ TEST_F(NodeClientTest, AComputeQueueDestroyedWithCallsInFlightCancelsThem) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(1.5));
 }
 
+// NextUntil gives up at its deadline; a cancelled call still comes back once.
+TEST_F(NodeClientTest, AComputeQueueWaitsUntilADeadlineAndCancels) {
+  std::unique_ptr<NodeClient> client = Client();
+  ComputeQueue queue;
+  int tag = 0;
+  v1::ComputeLayerRequest request;
+  request.set_layer(99);  // the service answers after 2 s
+  client->StartComputeLayer(request, absl::Seconds(30), &queue, &tag);
+  EXPECT_FALSE(queue.NextUntil(std::chrono::steady_clock::now()).has_value());
+  EXPECT_FALSE(
+      queue.NextUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(10)).has_value());
+  EXPECT_EQ(queue.outstanding(), 1);
+  queue.Cancel(&tag);
+  ComputeQueue::Completion done = queue.Next();
+  EXPECT_EQ(done.tag, &tag);
+  EXPECT_EQ(done.reply.status().code(), absl::StatusCode::kCancelled) << done.reply.status();
+  EXPECT_EQ(queue.outstanding(), 0);
+  queue.Cancel(&tag);  // no longer outstanding: nothing happens
+  EXPECT_EQ(queue.outstanding(), 0);
+}
+
+// A call a client completes later from another thread wakes a Next blocked
+// on the gRPC calls; Cancel runs its client's canceller once.
+TEST_F(NodeClientTest, ACallCompletedElsewhereWakesABlockedNext) {
+  std::unique_ptr<NodeClient> client = Client();
+  ComputeQueue queue;
+  int grpc_tag = 0;
+  int later_tag = 0;
+  int cancel_tag = 0;
+  v1::ComputeLayerRequest request;
+  request.set_layer(99);
+  client->StartComputeLayer(request, absl::Seconds(30), &queue, &grpc_tag);
+  queue.StartedElsewhere(&later_tag, nullptr);
+  int cancels = 0;
+  queue.StartedElsewhere(&cancel_tag, [&] {
+    ++cancels;
+    queue.Complete(&cancel_tag, absl::CancelledError("cancelled by the test"));
+  });
+  EXPECT_EQ(queue.outstanding(), 3);
+  std::thread answer([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    queue.Complete(&later_tag, v1::ComputeLayerReply());
+  });
+  ComputeQueue::Completion done = queue.Next();
+  answer.join();
+  EXPECT_EQ(done.tag, &later_tag);
+  EXPECT_TRUE(done.reply.ok()) << done.reply.status();
+  queue.Cancel(&cancel_tag);
+  queue.Cancel(&cancel_tag);
+  EXPECT_EQ(cancels, 1);
+  done = queue.Next();
+  EXPECT_EQ(done.tag, &cancel_tag);
+  EXPECT_EQ(done.reply.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(queue.outstanding(), 1);  // the gRPC call, cancelled by the destructor
+}
+
 // Clients without an asynchronous path (test fakes) complete at the start.
 TEST(ComputeQueueTest, TheDefaultStartRecordsTheBlockingResult) {
   class Blocking : public testing::FakeNodeClient {
