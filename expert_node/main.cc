@@ -33,7 +33,9 @@
 #include "expert_node/node_server.h"
 #include "expert_node/share_import.h"
 #include "model/ops/matmul.h"
+#include "expert_node/node_report.h"
 #include "rpc/auth_token.h"
+#include "rpc/probe_server.h"
 #include "rpc/protobuf_log.h"
 #include "rpc/server_support.h"
 
@@ -117,6 +119,15 @@ int main(int argc, char** argv) {
                  "HOST:PORT of GET /metrics (Prometheus text); same token/--insecure rule "
                  "as --listen (default: off)")
       ->check(colibri::cli::ListenAddress());
+  std::string health_listen;
+  bool health_metrics = false;
+  app.add_option("--health-listen", health_listen,
+                 "plaintext HOST:PORT of GET /healthz and /readyz for probes (200 once the "
+                 "store is open and the node serves), open without a token (default: off)")
+      ->check(colibri::cli::ListenAddress());
+  app.add_flag("--health-metrics", health_metrics,
+               "also serve GET /metrics on --health-listen, without a token (for Prometheus "
+               "scraping)");
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain (enables TLS)");
   app.add_option("--tls-key", options.tls_key_file, "PEM private key");
   app.add_option("--tls-ca", options.tls_ca_file, "PEM CA: require and verify client certificates");
@@ -275,6 +286,25 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (health_metrics && health_listen.empty()) {
+    std::cerr << "colibri-expert-node: --health-metrics needs --health-listen\n";
+    return 2;
+  }
+  // Probes see "starting" while the store opens (a large or damaged store
+  // takes a while).
+  std::unique_ptr<colibri::rpc::ProbeServer> probes;
+  if (!health_listen.empty()) {
+    colibri::rpc::ProbeServer::Options probe_options;
+    probe_options.listen = health_listen;
+    probe_options.metrics = health_metrics;
+    absl::StatusOr<std::unique_ptr<colibri::rpc::ProbeServer>> started =
+        colibri::rpc::ProbeServer::Start(probe_options);
+    if (!started.ok()) {
+      std::cerr << "colibri-expert-node: " << started.status().message() << "\n";
+      return 1;
+    }
+    probes = *std::move(started);
+  }
   absl::StatusOr<std::unique_ptr<NodeServer>> server = NodeServer::Start(options);
   if (!server.ok()) {
     std::cerr << "colibri-expert-node: " << server.status().message() << "\n";
@@ -299,6 +329,13 @@ int main(int argc, char** argv) {
     }
     metrics = std::move(*started);
     std::printf("metrics listening on %s\n", metrics->address().c_str());
+    std::fflush(stdout);
+  }
+
+  if (probes != nullptr) {
+    const colibri::expert_node::NodeReport* report = (*server)->service()->report();
+    probes->MarkStarted(nullptr, [report] { return colibri::expert_node::RenderNodeReport(*report); });
+    std::printf("health listening on %s\n", probes->address().c_str());
     std::fflush(stdout);
   }
 
@@ -333,6 +370,7 @@ int main(int argc, char** argv) {
                           " bytes"));
   }
   if (metrics != nullptr) metrics->Stop();
+  if (probes != nullptr) probes->Stop();
   (*server)->Shutdown(absl::Seconds(5));
   LogEvent("stopped");
   return 0;

@@ -11,12 +11,12 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/http_listener.h"
+#include "common/status_macros.h"
 #include "coordinator/api/chat_prompt.h"
 #include "coordinator/cluster/cluster_experts.h"
 #include "coordinator/api/http_connection_gate.h"
@@ -82,22 +82,6 @@ class HttpJob final : public GenerationJob {
   std::deque<GeneratedToken> tokens_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::StatusOr<GenerationOutcome>> outcome_ ABSL_GUARDED_BY(mu_);
 };
-
-// Splits "host:port" / "[v6]:port"; InvalidArgument otherwise.
-absl::Status SplitListen(const std::string& listen, std::string* host, int* port) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), port) ||
-      *port < 0 || *port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http-listen: '", listen, "' is not HOST:PORT"));
-  }
-  *host = listen.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  if (host->empty()) return absl::InvalidArgumentError("--http-listen: the host is empty");
-  return absl::OkStatus();
-}
 
 // The routes, as the requests metric's endpoint label (anything else is
 // "other", so that scanners cannot grow the series without bound).
@@ -168,7 +152,7 @@ HttpServer::HttpServer(const Options& options)
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options) {
   std::string host;
   int port = 0;
-  if (absl::Status s = SplitListen(options.listen, &host, &port); !s.ok()) return s;
+  COLIBRI_RETURN_IF_ERROR(rpc::SplitHttpListen(options.listen, "--http-listen", &host, &port));
   if (options.threads < 1) return absl::InvalidArgumentError("--http-threads must be >= 1");
   std::unique_ptr<HttpServer> server(new HttpServer(options));
   GatedHttpServer::Options gate;
@@ -319,13 +303,9 @@ void HttpServer::Route() {
 openai::ApiError HttpServer::Health() const {
   const Backend* b = backend_.load(std::memory_order_acquire);
   if (b == nullptr) return openai::MakeError(503, "the model is still loading");
-  bool usable = true;
-  if (b->cluster != nullptr) {
-    Cluster& cluster = b->cluster->cluster();
-    usable = false;
-    for (int i = 0; i < cluster.n_nodes() && !usable; ++i) usable = cluster.healthy(i);
+  if (b->cluster != nullptr && !b->cluster->cluster().AnyHealthy()) {
+    return openai::MakeError(503, "no expert node is healthy");
   }
-  if (!usable) return openai::MakeError(503, "no expert node is healthy");
   return openai::ApiError{200, {{"status", "ok"}}};
 }
 

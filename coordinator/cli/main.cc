@@ -253,6 +253,13 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--http-listen", serve.http_listen,
                         "OpenAI-compatible HTTP API address HOST:PORT (port 0: the OS picks one)")
       ->check(colibri::cli::ListenAddress());
+  serve_cmd->add_option("--health-listen", serve.health_listen,
+                        "plaintext HOST:PORT of GET /healthz and /readyz for probes, open "
+                        "without a token (default: off)")
+      ->check(colibri::cli::ListenAddress());
+  serve_cmd->add_flag("--health-metrics", serve.health_metrics,
+                      "also serve GET /metrics on --health-listen, without a token (for "
+                      "Prometheus scraping)");
   serve_cmd->add_option("--chat-template-file", serve.chat_template_file,
                         "Jinja chat template for the chat endpoints (default: the GGUF's, else "
                         "ChatML)");

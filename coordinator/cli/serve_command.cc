@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "coordinator/api/chat_prompt.h"
+#include "coordinator/api/grpc_health_publisher.h"
 #include "coordinator/api/http_server.h"
 #include "coordinator/api/inference_service.h"
 #include "coordinator/api/model_summary.h"
@@ -26,6 +27,7 @@
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "rpc/auth_token.h"
+#include "rpc/probe_server.h"
 #include "rpc/server_support.h"
 
 namespace colibri::coordinator {
@@ -63,8 +65,19 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     COLIBRI_RETURN_IF_ERROR(
         rpc::CheckListenAllowed(options.http_listen, !token.empty(), options.insecure));
   }
+  if (options.health_metrics && options.health_listen.empty()) {
+    return absl::InvalidArgumentError("--health-metrics needs --health-listen");
+  }
   // Outlives everything that records into it.
   ServeMetrics metrics;
+  // Probes see "starting" while the model loads and the nodes are reached.
+  std::unique_ptr<rpc::ProbeServer> probes;
+  if (!options.health_listen.empty()) {
+    rpc::ProbeServer::Options probe_options;
+    probe_options.listen = options.health_listen;
+    probe_options.metrics = options.health_metrics;
+    COLIBRI_ASSIGN_OR_RETURN(probes, rpc::ProbeServer::Start(probe_options));
+  }
   // The HTTP API listens while the model loads, answering 503 until then.
   std::unique_ptr<HttpServer> http;
   if (!options.http_listen.empty()) {
@@ -161,10 +174,19 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
+  // Ready while it can compute: with nodes, while one of them is healthy.
+  const auto ready = [c = cluster.get()]() -> absl::Status {
+    if (c != nullptr && !c->cluster().AnyHealthy()) {
+      return absl::UnavailableError("no expert node is healthy");
+    }
+    return absl::OkStatus();
+  };
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  std::unique_ptr<GrpcHealthPublisher> health_publisher;
   if (health != nullptr) {
-    health->SetServingStatus(true);
-    health->SetServingStatus(v1::Inference::service_full_name(), true);
+    GrpcHealthPublisher::Options publisher_options;
+    publisher_options.services = {v1::Inference::service_full_name()};
+    health_publisher = std::make_unique<GrpcHealthPublisher>(publisher_options, health, ready);
   }
   const arch::ModelConfig& config = model->config();
   err << absl::StrFormat(
@@ -181,9 +203,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   }
   out << "listening on " << rpc::ListenHost(options.listen) << ":" << port << std::endl;
 
-  // Stopped before what it serves is destroyed, on every return.
-  absl::Cleanup stop_http = [&http] {
+  // Stopped before what they serve is destroyed, on every return.
+  absl::Cleanup stop_http = [&http, &probes, &health_publisher] {
     if (http != nullptr) http->Stop();
+    if (probes != nullptr) probes->Stop();
+    if (health_publisher != nullptr) health_publisher->Stop();
   };
   metrics.SetSources(scheduler.get(), cluster.get());
   if (http != nullptr) {
@@ -197,10 +221,15 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     out << "http listening on " << rpc::ListenHost(options.http_listen) << ":" << http->port()
         << std::endl;
   }
+  if (probes != nullptr) {
+    probes->MarkStarted(ready, [&metrics] { return metrics.Render(); });
+    out << "health listening on " << probes->address() << std::endl;
+  }
 
   wait_for_shutdown();
 
   err << "serve: shutting down\n";
+  if (health_publisher != nullptr) health_publisher->Stop();
   if (health != nullptr) health->Shutdown();
   // Calls in progress get the grace period to finish; then gRPC cancels them
   // and the workers stop at their next token.

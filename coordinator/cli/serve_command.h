@@ -23,6 +23,13 @@ struct ServeOptions {
   // OpenAI-compatible HTTP API address ("HOST:PORT", port 0 lets the OS
   // choose), same token and loopback rule as `listen`. Default: "" (off).
   std::string http_listen;
+  // Plaintext HTTP address of the probes (rpc/probe_server.h): /healthz is
+  // 200 once the model is loaded and the nodes reached, /readyz while the
+  // server can serve (some expert node healthy). Open without a token, also
+  // beyond loopback. Default: "" (off).
+  std::string health_listen;
+  // Serve GET /metrics on health_listen too, without a token. Default: false.
+  bool health_metrics = false;
   // Connection threads of the HTTP API (each open connection holds one).
   // Default: 0, meaning 4 * sessions + 4.
   int http_threads = 0;
