@@ -21,6 +21,7 @@
 #include "common/cli_config.h"
 #include "common/mutex_mode.h"
 #include "common/process_knobs.h"
+#include "common/service_notify.h"
 #include "common/shutdown_signals.h"
 #include "common/status_macros.h"
 #include "common/version_flag.h"
@@ -349,6 +350,13 @@ int main(int argc, char** argv) {
   if (!options.service.advertise_address.empty()) {
     LogEvent(absl::StrCat("advertised as ", options.service.advertise_address));
   }
+  // Type=notify units: started once the store is open and the node serves.
+  if (absl::Status notified = colibri::NotifyServiceReady(
+          absl::StrCat("serving on ", (*server)->address(), ", ",
+                       (*server)->store()->experts_stored(), " experts stored"));
+      !notified.ok()) {
+    LogEvent(std::string(notified.message()));
+  }
 
   if (importing) {
     // While serving: the node answers (and the warm-up fills RAM) meanwhile.
@@ -363,6 +371,7 @@ int main(int argc, char** argv) {
 
   const int signal_number = colibri::WaitForShutdownSignal(signals);
   LogEvent(absl::StrCat("signal ", signal_number, ": shutting down"));
+  colibri::NotifyServiceStopping("shutting down").IgnoreError();
   if (const auto* pool = (*server)->store()->buffer_pool(); pool != nullptr) {
     const colibri::expert_node::BlobBufferPool::Counters b = pool->counters();
     LogEvent(absl::StrCat("expert buffers: ", b.allocations, " allocated, ", b.reuses,

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/service_notify.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "coordinator/api/chat_prompt.h"
@@ -225,10 +226,19 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     probes->MarkStarted(ready, [&metrics] { return metrics.Render(); });
     out << "health listening on " << probes->address() << std::endl;
   }
+  // Type=notify units: started once the model is loaded and the nodes reached.
+  if (absl::Status notified = NotifyServiceReady(absl::StrCat(
+          "serving on ", rpc::ListenHost(options.listen), ":", port,
+          cluster != nullptr ? absl::StrCat(" with ", cluster->cluster().n_nodes(), " expert nodes")
+                             : std::string()));
+      !notified.ok()) {
+    err << "serve: " << notified.message() << "\n";
+  }
 
   wait_for_shutdown();
 
   err << "serve: shutting down\n";
+  NotifyServiceStopping("shutting down").IgnoreError();
   if (health_publisher != nullptr) health_publisher->Stop();
   if (health != nullptr) health->Shutdown();
   // Calls in progress get the grace period to finish; then gRPC cancels them
