@@ -224,15 +224,61 @@ void HttpServer::Stop() {
 }
 
 bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res) const {
-  if (rpc::AuthorizationMatches(req.get_header_value("Authorization"), options_.auth_token)) {
-    return true;
+  const std::string authorization = req.get_header_value("Authorization");
+  if (options_.api_keys.empty()) {
+    if (rpc::AuthorizationMatches(authorization, options_.auth_token)) return true;
+  } else {
+    // Every key is compared (in constant time each), so the time does not
+    // tell which one nearly matched.
+    bool matched = false;
+    for (const std::string& key : options_.api_keys) {
+      matched = rpc::AuthorizationMatches(authorization, key) || matched;
+    }
+    if (matched) return true;
   }
   SendError(res, openai::MakeError(401, "missing or wrong API key (Authorization: Bearer ...)"));
   return false;
 }
 
+void HttpServer::AddCorsHeaders(const httplib::Request& req, httplib::Response& res) const {
+  if (options_.cors_origins.empty() || !req.has_header("Origin")) return;
+  const std::string origin = req.get_header_value("Origin");
+  for (const std::string& allowed : options_.cors_origins) {
+    if (allowed == "*" || allowed == origin) {
+      res.set_header("Access-Control-Allow-Origin", allowed == "*" ? "*" : origin);
+      res.set_header("Vary", "Origin");
+      return;
+    }
+  }
+}
+
+void HttpServer::HandlePreflight(const httplib::Request& req, httplib::Response& res) const {
+  // Answered for any path: the browser asks before the real request, which
+  // then gets its own answer (401 without a key, 404 for no route).
+  if (!req.has_header("Origin") || !res.has_header("Access-Control-Allow-Origin")) {
+    return SendError(res, openai::MakeError(403, "this origin may not call the API (--cors-origin)"));
+  }
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+  res.set_header("Access-Control-Allow-Headers",
+                 asked.empty() ? std::string("Authorization, Content-Type") : asked);
+  res.set_header("Access-Control-Max-Age", "600");
+}
+
 void HttpServer::Route() {
   httplib::Server& http = *server_;
+  if (!options_.cors_origins.empty()) {
+    // Before the handlers (a streamed response's headers go out with its
+    // first chunk) and on every answer, errors included.
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      AddCorsHeaders(req, res);
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http.Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
+      HandlePreflight(req, res);
+    });
+  }
   // Every endpoint but /health needs the token, and the model: until Attach
   // the answer is 503.
   using Handler = std::function<void(const Backend&, const httplib::Request&, httplib::Response&)>;
@@ -383,12 +429,14 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
       MakeGenerationSpec(ToGenerationRequest(*std::move(parsed)), b.requests, &param);
   if (!made.ok()) return SendError(res, openai::ErrorFromStatus(made.status(), param));
   GenerationSpec spec = *std::move(made);
-  if (absl::Status s = CheckQueue(*b.scheduler, b.requests.defaults); !s.ok()) {
-    return SendError(res, openai::ErrorFromStatus(s));
-  }
+  absl::Status queued = CheckQueue(*b.scheduler, b.requests.defaults);
   auto job = std::make_shared<HttpJob>(std::move(spec));
-  if (absl::Status s = b.scheduler->Submit(job); !s.ok()) {
-    return SendError(res, openai::ErrorFromStatus(s));
+  if (queued.ok()) queued = b.scheduler->Submit(job);
+  if (!queued.ok()) {
+    if (queued.code() == absl::StatusCode::kResourceExhausted) {
+      res.set_header("Retry-After", absl::StrCat(options_.retry_after_seconds));
+    }
+    return SendError(res, openai::ErrorFromStatus(queued));
   }
   // Counted until the response is written: a non-streamed one when this
   // handler returns, a stream when cpp-httplib releases its provider.

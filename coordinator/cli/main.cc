@@ -263,6 +263,18 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--chat-template-file", serve.chat_template_file,
                         "Jinja chat template for the chat endpoints (default: the GGUF's, else "
                         "ChatML)");
+  serve_cmd->add_option("--api-key-file", serve.api_key_file,
+                        "file of the HTTP API's keys, one per line (then the API accepts these "
+                        "and not the --auth-token-file token)");
+  serve_cmd->add_option("--cors-origin", serve.cors_origins,
+                        "origin (https://host[:port]) whose web pages may call the HTTP API; "
+                        "repeatable; '*' for any (warned)")
+      ->take_all();
+  serve_cmd->add_option("--max-queued", serve.max_queued,
+                        "generations waiting for a session at most; more get HTTP 429 with "
+                        "Retry-After (gRPC RESOURCE_EXHAUSTED)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   serve_cmd->add_option("--http-threads", serve.http_threads,
                         "HTTP connection threads (0: 4 * --sessions + 4)")
       ->capture_default_str()

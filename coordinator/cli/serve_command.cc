@@ -62,9 +62,29 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   }
   COLIBRI_RETURN_IF_ERROR(
       rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));
+  std::vector<std::string> api_keys;
+  if (!options.api_key_file.empty()) {
+    if (options.http_listen.empty()) {
+      return absl::InvalidArgumentError("--api-key-file needs --http-listen");
+    }
+    COLIBRI_ASSIGN_OR_RETURN(api_keys, rpc::ReadKeyFile(options.api_key_file));
+  }
+  if (!options.cors_origins.empty() && options.http_listen.empty()) {
+    return absl::InvalidArgumentError("--cors-origin needs --http-listen");
+  }
+  for (const std::string& origin : options.cors_origins) {
+    if (origin == "*") {
+      err << "serve: warning: --cors-origin '*': web pages of any site may call the HTTP API "
+             "with a key their users give them\n";
+    } else if (!absl::StartsWith(origin, "http://") && !absl::StartsWith(origin, "https://")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cors-origin '", origin, "': an origin is SCHEME://HOST[:PORT], or '*'"));
+    }
+  }
   if (!options.http_listen.empty()) {
-    COLIBRI_RETURN_IF_ERROR(
-        rpc::CheckListenAllowed(options.http_listen, !token.empty(), options.insecure));
+    COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(
+        options.http_listen, !token.empty() || !api_keys.empty(), options.insecure,
+        "--auth-token-file or --api-key-file"));
   }
   if (options.health_metrics && options.health_listen.empty()) {
     return absl::InvalidArgumentError("--health-metrics needs --health-listen");
@@ -85,6 +105,9 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     HttpServer::Options http_options;
     http_options.listen = options.http_listen;
     http_options.auth_token = token;
+    http_options.api_keys = std::move(api_keys);
+    http_options.cors_origins = options.cors_origins;
+    http_options.defaults.max_queued = options.max_queued;
     http_options.threads =
         options.http_threads > 0 ? options.http_threads : 4 * std::max(options.sessions, 1) + 4;
     http_options.model_id = ModelId(options.model_path);
@@ -154,6 +177,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), pool.get()));
   InferenceServiceImpl::Options service_options;
   service_options.auth_token = token;
+  service_options.defaults.max_queued = options.max_queued;
   service_options.chat = chat;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<InferenceServiceImpl> service,
                            InferenceServiceImpl::Create(service_options, *model, tokenizer,

@@ -7,6 +7,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -30,6 +31,16 @@ struct ServeOptions {
   std::string health_listen;
   // Serve GET /metrics on health_listen too, without a token. Default: false.
   bool health_metrics = false;
+  // File of the HTTP API's keys, one per line (rpc::ReadKeyFile): with it
+  // the API accepts these keys and not auth_token's. Default: "" (the token).
+  std::string api_key_file;
+  // Origins whose browser pages may call the HTTP API (HttpServer::Options::
+  // cors_origins; "*" allowed, with a warning). Default: none.
+  std::vector<std::string> cors_origins;
+  // Generations waiting for a session at most, over gRPC and HTTP alike; more
+  // are refused (HTTP 429 with Retry-After, gRPC RESOURCE_EXHAUSTED).
+  // Default: 64.
+  int max_queued = 64;
   // Connection threads of the HTTP API (each open connection holds one).
   // Default: 0, meaning 4 * sessions + 4.
   int http_threads = 0;
