@@ -263,6 +263,10 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--chat-template-file", serve.chat_template_file,
                         "Jinja chat template for the chat endpoints (default: the GGUF's, else "
                         "ChatML)");
+  serve_cmd->add_option("--http-tls-cert", serve.http_tls_cert_file,
+                        "PEM certificate chain of the HTTP API (HTTPS with --http-tls-key)");
+  serve_cmd->add_option("--http-tls-key", serve.http_tls_key_file,
+                        "PEM private key of the HTTP API");
   serve_cmd->add_option("--api-key-file", serve.api_key_file,
                         "file of the HTTP API's keys, one per line (then the API accepts these "
                         "and not the --auth-token-file token)");

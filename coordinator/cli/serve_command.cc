@@ -69,6 +69,10 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     }
     COLIBRI_ASSIGN_OR_RETURN(api_keys, rpc::ReadKeyFile(options.api_key_file));
   }
+  if ((!options.http_tls_cert_file.empty() || !options.http_tls_key_file.empty()) &&
+      options.http_listen.empty()) {
+    return absl::InvalidArgumentError("--http-tls-cert and --http-tls-key need --http-listen");
+  }
   if (!options.cors_origins.empty() && options.http_listen.empty()) {
     return absl::InvalidArgumentError("--cors-origin needs --http-listen");
   }
@@ -105,6 +109,8 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     HttpServer::Options http_options;
     http_options.listen = options.http_listen;
     http_options.auth_token = token;
+    http_options.tls_cert_file = options.http_tls_cert_file;
+    http_options.tls_key_file = options.http_tls_key_file;
     http_options.api_keys = std::move(api_keys);
     http_options.cors_origins = options.cors_origins;
     http_options.defaults.max_queued = options.max_queued;

@@ -31,6 +31,11 @@ struct ServeOptions {
   std::string health_listen;
   // Serve GET /metrics on health_listen too, without a token. Default: false.
   bool health_metrics = false;
+  // PEM certificate chain and key of the HTTP API: HTTPS when both are set
+  // (HttpServer::Options::tls_cert_file, which says what changes).
+  // Default: "" (plain HTTP).
+  std::string http_tls_cert_file;
+  std::string http_tls_key_file;
   // File of the HTTP API's keys, one per line (rpc::ReadKeyFile): with it
   // the API accepts these keys and not auth_token's. Default: "" (the token).
   std::string api_key_file;

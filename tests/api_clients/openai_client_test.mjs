@@ -4,7 +4,8 @@
 // chat turn's cached prompt tokens (usage.prompt_tokens_details), an auth failure and
 // malformed requests; API keys apart from the cluster token (--api-key-file),
 // CORS for a browser page's origin (--cors-origin, the preflight with curl) and
-// a full queue's 429 with Retry-After (--max-queued). Run by CTest through
+// a full queue's 429 with Retry-After (--max-queued), and HTTPS
+// (--http-tls-cert, certificates from deploy/make-certs.sh). Run by CTest through
 // run_openai_client_test.sh:
 //
 //   node openai_client_test.mjs COORDINATOR MODEL.gguf
@@ -17,6 +18,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 
 let OpenAI;
@@ -275,4 +277,46 @@ test('a full queue is a RateLimitError (429) with Retry-After', async () => {
     .completions.create({ model: modelId, ...greedy }).then(() => null, (e) => e);
   assert.ok(error instanceof OpenAI.RateLimitError, String(error));
   assert.equal(error.headers.get('retry-after'), '1');
+});
+
+test('over HTTPS the client talks to the API with the lab CA, and plain HTTP is refused', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'colibri-https-'));
+  const certs = spawnSync('bash', [fileURLToPath(new URL('../../deploy/make-certs.sh', import.meta.url)),
+    join(dir, 'lab'), 'localhost,127.0.0.1'], { encoding: 'utf8' });
+  assert.equal(certs.status, 0, certs.stderr);
+  const host = join(dir, 'lab', 'localhost');
+  const address = await startServe(['--http-tls-cert', join(host, 'host.crt'),
+                                    '--http-tls-key', join(host, 'host.key')]);
+  const port = address.split(':').pop();
+  // Node reads extra CAs at start-up only: the client runs in a child that
+  // trusts the lab CA, as a user's NODE_EXTRA_CA_CERTS would.
+  const script = `
+    import OpenAI from 'openai';
+    const c = new OpenAI({ apiKey: process.env.KEY, baseURL: process.env.URL, maxRetries: 0 });
+    const r = await c.completions.create({ model: process.env.MODEL, prompt: 'Hi', max_tokens: 3,
+                                           temperature: 0, ignore_eos: true });
+    let streamed = '';
+    for await (const chunk of await c.completions.create({ model: process.env.MODEL, prompt: 'Hi',
+        max_tokens: 3, temperature: 0, ignore_eos: true, stream: true })) {
+      for (const choice of chunk.choices) streamed += choice.text;
+    }
+    console.log(JSON.stringify({ text: r.choices[0].text, streamed }));`;
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: fileURLToPath(new URL('.', import.meta.url)), encoding: 'utf8', timeout: 120000,
+    env: { ...process.env, NODE_EXTRA_CA_CERTS: join(dir, 'lab', 'ca.crt'), KEY: TOKEN,
+           URL: `https://localhost:${port}/v1`, MODEL: modelId },
+  });
+  assert.equal(child.status, 0, child.stderr);
+  const out = JSON.parse(child.stdout);
+  assert.ok(out.text.length > 0);
+  assert.equal(out.streamed, out.text);
+  // Without the CA the certificate is not trusted; plain HTTP gets no answer.
+  const untrusted = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: fileURLToPath(new URL('.', import.meta.url)), encoding: 'utf8', timeout: 120000,
+    env: { ...process.env, KEY: TOKEN, URL: `https://localhost:${port}/v1`, MODEL: modelId },
+  });
+  assert.notEqual(untrusted.status, 0);
+  const plain = spawnSync('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', '5',
+    `http://localhost:${port}/health`], { encoding: 'utf8' });
+  assert.notEqual(plain.stdout, '200');
 });

@@ -121,6 +121,25 @@ TEST(HttpServerTest, CorsHeadersForAllowedOriginsAndPreflightsWithoutAKey) {
   (*server)->Stop();
 }
 
+TEST(HttpServerTest, TlsFilesMustBothBeThereAndBePem) {
+  HttpServer::Options options;
+  options.listen = "127.0.0.1:0";
+  options.tls_cert_file = ::testing::TempDir() + "/http_tls_not_pem.crt";
+  EXPECT_EQ(HttpServer::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.tls_key_file = ::testing::TempDir() + "/http_tls_not_pem.key";
+  EXPECT_EQ(HttpServer::Start(options).status().code(), absl::StatusCode::kNotFound);
+  for (const std::string& file : {options.tls_cert_file, options.tls_key_file}) {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("not PEM\n", f);
+    std::fclose(f);
+  }
+  const absl::Status status = HttpServer::Start(options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("not a PEM certificate chain"), absl::string_view::npos)
+      << status;
+}
+
 TEST(HttpServerTest, BadAddressesAndThreadCountsAreRefused) {
   HttpServer::Options options;
   options.listen = "127.0.0.1";
