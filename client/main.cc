@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,7 +40,9 @@ struct SamplingFlags {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int repeat_last_n = 64;
-  uint64_t seed = 0xC011B121ULL;
+  // Drawn at random unless --seed is given (so two runs differ, as with
+  // other tools); --verbose prints it, to repeat a run.
+  uint64_t seed = 0;
 };
 
 bool ReadFile(const std::string& path, std::string* out) {
@@ -145,10 +148,16 @@ int main(int argc, char** argv) {
   ClientOptions options;
   std::string token_file;
   std::string ca_file;
-  app.add_option("--coordinator", options.address, "coordinator host:port")
+  // The environment stands in for flags left out (as OLLAMA_HOST does); a
+  // flag or a --config key wins over it.
+  app.add_option("--coordinator", options.address,
+                 "coordinator host:port")
       ->required()
+      ->envname("COLIBRI_COORDINATOR")
       ->check(colibri::cli::ConnectAddress());
-  app.add_option("--auth-token-file", token_file, "file holding the coordinator's token");
+  app.add_option("--auth-token-file", token_file,
+                 "file holding the coordinator's token")
+      ->envname("COLIBRI_TOKEN_FILE");
   app.add_option("--tls-ca", ca_file, "PEM CA certificate: talk TLS to the coordinator");
 
   v1::GenerateRequest request;
@@ -187,9 +196,10 @@ int main(int argc, char** argv) {
                   "tokens the penalties look back over (-1: all, 0: penalties off)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 20));
-  gen->add_option("--seed", sf.seed, "sampling seed")
-      ->capture_default_str()
+  gen->add_option("--seed", sf.seed, "sampling seed (default: random; --verbose prints it)")
       ->check(CLI::NonNegativeNumber);
+  bool verbose = false;
+  gen->add_flag("--verbose", verbose, "print the seed used on stderr");
   gen->add_option("--stop", stop, "stop when the text contains this (repeatable)");
   gen->add_flag("--ignore-eos", ignore_eos, "keep generating after end-of-generation tokens");
   gen->add_flag("--exact", exact, "keep activations in float32 (the reference path)");
@@ -369,6 +379,11 @@ int main(int argc, char** argv) {
     p->set_frequency_penalty(sf.frequency_penalty);
     p->set_penalty_last_n(sf.repeat_last_n);
   }
+  if (gen->count("--seed") == 0) {
+    std::random_device random;
+    sf.seed = (static_cast<uint64_t>(random()) << 32) | random();
+  }
+  if (verbose) std::cerr << "seed: " << sf.seed << "\n";
   p->set_seed(sf.seed);
   p->set_has_seed(true);
   for (const std::string& s : stop) request.add_stop(s);
