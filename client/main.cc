@@ -5,13 +5,14 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/bench_command.h"
 #include "client/bench_prompts.h"
@@ -21,6 +22,7 @@
 #include "common/cli_checks.h"
 #include "common/mutex_mode.h"
 #include "common/version_flag.h"
+#include "google/protobuf/util/json_util.h"
 #include "rpc/auth_token.h"
 
 namespace {
@@ -75,6 +77,20 @@ std::string Bytes(uint64_t n) {
   if (n >= (uint64_t{1} << 20)) return absl::StrFormat("%.1fM", n / double(uint64_t{1} << 20));
   if (n >= (uint64_t{1} << 10)) return absl::StrFormat("%.1fK", n / double(uint64_t{1} << 10));
   return absl::StrFormat("%d", n);
+}
+
+// A reply as one JSON object on a line: the proto's field names, every field
+// (zeros and empty lists too), for scripts.
+int PrintJson(const google::protobuf::Message& reply) {
+  google::protobuf::util::JsonPrintOptions json;
+  json.preserve_proto_field_names = true;
+  json.always_print_primitive_fields = true;
+  std::string out;
+  if (const auto s = google::protobuf::util::MessageToJsonString(reply, &out, json); !s.ok()) {
+    return Fail(absl::InternalError(absl::StrCat("the reply as JSON: ", s.ToString())));
+  }
+  std::printf("%s\n", out.c_str());
+  return 0;
 }
 
 void PrintStatus(const v1::ClusterStatusReply& s) {
@@ -262,11 +278,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--json", bench_json, "print one JSON object instead of the table");
 
   CLI::App* status_cmd = app.add_subcommand("status", "the expert nodes, their health and counters");
+  bool status_json = false;
+  status_cmd->add_flag("--json", status_json,
+                       "print the reply as one JSON object (ClusterStatusReply's field names)");
   std::string health_service;
   CLI::App* health_cmd = app.add_subcommand("health", "SERVING (exit 0) or NOT_SERVING (exit 1)");
   health_cmd->add_option("--service", health_service,
                          "health of this service (default: the whole server)");
   CLI::App* info_cmd = app.add_subcommand("info", "the model being served");
+  bool info_json = false;
+  info_cmd->add_flag("--json", info_json,
+                     "print the reply as one JSON object (ModelInfoReply's field names)");
   colibri::AddConfigFileOption(&app);
   if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
 
@@ -297,6 +319,7 @@ int main(int argc, char** argv) {
   if (info_cmd->parsed()) {
     absl::StatusOr<v1::ModelInfoReply> info = (*client)->ModelInfo();
     if (!info.ok()) return Fail(info.status());
+    if (info_json) return PrintJson(*info);
     std::printf(
         "architecture %s\nname %s\nfingerprint %s\nlayers %d\nembedding %d\nvocabulary %d\n"
         "context %d\nexperts %d (top-%d)\ndense bytes %llu\nrouted expert bytes %llu\n",
@@ -338,6 +361,7 @@ int main(int argc, char** argv) {
   if (status_cmd->parsed()) {
     absl::StatusOr<v1::ClusterStatusReply> status = (*client)->ClusterStatus();
     if (!status.ok()) return Fail(status.status());
+    if (status_json) return PrintJson(*status);
     PrintStatus(*status);
     return 0;
   }

@@ -132,6 +132,26 @@ TEST_F(ClientCommandsTest, GenerateDrawsARandomSeedUnlessGivenAndVerbosePrintsIt
   EXPECT_EQ(seed_of(quiet), "");
 }
 
+TEST_F(ClientCommandsTest, StatusAndInfoPrintJsonForScripts) {
+  ASSERT_NO_FATAL_FAILURE(StartServe());
+  const CommandResult info = Client({"info", "--json"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const json model = json::parse(info.out, nullptr, false);
+  ASSERT_TRUE(model.is_object()) << info.out;
+  EXPECT_EQ(model["architecture"], "qwen3moe");
+  EXPECT_EQ(model["n_layer"], 3);
+  EXPECT_EQ(model["n_expert_used"], 2);
+  // 64-bit counts are strings, as proto3's JSON mapping has them.
+  EXPECT_TRUE(model["dense_bytes"].is_string()) << info.out;
+
+  const CommandResult status = Client({"status", "--json"});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  const json cluster = json::parse(status.out, nullptr, false);
+  ASSERT_TRUE(cluster.is_object()) << status.out;
+  EXPECT_TRUE(cluster["nodes"].is_array());  // local experts: no nodes
+  EXPECT_TRUE(cluster.contains("active_generations")) << status.out;
+}
+
 TEST_F(ClientCommandsTest, ChatResetForgetsTheHistoryAndExitStops) {
   ASSERT_NO_FATAL_FAILURE(StartServe());
   const CommandResult chat = Client({"chat", "--temp", "0", "-n", "3", "--stats"},
