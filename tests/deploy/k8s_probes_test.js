@@ -102,6 +102,7 @@ function cleanup() {
   fs.rmSync(tmp, {recursive: true, force: true});
 }
 process.on('exit', cleanup);
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => process.exit(1));
 const ipx = (...args) => execFileSync('ip', args, {stdio: ['ignore', 'ignore', 'pipe']});
 if (spawnSync('ip', ['netns', 'add', ns.coordinator]).status !== 0) skip('cannot create network namespaces');
 for (const p of podNames) ipx('netns', 'add', ns[p]);
@@ -181,9 +182,12 @@ function runProbe(probe, pod, fromNs) {
   }
   return {ok: false, saw: `unknown probe ${JSON.stringify(probe)}`};
 }
+// All waiting together ends well within CTest's timeout (300 s), so that the
+// exit handler always removes the namespaces.
+const waitUntil = Date.now() + 150 * 1000;
 async function eventually(probe, pod, fromNs, seconds) {
   let last;
-  for (let i = 0; i < seconds * 4; i++) {
+  for (let i = 0; i < seconds * 4 && (i === 0 || Date.now() < waitUntil); i++) {
     last = runProbe(probe, pod, fromNs);
     if (last.ok) return last;
     await sleep(250);
