@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/bench_command.h"
 #include "client/bench_prompts.h"
@@ -20,6 +22,7 @@
 #include "common/cli_checks.h"
 #include "common/mutex_mode.h"
 #include "common/version_flag.h"
+#include "google/protobuf/util/json_util.h"
 #include "rpc/auth_token.h"
 
 namespace {
@@ -39,7 +42,9 @@ struct SamplingFlags {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int repeat_last_n = 64;
-  uint64_t seed = 0xC011B121ULL;
+  // Drawn at random unless --seed is given (so two runs differ, as with
+  // other tools); --verbose prints it, to repeat a run.
+  uint64_t seed = 0;
 };
 
 bool ReadFile(const std::string& path, std::string* out) {
@@ -72,6 +77,20 @@ std::string Bytes(uint64_t n) {
   if (n >= (uint64_t{1} << 20)) return absl::StrFormat("%.1fM", n / double(uint64_t{1} << 20));
   if (n >= (uint64_t{1} << 10)) return absl::StrFormat("%.1fK", n / double(uint64_t{1} << 10));
   return absl::StrFormat("%d", n);
+}
+
+// A reply as one JSON object on a line: the proto's field names, every field
+// (zeros and empty lists too), for scripts.
+int PrintJson(const google::protobuf::Message& reply) {
+  google::protobuf::util::JsonPrintOptions json;
+  json.preserve_proto_field_names = true;
+  json.always_print_primitive_fields = true;
+  std::string out;
+  if (const auto s = google::protobuf::util::MessageToJsonString(reply, &out, json); !s.ok()) {
+    return Fail(absl::InternalError(absl::StrCat("the reply as JSON: ", s.ToString())));
+  }
+  std::printf("%s\n", out.c_str());
+  return 0;
 }
 
 void PrintStatus(const v1::ClusterStatusReply& s) {
@@ -145,10 +164,16 @@ int main(int argc, char** argv) {
   ClientOptions options;
   std::string token_file;
   std::string ca_file;
-  app.add_option("--coordinator", options.address, "coordinator host:port")
+  // The environment stands in for flags left out (as OLLAMA_HOST does); a
+  // flag or a --config key wins over it.
+  app.add_option("--coordinator", options.address,
+                 "coordinator host:port")
       ->required()
+      ->envname("COLIBRI_COORDINATOR")
       ->check(colibri::cli::ConnectAddress());
-  app.add_option("--auth-token-file", token_file, "file holding the coordinator's token");
+  app.add_option("--auth-token-file", token_file,
+                 "file holding the coordinator's token")
+      ->envname("COLIBRI_TOKEN_FILE");
   app.add_option("--tls-ca", ca_file, "PEM CA certificate: talk TLS to the coordinator");
 
   v1::GenerateRequest request;
@@ -187,9 +212,10 @@ int main(int argc, char** argv) {
                   "tokens the penalties look back over (-1: all, 0: penalties off)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 20));
-  gen->add_option("--seed", sf.seed, "sampling seed")
-      ->capture_default_str()
+  gen->add_option("--seed", sf.seed, "sampling seed (default: random; --verbose prints it)")
       ->check(CLI::NonNegativeNumber);
+  bool verbose = false;
+  gen->add_flag("--verbose", verbose, "print the seed used on stderr");
   gen->add_option("--stop", stop, "stop when the text contains this (repeatable)");
   gen->add_flag("--ignore-eos", ignore_eos, "keep generating after end-of-generation tokens");
   gen->add_flag("--exact", exact, "keep activations in float32 (the reference path)");
@@ -252,11 +278,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--json", bench_json, "print one JSON object instead of the table");
 
   CLI::App* status_cmd = app.add_subcommand("status", "the expert nodes, their health and counters");
+  bool status_json = false;
+  status_cmd->add_flag("--json", status_json,
+                       "print the reply as one JSON object (ClusterStatusReply's field names)");
   std::string health_service;
   CLI::App* health_cmd = app.add_subcommand("health", "SERVING (exit 0) or NOT_SERVING (exit 1)");
   health_cmd->add_option("--service", health_service,
                          "health of this service (default: the whole server)");
   CLI::App* info_cmd = app.add_subcommand("info", "the model being served");
+  bool info_json = false;
+  info_cmd->add_flag("--json", info_json,
+                     "print the reply as one JSON object (ModelInfoReply's field names)");
   colibri::AddConfigFileOption(&app);
   if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
 
@@ -287,6 +319,7 @@ int main(int argc, char** argv) {
   if (info_cmd->parsed()) {
     absl::StatusOr<v1::ModelInfoReply> info = (*client)->ModelInfo();
     if (!info.ok()) return Fail(info.status());
+    if (info_json) return PrintJson(*info);
     std::printf(
         "architecture %s\nname %s\nfingerprint %s\nlayers %d\nembedding %d\nvocabulary %d\n"
         "context %d\nexperts %d (top-%d)\ndense bytes %llu\nrouted expert bytes %llu\n",
@@ -328,6 +361,7 @@ int main(int argc, char** argv) {
   if (status_cmd->parsed()) {
     absl::StatusOr<v1::ClusterStatusReply> status = (*client)->ClusterStatus();
     if (!status.ok()) return Fail(status.status());
+    if (status_json) return PrintJson(*status);
     PrintStatus(*status);
     return 0;
   }
@@ -369,6 +403,11 @@ int main(int argc, char** argv) {
     p->set_frequency_penalty(sf.frequency_penalty);
     p->set_penalty_last_n(sf.repeat_last_n);
   }
+  if (gen->count("--seed") == 0) {
+    std::random_device random;
+    sf.seed = (static_cast<uint64_t>(random()) << 32) | random();
+  }
+  if (verbose) std::cerr << "seed: " << sf.seed << "\n";
   p->set_seed(sf.seed);
   p->set_has_seed(true);
   for (const std::string& s : stop) request.add_stop(s);

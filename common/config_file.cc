@@ -100,14 +100,21 @@ absl::StatusOr<std::vector<ConfigEntry>> ParseConfigText(absl::string_view text,
   std::vector<ConfigEntry> entries;
   std::set<std::pair<std::string, std::string>> seen;
   std::string section;
+  const std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  // Lines numbered from 1; a list may go on over the lines after its key's.
+  size_t index = 0;
   int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
+  const auto line_at = [&lines](size_t i) {
+    absl::string_view line = lines[i];
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    return absl::StripAsciiWhitespace(line);
+  };
+  for (; index < lines.size(); ++index) {
+    line_number = static_cast<int>(index) + 1;
     auto fail = [&](absl::string_view what) {
       return absl::InvalidArgumentError(absl::StrCat(source, ":", line_number, ": ", what));
     };
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    absl::string_view rest = absl::StripAsciiWhitespace(line);
+    absl::string_view rest = line_at(index);
     if (rest.empty() || rest[0] == '#') continue;
     if (rest[0] == '[') {
       const size_t close = rest.find(']');
@@ -135,9 +142,23 @@ absl::StatusOr<std::vector<ConfigEntry>> ParseConfigText(absl::string_view text,
     if (!rest.empty() && rest[0] == '[') {
       entry.is_list = true;
       rest.remove_prefix(1);
+      // After a value without a comma, only the closing ']' may come.
+      bool want_close = false;
       while (true) {
         rest = absl::StripLeadingAsciiWhitespace(rest);
-        if (!rest.empty() && rest[0] == ']') break;
+        if (rest.empty() || rest[0] == '#') {  // the list goes on on the next line
+          if (index + 1 == lines.size()) {
+            line_number = entry.line;
+            return fail(absl::StrCat("key '", entry.key, "': the list has no closing ']'"));
+          }
+          rest = line_at(++index);
+          line_number = static_cast<int>(index) + 1;
+          continue;
+        }
+        if (rest[0] == ']') break;
+        if (want_close) {
+          return fail(absl::StrCat("key '", entry.key, "': expected ',' or ']' in the list"));
+        }
         std::string value;
         if (!ReadScalar(&rest, &value, &error)) {
           return fail(absl::StrCat("key '", entry.key, "': ", error));
@@ -146,10 +167,8 @@ absl::StatusOr<std::vector<ConfigEntry>> ParseConfigText(absl::string_view text,
         rest = absl::StripLeadingAsciiWhitespace(rest);
         if (!rest.empty() && rest[0] == ',') {
           rest.remove_prefix(1);
-          continue;
-        }
-        if (rest.empty() || rest[0] != ']') {
-          return fail(absl::StrCat("key '", entry.key, "': a list must end with ']' on its line"));
+        } else {
+          want_close = true;
         }
       }
       rest.remove_prefix(1);

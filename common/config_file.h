@@ -6,7 +6,8 @@
 //   ram-budget = "8G"
 //   io-threads = 4                   # a number (integer or decimal), written as is
 //   insecure = false                 # a flag: true or false
-//   nodes = ["a:7070", "b:7070"]    # a list, on one line
+//   nodes = ["a:7070", "b:7070"]    # a list; it may go on over several lines,
+//                                    # with comments and a trailing comma
 //   [generate]                       # the keys below belong to a subcommand
 //   temp = 0.7
 //

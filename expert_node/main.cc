@@ -21,6 +21,7 @@
 #include "common/cli_config.h"
 #include "common/mutex_mode.h"
 #include "common/process_knobs.h"
+#include "common/service_notify.h"
 #include "common/shutdown_signals.h"
 #include "common/status_macros.h"
 #include "common/version_flag.h"
@@ -33,7 +34,9 @@
 #include "expert_node/node_server.h"
 #include "expert_node/share_import.h"
 #include "model/ops/matmul.h"
+#include "expert_node/node_report.h"
 #include "rpc/auth_token.h"
+#include "rpc/probe_server.h"
 #include "rpc/protobuf_log.h"
 #include "rpc/server_support.h"
 
@@ -118,6 +121,15 @@ int main(int argc, char** argv) {
                  "HOST:PORT of GET /metrics (Prometheus text); same token/--insecure rule "
                  "as --listen (default: off)")
       ->check(colibri::cli::ListenAddress());
+  std::string health_listen;
+  bool health_metrics = false;
+  app.add_option("--health-listen", health_listen,
+                 "plaintext HOST:PORT of GET /healthz and /readyz for probes (200 once the "
+                 "store is open and the node serves), open without a token (default: off)")
+      ->check(colibri::cli::ListenAddress());
+  app.add_flag("--health-metrics", health_metrics,
+               "also serve GET /metrics on --health-listen, without a token (for Prometheus "
+               "scraping)");
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain (enables TLS)");
   app.add_option("--tls-key", options.tls_key_file, "PEM private key");
   app.add_option("--tls-ca", options.tls_ca_file, "PEM CA: require and verify client certificates");
@@ -286,6 +298,25 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (health_metrics && health_listen.empty()) {
+    std::cerr << "colibri-expert-node: --health-metrics needs --health-listen\n";
+    return 2;
+  }
+  // Probes see "starting" while the store opens (a large or damaged store
+  // takes a while).
+  std::unique_ptr<colibri::rpc::ProbeServer> probes;
+  if (!health_listen.empty()) {
+    colibri::rpc::ProbeServer::Options probe_options;
+    probe_options.listen = health_listen;
+    probe_options.metrics = health_metrics;
+    absl::StatusOr<std::unique_ptr<colibri::rpc::ProbeServer>> started =
+        colibri::rpc::ProbeServer::Start(probe_options);
+    if (!started.ok()) {
+      std::cerr << "colibri-expert-node: " << started.status().message() << "\n";
+      return 1;
+    }
+    probes = *std::move(started);
+  }
   absl::StatusOr<std::unique_ptr<NodeServer>> server = NodeServer::Start(options);
   if (!server.ok()) {
     std::cerr << "colibri-expert-node: " << server.status().message() << "\n";
@@ -313,6 +344,13 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
+  if (probes != nullptr) {
+    const colibri::expert_node::NodeReport* report = (*server)->service()->report();
+    probes->MarkStarted(nullptr, [report] { return colibri::expert_node::RenderNodeReport(*report); });
+    std::printf("health listening on %s\n", probes->address().c_str());
+    std::fflush(stdout);
+  }
+
   LogEvent(absl::StrCat("started: node ", options.service.node_id, " on ", (*server)->address(),
                         ", data ", options.store.data_dir, ", ", (*server)->store()->experts_stored(),
                         " experts stored, RAM budget ", options.ram.budget_bytes, " bytes",
@@ -324,6 +362,13 @@ int main(int argc, char** argv) {
                         options.tls_cert_file.empty() ? "" : ", TLS"));
   if (!options.service.advertise_address.empty()) {
     LogEvent(absl::StrCat("advertised as ", options.service.advertise_address));
+  }
+  // Type=notify units: started once the store is open and the node serves.
+  if (absl::Status notified = colibri::NotifyServiceReady(
+          absl::StrCat("serving on ", (*server)->address(), ", ",
+                       (*server)->store()->experts_stored(), " experts stored"));
+      !notified.ok()) {
+    LogEvent(std::string(notified.message()));
   }
 
   if (importing) {
@@ -339,6 +384,7 @@ int main(int argc, char** argv) {
 
   const int signal_number = colibri::WaitForShutdownSignal(signals);
   LogEvent(absl::StrCat("signal ", signal_number, ": shutting down"));
+  colibri::NotifyServiceStopping("shutting down").IgnoreError();
   if (const auto* pool = (*server)->store()->buffer_pool(); pool != nullptr) {
     const colibri::expert_node::BlobBufferPool::Counters b = pool->counters();
     LogEvent(absl::StrCat("expert buffers: ", b.allocations, " allocated, ", b.reuses,
@@ -346,6 +392,7 @@ int main(int argc, char** argv) {
                           " bytes"));
   }
   if (metrics != nullptr) metrics->Stop();
+  if (probes != nullptr) probes->Stop();
   (*server)->Shutdown(absl::Seconds(5));
   LogEvent("stopped");
   return 0;

@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/http_listener.h"
 #include "common/status_macros.h"
@@ -71,21 +70,19 @@ std::string RenderNodeMetrics(const v1::NodeStatsReply& stats,
   return w.text();
 }
 
+std::string RenderNodeReport(const NodeReport& report) {
+  v1::NodeStatsReply stats;
+  report.Stats(&stats);
+  return RenderNodeMetrics(stats, report.compute_seconds().snapshot());
+}
+
 absl::StatusOr<std::unique_ptr<NodeMetricsServer>> NodeMetricsServer::Start(
     const Options& options, const NodeReport* report) {
   COLIBRI_RETURN_IF_ERROR(
       rpc::CheckListenAllowed(options.listen, !options.auth_token.empty(), options.insecure));
-  const size_t colon = options.listen.rfind(':');
+  std::string host;
   int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--metrics-listen: '", options.listen, "' is not HOST:PORT"));
-  }
-  std::string host = options.listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  COLIBRI_RETURN_IF_ERROR(rpc::SplitHttpListen(options.listen, "--metrics-listen", &host, &port));
   std::unique_ptr<NodeMetricsServer> server(new NodeMetricsServer());
   server->server_ = std::make_unique<httplib::Server>();
   httplib::Server& http = *server->server_;
@@ -100,11 +97,8 @@ absl::StatusOr<std::unique_ptr<NodeMetricsServer>> NodeMetricsServer::Start(
       res.set_content("missing or wrong token (Authorization: Bearer ...)\n", "text/plain");
       return;
     }
-    v1::NodeStatsReply stats;
-    report->Stats(&stats);
     res.status = 200;
-    res.set_content(RenderNodeMetrics(stats, report->compute_seconds().snapshot()),
-                    metrics::kTextContentType);
+    res.set_content(RenderNodeReport(*report), metrics::kTextContentType);
   });
   const int bound =
       port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);

@@ -39,6 +39,9 @@ inline constexpr const char* kNodeGaugeFields[] = {
 std::string RenderNodeMetrics(const v1::NodeStatsReply& stats,
                               const metrics::Histogram::Snapshot& compute_seconds);
 
+// RenderNodeMetrics of the report's stats now (thread-safe as NodeReport).
+std::string RenderNodeReport(const NodeReport& report);
+
 class NodeMetricsServer {
  public:
   struct Options {

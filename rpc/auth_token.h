@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +35,12 @@ absl::Status CheckAuthToken(absl::string_view token);
 // by CheckAuthToken. NotFound when the file is unreadable; InvalidArgument
 // from CheckAuthToken, with the message naming the file (never the token).
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// Reads a file of API keys, one per line (blank lines and lines starting with
+// '#' are skipped), each checked by CheckAuthToken. NotFound when unreadable;
+// InvalidArgument naming the file and line (never a key) for a bad key, a
+// key given twice, or a file with no key.
+absl::StatusOr<std::vector<std::string>> ReadKeyFile(const std::string& path);
 
 }  // namespace colibri::rpc
 

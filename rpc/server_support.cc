@@ -94,6 +94,21 @@ std::string BoundAddress(absl::string_view listen, int port) {
   return absl::StrCat(ListenHost(listen), ":", port);
 }
 
+absl::Status SplitHttpListen(absl::string_view listen, absl::string_view flag, std::string* host,
+                             int* port) {
+  const size_t colon = listen.rfind(':');
+  if (colon == absl::string_view::npos || !absl::SimpleAtoi(listen.substr(colon + 1), port) ||
+      *port < 0 || *port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", listen, "' is not HOST:PORT"));
+  }
+  *host = std::string(listen.substr(0, colon));
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  if (host->empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": the host is empty"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTlsFiles& tls) {
   if (tls.cert_file.empty() && tls.key_file.empty()) {

@@ -44,6 +44,12 @@ absl::Status CheckListenAllowed(absl::string_view listen, bool has_token, bool i
 // "unix-abstract:" sockets (which have no port).
 std::string BoundAddress(absl::string_view listen, int port);
 
+// Splits an HTTP listen address "host:port" / "[v6]:port" into the host
+// (brackets removed) and the port (0-65535). InvalidArgument naming `flag`
+// otherwise (an empty host, no port).
+absl::Status SplitHttpListen(absl::string_view listen, absl::string_view flag, std::string* host,
+                             int* port);
+
 // Reads a whole file (PEM certificates); NotFound when unreadable.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 

@@ -439,9 +439,12 @@ GatedHttpServer::~GatedHttpServer() = default;
 int GatedHttpServer::CurrentSocket() { return current_socket; }
 
 std::string GatedHttpServer::JsonResponse(int status, const std::string& body) {
+  // An overload or a start-up passes: tell clients when to come back.
+  const bool retry = status == 429 || status == 503;
   return absl::StrCat("HTTP/1.1 ", status, " ", Reason(status),
                       "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
-                      "\r\nConnection: close\r\n\r\n", body);
+                      retry ? "\r\nRetry-After: 1" : "", "\r\nConnection: close\r\n\r\n",
+                      body);
 }
 
 bool GatedHttpServer::process_and_close_socket(socket_t sock) {

@@ -82,7 +82,8 @@ class GatedHttpServer : public httplib::Server {
   // (a route handler, a content provider), or -1 off a worker.
   static int CurrentSocket();
 
-  // A complete HTTP/1.1 response with a JSON body and "Connection: close".
+  // A complete HTTP/1.1 response with a JSON body and "Connection: close";
+  // 429 and 503 also say "Retry-After: 1".
   static std::string JsonResponse(int status, const std::string& body);
 
  private:

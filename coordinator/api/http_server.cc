@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -11,12 +12,12 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/http_listener.h"
+#include "common/status_macros.h"
 #include "coordinator/api/assistant_output.h"
 #include "coordinator/api/chat_prompt.h"
 #include "coordinator/api/cluster_view.h"
@@ -85,22 +86,6 @@ class HttpJob final : public GenerationJob {
   std::deque<GeneratedToken> tokens_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::StatusOr<GenerationOutcome>> outcome_ ABSL_GUARDED_BY(mu_);
 };
-
-// Splits "host:port" / "[v6]:port"; InvalidArgument otherwise.
-absl::Status SplitListen(const std::string& listen, std::string* host, int* port) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), port) ||
-      *port < 0 || *port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http-listen: '", listen, "' is not HOST:PORT"));
-  }
-  *host = listen.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  if (host->empty()) return absl::InvalidArgumentError("--http-listen: the host is empty");
-  return absl::OkStatus();
-}
 
 // The routes, as the requests metric's endpoint label (anything else is
 // "other", so that scanners cannot grow the series without bound).
@@ -172,30 +157,55 @@ HttpServer::HttpServer(const Options& options)
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options) {
   std::string host;
   int port = 0;
-  if (absl::Status s = SplitListen(options.listen, &host, &port); !s.ok()) return s;
+  COLIBRI_RETURN_IF_ERROR(rpc::SplitHttpListen(options.listen, "--http-listen", &host, &port));
   if (options.threads < 1) return absl::InvalidArgumentError("--http-threads must be >= 1");
   std::unique_ptr<HttpServer> server(new HttpServer(options));
-  GatedHttpServer::Options gate;
-  gate.threads = options.threads;
-  gate.request_deadline = absl::Seconds(options.request_deadline_seconds);
-  gate.keep_alive = absl::Seconds(options.keep_alive_seconds);
-  gate.keep_alive_max_requests = options.keep_alive_max_requests;
-  gate.read_timeout = absl::Seconds(options.read_timeout_seconds);
-  gate.write_timeout = absl::Seconds(options.write_timeout_seconds);
-  gate.max_pending_per_address = options.max_pending_per_address;
-  gate.after_request = ReleaseMemoryAfterRequest;
-  server->server_ = std::make_unique<GatedHttpServer>(
-      gate,
-      [raw = server.get()](absl::string_view head, std::string* response) {
-        return raw->QuickHealth(head, response);
-      },
-      [](int status, const std::string& message) {
-        return openai::Dump(openai::MakeError(status, message).body);
-      });
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--http-tls-cert and --http-tls-key go together");
+  }
+  int read_timeout_seconds = options.read_timeout_seconds;
+  if (!options.tls_cert_file.empty()) {
+    for (const std::string& file : {options.tls_cert_file, options.tls_key_file}) {
+      COLIBRI_RETURN_IF_ERROR(rpc::ReadWholeFile(file).status());
+    }
+    auto https = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
+                                                      options.tls_key_file.c_str());
+    if (!https->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--http-tls-cert ", options.tls_cert_file, " / --http-tls-key ", options.tls_key_file,
+          ": not a PEM certificate chain and its private key"));
+    }
+    https->new_task_queue = [threads = options.threads] {
+      return new httplib::ThreadPool(threads);
+    };
+    https->set_keep_alive_timeout(options.keep_alive_seconds);
+    https->set_keep_alive_max_count(options.keep_alive_max_requests);
+    // Without the gate, the deadline of a request bounds each read of it.
+    read_timeout_seconds = std::min(read_timeout_seconds, options.request_deadline_seconds);
+    server->server_ = std::move(https);
+  } else {
+    GatedHttpServer::Options gate;
+    gate.threads = options.threads;
+    gate.request_deadline = absl::Seconds(options.request_deadline_seconds);
+    gate.keep_alive = absl::Seconds(options.keep_alive_seconds);
+    gate.keep_alive_max_requests = options.keep_alive_max_requests;
+    gate.read_timeout = absl::Seconds(options.read_timeout_seconds);
+    gate.write_timeout = absl::Seconds(options.write_timeout_seconds);
+    gate.max_pending_per_address = options.max_pending_per_address;
+    gate.after_request = ReleaseMemoryAfterRequest;
+    server->server_ = std::make_unique<GatedHttpServer>(
+        gate,
+        [raw = server.get()](absl::string_view head, std::string* response) {
+          return raw->QuickHealth(head, response);
+        },
+        [](int status, const std::string& message) {
+          return openai::Dump(openai::MakeError(status, message).body);
+        });
+  }
   httplib::Server& http = *server->server_;
   // cpp-httplib sets these as the accepted sockets' SO_RCVTIMEO/SO_SNDTIMEO;
   // keep-alive is the gate's.
-  http.set_read_timeout(options.read_timeout_seconds, 0);
+  http.set_read_timeout(read_timeout_seconds, 0);
   http.set_write_timeout(options.write_timeout_seconds, 0);
   http.set_payload_max_length(options.max_body_bytes);
   if (options.metrics != nullptr) {
@@ -244,15 +254,61 @@ void HttpServer::Stop() {
 }
 
 bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res) const {
-  if (rpc::AuthorizationMatches(req.get_header_value("Authorization"), options_.auth_token)) {
-    return true;
+  const std::string authorization = req.get_header_value("Authorization");
+  if (options_.api_keys.empty()) {
+    if (rpc::AuthorizationMatches(authorization, options_.auth_token)) return true;
+  } else {
+    // Every key is compared (in constant time each), so the time does not
+    // tell which one nearly matched.
+    bool matched = false;
+    for (const std::string& key : options_.api_keys) {
+      matched = rpc::AuthorizationMatches(authorization, key) || matched;
+    }
+    if (matched) return true;
   }
   SendError(res, openai::MakeError(401, "missing or wrong API key (Authorization: Bearer ...)"));
   return false;
 }
 
+void HttpServer::AddCorsHeaders(const httplib::Request& req, httplib::Response& res) const {
+  if (options_.cors_origins.empty() || !req.has_header("Origin")) return;
+  const std::string origin = req.get_header_value("Origin");
+  for (const std::string& allowed : options_.cors_origins) {
+    if (allowed == "*" || allowed == origin) {
+      res.set_header("Access-Control-Allow-Origin", allowed == "*" ? "*" : origin);
+      res.set_header("Vary", "Origin");
+      return;
+    }
+  }
+}
+
+void HttpServer::HandlePreflight(const httplib::Request& req, httplib::Response& res) const {
+  // Answered for any path: the browser asks before the real request, which
+  // then gets its own answer (401 without a key, 404 for no route).
+  if (!req.has_header("Origin") || !res.has_header("Access-Control-Allow-Origin")) {
+    return SendError(res, openai::MakeError(403, "this origin may not call the API (--cors-origin)"));
+  }
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+  res.set_header("Access-Control-Allow-Headers",
+                 asked.empty() ? std::string("Authorization, Content-Type") : asked);
+  res.set_header("Access-Control-Max-Age", "600");
+}
+
 void HttpServer::Route() {
   httplib::Server& http = *server_;
+  if (!options_.cors_origins.empty()) {
+    // Before the handlers (a streamed response's headers go out with its
+    // first chunk) and on every answer, errors included.
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      AddCorsHeaders(req, res);
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http.Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
+      HandlePreflight(req, res);
+    });
+  }
   // Every endpoint but /health needs the token, and the model: until Attach
   // the answer is 503.
   using Handler = std::function<void(const Backend&, const httplib::Request&, httplib::Response&)>;
@@ -342,13 +398,9 @@ void HttpServer::Route() {
 openai::ApiError HttpServer::Health() const {
   const Backend* b = backend_.load(std::memory_order_acquire);
   if (b == nullptr) return openai::MakeError(503, "the model is still loading");
-  bool usable = true;
-  if (b->cluster != nullptr) {
-    Cluster& cluster = b->cluster->cluster();
-    usable = false;
-    for (int i = 0; i < cluster.n_nodes() && !usable; ++i) usable = cluster.healthy(i);
+  if (b->cluster != nullptr && !b->cluster->cluster().AnyHealthy()) {
+    return openai::MakeError(503, "no expert node is healthy");
   }
-  if (!usable) return openai::MakeError(503, "no expert node is healthy");
   return openai::ApiError{200, {{"status", "ok"}}};
 }
 
@@ -427,12 +479,14 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
       MakeGenerationSpec(ToGenerationRequest(*std::move(parsed)), b.requests, &param);
   if (!made.ok()) return SendError(res, openai::ErrorFromStatus(made.status(), param));
   GenerationSpec spec = *std::move(made);
-  if (absl::Status s = CheckQueue(*b.scheduler, b.requests.defaults); !s.ok()) {
-    return SendError(res, openai::ErrorFromStatus(s));
-  }
+  absl::Status queued = CheckQueue(*b.scheduler, b.requests.defaults);
   auto job = std::make_shared<HttpJob>(std::move(spec));
-  if (absl::Status s = b.scheduler->Submit(job); !s.ok()) {
-    return SendError(res, openai::ErrorFromStatus(s));
+  if (queued.ok()) queued = b.scheduler->Submit(job);
+  if (!queued.ok()) {
+    if (queued.code() == absl::StatusCode::kResourceExhausted) {
+      res.set_header("Retry-After", absl::StrCat(options_.retry_after_seconds));
+    }
+    return SendError(res, openai::ErrorFromStatus(queued));
   }
   // Counted until the response is written: a non-streamed one when this
   // handler returns, a stream when cpp-httplib releases its provider.

@@ -25,9 +25,10 @@
 // once a second while it waits (a client that only half-closes its side
 // counts as gone too), and its generation is cancelled.
 //
-// Auth: with Options::auth_token set, every endpoint except /health and
-// /dashboard needs
-// "Authorization: Bearer <token>" (401 otherwise). GET /metrics (with
+// Auth: with Options::auth_token or Options::api_keys set, every endpoint
+// except /health, /dashboard and CORS preflights needs "Authorization: Bearer
+// <key>" (401 otherwise). A generation refused because the queue is full is a
+// 429 with Retry-After. GET /metrics (with
 // Options::metrics) answers from start-up, before the model is attached.
 //
 // Thread-safety: Start, Attach and Stop from the owning thread; requests are served
@@ -41,6 +42,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -72,8 +74,30 @@ class HttpServer {
     // auth_token or the caller's --insecure (checked by the caller).
     // Default: "127.0.0.1:8080".
     std::string listen = "127.0.0.1:8080";
-    // Required bearer token; empty disables auth. Never logged. Default: "".
+    // Required bearer token; empty disables auth (unless api_keys). Never
+    // logged. Default: "".
     std::string auth_token;
+    // Keys the API accepts ("Authorization: Bearer KEY") instead of
+    // auth_token, so that the cluster's token need not go to API users: when
+    // not empty, auth_token is not accepted here. Never logged. Default: none.
+    std::vector<std::string> api_keys;
+    // Origins whose web pages may call the API from a browser (CORS): exact
+    // origins ("https://chat.example.org") or "*" for any. A request from one
+    // gets Access-Control-Allow-Origin; a preflight (OPTIONS, any path) is
+    // answered 204 without a key. Default: none (no CORS headers, OPTIONS 404).
+    std::vector<std::string> cors_origins;
+    // PEM certificate chain and key: HTTPS when both are set (cpp-httplib's
+    // SSLServer). HTTPS connections are served without the connection gate
+    // (http_connection_gate.h reads request headers off the plain socket): a
+    // connection holds one of `threads` from its accept, a slow client is
+    // bounded by request_deadline_seconds per read instead of per request,
+    // /health needs a thread like any request, and memory is not trimmed after
+    // requests. Default: "" (plain HTTP through the gate).
+    std::string tls_cert_file;
+    std::string tls_key_file;
+    // Seconds a 429 for a full queue tells the client to wait (Retry-After).
+    // Default: 1.
+    int retry_after_seconds = 1;
     // The id /v1/models lists and responses carry. Default: "colibri".
     std::string model_id = "colibri";
     // Request threads (a request whose header has arrived holds one until
@@ -159,6 +183,10 @@ class HttpServer {
   explicit HttpServer(const Options& options);
   void Route();
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
+  // The CORS headers of a response to `req` (none unless its Origin is
+  // allowed), and the answer to a preflight.
+  void AddCorsHeaders(const httplib::Request& req, httplib::Response& res) const;
+  void HandlePreflight(const httplib::Request& req, httplib::Response& res) const;
   void HandleGenerate(const Backend& b, openai::Endpoint endpoint, const httplib::Request& req,
                       httplib::Response& res);
   void HandleTokenize(const Backend& b, const httplib::Request& req, httplib::Response& res);

@@ -268,9 +268,32 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--http-listen", serve.http_listen,
                         "OpenAI-compatible HTTP API address HOST:PORT (port 0: the OS picks one)")
       ->check(colibri::cli::ListenAddress());
+  serve_cmd->add_option("--health-listen", serve.health_listen,
+                        "plaintext HOST:PORT of GET /healthz and /readyz for probes, open "
+                        "without a token (default: off)")
+      ->check(colibri::cli::ListenAddress());
+  serve_cmd->add_flag("--health-metrics", serve.health_metrics,
+                      "also serve GET /metrics on --health-listen, without a token (for "
+                      "Prometheus scraping)");
   serve_cmd->add_option("--chat-template-file", serve.chat_template_file,
                         "Jinja chat template for the chat endpoints (default: the GGUF's, else "
                         "ChatML)");
+  serve_cmd->add_option("--http-tls-cert", serve.http_tls_cert_file,
+                        "PEM certificate chain of the HTTP API (HTTPS with --http-tls-key)");
+  serve_cmd->add_option("--http-tls-key", serve.http_tls_key_file,
+                        "PEM private key of the HTTP API");
+  serve_cmd->add_option("--api-key-file", serve.api_key_file,
+                        "file of the HTTP API's keys, one per line (then the API accepts these "
+                        "and not the --auth-token-file token)");
+  serve_cmd->add_option("--cors-origin", serve.cors_origins,
+                        "origin (https://host[:port]) whose web pages may call the HTTP API; "
+                        "repeatable; '*' for any (warned)")
+      ->take_all();
+  serve_cmd->add_option("--max-queued", serve.max_queued,
+                        "generations waiting for a session at most; more get HTTP 429 with "
+                        "Retry-After (gRPC RESOURCE_EXHAUSTED)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   serve_cmd->add_option("--http-threads", serve.http_threads,
                         "HTTP connection threads (0: 4 * --sessions + 4)")
       ->capture_default_str()

@@ -11,10 +11,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/service_notify.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "coordinator/api/chat_prompt.h"
 #include "coordinator/api/cluster_view.h"
+#include "coordinator/api/grpc_health_publisher.h"
 #include "coordinator/api/http_server.h"
 #include "coordinator/api/inference_service.h"
 #include "coordinator/api/model_summary.h"
@@ -29,6 +31,7 @@
 #include "model/arch/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "rpc/auth_token.h"
+#include "rpc/probe_server.h"
 #include "rpc/server_support.h"
 
 namespace colibri::coordinator {
@@ -62,18 +65,58 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   }
   COLIBRI_RETURN_IF_ERROR(
       rpc::CheckListenAllowed(options.listen, !token.empty(), options.insecure));
+  std::vector<std::string> api_keys;
+  if (!options.api_key_file.empty()) {
+    if (options.http_listen.empty()) {
+      return absl::InvalidArgumentError("--api-key-file needs --http-listen");
+    }
+    COLIBRI_ASSIGN_OR_RETURN(api_keys, rpc::ReadKeyFile(options.api_key_file));
+  }
+  if ((!options.http_tls_cert_file.empty() || !options.http_tls_key_file.empty()) &&
+      options.http_listen.empty()) {
+    return absl::InvalidArgumentError("--http-tls-cert and --http-tls-key need --http-listen");
+  }
+  if (!options.cors_origins.empty() && options.http_listen.empty()) {
+    return absl::InvalidArgumentError("--cors-origin needs --http-listen");
+  }
+  for (const std::string& origin : options.cors_origins) {
+    if (origin == "*") {
+      err << "serve: warning: --cors-origin '*': web pages of any site may call the HTTP API "
+             "with a key their users give them\n";
+    } else if (!absl::StartsWith(origin, "http://") && !absl::StartsWith(origin, "https://")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cors-origin '", origin, "': an origin is SCHEME://HOST[:PORT], or '*'"));
+    }
+  }
   if (!options.http_listen.empty()) {
-    COLIBRI_RETURN_IF_ERROR(
-        rpc::CheckListenAllowed(options.http_listen, !token.empty(), options.insecure));
+    COLIBRI_RETURN_IF_ERROR(rpc::CheckListenAllowed(
+        options.http_listen, !token.empty() || !api_keys.empty(), options.insecure,
+        "--auth-token-file or --api-key-file"));
+  }
+  if (options.health_metrics && options.health_listen.empty()) {
+    return absl::InvalidArgumentError("--health-metrics needs --health-listen");
   }
   // Outlives everything that records into it.
   ServeMetrics metrics;
+  // Probes see "starting" while the model loads and the nodes are reached.
+  std::unique_ptr<rpc::ProbeServer> probes;
+  if (!options.health_listen.empty()) {
+    rpc::ProbeServer::Options probe_options;
+    probe_options.listen = options.health_listen;
+    probe_options.metrics = options.health_metrics;
+    COLIBRI_ASSIGN_OR_RETURN(probes, rpc::ProbeServer::Start(probe_options));
+  }
   // The HTTP API listens while the model loads, answering 503 until then.
   std::unique_ptr<HttpServer> http;
   if (!options.http_listen.empty()) {
     HttpServer::Options http_options;
     http_options.listen = options.http_listen;
     http_options.auth_token = token;
+    http_options.tls_cert_file = options.http_tls_cert_file;
+    http_options.tls_key_file = options.http_tls_key_file;
+    http_options.api_keys = std::move(api_keys);
+    http_options.cors_origins = options.cors_origins;
+    http_options.defaults.max_queued = options.max_queued;
     http_options.threads =
         options.http_threads > 0 ? options.http_threads : 4 * std::max(options.sessions, 1) + 4;
     http_options.model_id = ModelId(options.model_path);
@@ -150,6 +193,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       GenerationScheduler::Create(scheduler_options, *model, tokenizer, cluster.get(), pool.get()));
   InferenceServiceImpl::Options service_options;
   service_options.auth_token = token;
+  service_options.defaults.max_queued = options.max_queued;
   service_options.chat = chat;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<InferenceServiceImpl> service,
                            InferenceServiceImpl::Create(service_options, *model, tokenizer,
@@ -171,10 +215,19 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
+  // Ready while it can compute: with nodes, while one of them is healthy.
+  const auto ready = [c = cluster.get()]() -> absl::Status {
+    if (c != nullptr && !c->cluster().AnyHealthy()) {
+      return absl::UnavailableError("no expert node is healthy");
+    }
+    return absl::OkStatus();
+  };
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  std::unique_ptr<GrpcHealthPublisher> health_publisher;
   if (health != nullptr) {
-    health->SetServingStatus(true);
-    health->SetServingStatus(v1::Inference::service_full_name(), true);
+    GrpcHealthPublisher::Options publisher_options;
+    publisher_options.services = {v1::Inference::service_full_name()};
+    health_publisher = std::make_unique<GrpcHealthPublisher>(publisher_options, health, ready);
   }
   const arch::ModelConfig& config = model->config();
   err << absl::StrFormat(
@@ -198,9 +251,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   view_sources.expert_use = &expert_use;
   view_sources.timeline = &timeline;
   ClusterView cluster_view(view_sources);
-  // Stopped before what it serves is destroyed, on every return.
-  absl::Cleanup stop_http = [&http] {
+  // Stopped before what they serve is destroyed, on every return.
+  absl::Cleanup stop_http = [&http, &probes, &health_publisher] {
     if (http != nullptr) http->Stop();
+    if (probes != nullptr) probes->Stop();
+    if (health_publisher != nullptr) health_publisher->Stop();
   };
   metrics.SetSources(scheduler.get(), cluster.get());
   if (http != nullptr) {
@@ -216,10 +271,24 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
     out << "http listening on " << rpc::ListenHost(options.http_listen) << ":" << http->port()
         << std::endl;
   }
+  if (probes != nullptr) {
+    probes->MarkStarted(ready, [&metrics] { return metrics.Render(); });
+    out << "health listening on " << probes->address() << std::endl;
+  }
+  // Type=notify units: started once the model is loaded and the nodes reached.
+  if (absl::Status notified = NotifyServiceReady(absl::StrCat(
+          "serving on ", rpc::ListenHost(options.listen), ":", port,
+          cluster != nullptr ? absl::StrCat(" with ", cluster->cluster().n_nodes(), " expert nodes")
+                             : std::string()));
+      !notified.ok()) {
+    err << "serve: " << notified.message() << "\n";
+  }
 
   wait_for_shutdown();
 
   err << "serve: shutting down\n";
+  NotifyServiceStopping("shutting down").IgnoreError();
+  if (health_publisher != nullptr) health_publisher->Stop();
   if (health != nullptr) health->Shutdown();
   // Calls in progress get the grace period to finish; then gRPC cancels them
   // and the workers stop at their next token.

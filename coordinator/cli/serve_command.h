@@ -7,6 +7,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -23,6 +24,28 @@ struct ServeOptions {
   // OpenAI-compatible HTTP API address ("HOST:PORT", port 0 lets the OS
   // choose), same token and loopback rule as `listen`. Default: "" (off).
   std::string http_listen;
+  // Plaintext HTTP address of the probes (rpc/probe_server.h): /healthz is
+  // 200 once the model is loaded and the nodes reached, /readyz while the
+  // server can serve (some expert node healthy). Open without a token, also
+  // beyond loopback. Default: "" (off).
+  std::string health_listen;
+  // Serve GET /metrics on health_listen too, without a token. Default: false.
+  bool health_metrics = false;
+  // PEM certificate chain and key of the HTTP API: HTTPS when both are set
+  // (HttpServer::Options::tls_cert_file, which says what changes).
+  // Default: "" (plain HTTP).
+  std::string http_tls_cert_file;
+  std::string http_tls_key_file;
+  // File of the HTTP API's keys, one per line (rpc::ReadKeyFile): with it
+  // the API accepts these keys and not auth_token's. Default: "" (the token).
+  std::string api_key_file;
+  // Origins whose browser pages may call the HTTP API (HttpServer::Options::
+  // cors_origins; "*" allowed, with a warning). Default: none.
+  std::vector<std::string> cors_origins;
+  // Generations waiting for a session at most, over gRPC and HTTP alike; more
+  // are refused (HTTP 429 with Retry-After, gRPC RESOURCE_EXHAUSTED).
+  // Default: 64.
+  int max_queued = 64;
   // Connection threads of the HTTP API (each open connection holds one).
   // Default: 0, meaning 4 * sessions + 4.
   int http_threads = 0;

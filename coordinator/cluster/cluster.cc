@@ -216,6 +216,14 @@ bool Cluster::healthy(int node) const {
   return healthy_[node];
 }
 
+bool Cluster::AnyHealthy() const {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < healthy_.size() && i < retired_.size(); ++i) {
+    if (healthy_[i] && !retired_[i]) return true;
+  }
+  return false;
+}
+
 void Cluster::MarkUnhealthy(int node, const absl::Status& why) {
   bool was_healthy;
   {

@@ -237,6 +237,9 @@ class Cluster {
   bool retired(int node) const;
 
   bool healthy(int node) const;
+  // True when a node that is not retired is healthy: the cluster can compute
+  // (what readiness probes and the health services report).
+  bool AnyHealthy() const;
   // Records a failed call; the first failure of a healthy node logs one line.
   void MarkUnhealthy(int node, const absl::Status& why);
   // A node answered that it lost (DataLoss) or does not hold (NotFound) an

@@ -10,7 +10,10 @@
 # Needs root, podman and mmdebstrap (Debian packages podman, buildah,
 # mmdebstrap, uidmap) and a Debian mirror for the packages; takes as long as
 # a full build. Not part of CI. The base image stays in podman's store and is
-# reused; --keep also keeps localhost/colibri:local. Builds use chroot
+# reused; --keep also keeps localhost/colibri:local and tags it
+# localhost/colibri:VERSION (the project's version in CMakeLists.txt, the tag
+# k8s/base/kustomization.yaml names; k8s/README.md loads it into k3s or
+# kind). Builds use chroot
 # isolation and containers run without cgroups, which also works inside a
 # container or on a host whose cgroups crun cannot use (hybrid v1/v2).
 set -euo pipefail
@@ -38,6 +41,9 @@ if ! podman image exists localhost/debian:bookworm-slim; then
 fi
 run() { podman run --cgroups=disabled "$@"; }
 
+version="$(sed -n 's/^project(colibri VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)"
+[ -n "$version" ] || { echo "build-local: no project version in CMakeLists.txt" >&2; exit 1; }
+
 echo "build-local: building the image"
 podman build --isolation=chroot --network=host --build-arg BASE_IMAGE=localhost/debian:bookworm-slim \
   --build-arg BUILD_JOBS="${BUILD_JOBS:-2}" \
@@ -57,7 +63,11 @@ node="$(run -d -v "$work/token:/run/secrets/colibri_token:ro" \
 for _ in $(seq 60); do
   if podman exec "$node" colibri-client --coordinator 127.0.0.1:7070 health > /dev/null 2>&1; then
     echo "build-local: node container SERVING; image localhost/colibri:local works"
-    podman image ls localhost/colibri:local
+    if [ "$keep" = 1 ]; then
+      podman tag localhost/colibri:local "localhost/colibri:$version"
+      echo "build-local: kept as localhost/colibri:local and localhost/colibri:$version"
+    fi
+    podman image ls localhost/colibri
     exit 0
   fi
   sleep 1

@@ -2,7 +2,11 @@
 // `colibri-coordinator serve --http-listen`: completions and chat (the
 // ChatML default template), streamed and not, stop strings, seed reproducibility, a second
 // chat turn's cached prompt tokens (usage.prompt_tokens_details), an auth failure and
-// malformed requests. Run by CTest through run_openai_client_test.sh:
+// malformed requests; API keys apart from the cluster token (--api-key-file),
+// CORS for a browser page's origin (--cors-origin, the preflight with curl) and
+// a full queue's 429 with Retry-After (--max-queued), and HTTPS
+// (--http-tls-cert, certificates from deploy/make-certs.sh). Run by CTest through
+// run_openai_client_test.sh:
 //
 //   node openai_client_test.mjs COORDINATOR MODEL.gguf
 //
@@ -10,10 +14,11 @@
 import { after, before, test } from 'node:test';
 import { randomBytes } from 'node:crypto';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 
 let OpenAI;
@@ -25,22 +30,32 @@ try {
 }
 
 const [coordinator, modelPath] = process.argv.slice(2);
-// A token as `openssl rand -hex 32` makes (the server refuses short ones).
+// Keys as `openssl rand -hex 32` makes (the server refuses short ones): the
+// API keys of --api-key-file, and the cluster token, which the HTTP API then
+// does not accept.
 const TOKEN = randomBytes(32).toString('hex');
+const SECOND_KEY = randomBytes(32).toString('hex');
+const CLUSTER_TOKEN = randomBytes(32).toString('hex');
+const ORIGIN = 'https://chat.example.org';
 const PROMPT = 'The small birds of the valley';
-let server;
+const servers = [];
 let baseURL;
 let modelId;
 
-// Starts serve on loopback with a token and resolves with the HTTP address.
-function startServe() {
+// Starts serve on loopback with a cluster token and API keys, and resolves
+// with the HTTP address.
+function startServe(extraArgs = []) {
   const dir = mkdtempSync(join(tmpdir(), 'colibri-openai-'));
   const tokenFile = join(dir, 'token');
-  writeFileSync(tokenFile, TOKEN + '\n');
-  server = spawn(coordinator, ['serve', '--model', modelPath, '--listen', '127.0.0.1:0',
-                               '--http-listen', '127.0.0.1:0', '--threads', '1',
-                               '--auth-token-file', tokenFile],
-                 { stdio: ['ignore', 'pipe', 'inherit'] });
+  writeFileSync(tokenFile, CLUSTER_TOKEN + '\n');
+  const keyFile = join(dir, 'keys');
+  writeFileSync(keyFile, `# the tests\n${TOKEN}\n${SECOND_KEY}\n`);
+  const server = spawn(coordinator, ['serve', '--model', modelPath, '--listen', '127.0.0.1:0',
+                                     '--http-listen', '127.0.0.1:0', '--threads', '1',
+                                     '--auth-token-file', tokenFile, '--api-key-file', keyFile,
+                                     '--cors-origin', ORIGIN, ...extraArgs],
+                       { stdio: ['ignore', 'pipe', 'inherit'] });
+  servers.push(server);
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('serve did not start in 60 s')), 60000);
     server.on('exit', (code) => reject(new Error(`serve exited with ${code}`)));
@@ -65,7 +80,7 @@ before(async () => {
 });
 
 after(() => {
-  if (server) server.kill('SIGTERM');
+  for (const server of servers) server.kill('SIGTERM');
 });
 
 const greedy = { prompt: PROMPT, max_tokens: 12, temperature: 0, ignore_eos: true };
@@ -207,4 +222,101 @@ test('malformed requests are BadRequestErrors (400) naming the field', async () 
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens');
   await assert.rejects(client().chat.completions.create({ model: modelId, messages: 'hi' }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages');
+});
+
+test('any key of the key file works, the cluster token does not', async () => {
+  const models = await client(SECOND_KEY).models.list();
+  assert.equal(models.data[0].id, modelId);
+  await assert.rejects(client(CLUSTER_TOKEN).models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+});
+
+test('a page of the allowed origin reads the answers, streamed or not (CORS)', async () => {
+  // What a browser checks: the Access-Control-Allow-Origin of every answer.
+  const seen = [];
+  const fetchFromPage = async (url, init) => {
+    const headers = new Headers(init.headers);
+    headers.set('Origin', ORIGIN);
+    const res = await fetch(url, { ...init, headers });
+    seen.push(res.headers.get('access-control-allow-origin'));
+    return res;
+  };
+  const page = new OpenAI({ apiKey: TOKEN, baseURL, maxRetries: 0, fetch: fetchFromPage });
+  const whole = await page.chat.completions.create({
+    model: modelId, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4, temperature: 0,
+  });
+  assert.ok(whole.choices[0].message.content.length > 0);
+  let text = '';
+  for await (const chunk of await page.completions.create({ model: modelId, ...greedy, stream: true })) {
+    for (const choice of chunk.choices) text += choice.text;
+  }
+  assert.ok(text.length > 0);
+  await assert.rejects(new OpenAI({ apiKey: 'wrong', baseURL, maxRetries: 0, fetch: fetchFromPage })
+    .models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+  assert.deepEqual(seen, [ORIGIN, ORIGIN, ORIGIN]);
+});
+
+test('the preflight of a chat request is answered without a key (curl)', () => {
+  const url = `${baseURL}/chat/completions`;
+  const preflight = (origin) => spawnSync('curl', ['-s', '-i', '-X', 'OPTIONS', '-H', `Origin: ${origin}`,
+    '-H', 'Access-Control-Request-Method: POST',
+    '-H', 'Access-Control-Request-Headers: authorization, content-type', url], { encoding: 'utf8' });
+  const ok = preflight(ORIGIN);
+  assert.equal(ok.status, 0, ok.stderr);
+  assert.match(ok.stdout, /^HTTP\/1\.1 204/);
+  assert.match(ok.stdout, new RegExp(`^Access-Control-Allow-Origin: ${ORIGIN}\r$`, 'm'));
+  assert.match(ok.stdout, /^Access-Control-Allow-Methods: .*POST/m);
+  assert.match(ok.stdout, /^Access-Control-Allow-Headers: authorization, content-type\r$/m);
+  const other = preflight('https://elsewhere.example');
+  assert.match(other.stdout, /^HTTP\/1\.1 403/);
+  assert.doesNotMatch(other.stdout, /Access-Control-Allow-Origin/);
+});
+
+test('a full queue is a RateLimitError (429) with Retry-After', async () => {
+  const full = `http://${await startServe(['--max-queued', '0'])}/v1`;
+  const error = await new OpenAI({ apiKey: TOKEN, baseURL: full, maxRetries: 0 })
+    .completions.create({ model: modelId, ...greedy }).then(() => null, (e) => e);
+  assert.ok(error instanceof OpenAI.RateLimitError, String(error));
+  assert.equal(error.headers.get('retry-after'), '1');
+});
+
+test('over HTTPS the client talks to the API with the lab CA, and plain HTTP is refused', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'colibri-https-'));
+  const certs = spawnSync('bash', [fileURLToPath(new URL('../../deploy/make-certs.sh', import.meta.url)),
+    join(dir, 'lab'), 'localhost,127.0.0.1'], { encoding: 'utf8' });
+  assert.equal(certs.status, 0, certs.stderr);
+  const host = join(dir, 'lab', 'localhost');
+  const address = await startServe(['--http-tls-cert', join(host, 'host.crt'),
+                                    '--http-tls-key', join(host, 'host.key')]);
+  const port = address.split(':').pop();
+  // Node reads extra CAs at start-up only: the client runs in a child that
+  // trusts the lab CA, as a user's NODE_EXTRA_CA_CERTS would.
+  const script = `
+    import OpenAI from 'openai';
+    const c = new OpenAI({ apiKey: process.env.KEY, baseURL: process.env.URL, maxRetries: 0 });
+    const r = await c.completions.create({ model: process.env.MODEL, prompt: 'Hi', max_tokens: 3,
+                                           temperature: 0, ignore_eos: true });
+    let streamed = '';
+    for await (const chunk of await c.completions.create({ model: process.env.MODEL, prompt: 'Hi',
+        max_tokens: 3, temperature: 0, ignore_eos: true, stream: true })) {
+      for (const choice of chunk.choices) streamed += choice.text;
+    }
+    console.log(JSON.stringify({ text: r.choices[0].text, streamed }));`;
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: fileURLToPath(new URL('.', import.meta.url)), encoding: 'utf8', timeout: 120000,
+    env: { ...process.env, NODE_EXTRA_CA_CERTS: join(dir, 'lab', 'ca.crt'), KEY: TOKEN,
+           URL: `https://localhost:${port}/v1`, MODEL: modelId },
+  });
+  assert.equal(child.status, 0, child.stderr);
+  const out = JSON.parse(child.stdout);
+  assert.ok(out.text.length > 0);
+  assert.equal(out.streamed, out.text);
+  // Without the CA the certificate is not trusted; plain HTTP gets no answer.
+  const untrusted = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: fileURLToPath(new URL('.', import.meta.url)), encoding: 'utf8', timeout: 120000,
+    env: { ...process.env, KEY: TOKEN, URL: `https://localhost:${port}/v1`, MODEL: modelId },
+  });
+  assert.notEqual(untrusted.status, 0);
+  const plain = spawnSync('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', '5',
+    `http://localhost:${port}/health`], { encoding: 'utf8' });
+  assert.notEqual(plain.stdout, '200');
 });

@@ -57,7 +57,9 @@ TEST(ConfigFileTest, SyntaxErrorsNameFileLineAndProblem) {
   const std::vector<Case> cases = {
       {"a = 1\nlisten = 0.0.0.0:7070\n", "t.toml:2: key 'listen': '0.0.0.0:7070' is not a value"},
       {"listen = \"x\n", "t.toml:1: key 'listen': unterminated string"},
-      {"\n\nnodes = [\"a\", \"b\"\n", "t.toml:3: key 'nodes': a list must end with ']'"},
+      {"\n\nnodes = [\"a\", \"b\"\n", "t.toml:3: key 'nodes': the list has no closing ']'"},
+      {"nodes = [\n  \"a\"\n  \"b\",\n]\n", "t.toml:3: key 'nodes': expected ',' or ']'"},
+      {"nodes = [\"a\",\n  b,\n]\n", "t.toml:2: key 'nodes': 'b' is not a value"},
       {"just words\n", "t.toml:1: expected 'key = value'"},
       {"= 3\n", "t.toml:1: expected 'key = value'"},
       {"a = \n", "t.toml:1: key 'a': missing value"},
@@ -74,6 +76,25 @@ TEST(ConfigFileTest, SyntaxErrorsNameFileLineAndProblem) {
     EXPECT_EQ(entries.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
     EXPECT_THAT(std::string(entries.status().message()), HasSubstr(c.expected)) << c.text;
   }
+}
+
+TEST(ConfigFileTest, ListsGoOnOverLinesWithCommentsAndATrailingComma) {
+  absl::StatusOr<std::vector<ConfigEntry>> entries = ParseConfigText(
+      "nodes = [\n"
+      "  \"a:7070\",  # the first\n"
+      "\n"
+      "  \"b:7070\", \"c:7070\",\n"
+      "]  # done\n"
+      "replicas = 2\n"
+      "empty = [\n]\n",
+      "t.toml");
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 3u);
+  EXPECT_TRUE((*entries)[0].is_list);
+  EXPECT_EQ((*entries)[0].values, (std::vector<std::string>{"a:7070", "b:7070", "c:7070"}));
+  EXPECT_EQ((*entries)[1].key, "replicas");
+  EXPECT_EQ((*entries)[1].line, 6);
+  EXPECT_TRUE((*entries)[2].values.empty());
 }
 
 TEST(ConfigFileTest, SameKeyInTwoSectionsIsFine) {

@@ -24,6 +24,8 @@ function onPath(tool) {
 const kubectl = onPath('kubectl');
 const yamllint = onPath('yamllint');
 const k8s = path.join(src, 'k8s');
+const projectVersion = (fs.readFileSync(path.join(src, 'CMakeLists.txt'), 'utf8')
+    .match(/^project\(colibri VERSION ([0-9.]+)/m) || [])[1];
 let failures = 0;
 let checks = 0;
 function check(ok, what) {
@@ -103,18 +105,40 @@ function structureProblems(objs, overlay) {
       if (m.mountPath !== '/tmp' && !mount(imp, m.mountPath)) p.push(`import-share: does not mount ${m.mountPath} as the node does`);
     }
   }
-  // Probes: gRPC on the container's gRPC port.
-  for (const [what, pod] of [['node', nodePod], ['coordinator', coord.spec.template]]) {
+  // Probes: plaintext HTTP on the health port the config opens
+  // (health-listen), /healthz for start-up and liveness, /readyz for
+  // readiness; a start-up probe on the coordinator (loading outlasts
+  // liveness). Every pod: seccomp RuntimeDefault (Pod Security "restricted"),
+  // every container a fixed image tag that is not pulled again.
+  const configToml = (name) => ((byKind(objs, 'ConfigMap').find((c) => c.metadata.name.startsWith('colibri-config')) || {data: {}}).data[name] || '');
+  for (const [what, pod, toml] of [['node', nodePod, 'expert-node.toml'], ['coordinator', coord.spec.template, 'coordinator.toml']]) {
     const c = pod.spec.containers[0];
-    const grpcPort = (c.ports || []).find((x) => x.name === 'grpc');
-    for (const probe of ['livenessProbe', 'readinessProbe']) {
-      const g = c[probe] && c[probe].grpc;
-      if (!g || !grpcPort || g.port !== grpcPort.containerPort) {
-        p.push(`${what}: ${probe} is not gRPC health on the grpc port`);
+    const listen = (configToml(toml).match(/^health-listen = "0\.0\.0\.0:(\d+)"$/m) || [])[1];
+    const healthPort = (c.ports || []).find((x) => x.name === 'health');
+    if (!listen || !healthPort || String(healthPort.containerPort) !== listen) {
+      p.push(`${what}: no container port 'health' equal to ${toml}'s health-listen on 0.0.0.0`);
+    }
+    const wanted = {startupProbe: '/healthz', livenessProbe: '/healthz', readinessProbe: '/readyz'};
+    for (const [probe, path] of Object.entries(wanted)) {
+      const g = c[probe] && c[probe].httpGet;
+      if (what === 'node' && probe === 'startupProbe' && !c[probe]) continue;
+      if (!g || g.path !== path || g.port !== 'health' || (g.scheme || 'HTTP') !== 'HTTP') {
+        p.push(`${what}: ${probe} is not GET ${path} on the health port`);
       }
+    }
+    const startup = c.startupProbe || {};
+    if (what === 'coordinator' && (startup.periodSeconds || 10) * (startup.failureThreshold || 3) < 600) {
+      p.push('coordinator: the start-up probe gives loading less than 10 minutes');
     }
     if (!c.resources || !c.resources.requests || !c.resources.limits) {
       p.push(`${what}: no resource requests and limits`);
+    }
+    const seccomp = pod.spec.securityContext && pod.spec.securityContext.seccompProfile;
+    if (!seccomp || seccomp.type !== 'RuntimeDefault') p.push(`${what}: pod seccompProfile is not RuntimeDefault`);
+    for (const k of (pod.spec.initContainers || []).concat(pod.spec.containers)) {
+      const tag = (k.image.match(/:([^:/]+)$/) || [])[1];
+      if (tag !== projectVersion) p.push(`${what}/${k.name}: image ${k.image} is not tagged ${projectVersion} (build-local.sh --keep's tag)`);
+      if (k.imagePullPolicy !== 'IfNotPresent') p.push(`${what}/${k.name}: imagePullPolicy is not IfNotPresent`);
     }
   }
   // Spread over machines.
@@ -149,14 +173,29 @@ function structureProblems(objs, overlay) {
   }
   if (secret && secret.metadata.name === 'colibri-token') p.push('Secret is not generated (no hash suffix)');
   if (overlay === 'production') {
+    // The gRPC port: from the coordinator only; any other rule opens the
+    // health port alone.
     const np = byKind(objs, 'NetworkPolicy');
+    const grpcPort = (node.ports.find((x) => x.name === 'grpc') || {}).containerPort;
+    const healthPort = (node.ports.find((x) => x.name === 'health') || {}).containerPort;
+    const ports = (rule) => (rule.ports || []).map((x) => x.port);
     const ok = np.some((n) => matches(n.spec.podSelector.matchLabels, nodePod.metadata.labels) &&
         (n.spec.policyTypes || []).includes('Ingress') &&
-        n.spec.ingress.length === 1 &&
-        n.spec.ingress[0].from.every((f) => f.podSelector && matches(f.podSelector.matchLabels, coord.spec.template.metadata.labels)));
-    if (!ok) p.push('production: no NetworkPolicy letting only the coordinator reach the nodes');
-    const ann = coord.spec.template.metadata.annotations || {};
-    if (ann['prometheus.io/scrape'] !== 'true' || ann['prometheus.io/path'] !== '/metrics') p.push('production: no scrape annotations');
+        n.spec.ingress.some((r) => ports(r).includes(grpcPort) && r.from &&
+            r.from.every((f) => f.podSelector && matches(f.podSelector.matchLabels, coord.spec.template.metadata.labels))) &&
+        n.spec.ingress.every((r) => (r.from && r.from.every((f) => f.podSelector && matches(f.podSelector.matchLabels, coord.spec.template.metadata.labels))) ||
+            (ports(r).length > 0 && ports(r).every((x) => x === healthPort))));
+    if (!ok) p.push('production: no NetworkPolicy letting only the coordinator reach the nodes\' gRPC port');
+    // Scraping without a token: the health port, with health-metrics on.
+    for (const [what, pod, toml] of [['node', nodePod, 'expert-node.toml'], ['coordinator', coord.spec.template, 'coordinator.toml']]) {
+      const ann = pod.metadata.annotations || {};
+      const health = (pod.spec.containers[0].ports || []).find((x) => x.name === 'health') || {};
+      if (ann['prometheus.io/scrape'] !== 'true' || ann['prometheus.io/path'] !== '/metrics' ||
+          ann['prometheus.io/port'] !== String(health.containerPort)) {
+        p.push(`production: ${what} scrape annotations do not name /metrics on the health port`);
+      }
+      if (!/^health-metrics = true$/m.test(configToml(toml))) p.push(`production: ${toml} lacks health-metrics = true`);
+    }
     if (nodes.spec.replicas <= 3) p.push('production: not more node replicas than the base');
     if (!JSON.stringify(config).includes('tls-cert')) p.push('production: no TLS in the config');
   }

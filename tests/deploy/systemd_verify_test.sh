@@ -45,7 +45,7 @@ for unit in "${units[@]}"; do
     || { echo "FAIL: $(basename "$unit") does not pass --config"; status=1; }
   for key in DynamicUser=yes StateDirectory= LoadCredential=token: ProtectSystem=strict \
              NoNewPrivileges=yes PrivateTmp=yes ProtectHome=yes CapabilityBoundingSet= \
-             Restart=on-failure; do
+             Restart=on-failure Type=notify NotifyAccess=main TimeoutStartSec= 'MemoryMax=[0-9]'; do
     grep -q "^$key" "$unit" || { echo "FAIL: $(basename "$unit") lacks $key"; status=1; }
   done
   if grep -E '^ExecStart=.*(--auth-token |token=|BEGIN )' "$unit"; then
@@ -53,6 +53,10 @@ for unit in "${units[@]}"; do
     status=1
   fi
 done
+
+# The HTTP port HOMELAB.md opens is one the coordinator listens on.
+grep -q '^http-listen = "0.0.0.0:8080"' "$src/deploy/systemd/coordinator.toml" \
+  || { echo "FAIL: deploy/systemd/coordinator.toml has no http-listen on 8080"; status=1; }
 
 # The check must be able to fail: a misspelled key has to produce output.
 sed 's/^ProtectHome=/ProtectHom=/' "${units[0]}" > "$tmp/broken.service"

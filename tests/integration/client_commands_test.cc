@@ -112,6 +112,46 @@ TEST_F(ClientCommandsTest, ChatKeepsTheHistoryTheServerTemplates) {
                           " tokens, 6 generated, finish length]");
 }
 
+TEST_F(ClientCommandsTest, GenerateDrawsARandomSeedUnlessGivenAndVerbosePrintsIt) {
+  ASSERT_NO_FATAL_FAILURE(StartServe());
+  // Only the seed line of stderr ("seed: N").
+  const auto seed_of = [](const CommandResult& r) {
+    const size_t at = r.err.find("seed: ");
+    return at == std::string::npos ? std::string() : r.err.substr(at, r.err.find('\n', at) - at);
+  };
+  const CommandResult first = Client({"generate", "hi", "-n", "2", "--verbose"});
+  const CommandResult second = Client({"generate", "hi", "-n", "2", "--verbose"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_FALSE(seed_of(first).empty()) << first.err;
+  EXPECT_NE(seed_of(first), seed_of(second));
+  const CommandResult given = Client({"generate", "hi", "-n", "2", "--seed", "7", "--verbose"});
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  EXPECT_EQ(seed_of(given), "seed: 7");
+  const CommandResult quiet = Client({"generate", "hi", "-n", "2"});
+  EXPECT_EQ(seed_of(quiet), "");
+}
+
+TEST_F(ClientCommandsTest, StatusAndInfoPrintJsonForScripts) {
+  ASSERT_NO_FATAL_FAILURE(StartServe());
+  const CommandResult info = Client({"info", "--json"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const json model = json::parse(info.out, nullptr, false);
+  ASSERT_TRUE(model.is_object()) << info.out;
+  EXPECT_EQ(model["architecture"], "qwen3moe");
+  EXPECT_EQ(model["n_layer"], 3);
+  EXPECT_EQ(model["n_expert_used"], 2);
+  // 64-bit counts are strings, as proto3's JSON mapping has them.
+  EXPECT_TRUE(model["dense_bytes"].is_string()) << info.out;
+
+  const CommandResult status = Client({"status", "--json"});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  const json cluster = json::parse(status.out, nullptr, false);
+  ASSERT_TRUE(cluster.is_object()) << status.out;
+  EXPECT_TRUE(cluster["nodes"].is_array());  // local experts: no nodes
+  EXPECT_TRUE(cluster.contains("active_generations")) << status.out;
+}
+
 TEST_F(ClientCommandsTest, ChatResetForgetsTheHistoryAndExitStops) {
   ASSERT_NO_FATAL_FAILURE(StartServe());
   const CommandResult chat = Client({"chat", "--temp", "0", "-n", "3", "--stats"},

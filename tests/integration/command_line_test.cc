@@ -275,5 +275,28 @@ TEST(CommandLineTest, PlanProjectPrintsAProjectionBoundByTheRoundTrips) {
   EXPECT_NE(bad.err.find("llama-5"), std::string::npos) << bad.err;
 }
 
+TEST(CommandLineTest, ClientTakesCoordinatorAndTokenFileFromTheEnvironment) {
+  const std::string dir = testing::MakeTempDir("client-env");
+  const std::string token_file = dir + "/token";
+  // The token file named by COLIBRI_TOKEN_FILE is read (and refused: empty)
+  // before dialing the coordinator COLIBRI_COORDINATOR names.
+  {
+    std::ofstream(token_file) << "";
+  }
+  CommandResult r = testing::RunCommand({"/usr/bin/env", "COLIBRI_COORDINATOR=127.0.0.1:1",
+                                         "COLIBRI_TOKEN_FILE=" + token_file, Client(), "health"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find(token_file), std::string::npos) << r.err;
+  // Without either, --coordinator is required.
+  r = testing::RunCommand({"/usr/bin/env", "-u", "COLIBRI_COORDINATOR", "-u", "COLIBRI_TOKEN_FILE",
+                           Client(), "health"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--coordinator"), std::string::npos) << r.err;
+  // A bad address from the environment is a usage error naming the variable's value.
+  r = testing::RunCommand({"/usr/bin/env", "COLIBRI_COORDINATOR=no-port", Client(), "health"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no-port"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace colibri

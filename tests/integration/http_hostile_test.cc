@@ -216,6 +216,7 @@ TEST_F(HttpHostileTest, ConnectionsPerAddressAreCapped) {
   const std::string reply = ReadUntilClosed(extra, 30);
   EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 429 ")) << reply;
   EXPECT_THAT(reply, HasSubstr("too many connections from this address")) << reply;
+  EXPECT_THAT(reply, HasSubstr("\r\nRetry-After: 1\r\n")) << reply;
   for (int fd : open_) ::close(fd);
   open_.clear();
   // The server notices the closed connections at its next poll.

@@ -64,6 +64,31 @@ TEST(AuthTokenTest, RefusesEmptyShortAndPlaceholderTokenFiles) {
   ExpectRefused("changeme-changeme-changeme-changeme", "placeholder");
 }
 
+TEST(AuthTokenTest, KeyFilesHoldSeveralKeysOnePerLine) {
+  const std::string second = std::string(kGoodToken) + "ff";
+  const std::string path = WriteTokenFile(
+      "api_keys_good", std::string("# the web UI\n") + kGoodToken + "\n\n  " + second + "  \n");
+  const absl::StatusOr<std::vector<std::string>> keys = ReadKeyFile(path);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ(*keys, (std::vector<std::string>{kGoodToken, second}));
+
+  struct Case {
+    std::string contents;
+    std::string why;
+  };
+  for (const Case& c : std::vector<Case>{
+           {std::string(kGoodToken) + "\nshort-key\n", ":2: the token has 9 characters"},
+           {std::string(kGoodToken) + "\n" + kGoodToken + "\n", ":2: the same key as an earlier line"},
+           {"# only a comment\n\n", ": no key in it"}}) {
+    const std::string bad = WriteTokenFile("api_keys_bad", c.contents);
+    const absl::StatusOr<std::vector<std::string>> refused = ReadKeyFile(bad);
+    ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << c.why;
+    const std::string message(refused.status().message());
+    EXPECT_NE(message.find(bad + c.why), std::string::npos) << message;
+    EXPECT_EQ(message.find(kGoodToken), std::string::npos) << message;
+  }
+}
+
 TEST(AuthTokenTest, TheRepositorysExampleTokenIsRefused) {
   const std::string path = std::string(COLIBRI_SOURCE_DIR) + "/k8s/base/token.example";
   ASSERT_TRUE(std::ifstream(path).good()) << path;

@@ -172,6 +172,21 @@ TEST(ClusterTest, LastNodeIsNeverExcludedAndNoRebalancerMeansNoChange) {
   EXPECT_FALSE(plain->cluster->excluded(0));
 }
 
+TEST(ClusterTest, AnyHealthyUntilTheLastNodeFailsAndAgainWhenOneAnswers) {
+  auto t = MakeCluster(2, 1, absl::Hours(1));
+  ASSERT_NE(t->cluster, nullptr);
+  Cluster& cluster = *t->cluster;
+  EXPECT_TRUE(cluster.AnyHealthy());
+  t->nodes[0]->set_down(true);
+  cluster.MarkUnhealthy(0, absl::UnavailableError("test"));
+  EXPECT_TRUE(cluster.AnyHealthy());
+  t->nodes[1]->set_down(true);
+  cluster.MarkUnhealthy(1, absl::UnavailableError("test"));
+  EXPECT_FALSE(cluster.AnyHealthy());
+  t->nodes[1]->set_down(false);
+  ASSERT_TRUE(Eventually([&] { return cluster.AnyHealthy(); })) << t->log.str();
+}
+
 TEST(ClusterTest, RepairRunsTheRebalancerForThePlacementInForce) {
   auto t = MakeCluster(3, 1, absl::Hours(1));
   ASSERT_NE(t->cluster, nullptr);
