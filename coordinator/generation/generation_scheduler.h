@@ -82,6 +82,7 @@
 #include "coordinator/generation/speculation_options.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
+#include "model/moe/routing_trace.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -209,6 +210,10 @@ class GenerationScheduler {
     int64_t prefix_cache_bytes = 0;
     // Tokens per prefix cache block: the granularity of reuse. Default: 16.
     int prefix_block_tokens = 16;
+    // Receives every forward step's routing and prediction hints
+    // (model/moe/routing_trace.h); borrowed, must outlive the scheduler.
+    // Default: null (not recorded).
+    moe::RoutingTraceWriter* routing_trace = nullptr;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed
