@@ -73,7 +73,7 @@ class UsageModel : public CachePolicy {
     u.fast.Add(1, tick_, options_.fast_half_life_ticks);
     auto hint = hints_.find(id);
     if (hint != hints_.end()) {
-      HintOutcome(hint->second >= tick_);
+      HintOutcome(id, hint->second >= tick_);
       hints_.erase(hint);
     }
     if (tick_ % std::max<uint64_t>(options_.hint_horizon, 1) == 0) ExpireHints();
@@ -82,14 +82,14 @@ class UsageModel : public CachePolicy {
 
   void Hinted(const ExpertId& id) override {
     auto [it, inserted] = hints_.try_emplace(id, 0);
-    if (!inserted && it->second < tick_) HintOutcome(false);
+    if (!inserted && it->second < tick_) HintOutcome(id, false);
     it->second = tick_ + options_.hint_horizon;
   }
 
   void Evicted(const ExpertId& id) override {
     auto hint = hints_.find(id);
     if (hint != hints_.end()) {
-      HintOutcome(false);
+      HintOutcome(id, false);
       hints_.erase(hint);
     }
     OnEvicted(id);
@@ -101,6 +101,16 @@ class UsageModel : public CachePolicy {
     const double used = hints_used_.At(tick_, options_.half_life_ticks);
     const double wasted = hints_wasted_.At(tick_, options_.half_life_ticks);
     return (used + 0.5) / (used + wasted + 1);
+  }
+
+  double HintPrecision(const ExpertId& id) const override {
+    const double prior = HintPrecision();
+    auto it = expert_hints_.find(id);
+    if (it == expert_hints_.end()) return prior;
+    const double used = it->second.used.At(tick_, options_.half_life_ticks);
+    const double wasted = it->second.wasted.At(tick_, options_.half_life_ticks);
+    // The node's precision weighs as two outcomes of this expert's own.
+    return (used + 2 * prior) / (used + wasted + 2);
   }
 
  protected:
@@ -141,13 +151,15 @@ class UsageModel : public CachePolicy {
     Decayed slow;
     Decayed fast;
   };
-  void HintOutcome(bool used) {
+  void HintOutcome(const ExpertId& id, bool used) {
     (used ? hints_used_ : hints_wasted_).Add(1, tick_, options_.half_life_ticks);
+    HintCounts& c = expert_hints_[id];
+    (used ? c.used : c.wasted).Add(1, tick_, options_.half_life_ticks);
   }
   void ExpireHints() {
     for (auto it = hints_.begin(); it != hints_.end();) {
       if (it->second < tick_) {
-        HintOutcome(false);
+        HintOutcome(it->first, false);
         hints_.erase(it++);
       } else {
         ++it;
@@ -160,8 +172,13 @@ class UsageModel : public CachePolicy {
   absl::flat_hash_map<ExpertId, Uses> uses_;
   absl::flat_hash_map<LayerKey, LayerVisits> visits_;
   absl::flat_hash_map<ExpertId, uint64_t> hints_;  // expiry tick
+  struct HintCounts {
+    Decayed used;
+    Decayed wasted;
+  };
   Decayed hints_used_;
   Decayed hints_wasted_;
+  absl::flat_hash_map<ExpertId, HintCounts> expert_hints_;
 };
 
 // Least recently used at the front; bounded by the owner.

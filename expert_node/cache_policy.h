@@ -79,12 +79,15 @@ class CachePolicy {
   // Fraction of hints whose expert was used before it was evicted or the
   // hint expired, decayed like use counts; 0.5 before any outcome.
   virtual double HintPrecision() const = 0;
+  // The same for hints of `id`: its own outcomes, with HintPrecision() as
+  // the prior (weighing as two outcomes).
+  virtual double HintPrecision(const ExpertId& id) const = 0;
 };
 
 // The prefetch rule: a hinted expert is worth loading when the hint's
 // expected benefit beats its cost, in units of one demand miss:
 //   precision > cost + p_victim
-// precision: the policy's HintPrecision (the chance the load is used);
+// precision: the policy's HintPrecision(id) (the chance the load is used);
 // cost: a background read relative to a demand miss; p_victim: the
 // UseProbability of the resident the load would evict (0 with free room).
 bool PrefetchPays(double precision, double cost, double p_victim);

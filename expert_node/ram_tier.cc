@@ -137,7 +137,7 @@ absl::Status RamTier::Prefetch(const ExpertId& id, uint64_t expected_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat(ToString(id), ": no room in the RAM tier for a prefetch"));
   }
-  if (!PrefetchPaysNow(expected_bytes, now)) {
+  if (!PrefetchPaysNow(id, expected_bytes, now)) {
     ++counters_.prefetch_declined;
     return absl::ResourceExhaustedError(
         absl::StrCat(ToString(id), ": a prefetch would not pay (its hint is less likely to be "
@@ -239,7 +239,7 @@ bool RamTier::MakeRoom(uint64_t bytes, Admission admission, absl::Time now) {
   return used_bytes_ + bytes <= options_.budget_bytes;
 }
 
-bool RamTier::PrefetchPaysNow(uint64_t bytes, absl::Time now) const {
+bool RamTier::PrefetchPaysNow(const ExpertId& id, uint64_t bytes, absl::Time now) const {
   if (options_.prefetch_cost < 0) return true;
   // The use probability of the likeliest-used resident the load would evict.
   double p_victim = 0;
@@ -248,12 +248,15 @@ bool RamTier::PrefetchPaysNow(uint64_t bytes, absl::Time now) const {
     for (const ExpertId& id : policy_->VictimOrder()) {
       if (used_bytes_ - freed + bytes <= options_.budget_bytes) break;
       auto entry = entries_.find(id);
-      if (entry == entries_.end() || !Evictable(entry->second, Admission::kPrefetch, now)) continue;
+      if (entry == entries_.end() ||
+          !Evictable(entry->second, Admission::kPrefetch, now)) {
+        continue;
+      }
       freed += entry->second.blob->size_bytes();
       p_victim = std::max(p_victim, policy_->UseProbability(id));
     }
   }
-  return PrefetchPays(policy_->HintPrecision(), options_.prefetch_cost, p_victim);
+  return PrefetchPays(policy_->HintPrecision(id), options_.prefetch_cost, p_victim);
 }
 
 RamTier::Entry& RamTier::Admit(const ExpertId& id, std::shared_ptr<const ExpertBlob> blob,

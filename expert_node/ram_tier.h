@@ -204,9 +204,10 @@ class RamTier {
   // Inserts a new entry (room already made) and tells the policy.
   Entry& Admit(const ExpertId& id, std::shared_ptr<const ExpertBlob> blob, absl::Time now,
                AdmitKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the prefetch rule issues a prefetch of `bytes` (0: unknown, as
-  // if it fit in free room).
-  bool PrefetchPaysNow(uint64_t bytes, absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the prefetch rule issues a prefetch of `id`, `bytes` large (0:
+  // unknown, as if it fit in free room).
+  bool PrefetchPaysNow(const ExpertId& id, uint64_t bytes, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A cached handle of the resident entry `e`, pinned.
   PinnedExpert PinEntry(const ExpertId& id, Entry& e, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -105,6 +105,25 @@ TEST(CachePolicyTest, HintPrecisionFollowsOutcomes) {
   EXPECT_LT(p->HintPrecision(), 0.6);
 }
 
+// An expert whose hints keep being wasted loses its prefetches while the
+// node's other hints stay good.
+TEST(CachePolicyTest, HintPrecisionOfAnExpertFollowsItsOwnOutcomes) {
+  auto p = MakeCachePolicy(CachePolicyKind::kAdaptive);
+  for (int round = 0; round < 6; ++round) {
+    for (int e = 0; e < 4; ++e) {
+      p->Hinted(Id(0, e));
+      Request(p.get(), Id(0, e), round > 0);
+    }
+    p->Hinted(Id(0, 9));
+    p->Admitted(Id(0, 9), AdmitKind::kPrefetch);
+    p->Evicted(Id(0, 9));
+  }
+  EXPECT_GT(p->HintPrecision(), 0.6);
+  EXPECT_GT(p->HintPrecision(Id(0, 1)), 0.8);
+  EXPECT_LT(p->HintPrecision(Id(0, 9)), 0.25);
+  EXPECT_DOUBLE_EQ(p->HintPrecision(Id(0, 7)), p->HintPrecision());  // no outcome yet
+}
+
 TEST(CachePolicyTest, PrefetchPaysOnlyWhenPrecisionBeatsCostAndVictim) {
   EXPECT_TRUE(PrefetchPays(0.6, 0.25, 0.0));
   EXPECT_FALSE(PrefetchPays(0.6, 0.25, 0.4));

@@ -106,7 +106,7 @@ SimResult SimulatePolicy(const std::vector<NodeEvent>& events, expert_node::Cach
       }
       const double p_victim = out == nullptr ? 0 : policy->UseProbability(*out);
       if (!options.prefetch_all &&
-          !expert_node::PrefetchPays(policy->HintPrecision(), options.prefetch_cost, p_victim)) {
+          !expert_node::PrefetchPays(policy->HintPrecision(id), options.prefetch_cost, p_victim)) {
         continue;
       }
       if (out != nullptr) evict(*out);
