@@ -99,8 +99,9 @@ class RamTier {
     // this long after its admission. Default: 500 ms.
     absl::Duration prefetch_protection = absl::Milliseconds(500);
     // A prefetch evicts only experts not acquired for at least this long.
-    // Default: 100 ms.
-    absl::Duration prefetch_victim_min_idle = absl::Milliseconds(100);
+    // Default: 0 (at hundreds of tokens a second every resident was acquired
+    // within milliseconds; the prefetch rule weighs victims instead).
+    absl::Duration prefetch_victim_min_idle = absl::ZeroDuration();
     // Which resident to evict first. Default: kAdaptive.
     CachePolicyKind policy = CachePolicyKind::kAdaptive;
     // The policy's tuning (cache_policy.h). Default: its defaults.

@@ -76,7 +76,9 @@ ram_budget=$(awk -v b="$MODEL_ROUTED_BYTES" -v f="$ram_fraction" 'BEGIN { printf
 run_args=(run -m "$model" -p "$prompt" --ignore-eos --threads "$threads")
 
 modes=(off)
-if "$COORD" run --help 2>&1 | grep -q -- --prefetch-depth; then
+# The help captured first: grep -q closing the pipe early would fail it under pipefail.
+run_help=$("$COORD" run --help 2>&1 || true)
+if grep -q -- --prefetch-depth <<<"$run_help"; then
   modes=(off on)
   prefetch_note="prefetch switched with --prefetch-depth 0 / 1"
 else
