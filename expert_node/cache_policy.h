@@ -11,16 +11,19 @@
 // Policies:
 //   kLru       least recently used (or admitted) first; warmed experts first
 //              of all. Hints are ignored.
-//   kAdaptive  ARC-shaped: residents used once since admission ("recent",
-//              by recency) and residents used again ("frequent", by a
-//              decayed use count), with ghost lists of what each part evicted
-//              recently steering the target size of the recent part: a miss
-//              on a ghost of the recent part grows it, one on a ghost of the
-//              frequent part shrinks it. Among frequent residents the one
-//              least likely to be used at its layer's next visit goes first
-//              (UseProbability). A hinted resident (a prefetch, or a hint for
-//              a resident expert) goes last until it is used or
-//              Options::hint_horizon ticks pass.
+//   kAdaptive  the resident whose next use is expected farthest away goes
+//              first: the wait until its layer's next visit (visits of a
+//              layer recur with a measured period) plus a geometric number
+//              of whole periods by its UseProbability, which mixes a recent
+//              (Options::fast_half_life_ticks) and a long-run
+//              (Options::half_life_ticks) estimate. The mixing weight adapts
+//              as ARC adapts its split between recent and frequent: an
+//              evicted expert is remembered in the ghost list of the
+//              estimate that rated it higher, and a miss on a ghost moves
+//              the weight towards that estimate. Ties go to the least
+//              recently used; warmed, never-used experts go first; a hinted
+//              resident (a prefetch, or a hint for a resident expert) goes
+//              last until it is used or Options::hint_horizon ticks pass.
 //
 // Thread-safety: none; the owner serialises all calls (RamTier under its lock).
 #ifndef COLIBRI_EXPERT_NODE_CACHE_POLICY_H_
@@ -28,10 +31,10 @@
 
 #include <cstdint>
 #include <memory>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "expert_node/expert_record.h"
 
 namespace colibri::expert_node {
