@@ -163,6 +163,17 @@ int main(int argc, char** argv) {
                  "ms a prefetched, unused expert is protected from eviction")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600 * 1000));
+  std::string ram_policy = "adaptive";
+  app.add_option("--ram-policy", ram_policy,
+                 "which resident expert the RAM tier evicts first: adaptive (expected next use "
+                 "from decayed use counts, recency and hints) or lru")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adaptive", "lru"}));
+  app.add_option("--prefetch-cost", options.ram.prefetch_cost,
+                 "a prefetch's disk read relative to a demand miss: a prefetch is issued only "
+                 "when its hint's measured precision exceeds this plus the use probability of "
+                 "what it would evict (negative: always)")
+      ->capture_default_str();
   app.add_option("--pin-budget", pin_budget,
                  "bytes of the most used experts to load and keep resident at start-up "
                  "(<= --ram-budget)")
@@ -236,6 +247,7 @@ int main(int argc, char** argv) {
   options.pin_budget_bytes = *pin;
   options.buffer_pool.max_free_bytes = *free_bytes;
   options.ram.prefetch_protection = absl::Milliseconds(prefetch_protect_ms);
+  options.ram.policy = *colibri::expert_node::ParseCachePolicyKind(ram_policy);
   options.service.disk_budget_bytes = *disk;
   options.service.compute_threads = threads;
   options.service.ingest_idle_timeout = absl::Seconds(ingest_idle_seconds);

@@ -53,7 +53,7 @@ void NodeReport::Stats(v1::NodeStatsReply* reply) const {
   reply->set_prefetch_issued(hints.issued);
   reply->set_prefetch_used(c.prefetch_used);
   reply->set_prefetch_wasted(c.prefetch_wasted);
-  reply->set_prefetch_dropped(hints.queue_full + c.prefetch_no_room);
+  reply->set_prefetch_dropped(hints.queue_full + c.prefetch_no_room + c.prefetch_declined);
   reply->set_in_flight(compute.in_flight);
   reply->set_ram_peak_used_bytes(c.peak_used_bytes);
   reply->set_pinned_experts(c.pinned_experts);

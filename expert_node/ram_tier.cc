@@ -32,7 +32,9 @@ void PinnedExpert::Release() {
 }
 
 RamTier::RamTier(const Options& options, Loader loader)
-    : options_(options), loader_(std::move(loader)) {}
+    : options_(options),
+      loader_(std::move(loader)),
+      policy_(MakeCachePolicy(options.policy, options.policy_options)) {}
 
 RamTier::~RamTier() = default;
 
@@ -54,7 +56,10 @@ void RamTier::LoadAndFinish(const ExpertId& id, const std::shared_ptr<Flight>& f
                                 : pure_warm   ? Admission::kWarm
                                               : Admission::kDemand;
     if (!entries_.contains(id) && MakeRoom(blob->size_bytes(), admission, end)) {
-      Entry& e = Admit(id, std::move(blob), end, /*coldest=*/pure_warm);
+      Entry& e = Admit(id, std::move(blob), end,
+                       pure_warm       ? AdmitKind::kWarm
+                       : pure_prefetch ? AdmitKind::kPrefetch
+                                       : AdmitKind::kDemand);
       if (flight->prefetch) ++counters_.prefetch_loaded;
       if (flight->warm) ++counters_.warm_loaded;
       if (pure_prefetch) {
@@ -78,11 +83,13 @@ absl::StatusOr<PinnedExpert> RamTier::Acquire(const ExpertId& id) {
   auto it = entries_.find(id);
   if (it != entries_.end()) {
     ++counters_.hits;
+    policy_->Used(id, /*hit=*/true);
     PinnedExpert handle = PinEntry(id, it->second, start);
     handle.hit_ = true;
     return handle;
   }
   ++counters_.misses;
+  policy_->Used(id, /*hit=*/false);
   std::shared_ptr<Flight> flight;
   auto in_flight = loading_.find(id);
   if (in_flight != loading_.end()) {
@@ -115,6 +122,7 @@ absl::StatusOr<PinnedExpert> RamTier::Acquire(const ExpertId& id) {
 
 absl::Status RamTier::Prefetch(const ExpertId& id, uint64_t expected_bytes) {
   absl::MutexLock lock(&mu_);
+  policy_->Hinted(id);
   if (entries_.contains(id)) {
     ++counters_.prefetch_resident;
     return absl::OkStatus();
@@ -123,10 +131,17 @@ absl::Status RamTier::Prefetch(const ExpertId& id, uint64_t expected_bytes) {
     ++counters_.prefetch_coalesced;
     return absl::OkStatus();
   }
-  if (expected_bytes > 0 && !CanMakeRoom(expected_bytes, Admission::kPrefetch, absl::Now())) {
+  const absl::Time now = absl::Now();
+  if (expected_bytes > 0 && !CanMakeRoom(expected_bytes, Admission::kPrefetch, now)) {
     ++counters_.prefetch_no_room;
     return absl::ResourceExhaustedError(
         absl::StrCat(ToString(id), ": no room in the RAM tier for a prefetch"));
+  }
+  if (!PrefetchPaysNow(id, expected_bytes, now)) {
+    ++counters_.prefetch_declined;
+    return absl::ResourceExhaustedError(
+        absl::StrCat(ToString(id), ": a prefetch would not pay (its hint is less likely to be "
+                                   "used than what it would evict)"));
   }
   auto flight = std::make_shared<Flight>();
   flight->prefetch = true;
@@ -211,35 +226,53 @@ bool RamTier::CanMakeRoom(uint64_t bytes, Admission admission, absl::Time now) c
 bool RamTier::MakeRoom(uint64_t bytes, Admission admission, absl::Time now) {
   // Check first, so that a failed admission does not empty the cache for nothing.
   if (!CanMakeRoom(bytes, admission, now)) return false;
-  auto it = lru_.end();
-  while (used_bytes_ + bytes > options_.budget_bytes && it != lru_.begin()) {
-    --it;
-    auto entry = entries_.find(*it);
-    if (!Evictable(entry->second, admission, now)) continue;
+  for (const ExpertId& id : policy_->VictimOrder()) {
+    if (used_bytes_ + bytes <= options_.budget_bytes) break;
+    auto entry = entries_.find(id);
+    if (entry == entries_.end() || !Evictable(entry->second, admission, now)) continue;
     used_bytes_ -= entry->second.blob->size_bytes();
     if (entry->second.prefetched_unused) ++counters_.prefetch_wasted;
     ++counters_.evictions;
     entries_.erase(entry);
-    it = lru_.erase(it);
+    policy_->Evicted(id);
   }
   return used_bytes_ + bytes <= options_.budget_bytes;
 }
 
+bool RamTier::PrefetchPaysNow(const ExpertId& id, uint64_t bytes, absl::Time now) const {
+  if (options_.prefetch_cost < 0) return true;
+  // The use probability of the likeliest-used resident the load would evict.
+  double p_victim = 0;
+  uint64_t freed = 0;
+  if (bytes > 0) {
+    for (const ExpertId& id : policy_->VictimOrder()) {
+      if (used_bytes_ - freed + bytes <= options_.budget_bytes) break;
+      auto entry = entries_.find(id);
+      if (entry == entries_.end() ||
+          !Evictable(entry->second, Admission::kPrefetch, now)) {
+        continue;
+      }
+      freed += entry->second.blob->size_bytes();
+      p_victim = std::max(p_victim, policy_->UseProbability(id));
+    }
+  }
+  return PrefetchPays(policy_->HintPrecision(id), options_.prefetch_cost, p_victim);
+}
+
 RamTier::Entry& RamTier::Admit(const ExpertId& id, std::shared_ptr<const ExpertBlob> blob,
-                               absl::Time now, bool coldest) {
+                               absl::Time now, AdmitKind kind) {
   Entry& e = entries_[id];
   used_bytes_ += blob->size_bytes();
   counters_.peak_used_bytes = std::max(counters_.peak_used_bytes, used_bytes_);
   e.blob = std::move(blob);
   e.last_use = now;
-  e.lru_pos = lru_.insert(coldest ? lru_.end() : lru_.begin(), id);
+  policy_->Admitted(id, kind);
   return e;
 }
 
 PinnedExpert RamTier::PinEntry(const ExpertId& id, Entry& e, absl::Time now) {
   ++e.pins;
   e.last_use = now;
-  lru_.splice(lru_.begin(), lru_, e.lru_pos);
   if (e.prefetched_unused) {
     e.prefetched_unused = false;
     ++counters_.prefetch_used;

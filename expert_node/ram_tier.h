@@ -1,4 +1,6 @@
-// The expert node's RAM tier: an LRU of decoded experts within a byte budget.
+// The expert node's RAM tier: decoded experts within a byte budget, evicted
+// in the order of a replacement policy (cache_policy.h: adaptive by default,
+// or LRU).
 //
 // Experts come from a Loader (the disk tier, in production). Acquire returns a
 // PinnedExpert handle; while any handle of an expert is alive the expert is
@@ -7,7 +9,7 @@
 // Budget: resident bytes never exceed Options::budget_bytes, at any instant
 // (every change of used_bytes() happens under the tier's lock after the room
 // was made; peak_used_bytes records the maximum). To admit an expert the tier
-// evicts victims from the least recently used end; when that cannot make room
+// evicts victims in the policy's order; when that cannot make room
 // the expert is served uncached: the handle owns its bytes, which are freed
 // when the handle goes and are not counted against the budget. So memory
 // beyond the budget is bounded by what in-flight requests hold.
@@ -22,9 +24,15 @@
 // A prefetch that cannot make room under its rule is dropped ("memory
 // pressure"); with an expected size it is dropped before reading the disk.
 // Warm (the background warm-up, ram_warmer.h) evicts nothing: it only fills
-// free room, and puts what it loads at the least recently used end, so that
-// the first demand load that needs room evicts warmed, never-used experts
-// before anything a request has used.
+// free room, and admits what it loads as the first to evict, so that the
+// first demand load that needs room evicts warmed, never-used experts before
+// anything a request has used.
+//
+// Prefetch that pays: a prefetch is also dropped ("declined") unless the
+// policy's prefetch rule (PrefetchPays in cache_policy.h) says its expected
+// benefit beats its cost: the hints' measured precision must exceed
+// Options::prefetch_cost plus the use probability of the most likely to be
+// used resident it would evict (0 when it fits in free room).
 //
 // Loads coalesce: while an expert's load is in flight (demand or prefetch), a
 // second Acquire of it waits for that load instead of reading again (counted
@@ -38,13 +46,13 @@
 
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "expert_node/cache_policy.h"
 #include "expert_node/expert_record.h"
 
 namespace colibri::expert_node {
@@ -91,8 +99,16 @@ class RamTier {
     // this long after its admission. Default: 500 ms.
     absl::Duration prefetch_protection = absl::Milliseconds(500);
     // A prefetch evicts only experts not acquired for at least this long.
-    // Default: 100 ms.
-    absl::Duration prefetch_victim_min_idle = absl::Milliseconds(100);
+    // Default: 0 (at hundreds of tokens a second every resident was acquired
+    // within milliseconds; the prefetch rule weighs victims instead).
+    absl::Duration prefetch_victim_min_idle = absl::ZeroDuration();
+    // Which resident to evict first. Default: kAdaptive.
+    CachePolicyKind policy = CachePolicyKind::kAdaptive;
+    // The policy's tuning (cache_policy.h). Default: its defaults.
+    CachePolicy::Options policy_options;
+    // A background read's cost relative to a demand miss, in the prefetch
+    // rule; negative: every prefetch that finds room is issued. Default: 0.25.
+    double prefetch_cost = 0.25;
   };
 
   // Cumulative since construction, except used_bytes, pinned_experts and
@@ -112,6 +128,7 @@ class RamTier {
     uint64_t prefetch_resident = 0;   // Prefetch of a resident expert: no-op
     uint64_t prefetch_coalesced = 0;  // Prefetch of an expert whose load is in flight
     uint64_t prefetch_no_room = 0;    // prefetches dropped under memory pressure
+    uint64_t prefetch_declined = 0;   // prefetches the prefetch rule found not worth it
     uint64_t warm_loaded = 0;         // experts Warm read and admitted
     uint64_t peak_used_bytes = 0;     // most bytes ever resident (<= budget)
     uint64_t used_bytes = 0;          // bytes resident now
@@ -160,7 +177,6 @@ class RamTier {
     bool prefetched_unused = false;  // admitted by a prefetch, not yet acquired
     absl::Time protected_until;      // while prefetched_unused
     absl::Time last_use;             // admission or last Acquire
-    std::list<ExpertId>::iterator lru_pos;  // in lru_ (front: most recent)
   };
   // A load in flight; waiters block on load_done_ until `done`.
   struct Flight {
@@ -180,17 +196,20 @@ class RamTier {
   // Whether `bytes` more could fit after evicting what `admission` may evict.
   bool CanMakeRoom(uint64_t bytes, Admission admission, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts LRU victims `admission` may evict until `bytes` more fit; false
-  // (evicting nothing) when impossible.
+  // Evicts victims `admission` may evict, in the policy's order, until
+  // `bytes` more fit; false (evicting nothing) when impossible.
   bool MakeRoom(uint64_t bytes, Admission admission, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Evictable(const Entry& e, Admission admission, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Inserts a new entry (room already made) at the LRU front, or at its back
-  // (the first to be evicted) when `coldest`.
+  // Inserts a new entry (room already made) and tells the policy.
   Entry& Admit(const ExpertId& id, std::shared_ptr<const ExpertBlob> blob, absl::Time now,
-               bool coldest = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A cached handle of the resident entry `e`, pinned and moved to the front.
+               AdmitKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the prefetch rule issues a prefetch of `id`, `bytes` large (0:
+  // unknown, as if it fit in free room).
+  bool PrefetchPaysNow(const ExpertId& id, uint64_t bytes, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A cached handle of the resident entry `e`, pinned.
   PinnedExpert PinEntry(const ExpertId& id, Entry& e, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpin(const ExpertId& id);
@@ -202,7 +221,7 @@ class RamTier {
   absl::CondVar load_done_;
   absl::flat_hash_map<ExpertId, Entry> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ExpertId, std::shared_ptr<Flight>> loading_ ABSL_GUARDED_BY(mu_);
-  std::list<ExpertId> lru_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<CachePolicy> policy_ ABSL_GUARDED_BY(mu_);
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   Counters counters_ ABSL_GUARDED_BY(mu_);
 };

@@ -34,6 +34,9 @@ constexpr const char* kMmapHelp =
 constexpr const char* kGgufOrderHelp =
     "copy the weights into RAM in the file's row order, not in the interleaved layout the "
     "kernels read faster (same results; for comparisons)";
+constexpr const char* kTraceRoutingHelp =
+    "record every forward step's experts per layer (with token counts) and prediction hints "
+    "to this file, for colibri-cache-sim (format: model/moe/routing_trace.h; at most 256 MiB)";
 
 using colibri::coordinator::InspectOptions;
 using colibri::coordinator::RunOptions;
@@ -113,6 +116,7 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
                   "experts predicted per token (0: the model's top-k)")
       ->capture_default_str()
       ->check(colibri::cli::kExpertCount);
+  cmd->add_option("--trace-routing", o->trace_routing, kTraceRoutingHelp);
 }
 
 // --draft, --draft-max and --draft-fixed of run and serve.
@@ -342,6 +346,7 @@ int main(int argc, char** argv) {
                    "experts predicted per token (0: the model's top-k)")
       ->capture_default_str()
       ->check(colibri::cli::kExpertCount);
+  serve_cmd->add_option("--trace-routing", serve.trace_routing, kTraceRoutingHelp);
   {
     using colibri::arch::PipelineHalves;
     const std::map<std::string, PipelineHalves> halves = {

@@ -19,6 +19,7 @@
 #include "coordinator/cli/resident_weights.h"
 #include "coordinator/generation/generation_scheduler.h"
 #include "model/arch/model.h"
+#include "model/moe/routing_trace.h"
 #include "model/arch/session.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/unicode_util.h"
@@ -208,6 +209,11 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
                                      : options.cluster.enabled() ? 1
                                                                  : 0;
   scheduler_options.prefetch.count = options.prefetch_count;
+  std::unique_ptr<moe::RoutingTraceWriter> routing_trace;
+  if (!options.trace_routing.empty()) {
+    COLIBRI_ASSIGN_OR_RETURN(routing_trace, moe::RoutingTraceWriter::Open(options.trace_routing, {}));
+    scheduler_options.routing_trace = routing_trace.get();
+  }
   // One generation's steps never hold two sequences to split between.
   scheduler_options.pipeline_halves = arch::PipelineHalves::kOff;
   scheduler_options.kv_type = options.kv_type;

@@ -63,6 +63,9 @@ struct RunOptions {
   int prefetch_depth = -1;
   // Experts predicted per token. Default: 0, meaning the model's top-k.
   int prefetch_count = 0;
+  // Where every forward step's expert routing is recorded
+  // (model/moe/routing_trace.h); empty: not recorded. Default: empty.
+  std::string trace_routing;
   // Speculative decoding (--draft, --draft-max); its counters are printed
   // with the speed figures. Default: off.
   SpeculationOptions speculation;

@@ -29,6 +29,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "model/arch/model.h"
+#include "model/moe/routing_trace.h"
 #include "model/tokenizer/tokenizer.h"
 #include "rpc/auth_token.h"
 #include "rpc/probe_server.h"
@@ -162,6 +163,11 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                                      : cluster != nullptr        ? 1
                                                                  : 0;
   scheduler_options.prefetch.count = options.prefetch_count;
+  std::unique_ptr<moe::RoutingTraceWriter> routing_trace;
+  if (!options.trace_routing.empty()) {
+    COLIBRI_ASSIGN_OR_RETURN(routing_trace, moe::RoutingTraceWriter::Open(options.trace_routing, {}));
+    scheduler_options.routing_trace = routing_trace.get();
+  }
   scheduler_options.pipeline_halves = options.pipeline_halves;
   scheduler_options.kv_type = options.kv_type;
   scheduler_options.log = &err;

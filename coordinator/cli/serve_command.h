@@ -96,6 +96,9 @@ struct ServeOptions {
   int prefetch_depth = -1;
   // Experts predicted per token. Default: 0, meaning the model's top-k.
   int prefetch_count = 0;
+  // Where every forward step's expert routing is recorded
+  // (model/moe/routing_trace.h); empty: not recorded. Default: empty.
+  std::string trace_routing;
   // Pipelining of two half-batches per step (arch::PipelineHalves).
   // Default: kAuto.
   arch::PipelineHalves pipeline_halves = arch::PipelineHalves::kAuto;

@@ -51,6 +51,8 @@ struct GenerationScheduler::Engine {
   std::unique_ptr<moe::ExpertBackend> local;  // the backend without nodes
   moe::ExpertBackend* backend = nullptr;      // local, or the cluster's for this path
   RemoteExpertBackend* remote = nullptr;      // backend, when over nodes
+  // Options::routing_trace: records what reaches the backend, then passes it on.
+  std::unique_ptr<moe::TracingExpertBackend> traced;
   std::unique_ptr<arch::Session> session;
   std::vector<bool> used;  // [sessions] slots taken by an active generation
   uint64_t steps = 0;      // Step calls, to rotate the decoding order
@@ -201,6 +203,10 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
     e->local = std::make_unique<moe::LocalExpertBackend>(&model_.experts(),
                                                          model_.config().n_expert, path, pool_);
     e->backend = e->local.get();
+  }
+  if (options_.routing_trace != nullptr) {
+    e->traced = std::make_unique<moe::TracingExpertBackend>(e->backend, options_.routing_trace);
+    e->backend = e->traced.get();
   }
   arch::SessionOptions session_options;
   session_options.n_ctx = options_.ctx_size;

@@ -82,6 +82,7 @@
 #include "coordinator/generation/speculation_options.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
+#include "model/moe/routing_trace.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -216,6 +217,10 @@ class GenerationScheduler {
     // Receives every forward step's timing; borrowed, must outlive the
     // scheduler. Default: null.
     StepTimeline* timeline = nullptr;
+    // Receives every forward step's routing and prediction hints
+    // (model/moe/routing_trace.h); borrowed, must outlive the scheduler.
+    // Default: null (not recorded).
+    moe::RoutingTraceWriter* routing_trace = nullptr;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed

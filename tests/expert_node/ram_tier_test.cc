@@ -43,12 +43,32 @@ class FakeDisk {
   std::atomic<int> loads_{0};
 };
 
+// Every test runs with both replacement policies (the parameter). The
+// prefetch rule is off unless a test turns it on, so that a prefetch that
+// finds room is issued, and so is the adaptive policy's own protection of
+// hinted experts: these tests exercise the tier's (prefetch_protection).
+CachePolicyKind current_policy = CachePolicyKind::kAdaptive;
+
+class RamTierTest : public ::testing::TestWithParam<CachePolicyKind> {
+ protected:
+  void SetUp() override { current_policy = GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Policies, RamTierTest,
+                         ::testing::Values(CachePolicyKind::kLru, CachePolicyKind::kAdaptive),
+                         [](const ::testing::TestParamInfo<CachePolicyKind>& info) {
+                           return std::string(CachePolicyName(info.param));
+                         });
+
 RamTier::Options TierOptions(uint64_t budget, absl::Duration protection = absl::ZeroDuration(),
                              absl::Duration victim_min_idle = absl::ZeroDuration()) {
   RamTier::Options options;
   options.budget_bytes = budget;
   options.prefetch_protection = protection;
   options.prefetch_victim_min_idle = victim_min_idle;
+  options.policy = current_policy;
+  options.prefetch_cost = -1;
+  options.policy_options.hint_horizon = 0;
   return options;
 }
 
@@ -57,9 +77,9 @@ ExpertId Id(int e) { return ExpertId{"fp", 0, e}; }
 // Room for three experts of PooledDisk (768 KiB each) in the free list.
 uint64_t disk_free_bound() { return 3 * 3 * (uint64_t{256} << 10) + 100; }
 
-TEST(RamTierTest, HitAfterMissAndCounters) {
+TEST_P(RamTierTest, HitAfterMissAndCounters) {
   FakeDisk disk(16);
-  RamTier tier(RamTier::Options{1 << 20}, disk.loader());
+  RamTier tier(TierOptions(1 << 20), disk.loader());
   {
     auto a = tier.Acquire(Id(1));
     ASSERT_TRUE(a.ok());
@@ -78,11 +98,11 @@ TEST(RamTierTest, HitAfterMissAndCounters) {
   EXPECT_EQ(tier.Acquire(Id(-1)).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(RamTierTest, EvictsLeastRecentlyUsed) {
+TEST_P(RamTierTest, EvictsLeastRecentlyUsed) {
   FakeDisk disk(16);
   // Experts 0, 3, 6, 9 all have the same size; room for three.
   const uint64_t size = disk.BlobBytes(0);
-  RamTier tier(RamTier::Options{3 * size}, disk.loader());
+  RamTier tier(TierOptions(3 * size), disk.loader());
   for (int e : {0, 3, 6}) ASSERT_TRUE(tier.Acquire(Id(e)).ok());
   ASSERT_TRUE(tier.Acquire(Id(0)).ok());  // 0 is now the most recent; 3 the least
   ASSERT_TRUE(tier.Acquire(Id(9)).ok());
@@ -93,10 +113,10 @@ TEST(RamTierTest, EvictsLeastRecentlyUsed) {
   EXPECT_EQ(tier.counters().evictions, 1u);
 }
 
-TEST(RamTierTest, PinnedExpertsAreNeverEvicted) {
+TEST_P(RamTierTest, PinnedExpertsAreNeverEvicted) {
   FakeDisk disk(16);
   const uint64_t size = disk.BlobBytes(0);
-  RamTier tier(RamTier::Options{2 * size}, disk.loader());
+  RamTier tier(TierOptions(2 * size), disk.loader());
   auto pinned0 = tier.Acquire(Id(0));
   auto pinned3 = tier.Acquire(Id(3));
   ASSERT_TRUE(pinned0.ok() && pinned3.ok());
@@ -119,9 +139,9 @@ TEST(RamTierTest, PinnedExpertsAreNeverEvicted) {
   EXPECT_FALSE(tier.Contains(Id(3)));
 }
 
-TEST(RamTierTest, ExpertLargerThanBudgetIsServedUncached) {
+TEST_P(RamTierTest, ExpertLargerThanBudgetIsServedUncached) {
   FakeDisk disk(16);
-  RamTier tier(RamTier::Options{disk.BlobBytes(0) - 1}, disk.loader());
+  RamTier tier(TierOptions(disk.BlobBytes(0) - 1), disk.loader());
   auto a = tier.Acquire(Id(0));
   ASSERT_TRUE(a.ok());
   EXPECT_FALSE(a->cached());
@@ -130,10 +150,10 @@ TEST(RamTierTest, ExpertLargerThanBudgetIsServedUncached) {
   EXPECT_EQ(tier.Prefetch(Id(0)).code(), absl::StatusCode::kResourceExhausted);
 }
 
-TEST(RamTierTest, BudgetNeverExceededUnderRandomWorkload) {
+TEST_P(RamTierTest, BudgetNeverExceededUnderRandomWorkload) {
   FakeDisk disk(16);
   const uint64_t budget = disk.BlobBytes(0) * 5 + disk.BlobBytes(1) * 2;
-  RamTier tier(RamTier::Options{budget}, disk.loader());
+  RamTier tier(TierOptions(budget), disk.loader());
   std::mt19937 rng(1);
   std::vector<std::pair<int, PinnedExpert>> held;  // (expert, handle)
   for (int step = 0; step < 2000; ++step) {
@@ -169,7 +189,7 @@ TEST(RamTierTest, BudgetNeverExceededUnderRandomWorkload) {
   EXPECT_GT(c.hits, 0u);
 }
 
-TEST(RamTierTest, PrefetchUsedAndWastedAreCounted) {
+TEST_P(RamTierTest, PrefetchUsedAndWastedAreCounted) {
   FakeDisk disk(16);
   const uint64_t size = disk.BlobBytes(0);
   RamTier tier(TierOptions(2 * size), disk.loader());
@@ -184,7 +204,7 @@ TEST(RamTierTest, PrefetchUsedAndWastedAreCounted) {
   EXPECT_EQ(disk.loads(), 3);
 }
 
-TEST(RamTierTest, ProtectionWindowKeepsAPrefetchedExpertWhenOtherVictimsExist) {
+TEST_P(RamTierTest, ProtectionWindowKeepsAPrefetchedExpertWhenOtherVictimsExist) {
   for (const bool protect : {true, false}) {
     SCOPED_TRACE(protect ? "protected" : "unprotected");
     FakeDisk disk(16);
@@ -203,7 +223,7 @@ TEST(RamTierTest, ProtectionWindowKeepsAPrefetchedExpertWhenOtherVictimsExist) {
   }
 }
 
-TEST(RamTierTest, DemandLoadWithOnlyProtectedVictimsIsServedUncached) {
+TEST_P(RamTierTest, DemandLoadWithOnlyProtectedVictimsIsServedUncached) {
   FakeDisk disk(16);
   const uint64_t size = disk.BlobBytes(0);
   RamTier tier(TierOptions(2 * size, absl::InfiniteDuration()), disk.loader());
@@ -216,7 +236,7 @@ TEST(RamTierTest, DemandLoadWithOnlyProtectedVictimsIsServedUncached) {
   EXPECT_EQ(tier.counters().peak_used_bytes, 2 * size);
 }
 
-TEST(RamTierTest, PrefetchDoesNotEvictRecentlyUsedExperts) {
+TEST_P(RamTierTest, PrefetchDoesNotEvictRecentlyUsedExperts) {
   for (const bool recent_protected : {true, false}) {
     SCOPED_TRACE(recent_protected ? "min idle infinite" : "min idle 0");
     FakeDisk disk(16);
@@ -236,7 +256,7 @@ TEST(RamTierTest, PrefetchDoesNotEvictRecentlyUsedExperts) {
   }
 }
 
-TEST(RamTierTest, ResidentPinsAreNeverEvictedAndCountWithinTheBudget) {
+TEST_P(RamTierTest, ResidentPinsAreNeverEvictedAndCountWithinTheBudget) {
   FakeDisk disk(16);
   const uint64_t size = disk.BlobBytes(0);
   RamTier tier(TierOptions(2 * size), disk.loader());
@@ -257,7 +277,7 @@ TEST(RamTierTest, ResidentPinsAreNeverEvictedAndCountWithinTheBudget) {
   EXPECT_EQ(tier.PinResident(Id(-1)).code(), absl::StatusCode::kNotFound);
 }
 
-TEST(RamTierTest, LoadsInFlightAreSharedByPrefetchesAndMisses) {
+TEST_P(RamTierTest, LoadsInFlightAreSharedByPrefetchesAndMisses) {
   FakeDisk disk(16);
   absl::Notification started, release;
   std::atomic<int> loads{0};
@@ -298,7 +318,7 @@ TEST(RamTierTest, LoadsInFlightAreSharedByPrefetchesAndMisses) {
   for (const auto& b : bytes) EXPECT_EQ(b, expected.gate);
 }
 
-TEST(RamTierTest, WarmFillsFreeRoomAndEvictsNothing) {
+TEST_P(RamTierTest, WarmFillsFreeRoomAndEvictsNothing) {
   FakeDisk disk(16);
   const uint64_t size = disk.BlobBytes(0);  // experts 0, 3, 6 have the same size
   RamTier tier(TierOptions(2 * size), disk.loader());
@@ -323,7 +343,7 @@ TEST(RamTierTest, WarmFillsFreeRoomAndEvictsNothing) {
   EXPECT_EQ(tier.Warm(Id(-1)).code(), absl::StatusCode::kNotFound);
 }
 
-TEST(RamTierTest, WarmedExpertsAreTheFirstVictimsInTheOrderWarmed) {
+TEST_P(RamTierTest, WarmedExpertsAreTheFirstVictimsInTheOrderWarmed) {
   FakeDisk disk(16);
   const uint64_t size = disk.BlobBytes(0);  // experts 0, 3, 6, 9, 12 have the same size
   RamTier tier(TierOptions(3 * size), disk.loader());
@@ -340,7 +360,7 @@ TEST(RamTierTest, WarmedExpertsAreTheFirstVictimsInTheOrderWarmed) {
   EXPECT_EQ(tier.counters().evictions, 2u);
 }
 
-TEST(RamTierTest, AnAcquireJoiningAWarmLoadMakesItDemand) {
+TEST_P(RamTierTest, AnAcquireJoiningAWarmLoadMakesItDemand) {
   FakeDisk disk(16);
   const uint64_t size = disk.BlobBytes(0);
   absl::Notification started, release;
@@ -371,7 +391,7 @@ TEST(RamTierTest, AnAcquireJoiningAWarmLoadMakesItDemand) {
 // Many threads acquire, hold and prefetch random experts (more than fit):
 // resident bytes never exceed the budget, at any instant, and every handle
 // sees its own expert's bytes.
-TEST(RamTierTest, BudgetNeverExceededUnderConcurrentEvictionWorkload) {
+TEST_P(RamTierTest, BudgetNeverExceededUnderConcurrentEvictionWorkload) {
   constexpr int kExperts = 30;
   FakeDisk disk(16);
   std::vector<SyntheticExpert> expected;
@@ -459,7 +479,7 @@ class PooledDisk {
 
 // Cycling through twice as many experts as fit misses on every Acquire; after
 // the first eviction each load takes the buffer the previous eviction freed.
-TEST(RamTierTest, EvictionChurnReusesBuffersAndAllocatesNothingNew) {
+TEST_P(RamTierTest, EvictionChurnReusesBuffersAndAllocatesNothingNew) {
   constexpr int kExperts = 8;
   PooledDisk disk(kExperts, 4 * (uint64_t{1} << 20));
   RamTier tier(TierOptions(disk.BlobBytes() * 4), disk.loader());
@@ -483,7 +503,7 @@ TEST(RamTierTest, EvictionChurnReusesBuffersAndAllocatesNothingNew) {
 }
 
 // An expert served uncached gives its buffer back when its handle goes.
-TEST(RamTierTest, UncachedBuffersAreRecycledToo) {
+TEST_P(RamTierTest, UncachedBuffersAreRecycledToo) {
   PooledDisk disk(3, 4 * (uint64_t{1} << 20));
   RamTier tier(TierOptions(disk.BlobBytes() * 2), disk.loader());
   auto a = tier.Acquire(Id(0));
@@ -504,7 +524,7 @@ TEST(RamTierTest, UncachedBuffersAreRecycledToo) {
 
 // Concurrent acquires, holds and prefetches over pooled buffers: bytes stay
 // right, the free list stays within its bound and the budget holds.
-TEST(RamTierTest, PooledBuffersUnderConcurrentEvictionWorkload) {
+TEST_P(RamTierTest, PooledBuffersUnderConcurrentEvictionWorkload) {
   constexpr int kExperts = 12;
   PooledDisk disk(kExperts, disk_free_bound());
   RamTier tier(TierOptions(disk.BlobBytes() * 4, absl::Microseconds(200)), disk.loader());
@@ -537,6 +557,66 @@ TEST(RamTierTest, PooledBuffersUnderConcurrentEvictionWorkload) {
   EXPECT_LE(c.peak_free_bytes, disk_free_bound());
   EXPECT_GT(c.reuses, 0u);
   EXPECT_LE(tier.counters().peak_used_bytes, tier.budget_bytes());
+}
+
+}  // namespace
+}  // namespace colibri::expert_node
+
+namespace colibri::expert_node {
+namespace {
+
+// Three layers in turn; layer 0 uses expert 0 at every visit, layers 1 and 2
+// a new expert each visit; room for two experts. LRU always evicts expert 0
+// before its next use (never a hit); the adaptive policy learns that it is
+// used at every visit and keeps it.
+TEST(RamTierPolicyTest, AdaptiveKeepsTheExpertEveryVisitUsesWhereLruNeverHits) {
+  for (CachePolicyKind kind : {CachePolicyKind::kLru, CachePolicyKind::kAdaptive}) {
+    SCOPED_TRACE(CachePolicyName(kind));
+    current_policy = kind;
+    FakeDisk disk(16);
+    RamTier tier(TierOptions(2 * disk.BlobBytes(0)), disk.loader());
+    const int visits = 12;
+    int hot_hits = 0;
+    for (int v = 0; v < visits; ++v) {
+      auto hot = tier.Acquire(ExpertId{"fp", 0, 0});
+      ASSERT_TRUE(hot.ok());
+      hot_hits += hot->hit() ? 1 : 0;
+      hot = PinnedExpert();
+      ASSERT_TRUE(tier.Acquire(ExpertId{"fp", 1, 3 * (v + 1)}).ok());
+      ASSERT_TRUE(tier.Acquire(ExpertId{"fp", 2, 3 * (v + 1)}).ok());
+    }
+    if (kind == CachePolicyKind::kLru) {
+      EXPECT_EQ(hot_hits, 0);
+    } else {
+      EXPECT_GE(hot_hits, visits - 3);
+    }
+  }
+}
+
+// The prefetch rule: with free room a hint of 0.5 prior precision pays for a
+// read costing 0.25 of a miss; with a full tier whose only victim is used at
+// every visit of its layer, it does not, and nothing is read.
+TEST(RamTierPolicyTest, PrefetchIsDeclinedWhenItWouldEvictWhatIsAlwaysUsed) {
+  current_policy = CachePolicyKind::kAdaptive;
+  FakeDisk disk(16);
+  const uint64_t size = disk.BlobBytes(0);
+  RamTier::Options options = TierOptions(size);
+  options.prefetch_cost = 0.25;
+  RamTier tier(options, disk.loader());
+  EXPECT_TRUE(tier.Prefetch(Id(3), size).ok());  // free room
+  EXPECT_EQ(tier.counters().prefetch_loaded, 1u);
+  for (int v = 0; v < 4; ++v) ASSERT_TRUE(tier.Acquire(Id(0)).ok());
+  const int loads = disk.loads();
+  const absl::Status s = tier.Prefetch(Id(6), size);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(tier.counters().prefetch_declined, 1u);
+  EXPECT_EQ(disk.loads(), loads);
+  EXPECT_TRUE(tier.Contains(Id(0)));
+  options.prefetch_cost = -1;  // the rule off: the same prefetch is issued
+  RamTier always(options, disk.loader());
+  for (int v = 0; v < 4; ++v) ASSERT_TRUE(always.Acquire(Id(0)).ok());
+  EXPECT_TRUE(always.Prefetch(Id(6), size).ok());
+  EXPECT_EQ(always.counters().prefetch_declined, 0u);
 }
 
 }  // namespace

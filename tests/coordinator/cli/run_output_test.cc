@@ -3,10 +3,12 @@
 // into RAM (the default) or stay mapped from the file (--mmap).
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "model/moe/routing_trace.h"
 #include "gtest/gtest.h"
 #include "tests/support/coordinator_run.h"
 #include "tests/support/subprocess.h"
@@ -232,6 +234,46 @@ TEST(RunOutputTest, KvTypeF16Generates) {
   ASSERT_EQ(latent.exit_code, 0) << latent.err;
   EXPECT_NE(latent.err.find("KV cache f16"), std::string::npos) << latent.err;
   EXPECT_FALSE(latent.out.empty());
+}
+
+// --trace-routing: one R record per MoE layer per forward step (the prompt's
+// step, then one per fed-back token), each routing every token to top-k
+// experts, and the predictor's hints with --prefetch-depth 1.
+TEST(RunOutputTest, TraceRoutingRecordsEveryStepsLayers) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/run_output_trace." +
+                           std::to_string(::getpid());
+  const testing::CommandResult r = testing::RunCommand(
+      {testing::BinaryPath("coordinator/colibri-coordinator"), "run", "--model",
+       testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf", "--prompt-tokens", "1,2,3",
+       "--n-predict", "5", "--temp", "0", "--ignore-eos", "--threads", "1", "--prefetch-depth",
+       "1", "--trace-routing", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  absl::StatusOr<std::vector<moe::TraceRecord>> records = moe::ReadRoutingTrace(path);
+  ASSERT_TRUE(records.ok()) << records.status();
+  int routes = 0;
+  int hints = 0;
+  int64_t last_step = -1;
+  int route_tokens_step0 = 0;
+  for (const moe::TraceRecord& rec : *records) {
+    if (rec.kind == moe::TraceRecord::Kind::kHint) {
+      ++hints;
+      EXPECT_GT(rec.layer, 0);
+      continue;
+    }
+    ++routes;
+    last_step = rec.step;
+    int tokens = 0;
+    for (const auto& [e, n] : rec.experts) tokens += n;
+    if (rec.step == 0 && rec.layer == 0) route_tokens_step0 = tokens;
+  }
+  EXPECT_EQ(last_step, 4);  // the prompt's step and 4 fed-back tokens
+  EXPECT_GT(routes, 0);
+  EXPECT_EQ(routes % (last_step + 1), 0);  // the same layers every step
+  EXPECT_GT(hints, 0);
+  EXPECT_EQ(route_tokens_step0 % 3, 0);  // 3 prompt tokens times top-k
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -1,0 +1,105 @@
+#include "tools/cache_sim/cache_sim.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace colibri::cache_sim {
+namespace {
+
+using expert_node::CachePolicyKind;
+
+std::vector<moe::TraceRecord> Parse(const std::string& text) {
+  absl::StatusOr<std::vector<moe::TraceRecord>> records = moe::ParseRoutingTrace(text, "test");
+  EXPECT_TRUE(records.ok()) << records.status();
+  return records.ok() ? *records : std::vector<moe::TraceRecord>();
+}
+
+placement::Placement OneNode(const std::vector<int>& experts) {
+  return *placement::Placement::Compute({{"n0", 1.0}}, experts, 1);
+}
+
+// One layer, one expert a step: a b c a b c at capacity 2.
+// LRU: every request misses (each reuse is 3 requests back): 0 hits.
+// Belady: a b c miss; c evicts b (next use 4, a's is 3); a hits; b misses
+// and evicts a (never used again, c's next use is 5); c hits: 2 hits.
+TEST(CacheSimTest, HandComputedHitsOfLruAndBelady) {
+  const std::vector<moe::TraceRecord> records = Parse(
+      "colibri-routing-trace 1\n"
+      "R 0 0 0:1\nR 1 0 1:1\nR 2 0 2:1\nR 3 0 0:1\nR 4 0 1:1\nR 5 0 2:1\n");
+  absl::StatusOr<std::vector<NodeEvent>> events = NodeWorkload(records, OneNode({3}), 0);
+  ASSERT_TRUE(events.ok()) << events.status();
+  SimOptions options;
+  options.capacity = 2;
+  const SimResult lru = SimulatePolicy(*events, CachePolicyKind::kLru, options);
+  EXPECT_EQ(lru.requests, 6u);
+  EXPECT_EQ(lru.hits, 0u);
+  const SimResult belady = SimulateBelady(*events, 2);
+  EXPECT_EQ(belady.requests, 6u);
+  EXPECT_EQ(belady.hits, 2u);
+  const SimResult adaptive = SimulatePolicy(*events, CachePolicyKind::kAdaptive, options);
+  EXPECT_LE(adaptive.hits, belady.hits);
+}
+
+// A layer's experts are pinned together: at capacity 1, a record of two
+// experts serves the second uncached.
+TEST(CacheSimTest, ALayersExpertsArePinnedTogether) {
+  const std::vector<moe::TraceRecord> records =
+      Parse("colibri-routing-trace 1\nR 0 0 0:1 1:1\nR 1 0 0:1 1:1\n");
+  absl::StatusOr<std::vector<NodeEvent>> events = NodeWorkload(records, OneNode({2}), 0);
+  ASSERT_TRUE(events.ok());
+  SimOptions options;
+  options.capacity = 1;
+  const SimResult lru = SimulatePolicy(*events, CachePolicyKind::kLru, options);
+  EXPECT_EQ(lru.hits, 1u);  // expert 0 at step 1
+  EXPECT_EQ(lru.uncached, 2u);
+  const SimResult belady = SimulateBelady(*events, 1);
+  EXPECT_EQ(belady.hits, 1u);
+  EXPECT_EQ(belady.uncached, 2u);
+}
+
+// Hints load experts ahead of use; one never used counts as wasted.
+TEST(CacheSimTest, PrefetchesAreCountedUsedOrWasted) {
+  const std::vector<moe::TraceRecord> records = Parse(
+      "colibri-routing-trace 1\n"
+      "H 0 1 3 4\nR 0 0 0:1\nR 0 1 3:1\n");
+  absl::StatusOr<std::vector<NodeEvent>> events = NodeWorkload(records, OneNode({1, 5}), 0);
+  ASSERT_TRUE(events.ok());
+  SimOptions options;
+  options.capacity = 4;
+  options.prefetch_all = true;
+  const SimResult r = SimulatePolicy(*events, CachePolicyKind::kLru, options);
+  EXPECT_EQ(r.prefetch_issued, 2u);
+  EXPECT_EQ(r.prefetch_used, 1u);
+  EXPECT_EQ(r.prefetch_wasted, 1u);
+  EXPECT_EQ(r.hits, 1u);
+}
+
+TEST(CacheSimTest, NodesShareTheRequestsByPlacement) {
+  const std::vector<moe::TraceRecord> records =
+      Parse("colibri-routing-trace 1\nR 0 0 0:1 1:2 2:1 3:5 4:1 5:1 6:1 7:1\n");
+  const placement::Placement placement =
+      *placement::Placement::Compute({{"a", 1.0}, {"b", 1.0}, {"c", 1.0}}, {8}, 2);
+  uint64_t total = 0;
+  for (int node = 0; node < 3; ++node) {
+    absl::StatusOr<std::vector<NodeEvent>> events = NodeWorkload(records, placement, node);
+    ASSERT_TRUE(events.ok());
+    for (const NodeEvent& ev : *events) {
+      const absl::Span<const int> owners = placement.Owners(ev.layer, ev.expert);
+      EXPECT_NE(std::find(owners.begin(), owners.end(), node), owners.end());
+    }
+    total += events->size();
+  }
+  EXPECT_EQ(total, 8u);  // each routed expert reaches exactly one replica
+  EXPECT_FALSE(NodeWorkload(records, placement, 3).ok());
+  EXPECT_FALSE(NodeWorkload(Parse("colibri-routing-trace 1\nR 0 0 9:1\n"), placement, 0).ok());
+}
+
+TEST(CacheSimTest, ExpertsPerLayerLeavesUnroutedLayersEmpty) {
+  EXPECT_EQ(ExpertsPerLayer(Parse("colibri-routing-trace 1\nR 0 1 3:1\nR 0 2 0:1 7:2\n")),
+            (std::vector<int>{0, 4, 8}));
+}
+
+}  // namespace
+}  // namespace colibri::cache_sim
