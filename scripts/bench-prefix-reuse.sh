@@ -167,6 +167,18 @@ print(usage1["prompt_tokens"], f"{ttft1:.4f}", usage2["prompt_tokens"],
 PY
 }
 
+# awk functions: median(a, n) and range(a, n) ("lo-hi") of a[1..n].
+stats_awk='
+  function median(a, n,   i, j, t) {
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
+      t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  function range(a, n,   i, lo, hi) {
+    lo = hi = a[1]; for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
+    return sprintf("%.3f-%.3f", lo, hi)
+  }'
+
 # run_config NAME [SERVE FLAGS...]: a serve with reuse and one without, a
 # warm-up conversation each, then reps conversations on each, interleaved.
 run_config() {
@@ -186,16 +198,7 @@ run_config() {
     echo "off $(converse "$off" "$name-$r-off")" >>"$work/$name.samples"
     tail -2 "$work/$name.samples" | sed "s/^/  $name $r: /" >&2
   done
-  awk -v name="$name" -v target_cached=0.90 -v target_ttft=0.15 '
-    function median(a, n,   i, j, t) {
-      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
-        t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function range(a, n,   i, lo, hi) {
-      lo = hi = a[1]; for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
-      return sprintf("%.3f-%.3f", lo, hi)
-    }
+  awk -v name="$name" -v target_cached=0.90 -v target_ttft=0.15 "$stats_awk"'
     $1 == "on" { n++; p1[n] = $2; t1[n] = $3 * 1000; p2[n] = $4; c[n] = $5 / $2;
                  t2[n] = $6 * 1000; q[n] = $6 / $3 }
     $1 == "off" { m++; o1[m] = $3 * 1000; o2[m] = $6 * 1000; oq[m] = $6 / $3 }
@@ -245,16 +248,7 @@ kill_restart() {
     tail -1 "$work/$name-kill.samples" | sed "s/^/  $name $r: /" >&2
     bench_stop "$SERVE_PID"
   done
-  awk -v name="$name" -v target_cached=0.90 '
-    function median(a, n,   i, j, t) {
-      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
-        t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function range(a, n,   i, lo, hi) {
-      lo = hi = a[1]; for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
-      return sprintf("%.3f-%.3f", lo, hi)
-    }
+  awk -v name="$name" -v target_cached=0.90 "$stats_awk"'
     { n++; p1[n] = $2; t1[n] = $3 * 1000; c[n] = $5 / $2; t2[n] = $6 * 1000; q[n] = $6 / $3
       same += $7 }
     END {

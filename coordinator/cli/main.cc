@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
   serve_cmd
       ->add_option("--kv-cache-disk", serve.kv_cache_disk_bytes,
                    "bytes of files kept in --kv-cache-dir, least recently used removed first; "
-                   "suffixes K, M, G (binary)")
+                   "suffixes K, M, G (binary); 0 leaves the directory unused")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("min(4G, free/2)");
   serve_cmd->add_option("--prefetch-depth", serve.prefetch_depth,

@@ -73,7 +73,7 @@ struct ServeOptions {
   // Default: "" (RAM only).
   std::string kv_cache_dir;
   // Bytes of files kept in kv_cache_dir; -1 means min(4 GiB, half the free
-  // space of its file system). Default: -1.
+  // space of its file system), 0 leaves it unused. Default: -1.
   int64_t kv_cache_disk_bytes = -1;
   // Next-layer expert prediction, as RunOptions: layers ahead 0 to 2, or -1
   // for 1 with nodes and 0 without. Default: -1.

@@ -180,10 +180,11 @@ GenerationScheduler::ExpertOverlap GenerationScheduler::expert_overlap() const {
 }
 
 absl::Status GenerationScheduler::OpenPrefixDisk(const Engine& engine) {
-  if (!engine.reuse) {
+  if (!engine.reuse || options_.prefix_cache_disk_bytes == 0) {
     if (options_.log != nullptr) {
-      *options_.log << "serve: --kv-cache-dir " << options_.prefix_cache_dir
-                    << " unused: prefix reuse is off" << std::endl;
+      *options_.log << "serve: --kv-cache-dir " << options_.prefix_cache_dir << " unused: "
+                    << (engine.reuse ? "--kv-cache-disk is 0" : "prefix reuse is off")
+                    << std::endl;
     }
     return absl::OkStatus();
   }

@@ -221,8 +221,8 @@ class GenerationScheduler {
     // reuse is off. Default: "" (no disk tier).
     std::string prefix_cache_dir;
     // Bytes of files the disk tier keeps (PrefixDiskStore::Options::
-    // capacity_bytes; -1: min(4 GiB, half the directory's free space)).
-    // Default: -1.
+    // capacity_bytes; -1: min(4 GiB, half the directory's free space); 0:
+    // no disk tier). Default: -1.
     int64_t prefix_cache_disk_bytes = -1;
   };
 

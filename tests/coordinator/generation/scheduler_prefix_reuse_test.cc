@@ -124,6 +124,18 @@ class SchedulerPrefixReuseTest : public testing::DemoModelTest {
     return first;
   }
 
+  // Turn 2 after turn 1 on a new scheduler (kv_type, into *s) on the same
+  // directory: expects what a scheduler without reuse gives and returns it.
+  std::shared_ptr<RecordingJob> Turn2AfterARestart(const RecordingJob& first, arch::KvType kv_type,
+                                                   std::unique_ptr<GenerationScheduler>* s) {
+    *s = NewScheduler(64 << 20, 1, nullptr, DraftKind::kNone, false, kv_type);
+    if (*s == nullptr) return nullptr;
+    const GenerationSpec turn2 = Spec(Turn2(first));
+    auto second = Run(**s, turn2);
+    testing::ExpectSameGeneration(*Reference(turn2, kv_type), *second);
+    return second;
+  }
+
   // The block files in the disk tier's directory.
   std::vector<std::string> DiskFiles() {
     std::vector<std::string> files;
@@ -316,11 +328,9 @@ TEST_F(SchedulerPrefixReuseTest, AfterARestartTheDiskGivesThePrefixBitwise) {
   const auto first = Turn1BeforeARestart();
   ASSERT_NE(first, nullptr);
   EXPECT_FALSE(DiskFiles().empty());
-  std::unique_ptr<GenerationScheduler> s = NewScheduler(64 << 20);
-  ASSERT_NE(s, nullptr);
-  const GenerationSpec turn2 = Spec(Turn2(*first));
-  const auto second = Run(*s, turn2);
-  testing::ExpectSameGeneration(*Reference(turn2), *second);
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kF32, &s);
+  ASSERT_NE(second, nullptr);
   const int held = static_cast<int>(Turn1().size() + first->result.tokens.size()) - 1;
   EXPECT_EQ(second->outcome.cached_prompt_tokens, held / kBlock * kBlock);
   EXPECT_GE(second->outcome.cached_prompt_tokens, 0.9 * Turn1().size());
@@ -331,13 +341,10 @@ TEST_F(SchedulerPrefixReuseTest, AfterARestartTheDiskGivesThePrefixBitwise) {
 TEST_F(SchedulerPrefixReuseTest, AfterARestartHalfFloatRowsComeBackBitwise) {
   const auto first = Turn1BeforeARestart(arch::KvType::kF16);
   ASSERT_NE(first, nullptr);
-  std::unique_ptr<GenerationScheduler> s =
-      NewScheduler(64 << 20, 1, nullptr, DraftKind::kNone, false, arch::KvType::kF16);
-  ASSERT_NE(s, nullptr);
-  const GenerationSpec turn2 = Spec(Turn2(*first));
-  const auto second = Run(*s, turn2);
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kF16, &s);
+  ASSERT_NE(second, nullptr);
   EXPECT_GE(second->outcome.cached_prompt_tokens, 0.9 * Turn1().size());
-  testing::ExpectSameGeneration(*Reference(turn2, arch::KvType::kF16), *second);
 }
 
 TEST_F(SchedulerPrefixReuseTest, AfterARestartDamagedRowsAreACleanMiss) {
@@ -352,12 +359,10 @@ TEST_F(SchedulerPrefixReuseTest, AfterARestartDamagedRowsAreACleanMiss) {
     f.seekp(-100, std::ios::end);
     f.put(c);
   }
-  std::unique_ptr<GenerationScheduler> s = NewScheduler(64 << 20);
-  ASSERT_NE(s, nullptr);
-  const GenerationSpec turn2 = Spec(Turn2(*first));
-  const auto second = Run(*s, turn2);
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kF32, &s);
+  ASSERT_NE(second, nullptr);
   EXPECT_EQ(second->outcome.cached_prompt_tokens, 0);
-  testing::ExpectSameGeneration(*Reference(turn2), *second);
   EXPECT_TRUE(absl::StrContains(log_.str(), "rows checksum mismatch; removed")) << log_.str();
 }
 
@@ -365,12 +370,10 @@ TEST_F(SchedulerPrefixReuseTest, AfterARestartAnotherKvTypesRowsAreNotUsed) {
   const auto first = Turn1BeforeARestart(arch::KvType::kF16);
   ASSERT_NE(first, nullptr);
   const size_t files = DiskFiles().size();
-  std::unique_ptr<GenerationScheduler> s = NewScheduler(64 << 20);
-  ASSERT_NE(s, nullptr);
-  const GenerationSpec turn2 = Spec(Turn2(*first));
-  const auto second = Run(*s, turn2);
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kF32, &s);
+  ASSERT_NE(second, nullptr);
   EXPECT_EQ(second->outcome.cached_prompt_tokens, 0);
-  testing::ExpectSameGeneration(*Reference(turn2), *second);
   EXPECT_EQ(s->prefix_disk()->stats().rejected_files, static_cast<int64_t>(files));
   EXPECT_TRUE(absl::StrContains(log_.str(), "another KV type (f16")) << log_.str();
 }
