@@ -312,7 +312,8 @@ class GenerationScheduler {
   // Copies the rows of the longest cached prefix of `a`'s prompt into its
   // slot and skips them; sets a.outcome.cached_prompt_tokens.
   void ReusePrefix(Engine& engine, Active& a);
-  // Opens the disk tier for the sessions of `engine`'s kind (Create).
+  // Opens the disk tier (Create) for blocks of `engine`'s KV cache, unless
+  // reuse is off or its budget is 0.
   absl::Status OpenPrefixDisk(const Engine& engine);
   // Caches the rows of `a`'s prompt and the generated `tokens` its slot
   // holds (and queues them for the disk tier).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -137,7 +138,8 @@ absl::StatusOr<PrefixRecordHeader> DecodePrefixRecordHeader(absl::string_view by
 
 std::string PrefixRecordKindMismatch(const PrefixRecordKind& got, const PrefixRecordKind& want) {
   if (got.model != want.model) {
-    return absl::StrCat("another model (", got.model, ", this one is ", want.model, ")");
+    return absl::StrCat("another model (", absl::CHexEscape(got.model), ", this one is ",
+                        want.model, ")");
   }
   if (got.kv_type != want.kv_type) {
     return absl::StrCat("another KV type (", KvName(got.kv_type), ", this one is ",
