@@ -114,7 +114,7 @@ absl::StatusOr<std::unique_ptr<PrefixDiskStore>> PrefixDiskStore::Open(const Opt
     const int err = errno;
     ::close(lock_fd);
     return absl::FailedPreconditionError(absl::StrCat(
-        "--kv-cache-dir ", options.dir, " is in use by another process (", lock_path,
+        "--kv-cache-dir ", options.dir, " is in use by another serve (", lock_path,
         " is locked: ", std::strerror(err), ")"));
   }
   int64_t capacity = options.capacity_bytes;
