@@ -337,6 +337,16 @@ int main(int argc, char** argv) {
                    "K, M, G (binary); 0 turns reuse off")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("RAM/8");
+  serve_cmd->add_option("--kv-cache-dir", serve.kv_cache_dir,
+                        "directory where cached prefixes are also written (in the background, "
+                        "one checksummed file per 16-token block), found again by later requests "
+                        "and after a restart or crash; one serve per directory");
+  serve_cmd
+      ->add_option("--kv-cache-disk", serve.kv_cache_disk_bytes,
+                   "bytes of files kept in --kv-cache-dir, least recently used removed first; "
+                   "suffixes K, M, G (binary); 0 leaves the directory unused")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("min(4G, free/2)");
   serve_cmd->add_option("--prefetch-depth", serve.prefetch_depth,
                         "layers ahead to predict experts for, 0-2 (default: 1 with nodes, 0 "
                         "without)")

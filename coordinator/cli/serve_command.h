@@ -91,6 +91,13 @@ struct ServeOptions {
   // (GenerationScheduler::Options::prefix_cache_bytes); 0 turns reuse off,
   // -1 means an eighth of the physical RAM. Default: -1.
   int64_t kv_cache_bytes = -1;
+  // Directory where the cached prefixes are also kept, for later requests
+  // and across restarts (GenerationScheduler::Options::prefix_cache_dir).
+  // Default: "" (RAM only).
+  std::string kv_cache_dir;
+  // Bytes of files kept in kv_cache_dir; -1 means min(4 GiB, half the free
+  // space of its file system), 0 leaves it unused. Default: -1.
+  int64_t kv_cache_disk_bytes = -1;
   // Next-layer expert prediction, as RunOptions: layers ahead 0 to 2, or -1
   // for 1 with nodes and 0 without. Default: -1.
   int prefetch_depth = -1;

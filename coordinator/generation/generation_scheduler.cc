@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -128,6 +129,7 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
       new GenerationScheduler(options, model, tokenizer, cluster, pool));
   COLIBRI_ASSIGN_OR_RETURN(Engine * first, scheduler->EngineFor(options.first_path));
   scheduler->n_ctx_ = first->session->n_ctx();
+  if (!options.prefix_cache_dir.empty()) COLIBRI_RETURN_IF_ERROR(scheduler->OpenPrefixDisk(*first));
   scheduler->stepper_ = std::thread([s = scheduler.get()] { s->StepLoop(); });
   return scheduler;
 }
@@ -178,6 +180,27 @@ arch::PredictorStats GenerationScheduler::predictor() const {
 GenerationScheduler::ExpertOverlap GenerationScheduler::expert_overlap() const {
   absl::MutexLock lock(&mu_);
   return overlap_;
+}
+
+absl::Status GenerationScheduler::OpenPrefixDisk(const Engine& engine) {
+  if (!engine.reuse || options_.prefix_cache_disk_bytes == 0) {
+    if (options_.log != nullptr) {
+      *options_.log << "serve: --kv-cache-dir " << options_.prefix_cache_dir << " unused: "
+                    << (engine.reuse ? "--kv-cache-disk is 0" : "prefix reuse is off")
+                    << std::endl;
+    }
+    return absl::OkStatus();
+  }
+  PrefixDiskStore::Options disk;
+  disk.dir = options_.prefix_cache_dir;
+  disk.capacity_bytes = options_.prefix_cache_disk_bytes;
+  COLIBRI_ASSIGN_OR_RETURN(disk.model, PrefixModelIdentity(model_.file()));
+  disk.kv_type = options_.kv_type;
+  disk.block_tokens = options_.prefix_block_tokens;
+  disk.block_bytes = engine.session->kv_cache().RowsBytes(options_.prefix_block_tokens);
+  disk.log = options_.log;
+  COLIBRI_ASSIGN_OR_RETURN(prefix_disk_, PrefixDiskStore::Open(disk));
+  return absl::OkStatus();
 }
 
 PrefixCache::Stats GenerationScheduler::prefix_cache() const {
@@ -726,9 +749,27 @@ void GenerationScheduler::ReusePrefix(Engine& engine, Active& a) {
   arch::KvCache& kv = engine.session->kv_cache();
   // At least the last prompt token is evaluated: its logits give the first
   // generated token.
-  const PrefixCache::Match match = prefix_cache_->Lookup(
-      {engine.path, kv.type()}, a.prompt, static_cast<int>(a.prompt.size()) - 1);
+  const PrefixCache::RowsKind kind{engine.path, kv.type()};
   const int b = prefix_cache_->block_tokens();
+  const int most = static_cast<int>(a.prompt.size()) - 1;
+  PrefixCache::Match match = prefix_cache_->Lookup(kind, a.prompt, most);
+  if (prefix_disk_ != nullptr) {
+    // The blocks on disk past those in RAM, then into RAM for later requests.
+    const std::vector<PrefixCache::Rows> more =
+        prefix_disk_->Load(kind, a.prompt, static_cast<int>(match.blocks.size()), most / b);
+    if (!more.empty()) {
+      match.blocks.insert(match.blocks.end(), more.begin(), more.end());
+      match.tokens = static_cast<int>(match.blocks.size()) * b;
+      prefix_cache_
+          ->Insert(kind, absl::MakeConstSpan(a.prompt).first(match.tokens), kv.RowsBytes(b),
+                   [&](int from, int, uint8_t* out) {
+                     const std::vector<uint8_t>& rows = *match.blocks[from / b];
+                     std::memcpy(out, rows.data(), rows.size());
+                     return absl::OkStatus();
+                   })
+          .IgnoreError();
+    }
+  }
   for (size_t i = 0; i < match.blocks.size(); ++i) {
     const int from = static_cast<int>(i) * b;
     const absl::Status imported = kv.ImportRows(a.seq, from, from + b, match.blocks[i]->data());
@@ -756,12 +797,16 @@ void GenerationScheduler::CachePrefix(Engine& engine, Active& a,
   std::vector<int32_t> tokens = a.prompt;
   tokens.insert(tokens.end(), generated.begin(), generated.end());
   tokens.resize(held);
+  const PrefixCache::RowsKind kind{engine.path, kv.type()};
+  std::vector<PrefixCache::Rows> chain;
   const absl::Status cached = prefix_cache_->Insert(
-      {engine.path, kv.type()}, tokens, kv.RowsBytes(prefix_cache_->block_tokens()),
-      [&](int from, int to, uint8_t* out) { return kv.ExportRows(a.seq, from, to, out); });
+      kind, tokens, kv.RowsBytes(prefix_cache_->block_tokens()),
+      [&](int from, int to, uint8_t* out) { return kv.ExportRows(a.seq, from, to, out); },
+      prefix_disk_ != nullptr ? &chain : nullptr);
   if (!cached.ok() && options_.log != nullptr) {
     *options_.log << "serve: prefix cache: " << cached << std::endl;
   }
+  if (!chain.empty()) prefix_disk_->Enqueue(kind, std::move(tokens), std::move(chain));
 }
 
 }  // namespace colibri::coordinator

@@ -47,6 +47,13 @@
 // block needs every position's hidden state) and for a generation that
 // reports every prompt position's logits.
 //
+// With Options::prefix_cache_dir the cache has a disk tier
+// (PrefixDiskStore): the blocks a generation caches are queued to a writer
+// thread that writes them there (never on the stepping thread), and a new
+// generation whose prefix goes on past the blocks in RAM continues it with
+// the blocks on disk (read on the stepping thread when it is admitted; then
+// cached in RAM too), also after a restart or a crash of the process.
+//
 // Two pipelined half-batches (Options::pipeline_halves): with kAuto and
 // expert nodes, each step of at least two tokens (several generations, or a
 // prompt chunk split at its middle) runs split or unsplit
@@ -79,6 +86,7 @@
 #include "coordinator/generation/generation.h"
 #include "coordinator/generation/halves_chooser.h"
 #include "coordinator/generation/prefix_cache.h"
+#include "coordinator/generation/prefix_disk_store.h"
 #include "coordinator/generation/speculation_options.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
@@ -211,6 +219,13 @@ class GenerationScheduler {
     int64_t prefix_cache_bytes = 0;
     // Tokens per prefix cache block: the granularity of reuse. Default: 16.
     int prefix_block_tokens = 16;
+    // Directory of the prefix cache's disk tier (see above); unused when
+    // reuse is off. Default: "" (no disk tier).
+    std::string prefix_cache_dir;
+    // Bytes of files the disk tier keeps (PrefixDiskStore::Options::
+    // capacity_bytes; -1: min(4 GiB, half the directory's free space); 0:
+    // no disk tier). Default: -1.
+    int64_t prefix_cache_disk_bytes = -1;
     // Receives every session's routing (on the stepping thread); borrowed,
     // must outlive the scheduler. Default: null.
     arch::RouteObserver* route_observer = nullptr;
@@ -226,7 +241,8 @@ class GenerationScheduler {
   // model, tokenizer (null: id prompts only), cluster (null: experts computed
   // here) and pool are borrowed and must outlive the scheduler. Creates the
   // session of first_path, so session errors show here; InvalidArgument for
-  // sessions < 1 or draft_max outside [1, kMaxDraftTokens].
+  // sessions < 1 or draft_max outside [1, kMaxDraftTokens]; the disk tier's
+  // errors (PrefixDiskStore::Open).
   static absl::StatusOr<std::unique_ptr<GenerationScheduler>> Create(
       const Options& options, const arch::Model& model, const tokenizer::Tokenizer* tokenizer,
       ClusterExperts* cluster, ThreadPool* pool);
@@ -269,6 +285,8 @@ class GenerationScheduler {
   std::vector<HalvesDecision> pipeline_halves() const;
   // The prefix cache's occupancy (zeros when reuse is off). Thread-safe.
   PrefixCache::Stats prefix_cache() const;
+  // The disk tier's (null without one). Thread-safe.
+  const PrefixDiskStore* prefix_disk() const { return prefix_disk_.get(); }
 
  private:
   struct Engine;
@@ -306,8 +324,11 @@ class GenerationScheduler {
   // Copies the rows of the longest cached prefix of `a`'s prompt into its
   // slot and skips them; sets a.outcome.cached_prompt_tokens.
   void ReusePrefix(Engine& engine, Active& a);
+  // Opens the disk tier (Create) for blocks of `engine`'s KV cache, unless
+  // reuse is off or its budget is 0.
+  absl::Status OpenPrefixDisk(const Engine& engine);
   // Caches the rows of `a`'s prompt and the generated `tokens` its slot
-  // holds.
+  // holds (and queues them for the disk tier).
   void CachePrefix(Engine& engine, Active& a, absl::Span<const int32_t> generated);
 
   const Options options_;
@@ -321,6 +342,8 @@ class GenerationScheduler {
   std::unique_ptr<Engine> engines_[2];
   // Null when Options::prefix_cache_bytes is 0.
   std::unique_ptr<PrefixCache> prefix_cache_;
+  // Null without Options::prefix_cache_dir or reuse; set by Create.
+  std::unique_ptr<PrefixDiskStore> prefix_disk_;
 
   mutable absl::Mutex mu_;
   std::deque<std::shared_ptr<GenerationJob>> queue_ ABSL_GUARDED_BY(mu_);

@@ -42,7 +42,9 @@ PrefixCache::Match PrefixCache::Lookup(RowsKind kind, absl::Span<const int32_t> 
 }
 
 absl::Status PrefixCache::Insert(RowsKind kind, absl::Span<const int32_t> tokens,
-                                 int64_t block_bytes, ExportFn export_rows) {
+                                 int64_t block_bytes, ExportFn export_rows,
+                                 std::vector<Rows>* chain_rows) {
+  if (chain_rows != nullptr) chain_rows->clear();
   if (options_.capacity_bytes <= 0 || block_bytes > options_.capacity_bytes) {
     return absl::OkStatus();
   }
@@ -74,6 +76,9 @@ absl::Status PrefixCache::Insert(RowsKind kind, absl::Span<const int32_t> tokens
     chain.push_back(node);
   }
   Touch(chain);
+  if (chain_rows != nullptr) {
+    for (Node* n : chain) chain_rows->push_back(n->rows);
+  }
   while (stats_.bytes > options_.capacity_bytes && !lru_.empty()) Evict(lru_.back());
   return status;
 }

@@ -18,10 +18,8 @@
 // too.
 //
 // A block's rows are immutable once inserted and shared: a Match holds them
-// while its caller copies them, evicted or not. That is what a later
-// on-disk tier needs too: a writer thread reading inserted blocks into
-// records keyed by a hash of the tokens on their path from the root, under a
-// header naming the model, the RowsKind and KvCache::kRowsLayoutVersion.
+// while its caller copies them, evicted or not, and so does the disk tier
+// (prefix_disk_store.h) while it writes them.
 //
 // Thread-safety: thread-safe; Insert calls its export function under the
 // cache's lock (it must not call back into the cache).
@@ -94,9 +92,11 @@ class PrefixCache {
   // Caches the whole blocks of `tokens` not cached yet for `kind` (their
   // rows from export_rows, each block_bytes bytes), marks them all used,
   // then evicts down to capacity. Returns export_rows' first error (the
-  // blocks before it stay cached).
+  // blocks before it stay cached). With `chain`, sets it to the rows of
+  // every block of the prefix cached before the eviction (for the disk
+  // tier; empty when nothing is cached).
   absl::Status Insert(RowsKind kind, absl::Span<const int32_t> tokens, int64_t block_bytes,
-                      ExportFn export_rows);
+                      ExportFn export_rows, std::vector<Rows>* chain = nullptr);
 
   Stats stats() const;
 

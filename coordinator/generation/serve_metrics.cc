@@ -20,6 +20,32 @@ const std::vector<double> kInterTokenBuckets = metrics::ExponentialBuckets(0.001
 
 std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
 
+// The prefix cache's disk tier (--kv-cache-dir).
+void CollectPrefixDisk(const PrefixDiskStore::Stats& s, metrics::TextWriter& w) {
+  const auto sample = [&w](const char* name, const char* help, Type type, int64_t value) {
+    w.Family(name, help, type);
+    w.Sample(name, {}, {}, static_cast<double>(value));
+  };
+  sample("colibri_prefix_disk_bytes",
+         "Bytes of this model's block files in --kv-cache-dir (--kv-cache-disk bounds them).",
+         Type::kGauge, s.bytes);
+  sample("colibri_prefix_disk_pending_bytes",
+         "Bytes of KV rows queued for --kv-cache-dir or being written.", Type::kGauge,
+         s.pending_bytes);
+  sample("colibri_prefix_disk_written_blocks_total", "Blocks written to --kv-cache-dir.",
+         Type::kCounter, s.written_blocks);
+  sample("colibri_prefix_disk_loaded_blocks_total",
+         "Blocks read from --kv-cache-dir into the prefix cache.", Type::kCounter,
+         s.loaded_blocks);
+  sample("colibri_prefix_disk_rejected_files_total",
+         "Files of --kv-cache-dir not used: damaged (removed) or of another model, KV type or "
+         "layout.",
+         Type::kCounter, s.rejected_files);
+  sample("colibri_prefix_disk_dropped_total",
+         "Prefixes not written to --kv-cache-dir because its write queue was full.",
+         Type::kCounter, s.dropped_prefixes);
+}
+
 // --pipeline-halves auto: per numeric path and octave of step sizes, the
 // decision and the step times it was made from.
 void CollectHalves(const std::vector<GenerationScheduler::HalvesDecision>& decisions,
@@ -124,6 +150,7 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
              "Prefix cache blocks evicted to stay within --kv-cache-size.", Type::kCounter);
     w.Sample("colibri_prefix_cache_evicted_blocks_total", {}, {},
              static_cast<double>(cache.evicted_blocks));
+    if (const PrefixDiskStore* disk = scheduler->prefix_disk()) CollectPrefixDisk(disk->stats(), w);
   }
   if (cluster == nullptr) return;
   Cluster& c = cluster->cluster();

@@ -5,9 +5,14 @@
 // first turn's prompt and gives exactly the text and logprobs a server
 // without reuse (--kv-cache-size 0) gives; so do several requests sharing
 // that prefix at once, and a gRPC request (GenerateStats.cached_prompt_tokens).
-// A model with sliding-window layers (gpt-oss) reuses nothing.
+// A model with sliding-window layers (gpt-oss) reuses nothing. With
+// --kv-cache-dir a serve killed with SIGKILL after a turn and restarted on
+// the same directory serves the next turn from disk, with the same tokens.
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -200,6 +205,42 @@ TEST_F(PrefixReuseTest, ASecondTurnReusesTheFirstAndGivesTheSameTokensLocally) {
 TEST_F(PrefixReuseTest, ASecondTurnReusesTheFirstAndGivesTheSameTokensOnThreeNodes) {
   StartNodes(3);
   CheckReuse(Model("qwen3moe-tiny-f32"));
+}
+
+TEST_F(PrefixReuseTest, AfterKillNineARestartTakesTheNextTurnFromDisk) {
+  const std::string model = Model("qwen3moe-tiny-f32");
+  json turn1 = {{{"role", "system"}, {"content", kSystem}},
+                {{"role", "user"}, {"content", "What should I plant after the barley?"}}};
+  StartServe({"--kv-cache-size", "0"}, model);
+  const Reply want1 = Chat(turn1);
+  json turn2 = turn1;
+  turn2.push_back({{"role", "assistant"}, {"content", want1.text}});
+  turn2.push_back({{"role", "user"}, {"content", "And where do the bees go in winter?"}});
+  const Reply want2 = Chat(turn2);
+  serve_.reset();
+
+  const std::string dir = ::testing::TempDir() + "/prefix_reuse_test-kv-cache-dir";
+  std::filesystem::remove_all(dir);
+  StartServe({"--kv-cache-dir", dir}, model);
+  const Reply got1 = Chat(turn1);
+  ExpectSame(want1, got1);
+  // The writer is asynchronous: kill once /metrics says the turn's blocks
+  // are written (not after a guessed time), with nothing flushed at exit.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!(Metric("colibri_prefix_disk_written_blocks_total") > 0 &&
+           Metric("colibri_prefix_disk_pending_bytes") == 0)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the blocks were never written";
+    ::usleep(20000);
+  }
+  EXPECT_EQ(serve_->Stop(SIGKILL), 128 + SIGKILL);
+
+  StartServe({"--kv-cache-dir", dir}, model);
+  const Reply got2 = Chat(turn2);
+  ExpectSame(want2, got2);
+  EXPECT_GE(got2.cached_tokens, 0.9 * got1.prompt_tokens)
+      << "turn 1 had " << got1.prompt_tokens << " prompt tokens";
+  EXPECT_GT(Metric("colibri_prefix_disk_loaded_blocks_total"), 0);
+  EXPECT_EQ(Metric("colibri_prefix_disk_rejected_files_total"), 0);
 }
 
 TEST_F(PrefixReuseTest, SlidingWindowLayersTurnReuseOff) {

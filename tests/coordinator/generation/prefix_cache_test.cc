@@ -87,6 +87,32 @@ TEST(PrefixCacheTest, InsertAddsOnlyTheMissingBlocks) {
   EXPECT_EQ(cache.stats().bytes, 4 * kBlockBytes);
 }
 
+TEST(PrefixCacheTest, InsertHandsBackTheRowsOfTheWholeChain) {
+  PrefixCache cache = NewCache(3);
+  Insert(cache, kFast, Tokens(8), 10);
+  std::vector<PrefixCache::Rows> chain = {nullptr};  // replaced
+  ASSERT_TRUE(cache
+                  .Insert(
+                      kFast, Tokens(18), kBlockBytes,
+                      [](int from, int to, uint8_t* out) { return Export(from, to, out, 20); },
+                      &chain)
+                  .ok());
+  // The cached blocks and the new ones, also the one evicted at once.
+  ASSERT_EQ(chain.size(), 4u);
+  EXPECT_EQ((*chain[0])[0], 10);
+  EXPECT_EQ((*chain[1])[0], 11);
+  EXPECT_EQ((*chain[2])[0], 22);
+  EXPECT_EQ((*chain[3])[0], 23);
+  EXPECT_EQ(cache.stats().blocks, 3);
+  // Nothing cached: an empty chain.
+  PrefixCache none = NewCache(0);
+  ASSERT_TRUE(none.Insert(kFast, Tokens(8), kBlockBytes,
+                          [](int from, int to, uint8_t* out) { return Export(from, to, out, 0); },
+                          &chain)
+                  .ok());
+  EXPECT_TRUE(chain.empty());
+}
+
 TEST(PrefixCacheTest, RowsOfAnotherPathOrKvTypeNeverMatch) {
   PrefixCache cache = NewCache(100);
   Insert(cache, kFast, Tokens(8));

@@ -4,11 +4,18 @@
 // cache and gives exactly the tokens, log-probabilities and logits it gives
 // without reuse: one after another, several at once sharing a prefix, with
 // speculative decoding, with half-float KV, under a budget that evicts, and
-// never across numeric paths.
+// never across numeric paths; and with the disk tier, from the disk after a
+// restart (a new scheduler on the same directory), where damaged or foreign
+// files are a clean miss.
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "coordinator/generation/generation_scheduler.h"
 #include "coordinator/generation/serve_metrics.h"
 #include "gtest/gtest.h"
@@ -54,6 +61,8 @@ class SchedulerPrefixReuseTest : public testing::DemoModelTest {
     options.prefix_cache_bytes = cache_bytes;
     options.prefix_block_tokens = kBlock;
     options.metrics = metrics;
+    if (cache_bytes > 0) options.prefix_cache_dir = disk_dir_;
+    options.log = &log_;
     options.speculation.draft = draft;
     options.speculation.draft_max = 6;
     options.speculation.adaptive = false;  // drafts even when they keep failing
@@ -95,6 +104,47 @@ class SchedulerPrefixReuseTest : public testing::DemoModelTest {
     return Run(*plain, spec);
   }
 
+  // Sets the disk tier's directory of every later NewScheduler, empty.
+  void UseDisk() {
+    disk_dir_ = ::testing::TempDir() + "/scheduler_prefix_reuse_test-" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(disk_dir_);
+  }
+
+  // Runs turn 1 on a scheduler (kv_type) with the disk tier, and returns it
+  // once that scheduler is gone (its writes done).
+  std::shared_ptr<RecordingJob> Turn1BeforeARestart(arch::KvType kv_type = arch::KvType::kF32) {
+    UseDisk();
+    std::unique_ptr<GenerationScheduler> s =
+        NewScheduler(64 << 20, 1, nullptr, DraftKind::kNone, false, kv_type);
+    if (s == nullptr) return nullptr;
+    auto first = Run(*s, Spec(Turn1()));
+    EXPECT_TRUE(first->status.ok()) << first->status;
+    EXPECT_NE(s->prefix_disk(), nullptr);
+    return first;
+  }
+
+  // Turn 2 after turn 1 on a new scheduler (kv_type, into *s) on the same
+  // directory: expects what a scheduler without reuse gives and returns it.
+  std::shared_ptr<RecordingJob> Turn2AfterARestart(const RecordingJob& first, arch::KvType kv_type,
+                                                   std::unique_ptr<GenerationScheduler>* s) {
+    *s = NewScheduler(64 << 20, 1, nullptr, DraftKind::kNone, false, kv_type);
+    if (*s == nullptr) return nullptr;
+    const GenerationSpec turn2 = Spec(Turn2(first));
+    auto second = Run(**s, turn2);
+    testing::ExpectSameGeneration(*Reference(turn2, kv_type), *second);
+    return second;
+  }
+
+  // The block files in the disk tier's directory.
+  std::vector<std::string> DiskFiles() {
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(disk_dir_)) {
+      if (e.path().extension() == ".kvb") files.push_back(e.path().string());
+    }
+    return files;
+  }
+
   // Turn 1's prompt, ~40 tokens.
   std::vector<int32_t> Turn1() {
     return Encode(
@@ -109,6 +159,9 @@ class SchedulerPrefixReuseTest : public testing::DemoModelTest {
     p.insert(p.end(), tail.begin(), tail.end());
     return p;
   }
+
+  std::string disk_dir_;  // the disk tier's, "" for none
+  std::ostringstream log_;
 };
 
 TEST_F(SchedulerPrefixReuseTest, ASecondTurnReusesThePromptAndAnswerBitwise) {
@@ -269,6 +322,60 @@ TEST_F(SchedulerPrefixReuseTest, AllPromptLogitsEvaluateTheWholePrompt) {
   const auto job = Run(*s, all);
   EXPECT_EQ(job->outcome.cached_prompt_tokens, 0);
   testing::ExpectSameGeneration(*Reference(all), *job);
+}
+
+TEST_F(SchedulerPrefixReuseTest, AfterARestartTheDiskGivesThePrefixBitwise) {
+  const auto first = Turn1BeforeARestart();
+  ASSERT_NE(first, nullptr);
+  EXPECT_FALSE(DiskFiles().empty());
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kF32, &s);
+  ASSERT_NE(second, nullptr);
+  const int held = static_cast<int>(Turn1().size() + first->result.tokens.size()) - 1;
+  EXPECT_EQ(second->outcome.cached_prompt_tokens, held / kBlock * kBlock);
+  EXPECT_GE(second->outcome.cached_prompt_tokens, 0.9 * Turn1().size());
+  EXPECT_EQ(s->prefix_disk()->stats().loaded_blocks, held / kBlock);
+  EXPECT_EQ(s->prefix_disk()->stats().rejected_files, 0);
+}
+
+TEST_F(SchedulerPrefixReuseTest, AfterARestartHalfFloatRowsComeBackBitwise) {
+  const auto first = Turn1BeforeARestart(arch::KvType::kF16);
+  ASSERT_NE(first, nullptr);
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kF16, &s);
+  ASSERT_NE(second, nullptr);
+  EXPECT_GE(second->outcome.cached_prompt_tokens, 0.9 * Turn1().size());
+}
+
+TEST_F(SchedulerPrefixReuseTest, AfterARestartDamagedRowsAreACleanMiss) {
+  const auto first = Turn1BeforeARestart();
+  ASSERT_NE(first, nullptr);
+  const std::vector<std::string> files = DiskFiles();
+  ASSERT_FALSE(files.empty());
+  for (const std::string& path : files) {  // a byte of each file's rows
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-100, std::ios::end);
+    const char c = static_cast<char>(f.get() ^ 0x04);
+    f.seekp(-100, std::ios::end);
+    f.put(c);
+  }
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kF32, &s);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->outcome.cached_prompt_tokens, 0);
+  EXPECT_TRUE(absl::StrContains(log_.str(), "rows checksum mismatch; removed")) << log_.str();
+}
+
+TEST_F(SchedulerPrefixReuseTest, AfterARestartAnotherKvTypesRowsAreNotUsed) {
+  const auto first = Turn1BeforeARestart(arch::KvType::kF16);
+  ASSERT_NE(first, nullptr);
+  const size_t files = DiskFiles().size();
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kF32, &s);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->outcome.cached_prompt_tokens, 0);
+  EXPECT_EQ(s->prefix_disk()->stats().rejected_files, static_cast<int64_t>(files));
+  EXPECT_TRUE(absl::StrContains(log_.str(), "another KV type (f16")) << log_.str();
 }
 
 }  // namespace
