@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace colibri::grammar {
@@ -35,22 +36,14 @@ absl::StatusOr<const TokenBitmask*> GrammarMatcher::ComputeMask() {
   if (it != masks_.end()) return it->second.get();
   if (masks_.size() >= options_.max_cached_masks) masks_.clear();
   auto mask = std::make_unique<TokenBitmask>(trie_->n_vocab());
-  const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
-  const std::vector<int32_t>& ids = trie_->token_ids();
-  walk_[0] = state_;
-  const size_t n = nodes.size();
-  size_t i = 1;
-  while (i < n) {
-    const TokenTrie::Node& node = nodes[i];
-    const int32_t next = dfa_.Next(walk_[node.depth - 1], node.byte);
-    if (next == LazyDfa::kDead) {
-      i = node.subtree_end;
-      continue;
-    }
-    walk_[node.depth] = next;
-    for (uint32_t k = 0; k < node.n_tokens; ++k) mask->Allow(ids[node.first_token + k]);
-    ++i;
+  const int level = PlainLevel(state_);
+  if (level == kUnbounded) {
+    mask->AllowAll(trie_->plain_all());
+  } else {
+    mask->AllowAll(trie_->plain_upto(level));
+    Walk(trie_->plain(), level, mask.get());
   }
+  Walk(trie_->other(), -1, mask.get());
   if (absl::Status s = CheckOverflow(); !s.ok()) return s;
   if (dfa_.IsAccepting(state_)) {
     for (int32_t id : trie_->end_of_generation()) mask->Allow(id);
@@ -58,6 +51,94 @@ absl::StatusOr<const TokenBitmask*> GrammarMatcher::ComputeMask() {
   const TokenBitmask* out = mask.get();
   masks_.emplace(state_, std::move(mask));
   return out;
+}
+
+void GrammarMatcher::Walk(const TokenTrie::Layout& layout, int skip_chars,
+                          TokenBitmask* mask) {
+  const bool plain = &layout == &trie_->plain();
+  const std::vector<TokenTrie::Node>& nodes = layout.nodes;
+  const std::vector<int32_t>& ids = layout.token_ids;
+  walk_[0] = state_;
+  const size_t n = nodes.size();
+  size_t i = 1;
+  while (i < n) {
+    const TokenTrie::Node& node = nodes[i];
+    if (static_cast<int>(node.max_chars) <= skip_chars) {
+      i = node.subtree_end;  // allowed already
+      continue;
+    }
+    const int32_t next = dfa_.Next(walk_[node.depth - 1], node.byte);
+    if (next == LazyDfa::kDead) {
+      i = node.subtree_end;
+      continue;
+    }
+    walk_[node.depth] = next;
+    for (uint32_t k = 0; k < node.n_tokens; ++k) mask->Allow(ids[node.first_token + k]);
+    // No byte leads on: the children would all be refused.
+    i = dfa_.HasExit(next, plain) ? i + 1 : node.subtree_end;
+  }
+}
+
+int GrammarMatcher::PlainLevel(int32_t state) {
+  if (static_cast<size_t>(state) < plain_level_.size() && plain_level_[state] >= 0) {
+    return plain_level_[state];
+  }
+  // One character of plain text at a time, in every UTF-8 spelling: places
+  // in a character are 0 boundary; 1..3 continuation bytes still due; 4 after
+  // E0 (A0..BF next), 5 after ED (80..9F), 6 after F0 (90..BF), 7 after F4
+  // (80..8F).
+  struct Step {
+    uint8_t lo, hi, to;
+  };
+  static const std::vector<Step> kSteps[8] = {
+      {{0x20, 0x21, 0}, {0x23, 0x5B, 0}, {0x5D, 0x7F, 0}, {0xC2, 0xDF, 1}, {0xE0, 0xE0, 4},
+       {0xE1, 0xEC, 2}, {0xED, 0xED, 5}, {0xEE, 0xEF, 2}, {0xF0, 0xF0, 6}, {0xF1, 0xF3, 3},
+       {0xF4, 0xF4, 7}},
+      {{0x80, 0xBF, 0}},
+      {{0x80, 0xBF, 1}},
+      {{0x80, 0xBF, 2}},
+      {{0xA0, 0xBF, 1}},
+      {{0x80, 0x9F, 1}},
+      {{0x90, 0xBF, 2}},
+      {{0x80, 0x8F, 2}}};
+  // States after each whole number of characters; each is explored once (a
+  // state met again has its continuations explored at a smaller depth).
+  absl::flat_hash_set<int32_t> seen = {state};
+  std::vector<int32_t> frontier = {state};
+  int level = 0;
+  bool dead = false;
+  while (!dead && !frontier.empty() && level < TokenTrie::kPlainLevels) {
+    std::vector<int32_t> next_frontier;
+    for (int32_t from : frontier) {
+      absl::flat_hash_set<int64_t> inside;  // (state, place) within the character
+      std::vector<std::pair<int32_t, uint8_t>> todo = {{from, 0}};
+      while (!todo.empty() && !dead) {
+        const auto [s, place] = todo.back();
+        todo.pop_back();
+        for (const Step& step : kSteps[place]) {
+          for (int b = step.lo; b <= step.hi && !dead; ++b) {
+            const int32_t t = dfa_.Next(s, static_cast<uint8_t>(b));
+            if (t == LazyDfa::kDead) {
+              dead = true;
+            } else if (step.to == 0) {
+              if (seen.insert(t).second) next_frontier.push_back(t);
+            } else if (inside.insert(int64_t{t} * 8 + step.to).second) {
+              todo.emplace_back(t, step.to);
+            }
+          }
+        }
+      }
+      if (dead) break;
+    }
+    if (!dead) ++level;
+    frontier = std::move(next_frontier);
+  }
+  const int result = !dead && frontier.empty() ? kUnbounded : level;
+  if (plain_level_.size() <= static_cast<size_t>(state)) {
+    plain_level_.resize(static_cast<size_t>(state) + 1, -1);
+  }
+  plain_level_[state] = static_cast<int16_t>(result);
+  return result;
 }
 
 absl::Status GrammarMatcher::AcceptToken(int32_t id) {

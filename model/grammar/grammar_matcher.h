@@ -39,6 +39,10 @@ class TokenBitmask {
     return id >= 0 && id < n_vocab_ && ((words_[id >> 6] >> (id & 63)) & 1) != 0;
   }
   void Allow(int32_t id) { words_[id >> 6] |= uint64_t{1} << (id & 63); }
+  // Allows every token set in `words` (same layout as words()).
+  void AllowAll(const std::vector<uint64_t>& words) {
+    for (size_t i = 0; i < words_.size() && i < words.size(); ++i) words_[i] |= words[i];
+  }
   size_t Count() const;
   int32_t n_vocab() const { return n_vocab_; }
   // [ceil(n_vocab / 64)], bit i of word w is token 64 * w + i.
@@ -93,11 +97,21 @@ class GrammarMatcher {
 
   // Back to the start of the grammar; caches are kept.
   void Reset();
+  // Forgets the cached masks (for benchmarks of the walk).
+  void ClearMaskCache() { masks_.clear(); }
 
   size_t dfa_states() const { return dfa_.size(); }
 
  private:
   absl::Status CheckOverflow() const;
+  // The most characters of plain string text (TokenTrie) that the automaton
+  // takes in any spelling from `state`: 0..TokenTrie::kPlainLevels, or
+  // kUnbounded. Remembered per state.
+  static constexpr int kUnbounded = 255;
+  int PlainLevel(int32_t state);
+  // Sets the bits of the tokens of `layout` the automaton takes from state_,
+  // skipping subtrees whose tokens have at most `skip_chars` characters.
+  void Walk(const TokenTrie::Layout& layout, int skip_chars, TokenBitmask* mask);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const TokenTrie> trie_;
@@ -106,7 +120,8 @@ class GrammarMatcher {
   int32_t state_;
   bool finished_ = false;
   absl::flat_hash_map<int32_t, std::unique_ptr<TokenBitmask>> masks_;  // by DFA state
-  std::vector<int32_t> walk_;                                          // [trie depth] DFA state
+  std::vector<int32_t> walk_;         // [trie depth] DFA state
+  std::vector<int16_t> plain_level_;  // [DFA state] PlainLevel, -1 unknown
 };
 
 }  // namespace colibri::grammar

@@ -157,14 +157,18 @@ absl::StatusOr<Fragment> JsonString(ByteNfa* nfa, uint64_t min_length,
     COLIBRI_ASSIGN_OR_RETURN(Fragment star, nfa->Star(c));
     body = nfa->Concat(body, star);
   } else if (*max_length > min_length) {
-    // Optional characters nested so that each may follow only the previous one:
-    // (c(c(c)?)?)? keeps one exit per length.
-    COLIBRI_ASSIGN_OR_RETURN(Fragment tail, nfa->Empty());
+    // A chain of optional characters, each position with its own way out, so
+    // that a state's closure stays small whatever the bound.
+    COLIBRI_ASSIGN_OR_RETURN(Fragment end, nfa->Empty());
+    StateId at = body.out;
     for (uint64_t i = min_length; i < *max_length; ++i) {
+      nfa->AddEpsilon(at, end.in);
       COLIBRI_ASSIGN_OR_RETURN(Fragment c, nfa->JsonStringChar(all));
-      COLIBRI_ASSIGN_OR_RETURN(tail, nfa->Optional(nfa->Concat(c, tail)));
+      nfa->AddEpsilon(at, c.in);
+      at = c.out;
     }
-    body = nfa->Concat(body, tail);
+    nfa->AddEpsilon(at, end.in);
+    body = Fragment{body.in, end.out};
   }
   return Quoted(nfa, body);
 }

@@ -10,6 +10,7 @@ LazyDfa::LazyDfa(const CompiledGrammar& grammar, size_t max_states)
   // State 0 is the dead state: every byte leads back to it.
   sets_.emplace_back();
   accepting_.push_back(false);
+  exits_.push_back(0);
   transitions_.assign(256, kDead);
   ids_[{}] = kDead;
   start_ = Intern({grammar_.start});
@@ -46,25 +47,49 @@ int32_t LazyDfa::Intern(const std::vector<StateId>& seeds) {
   }
   const auto id = static_cast<int32_t>(sets_.size());
   accepting_.push_back(std::binary_search(kept.begin(), kept.end(), grammar_.accept));
+  exits_.push_back(0);
   transitions_.resize(transitions_.size() + 256, -1);
   ids_.emplace(kept, id);
   sets_.push_back(std::move(kept));
   return id;
 }
 
-int32_t LazyDfa::Compute(int32_t state, uint8_t byte) {
+void LazyDfa::ComputeRow(int32_t state) {
   const std::vector<NfaState>& states = grammar_.nfa.states();
-  std::vector<StateId> seeds;
+  std::vector<ByteEdge> edges;
   for (StateId s : sets_[state]) {
-    for (const ByteEdge& e : states[s].edges) {
-      if (byte >= e.lo && byte <= e.hi) seeds.push_back(e.to);
+    edges.insert(edges.end(), states[s].edges.begin(), states[s].edges.end());
+  }
+  // Class boundaries: every edge starts a class and ends one.
+  std::vector<int> cuts = {0, 256};
+  for (const ByteEdge& e : edges) {
+    cuts.push_back(e.lo);
+    cuts.push_back(e.hi + 1);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  // Rows of states interned below are appended: index by offset, not pointer.
+  const size_t row = static_cast<size_t>(state) * 256;
+  uint8_t exits = 0;
+  std::vector<StateId> seeds;
+  for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const int lo = cuts[c];
+    const int hi = cuts[c + 1] - 1;
+    seeds.clear();
+    for (const ByteEdge& e : edges) {
+      if (lo >= e.lo && lo <= e.hi) seeds.push_back(e.to);
+    }
+    const int32_t next = seeds.empty() ? kDead : Intern(seeds);
+    // An overflow answers kDead for now without making it the grammar's answer
+    // for good: overflowed() stays true and the matcher fails.
+    for (int b = lo; b <= hi; ++b) {
+      transitions_[row + static_cast<size_t>(b)] = next;
+      if (next == kDead) continue;
+      exits |= kAnyExit;
+      if (b >= 0x20 && b != '"' && b != '\\') exits |= kPlainExit;
     }
   }
-  const int32_t next = seeds.empty() ? kDead : Intern(seeds);
-  // An overflow answers kDead without remembering it, so the answer is not
-  // taken for the grammar's.
-  if (!overflowed_) transitions_[static_cast<size_t>(state) * 256 + byte] = next;
-  return next;
+  exits_[state] = exits;
 }
 
 }  // namespace colibri::grammar

@@ -29,14 +29,24 @@ class LazyDfa {
   // The state after `byte` from `state`.
   int32_t Next(int32_t state, uint8_t byte) {
     const int32_t t = transitions_[static_cast<size_t>(state) * 256 + byte];
-    return t >= 0 ? t : Compute(state, byte);
+    if (t >= 0) return t;
+    ComputeRow(state);
+    return transitions_[static_cast<size_t>(state) * 256 + byte];
+  }
+  // Whether some byte leads out of `state`; with `plain_only`, some byte
+  // that can be in plain string text (not '"', '\\' or below 0x20).
+  bool HasExit(int32_t state, bool plain_only) {
+    if (transitions_[static_cast<size_t>(state) * 256] < 0) ComputeRow(state);
+    return (exits_[state] & (plain_only ? kPlainExit : kAnyExit)) != 0;
   }
 
   bool overflowed() const { return overflowed_; }
   size_t size() const { return sets_.size(); }
 
  private:
-  int32_t Compute(int32_t state, uint8_t byte);
+  // Fills all 256 transitions of `state`, one subset per class of bytes that
+  // the state's edges do not tell apart.
+  void ComputeRow(int32_t state);
   // Interns the epsilon closure of `seeds` (keeping only states with byte edges
   // and the accept state) as a DFA state.
   int32_t Intern(const std::vector<StateId>& seeds);
@@ -47,6 +57,8 @@ class LazyDfa {
   int32_t start_ = kDead;
   std::vector<std::vector<StateId>> sets_;  // [dfa state] sorted NFA states
   std::vector<bool> accepting_;            // [dfa state]
+  static constexpr uint8_t kAnyExit = 1, kPlainExit = 2;
+  std::vector<uint8_t> exits_;             // [dfa state] k*Exit bits, once its row is computed
   std::vector<int32_t> transitions_;       // [dfa state][256], -1: not computed yet
   absl::flat_hash_map<std::vector<StateId>, int32_t> ids_;
   std::vector<uint32_t> mark_;  // [nfa state] closure stamp
