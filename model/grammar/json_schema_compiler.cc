@@ -95,7 +95,9 @@ absl::StatusOr<const Json*> SchemaCompiler::Resolve(const std::string& ref,
     }
     if (at->is_object()) {
       auto it = at->find(token);
-      if (it == at->end()) break;
+      if (it == at->end()) {
+        return Error(ptr, "$ref", absl::StrCat("\"", ref, "\" points to nothing"));
+      }
       at = &*it;
       continue;
     }
