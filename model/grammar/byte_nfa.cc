@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace colibri::grammar {
@@ -279,6 +280,51 @@ absl::StatusOr<Fragment> ByteNfa::Optional(Fragment a) {
   AddEpsilon(f->in, f->out);
   AddEpsilon(a.out, f->out);
   return f;
+}
+
+absl::StatusOr<Fragment> ByteNfa::Intersect(Fragment a, Fragment b) {
+  absl::flat_hash_map<std::pair<StateId, StateId>, StateId> ids;
+  std::vector<std::pair<StateId, StateId>> todo;
+  absl::Status status;
+  auto get = [&](StateId p, StateId q) -> StateId {
+    auto it = ids.find({p, q});
+    if (it != ids.end()) return it->second;
+    absl::StatusOr<StateId> s = AddState();
+    if (!s.ok()) {
+      status = s.status();
+      return 0;
+    }
+    ids.emplace(std::make_pair(p, q), *s);
+    todo.emplace_back(p, q);
+    return *s;
+  };
+  const StateId in = get(a.in, b.in);
+  while (!todo.empty() && status.ok()) {
+    const auto [p, q] = todo.back();
+    todo.pop_back();
+    const StateId s = ids[{p, q}];
+    // Copies: get() appends states, which may move the vectors.
+    const NfaState sp = states_[p];
+    const NfaState sq = states_[q];
+    for (StateId e : sp.epsilon) AddEpsilon(s, get(e, q));
+    for (StateId e : sq.epsilon) AddEpsilon(s, get(p, e));
+    for (const ByteEdge& x : sp.edges) {
+      for (const ByteEdge& y : sq.edges) {
+        const uint8_t lo = std::max(x.lo, y.lo);
+        const uint8_t hi = std::min(x.hi, y.hi);
+        if (lo <= hi) {
+          const StateId t = get(x.to, y.to);
+          if (status.ok()) AddEdge(s, lo, hi, t);
+        }
+      }
+    }
+  }
+  if (!status.ok()) return status;
+  auto out = ids.find({a.out, b.out});
+  if (out != ids.end()) return Fragment{in, out->second};
+  absl::StatusOr<StateId> none = AddState();  // the ends never meet: nothing
+  if (!none.ok()) return none.status();
+  return Fragment{in, *none};
 }
 
 bool NfaAcceptsSomething(const ByteNfa& nfa, StateId start, StateId accept) {

@@ -90,6 +90,10 @@ class ByteNfa {
   absl::StatusOr<Fragment> Star(Fragment a);
   absl::StatusOr<Fragment> Optional(Fragment a);
 
+  // The words of both fragments (product construction over the pairs of
+  // states reachable together). The fragments themselves are left unused.
+  absl::StatusOr<Fragment> Intersect(Fragment a, Fragment b);
+
   const std::vector<NfaState>& states() const { return states_; }
   size_t size() const { return states_.size(); }
   size_t max_states() const { return max_states_; }

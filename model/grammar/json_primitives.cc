@@ -16,12 +16,6 @@ CodepointSet AllCodepoints() {
   return all;
 }
 
-absl::StatusOr<Fragment> Quoted(ByteNfa* nfa, Fragment body) {
-  COLIBRI_ASSIGN_OR_RETURN(Fragment open, nfa->Literal("\""));
-  COLIBRI_ASSIGN_OR_RETURN(Fragment close, nfa->Literal("\""));
-  return nfa->Concat(nfa->Concat(open, body), close);
-}
-
 absl::StatusOr<Fragment> Digit(ByteNfa* nfa) { return nfa->ByteRange('0', '9'); }
 
 // `count` copies of a digit.
@@ -137,8 +131,20 @@ absl::StatusOr<Fragment> Magnitude(ByteNfa* nfa, std::optional<NumberBound> lo,
 
 }  // namespace
 
+absl::StatusOr<Fragment> Quoted(ByteNfa* nfa, Fragment body) {
+  COLIBRI_ASSIGN_OR_RETURN(Fragment open, nfa->Literal("\""));
+  COLIBRI_ASSIGN_OR_RETURN(Fragment close, nfa->Literal("\""));
+  return nfa->Concat(nfa->Concat(open, body), close);
+}
+
 absl::StatusOr<Fragment> JsonString(ByteNfa* nfa, uint64_t min_length,
                                     std::optional<uint64_t> max_length) {
+  COLIBRI_ASSIGN_OR_RETURN(Fragment body, JsonStringBody(nfa, min_length, max_length));
+  return Quoted(nfa, body);
+}
+
+absl::StatusOr<Fragment> JsonStringBody(ByteNfa* nfa, uint64_t min_length,
+                                        std::optional<uint64_t> max_length) {
   if (max_length && *max_length < min_length) return nfa->Nothing();
   // Every copy costs states: refuse before the budget does, with a clearer message.
   const uint64_t copies = max_length ? *max_length : min_length + 1;
@@ -170,15 +176,10 @@ absl::StatusOr<Fragment> JsonString(ByteNfa* nfa, uint64_t min_length,
     nfa->AddEpsilon(at, end.in);
     body = Fragment{body.in, end.out};
   }
-  return Quoted(nfa, body);
+  return body;
 }
 
-absl::StatusOr<Fragment> JsonPatternString(ByteNfa* nfa, absl::string_view pattern) {
-  COLIBRI_ASSIGN_OR_RETURN(Fragment body, CompileRegex(pattern, nfa));
-  return Quoted(nfa, body);
-}
-
-absl::StatusOr<Fragment> JsonFormatString(ByteNfa* nfa, absl::string_view format) {
+absl::StatusOr<Fragment> JsonFormatBody(ByteNfa* nfa, absl::string_view format) {
   static constexpr absl::string_view kDate =
       "[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-"
       "(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))";
@@ -201,16 +202,23 @@ absl::StatusOr<Fragment> JsonFormatString(ByteNfa* nfa, absl::string_view format
     regex = absl::StrCat(atom, "(?:\\.", atom, ")*@", kLabel, "(?:\\.", kLabel, ")+");
   } else if (format == "ipv4") {
     regex = absl::StrCat("(?:", kOctet, "\\.){3}", kOctet);
+  } else if (format == "uri") {
+    // RFC 3986 pchar; hosts as registered names; no IP literals or userinfo.
+    const std::string pchar = "(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
+    const std::string tail = absl::StrCat("(?:\\?(?:", pchar, "|[/?])*)?(?:#(?:", pchar, "|[/?])*)?");
+    regex = absl::StrCat("(?:[Hh][Tt][Tt][Pp][Ss]?://", kLabel, "(?:\\.", kLabel,
+                         ")*(?::[0-9]{1,5})?(?:/", pchar, "*)*|[A-Za-z][A-Za-z0-9+.-]*:",
+                         pchar, "+(?:/", pchar, "*)*)", tail);
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("format \"", format, "\" is not supported (supported: date, time, "
-                     "date-time, uuid, email, ipv4)"));
+                     "date-time, uuid, email, ipv4, uri)"));
   }
-  COLIBRI_ASSIGN_OR_RETURN(Fragment body, CompileAnchoredRegex(regex, nfa));
-  return Quoted(nfa, body);
+  return CompileAnchoredRegex(regex, nfa);
 }
 
-absl::StatusOr<Fragment> JsonStringExcept(ByteNfa* nfa, const std::vector<std::string>& names) {
+absl::StatusOr<Fragment> JsonStringExceptBody(ByteNfa* nfa,
+                                              const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     for (char c : name) {
       const auto b = static_cast<uint8_t>(c);
@@ -248,9 +256,7 @@ absl::StatusOr<Fragment> JsonStringExcept(ByteNfa* nfa, const std::vector<std::s
     }
     trie[at].is_name = true;
   }
-  COLIBRI_ASSIGN_OR_RETURN(Fragment open, nfa->Literal("\""));
-  nfa->AddEpsilon(open.out, root);
-  COLIBRI_ASSIGN_OR_RETURN(Fragment close, nfa->Literal("\""));
+  COLIBRI_ASSIGN_OR_RETURN(Fragment close, nfa->Empty());
   COLIBRI_ASSIGN_OR_RETURN(Fragment any, nfa->JsonStringChar(AllCodepoints()));
   COLIBRI_ASSIGN_OR_RETURN(Fragment free_tail, nfa->Star(any));
   nfa->AddEpsilon(free_tail.out, close.in);
@@ -267,7 +273,7 @@ absl::StatusOr<Fragment> JsonStringExcept(ByteNfa* nfa, const std::vector<std::s
     nfa->AddEpsilon(node.state, leave.in);
     nfa->AddEpsilon(leave.out, free_tail.in);
   }
-  return Fragment{open.in, close.out};
+  return Fragment{root, close.out};
 }
 
 absl::StatusOr<Fragment> JsonInteger(ByteNfa* nfa, std::optional<int64_t> lo,

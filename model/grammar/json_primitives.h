@@ -20,20 +20,25 @@
 
 namespace colibri::grammar {
 
-// A quoted string of `min_length` to `max_length` (nullopt: unbounded) code
-// points.
+// String bodies (the text between the quotes) and quoted strings.
+//
+// A body of `min_length` to `max_length` (nullopt: unbounded) code points.
+absl::StatusOr<Fragment> JsonStringBody(ByteNfa* nfa, uint64_t min_length,
+                                        std::optional<uint64_t> max_length);
+// A body in `format`: date, time, date-time, uuid, email, ipv4, uri (http,
+// https and scheme:path forms without "//"). InvalidArgument for other
+// formats. The grammars are sound subsets of the RFCs (e.g. February has 28
+// days, no leap seconds, simple e-mail local parts).
+absl::StatusOr<Fragment> JsonFormatBody(ByteNfa* nfa, absl::string_view format);
+// A body other than the given names (object keys beside declared
+// properties). InvalidArgument when a name needs escapes or is not ASCII.
+absl::StatusOr<Fragment> JsonStringExceptBody(ByteNfa* nfa,
+                                              const std::vector<std::string>& names);
+// `body` between quotes.
+absl::StatusOr<Fragment> Quoted(ByteNfa* nfa, Fragment body);
+// A quoted string of `min_length` to `max_length` code points.
 absl::StatusOr<Fragment> JsonString(ByteNfa* nfa, uint64_t min_length,
                                     std::optional<uint64_t> max_length);
-// A quoted string whose decoded text the ECMA regex `pattern` matches
-// (unanchored, as JSON Schema's `pattern`).
-absl::StatusOr<Fragment> JsonPatternString(ByteNfa* nfa, absl::string_view pattern);
-// A quoted string in `format`: date, time, date-time, uuid, email, ipv4.
-// InvalidArgument for other formats. The grammars are sound subsets of the RFCs
-// (e.g. February has 28 days, no leap seconds, simple e-mail local parts).
-absl::StatusOr<Fragment> JsonFormatString(ByteNfa* nfa, absl::string_view format);
-// A quoted string other than the given names (object keys beside declared
-// properties). InvalidArgument when a name needs escapes or is not ASCII.
-absl::StatusOr<Fragment> JsonStringExcept(ByteNfa* nfa, const std::vector<std::string>& names);
 
 // Integers in [lo, hi]; nullopt: unbounded on that side.
 absl::StatusOr<Fragment> JsonInteger(ByteNfa* nfa, std::optional<int64_t> lo,

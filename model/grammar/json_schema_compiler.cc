@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "model/grammar/json_primitives.h"
+#include "model/grammar/regex_compiler.h"
 #include "model/grammar/schema_compiler_internal.h"
 
 namespace colibri::grammar {
@@ -385,31 +386,32 @@ absl::StatusOr<Fragment> SchemaCompiler::String(const Json& schema, const std::s
   if (schema.contains("maxLength")) {
     COLIBRI_ASSIGN_OR_RETURN(max_length, Count(schema, ptr, "maxLength", 0));
   }
-  const bool bounded = min_length > 0 || max_length.has_value();
-  auto pattern = schema.find("pattern");
-  auto format = schema.find("format");
-  if (pattern != schema.end()) {
+  // Each keyword gives a body language; the string's body is in all of them.
+  std::vector<Fragment> bodies;
+  if (auto pattern = schema.find("pattern"); pattern != schema.end()) {
     if (!pattern->is_string()) return Error(ptr, "pattern", "is not a string");
-    if (bounded) {
-      return Error(ptr, "pattern", "together with minLength/maxLength is not supported");
-    }
-    if (format != schema.end()) {
-      return Error(ptr, "format", "together with pattern is not supported");
-    }
-    absl::StatusOr<Fragment> f = JsonPatternString(nfa_, pattern->get<std::string>());
+    absl::StatusOr<Fragment> f = CompileRegex(pattern->get<std::string>(), nfa_);
     if (!f.ok()) return Prefix(f.status(), ptr, "pattern");
-    return f;
+    bodies.push_back(*f);
   }
-  if (format != schema.end()) {
+  if (auto format = schema.find("format"); format != schema.end()) {
     if (!format->is_string()) return Error(ptr, "format", "is not a string");
-    if (bounded) return Error(ptr, "format", "together with minLength/maxLength is not supported");
-    absl::StatusOr<Fragment> f = JsonFormatString(nfa_, format->get<std::string>());
+    absl::StatusOr<Fragment> f = JsonFormatBody(nfa_, format->get<std::string>());
     if (!f.ok()) return Prefix(f.status(), ptr, "format");
-    return f;
+    bodies.push_back(*f);
   }
-  absl::StatusOr<Fragment> f = JsonString(nfa_, min_length, max_length);
-  if (!f.ok()) return Prefix(f.status(), ptr, max_length ? "maxLength" : "minLength");
-  return f;
+  if (min_length > 0 || max_length || bodies.empty()) {
+    absl::StatusOr<Fragment> f = JsonStringBody(nfa_, min_length, max_length);
+    if (!f.ok()) return Prefix(f.status(), ptr, max_length ? "maxLength" : "minLength");
+    bodies.push_back(*f);
+  }
+  Fragment body = bodies[0];
+  for (size_t i = 1; i < bodies.size(); ++i) {
+    absl::StatusOr<Fragment> both = nfa_->Intersect(body, bodies[i]);
+    if (!both.ok()) return Prefix(both.status(), ptr, "pattern");
+    body = *both;
+  }
+  return Quoted(nfa_, body);
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/grammar/json_primitives.h"
+#include "model/grammar/regex_compiler.h"
 #include "model/grammar/schema_compiler_internal.h"
 
 namespace colibri::grammar::internal {
@@ -23,9 +24,11 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
   for (const char* k : kUnsupportedHere) {
     if (schema.contains(k)) return Error(ptr, k, "is not supported");
   }
-  if (auto it = schema.find("patternProperties");
-      it != schema.end() && !(it->is_object() && it->empty())) {
-    return Error(ptr, "patternProperties", "is not supported");
+  // Patterns of other keys and the schemas of their values.
+  std::vector<std::pair<std::string, const Json*>> patterns;
+  if (auto it = schema.find("patternProperties"); it != schema.end()) {
+    if (!it->is_object()) return Error(ptr, "patternProperties", "is not an object");
+    for (auto p = it->begin(); p != it->end(); ++p) patterns.emplace_back(p.key(), &p.value());
   }
   // Declared properties in order, then required names not declared.
   std::vector<std::pair<std::string, const Json*>> fields;
@@ -55,6 +58,28 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
                               [&](const auto& f) { return f.first == name; });
     if (known == fields.end()) fields.emplace_back(name, extra);
   }
+  // A declared name that a pattern matches must satisfy the pattern's schema too.
+  std::vector<Json> conjunctions;
+  conjunctions.reserve(fields.size());
+  for (auto& field : fields) {
+    Json both = {{"allOf", Json::array({*field.second})}};
+    for (const auto& [pattern, pattern_schema] : patterns) {
+      ByteNfa scratch(options_.max_nfa_states);
+      absl::StatusOr<Fragment> f = CompileRegex(pattern, &scratch);
+      if (!f.ok()) return Prefix(f.status(), Child(ptr, "patternProperties"), "pattern");
+      CompiledGrammar check(std::move(scratch));
+      check.start = f->in;
+      check.accept = f->out;
+      const std::string quoted = Quote(field.first);
+      if (GrammarAccepts(check, quoted.substr(1, quoted.size() - 2))) {
+        both["allOf"].push_back(*pattern_schema);
+      }
+    }
+    if (both["allOf"].size() > 1) {
+      conjunctions.push_back(std::move(both));
+      field.second = &conjunctions.back();
+    }
+  }
   for (const auto& field : fields) {
     required.push_back(std::find(required_names.begin(), required_names.end(), field.first) !=
                        required_names.end());
@@ -67,7 +92,7 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
   const bool extra_allowed = !(extra->is_boolean() && !extra->get<bool>());
   if (schema.contains("maxProperties")) {
     COLIBRI_ASSIGN_OR_RETURN(uint64_t max_properties, Count(schema, ptr, "maxProperties", 0));
-    if (extra_allowed || max_properties < fields.size()) {
+    if (extra_allowed || !patterns.empty() || max_properties < fields.size()) {
       return Error(ptr, "maxProperties",
                    "is supported only when no more properties than it allows can appear");
     }
@@ -96,15 +121,40 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
       nfa_->AddEpsilon(full[i], full[i + 1]);
     }
   }
-  if (extra_allowed) {
-    std::vector<std::string> names;
-    for (const auto& field : fields) names.push_back(field.first);
-    absl::StatusOr<Fragment> key = JsonStringExcept(nfa_, names);
-    if (!key.ok()) return Prefix(key.status(), ptr, "additionalProperties");
+  // Other keys: with patterns, only keys some pattern matches (the keys no
+  // pattern matches would need the patterns' complement: left out, a subset),
+  // their values held to every pattern's schema; else any other key.
+  std::vector<Fragment> pairs;
+  std::vector<std::string> names;
+  for (const auto& field : fields) names.push_back(field.first);
+  auto add_pair = [&](Fragment key_body, const Json& value_schema,
+                      const std::string& where) -> absl::Status {
+    COLIBRI_ASSIGN_OR_RETURN(Fragment key, Quoted(nfa_, key_body));
     COLIBRI_ASSIGN_OR_RETURN(Fragment colon, nfa_->Literal(":"));
-    COLIBRI_ASSIGN_OR_RETURN(Fragment value,
-                             Value(*extra, Child(ptr, "additionalProperties"), ctx));
-    const Fragment pair = nfa_->Concat(nfa_->Concat(*key, colon), value);
+    COLIBRI_ASSIGN_OR_RETURN(Fragment value, Value(value_schema, where, ctx));
+    pairs.push_back(nfa_->Concat(nfa_->Concat(key, colon), value));
+    return absl::OkStatus();
+  };
+  if (!patterns.empty()) {
+    Json every = {{"allOf", Json::array()}};
+    for (const auto& pattern : patterns) every["allOf"].push_back(*pattern.second);
+    for (const auto& [pattern, pattern_schema] : patterns) {
+      const std::string where = Child(Child(ptr, "patternProperties"), pattern);
+      absl::StatusOr<Fragment> matching = CompileRegex(pattern, nfa_);
+      if (!matching.ok()) return Prefix(matching.status(), where, "pattern");
+      absl::StatusOr<Fragment> others = JsonStringExceptBody(nfa_, names);
+      if (!others.ok()) return Prefix(others.status(), ptr, "patternProperties");
+      COLIBRI_ASSIGN_OR_RETURN(Fragment key, nfa_->Intersect(*matching, *others));
+      COLIBRI_RETURN_IF_ERROR(
+          add_pair(key, patterns.size() == 1 ? *pattern_schema : every, where));
+    }
+  } else if (extra_allowed) {
+    absl::StatusOr<Fragment> key = JsonStringExceptBody(nfa_, names);
+    if (!key.ok()) return Prefix(key.status(), ptr, "additionalProperties");
+    COLIBRI_RETURN_IF_ERROR(add_pair(*key, *extra, Child(ptr, "additionalProperties")));
+  }
+  if (!pairs.empty()) {
+    COLIBRI_ASSIGN_OR_RETURN(Fragment pair, nfa_->Alternate(pairs));
     COLIBRI_ASSIGN_OR_RETURN(Fragment comma, nfa_->Literal(","));
     nfa_->AddEpsilon(empty[n], pair.in);
     nfa_->AddEpsilon(full[n], comma.in);

@@ -116,11 +116,46 @@ int PossibleTypes(const Json& schema) {
   return bits;
 }
 
+namespace {
+
+bool LiteralsDisjoint(const Json& a, const Json& b) {
+  Json scratch_a, scratch_b;
+  const Json* la = Literals(a, &scratch_a);
+  const Json* lb = Literals(b, &scratch_b);
+  if (la == nullptr || lb == nullptr) return false;
+  for (const Json& v : *la) {
+    if (std::find(lb->begin(), lb->end(), v) != lb->end()) return false;
+  }
+  return true;
+}
+
+// `a` admits no key but its properties, and `b` requires one of the others.
+bool RequiresUndeclared(const Json& a, const Json& b) {
+  auto extra = a.find("additionalProperties");
+  if (extra == a.end() || *extra != false || a.contains("patternProperties")) return false;
+  auto required = b.find("required");
+  if (required == b.end() || !required->is_array()) return false;
+  auto declared = a.find("properties");
+  for (const Json& name : *required) {
+    if (!name.is_string()) continue;
+    if (declared == a.end() || !declared->is_object() ||
+        !declared->contains(name.get<std::string>())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 bool Disjoint(const Json& a, const Json& b) {
   if ((PossibleTypes(a) & PossibleTypes(b)) == 0) return true;
   if (!a.is_object() || !b.is_object()) return false;
-  // Both must be objects (when objects at all) requiring a discriminating property.
+  if (LiteralsDisjoint(a, b)) return true;
+  // Objects alone from here on.
   if ((PossibleTypes(a) & PossibleTypes(b)) != kObject) return false;
+  if (RequiresUndeclared(a, b) || RequiresUndeclared(b, a)) return true;
+  // A property both require whose values cannot be the same.
   auto ra = a.find("required");
   auto rb = b.find("required");
   auto pa = a.find("properties");
@@ -133,15 +168,7 @@ bool Disjoint(const Json& a, const Json& b) {
     auto sa = pa->find(key);
     auto sb = pb->find(key);
     if (sa == pa->end() || sb == pb->end() || !sa->is_object() || !sb->is_object()) continue;
-    Json scratch_a, scratch_b;
-    const Json* la = Literals(*sa, &scratch_a);
-    const Json* lb = Literals(*sb, &scratch_b);
-    if (la == nullptr || lb == nullptr) continue;
-    bool overlap = false;
-    for (const Json& v : *la) {
-      if (std::find(lb->begin(), lb->end(), v) != lb->end()) overlap = true;
-    }
-    if (!overlap) return true;
+    if ((PossibleTypes(*sa) & PossibleTypes(*sb)) == 0 || LiteralsDisjoint(*sa, *sb)) return true;
   }
   return false;
 }
