@@ -107,7 +107,12 @@ int GrammarMatcher::PlainLevel(int32_t state) {
   std::vector<int32_t> frontier = {state};
   int level = 0;
   bool dead = false;
-  while (!dead && !frontier.empty() && level < TokenTrie::kPlainLevels) {
+  // Past this many states (patterns searched anywhere in the text give a new
+  // state per partial match) the levels proven so far are the answer: a walk
+  // of the longer tokens is cheaper than proving more.
+  constexpr size_t kMaxExplored = 64;
+  while (!dead && !frontier.empty() && level < TokenTrie::kPlainLevels &&
+         seen.size() <= kMaxExplored) {
     std::vector<int32_t> next_frontier;
     for (int32_t from : frontier) {
       absl::flat_hash_set<int64_t> inside;  // (state, place) within the character
