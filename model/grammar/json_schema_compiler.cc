@@ -223,17 +223,18 @@ absl::StatusOr<Fragment> SchemaCompiler::AllOf(const Json& schema, const std::st
       COLIBRI_ASSIGN_OR_RETURN(const Json* target, Resolve((*s)["$ref"].get<std::string>(), ptr));
       rests.push_back(*s);
       rests.back().erase("$ref");
-      todo.push_back(target);
+      // A stack: pushed last, merged first (properties keep document order).
       todo.push_back(&rests.back());
+      todo.push_back(target);
       continue;
     }
     if (s->is_object() && s->contains("allOf")) {
       const Json& list = (*s)["allOf"];
       if (!list.is_array()) return Error(ptr, "allOf", "is not an array");
-      for (const Json& item : list) todo.push_back(&item);
       rests.push_back(*s);
       rests.back().erase("allOf");
       todo.push_back(&rests.back());
+      for (auto item = list.rbegin(); item != list.rend(); ++item) todo.push_back(&*item);
       continue;
     }
     absl::StatusOr<Json> next = MergeSchemas(merged, *s);
