@@ -158,7 +158,9 @@ absl::Status RunSchemaCheck(const SchemaCheckOptions& options, std::ostream& out
   }
   Totals totals;
   for (const std::string& path : options.case_files) {
-    out << CheckCase(path, *tok, trie, options.compile, &totals).dump() << "\n";
+    out << CheckCase(path, *tok, trie, options.compile, &totals)
+               .dump(-1, ' ', false, Json::error_handler_t::replace)
+        << "\n";
     out.flush();
   }
   std::vector<double>& us = totals.mask_us;

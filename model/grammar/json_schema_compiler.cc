@@ -1,5 +1,6 @@
 #include "model/grammar/json_schema_compiler.h"
 
+#include <cctype>
 #include <cmath>
 #include <optional>
 
@@ -86,8 +87,8 @@ absl::StatusOr<const Json*> SchemaCompiler::Resolve(const std::string& ref,
       if (raw[i] == '~' && i + 1 < raw.size() && (raw[i + 1] == '0' || raw[i + 1] == '1')) {
         token += raw[i + 1] == '0' ? '~' : '/';
         ++i;
-      } else if (raw[i] == '%' && i + 2 < raw.size() && std::isxdigit(raw[i + 1]) &&
-                 std::isxdigit(raw[i + 2])) {
+      } else if (raw[i] == '%' && i + 2 < raw.size() && std::isxdigit(static_cast<unsigned char>(raw[i + 1])) &&
+                 std::isxdigit(static_cast<unsigned char>(raw[i + 2]))) {
         token += static_cast<char>(std::stoi(std::string(raw.substr(i + 1, 2)), nullptr, 16));
         i += 2;
       } else {

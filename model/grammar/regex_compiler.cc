@@ -132,7 +132,9 @@ class Parser {
   }
 
   absl::StatusOr<std::unique_ptr<Node>> ParseQuantifier(std::unique_ptr<Node> atom) {
+    int stacked = 0;
     while (!AtEnd()) {
+      if (++stacked > 8) return Error("more than 8 quantifiers on one atom");
       int min = 0;
       int max = -1;
       const uint32_t c = Peek();

@@ -238,6 +238,9 @@ absl::StatusOr<Json> MergeSchemas(const Json& a, const Json& b) {
       Json sa, sb;
       const Json* la = Literals(out, &sa);
       const Json* lb = Literals(b, &sb);
+      if (la == nullptr || lb == nullptr) {
+        return absl::InvalidArgumentError("allOf: enum is not an array");
+      }
       Json both = Json::array();
       for (const Json& v : *la) {
         if (std::find(lb->begin(), lb->end(), v) != lb->end()) both.push_back(v);
@@ -266,6 +269,7 @@ absl::StatusOr<Json> MergeSchemas(const Json& a, const Json& b) {
   // is intersected on the enum key.
   if (out.contains("const") && out.contains("enum")) {
     Json both = Json::array();
+    if (!out["enum"].is_array()) return absl::InvalidArgumentError("allOf: enum is not an array");
     for (const Json& v : out["enum"]) {
       if (v == out["const"]) both.push_back(v);
     }

@@ -44,6 +44,8 @@ TEST(SchemaErrorsTest, NamesTheKeywordAndPointer) {
       {R"({"properties":{"a":{"minLength":-1}}})", "#/properties/a: minLength: "},
       {R"({"allOf":[{"type":"string","pattern":"a"},{"pattern":"b"}]})", "#: allOf: "},
       {R"({"properties":{"\u00e9":{}}})", "#: additionalProperties: property name"},
+      {R"({"allOf":[{"enum":5},{"enum":6}]})", "#: allOf: allOf: enum is not an array"},
+      {R"({"enum":5})", "#: enum: is not an array"},
   };
   for (const ErrorCase& c : cases) {
     const absl::Status status = Compile(c.schema);
@@ -88,6 +90,13 @@ TEST(SchemaErrorsTest, DeepNesting) {
   nested_schemas += "{}";
   for (int i = 0; i < 200; ++i) nested_schemas += "}";
   EXPECT_THAT(std::string(Compile(nested_schemas).message()), HasSubstr("nests deeper than"));
+}
+
+TEST(SchemaErrorsTest, StackedQuantifiers) {
+  const std::string pattern = "a" + std::string(100000, '*');
+  const absl::Status status =
+      Compile("{\"type\":\"string\",\"pattern\":\"" + pattern + "\"}");
+  EXPECT_THAT(std::string(status.message()), HasSubstr("more than 8 quantifiers"));
 }
 
 TEST(SchemaErrorsTest, HugeBoundsAreResourceErrors) {
