@@ -515,17 +515,31 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(
     return absl::InvalidArgumentError(absl::StrCat(
         "#: schema: the document nests deeper than ", internal::kMaxDocumentDepth, " levels"));
   }
-  ByteNfa nfa(options.max_nfa_states);
-  internal::SchemaCompiler compiler(schema, options, &nfa);
-  COLIBRI_ASSIGN_OR_RETURN(Fragment f, compiler.Value(schema, "", internal::Context()));
-  if (!NfaAcceptsSomething(nfa, f.in, f.out)) {
+  // Out of states: again with shallower unrolling (a smaller language, still
+  // sound), down to one level.
+  SchemaCompileOptions attempt = options;
+  absl::StatusOr<Fragment> f;
+  std::optional<ByteNfa> nfa;
+  while (true) {
+    nfa.emplace(attempt.max_nfa_states);
+    internal::SchemaCompiler compiler(schema, attempt, &*nfa);
+    f = compiler.Value(schema, "", internal::Context());
+    const bool shallower = attempt.max_any_depth > 1 || attempt.max_ref_depth > 1;
+    if (f.ok() || f.status().code() != absl::StatusCode::kResourceExhausted || !shallower) {
+      break;
+    }
+    attempt.max_any_depth = std::max(1, attempt.max_any_depth / 2);
+    attempt.max_ref_depth = std::max(1, attempt.max_ref_depth / 2);
+  }
+  if (!f.ok()) return f.status();
+  if (!NfaAcceptsSomething(*nfa, f->in, f->out)) {
     return absl::InvalidArgumentError(
         "#: schema: no finite instance satisfies it (contradicting keywords, or a $ref "
         "recursion with no base case)");
   }
-  auto grammar = std::make_shared<CompiledGrammar>(std::move(nfa));
-  grammar->start = f.in;
-  grammar->accept = f.out;
+  auto grammar = std::make_shared<CompiledGrammar>(std::move(*nfa));
+  grammar->start = f->in;
+  grammar->accept = f->out;
   return std::shared_ptr<const CompiledGrammar>(std::move(grammar));
 }
 

@@ -40,7 +40,9 @@ struct SchemaCompileOptions {
   // is ResourceExhausted. Default: 1000000.
   size_t max_nfa_states = 1000000;
   // How many times one $ref may be expanded inside itself; deeper instances of
-  // a recursive schema are refused. Default: 4.
+  // a recursive schema are refused. A schema that outgrows max_nfa_states is
+  // compiled again with this and max_any_depth halved, down to 1.
+  // Default: 4.
   int max_ref_depth = 4;
   // How deep arrays and objects may nest inside a value of an unconstrained
   // schema ({} or true, additionalProperties absent). Default: 4.

@@ -112,6 +112,22 @@ TEST(SchemaErrorsTest, HugeBoundsAreResourceErrors) {
   }
 }
 
+TEST(SchemaErrorsTest, OutOfStatesRetriesShallower) {
+  SchemaCompileOptions one;
+  one.max_any_depth = 1;
+  one.max_ref_depth = 1;
+  auto shallow = CompileJsonSchemaText("{}", one);
+  ASSERT_TRUE(shallow.ok()) << shallow.status();
+  SchemaCompileOptions tight;  // depth 4 (and 2) do not fit, depth 1 does
+  tight.max_nfa_states = (*shallow)->nfa.size() + 10;
+  auto grammar = CompileJsonSchemaText("{}", tight);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  EXPECT_TRUE(GrammarAccepts(**grammar, "[1]"));
+  EXPECT_TRUE(GrammarAccepts(**grammar, R"({"a":[]})"));
+  EXPECT_TRUE(GrammarAccepts(**grammar, "[[1]]"));  // {} itself is one level
+  EXPECT_FALSE(GrammarAccepts(**grammar, "[[[1]]]"));
+}
+
 TEST(SchemaErrorsTest, HugeEnumWithinBudget) {
   std::string values;
   for (int i = 0; i < 200000; ++i) values += (i ? ",\"value" : "\"value") + std::to_string(i) + "\"";
