@@ -20,6 +20,7 @@
 #include "coordinator/cli/perplexity_command.h"
 #include "coordinator/cli/project_command.h"
 #include "coordinator/cli/run_command.h"
+#include "coordinator/cli/schema_check_command.h"
 #include "coordinator/cli/serve_command.h"
 #include "coordinator/cli/tokenize_command.h"
 #include "model/ops/matmul.h"
@@ -497,6 +498,28 @@ int main(int argc, char** argv) {
   chat_template_cmd->add_option("--bos-token", chat_template.bos_token, "value of bos_token");
   chat_template_cmd->add_option("--eos-token", chat_template.eos_token, "value of eos_token");
 
+  colibri::coordinator::SchemaCheckOptions schema_check;
+  CLI::App* schema_check_cmd = app.add_subcommand(
+      "schema-check",
+      "compile JSON Schemas to token masks and check test instances (one JSON line per case)");
+  schema_check_cmd
+      ->add_option("--vocab", schema_check.vocab_path, "GGUF file with the vocabulary")
+      ->required();
+  schema_check_cmd
+      ->add_option("cases", schema_check.case_files,
+                   "case files: {\"schema\": ..., \"tests\": [{\"valid\": b, \"data\": v}]}")
+      ->required();
+  schema_check_cmd
+      ->add_option("--max-ref-depth", schema_check.compile.max_ref_depth,
+                   "expansions of a recursive $ref inside itself")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  schema_check_cmd
+      ->add_option("--max-any-depth", schema_check.compile.max_any_depth,
+                   "nesting of arrays and objects inside values of unconstrained schemas")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+
   colibri::AddConfigFileOption(&app);
   if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;
 
@@ -548,6 +571,8 @@ int main(int argc, char** argv) {
   } else if (tokenize_cmd->parsed()) {
     tokenize.has_separator = tokenize_cmd->count("--separator") > 0;
     status = colibri::coordinator::RunTokenize(tokenize, std::cout);
+  } else if (schema_check_cmd->parsed()) {
+    status = colibri::coordinator::RunSchemaCheck(schema_check, std::cout, std::cerr);
   } else if (chat_template_cmd->parsed()) {
     status = colibri::coordinator::RunChatTemplate(chat_template, std::cout);
   } else if (detokenize_cmd->parsed()) {

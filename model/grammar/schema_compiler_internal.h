@@ -1,0 +1,74 @@
+// The compiler behind CompileJsonSchema, shared by its two source files
+// (json_schema_compiler.cc: applicators, references, scalars;
+// schema_containers.cc: objects and arrays). Not a public interface.
+#ifndef COLIBRI_MODEL_GRAMMAR_SCHEMA_COMPILER_INTERNAL_H_
+#define COLIBRI_MODEL_GRAMMAR_SCHEMA_COMPILER_INTERNAL_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/grammar/byte_nfa.h"
+#include "model/grammar/json_schema_compiler.h"
+#include "model/grammar/schema_merge.h"
+
+namespace colibri::grammar::internal {
+
+// Where the compiler is: for bounds and cycle detection.
+struct Context {
+  int depth = 0;       // schema nesting
+  int structure = 0;   // arrays and objects entered (text consumed)
+  // $ref targets being expanded, with `structure` when each was entered.
+  std::vector<std::pair<std::string, int>> refs;
+};
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const Json& root, const SchemaCompileOptions& options, ByteNfa* nfa)
+      : root_(root), options_(options), nfa_(nfa) {}
+
+  // The fragment of the instances of `schema`, found at JSON pointer `ptr`.
+  absl::StatusOr<Fragment> Value(const Json& schema, const std::string& ptr, Context ctx);
+
+  // "#/ptr: keyword: what" as InvalidArgument.
+  static absl::Status Error(const std::string& ptr, absl::string_view keyword,
+                            absl::string_view what);
+  // `status` with "#/ptr: keyword: " before its message.
+  static absl::Status Prefix(const absl::Status& status, const std::string& ptr,
+                             absl::string_view keyword);
+  static std::string Child(const std::string& ptr, absl::string_view key);
+
+ private:
+  absl::StatusOr<Fragment> Reference(const Json& schema, const std::string& ptr, Context ctx);
+  absl::StatusOr<Fragment> AllOf(const Json& schema, const std::string& ptr, Context ctx);
+  absl::StatusOr<Fragment> AnyOf(const Json& schema, const std::string& ptr, Context ctx,
+                                 const std::string& keyword);
+  absl::StatusOr<Fragment> Literals(const Json& schema, const std::string& ptr, Context ctx);
+  absl::StatusOr<Fragment> Typed(const Json& schema, const std::string& ptr, Context ctx);
+  absl::StatusOr<Fragment> String(const Json& schema, const std::string& ptr);
+  absl::StatusOr<Fragment> Integer(const Json& schema, const std::string& ptr);
+  absl::StatusOr<Fragment> Number(const Json& schema, const std::string& ptr);
+  // schema_containers.cc
+  absl::StatusOr<Fragment> Object(const Json& schema, const std::string& ptr, Context ctx);
+  absl::StatusOr<Fragment> Array(const Json& schema, const std::string& ptr, Context ctx);
+
+  // The schema at "#..." `ref`, or nullptr with an error.
+  absl::StatusOr<const Json*> Resolve(const std::string& ref, const std::string& ptr) const;
+  // `schema` with a top-level $ref replaced by its target, repeatedly (for
+  // merging and the oneOf test). Sets `target_ptr` to where it ended.
+  absl::StatusOr<const Json*> Flatten(const Json& schema, const std::string& ptr) const;
+  // A non-negative integer keyword, or `fallback` when absent.
+  absl::StatusOr<uint64_t> Count(const Json& schema, const std::string& ptr,
+                                 const char* keyword, uint64_t fallback) const;
+
+  const Json& root_;
+  const SchemaCompileOptions& options_;
+  ByteNfa* nfa_;
+};
+
+}  // namespace colibri::grammar::internal
+
+#endif  // COLIBRI_MODEL_GRAMMAR_SCHEMA_COMPILER_INTERNAL_H_
