@@ -13,6 +13,7 @@
 #include "coordinator/cluster/remote_expert_backend.h"
 #include "coordinator/generation/serve_metrics.h"
 #include "coordinator/generation/step_timeline.h"
+#include "coordinator/generation/token_constraint.h"
 #include "model/moe/local_expert_backend.h"
 #include "model/speculative/draft_planner.h"
 #include "model/speculative/mtp_drafter.h"
@@ -77,6 +78,7 @@ struct GenerationScheduler::Active {
   GenerationOptions options;
   std::unique_ptr<sampling::Sampler> sampler;
   std::unique_ptr<TokenEmitter> emitter;  // over sampler and options
+  std::unique_ptr<TokenConstraint> constraint;  // null: unconstrained
   std::function<bool(const GeneratedToken&)> on_token;
   int32_t next = 0;           // the token to evaluate next, once the prompt is done
   // evaluate_every_token: how the generation ends once `next`, its last
@@ -358,6 +360,14 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
   }
   COLIBRI_ASSIGN_OR_RETURN(a->sampler,
                            sampling::Sampler::Create(spec.sampling, model_.config().n_vocab));
+  if (spec.constraint != nullptr) {
+    if (tokenizer_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "constrained decoding needs the model's tokenizer, and this model has none");
+    }
+    if (trie_ == nullptr) trie_ = grammar::TokenTrie::Build(*tokenizer_);
+    a->constraint = std::make_unique<TokenConstraint>(spec.constraint, trie_);
+  }
   COLIBRI_ASSIGN_OR_RETURN(Engine * engine, EngineFor(spec.path));
   a->engine = spec.path == ops::NumericPath::kExact ? 1 : 0;
   // At most `sessions` generations are active, so a slot is free.
@@ -369,7 +379,9 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
   ReusePrefix(*engine, *a);
   a->emitter = std::make_unique<TokenEmitter>(*a->sampler, tokenizer_, a->options);
   const SpeculationOptions& speculation = options_.speculation;
-  if (speculation.make_drafter) {
+  if (a->constraint != nullptr) {
+    // No drafts: a constrained generation samples every token alone.
+  } else if (speculation.make_drafter) {
     a->drafter = speculation.make_drafter();
   } else if (engine->mtp != nullptr) {
     auto drafter = std::make_unique<speculative::MtpDrafter>(*engine->mtp, a->seq);
@@ -661,7 +673,29 @@ void GenerationScheduler::Advance(Active& a, int rows, bool fed) {
       break;
     }
     GeneratedToken token;
-    end = a.emitter->Emit(row, a.on_token, &result, &token);
+    absl::Span<const float> sample_row = row;
+    if (a.constraint != nullptr) {
+      absl::StatusOr<absl::Span<const float>> masked = a.constraint->Apply(row);
+      if (!masked.ok()) {
+        Finish(a, masked.status());
+        return;
+      }
+      sample_row = *masked;
+    }
+    end = a.emitter->Emit(sample_row, a.on_token, &result, &token);
+    if (a.constraint != nullptr) {
+      absl::Status accepted = a.constraint->Accept(token.id);
+      absl::StatusOr<bool> complete = false;
+      if (accepted.ok()) complete = a.constraint->Complete();
+      if (!complete.ok()) accepted = complete.status();
+      if (!accepted.ok()) {
+        Finish(a, accepted);
+        return;
+      }
+      if (*complete && (!end.has_value() || *end == FinishReason::kEndOfGeneration)) {
+        end = FinishReason::kStop;
+      }
+    }
     if (a.drafter != nullptr) a.drafter->Accept({&token.id, 1});
     if (!end.has_value() && static_cast<int>(result.tokens.size()) == a.options.max_tokens) {
       end = FinishReason::kLength;

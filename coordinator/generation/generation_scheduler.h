@@ -61,6 +61,16 @@
 // numeric path); its decisions are logged once per change and reported by
 // pipeline_halves(). kOn and kOff are the session's fixed rules.
 //
+// Constrained decoding (GenerationSpec::constraint): before each sample the
+// logits of the tokens the grammar refuses next are set to -inf (so
+// logprobs are those of the masked distribution), the sampled token advances
+// the grammar, and the generation ends with FinishReason::kStop once its text
+// is complete and only an end-of-generation token could follow (or the model
+// sampled one where the text could end). The vocabulary's TokenTrie is built
+// on the stepping thread when the first constrained generation is admitted,
+// and shared by every later one. A constrained generation takes no drafts.
+// Unconstrained generations sample from the model's logits unchanged.
+//
 // Thread-safety: Submit, Cancel (on a job), n_ctx, active_generations, queued
 // and predictor are thread-safe; BeginShutdown and Stop are called by the
 // owner.
@@ -90,6 +100,8 @@
 #include "coordinator/generation/speculation_options.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
+#include "model/grammar/byte_nfa.h"
+#include "model/grammar/token_trie.h"
 #include "model/moe/routing_trace.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
@@ -118,6 +130,10 @@ struct GenerationSpec {
   sampling::SamplingOptions sampling;
   // Limits, stop strings, logprobs, text decoding and logits reporting.
   GenerationOptions generation;
+  // Constrained decoding: the generated text is a word of this grammar
+  // (see "Constrained decoding" above). Needs the scheduler's tokenizer.
+  // Default: null (unconstrained).
+  std::shared_ptr<const grammar::CompiledGrammar> constraint;
 };
 
 // What a finished generation reports besides its tokens.
@@ -344,6 +360,9 @@ class GenerationScheduler {
   std::unique_ptr<PrefixCache> prefix_cache_;
   // Null without Options::prefix_cache_dir or reuse; set by Create.
   std::unique_ptr<PrefixDiskStore> prefix_disk_;
+  // The tokenizer's vocabulary for constrained decoding; built by the
+  // stepping thread for the first constrained generation, then read-only.
+  std::shared_ptr<const grammar::TokenTrie> trie_;
 
   mutable absl::Mutex mu_;
   std::deque<std::shared_ptr<GenerationJob>> queue_ ABSL_GUARDED_BY(mu_);
