@@ -129,6 +129,7 @@ absl::StatusOr<GenerationSpec> MakeGenerationSpec(const GenerationRequest& reque
   spec.generation.stop = request.stop;
   spec.generation.logprobs = request.logprobs;
   spec.generation.top_logprobs = request.top_logprobs;
+  spec.constraint = request.constraint;
   return spec;
 }
 

@@ -11,6 +11,7 @@
 #define COLIBRI_COORDINATOR_API_GENERATION_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,8 @@ struct GenerationRequest {
   // most likely ones (0 to kMaxTopLogprobs).
   bool logprobs = false;
   int top_logprobs = 0;
+  // Constrained decoding (GenerationSpec::constraint). Default: null.
+  std::shared_ptr<const grammar::CompiledGrammar> constraint;
 };
 
 // The defaults of a request that leaves a field out: the same for every

@@ -133,6 +133,7 @@ GenerationRequest ToGenerationRequest(openai::ApiRequest&& api) {
   r.ignore_eos = api.ignore_eos;
   r.stop = std::move(api.stop);
   r.logprobs = api.logprobs;
+  r.constraint = std::move(api.constraint);
   r.top_logprobs = api.top_logprobs;
   return r;
 }

@@ -234,18 +234,55 @@ absl::Status RefuseUnsupported(const ojson& request) {
                                            "available in this server yet)"));
     }
   }
-  if (const ojson* format = Field(request, "response_format"); format != nullptr) {
-    const ojson* type = format->is_object() ? Field(*format, "type") : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      return FieldError("response_format", "'response_format' must be an object with a 'type'");
-    }
-    if (type->get<std::string>() != "text") {
-      return FieldError("response_format",
-                        absl::StrCat("'response_format' of type '", type->get<std::string>(),
-                                     "' is not supported yet (constrained decoding); only "
-                                     "'text'"));
-    }
+  return absl::OkStatus();
+}
+
+// response_format: "text" (free text), "json_object" (any JSON object) or
+// "json_schema" with json_schema.schema, compiled into out->constraint.
+absl::Status ParseResponseFormat(const ojson& request, ApiRequest* out) {
+  const ojson* format = Field(request, "response_format");
+  if (format == nullptr) return absl::OkStatus();
+  const ojson* type = format->is_object() ? Field(*format, "type") : nullptr;
+  if (type == nullptr || !type->is_string()) {
+    return FieldError("response_format", "'response_format' must be an object with a 'type'");
   }
+  const std::string kind = type->get<std::string>();
+  if (kind == "text") return absl::OkStatus();
+  ojson schema;
+  if (kind == "json_object") {
+    schema = ojson{{"type", "object"}};
+  } else if (kind == "json_schema") {
+    const ojson* spec = Field(*format, "json_schema");
+    if (spec == nullptr || !spec->is_object()) {
+      return FieldError("response_format",
+                        "'response_format.json_schema' must be an object with a 'schema'");
+    }
+    if (const ojson* strict = Field(*spec, "strict"); strict != nullptr && !strict->is_boolean()) {
+      return FieldError("response_format", "'response_format.json_schema.strict' must be a boolean");
+    }
+    const ojson* given = Field(*spec, "schema");
+    if (given == nullptr) {
+      return FieldError("response_format", "'response_format.json_schema.schema' is required");
+    }
+    if (!given->is_object() && !given->is_boolean()) {
+      return FieldError("response_format",
+                        "'response_format.json_schema.schema' must be a JSON Schema (an object)");
+    }
+    schema = *given;
+  } else {
+    return FieldError("response_format",
+                      absl::StrCat("'response_format' of type '", kind,
+                                   "' is not supported; only 'text', 'json_object' and "
+                                   "'json_schema'"));
+  }
+  absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+      grammar::CompileJsonSchema(schema, kResponseFormatCompile);
+  if (!compiled.ok()) {
+    return FieldError("response_format",
+                      absl::StrCat("'response_format' schema cannot be enforced: ",
+                                   compiled.status().message()));
+  }
+  out->constraint = std::move(*compiled);
   return absl::OkStatus();
 }
 
@@ -438,6 +475,7 @@ absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view bod
   }
 
   if (absl::Status s = RefuseUnsupported(request); !s.ok()) return s;
+  if (absl::Status s = ParseResponseFormat(request, &out); !s.ok()) return s;
   absl::StatusOr<std::optional<int64_t>> n = GetInt(request, "n");
   if (!n.ok()) return n.status();
   if (n->has_value() && **n != 1) {

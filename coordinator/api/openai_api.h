@@ -7,10 +7,15 @@
 // Field rules (as OpenAI documents them, where Colibri supports them):
 // `max_completion_tokens` wins over `max_tokens`; `n` must be 1; `null` means
 // "not given"; unknown fields are ignored, except those that would change
-// what the output means (response_format other than "text", tool_choice
+// what the output means (tool_choice
 // "required" or a named function, and the constrained-decoding extensions
 // of other servers: grammar, json_schema, guided_*; the legacy functions /
 // function_call): those are a 400 naming the field, never silently dropped;
+// `response_format` json_schema (its `schema`; `strict` is accepted either way
+// and always enforced) and json_object (any JSON object) are compiled to a
+// grammar while the request is parsed (grammar::CompileJsonSchema within
+// kResponseFormatCompile's bounds), a 400 naming response_format with the
+// compiler's message (keyword and JSON pointer) when that fails;
 // every type or range error is a 400 naming the field (Status
 // InvalidArgument with the field as its "param" payload, see ParamOf).
 //
@@ -19,6 +24,7 @@
 #define COLIBRI_COORDINATOR_API_OPENAI_API_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +34,8 @@
 #include "absl/strings/string_view.h"
 #include "coordinator/api/assistant_output.h"
 #include "coordinator/generation/generation.h"
+#include "model/grammar/byte_nfa.h"
+#include "model/grammar/json_schema_compiler.h"
 #include "model/sampling/sampler.h"
 #include "nlohmann/json.hpp"
 
@@ -42,6 +50,13 @@ struct ApiLimits {
   // Vocabulary size: prompt token ids must be below it.
   int n_vocab = 0;
 };
+
+// The bounds of a response_format schema's compilation: a hostile schema
+// costs at most this many automaton states (about 40 bytes each plus edges)
+// and the time to build them, on the thread that parses the request.
+inline constexpr grammar::SchemaCompileOptions kResponseFormatCompile = {
+    /*max_nfa_states=*/200000, /*max_ref_depth=*/4, /*max_any_depth=*/4,
+    /*max_schema_depth=*/64};
 
 // A parsed completion or chat request.
 struct ApiRequest {
@@ -75,6 +90,9 @@ struct ApiRequest {
   // Generate past end-of-generation tokens (a Colibri extension, like
   // llama.cpp's). Default: false.
   bool ignore_eos = false;
+  // response_format json_schema / json_object, compiled: the output is
+  // constrained to it. Default: null (free text).
+  std::shared_ptr<const grammar::CompiledGrammar> constraint;
 };
 
 // The "param" payload of a parse error: the offending field ("" if none).

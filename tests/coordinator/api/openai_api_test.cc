@@ -336,10 +336,7 @@ TEST(ParseRequestTest, ConstraintsThatCannotBeHonouredAreRefusedNotDropped) {
   const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
   const json tools = json::array(
       {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}});
-  ExpectBad(Chat({{"messages", messages}, {"response_format", {{"type", "json_object"}}}}),
-            "response_format");
-  ExpectBad(Chat({{"messages", messages},
-                  {"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}),
+  ExpectBad(Chat({{"messages", messages}, {"response_format", {{"type", "regex"}}}}),
             "response_format");
   ExpectBad(Chat({{"messages", messages}, {"response_format", "json"}}), "response_format");
   ExpectBad(Completion({{"prompt", "x"}, {"grammar", "root ::= \"a\""}}), "grammar");
@@ -362,6 +359,68 @@ TEST(ParseRequestTest, ConstraintsThatCannotBeHonouredAreRefusedNotDropped) {
   auto none = Chat({{"messages", messages}, {"tools", tools}, {"tool_choice", "none"}});
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_FALSE(none->parse_tool_calls);
+}
+
+// response_format json_object and json_schema compile while the request is
+// parsed; what cannot be enforced is a 400 naming response_format with the
+// compiler's keyword and JSON pointer.
+TEST(ParseRequestTest, ResponseFormatCompilesItsSchemaOrNamesWhatCannotBeEnforced) {
+  const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  auto text = Chat({{"messages", messages}, {"response_format", {{"type", "text"}}}});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->constraint, nullptr);
+
+  auto object = Chat({{"messages", messages}, {"response_format", {{"type", "json_object"}}}});
+  ASSERT_TRUE(object.ok()) << object.status();
+  ASSERT_NE(object->constraint, nullptr);
+  EXPECT_TRUE(grammar::GrammarAccepts(*object->constraint, R"({"a":[1,"x"]})"));
+  EXPECT_FALSE(grammar::GrammarAccepts(*object->constraint, "[1]"));
+
+  const json schema = {{"type", "object"},
+                       {"properties", {{"n", {{"type", "integer"}, {"maximum", 5}}}}},
+                       {"required", {"n"}},
+                       {"additionalProperties", false}};
+  auto strict = Completion(
+      {{"prompt", "x"},
+       {"response_format",
+        {{"type", "json_schema"},
+         {"json_schema", {{"name", "n"}, {"strict", true}, {"schema", schema}}}}}});
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  ASSERT_NE(strict->constraint, nullptr);
+  EXPECT_TRUE(grammar::GrammarAccepts(*strict->constraint, R"({"n":5})"));
+  EXPECT_FALSE(grammar::GrammarAccepts(*strict->constraint, R"({"n":6})"));
+
+  const auto format = [&](const json& json_schema) {
+    return Chat({{"messages", messages},
+                 {"response_format", {{"type", "json_schema"}, {"json_schema", json_schema}}}});
+  };
+  ExpectBad(format(json::object()), "response_format");  // no schema
+  ExpectBad(format({{"schema", "x"}}), "response_format");
+  ExpectBad(format({{"schema", schema}, {"strict", "yes"}}), "response_format");
+  const json lookaround = {{"type", "object"},
+                           {"properties", {{"a", {{"type", "string"}, {"pattern", "(?=x)"}}}}}};
+  auto refused = format({{"schema", lookaround}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(ParamOf(refused.status()), "response_format");
+  EXPECT_NE(refused.status().message().find("pattern"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("#/properties/a"), std::string::npos)
+      << refused.status();
+}
+
+// A schema whose automaton would be huge is refused within the compile
+// bounds (kResponseFormatCompile), not built.
+TEST(ParseRequestTest, AHugeResponseFormatSchemaIsRefused) {
+  const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  json schema = {{"type", "string"}, {"maxLength", 300}};
+  for (int depth = 0; depth < 4; ++depth) {
+    schema = {{"type", "array"}, {"items", schema}, {"maxItems", 300}};
+  }
+  auto huge = Chat({{"messages", messages},
+                    {"response_format", {{"type", "json_schema"},
+                                         {"json_schema", {{"schema", schema}}}}}});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(ParamOf(huge.status()), "response_format");
+  EXPECT_NE(huge.status().message().find("automaton states"), std::string::npos) << huge.status();
 }
 
 TEST(ResponseTest, ChatResponsesWithReasoningAndToolCalls) {
