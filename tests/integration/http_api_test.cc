@@ -61,6 +61,29 @@ std::vector<std::string> SseData(const std::string& body) {
   return data;
 }
 
+// Choice 0 of a stream: its `delta.content` (chat) or `text` (completions)
+// concatenated, and its finish_reason.
+struct Streamed {
+  std::string text;
+  std::string finish;
+};
+Streamed CollectStream(const std::string& body) {
+  Streamed out;
+  for (const std::string& d : SseData(body)) {
+    if (d == "[DONE]") continue;
+    const json chunk = json::parse(d);
+    if (chunk["choices"].empty()) continue;
+    const json& choice = chunk["choices"][0];
+    const json& holder = choice.contains("delta") ? choice["delta"] : choice;
+    const std::string key = choice.contains("delta") ? "content" : "text";
+    if (holder.contains(key) && holder[key].is_string()) out.text += holder[key].get<std::string>();
+    if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
+      out.finish = choice["finish_reason"];
+    }
+  }
+  return out;
+}
+
 class HttpApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -385,13 +408,100 @@ TEST_F(HttpApiTest, ReasoningIsSplitFromContentAndUnsupportedConstraintsAreRefus
   EXPECT_EQ(content, "");
 
   ExpectError(Post("/v1/chat/completions",
-                   {{"messages", messages}, {"response_format", {{"type", "json_object"}}}}),
+                   {{"messages", messages}, {"response_format", {{"type", "regex"}}}}),
               400, "response_format");
   const json tools = json::array(
       {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}});
   ExpectError(Post("/v1/chat/completions",
                    {{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}}),
               400, "tool_choice");
+}
+
+// response_format constrains the random-weight model's output at temperature
+// 1.0: a bounded json_schema's content is an instance (checked by hand) with
+// finish_reason stop, streamed or not; json_object gives an object (or its
+// prefix when max_tokens cuts it); a schema that cannot be enforced is a 400.
+TEST_F(HttpApiTest, ResponseFormatConstrainsTheOutputStreamedOrNot) {
+  StartServe();
+  const json schema = {
+      {"type", "object"},
+      {"properties",
+       {{"answer", {{"enum", {"yes", "no", "maybe"}}}},
+        {"score", {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}},
+        {"note", {{"type", "string"}, {"maxLength", 6}}}}},
+      {"required", {"answer", "score", "note"}},
+      {"additionalProperties", false}};
+  const auto valid = [](const std::string& text) {
+    const json v = json::parse(text, nullptr, false);
+    if (!v.is_object() || v.size() != 3) return false;
+    if (!v.contains("answer") || !v.contains("score") || !v.contains("note")) return false;
+    const json& answer = v["answer"];
+    if (answer != "yes" && answer != "no" && answer != "maybe") return false;
+    if (!v["score"].is_number_integer() || v["score"] < 0 || v["score"] > 9) return false;
+    if (!v["note"].is_string()) return false;
+    size_t chars = 0;
+    for (unsigned char c : v["note"].get<std::string>()) chars += (c & 0xC0) != 0x80 ? 1 : 0;
+    return chars <= 6;
+  };
+  const json messages = json::array({{{"role", "user"}, {"content", "Rate the valley."}}});
+  for (int seed = 1; seed <= 3; ++seed) {
+    json chat = {{"messages", messages},
+                 {"temperature", 1.0},
+                 {"seed", seed},
+                 {"max_tokens", 200},
+                 {"response_format",
+                  {{"type", "json_schema"},
+                   {"json_schema", {{"name", "rating"}, {"strict", true}, {"schema", schema}}}}}};
+    HttpReply whole = Post("/v1/chat/completions", chat);
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    const std::string content = whole.value["choices"][0]["message"]["content"];
+    EXPECT_TRUE(valid(content)) << content;
+    EXPECT_EQ(whole.value["choices"][0]["finish_reason"], "stop") << whole.body;
+
+    chat["stream"] = true;
+    const Streamed streamed = CollectStream(Post("/v1/chat/completions", chat, {"-N"}).body);
+    EXPECT_EQ(streamed.text, content) << "seed " << seed;
+    EXPECT_EQ(streamed.finish, "stop");
+  }
+
+  const json object_format = {{"type", "json_object"}};
+  for (bool stream : {false, true}) {
+    json completion = {{"prompt", kPrompt},
+                       {"temperature", 1.0},
+                       {"seed", 5},
+                       {"max_tokens", 60},
+                       {"stream", stream},
+                       {"response_format", object_format}};
+    HttpReply reply = Post("/v1/completions", completion, stream ? std::vector<std::string>{"-N"}
+                                                                 : std::vector<std::string>{});
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    std::string text, finish;
+    if (stream) {
+      const Streamed streamed = CollectStream(reply.body);
+      text = streamed.text;
+      finish = streamed.finish;
+    } else {
+      text = reply.value["choices"][0]["text"];
+      finish = reply.value["choices"][0]["finish_reason"];
+    }
+    ASSERT_FALSE(text.empty());
+    EXPECT_EQ(text[0], '{') << text;
+    if (finish == "stop") {
+      EXPECT_TRUE(json::parse(text, nullptr, false).is_object()) << text;
+    } else {
+      EXPECT_EQ(finish, "length") << text;
+    }
+  }
+
+  const json lookaround = {{"type", "object"},
+                           {"properties", {{"a", {{"type", "string"}, {"pattern", "(?=x)"}}}}}};
+  HttpReply refused =
+      Post("/v1/chat/completions",
+           {{"messages", messages},
+            {"response_format",
+             {{"type", "json_schema"}, {"json_schema", {{"name", "a"}, {"schema", lookaround}}}}}});
+  ExpectError(refused, 400, "response_format");
+  EXPECT_NE(refused.body.find("pattern"), std::string::npos) << refused.body;
 }
 
 TEST_F(HttpApiTest, LogprobsReportTheChosenTokenAndTheTopOnes) {
