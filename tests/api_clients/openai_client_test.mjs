@@ -1,6 +1,7 @@
 // The official `openai` npm client (pinned in package.json) against
 // `colibri-coordinator serve --http-listen`: completions and chat (the
-// ChatML default template), streamed and not, stop strings, seed reproducibility, a second
+// ChatML default template), streamed and not, response_format json_schema and
+// json_object (validated with ajv), stop strings, seed reproducibility, a second
 // chat turn's cached prompt tokens (usage.prompt_tokens_details), an auth failure and
 // malformed requests; API keys apart from the cluster token (--api-key-file),
 // CORS for a browser page's origin (--cors-origin, the preflight with curl) and
@@ -22,10 +23,12 @@ import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 
 let OpenAI;
+let Ajv;
 try {
   ({ default: OpenAI } = await import('openai'));
+  ({ default: Ajv } = await import('ajv'));
 } catch {
-  console.log('SKIP: the openai package is not installed (npm ci in tests/api_clients)');
+  console.log('SKIP: the openai or ajv package is not installed (npm ci in tests/api_clients)');
   process.exit(77);
 }
 
@@ -202,6 +205,76 @@ test('the same seed gives the same sampled text', async () => {
   const b = await client().completions.create(request);
   assert.ok(a.choices[0].text.length > 0);
   assert.equal(b.choices[0].text, a.choices[0].text);
+});
+
+// Bounded strings, enums and arrays: at temperature 1.0 every answer of the
+// random-weight model is a complete instance.
+const RATING_SCHEMA = {
+  type: 'object',
+  properties: {
+    verdict: { enum: ['good', 'bad', 'unsure'] },
+    stars: { type: 'integer', minimum: 1, maximum: 5 },
+    words: { type: 'array', items: { type: 'string', maxLength: 5 }, maxItems: 3 },
+    note: { type: ['string', 'null'], maxLength: 10 },
+  },
+  required: ['verdict', 'stars', 'words', 'note'],
+  additionalProperties: false,
+};
+
+test('response_format json_schema answers validate (ajv), streamed or not', async () => {
+  const validate = new Ajv().compile(RATING_SCHEMA);
+  for (const seed of [1, 2, 3, 4]) {
+    const request = {
+      model: modelId,
+      messages: [{ role: 'user', content: 'Rate the valley.' }],
+      max_completion_tokens: 200, temperature: 1.0, seed,
+      response_format: {
+        type: 'json_schema', json_schema: { name: 'rating', strict: true, schema: RATING_SCHEMA },
+      },
+    };
+    const whole = await client().chat.completions.create(request);
+    const content = whole.choices[0].message.content;
+    assert.ok(validate(JSON.parse(content)), `${content}: ${JSON.stringify(validate.errors)}`);
+    assert.equal(whole.choices[0].finish_reason, 'stop');
+
+    let streamed = '';
+    let finish = null;
+    for await (const chunk of await client().chat.completions.create({ ...request, stream: true })) {
+      for (const choice of chunk.choices) {
+        streamed += choice.delta.content ?? '';
+        if (choice.finish_reason) finish = choice.finish_reason;
+      }
+    }
+    assert.equal(streamed, content);
+    assert.equal(finish, 'stop');
+  }
+});
+
+test('response_format json_object gives an object, or its prefix when cut', async () => {
+  const whole = await client().completions.create({
+    model: modelId, prompt: PROMPT, max_tokens: 80, temperature: 1.0, seed: 9,
+    response_format: { type: 'json_object' },
+  });
+  const { text, finish_reason: finish } = whole.choices[0];
+  assert.ok(text.startsWith('{'), text);
+  if (finish === 'stop') {
+    const value = JSON.parse(text);
+    assert.equal(typeof value, 'object');
+    assert.ok(value !== null && !Array.isArray(value), text);
+  } else {
+    assert.equal(finish, 'length');
+  }
+});
+
+test('a response_format schema that cannot be enforced is a BadRequestError naming it', async () => {
+  await assert.rejects(client().chat.completions.create({
+    model: modelId, messages: [{ role: 'user', content: 'hi' }],
+    response_format: {
+      type: 'json_schema',
+      json_schema: { name: 'x', schema: { type: 'string', pattern: '(?<=a)b' } },
+    },
+  }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format'
+    && e.message.includes('pattern'));
 });
 
 test('a wrong API key is an AuthenticationError (401)', async () => {
