@@ -30,15 +30,27 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const grammar::CompiledGrammar>
 absl::StatusOr<absl::Span<const float>> TokenConstraint::Apply(absl::Span<const float> logits) {
   COLIBRI_ASSIGN_OR_RETURN(const grammar::TokenBitmask* mask, matcher_.ComputeMask());
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  masked_.assign(logits.size(), kNegInf);
+  masked_.resize(logits.size());
   const std::vector<uint64_t>& words = mask->words();
+  const size_t n = logits.size();
   bool any = false;
-  for (size_t w = 0; w < words.size(); ++w) {
-    for (uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
-      const size_t id = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
-      if (id >= logits.size()) break;
-      masked_[id] = logits[id];
-      any = true;
+  // A word at a time: whole runs of 64 allowed (string text) or refused
+  // tokens are one copy or one fill.
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const size_t begin = w * 64;
+    const size_t end = std::min(n, begin + 64);
+    const uint64_t bits = w < words.size() ? words[w] : 0;
+    if (bits == 0) {
+      std::fill(masked_.begin() + begin, masked_.begin() + end, kNegInf);
+      continue;
+    }
+    any = true;
+    if (bits == ~uint64_t{0}) {
+      std::copy(logits.begin() + begin, logits.begin() + end, masked_.begin() + begin);
+      continue;
+    }
+    for (size_t id = begin; id < end; ++id) {
+      masked_[id] = ((bits >> (id - begin)) & 1) != 0 ? logits[id] : kNegInf;
     }
   }
   if (!any) {
