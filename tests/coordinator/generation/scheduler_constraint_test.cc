@@ -1,7 +1,8 @@
 // Constrained decoding inside GenerationScheduler on the demo model: at
 // temperature 1.0 and several seeds, every constrained generation's text is
 // an instance of its schema (checked here by hand, not by the grammar), ends
-// with finish reason stop, and takes no drafts; an unconstrained generation
+// with finish reason stop, and takes no drafts; max_tokens cuts an unbounded
+// instance to a prefix the grammar takes; an unconstrained generation
 // batched with constrained ones gives bitwise what it gives alone.
 #include <cmath>
 #include <cstdint>
@@ -12,7 +13,9 @@
 
 #include "coordinator/generation/generation_scheduler.h"
 #include "gtest/gtest.h"
+#include "model/grammar/grammar_matcher.h"
 #include "model/grammar/json_schema_compiler.h"
+#include "model/grammar/token_trie.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/demo_model_fixture.h"
 #include "tests/support/recording_job.h"
@@ -106,6 +109,38 @@ TEST_F(SchedulerConstraintTest, OutputIsAnInstanceOfTheSchemaAtTemperatureOne) {
   }
   // Temperature 1.0 samples: the seeds do not all give one answer.
   EXPECT_GT(distinct.size(), 1u);
+}
+
+TEST_F(SchedulerConstraintTest, MaxTokensCutsAnUnboundedInstanceToAValidPrefix) {
+  auto grammar = grammar::CompileJsonSchemaText(R"({"type": "array", "items": {"type": "string"}})", {});
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  GenerationScheduler::Options options;
+  options.sessions = 3;
+  auto scheduler =
+      GenerationScheduler::Create(options, *model_, tokenizer_.get(), nullptr, pool_.get());
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  std::vector<GenerationSpec> specs;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    GenerationSpec spec = Constrained(seed);
+    spec.constraint = *grammar;
+    spec.generation.max_tokens = 24;
+    specs.push_back(spec);
+  }
+  std::shared_ptr<const grammar::TokenTrie> trie = grammar::TokenTrie::Build(*tokenizer_);
+  for (const auto& job : RunTogether(**scheduler, specs)) {
+    ASSERT_TRUE(job->status.ok()) << job->status;
+    const std::string& text = job->result.text;
+    if (job->result.finish_reason == FinishReason::kStop) {
+      EXPECT_TRUE(json::parse(text, nullptr, false).is_array()) << text;
+      continue;
+    }
+    EXPECT_EQ(job->result.finish_reason, FinishReason::kLength) << text;
+    EXPECT_EQ(job->result.tokens.size(), 24u);
+    // A prefix of some instance: the grammar takes its bytes.
+    grammar::GrammarMatcher matcher(*grammar, trie, {});
+    EXPECT_TRUE(matcher.AcceptBytes(text).ok()) << text;
+    EXPECT_EQ(text.substr(0, 1), "[") << text;
+  }
 }
 
 TEST_F(SchedulerConstraintTest, ConstrainedGenerationTakesNoDrafts) {
