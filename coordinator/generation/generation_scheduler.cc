@@ -1,4 +1,5 @@
 #include "coordinator/generation/generation_scheduler.h"
+#include "coordinator/generation/generation_scheduler_state.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,8 +23,6 @@
 namespace colibri::coordinator {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 absl::Status ShuttingDown() { return absl::UnavailableError("the coordinator is shutting down"); }
 absl::Status Cancelled() { return absl::CancelledError("generation cancelled by the client"); }
 
@@ -46,60 +45,6 @@ void AddDelta(const arch::SessionStats& after, const arch::SessionStats& before,
 }
 
 }  // namespace
-
-// A batched session and its expert backend, for one numeric path.
-struct GenerationScheduler::Engine {
-  ops::NumericPath path = ops::NumericPath::kFast;
-  std::unique_ptr<moe::ExpertBackend> local;  // the backend without nodes
-  moe::ExpertBackend* backend = nullptr;      // local, or the cluster's for this path
-  RemoteExpertBackend* remote = nullptr;      // backend, when over nodes
-  // Options::routing_trace: records what reaches the backend, then passes it on.
-  std::unique_ptr<moe::TracingExpertBackend> traced;
-  std::unique_ptr<arch::Session> session;
-  std::vector<bool> used;  // [sessions] slots taken by an active generation
-  uint64_t steps = 0;      // Step calls, to rotate the decoding order
-  // The drafts of every step, from the step times measured on this session.
-  std::unique_ptr<speculative::DraftPlanner> planner;
-  // --draft mtp: the model's NextN block, one sequence per slot.
-  std::unique_ptr<speculative::MtpModule> mtp;
-  // Split or unsplit steps, with kAuto over nodes (null otherwise).
-  std::unique_ptr<HalvesChooser> halves;
-  // Generations of this session reuse cached prefixes (see the header).
-  bool reuse = false;
-};
-
-// A generation in a slot: its prompt's progress and its per-token state.
-struct GenerationScheduler::Active {
-  std::shared_ptr<GenerationJob> job;
-  int engine = 0;
-  int seq = 0;
-  std::vector<int32_t> prompt;
-  int prompt_done = 0;  // prompt tokens evaluated
-  GenerationOptions options;
-  std::unique_ptr<sampling::Sampler> sampler;
-  std::unique_ptr<TokenEmitter> emitter;  // over sampler and options
-  std::unique_ptr<TokenConstraint> constraint;  // null: unconstrained
-  std::function<bool(const GeneratedToken&)> on_token;
-  int32_t next = 0;           // the token to evaluate next, once the prompt is done
-  // evaluate_every_token: how the generation ends once `next`, its last
-  // token, is evaluated for its logits.
-  std::optional<FinishReason> final_feed;
-  std::vector<float> logits;  // [rows][n_vocab] of the last step
-  // Speculation (drafter null: plain decoding).
-  std::unique_ptr<speculative::Drafter> drafter;
-  // --draft mtp: the drafter, which sees this generation's hidden states.
-  speculative::MtpDrafter* mtp = nullptr;
-  std::vector<float> hidden;  // [rows][n_embd] of the last step, for mtp
-  speculative::DraftAcceptance acceptance;
-  std::vector<int32_t> chunk;  // [1 + drafts] next and its drafts, this step
-  int undrafted_steps = 0;     // steps since it last carried drafts
-  GenerationOutcome outcome;   // result and counters so far
-  Clock::time_point prompt_start, generate_start;
-  Clock::time_point token_clock;  // the end of the prompt or the last token fed, for token_seconds
-  absl::Time last_token;  // submission, then each token: for the latency metrics
-  int generated = 0;      // tokens reported through on_token
-  bool finished = false;
-};
 
 GenerationScheduler::GenerationScheduler(const Options& options, const arch::Model& model,
                                          const tokenizer::Tokenizer* tokenizer,
@@ -182,31 +127,6 @@ arch::PredictorStats GenerationScheduler::predictor() const {
 GenerationScheduler::ExpertOverlap GenerationScheduler::expert_overlap() const {
   absl::MutexLock lock(&mu_);
   return overlap_;
-}
-
-absl::Status GenerationScheduler::OpenPrefixDisk(const Engine& engine) {
-  if (!engine.reuse || options_.prefix_cache_disk_bytes == 0) {
-    if (options_.log != nullptr) {
-      *options_.log << "serve: --kv-cache-dir " << options_.prefix_cache_dir << " unused: "
-                    << (engine.reuse ? "--kv-cache-disk is 0" : "prefix reuse is off")
-                    << std::endl;
-    }
-    return absl::OkStatus();
-  }
-  PrefixDiskStore::Options disk;
-  disk.dir = options_.prefix_cache_dir;
-  disk.capacity_bytes = options_.prefix_cache_disk_bytes;
-  COLIBRI_ASSIGN_OR_RETURN(disk.model, PrefixModelIdentity(model_.file()));
-  disk.kv_type = options_.kv_type;
-  disk.block_tokens = options_.prefix_block_tokens;
-  disk.block_bytes = engine.session->kv_cache().RowsBytes(options_.prefix_block_tokens);
-  disk.log = options_.log;
-  COLIBRI_ASSIGN_OR_RETURN(prefix_disk_, PrefixDiskStore::Open(disk));
-  return absl::OkStatus();
-}
-
-PrefixCache::Stats GenerationScheduler::prefix_cache() const {
-  return prefix_cache_ != nullptr ? prefix_cache_->stats() : PrefixCache::Stats();
 }
 
 std::vector<GenerationScheduler::HalvesDecision> GenerationScheduler::pipeline_halves() const {
@@ -776,71 +696,6 @@ void GenerationScheduler::Finish(Active& a, absl::StatusOr<GenerationOutcome> ou
     running_.erase(std::find(running_.begin(), running_.end(), a.job));
   }
   a.job->OnFinish(std::move(outcome));
-}
-
-void GenerationScheduler::ReusePrefix(Engine& engine, Active& a) {
-  if (!engine.reuse || a.options.all_prompt_logits) return;
-  arch::KvCache& kv = engine.session->kv_cache();
-  // At least the last prompt token is evaluated: its logits give the first
-  // generated token.
-  const PrefixCache::RowsKind kind{engine.path, kv.type()};
-  const int b = prefix_cache_->block_tokens();
-  const int most = static_cast<int>(a.prompt.size()) - 1;
-  PrefixCache::Match match = prefix_cache_->Lookup(kind, a.prompt, most);
-  if (prefix_disk_ != nullptr) {
-    // The blocks on disk past those in RAM, then into RAM for later requests.
-    const std::vector<PrefixCache::Rows> more =
-        prefix_disk_->Load(kind, a.prompt, static_cast<int>(match.blocks.size()), most / b);
-    if (!more.empty()) {
-      match.blocks.insert(match.blocks.end(), more.begin(), more.end());
-      match.tokens = static_cast<int>(match.blocks.size()) * b;
-      prefix_cache_
-          ->Insert(kind, absl::MakeConstSpan(a.prompt).first(match.tokens), kv.RowsBytes(b),
-                   [&](int from, int, uint8_t* out) {
-                     const std::vector<uint8_t>& rows = *match.blocks[from / b];
-                     std::memcpy(out, rows.data(), rows.size());
-                     return absl::OkStatus();
-                   })
-          .IgnoreError();
-    }
-  }
-  for (size_t i = 0; i < match.blocks.size(); ++i) {
-    const int from = static_cast<int>(i) * b;
-    const absl::Status imported = kv.ImportRows(a.seq, from, from + b, match.blocks[i]->data());
-    if (!imported.ok()) {  // a bug: the blocks of this kind have this session's layout
-      if (options_.log != nullptr) {
-        *options_.log << "serve: prefix reuse: " << imported << std::endl;
-      }
-      return;
-    }
-  }
-  kv.set_n_past(a.seq, match.tokens);
-  a.prompt_done = match.tokens;
-  a.outcome.cached_prompt_tokens = match.tokens;
-}
-
-void GenerationScheduler::CachePrefix(Engine& engine, Active& a,
-                                      absl::Span<const int32_t> generated) {
-  arch::KvCache& kv = engine.session->kv_cache();
-  // Position prompt.size() + i holds generated[i] once fed back: every
-  // generated token but the last, which is fed only for its logits
-  // (final_feed). Rows beyond are drafts that were not accepted.
-  const int fed = static_cast<int>(generated.size()) - (a.final_feed.has_value() ? 0 : 1);
-  const int held =
-      std::min(kv.n_past(a.seq), static_cast<int>(a.prompt.size()) + std::max(fed, 0));
-  std::vector<int32_t> tokens = a.prompt;
-  tokens.insert(tokens.end(), generated.begin(), generated.end());
-  tokens.resize(held);
-  const PrefixCache::RowsKind kind{engine.path, kv.type()};
-  std::vector<PrefixCache::Rows> chain;
-  const absl::Status cached = prefix_cache_->Insert(
-      kind, tokens, kv.RowsBytes(prefix_cache_->block_tokens()),
-      [&](int from, int to, uint8_t* out) { return kv.ExportRows(a.seq, from, to, out); },
-      prefix_disk_ != nullptr ? &chain : nullptr);
-  if (!cached.ok() && options_.log != nullptr) {
-    *options_.log << "serve: prefix cache: " << cached << std::endl;
-  }
-  if (!chain.empty()) prefix_disk_->Enqueue(kind, std::move(tokens), std::move(chain));
 }
 
 }  // namespace colibri::coordinator
