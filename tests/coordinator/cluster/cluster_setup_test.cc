@@ -70,27 +70,23 @@ class ClusterSetupTest : public ::testing::Test {
         if (std::optional<uint64_t> h = hash(l, e); h.has_value()) entry->add_xxh64(*h);
       }
     }
-    std::vector<std::unique_ptr<NodeClient>> clients;
-    clients.push_back(std::make_unique<testing::FakeNodeClient>("fake:1"));
-    std::vector<Cluster::Node> nodes = {node};
-    ClusterOptions options;
-    options.log = &log_;
-    absl::StatusOr<std::unique_ptr<Cluster>> cluster =
-        Cluster::Create(options, fingerprint_, std::vector<int>(config.n_layer, config.n_expert),
-                        std::move(clients), std::move(nodes));
-    EXPECT_TRUE(cluster.ok()) << cluster.status();
-    return cluster.ok() ? std::move(*cluster) : nullptr;
+    return OneNode(std::move(node), std::make_unique<testing::FakeNodeClient>("fake:1"));
   }
 
   // One node holding nothing, which stores what it is sent.
   std::unique_ptr<Cluster> OneEmptyNode() {
-    const arch::ModelConfig& config = model_->config();
     Cluster::Node node;
     node.address = "fake:1";
     node.node_id = "fake";
+    return OneNode(std::move(node), std::make_unique<StoringNodeClient>("fake:1"));
+  }
+
+  // A cluster of `node`, reached through `client`.
+  std::unique_ptr<Cluster> OneNode(Cluster::Node node, std::unique_ptr<NodeClient> client) {
+    const arch::ModelConfig& config = model_->config();
     std::vector<std::unique_ptr<NodeClient>> clients;
-    clients.push_back(std::make_unique<StoringNodeClient>("fake:1"));
-    std::vector<Cluster::Node> nodes = {node};
+    clients.push_back(std::move(client));
+    std::vector<Cluster::Node> nodes = {std::move(node)};
     ClusterOptions options;
     options.log = &log_;
     absl::StatusOr<std::unique_ptr<Cluster>> cluster =
