@@ -52,6 +52,7 @@ int RunChat(Client& client, const ChatOptions& options, LineReader& in, std::ost
       continue;
     }
     AddMessage(&history, "user", line);
+    if (options.interrupted) options.interrupted();  // a Ctrl-C from before this turn
     v1::GenerateRequest request = options.request;
     *request.mutable_chat() = history;
     absl::StatusOr<GenerateResult> result =

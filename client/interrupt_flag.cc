@@ -11,7 +11,14 @@ namespace {
 std::atomic<bool> interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
-void OnInterrupt(int) { interrupted.store(true); }
+// A second SIGINT before the first was taken ends the program as SIGINT
+// does by default: the way out of a call stuck before its first reply.
+void OnInterrupt(int signal_number) {
+  if (interrupted.exchange(true)) {
+    ::signal(signal_number, SIG_DFL);
+    ::raise(signal_number);
+  }
+}
 
 }  // namespace
 

@@ -1,7 +1,9 @@
 // Ctrl-C as a flag instead of the end of the program: after
 // InstallInterruptFlag, SIGINT sets a flag that the chat loop polls (to
 // cancel the reply being streamed) and interrupts a blocked read (so the
-// line editor sees it). Process-wide.
+// line editor sees it). A second SIGINT while the flag is still set (nobody
+// polled it: e.g. a call that waits for its first reply) ends the program as
+// SIGINT normally does. Process-wide.
 //
 // Thread-safety: InstallInterruptFlag once, from main, before other threads
 // read the flag; the other functions from any thread.

@@ -119,6 +119,7 @@ TerminalLineReader::~TerminalLineReader() {
 }
 
 bool TerminalLineReader::ReadLine(std::string* line) {
+  TakeInterrupt();  // one that came after the last reply's last token
   for (;;) {
     state_->interrupted = false;
     state_->decode = {};
