@@ -56,14 +56,21 @@ int RunChat(Client& client, const ChatOptions& options, LineReader& in, std::ost
     v1::GenerateRequest request = options.request;
     *request.mutable_chat() = history;
     absl::StatusOr<GenerateResult> result =
-        client.Generate(request, [&](const v1::GenerateReply& reply) {
-          if (!reply.text().empty()) out << reply.text() << std::flush;
-          return !(options.interrupted && options.interrupted());
-        });
+        client.Generate(
+            request,
+            [&out](const v1::GenerateReply& reply) {
+              if (!reply.text().empty()) out << reply.text() << std::flush;
+              return true;
+            },
+            options.interrupted);
     out << "\n" << std::flush;
     if (result.ok() && result->cancelled) {
       out << "(reply stopped)\n" << std::flush;
-      AddMessage(&history, "assistant", result->text);
+      if (result->text.empty()) {
+        history.mutable_messages()->RemoveLast();  // unanswered: as if not asked
+      } else {
+        AddMessage(&history, "assistant", result->text);
+      }
       continue;
     }
     if (!result.ok()) {

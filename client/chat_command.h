@@ -7,7 +7,8 @@
 // (line_reader.h: a terminal's line editor or plain lines of a pipe); each
 // line sent is remembered there. An interrupted reply (Ctrl-C) stops, its
 // call is cancelled, and what arrived of it joins the history as the
-// assistant's turn: the conversation goes on.
+// assistant's turn (nothing arrived: the user line is dropped too); the
+// conversation goes on.
 //
 // Thread-safety: RunChat is a function of its arguments only.
 #ifndef COLIBRI_CLIENT_CHAT_COMMAND_H_
@@ -28,8 +29,8 @@ struct ChatOptions {
   // max_tokens, sampling, stop and exact of every turn (its prompt is
   // replaced). Default: the proto's defaults.
   v1::GenerateRequest request;
-  // Polled as each streamed reply arrives; true stops that reply (see
-  // above). Default: null (never).
+  // Polled every 50 ms while a reply is awaited or streams (Client::Generate's
+  // `cancel`); true stops that reply (see above). Default: null (never).
   std::function<bool()> interrupted;
   // After each reply, write "[prompt P tokens, G generated, finish F]" to
   // `err`. Default: false.

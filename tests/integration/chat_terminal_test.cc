@@ -6,7 +6,11 @@
 // arrow recalls the last line, Ctrl-C stops the reply and the session goes
 // on (the next turn completes, its prompt holds the stopped turn), Ctrl-C
 // drops a line being typed, Ctrl-C at an empty prompt ends the program with
-// 0; and the history file (mode 0600) holds the lines.
+// 0; and the history file (mode 0600) holds the lines. And a call that
+// never gets its first reply (a coordinator that accepts and stays silent)
+// is stopped by Ctrl-C too.
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -191,6 +195,41 @@ TEST_F(ChatTerminalTest, ArrowRecallsCtrlCStopsTheReplyAndTheSessionGoesOn) {
   ASSERT_EQ(alone.exit_code, 0) << alone.err;
   ASSERT_TRUE(absl::StartsWith(alone.err, "[prompt ")) << alone.err;
   EXPECT_GT(second_prompt, std::stoi(alone.err.substr(8))) << screen;
+}
+
+TEST_F(ChatTerminalTest, CtrlCStopsACallStillWaitingForItsFirstReply) {
+  // Listens and never accepts: the kernel completes TCP handshakes, nothing
+  // ever answers gRPC's, so the call waits until cancelled.
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(::listen(silent, 8), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string coordinator = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+
+  const std::string command = "env XDG_STATE_HOME=" + dir_ + "/state " +
+                              testing::BinaryPath("client/colibri-client") + " --coordinator " +
+                              coordinator + " chat; echo EXITED $?; sleep 600";
+  const CommandResult started =
+      Tmux({"new-session", "-d", "-s", "chat", "-x", "120", "-y", "20", command});
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  std::string screen;
+  ASSERT_TRUE(WaitFor([](const std::string& s) { return s == ">"; }, &screen)) << screen;
+  Keys({"Hello", "Enter"});
+  ASSERT_TRUE(WaitFor([](const std::string& s) { return s == "> Hello"; }, &screen)) << screen;
+  Keys({"C-c"});
+  ASSERT_TRUE(WaitFor(
+      [](const std::string& s) { return absl::StrContains(s, "(reply stopped)\n>"); }, &screen))
+      << screen;
+  Keys({"C-d"});
+  ASSERT_TRUE(WaitFor([](const std::string& s) { return absl::StrContains(s, "EXITED 0"); },
+                      &screen))
+      << screen;
+  ::close(silent);
 }
 
 }  // namespace
