@@ -84,6 +84,21 @@ class ChatTerminalTest : public ::testing::Test {
     }
   }
 
+  // Runs `colibri-client --coordinator COORDINATOR chat CHAT_FLAGS` in a
+  // 160x50 pane (its history under dir_/state; "EXITED CODE" printed when it
+  // ends) and waits for its first prompt.
+  void StartChat(const std::string& coordinator, const std::string& chat_flags) {
+    const std::string command = "env XDG_STATE_HOME=" + dir_ + "/state " +
+                                testing::BinaryPath("client/colibri-client") +
+                                " --coordinator " + coordinator + " chat " + chat_flags +
+                                "; echo EXITED $?; sleep 600";
+    const CommandResult started =
+        Tmux({"new-session", "-d", "-s", "chat", "-x", "160", "-y", "50", command});
+    ASSERT_EQ(started.exit_code, 0) << started.err;
+    std::string screen;
+    ASSERT_TRUE(WaitFor([](const std::string& s) { return s == ">"; }, &screen)) << screen;
+  }
+
   static std::string LastLine(const std::string& screen) {
     const size_t at = screen.rfind('\n');
     return at == std::string::npos ? screen : screen.substr(at + 1);
@@ -109,14 +124,8 @@ TEST_F(ChatTerminalTest, ArrowRecallsCtrlCStopsTheReplyAndTheSessionGoesOn) {
   // "listening on HOST:PORT -> TARGET"
   const std::string relayed = relay.address().substr(0, relay.address().find(' '));
 
-  const std::string command = "env XDG_STATE_HOME=" + dir_ + "/state " +
-                              testing::BinaryPath("client/colibri-client") + " --coordinator " +
-                              relayed + " chat --temp 0 -n 200 --stats; echo EXITED $?; sleep 600";
-  const CommandResult started =
-      Tmux({"new-session", "-d", "-s", "chat", "-x", "160", "-y", "50", command});
-  ASSERT_EQ(started.exit_code, 0) << started.err;
+  ASSERT_NO_FATAL_FAILURE(StartChat(relayed, "--temp 0 -n 200 --stats"));
   std::string screen;
-  ASSERT_TRUE(WaitFor([](const std::string& s) { return s == ">"; }, &screen)) << screen;
 
   // 1. A long reply, stopped once some of it is on the screen.
   Keys({kLongLine, "Enter"});
@@ -211,14 +220,8 @@ TEST_F(ChatTerminalTest, CtrlCStopsACallStillWaitingForItsFirstReply) {
   ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length), 0);
   const std::string coordinator = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
 
-  const std::string command = "env XDG_STATE_HOME=" + dir_ + "/state " +
-                              testing::BinaryPath("client/colibri-client") + " --coordinator " +
-                              coordinator + " chat; echo EXITED $?; sleep 600";
-  const CommandResult started =
-      Tmux({"new-session", "-d", "-s", "chat", "-x", "120", "-y", "20", command});
-  ASSERT_EQ(started.exit_code, 0) << started.err;
+  ASSERT_NO_FATAL_FAILURE(StartChat(coordinator, ""));
   std::string screen;
-  ASSERT_TRUE(WaitFor([](const std::string& s) { return s == ">"; }, &screen)) << screen;
   Keys({"Hello", "Enter"});
   ASSERT_TRUE(WaitFor([](const std::string& s) { return s == "> Hello"; }, &screen)) << screen;
   Keys({"C-c"});
