@@ -30,7 +30,7 @@ void AddMessage(v1::ChatMessages* chat, const std::string& role, const std::stri
 
 }  // namespace
 
-int RunChat(Client& client, const ChatOptions& options, std::istream& in, std::ostream& out,
+int RunChat(Client& client, const ChatOptions& options, LineReader& in, std::ostream& out,
             std::ostream& err) {
   v1::ChatMessages history;
   const auto reset = [&] {
@@ -41,10 +41,10 @@ int RunChat(Client& client, const ChatOptions& options, std::istream& in, std::o
   int exit_code = 0;
   std::string line;
   for (;;) {
-    if (options.show_prompt) out << "> " << std::flush;
-    if (!std::getline(in, line)) break;
+    if (!in.ReadLine(&line)) break;
     const std::string command(absl::StripAsciiWhitespace(line));
     if (command.empty()) continue;
+    in.Remember(line);
     if (command == "/exit") break;
     if (command == "/reset") {
       reset();
@@ -52,14 +52,27 @@ int RunChat(Client& client, const ChatOptions& options, std::istream& in, std::o
       continue;
     }
     AddMessage(&history, "user", line);
+    if (options.interrupted) options.interrupted();  // a Ctrl-C from before this turn
     v1::GenerateRequest request = options.request;
     *request.mutable_chat() = history;
     absl::StatusOr<GenerateResult> result =
-        client.Generate(request, [&out](const v1::GenerateReply& reply) {
-          if (!reply.text().empty()) out << reply.text() << std::flush;
-          return true;
-        });
+        client.Generate(
+            request,
+            [&out](const v1::GenerateReply& reply) {
+              if (!reply.text().empty()) out << reply.text() << std::flush;
+              return true;
+            },
+            options.interrupted);
     out << "\n" << std::flush;
+    if (result.ok() && result->cancelled) {
+      out << "(reply stopped)\n" << std::flush;
+      if (result->text.empty()) {
+        history.mutable_messages()->RemoveLast();  // unanswered: as if not asked
+      } else {
+        AddMessage(&history, "assistant", result->text);
+      }
+      continue;
+    }
     if (!result.ok()) {
       err << "colibri-client: " << absl::StatusCodeToString(result.status().code()) << ": "
           << result.status().message() << "\n";
@@ -74,7 +87,6 @@ int RunChat(Client& client, const ChatOptions& options, std::istream& in, std::o
           << FinishName(result->finish_reason) << "]\n";
     }
   }
-  if (options.show_prompt) out << "\n";
   return exit_code;
 }
 

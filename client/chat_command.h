@@ -3,18 +3,23 @@
 // (GenerateRequest.chat: the server applies the model's chat template), the
 // reply streams to `out` and joins the history. Lines "/reset" (forget the
 // history, keep the system prompt) and "/exit" (or end of input) are
-// commands; empty lines are skipped. Works the same with input that is not a
-// terminal (then no "> " prompt is shown).
+// commands; empty lines are skipped. The lines come from a LineReader
+// (line_reader.h: a terminal's line editor or plain lines of a pipe); each
+// line sent is remembered there. An interrupted reply (Ctrl-C) stops, its
+// call is cancelled, and what arrived of it joins the history as the
+// assistant's turn (nothing arrived: the user line is dropped too); the
+// conversation goes on.
 //
 // Thread-safety: RunChat is a function of its arguments only.
 #ifndef COLIBRI_CLIENT_CHAT_COMMAND_H_
 #define COLIBRI_CLIENT_CHAT_COMMAND_H_
 
-#include <istream>
+#include <functional>
 #include <ostream>
 #include <string>
 
 #include "client/client.h"
+#include "client/line_reader.h"
 
 namespace colibri::client {
 
@@ -24,8 +29,9 @@ struct ChatOptions {
   // max_tokens, sampling, stop and exact of every turn (its prompt is
   // replaced). Default: the proto's defaults.
   v1::GenerateRequest request;
-  // Show "> " before reading each line. Default: false.
-  bool show_prompt = false;
+  // Polled every 50 ms while a reply is awaited or streams (Client::Generate's
+  // `cancel`); true stops that reply (see above). Default: null (never).
+  std::function<bool()> interrupted;
   // After each reply, write "[prompt P tokens, G generated, finish F]" to
   // `err`. Default: false.
   bool print_stats = false;
@@ -34,7 +40,7 @@ struct ChatOptions {
 // Runs the conversation until "/exit" or the end of `in`. Returns 0, or 1
 // when a turn failed (its error is written to `err`, the failed user line is
 // dropped from the history and the conversation goes on).
-int RunChat(Client& client, const ChatOptions& options, std::istream& in, std::ostream& out,
+int RunChat(Client& client, const ChatOptions& options, LineReader& in, std::ostream& out,
             std::ostream& err);
 
 }  // namespace colibri::client

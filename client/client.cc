@@ -1,9 +1,12 @@
 #include "client/client.h"
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "colibri/v1/inference.grpc.pb.h"
 #include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -56,12 +59,30 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
 }
 
 absl::StatusOr<GenerateResult> Client::Generate(const v1::GenerateRequest& request,
-                                                const ReplyCallback& on_reply) {
+                                                const ReplyCallback& on_reply,
+                                                const std::function<bool()>& cancel) {
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx, options_.generate_deadline);
+  GenerateResult result;
+  // Polls `cancel` until the call ends; started first, as creating the reader
+  // waits for a connection (TryCancel is thread-safe and, before the call
+  // exists, cancels it once it does).
+  absl::Notification call_done;
+  std::atomic<bool> cancelled_by_poll{false};
+  std::thread poller;
+  if (cancel) {
+    poller = std::thread([&] {
+      while (!call_done.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+        if (cancel()) {
+          cancelled_by_poll.store(true);
+          ctx.TryCancel();
+          return;
+        }
+      }
+    });
+  }
   std::unique_ptr<grpc::ClientReader<v1::GenerateReply>> reader =
       impl_->stub->Generate(&ctx, request);
-  GenerateResult result;
   v1::GenerateReply reply;
   while (reader->Read(&reply)) {
     if (reply.done()) {
@@ -78,6 +99,9 @@ absl::StatusOr<GenerateResult> Client::Generate(const v1::GenerateRequest& reque
     }
   }
   const grpc::Status status = reader->Finish();
+  call_done.Notify();
+  if (poller.joinable()) poller.join();
+  if (cancelled_by_poll.load()) result.cancelled = true;
   if (result.cancelled) {
     result.finish_reason = v1::FINISH_REASON_UNSPECIFIED;
     result.stats.Clear();

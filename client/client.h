@@ -81,9 +81,12 @@ class Client {
 
   const std::string& address() const { return options_.address; }
 
-  // Streams one generation. on_reply may be null.
+  // Streams one generation. on_reply may be null. `cancel`, when set, is
+  // polled every 50 ms from a thread of the call while it runs (before its
+  // first reply too); true cancels it as on_reply returning false does.
   absl::StatusOr<GenerateResult> Generate(const v1::GenerateRequest& request,
-                                          const ReplyCallback& on_reply = nullptr);
+                                          const ReplyCallback& on_reply = nullptr,
+                                          const std::function<bool()>& cancel = nullptr);
   absl::StatusOr<v1::TokenizeReply> Tokenize(const v1::TokenizeRequest& request);
   absl::StatusOr<v1::ModelInfoReply> ModelInfo();
   absl::StatusOr<v1::ClusterStatusReply> ClusterStatus();

@@ -2,6 +2,7 @@
 // only. Exit codes: 0 ok, 1 a runtime error (message on stderr), 2 usage.
 #include <unistd.h>
 
+#include <clocale>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -18,6 +19,8 @@
 #include "client/bench_prompts.h"
 #include "client/chat_command.h"
 #include "client/client.h"
+#include "client/interrupt_flag.h"
+#include "client/line_reader.h"
 #include "common/cli_config.h"
 #include "common/cli_checks.h"
 #include "common/mutex_mode.h"
@@ -338,8 +341,19 @@ int main(int argc, char** argv) {
       sampling->set_seed(chat_seed);
       sampling->set_has_seed(true);
     }
-    chat_options.show_prompt = ::isatty(STDIN_FILENO) != 0;
-    return colibri::client::RunChat(**client, chat_options, std::cin, std::cout, std::cerr);
+    if (::isatty(STDIN_FILENO) == 0) {
+      colibri::client::StreamLineReader lines(std::cin);
+      return colibri::client::RunChat(**client, chat_options, lines, std::cout, std::cerr);
+    }
+    // A person at a terminal: line editing and history; Ctrl-C stops a reply
+    // (the flag is polled per token) or, at an empty prompt, ends.
+    std::setlocale(LC_CTYPE, "");
+    colibri::client::InstallInterruptFlag();
+    chat_options.interrupted = colibri::client::TakeInterrupt;
+    std::unique_ptr<colibri::client::TerminalLineReader> lines =
+        colibri::client::TerminalLineReader::Open("> ", colibri::client::ChatHistoryPath(),
+                                                  stderr);
+    return colibri::client::RunChat(**client, chat_options, *lines, std::cout, std::cerr);
   }
   if (bench_cmd->parsed()) {
     if (!bench_prompts_file.empty()) {

@@ -25,6 +25,8 @@ packages=(
   clang libclang-rt-14-dev             # libFuzzer + ASan/UBSan runtimes of scripts/fuzz.sh
   libcpp-httplib-dev                   # serve's OpenAI-compatible HTTP API (cpp-httplib 0.11)
   libsystemd-dev                       # sd_notify: READY=1 for the Type=notify units of deploy/systemd
+  libedit-dev                          # line editing and history of `colibri-client chat` on a terminal
+  tmux                                 # tests/integration/chat_terminal_test types into chat on a terminal
   curl                                 # the HTTP API's integration test drives it with curl
   prometheus                           # promtool check metrics in tests/integration/metrics_scrape_test
   chromium                             # headless browser that draws /dashboard in tests/integration/dashboard_test

@@ -12,6 +12,7 @@
 #include "common/cli_config.h"
 #include "common/mutex_mode.h"
 #include "common/process_knobs.h"
+#include "common/progress_line.h"
 #include "common/shutdown_signals.h"
 #include "common/version_flag.h"
 #include "coordinator/cli/chat_template_command.h"
@@ -535,6 +536,7 @@ int main(int argc, char** argv) {
   }
   run.spin_us = serve.spin_us = perplexity.spin_us = knobs->spin_us;
   run.cluster.cache_dir = serve.cluster.cache_dir = knobs->cache_dir;
+  run.cluster.progress_in_place = serve.cluster.progress_in_place = colibri::StderrIsTerminal();
 
   if (serve_cmd->parsed()) {
     const sigset_t signals = colibri::BlockShutdownSignals();

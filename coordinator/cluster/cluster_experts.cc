@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
   ExpertSetupOptions setup;
   setup.node_gguf_path = options.node_gguf;
   setup.progress = &err;
+  setup.progress_in_place = options.progress_in_place;
   setup.skip_failed_nodes = true;
   setup.checksums = experts->checksums_.get();
   COLIBRI_ASSIGN_OR_RETURN(ExpertSetupResult result,

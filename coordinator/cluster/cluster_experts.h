@@ -75,6 +75,9 @@ struct ClusterCommandOptions {
   // from the environment, common/process_knobs.h); "": not cached.
   // Default: "".
   std::string cache_dir;
+  // Ingest progress rewritten in place (ExpertSetupOptions::progress_in_place;
+  // main sets it when stderr is a terminal). Default: false (plain lines).
+  bool progress_in_place = false;
 
   // True when nodes, nodes_dns or nodes_file names expert nodes.
   bool enabled() const { return !nodes.empty() || !nodes_dns.empty() || !nodes_file.empty(); }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/mapped_file.h"
+#include "common/progress_line.h"
 #include "common/status_macros.h"
 #include "coordinator/cluster/expert_checksums.h"
 
@@ -158,9 +159,10 @@ absl::StatusOr<std::vector<ExpertId>> MissingExperts(const Cluster& cluster,
 
 class Progress {
  public:
-  Progress(std::ostream* out, std::string address, uint64_t total, absl::Duration interval,
-           absl::Mutex* out_mu)
-      : out_(out),
+  Progress(std::ostream* out, bool in_place, std::string address, uint64_t total,
+           absl::Duration interval, absl::Mutex* out_mu)
+      : line_(out, in_place),
+        out_(out),
         address_(std::move(address)),
         total_(total),
         interval_(absl::ToChronoMilliseconds(interval)),
@@ -182,18 +184,19 @@ class Progress {
         std::max(std::chrono::duration<double>(Clock::now() - start_).count(), 1e-9);
     const double rate = done_ / seconds;
     const double eta = rate > 0 ? (total_ - done_) / rate : 0;
+    const std::string text =
+        absl::StrFormat("ingest %s: %s of %s (%.0f%%), %s/s", address_, MiB(done_), MiB(total_),
+                        total_ ? 100.0 * done_ / total_ : 100.0, MiB(rate));
     absl::MutexLock lock(out_mu_);
-    *out_ << absl::StrFormat("ingest %s: %s of %s (%.0f%%), %s/s", address_, MiB(done_),
-                             MiB(total_), total_ ? 100.0 * done_ / total_ : 100.0, MiB(rate));
     if (final) {
-      *out_ << absl::StrFormat(", done in %.2f s\n", seconds);
+      line_.Finish(text + absl::StrFormat(", done in %.2f s", seconds));
     } else {
-      *out_ << absl::StrFormat(", ETA %.1f s\n", eta);
+      line_.Update(text + absl::StrFormat(", ETA %.1f s", eta));
     }
-    *out_ << std::flush;
   }
 
  private:
+  ProgressLine line_;  // under *out_mu_
   std::ostream* const out_;
   const std::string address_;
   const uint64_t total_;
@@ -210,8 +213,8 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
   const auto& experts = model.experts();
   uint64_t total = 0;
   for (const ExpertId& id : missing) total += ExpertBytes(experts[id.layer][id.expert]);
-  Progress progress(options.progress, cluster.node(i).address, total, options.progress_interval,
-                    out_mu);
+  Progress progress(options.progress, options.progress_in_place, cluster.node(i).address, total,
+                    options.progress_interval, out_mu);
   std::shared_ptr<NodeClient> client = cluster.client(i);
   if (client == nullptr) return Released(cluster, i);
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<IngestStream> stream, client->StartIngest());

@@ -31,6 +31,9 @@ struct ExpertSetupOptions {
   std::ostream* progress = nullptr;
   // Time between progress lines of one node. Default: 1 s.
   absl::Duration progress_interval = absl::Seconds(1);
+  // Rewrite each node's progress line in place (common/progress_line.h: a
+  // terminal) instead of writing a line per update. Default: false.
+  bool progress_in_place = false;
   // Ask every node for its inventory again instead of using the one the
   // cluster read at start-up (re-placement does, since nodes may have gained
   // or lost experts since). Default: false.

@@ -1,6 +1,7 @@
 // EnsureExperts against fake nodes whose inventories say what they hold.
 #include "coordinator/cluster/cluster_setup.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "model/arch/model.h"
 #include "model/gguf/gguf_fingerprint.h"
@@ -18,6 +20,26 @@
 
 namespace colibri::coordinator {
 namespace {
+
+// A node that stores whatever it is sent.
+class StoringNodeClient : public testing::FakeNodeClient {
+ public:
+  using FakeNodeClient::FakeNodeClient;
+  absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() override {
+    class Stream : public IngestStream {
+     public:
+      absl::Status Write(const v1::IngestChunk& chunk) override {
+        *reply_.add_stored() = chunk.key();
+        return absl::OkStatus();
+      }
+      absl::StatusOr<v1::IngestReply> Finish() override { return reply_; }
+
+     private:
+      v1::IngestReply reply_;
+    };
+    return std::unique_ptr<IngestStream>(new Stream());
+  }
+};
 
 class ClusterSetupTest : public ::testing::Test {
  protected:
@@ -48,9 +70,23 @@ class ClusterSetupTest : public ::testing::Test {
         if (std::optional<uint64_t> h = hash(l, e); h.has_value()) entry->add_xxh64(*h);
       }
     }
+    return OneNode(std::move(node), std::make_unique<testing::FakeNodeClient>("fake:1"));
+  }
+
+  // One node holding nothing, which stores what it is sent.
+  std::unique_ptr<Cluster> OneEmptyNode() {
+    Cluster::Node node;
+    node.address = "fake:1";
+    node.node_id = "fake";
+    return OneNode(std::move(node), std::make_unique<StoringNodeClient>("fake:1"));
+  }
+
+  // A cluster of `node`, reached through `client`.
+  std::unique_ptr<Cluster> OneNode(Cluster::Node node, std::unique_ptr<NodeClient> client) {
+    const arch::ModelConfig& config = model_->config();
     std::vector<std::unique_ptr<NodeClient>> clients;
-    clients.push_back(std::make_unique<testing::FakeNodeClient>("fake:1"));
-    std::vector<Cluster::Node> nodes = {node};
+    clients.push_back(std::move(client));
+    std::vector<Cluster::Node> nodes = {std::move(node)};
     ClusterOptions options;
     options.log = &log_;
     absl::StatusOr<std::unique_ptr<Cluster>> cluster =
@@ -58,6 +94,23 @@ class ClusterSetupTest : public ::testing::Test {
                         std::move(clients), std::move(nodes));
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     return cluster.ok() ? std::move(*cluster) : nullptr;
+  }
+
+  // The progress EnsureExperts writes while streaming every expert to an
+  // empty node, with a line per chunk.
+  std::string IngestProgress(bool in_place) {
+    auto cluster = OneEmptyNode();
+    if (cluster == nullptr) return "";
+    std::ostringstream out;
+    ExpertSetupOptions options;
+    options.chunk_bytes = 4096;
+    options.progress = &out;
+    options.progress_interval = absl::ZeroDuration();
+    options.progress_in_place = in_place;
+    absl::StatusOr<ExpertSetupResult> result = EnsureExperts(*cluster, *model_, options);
+    EXPECT_TRUE(result.ok()) << result.status();
+    EXPECT_GT(result.ok() ? result->experts_sent : 0, 0);
+    return out.str();
   }
 
   uint64_t Hash(int l, int e) const { return ExpertChecksum(model_->experts()[l][e]); }
@@ -91,6 +144,33 @@ TEST_F(ClusterSetupTest, AContentHashMismatchIsDataLoss) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss) << result.status();
   EXPECT_NE(result.status().message().find("fake:1"), std::string::npos) << result.status();
   EXPECT_NE(result.status().message().find("L1E2"), std::string::npos) << result.status();
+}
+
+// Not a terminal: a line per update, no carriage return or escape.
+TEST_F(ClusterSetupTest, IngestProgressIsPlainLinesOffATerminal) {
+  const std::string out = IngestProgress(false);
+  EXPECT_EQ(out.find('\r'), std::string::npos);
+  EXPECT_EQ(out.find('\x1b'), std::string::npos);
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ASSERT_GT(lines.size(), 2u) << out;
+  for (const std::string& line : lines) EXPECT_EQ(line.rfind("ingest fake:1: ", 0), 0u) << line;
+  EXPECT_NE(lines.front().find("ETA"), std::string::npos) << out;
+  EXPECT_NE(lines.back().find("(100%)"), std::string::npos) << out;
+  EXPECT_NE(lines.back().find("done in"), std::string::npos) << out;
+}
+
+// A terminal: one line rewritten in place, ended once, when done.
+TEST_F(ClusterSetupTest, IngestProgressRewritesOneLineOnATerminal) {
+  const std::string out = IngestProgress(true);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.find('\n'), out.size() - 1) << "one newline, at the end";
+  EXPECT_EQ(out.rfind("\ringest fake:1: ", 0), 0u) << out.substr(0, 80);
+  EXPECT_GT(std::count(out.begin(), out.end(), '\r'), 2);
+  EXPECT_NE(out.find(", ETA "), std::string::npos);
+  const size_t last = out.rfind('\r');
+  EXPECT_NE(out.find("(100%)", last), std::string::npos) << out.substr(last);
+  EXPECT_NE(out.find("done in", last), std::string::npos) << out.substr(last);
+  EXPECT_EQ(out.substr(out.size() - 4), "\x1b[K\n");
 }
 
 }  // namespace
