@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "coordinator/cluster/node_latency.h"
 #include "placement/placement.h"
 
 namespace colibri::coordinator {
@@ -25,11 +26,49 @@ enum class ReplicaChoice {
 };
 
 // A node's expected reply time for a call: network_seconds plus
-// seconds_per_work per placement::ExpertWork unit it carries.
+// seconds_per_work per placement::ExpertWork unit it carries; and how late
+// such a call plausibly answers (the same from the high percentile of the
+// node's replies), which bounds how precisely the expectation is known.
 struct NodeSpeed {
+  // Default: 0.
   double network_seconds = 0;
+  // Default: 0.
   double seconds_per_work = 0;
+  // Figures below the expectation's (e.g. the default 0: no spread known)
+  // count as the expectation's. Default: 0.
+  double network_high_seconds = 0;
+  // Default: 0.
+  double seconds_per_work_high = 0;
+
+  double Expected(int64_t work) const {
+    return network_seconds + seconds_per_work * static_cast<double>(work);
+  }
+  // Never below Expected(work).
+  double Late(int64_t work) const {
+    const double high =
+        network_high_seconds + seconds_per_work_high * static_cast<double>(work);
+    return high > Expected(work) ? high : Expected(work);
+  }
 };
+
+// The speed of a node with estimate `e`: its high percentiles, and its
+// averages where they are below those. An average above the high percentile
+// is one late reply's doing (the average moves 30% of the way to each reply;
+// the percentile of the window only when more than 5% of it are late), and a
+// node thus judged slow would get no work, so no replies to correct it, until
+// its estimate is stale. A node that stays slow lifts the percentile too
+// within a few replies.
+NodeSpeed SpeedOf(const LatencyEstimate& e);
+
+// Cluster::Speeds measures a node again (counts it as fast as the fastest)
+// once it has not replied for this many of its average waits. A node is kept
+// off work only by its estimate, which only its replies correct: the first
+// replies of a node are often slow (a cold connection, caches, a sleeping
+// process), and a node judged from them would otherwise wait for
+// LatencyOptions::refresh_after (1 s: a whole short generation) to be tried
+// again. A node that really is slow is tried at most once per this many of
+// its waits, a bounded share of the time.
+inline constexpr double kProbeAfterWaits = 50;
 
 // Expected finish times within this factor of the earliest count as equally
 // early: among those, the least loaded node wins, so that nodes of about the
@@ -41,9 +80,15 @@ inline constexpr double kEquallyFastSlack = 1.25;
 // [n_expert] indexes into Owners(layer, e), like BalanceReplicas: experts
 // with one usable copy go there first; the others, by decreasing work (then
 // expert id), each to the usable copy with the earliest expected finish
-// (network + seconds_per_work x (work given so far + its work)), the least
-// loaded of those within kEquallyFastSlack of it, then the earlier in Owners
-// order. 0 for experts not in the batch and those without a usable copy.
+// (NodeSpeed::Expected(work given so far + its work)), the least loaded of
+// the copies equally early, then the earlier in Owners order. Equally early:
+// expected no later than kEquallyFastSlack x the earliest, or than the
+// earliest copy's NodeSpeed::Late finish. The latter keeps equally fast nodes
+// sharing the work when their estimates differ by noise (replies on a busy
+// host vary by more than the slack, and a small call's time is mostly its
+// fixed network part, which the work given does not move), while a node
+// slower than the earliest copy's late replies (a 20 ms link beside
+// loopback) gets nothing until the faster copies' load makes it earlier. 0 for experts not in the batch and those without a usable copy.
 // Deterministic: the same arguments give the same choice.
 std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, int layer,
                                        absl::Span<const int64_t> work,
