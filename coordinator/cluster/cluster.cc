@@ -288,7 +288,8 @@ std::vector<NodeSpeed> Cluster::Speeds(int n_nodes) const {
     const LatencyEstimate& e = latency_[i].estimate();
     // Due to be measured again: weighed as the fastest, and still counted in
     // what the fastest is.
-    stale[i] = now - e.last_reply > absl::Seconds(kProbeAfterWaits * e.wait_ewma);
+    stale[i] = now - e.last_reply >
+                   absl::Seconds(kProbeAfterWaits * std::max(e.wait_ewma, e.wait_high));
     speed[i] = SpeedOf(e);
     if (!any_fresh) {
       fastest = speed[i];
@@ -297,8 +298,6 @@ std::vector<NodeSpeed> Cluster::Speeds(int n_nodes) const {
       fastest.seconds_per_work = std::min(fastest.seconds_per_work, speed[i].seconds_per_work);
       fastest.network_high_seconds =
           std::min(fastest.network_high_seconds, speed[i].network_high_seconds);
-      fastest.seconds_per_work_high =
-          std::min(fastest.seconds_per_work_high, speed[i].seconds_per_work_high);
     }
     any_fresh = true;
   }

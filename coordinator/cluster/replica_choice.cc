@@ -10,7 +10,6 @@ NodeSpeed SpeedOf(const LatencyEstimate& e) {
   s.seconds_per_work =
       std::min({e.seconds_per_work_ewma, e.seconds_per_work_recent, e.seconds_per_work_high});
   s.network_high_seconds = e.network_high;
-  s.seconds_per_work_high = e.seconds_per_work_high;
   return s;
 }
 
@@ -51,9 +50,9 @@ std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, in
       finish[i] = speed[node].Expected(load[node] + work[e]);
       if (earliest < 0 || finish[i] < finish[earliest]) earliest = i;
     }
-    const int first = owner(e, earliest);
-    const double band = std::max(finish[earliest] * kEquallyFastSlack,
-                                 speed[first].Late(load[first] + work[e]));
+    const double band =
+        std::max(finish[earliest] * kEquallyFastSlack,
+                 finish[earliest] + speed[owner(e, earliest)].NetworkSpread());
     int best = -1;
     for (int i = 0; i < placement.replicas(); ++i) {
       const int node = owner(e, i);

@@ -27,27 +27,24 @@ enum class ReplicaChoice {
 
 // A node's expected reply time for a call: network_seconds plus
 // seconds_per_work per placement::ExpertWork unit it carries; and how late
-// such a call plausibly answers (the same from the high percentile of the
-// node's replies), which bounds how precisely the expectation is known.
+// the fixed network part plausibly is (the high percentile of the node's
+// replies), which bounds how precisely the expectation is known.
 struct NodeSpeed {
   // Default: 0.
   double network_seconds = 0;
   // Default: 0.
   double seconds_per_work = 0;
-  // Figures below the expectation's (e.g. the default 0: no spread known)
-  // count as the expectation's. Default: 0.
+  // Below network_seconds (e.g. the default 0: no spread known) counts as
+  // network_seconds. Default: 0.
   double network_high_seconds = 0;
-  // Default: 0.
-  double seconds_per_work_high = 0;
 
   double Expected(int64_t work) const {
     return network_seconds + seconds_per_work * static_cast<double>(work);
   }
-  // Never below Expected(work).
-  double Late(int64_t work) const {
-    const double high =
-        network_high_seconds + seconds_per_work_high * static_cast<double>(work);
-    return high > Expected(work) ? high : Expected(work);
+  // How much later than expected a call may answer by the network's noise
+  // alone: never negative.
+  double NetworkSpread() const {
+    return network_high_seconds > network_seconds ? network_high_seconds - network_seconds : 0.0;
   }
 };
 
@@ -61,7 +58,9 @@ struct NodeSpeed {
 NodeSpeed SpeedOf(const LatencyEstimate& e);
 
 // Cluster::Speeds measures a node again (counts it as fast as the fastest)
-// once it has not replied for this many of its average waits. A node is kept
+// once it has not replied for this many of its waits (the larger of
+// LatencyEstimate::wait_ewma and wait_high: a call outrun by a hedge, as a
+// hung node's, lifts the average by 30% of the hedge's delay). A node is kept
 // off work only by its estimate, which only its replies correct: the first
 // replies of a node are often slow (a cold connection, caches, a sleeping
 // process), and a node judged from them would otherwise wait for
@@ -83,12 +82,14 @@ inline constexpr double kEquallyFastSlack = 1.25;
 // (NodeSpeed::Expected(work given so far + its work)), the least loaded of
 // the copies equally early, then the earlier in Owners order. Equally early:
 // expected no later than kEquallyFastSlack x the earliest, or than the
-// earliest copy's NodeSpeed::Late finish. The latter keeps equally fast nodes
+// earliest plus the earliest copy's NodeSpeed::NetworkSpread. The latter keeps equally fast nodes
 // sharing the work when their estimates differ by noise (replies on a busy
 // host vary by more than the slack, and a small call's time is mostly its
 // fixed network part, which the work given does not move), while a node
 // slower than the earliest copy's late replies (a 20 ms link beside
-// loopback) gets nothing until the faster copies' load makes it earlier. 0 for experts not in the batch and those without a usable copy.
+// loopback) gets nothing until the faster copies' load makes it earlier. The
+// work's part is compared within the slack alone: a long prompt's layer is
+// not handed to a slow node for the spread of tiny calls' per-work figures. 0 for experts not in the batch and those without a usable copy.
 // Deterministic: the same arguments give the same choice.
 std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, int layer,
                                        absl::Span<const int64_t> work,
