@@ -9,7 +9,7 @@ NodeSpeed SpeedOf(const LatencyEstimate& e) {
   s.network_seconds = std::min({e.network_ewma, e.network_recent, e.network_high});
   s.seconds_per_work =
       std::min({e.seconds_per_work_ewma, e.seconds_per_work_recent, e.seconds_per_work_high});
-  s.network_high_seconds = e.network_high;
+  if (e.samples >= kSpreadReplies) s.network_high_seconds = e.network_high;
   return s;
 }
 

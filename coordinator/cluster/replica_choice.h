@@ -48,6 +48,12 @@ struct NodeSpeed {
   }
 };
 
+// Replies an estimate needs before SpeedOf takes its spread: with fewer, the
+// 95th percentile is the slowest reply, and a node's first replies are often
+// slow (cold caches and connections), which would make a 20 ms link look as
+// early as loopback.
+inline constexpr int64_t kSpreadReplies = 20;
+
 // The speed of a node with estimate `e`: its high percentiles, and its
 // averages where they are below those. An average above the high percentile
 // is one late reply's doing (the average moves 30% of the way to each reply;
@@ -55,6 +61,7 @@ struct NodeSpeed {
 // node thus judged slow would get no work, so no replies to correct it, until
 // its estimate is stale. A node that stays slow lifts the percentile too
 // within a few replies.
+// network_high_seconds only from kSpreadReplies replies on (0 before).
 NodeSpeed SpeedOf(const LatencyEstimate& e);
 
 // Cluster::Speeds measures a node again (counts it as fast as the fastest)
