@@ -54,14 +54,13 @@ struct NodeSpeed {
 // early as loopback.
 inline constexpr int64_t kSpreadReplies = 20;
 
-// The speed of a node with estimate `e`: its high percentiles, and its
-// averages where they are below those. An average above the high percentile
-// is one late reply's doing (the average moves 30% of the way to each reply;
-// the percentile of the window only when more than 5% of it are late), and a
-// node thus judged slow would get no work, so no replies to correct it, until
-// its estimate is stale. A node that stays slow lifts the percentile too
-// within a few replies.
-// network_high_seconds only from kSpreadReplies replies on (0 before).
+// The speed of a node with estimate `e`: each figure the least of its
+// average (EWMA), its recent figure (median of the newest 3 replies) and its
+// high percentile; network_high_seconds its high percentile from
+// kSpreadReplies replies on (0 before). One late reply lifts the average
+// (30% of the way) but neither of the others, and a node judged slow on it
+// would get no work, so no replies to correct it, until its estimate is
+// stale; a node that stays slow lifts all three within a few replies.
 NodeSpeed SpeedOf(const LatencyEstimate& e);
 
 // Cluster::Speeds measures a node again (counts it as fast as the fastest)
@@ -89,14 +88,16 @@ inline constexpr double kEquallyFastSlack = 1.25;
 // (NodeSpeed::Expected(work given so far + its work)), the least loaded of
 // the copies equally early, then the earlier in Owners order. Equally early:
 // expected no later than kEquallyFastSlack x the earliest, or than the
-// earliest plus the earliest copy's NodeSpeed::NetworkSpread. The latter keeps equally fast nodes
-// sharing the work when their estimates differ by noise (replies on a busy
-// host vary by more than the slack, and a small call's time is mostly its
-// fixed network part, which the work given does not move), while a node
-// slower than the earliest copy's late replies (a 20 ms link beside
-// loopback) gets nothing until the faster copies' load makes it earlier. The
-// work's part is compared within the slack alone: a long prompt's layer is
-// not handed to a slow node for the spread of tiny calls' per-work figures. 0 for experts not in the batch and those without a usable copy.
+// earliest plus the earliest copy's NodeSpeed::NetworkSpread. The latter
+// keeps equally fast nodes sharing the work when their estimates differ by
+// noise (replies on a busy host vary by more than the slack, and a small
+// call's time is mostly its fixed network part, which the work given does
+// not move), while a node slower than the earliest copy's late replies (a
+// 20 ms link beside loopback) gets nothing until the faster copies' load
+// makes it earlier. The work's part is compared within the slack alone: a
+// long prompt's layer is not handed to a slow node for the spread of tiny
+// calls' per-work figures. 0 for experts not in the batch and those without
+// a usable copy.
 // Deterministic: the same arguments give the same choice.
 std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, int layer,
                                        absl::Span<const int64_t> work,
