@@ -288,8 +288,8 @@ std::vector<NodeSpeed> Cluster::Speeds(int n_nodes) const {
     const LatencyEstimate& e = latency_[i].estimate();
     // Due to be measured again: weighed as the fastest, and still counted in
     // what the fastest is.
-    stale[i] = now - e.last_reply >
-                   absl::Seconds(kProbeAfterWaits * std::max(e.wait_ewma, e.wait_high));
+    stale[i] =
+        now - e.last_reply > absl::Seconds(kProbeAfterWaits * std::max(e.wait_ewma, e.wait_high));
     speed[i] = SpeedOf(e);
     if (!any_fresh) {
       fastest = speed[i];

@@ -50,9 +50,8 @@ std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, in
       finish[i] = speed[node].Expected(load[node] + work[e]);
       if (earliest < 0 || finish[i] < finish[earliest]) earliest = i;
     }
-    const double band =
-        std::max(finish[earliest] * kEquallyFastSlack,
-                 finish[earliest] + speed[owner(e, earliest)].NetworkSpread());
+    const double band = std::max(finish[earliest] * kEquallyFastSlack,
+                                 finish[earliest] + speed[owner(e, earliest)].NetworkSpread());
     int best = -1;
     for (int i = 0; i < placement.replicas(); ++i) {
       const int node = owner(e, i);

@@ -138,8 +138,10 @@ TEST(ReplicaChoiceTest, EquallyFastNodesWithNoisyEstimatesShareTheWorkLikeBalanc
   const Placement p = ThreeNodesTwoCopies();
   const std::vector<double> network = {0.0002, 0.0002, 0.0002};
   for (uint32_t seed : {1u, 2u, 3u}) {
-    const double fastest = BusiestOverMean(SimulatedLoad(p, ReplicaChoice::kFastest, network, seed));
-    const double balance = BusiestOverMean(SimulatedLoad(p, ReplicaChoice::kBalance, network, seed));
+    const double fastest =
+        BusiestOverMean(SimulatedLoad(p, ReplicaChoice::kFastest, network, seed));
+    const double balance =
+        BusiestOverMean(SimulatedLoad(p, ReplicaChoice::kBalance, network, seed));
     EXPECT_LE(fastest, balance + 0.1) << "seed " << seed << ": balance " << balance;
   }
 }
