@@ -284,15 +284,21 @@ std::vector<NodeSpeed> Cluster::Speeds(int n_nodes) const {
   bool any_fresh = false;
   absl::MutexLock lock(&mu_);
   for (int i = 0; i < n_nodes && i < static_cast<int>(latency_.size()); ++i) {
-    stale[i] = latency_[i].Stale(now);
-    if (stale[i]) continue;
+    if (latency_[i].Stale(now)) continue;
     const LatencyEstimate& e = latency_[i].estimate();
-    speed[i] = NodeSpeed{e.network_ewma, e.seconds_per_work_ewma};
-    fastest.network_seconds =
-        any_fresh ? std::min(fastest.network_seconds, e.network_ewma) : e.network_ewma;
-    fastest.seconds_per_work = any_fresh
-                                   ? std::min(fastest.seconds_per_work, e.seconds_per_work_ewma)
-                                   : e.seconds_per_work_ewma;
+    // Due to be measured again: weighed as the fastest, and still counted in
+    // what the fastest is.
+    stale[i] =
+        now - e.last_reply > absl::Seconds(kProbeAfterWaits * std::max(e.wait_ewma, e.wait_high));
+    speed[i] = SpeedOf(e);
+    if (!any_fresh) {
+      fastest = speed[i];
+    } else {
+      fastest.network_seconds = std::min(fastest.network_seconds, speed[i].network_seconds);
+      fastest.seconds_per_work = std::min(fastest.seconds_per_work, speed[i].seconds_per_work);
+      fastest.network_high_seconds =
+          std::min(fastest.network_high_seconds, speed[i].network_high_seconds);
+    }
     any_fresh = true;
   }
   for (int i = 0; i < n_nodes; ++i) {

@@ -258,8 +258,9 @@ class Cluster {
   // The node's latency estimate now.
   LatencyEstimate latency(int node) const;
   // The speed ChooseFastestReplicas weighs for nodes [0, n_nodes): their
-  // estimates, except that a node whose estimate is stale (or absent) counts
-  // as fast as the fastest fresh one, so that it is given work and measured.
+  // estimates (SpeedOf), except that a node whose estimate is stale or absent,
+  // or that has not replied for kProbeAfterWaits of its waits, counts
+  // as fast as the fastest other one, so that it is given work and measured.
   std::vector<NodeSpeed> Speeds(int n_nodes) const;
   // The deadline of a ComputeLayer call of `work` ExpertWork units to node
   // (see ClusterOptions::deadline_factor).

@@ -16,6 +16,16 @@ double Quantile(std::vector<double> values, double p) {
   return values[rank];
 }
 
+// The median of the newest min(3, size) entries of `ring`, whose newest entry
+// is at newest.
+double RecentMedian(const std::vector<double>& ring, size_t newest) {
+  const size_t n = std::min<size_t>(3, ring.size());
+  double v[3] = {0, 0, 0};
+  for (size_t i = 0; i < n; ++i) v[i] = ring[(newest + ring.size() - i) % ring.size()];
+  std::sort(v, v + n);
+  return n == 2 ? 0.5 * (v[0] + v[1]) : v[n / 2];
+}
+
 }  // namespace
 
 LatencyEstimator::LatencyEstimator(const LatencyOptions& options) : options_(options) {
@@ -55,16 +65,21 @@ void LatencyEstimator::Observe(absl::Time now, int64_t work, double wait_seconds
   ++estimate_.samples;
   estimate_.last_reply = now;
 
+  size_t newest;
   if (static_cast<int>(wait_.size()) < options_.window) {
+    newest = wait_.size();
     wait_.push_back(wait);
     network_.push_back(network);
     per_work_.push_back(per_work);
   } else {
+    newest = next_;
     wait_[next_] = wait;
     network_[next_] = network;
     per_work_[next_] = per_work;
     next_ = (next_ + 1) % wait_.size();
   }
+  estimate_.network_recent = RecentMedian(network_, newest);
+  estimate_.seconds_per_work_recent = RecentMedian(per_work_, newest);
   estimate_.wait_high = Quantile(wait_, options_.percentile);
   estimate_.network_high = Quantile(network_, options_.percentile);
   estimate_.seconds_per_work_high = Quantile(per_work_, options_.percentile);

@@ -44,6 +44,10 @@ struct LatencyEstimate {
   double network_high = 0;
   double seconds_per_work_ewma = 0;  // node's reported work / ExpertWork units
   double seconds_per_work_high = 0;
+  // The median of the newest 3 replies (of all there are when fewer): what
+  // the node does now, unmoved by one late reply.
+  double network_recent = 0;
+  double seconds_per_work_recent = 0;
   absl::Time last_reply = absl::InfinitePast();
 
   // The expected time of a call carrying `work` ExpertWork units.

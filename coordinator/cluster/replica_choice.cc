@@ -4,6 +4,15 @@
 
 namespace colibri::coordinator {
 
+NodeSpeed SpeedOf(const LatencyEstimate& e) {
+  NodeSpeed s;
+  s.network_seconds = std::min({e.network_ewma, e.network_recent, e.network_high});
+  s.seconds_per_work =
+      std::min({e.seconds_per_work_ewma, e.seconds_per_work_recent, e.seconds_per_work_high});
+  if (e.samples >= kSpreadReplies) s.network_high_seconds = e.network_high;
+  return s;
+}
+
 std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, int layer,
                                        absl::Span<const int64_t> work,
                                        const std::vector<NodeSpeed>& speed,
@@ -34,18 +43,19 @@ std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, in
   std::stable_sort(open.begin(), open.end(), [&](int a, int b) { return work[a] > work[b]; });
   std::vector<double> finish(placement.replicas());
   for (int e : open) {
-    double earliest = -1;
+    int earliest = -1;  // replica index
     for (int i = 0; i < placement.replicas(); ++i) {
       const int node = owner(e, i);
       if (!usable[node]) continue;
-      finish[i] = speed[node].network_seconds +
-                  speed[node].seconds_per_work * static_cast<double>(load[node] + work[e]);
-      if (earliest < 0 || finish[i] < earliest) earliest = finish[i];
+      finish[i] = speed[node].Expected(load[node] + work[e]);
+      if (earliest < 0 || finish[i] < finish[earliest]) earliest = i;
     }
+    const double band = std::max(finish[earliest] * kEquallyFastSlack,
+                                 finish[earliest] + speed[owner(e, earliest)].NetworkSpread());
     int best = -1;
     for (int i = 0; i < placement.replicas(); ++i) {
       const int node = owner(e, i);
-      if (!usable[node] || finish[i] > earliest * kEquallyFastSlack) continue;
+      if (!usable[node] || finish[i] > band) continue;
       if (best < 0 || load[node] < load[owner(e, best)]) best = i;
     }
     chosen[e] = best;

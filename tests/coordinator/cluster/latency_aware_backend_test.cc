@@ -79,6 +79,21 @@ TEST_F(LatencyAwareBackendTest, ASlowNodeLosesWorkAndWinsItBackWhenItRecovers) {
   EXPECT_EQ(remote.stats().fallback_routes, 0);
 }
 
+TEST_F(LatencyAwareBackendTest, ANodeJudgedSlowByAFewColdRepliesIsMeasuredAgainSoon) {
+  MakeCluster(3, 2, absl::Milliseconds(5), ReplicaChoice::kFastest);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kExact,
+                             &pool_);
+  Run(&remote, 24, 1);
+  // Node 1's newest replies took 2 ms (a cold start), the others' a fraction
+  // of that: it loses its work, but is tried again after kProbeAfterWaits of
+  // its waits (0.1 s), long before its estimate is stale (0.6 s here, under
+  // refresh_after), answers fast and gets work again.
+  SlowReplies(1, 3, 0.002);
+  const std::vector<int> calls = Run(&remote, 12, 400);
+  EXPECT_GT(calls[1], 1);
+  EXPECT_LT(cluster_->latency(1).wait_ewma, 0.001);
+}
+
 TEST_F(LatencyAwareBackendTest, PrimaryAndBalanceIgnoreTheEstimates) {
   for (ReplicaChoice choice : {ReplicaChoice::kPrimary, ReplicaChoice::kBalance}) {
     MakeCluster(3, 2, absl::Milliseconds(5), choice);

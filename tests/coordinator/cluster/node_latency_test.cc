@@ -26,6 +26,29 @@ TEST(NodeLatencyTest, TheFirstReplySetsTheEstimateAndSplitsNetworkFromWork) {
   EXPECT_FALSE(est.Stale(kT0 + absl::Milliseconds(500)));
 }
 
+TEST(NodeLatencyTest, TheRecentFigureIsTheMedianOfTheNewestThreeReplies) {
+  LatencyOptions options;
+  options.window = 4;  // the ring wraps: the newest three are found across it
+  LatencyEstimator est(options);
+  absl::Time t = kT0;
+  est.Observe(t, 1, 0.004, 0.0);
+  EXPECT_DOUBLE_EQ(est.estimate().network_recent, 0.004);
+  est.Observe(t, 1, 0.002, 0.0);
+  EXPECT_DOUBLE_EQ(est.estimate().network_recent, 0.003);  // the mean of two
+  for (int i = 0; i < 6; ++i) est.Observe(t, 1, 0.001, 0.0);
+  // One late reply moves the average but not the recent figure; two do.
+  est.Observe(t, 1, 0.041, 0.0);
+  EXPECT_GT(est.estimate().network_ewma, 0.010);
+  EXPECT_DOUBLE_EQ(est.estimate().network_recent, 0.001);
+  est.Observe(t, 1, 0.041, 0.0);
+  EXPECT_DOUBLE_EQ(est.estimate().network_recent, 0.041);
+  // Work per unit the same way: 4 units of 2 ms node work, then 1 ms.
+  est.Observe(t, 4, 0.009, 0.008);
+  EXPECT_DOUBLE_EQ(est.estimate().seconds_per_work_recent, 0.0);  // 0, 0, 0.002
+  est.Observe(t, 4, 0.009, 0.004);
+  EXPECT_DOUBLE_EQ(est.estimate().seconds_per_work_recent, 0.001);  // 0, 0.002, 0.001
+}
+
 TEST(NodeLatencyTest, TheAverageFollowsAChangeWithinAFewReplies) {
   LatencyOptions options;
   options.ewma_alpha = 0.5;

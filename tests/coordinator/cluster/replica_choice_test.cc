@@ -4,9 +4,14 @@
 #include "coordinator/cluster/replica_choice.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
+#include "coordinator/cluster/node_latency.h"
 #include "gtest/gtest.h"
 
 namespace colibri::coordinator {
@@ -62,6 +67,91 @@ TEST(ReplicaChoiceTest, NodesOfAboutTheSameSpeedShareTheWork) {
   for (int n = 0; n < 3; ++n) {
     EXPECT_GT(load[n], total / 4) << "node " << n;
     EXPECT_LT(load[n], total / 2) << "node " << n;
+  }
+}
+
+// A generation's decode layers through three nodes whose replies carry a busy
+// host's noise, the choice made from the LatencyEstimators those replies feed,
+// as Cluster does. network_seconds[node]: the node's typical fixed part of a
+// call. Returns [node]: the work each was given over the run.
+std::vector<int64_t> SimulatedLoad(const Placement& p, ReplicaChoice choice,
+                                   const std::vector<double>& network_seconds, uint32_t seed) {
+  constexpr int kLayersRun = 512;  // 64 tokens x 8 layers
+  constexpr int kTopK = 4;
+  constexpr double kSecondsPerWork = 4e-6;  // as loopback nodes report
+  std::mt19937 rng(seed);
+  auto uniform = [&] { return static_cast<double>(rng()) / 4294967296.0; };
+  // A multiplier about 1, spread by exp(+-sigma x sqrt(3)).
+  auto jitter = [&](double sigma) { return std::exp(sigma * (uniform() - 0.5) * std::sqrt(12.0)); };
+  absl::Time now = absl::UnixEpoch();
+  std::vector<LatencyEstimator> latency(3);
+  // Node n answers a call of `work` units (none when 0).
+  auto reply = [&](int n, int64_t work) {
+    if (work == 0) return;
+    const double node = kSecondsPerWork * static_cast<double>(work) * jitter(0.3);
+    // The scheduler's hiccups: now and then a reply is several times late.
+    const double hiccup = uniform() < 0.03 ? 0.002 + 0.003 * uniform() : 0.0;
+    const double network = network_seconds[n] * jitter(0.4) + hiccup;
+    latency[n].Observe(now, work, network + node, node);
+  };
+  // The prompt's layers reach every node.
+  for (int layer = 0; layer < 8; ++layer) {
+    now += absl::Microseconds(500);
+    for (int n = 0; n < 3; ++n) reply(n, ExpertWork(8));
+  }
+  std::vector<int64_t> total(3, 0);
+  for (int layer = 0; layer < kLayersRun; ++layer) {
+    std::vector<int64_t> work(kExperts, 0);
+    for (int k = 0; k < kTopK;) {
+      const int e = static_cast<int>(rng() % kExperts);
+      if (work[e] > 0) continue;
+      work[e] = ExpertWork(1);
+      ++k;
+    }
+    std::vector<NodeSpeed> speed;
+    for (const LatencyEstimator& l : latency) speed.push_back(SpeedOf(l.estimate()));
+    const std::vector<bool> usable = {true, true, true};
+    const std::vector<int> chosen = choice == ReplicaChoice::kFastest
+                                        ? ChooseFastestReplicas(p, 0, work, speed, usable)
+                                        : placement::BalanceReplicas(p, 0, work, usable);
+    const std::vector<int64_t> load = Load(p, chosen, work);
+    now += absl::Microseconds(500);
+    for (int n = 0; n < 3; ++n) {
+      total[n] += load[n];
+      reply(n, load[n]);
+    }
+  }
+  return total;
+}
+
+double BusiestOverMean(const std::vector<int64_t>& load) {
+  int64_t max = 0;
+  int64_t sum = 0;
+  for (int64_t l : load) {
+    max = std::max(max, l);
+    sum += l;
+  }
+  return static_cast<double>(max) / (static_cast<double>(sum) / static_cast<double>(load.size()));
+}
+
+TEST(ReplicaChoiceTest, EquallyFastNodesWithNoisyEstimatesShareTheWorkLikeBalance) {
+  const Placement p = ThreeNodesTwoCopies();
+  const std::vector<double> network = {0.0002, 0.0002, 0.0002};
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    const double fastest =
+        BusiestOverMean(SimulatedLoad(p, ReplicaChoice::kFastest, network, seed));
+    const double balance =
+        BusiestOverMean(SimulatedLoad(p, ReplicaChoice::kBalance, network, seed));
+    EXPECT_LE(fastest, balance + 0.1) << "seed " << seed << ": balance " << balance;
+  }
+}
+
+TEST(ReplicaChoiceTest, ASlowNodeAmidTheSameNoiseGetsNothing) {
+  const Placement p = ThreeNodesTwoCopies();
+  // Node 1 behind a 20 ms link.
+  const std::vector<double> network = {0.0002, 0.040, 0.0002};
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    EXPECT_EQ(SimulatedLoad(p, ReplicaChoice::kFastest, network, seed)[1], 0) << "seed " << seed;
   }
 }
 
