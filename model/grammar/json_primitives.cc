@@ -325,37 +325,54 @@ absl::StatusOr<Fragment> JsonNumber(ByteNfa* nfa, std::optional<NumberBound> lo,
   return nfa->Alternate(parts);
 }
 
-absl::StatusOr<Fragment> JsonAnyValue(ByteNfa* nfa, int depth) {
-  std::vector<Fragment> parts;
+absl::StatusOr<StateId> JsonAnyValueEntry(ByteNfa* nfa) {
+  COLIBRI_ASSIGN_OR_RETURN(const StateId entry, nfa->AddState());
+  COLIBRI_ASSIGN_OR_RETURN(const StateId exit, nfa->AddState());
+  nfa->AddOp(exit, OpEdge{StackOp::kReturn, exit, 0, 0});
+  auto link = [&](Fragment f) {
+    nfa->AddEpsilon(entry, f.in);
+    nfa->AddEpsilon(f.out, exit);
+  };
   for (absl::string_view word : {"null", "true", "false"}) {
     COLIBRI_ASSIGN_OR_RETURN(Fragment f, nfa->Literal(word));
-    parts.push_back(f);
+    link(f);
   }
   COLIBRI_ASSIGN_OR_RETURN(Fragment number, AnyNumber(nfa));
-  parts.push_back(number);
+  link(number);
   COLIBRI_ASSIGN_OR_RETURN(Fragment string, JsonString(nfa, 0, std::nullopt));
-  parts.push_back(string);
-  // Arrays and objects: open, then either close or items separated by commas.
+  link(string);
+  // Arrays and objects: open, then close or members separated by commas, each
+  // member's value a call one level deeper returning to `done`.
   for (const bool object : {false, true}) {
     COLIBRI_ASSIGN_OR_RETURN(Fragment open, nfa->Literal(object ? "{" : "["));
     COLIBRI_ASSIGN_OR_RETURN(Fragment close, nfa->Literal(object ? "}" : "]"));
+    COLIBRI_ASSIGN_OR_RETURN(Fragment comma, nfa->Literal(","));
+    COLIBRI_ASSIGN_OR_RETURN(const StateId member, nfa->AddState());
+    COLIBRI_ASSIGN_OR_RETURN(const StateId done, nfa->AddState());
+    link(Fragment{open.in, close.out});
     nfa->AddEpsilon(open.out, close.in);
-    if (depth > 0) {
-      COLIBRI_ASSIGN_OR_RETURN(Fragment item, JsonAnyValue(nfa, depth - 1));
-      if (object) {
-        COLIBRI_ASSIGN_OR_RETURN(Fragment key, JsonString(nfa, 0, std::nullopt));
-        COLIBRI_ASSIGN_OR_RETURN(Fragment colon, nfa->Literal(":"));
-        item = nfa->Concat(nfa->Concat(key, colon), item);
-      }
-      COLIBRI_ASSIGN_OR_RETURN(Fragment comma, nfa->Literal(","));
-      nfa->AddEpsilon(open.out, item.in);
-      nfa->AddEpsilon(item.out, comma.in);
-      nfa->AddEpsilon(comma.out, item.in);
-      nfa->AddEpsilon(item.out, close.in);
+    nfa->AddEpsilon(open.out, member);
+    nfa->AddEpsilon(comma.out, member);
+    nfa->AddEpsilon(done, comma.in);
+    nfa->AddEpsilon(done, close.in);
+    StateId value = member;
+    if (object) {
+      COLIBRI_ASSIGN_OR_RETURN(Fragment key, JsonString(nfa, 0, std::nullopt));
+      COLIBRI_ASSIGN_OR_RETURN(Fragment colon, nfa->Literal(":"));
+      nfa->AddEpsilon(member, key.in);
+      nfa->Concat(key, colon);
+      value = colon.out;
     }
-    parts.push_back(Fragment{open.in, close.out});
+    nfa->AddOp(value, OpEdge{StackOp::kCall, entry, done, 1});
   }
-  return nfa->Alternate(parts);
+  return entry;
+}
+
+absl::StatusOr<Fragment> JsonAnyValueCall(ByteNfa* nfa, StateId entry) {
+  COLIBRI_ASSIGN_OR_RETURN(const StateId in, nfa->AddState());
+  COLIBRI_ASSIGN_OR_RETURN(const StateId out, nfa->AddState());
+  nfa->AddOp(in, OpEdge{StackOp::kCall, entry, out, 0});
+  return Fragment{in, out};
 }
 
 }  // namespace colibri::grammar

@@ -2,14 +2,21 @@
 // construction one transition at a time), so that a step is a table lookup
 // once the states around it have been seen.
 //
+// The subsets are of positions: an NFA state and a stack of frames (StackOp),
+// interned as a stack id. Stacks stay bounded (call levels by
+// CompiledGrammar::max_call_level, key sets by the schema's nesting), so the
+// automaton is finite; it holds only the stacks the text has reached.
+//
 // Thread-safety: not thread-safe (Next() grows the tables); one per matcher.
 #ifndef COLIBRI_MODEL_GRAMMAR_LAZY_DFA_H_
 #define COLIBRI_MODEL_GRAMMAR_LAZY_DFA_H_
 
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "model/grammar/byte_nfa.h"
 
 namespace colibri::grammar {
@@ -47,23 +54,42 @@ class LazyDfa {
   // Fills all 256 transitions of `state`, one subset per class of bytes that
   // the state's edges do not tell apart.
   void ComputeRow(int32_t state);
-  // Interns the epsilon closure of `seeds` (keeping only states with byte edges
-  // and the accept state) as a DFA state.
-  int32_t Intern(const std::vector<StateId>& seeds);
+  // Interns the closure of `seeds` under epsilon and stack moves (keeping only
+  // positions with byte edges and the accept state with an empty stack) as a
+  // DFA state.
+  int32_t Intern(const std::vector<uint64_t>& seeds);
+
+  // A stack frame: a call's return state and level, or a key set.
+  struct Frame {
+    StateId ret;    // kNoReturn for a key set
+    uint64_t bits;  // call: level; key set: the keys seen
+    bool operator==(const Frame& o) const { return ret == o.ret && bits == o.bits; }
+  };
+  static constexpr StateId kNoReturn = ~StateId{0};
+  struct StackNode {
+    int32_t parent;  // -1 for the empty stack
+    Frame top;
+  };
+  // The id of `parent` with `top` pushed.
+  int32_t Push(int32_t parent, Frame top);
+  static uint64_t Position(StateId s, int32_t stack) {
+    return (uint64_t{s} << 32) | static_cast<uint32_t>(stack);
+  }
 
   const CompiledGrammar& grammar_;
   const size_t max_states_;
   bool overflowed_ = false;
   int32_t start_ = kDead;
-  std::vector<std::vector<StateId>> sets_;  // [dfa state] sorted NFA states
+  std::vector<std::vector<uint64_t>> sets_;  // [dfa state] sorted Position()s
   std::vector<bool> accepting_;            // [dfa state]
   static constexpr uint8_t kAnyExit = 1, kPlainExit = 2;
   std::vector<uint8_t> exits_;             // [dfa state] k*Exit bits, once its row is computed
   std::vector<int32_t> transitions_;       // [dfa state][256], -1: not computed yet
-  absl::flat_hash_map<std::vector<StateId>, int32_t> ids_;
-  std::vector<uint32_t> mark_;  // [nfa state] closure stamp
-  uint32_t stamp_ = 0;
-  std::vector<StateId> todo_;
+  absl::flat_hash_map<std::vector<uint64_t>, int32_t> ids_;
+  std::vector<StackNode> stacks_;  // [stack id]; 0 is the empty stack
+  absl::flat_hash_map<std::tuple<int32_t, StateId, uint64_t>, int32_t> stack_ids_;
+  absl::flat_hash_set<uint64_t> seen_;  // closure scratch
+  std::vector<uint64_t> todo_;
 };
 
 }  // namespace colibri::grammar

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "model/grammar/grammar_matcher.h"
 #include "tests/model/grammar/grammar_test_util.h"
 
 namespace colibri::grammar {
@@ -175,6 +176,55 @@ const KeywordCase kCases[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Keywords, KeywordTest, ::testing::ValuesIn(kCases), CaseName);
+
+// `depth` arrays around 1: the 1 is a member at level `depth`.
+std::string Nested(int depth) {
+  return std::string(static_cast<size_t>(depth), '[') + "1" +
+         std::string(static_cast<size_t>(depth), ']');
+}
+
+TEST(FreeValueTest, NestsUpToTheDepthLimit) {
+  const auto trie = testing::SmallVocabulary();
+  // The unconstrained value is the whole text, or the value of another key.
+  for (const char* schema : {"true", R"({"type":"object","properties":{"a":{"type":"integer"}}})"}) {
+    auto grammar = CompileJsonSchemaText(schema, SchemaCompileOptions());
+    ASSERT_TRUE(grammar.ok()) << grammar.status();
+    const bool object = std::string(schema) != "true";
+    auto text = [&](int depth) {
+      return object ? R"({"a":1,"z":)" + Nested(depth) + "}" : Nested(depth);
+    };
+    for (int depth : {5, 20, SchemaCompileOptions().max_any_depth}) {
+      const testing::Verdicts v = testing::Check(*grammar, trie, text(depth));
+      EXPECT_TRUE(v.reference && v.dfa && v.tokens) << schema << " depth " << depth;
+    }
+    // One deeper: a member past the limit is refused (the container holding
+    // it may still be written empty).
+    const std::string deeper = text(SchemaCompileOptions().max_any_depth + 1);
+    const testing::Verdicts v = testing::Check(*grammar, trie, deeper);
+    EXPECT_FALSE(v.reference || v.dfa || v.tokens) << schema;
+    GrammarMatcher matcher(*grammar, trie, MatcherOptions());
+    const size_t last_open = deeper.rfind('[');
+    EXPECT_TRUE(matcher.AcceptBytes(deeper.substr(0, last_open + 1)).ok()) << schema;
+    EXPECT_FALSE(matcher.CanAccept("1")) << schema;
+    EXPECT_FALSE(matcher.CanAccept("[")) << schema;
+    EXPECT_TRUE(matcher.CanAccept("]")) << schema;
+  }
+}
+
+TEST(FreeValueTest, DepthLimitIsAnOption) {
+  SchemaCompileOptions options;
+  options.max_any_depth = 2;
+  auto grammar = CompileJsonSchemaText("true", options);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  EXPECT_TRUE(GrammarAccepts(**grammar, Nested(2)));
+  EXPECT_TRUE(GrammarAccepts(**grammar, "[[[]]]"));  // empty at level 2
+  EXPECT_FALSE(GrammarAccepts(**grammar, Nested(3)));
+  // A typeless {} writes its own array: its items are the unconstrained values.
+  auto typeless = CompileJsonSchemaText("{}", options);
+  ASSERT_TRUE(typeless.ok()) << typeless.status();
+  EXPECT_TRUE(GrammarAccepts(**typeless, Nested(3)));
+  EXPECT_FALSE(GrammarAccepts(**typeless, Nested(4)));
+}
 
 }  // namespace
 }  // namespace colibri::grammar
