@@ -47,7 +47,9 @@ enum class StackOp : uint8_t {
   // Push an empty key set and go to `to`.
   kOpenKeys,
   // Add the keys of bit mask `arg` to the key set on top and go to `to`;
-  // refused when one of them is there already.
+  // refused when one of them is there already. With `ret` 1 ("soft"), the
+  // text refused here always has another way on in plain string text (the key
+  // may go on as another key).
   kKey,
   // Pop the key set on top and go to `to`; refused unless it holds every key
   // of bit mask `arg`.
@@ -57,7 +59,7 @@ enum class StackOp : uint8_t {
 struct OpEdge {
   StackOp op;
   StateId to;
-  StateId ret;   // kCall only
+  StateId ret;   // kCall: the return state; kKey: 1 if soft
   uint64_t arg;
 };
 

@@ -4,14 +4,15 @@
 
 namespace colibri::grammar {
 
-LazyDfa::LazyDfa(const CompiledGrammar& grammar, size_t max_states)
-    : grammar_(grammar), max_states_(std::max<size_t>(max_states, 2)) {
+LazyDfa::LazyDfa(const CompiledGrammar& grammar, size_t max_states, bool track_keys)
+    : grammar_(grammar), max_states_(std::max<size_t>(max_states, 2)), track_keys_(track_keys) {
   stacks_.push_back(StackNode{-1, Frame{kNoReturn, 0}});
   // State 0 is the dead state: every byte leads back to it.
   sets_.emplace_back();
   accepting_.push_back(false);
   exits_.push_back(0);
   transitions_.assign(256, kDead);
+  key_steps_.assign(256, 0);
   ids_[{}] = kDead;
   start_ = Intern({Position(grammar_.start, 0)});
 }
@@ -27,6 +28,7 @@ int32_t LazyDfa::Intern(const std::vector<uint64_t>& seeds) {
   const std::vector<NfaState>& states = grammar_.nfa.states();
   seen_.clear();
   todo_.clear();
+  key_step_ = 0;
   std::vector<uint64_t> kept;
   auto visit = [&](StateId s, int32_t stack) {
     const uint64_t p = Position(s, stack);
@@ -58,12 +60,18 @@ int32_t LazyDfa::Intern(const std::vector<uint64_t>& seeds) {
           visit(op.to, Push(stack, Frame{kNoReturn, 0}));
           break;
         case StackOp::kKey:
-          if (keys_on_top && (node.top.bits & op.arg) == 0) {
+          if (!keys_on_top) break;
+          key_step_ |= op.ret == 1 ? kAny : kAny | kHard;
+          if (!track_keys_) {
+            visit(op.to, stack);
+          } else if ((node.top.bits & op.arg) == 0) {
             visit(op.to, Push(node.parent, Frame{kNoReturn, node.top.bits | op.arg}));
           }
           break;
         case StackOp::kCloseKeys:
-          if (keys_on_top && (node.top.bits & op.arg) == op.arg) visit(op.to, node.parent);
+          if (!keys_on_top) break;
+          key_step_ |= kAny | kHard;
+          if (!track_keys_ || (node.top.bits & op.arg) == op.arg) visit(op.to, node.parent);
           break;
       }
     }
@@ -79,8 +87,36 @@ int32_t LazyDfa::Intern(const std::vector<uint64_t>& seeds) {
   accepting_.push_back(std::binary_search(kept.begin(), kept.end(), Position(grammar_.accept, 0)));
   exits_.push_back(0);
   transitions_.resize(transitions_.size() + 256, -1);
+  key_steps_.resize(key_steps_.size() + 256, 0);
   ids_.emplace(kept, id);
   sets_.push_back(std::move(kept));
+  return id;
+}
+
+int32_t LazyDfa::ImportStack(const LazyDfa& other, int32_t stack) {
+  if (stack == 0) return 0;
+  auto it = imported_stacks_.find(stack);
+  if (it != imported_stacks_.end()) return it->second;
+  const StackNode& node = other.stacks_[stack];
+  Frame top = node.top;
+  if (top.ret == kNoReturn && !track_keys_) top.bits = 0;
+  const int32_t id = Push(ImportStack(other, node.parent), top);
+  imported_stacks_.emplace(stack, id);
+  return id;
+}
+
+int32_t LazyDfa::Import(const LazyDfa& other, int32_t state, bool* key_step) {
+  std::vector<uint64_t> seeds;
+  for (uint64_t p : other.sets_[state]) {
+    const auto stack = static_cast<int32_t>(p & 0xFFFFFFFFu);
+    seeds.push_back(Position(static_cast<StateId>(p >> 32), ImportStack(other, stack)));
+  }
+  if (seeds.empty()) {
+    *key_step = false;
+    return kDead;
+  }
+  const int32_t id = Intern(seeds);
+  *key_step = key_step_ != 0;
   return id;
 }
 
@@ -116,10 +152,12 @@ void LazyDfa::ComputeRow(int32_t state) {
       if (lo >= e.edge.lo && lo <= e.edge.hi) seeds.push_back(Position(e.edge.to, e.stack));
     }
     const int32_t next = seeds.empty() ? kDead : Intern(seeds);
+    const uint8_t key_step = seeds.empty() ? 0 : key_step_;
     // An overflow answers kDead for now without making it the grammar's answer
     // for good: overflowed() stays true and the matcher fails.
     for (int b = lo; b <= hi; ++b) {
       transitions_[row + static_cast<size_t>(b)] = next;
+      key_steps_[row + static_cast<size_t>(b)] = key_step;
       if (next == kDead) continue;
       exits |= kAnyExit;
       if (b >= 0x20 && b != '"' && b != '\\') exits |= kPlainExit;

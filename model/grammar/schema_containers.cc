@@ -104,10 +104,12 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
   // (before field i: empty[i], full[i]), a subset.
   constexpr size_t kMaxTrackedKeys = 64;
   const size_t n = fields.size();
-  const bool any_order = false && n > 0 && n <= kMaxTrackedKeys;
+  const bool any_order = n > 0 && n <= kMaxTrackedKeys;
   StateId hub_empty, hub_full;  // where other keys and the close attach
   COLIBRI_ASSIGN_OR_RETURN(Fragment open, nfa_->Literal("{"));
   COLIBRI_ASSIGN_OR_RETURN(Fragment close, nfa_->Literal("}"));
+  // Other keys are any string but the declared names.
+  const bool free_other_keys = extra_allowed && patterns.empty();
   if (any_order) {
     COLIBRI_ASSIGN_OR_RETURN(hub_empty, nfa_->AddState());
     COLIBRI_ASSIGN_OR_RETURN(hub_full, nfa_->AddState());
@@ -116,19 +118,36 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
     for (size_t i = 0; i < n; ++i) {
       const uint64_t bit = uint64_t{1} << i;
       if (required[i]) required_keys |= bit;
-      const std::string key = Quote(fields[i].first) + ":";
-      COLIBRI_ASSIGN_OR_RETURN(Fragment first, nfa_->Literal(key));
-      COLIBRI_ASSIGN_OR_RETURN(Fragment later, nfa_->Literal("," + key));
       const std::string where = Child(Child(ptr, "properties"), fields[i].first);
       COLIBRI_ASSIGN_OR_RETURN(Fragment value, Value(*fields[i].second, where, ctx));
       // A required key whose value has no instance: neither has the object.
       if (required[i] && !NfaAcceptsSomething(*nfa_, value.in, value.out)) return nfa_->Nothing();
-      // The key is marked seen before its first byte, so that no byte leads
-      // into a key that would be refused later.
-      nfa_->AddOp(hub_empty, OpEdge{StackOp::kKey, first.in, 0, bit});
-      nfa_->AddOp(hub_full, OpEdge{StackOp::kKey, later.in, 0, bit});
-      nfa_->AddEpsilon(first.out, value.in);
-      nfa_->AddEpsilon(later.out, value.in);
+      const std::string quoted = Quote(fields[i].first);
+      if (free_other_keys) {
+        // The key is marked seen before its closing quote: a key seen before
+        // can still go on as another key, so no byte leads to a dead end,
+        // and only tokens that complete the name depend on the key set.
+        const std::string name = quoted.substr(0, quoted.size() - 1);
+        COLIBRI_ASSIGN_OR_RETURN(Fragment first, nfa_->Literal(name));
+        COLIBRI_ASSIGN_OR_RETURN(Fragment later, nfa_->Literal("," + name));
+        COLIBRI_ASSIGN_OR_RETURN(Fragment tail, nfa_->Literal("\":"));
+        COLIBRI_ASSIGN_OR_RETURN(const StateId named, nfa_->AddState());
+        nfa_->AddEpsilon(hub_empty, first.in);
+        nfa_->AddEpsilon(hub_full, later.in);
+        nfa_->AddEpsilon(first.out, named);
+        nfa_->AddEpsilon(later.out, named);
+        nfa_->AddOp(named, OpEdge{StackOp::kKey, tail.in, /*soft=*/1, bit});
+        nfa_->AddEpsilon(tail.out, value.in);
+      } else {
+        // The key is marked seen before its first byte, so that no byte
+        // leads into a key that would be refused later.
+        COLIBRI_ASSIGN_OR_RETURN(Fragment first, nfa_->Literal(quoted + ":"));
+        COLIBRI_ASSIGN_OR_RETURN(Fragment later, nfa_->Literal("," + quoted + ":"));
+        nfa_->AddOp(hub_empty, OpEdge{StackOp::kKey, first.in, 0, bit});
+        nfa_->AddOp(hub_full, OpEdge{StackOp::kKey, later.in, 0, bit});
+        nfa_->AddEpsilon(first.out, value.in);
+        nfa_->AddEpsilon(later.out, value.in);
+      }
       nfa_->AddEpsilon(value.out, hub_full);
     }
     nfa_->AddOp(open.out, OpEdge{StackOp::kOpenKeys, hub_empty, 0, 0});
