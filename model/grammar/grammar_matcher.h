@@ -59,10 +59,12 @@ class TokenBitmask {
 
 struct MatcherOptions {
   // Automaton states built at most; past it ComputeMask/Accept* answer
-  // ResourceExhausted. Each costs 1 KiB of transition table.
+  // ResourceExhausted. The bound holds for each of the matcher's two automata
+  // (exact and key-blind); a state costs 1.25 KiB of tables.
   // Default: 65536.
   size_t max_dfa_states = 65536;
-  // Masks kept (one per automaton state seen); the cache is emptied when full.
+  // Masks kept (one per automaton state seen, of either automaton); the cache
+  // is emptied when full.
   // Each costs n_vocab / 8 bytes (19 KiB for a 151k vocabulary).
   // Default: 2048.
   size_t max_cached_masks = 2048;

@@ -18,7 +18,8 @@
 // depth).
 //
 // Subsets (valid instances the grammar refuses, documented in
-// docs/structured-output.md): object properties come in the order of
+// docs/structured-output.md): object properties come in any order up to 64
+// declared and required keys per object, past that in the order of
 // `properties`, then required names not declared there, then other keys;
 // recursion ($ref cycles, values of unconstrained schemas) nests at most the
 // configured depths; strings use few escapes (ByteNfa::JsonStringChar);
