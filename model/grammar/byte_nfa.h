@@ -59,7 +59,7 @@ enum class StackOp : uint8_t {
 struct OpEdge {
   StackOp op;
   StateId to;
-  StateId ret;   // kCall: the return state; kKey: 1 if soft
+  StateId ret;  // kCall: the return state; kKey: 1 if soft
   uint64_t arg;
 };
 

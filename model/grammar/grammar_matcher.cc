@@ -14,8 +14,7 @@ size_t TokenBitmask::Count() const {
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
-                               std::shared_ptr<const TokenTrie> trie,
-                               const MatcherOptions& options)
+                               std::shared_ptr<const TokenTrie> trie, const MatcherOptions& options)
     : grammar_(std::move(grammar)),
       trie_(std::move(trie)),
       options_(options),
@@ -173,7 +172,8 @@ int GrammarMatcher::PlainLevel(LazyDfa& dfa, int32_t state, std::vector<int16_t>
         for (const Step& step : kSteps[place]) {
           for (int b = step.lo; b <= step.hi && !dead; ++b) {
             const int32_t t = dfa.Next(s, static_cast<uint8_t>(b));
-            if (t == LazyDfa::kDead || dfa.KeyStep(s, static_cast<uint8_t>(b), /*hard_only=*/true)) {
+            if (t == LazyDfa::kDead ||
+                dfa.KeyStep(s, static_cast<uint8_t>(b), /*hard_only=*/true)) {
               dead = true;
             } else if (step.to == 0) {
               if (seen.insert(t).second) next_frontier.push_back(t);

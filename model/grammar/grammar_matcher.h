@@ -138,12 +138,12 @@ class GrammarMatcher {
   LazyDfa loose_;  // without key sets: the masks' walks
   int32_t state_;
   bool finished_ = false;
-  absl::flat_hash_map<int32_t, std::unique_ptr<TokenBitmask>> masks_;  // by dfa_ state
+  absl::flat_hash_map<int32_t, std::unique_ptr<TokenBitmask>> masks_;        // by dfa_ state
   absl::flat_hash_map<int32_t, std::unique_ptr<TokenBitmask>> loose_masks_;  // by loose_ state
-  std::vector<int32_t> loose_of_;     // [dfa_ state] LooseState(), -2 unknown
-  std::vector<int32_t> walk_;         // [trie depth] state (loose_ or dfa_, see exact_)
-  std::vector<uint8_t> exact_;        // [trie depth] walk_ holds a dfa_ state
-  std::vector<uint8_t> bytes_;        // [trie depth] the byte leading there
+  std::vector<int32_t> loose_of_;           // [dfa_ state] LooseState(), -2 unknown
+  std::vector<int32_t> walk_;               // [trie depth] state (loose_ or dfa_, see exact_)
+  std::vector<uint8_t> exact_;              // [trie depth] walk_ holds a dfa_ state
+  std::vector<uint8_t> bytes_;              // [trie depth] the byte leading there
   std::vector<int16_t> plain_level_;        // [dfa_ state] PlainLevel, -1 unknown
   std::vector<int16_t> loose_plain_level_;  // [loose_ state] PlainLevel, -1 unknown
 };
