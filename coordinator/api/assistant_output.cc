@@ -117,7 +117,10 @@ bool ParseDeepSeekCall(absl::string_view call, std::string* name, std::string* a
 OutputDialect DialectFor(absl::string_view arch, absl::string_view chat_template,
                          absl::string_view prompt) {
   OutputDialect d;
-  if (absl::StrContains(chat_template, "tool\xE2\x96\x81" "calls\xE2\x96\x81" "begin")) {
+  if (absl::StrContains(chat_template, "<|channel|>") || arch == "gpt-oss") {
+    d.tools = ToolDialect::kHarmony;
+    return d;  // reasoning is a channel, not a think block
+  } else if (absl::StrContains(chat_template, "tool\xE2\x96\x81" "calls\xE2\x96\x81" "begin")) {
     d.tools = ToolDialect::kDeepSeekV3;
   } else if (absl::StrContains(chat_template, "<arg_key>")) {
     d.tools = ToolDialect::kGlm45;
@@ -149,6 +152,7 @@ AssistantOutputParser::AssistantOutputParser(OutputDialect dialect, bool parse_t
       open_tools_ = std::string(kDsCallsBegin);
       close_tools_ = std::string(kDsCallsEnd);
       break;
+    case ToolDialect::kHarmony:  // DrainHarmony reads its own markers
     case ToolDialect::kNone:
       break;
   }
@@ -177,6 +181,7 @@ void AssistantOutputParser::AppendContent(absl::string_view text, OutputDelta* o
 }
 
 void AssistantOutputParser::Drain(bool final, OutputDelta* out) {
+  if (dialect_.tools == ToolDialect::kHarmony) return DrainHarmony(final, out);
   while (!pending_.empty()) {
     if (mode_ == Mode::kContent) {
       size_t at = std::string::npos;
@@ -264,6 +269,7 @@ bool AssistantOutputParser::ParseBlock(absl::string_view body, std::vector<ToolC
       if (parsed.empty()) return false;
       break;
     }
+    case ToolDialect::kHarmony:
     case ToolDialect::kNone:
       return false;
   }

@@ -133,7 +133,7 @@ GenerationRequest ToGenerationRequest(openai::ApiRequest&& api) {
   r.ignore_eos = api.ignore_eos;
   r.stop = std::move(api.stop);
   r.logprobs = api.logprobs;
-  r.constraint = std::move(api.constraint);
+  r.output = std::move(api.output);
   r.top_logprobs = api.top_logprobs;
   return r;
 }
@@ -236,6 +236,8 @@ void HttpServer::Attach(Backend backend) {
   backend.requests.chat = backend.chat;
   backend.requests.limits = backend.request_limits;
   backend.requests.defaults = options_.defaults;
+  backend.requests.tool_dialect =
+      DialectFor(backend.model->config().arch, backend.chat_template_source, "").tools;
   backend_owned_ = std::make_unique<Backend>(std::move(backend));
   backend_.store(backend_owned_.get(), std::memory_order_release);
 }
@@ -476,8 +478,11 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   // The prompt is tokenized here, so that a prompt too long for the context
   // is a 400 before any streaming starts.
   std::string param;
-  absl::StatusOr<GenerationSpec> made =
-      MakeGenerationSpec(ToGenerationRequest(*std::move(parsed)), b.requests, &param);
+  GenerationRequest request = ToGenerationRequest(*std::move(parsed));
+  // Harmony's channels are control tokens: the chat parser reads them and
+  // keeps them from the client.
+  request.render_special = chat && b.requests.tool_dialect == ToolDialect::kHarmony;
+  absl::StatusOr<GenerationSpec> made = MakeGenerationSpec(request, b.requests, &param);
   if (!made.ok()) return SendError(res, openai::ErrorFromStatus(made.status(), param));
   GenerationSpec spec = *std::move(made);
   absl::Status queued = CheckQueue(*b.scheduler, b.requests.defaults);

@@ -2,6 +2,7 @@
 #include "coordinator/generation/generation_scheduler_state.h"
 
 #include <algorithm>
+#include <future>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -77,6 +78,12 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
   COLIBRI_ASSIGN_OR_RETURN(Engine * first, scheduler->EngineFor(options.first_path));
   scheduler->n_ctx_ = first->session->n_ctx();
   if (!options.prefix_cache_dir.empty()) COLIBRI_RETURN_IF_ERROR(scheduler->OpenPrefixDisk(*first));
+  if (options.build_token_trie_at_start && tokenizer != nullptr) {
+    scheduler->trie_ = std::async(std::launch::async, [tokenizer] {
+                         return std::shared_ptr<const grammar::TokenTrie>(
+                             grammar::TokenTrie::Build(*tokenizer));
+                       }).share();
+  }
   scheduler->stepper_ = std::thread([s = scheduler.get()] { s->StepLoop(); });
   return scheduler;
 }
@@ -285,8 +292,12 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
       return absl::FailedPreconditionError(
           "constrained decoding needs the model's tokenizer, and this model has none");
     }
-    if (trie_ == nullptr) trie_ = grammar::TokenTrie::Build(*tokenizer_);
-    a->constraint = std::make_unique<TokenConstraint>(spec.constraint, trie_);
+    if (!trie_.valid()) {
+      trie_ = std::async(std::launch::deferred, [t = tokenizer_] {
+                return std::shared_ptr<const grammar::TokenTrie>(grammar::TokenTrie::Build(*t));
+              }).share();
+    }
+    a->constraint = std::make_unique<TokenConstraint>(spec.constraint, trie_.get());
   }
   COLIBRI_ASSIGN_OR_RETURN(Engine * engine, EngineFor(spec.path));
   a->engine = spec.path == ops::NumericPath::kExact ? 1 : 0;

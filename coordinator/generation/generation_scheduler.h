@@ -67,8 +67,10 @@
 // the grammar, and the generation ends with FinishReason::kStop once its text
 // is complete and only an end-of-generation token could follow (or the model
 // sampled one where the text could end). The vocabulary's TokenTrie is built
-// on the stepping thread when the first constrained generation is admitted,
-// and shared by every later one. A constrained generation takes no drafts.
+// on a thread of its own when the scheduler starts (Options::
+// build_token_trie_at_start), else on the stepping thread when the first
+// constrained generation is admitted; that admission waits for it only if it
+// is not built yet, and every later one shares it. A constrained generation takes no drafts.
 // Unconstrained generations sample from the model's logits unchanged.
 //
 // Thread-safety: Submit, Cancel (on a job), n_ctx, active_generations, queued
@@ -78,6 +80,7 @@
 #define COLIBRI_COORDINATOR_GENERATION_GENERATION_SCHEDULER_H_
 
 #include <atomic>
+#include <future>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -238,6 +241,11 @@ class GenerationScheduler {
     // Directory of the prefix cache's disk tier (see above); unused when
     // reuse is off. Default: "" (no disk tier).
     std::string prefix_cache_dir;
+    // Build the vocabulary's TokenTrie (constrained decoding) in the
+    // background from Create on, so the first constrained generation does
+    // not hold every generation while it is built. Default: false (built
+    // when first needed).
+    bool build_token_trie_at_start = false;
     // Bytes of files the disk tier keeps (PrefixDiskStore::Options::
     // capacity_bytes; -1: min(4 GiB, half the directory's free space); 0:
     // no disk tier). Default: -1.
@@ -362,7 +370,9 @@ class GenerationScheduler {
   std::unique_ptr<PrefixDiskStore> prefix_disk_;
   // The tokenizer's vocabulary for constrained decoding; built by the
   // stepping thread for the first constrained generation, then read-only.
-  std::shared_ptr<const grammar::TokenTrie> trie_;
+  // Set in Create (started) or at the first constrained admission (deferred);
+  // read on the stepping thread only.
+  std::shared_future<std::shared_ptr<const grammar::TokenTrie>> trie_;
 
   mutable absl::Mutex mu_;
   std::deque<std::shared_ptr<GenerationJob>> queue_ ABSL_GUARDED_BY(mu_);

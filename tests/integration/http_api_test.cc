@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -410,10 +411,98 @@ TEST_F(HttpApiTest, ReasoningIsSplitFromContentAndUnsupportedConstraintsAreRefus
   ExpectError(Post("/v1/chat/completions",
                    {{"messages", messages}, {"response_format", {{"type", "regex"}}}}),
               400, "response_format");
-  const json tools = json::array(
-      {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}});
+  ExpectError(Post("/v1/chat/completions", {{"messages", messages}, {"tool_choice", "required"}}),
+              400, "tool_choice");
+}
+
+// tool_choice "required" and a named function constrain the random-weight
+// model at temperature 1.0 to Hermes calls (the fixture is a Qwen3 model)
+// of the request's functions whose arguments follow their schemas, parsed
+// into tool_calls with finish_reason "tool_calls", streamed or not.
+TEST_F(HttpApiTest, ToolChoiceRequiredAndNamedGiveCallsThatValidate) {
+  StartServe();
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+      "type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]}},
+      "required": ["city", "unit"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "now", "parameters": {
+      "type": "object", "properties": {}, "additionalProperties": false}}}])");
+  // Empty when `call` is a valid call of one of `names`, else what is wrong.
+  const auto violation = [](const json& call, const std::set<std::string>& names) -> std::string {
+    if (!call.contains("id") || !call["id"].is_string() || call["id"] == "") return "no id";
+    if (call["type"] != "function") return "type";
+    const std::string name = call["function"]["name"];
+    if (names.count(name) == 0) return "name " + name;
+    const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+    if (!args.is_object()) return "arguments not an object";
+    if (name == "now") return args.empty() ? "" : "now takes no arguments";
+    if (args.size() != 2 || !args.contains("city") || !args.contains("unit")) return "keys";
+    if (!args["city"].is_string()) return "city";
+    size_t chars = 0;
+    for (unsigned char c : args["city"].get<std::string>()) chars += (c & 0xC0) != 0x80 ? 1 : 0;
+    if (chars > 8) return "city too long";
+    if (args["unit"] != "c" && args["unit"] != "f") return "unit";
+    return "";
+  };
+  const json messages = json::array({{{"role", "user"}, {"content", "Weather in Oslo?"}}});
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  for (const json& choice : {json("required"), named}) {
+    const std::set<std::string> names = choice.is_string()
+                                            ? std::set<std::string>{"get_weather", "now"}
+                                            : std::set<std::string>{"get_weather"};
+    for (int seed = 1; seed <= 3; ++seed) {
+      json chat = {{"messages", messages}, {"tools", tools},     {"tool_choice", choice},
+                   {"temperature", 1.0},   {"seed", seed},       {"max_tokens", 300},
+                   {"parallel_tool_calls", seed != 2}};
+      HttpReply whole = Post("/v1/chat/completions", chat);
+      ASSERT_EQ(whole.status, 200) << whole.body;
+      const json& choice0 = whole.value["choices"][0];
+      EXPECT_EQ(choice0["finish_reason"], "tool_calls") << whole.body;
+      const json& calls = choice0["message"]["tool_calls"];
+      ASSERT_TRUE(calls.is_array() && !calls.empty()) << whole.body;
+      if (seed == 2) {
+        EXPECT_EQ(calls.size(), 1u) << whole.body;
+      }
+      for (const json& call : calls) EXPECT_EQ(violation(call, names), "") << call.dump();
+
+      chat["stream"] = true;
+      json streamed_calls = json::array();
+      std::string finish, content;
+      for (const std::string& d : SseData(Post("/v1/chat/completions", chat, {"-N"}).body)) {
+        if (d == "[DONE]") continue;
+        const json chunk = json::parse(d);
+        if (chunk["choices"].empty()) continue;
+        const json& c = chunk["choices"][0];
+        if (c["delta"].contains("tool_calls")) {
+          for (json call : c["delta"]["tool_calls"]) {
+            EXPECT_EQ(call["index"], streamed_calls.size());
+            call.erase("index");
+            streamed_calls.push_back(call);
+          }
+        }
+        if (c["delta"].contains("content") && c["delta"]["content"].is_string()) {
+          content += c["delta"]["content"].get<std::string>();
+        }
+        if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+      }
+      EXPECT_EQ(finish, "tool_calls");
+      EXPECT_EQ(content, "");
+      ASSERT_EQ(streamed_calls.size(), calls.size()) << "seed " << seed;
+      for (size_t i = 0; i < calls.size(); ++i) {
+        EXPECT_EQ(streamed_calls[i]["function"], calls[i]["function"]) << "seed " << seed;
+      }
+    }
+  }
   ExpectError(Post("/v1/chat/completions",
-                   {{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}}),
+                   {{"messages", messages},
+                    {"tools", tools},
+                    {"tool_choice", {{"type", "function"}, {"function", {{"name", "absent"}}}}}}),
+              400, "tool_choice");
+  ExpectError(Post("/v1/chat/completions", {{"messages", messages},
+                                            {"tools", tools},
+                                            {"tool_choice", "required"},
+                                            {"response_format", {{"type", "json_object"}}}}),
               400, "tool_choice");
 }
 
