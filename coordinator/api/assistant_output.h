@@ -20,9 +20,9 @@
 //                arguments (bare or in a ```json fence) <｜tool▁call▁end｜>
 //   harmony      gpt-oss: messages "<|channel|>C[ to=R][ <|constrain|>json]
 //                <|message|>BODY" ended by <|end|>, <|call|>, <|return|> or
-//                the next <|start|>; the markers are control tokens, so the
-//                text fed must be decoded with them rendered (and only this
-//                dialect's markers are taken out of it). Channel analysis is
+//                the next <|start|>; the markers are control tokens, which
+//                decoded text leaves out, so the caller feeds each one's
+//                markup where it came (HarmonyMarker). Channel analysis is
 //                reasoning, final and commentary are content, a message to
 //                "functions.N" (its recipient in the header) is a call of N
 //                with BODY as arguments. Text before any header is content.
@@ -54,6 +54,10 @@ struct OutputDialect {
 // rendered prompt (whose end tells whether a think block is open).
 OutputDialect DialectFor(absl::string_view arch, absl::string_view chat_template,
                          absl::string_view prompt);
+
+// The markup of a harmony marker ("<|channel|>", ...) when `piece` (a
+// control token rendered) is one, else "".
+absl::string_view HarmonyMarker(absl::string_view piece);
 
 struct ToolCall {
   std::string id;         // "call_<n>" unique within the response, made here

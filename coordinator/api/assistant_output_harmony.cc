@@ -56,6 +56,14 @@ std::string WordAfter(absl::string_view header, absl::string_view key) {
 
 }  // namespace
 
+absl::string_view HarmonyMarker(absl::string_view piece) {
+  for (absl::string_view m : {kStart, kChannel, kMessage, kConstrain, kBodyEnds[0], kBodyEnds[1],
+                              kBodyEnds[2]}) {
+    if (piece == m) return m;
+  }
+  return "";
+}
+
 void AssistantOutputParser::EndHarmonyMessage(OutputDelta* out) {
   if (!recipient_.empty()) {
     // A call: its whole body was held.

@@ -136,7 +136,6 @@ absl::StatusOr<GenerationSpec> MakeGenerationSpec(const GenerationRequest& reque
   spec.generation.stop = request.stop;
   spec.generation.logprobs = request.logprobs;
   spec.generation.top_logprobs = request.top_logprobs;
-  spec.generation.render_special = request.render_special;
   return spec;
 }
 

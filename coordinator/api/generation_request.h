@@ -55,10 +55,6 @@ struct GenerationRequest {
   // most likely ones (0 to kMaxTopLogprobs).
   bool logprobs = false;
   int top_logprobs = 0;
-  // Generated text with control tokens as their markup
-  // (GenerationOptions::render_special), for a front end that parses them
-  // out. Default: false.
-  bool render_special = false;
   // What the output must be (a JSON format, a tool call), compiled into
   // GenerationSpec::constraint. Default: free text, tool_choice auto.
   OutputConstraintRequest output;

@@ -138,6 +138,15 @@ GenerationRequest ToGenerationRequest(openai::ApiRequest&& api) {
   return r;
 }
 
+// What token `t` gives a chat reply's parser: its text, then, for a harmony
+// model, the markup of a control token that frames harmony messages (decoded
+// text leaves control tokens out; the parser takes the markup out again).
+std::string ParserText(const tokenizer::Tokenizer* tokenizer, bool harmony,
+                       const GeneratedToken& t) {
+  if (!harmony || tokenizer == nullptr || !tokenizer->IsControl(t.id)) return t.text;
+  return absl::StrCat(t.text, HarmonyMarker(tokenizer->TokenToPiece(t.id, true)));
+}
+
 // The report of one token for logprobs.
 openai::TokenReport Report(const tokenizer::Tokenizer* tokenizer, const GeneratedToken& token) {
   const auto piece = [tokenizer](int32_t id) {
@@ -478,11 +487,8 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   // The prompt is tokenized here, so that a prompt too long for the context
   // is a 400 before any streaming starts.
   std::string param;
-  GenerationRequest request = ToGenerationRequest(*std::move(parsed));
-  // Harmony's channels are control tokens: the chat parser reads them and
-  // keeps them from the client.
-  request.render_special = chat && b.requests.tool_dialect == ToolDialect::kHarmony;
-  absl::StatusOr<GenerationSpec> made = MakeGenerationSpec(request, b.requests, &param);
+  absl::StatusOr<GenerationSpec> made =
+      MakeGenerationSpec(ToGenerationRequest(*std::move(parsed)), b.requests, &param);
   if (!made.ok()) return SendError(res, openai::ErrorFromStatus(made.status(), param));
   GenerationSpec spec = *std::move(made);
   absl::Status queued = CheckQueue(*b.scheduler, b.requests.defaults);
@@ -505,6 +511,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   // Chat: the text split into content, reasoning and tool calls by the
   // model's own syntax; whether a think block is open shows at the prompt's end.
   std::shared_ptr<AssistantOutputParser> parser;
+  const bool harmony = chat && b.requests.tool_dialect == ToolDialect::kHarmony;
   if (chat) {
     std::string tail;
     if (tokenizer != nullptr) {
@@ -540,7 +547,13 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     usage.cached_prompt_tokens = (*outcome)->cached_prompt_tokens;
     usage.completion_tokens = static_cast<int>(result.tokens.size());
     if (chat) {
-      OutputDelta message = parser->Feed(result.text);
+      OutputDelta message;
+      if (harmony) {
+        for (const GeneratedToken& t : tokens) message.Append(parser->Feed(ParserText(tokenizer, true, t)));
+        message.Append(parser->Feed(result.trailing_text));
+      } else {
+        message = parser->Feed(result.text);
+      }
       message.Append(parser->Finish());
       const std::string reason =
           parser->called_tools() ? "tool_calls" : openai::FinishReasonName(result.finish_reason);
@@ -563,7 +576,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, state, id, endpoint, chat, logprobs, include_usage, tokenizer](
+      [job, state, id, endpoint, chat, logprobs, include_usage, tokenizer, harmony](
           size_t, httplib::DataSink& sink) {
         const auto write = [&sink, &job](const std::string& data) {
           if (sink.write(data.data(), data.size())) return true;
@@ -580,7 +593,8 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
         if (tokens.empty() && !outcome.has_value()) return write(": ping\n\n");
         std::string out;
         for (const GeneratedToken& t : tokens) {
-          if (t.text.empty() && !logprobs) continue;
+          const std::string text = state->parser != nullptr ? ParserText(tokenizer, harmony, t) : t.text;
+          if (text.empty() && !logprobs) continue;
           json lp = nullptr;
           if (logprobs) {
             const std::vector<openai::TokenReport> one = {Report(tokenizer, t)};
@@ -589,7 +603,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
           }
           state->text_offset += t.text.size();
           if (state->parser != nullptr) {
-            const OutputDelta d = state->parser->Feed(t.text);
+            const OutputDelta d = state->parser->Feed(text);
             if (d.empty() && lp.is_null()) continue;
             out += openai::SseEvent(openai::ChatDeltaChunk(id, d, state->tool_index, lp));
             state->tool_index += static_cast<int>(d.tool_calls.size());

@@ -101,7 +101,7 @@ TokenEmitter::TokenEmitter(sampling::Sampler& sampler, const tokenizer::Tokenize
                            const GenerationOptions& options)
     : sampler_(sampler), tokenizer_(tokenizer), options_(options), filter_(options.stop) {
   if (tokenizer != nullptr && options.decode_text) {
-    decoder_ = std::make_unique<tokenizer::StreamDecoder>(*tokenizer, options.render_special);
+    decoder_ = std::make_unique<tokenizer::StreamDecoder>(*tokenizer);
   }
 }
 

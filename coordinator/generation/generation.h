@@ -57,10 +57,6 @@ struct GenerationOptions {
   // Decode tokens into UTF-8-safe text pieces (needs a tokenizer).
   // Default: true.
   bool decode_text = true;
-  // Decode control tokens as their markup too ("<|channel|>"), for a parser
-  // of the text that needs them (the chat API's harmony dialect), which then
-  // keeps them from the client. Default: false (control tokens are no text).
-  bool render_special = false;
   // Also evaluate the last generated token and an end-of-generation one, only
   // to report their logits (GenerationJob::OnLogits). Default: false.
   bool evaluate_every_token = false;

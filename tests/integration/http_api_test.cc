@@ -415,6 +415,55 @@ TEST_F(HttpApiTest, ReasoningIsSplitFromContentAndUnsupportedConstraintsAreRefus
               400, "tool_choice");
 }
 
+// gpt-oss with its own template (harmony): the chat reply goes through the
+// harmony parser, which gives text without any message header as content,
+// equal to the completion of the rendered prompt; forced tool calls are a
+// 400 naming the family. (The fixture's vocabulary has no harmony control
+// tokens: the markers themselves are covered by assistant_output_test.)
+TEST_F(HttpApiTest, GptOssChatGoesThroughTheHarmonyParser) {
+  std::ifstream fixture(testing::FixturesDir() + "/chat_templates/openai-gpt-oss-120b.json");
+  const json templates = json::parse(fixture, nullptr, false);
+  ASSERT_TRUE(templates.is_object()) << "gpt-oss chat template fixture";
+  const std::string path = testing::MakeTempDir("http-harmony") + "/template.jinja";
+  {
+    std::ofstream file(path);
+    file << templates["template"].get<std::string>();
+  }
+  StartServe({"--chat-template-file", path},
+             testing::FixturesDir() + "/models/gpt-oss-tiny-mxfp4.gguf");
+  const json messages = {{{"role", "user"}, {"content", "Hello!"}}};
+  HttpReply rendered = Post("/apply-template", {{"messages", messages}});
+  ASSERT_EQ(rendered.status, 200) << rendered.body;
+  ASSERT_NE(rendered.value["prompt"].get<std::string>().find("<|start|>assistant"), std::string::npos);
+  HttpReply ids = Post("/tokenize", {{"content", rendered.value["prompt"]}, {"add_special", true}});
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  const json sampling = {{"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
+  json completion = sampling;
+  completion["prompt"] = ids.value["tokens"];
+  HttpReply reference = Post("/v1/completions", completion);
+  ASSERT_EQ(reference.status, 200) << reference.body;
+  const std::string expected = reference.value["choices"][0]["text"];
+  ASSERT_NE(expected.substr(0, 2), "<|") << "the fixture wrote a header";
+
+  json chat = sampling;
+  chat["messages"] = messages;
+  for (bool stream : {false, true}) {
+    chat["stream"] = stream;
+    HttpReply reply = Post("/v1/chat/completions", chat,
+                           stream ? std::vector<std::string>{"-N"} : std::vector<std::string>{});
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const std::string content =
+        stream ? CollectStream(reply.body).text
+               : reply.value["choices"][0]["message"]["content"].get<std::string>();
+    EXPECT_EQ(content, expected) << "stream " << stream;
+  }
+  const json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  HttpReply refused = Post("/v1/chat/completions",
+                           {{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}});
+  ExpectError(refused, 400, "tool_choice");
+  EXPECT_NE(refused.body.find("gpt-oss"), std::string::npos) << refused.body;
+}
+
 // tool_choice "required" and a named function constrain the random-weight
 // model at temperature 1.0 to Hermes calls (the fixture is a Qwen3 model)
 // of the request's functions whose arguments follow their schemas, parsed

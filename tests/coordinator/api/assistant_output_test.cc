@@ -213,6 +213,9 @@ TEST(AssistantOutputTest, HarmonyChannelsAndCalls) {
   EXPECT_TRUE(out.tool_calls.empty());
   EXPECT_EQ(out.content, "not json");
   ExpectSame(out, Bytewise(d, broken));
+  EXPECT_EQ(HarmonyMarker("<|channel|>"), "<|channel|>");
+  EXPECT_EQ(HarmonyMarker("<|call|>"), "<|call|>");
+  EXPECT_EQ(HarmonyMarker("<|endoftext|>"), "");  // other control tokens stay out
   const std::string plain = "no header at all <b>";
   EXPECT_EQ(Whole(d, plain).content, plain);
   ExpectSame(Whole(d, plain), Bytewise(d, plain));
