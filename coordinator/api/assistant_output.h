@@ -42,6 +42,13 @@
 
 namespace colibri::coordinator {
 
+// DeepSeek-V3's tool-call markers.
+inline constexpr absl::string_view kDeepSeekCallsBegin = "<｜tool▁calls▁begin｜>";
+inline constexpr absl::string_view kDeepSeekCallsEnd = "<｜tool▁calls▁end｜>";
+inline constexpr absl::string_view kDeepSeekCallBegin = "<｜tool▁call▁begin｜>";
+inline constexpr absl::string_view kDeepSeekCallEnd = "<｜tool▁call▁end｜>";
+inline constexpr absl::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+
 enum class ToolDialect { kNone, kHermes, kGlm45, kDeepSeekV3, kHarmony };
 
 struct OutputDialect {

@@ -20,8 +20,7 @@ constexpr absl::string_view kConstrain = "<|constrain|>";
 // What ends a body: <|call|> and <|return|> are end-of-generation tokens
 // (seen only with ignore_eos), a new <|start|> or <|channel|> opens the next
 // message.
-constexpr absl::string_view kBodyEnds[] = {"<|end|>", "<|call|>", "<|return|>", kStart,
-                                           kChannel};
+constexpr absl::string_view kBodyEnds[] = {"<|end|>", "<|call|>", "<|return|>", kStart, kChannel};
 // Headers longer than this without a <|message|> are not headers.
 constexpr size_t kMaxHeader = 512;
 
@@ -57,8 +56,8 @@ std::string WordAfter(absl::string_view header, absl::string_view key) {
 }  // namespace
 
 absl::string_view HarmonyMarker(absl::string_view piece) {
-  for (absl::string_view m : {kStart, kChannel, kMessage, kConstrain, kBodyEnds[0], kBodyEnds[1],
-                              kBodyEnds[2]}) {
+  for (absl::string_view m :
+       {kStart, kChannel, kMessage, kConstrain, kBodyEnds[0], kBodyEnds[1], kBodyEnds[2]}) {
     if (piece == m) return m;
   }
   return "";

@@ -549,7 +549,9 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     if (chat) {
       OutputDelta message;
       if (harmony) {
-        for (const GeneratedToken& t : tokens) message.Append(parser->Feed(ParserText(tokenizer, true, t)));
+        for (const GeneratedToken& t : tokens) {
+          message.Append(parser->Feed(ParserText(tokenizer, true, t)));
+        }
         message.Append(parser->Feed(result.trailing_text));
       } else {
         message = parser->Feed(result.text);
@@ -593,7 +595,8 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
         if (tokens.empty() && !outcome.has_value()) return write(": ping\n\n");
         std::string out;
         for (const GeneratedToken& t : tokens) {
-          const std::string text = state->parser != nullptr ? ParserText(tokenizer, harmony, t) : t.text;
+          const std::string text =
+              state->parser != nullptr ? ParserText(tokenizer, harmony, t) : t.text;
           if (text.empty() && !logprobs) continue;
           json lp = nullptr;
           if (logprobs) {

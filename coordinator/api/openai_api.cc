@@ -287,8 +287,8 @@ absl::Status ParseToolChoice(const ojson& request, ApiRequest* out) {
   if (choice != nullptr && choice->is_object()) {
     const ojson* type = Field(*choice, "type");
     const ojson* function = Field(*choice, "function");
-    const ojson* name = function != nullptr && function->is_object() ? Field(*function, "name")
-                                                                     : nullptr;
+    const ojson* name =
+        function != nullptr && function->is_object() ? Field(*function, "name") : nullptr;
     if (type == nullptr || *type != "function" || name == nullptr || !name->is_string() ||
         name->get<std::string>().empty()) {
       return FieldError("tool_choice",
@@ -309,7 +309,8 @@ absl::Status ParseToolChoice(const ojson& request, ApiRequest* out) {
     } else if (text != "auto") {
       return FieldError("tool_choice",
                         absl::StrCat("'tool_choice' must be \"auto\", \"none\", \"required\" "
-                                     "or a named function, got \"", text, "\""));
+                                     "or a named function, got \"",
+                                     text, "\""));
     }
   }
   const bool has_tools = !out->tools.is_null() && !out->tools.empty();

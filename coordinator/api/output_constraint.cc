@@ -13,12 +13,6 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using Grammar = std::shared_ptr<const grammar::CompiledGrammar>;
 
-constexpr absl::string_view kDsCallsBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-constexpr absl::string_view kDsCallsEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>";
-constexpr absl::string_view kDsCallBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-constexpr absl::string_view kDsCallEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
-constexpr absl::string_view kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
-
 absl::Status Fail(absl::Status status, const char* param, std::string* error_param) {
   if (error_param != nullptr) *error_param = param;
   return status;
@@ -31,9 +25,8 @@ absl::StatusOr<Grammar> CompileFormat(const OutputConstraintRequest& request,
                            : request.json_schema;
   absl::StatusOr<Grammar> compiled = grammar::CompileJsonSchema(schema, kOutputSchemaCompile);
   if (!compiled.ok()) {
-    return Fail(absl::InvalidArgumentError(
-                             absl::StrCat("'response_format' schema cannot be enforced: ",
-                                          compiled.status().message())),
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "'response_format' schema cannot be enforced: ", compiled.status().message())),
                 "response_format", error_param);
   }
   return compiled;
@@ -58,8 +51,8 @@ absl::StatusOr<ojson> ArgumentsSchema(const ojson* parameters, const std::string
   auto type = schema.find("type");
   if (type == schema.end()) {
     schema["type"] = "object";
-  } else if (*type != "object" &&
-             !(type->is_array() && std::find(type->begin(), type->end(), "object") != type->end())) {
+  } else if (*type != "object" && !(type->is_array() && std::find(type->begin(), type->end(),
+                                                                  "object") != type->end())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the parameters of function '", name, "' must describe an object (\"type\": \"object\")"));
   } else {
@@ -72,9 +65,9 @@ absl::StatusOr<ojson> ArgumentsSchema(const ojson* parameters, const std::string
 absl::StatusOr<std::vector<Callable>> Callables(const OutputConstraintRequest& request,
                                                 const ojson& tools, std::string* error_param) {
   if (!tools.is_array() || tools.empty()) {
-    return Fail(absl::InvalidArgumentError(
-                    "'tool_choice' \"required\" or a named function needs 'tools'"),
-                "tool_choice", error_param);
+    return Fail(
+        absl::InvalidArgumentError("'tool_choice' \"required\" or a named function needs 'tools'"),
+        "tool_choice", error_param);
   }
   std::vector<Callable> out;
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -85,9 +78,10 @@ absl::StatusOr<std::vector<Callable>> Callables(const OutputConstraintRequest& r
     }
     if (function == nullptr || !function->contains("name") || !(*function)["name"].is_string() ||
         (*function)["name"].get<std::string>().empty()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-                      "'tools[", i, "]' must be {\"type\": \"function\", \"function\": "
-                      "{\"name\": ..., \"parameters\": ...}}")),
+      return Fail(absl::InvalidArgumentError(
+                      absl::StrCat("'tools[", i,
+                                   "]' must be {\"type\": \"function\", \"function\": "
+                                   "{\"name\": ..., \"parameters\": ...}}")),
                   "tools", error_param);
     }
     const std::string name = (*function)["name"].get<std::string>();
@@ -102,24 +96,23 @@ absl::StatusOr<std::vector<Callable>> Callables(const OutputConstraintRequest& r
     absl::StatusOr<Grammar> compiled = grammar::CompileJsonSchema(*schema, kOutputSchemaCompile);
     if (!compiled.ok()) {
       return Fail(absl::InvalidArgumentError(
-                               absl::StrCat("the parameters of function '", name,
-                                            "' cannot be enforced: ", compiled.status().message())),
+                      absl::StrCat("the parameters of function '", name,
+                                   "' cannot be enforced: ", compiled.status().message())),
                   "tools", error_param);
     }
     out.push_back({name, *std::move(compiled)});
   }
   if (out.empty()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("'tool_choice' names function '",
-                                                        request.tool_name,
-                                                        "', which is not among 'tools'")),
-                "tool_choice", error_param);
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat("'tool_choice' names function '", request.tool_name,
+                                                "', which is not among 'tools'")),
+        "tool_choice", error_param);
   }
   return out;
 }
 
-absl::StatusOr<Grammar> CompileToolCalls(const OutputConstraintRequest& request,
-                                         const ojson& tools, ToolDialect dialect,
-                                         std::string* error_param) {
+absl::StatusOr<Grammar> CompileToolCalls(const OutputConstraintRequest& request, const ojson& tools,
+                                         ToolDialect dialect, std::string* error_param) {
   switch (dialect) {
     case ToolDialect::kHermes:
     case ToolDialect::kDeepSeekV3:
@@ -152,16 +145,15 @@ absl::StatusOr<Grammar> CompileToolCalls(const OutputConstraintRequest& request,
   for (Callable& c : *callables) {
     const std::string quoted = ojson(c.name).dump();
     if (dialect == ToolDialect::kHermes) {
-      alternatives.push_back(
-          {grammar::GrammarPart::Literal(
-               absl::StrCat("<tool_call>\n{\"name\": ", quoted, ", \"arguments\": ")),
-           grammar::GrammarPart::Of(std::move(c.arguments)),
-           grammar::GrammarPart::Literal("}\n</tool_call>")});
+      alternatives.push_back({grammar::GrammarPart::Literal(absl::StrCat(
+                                  "<tool_call>\n{\"name\": ", quoted, ", \"arguments\": ")),
+                              grammar::GrammarPart::Of(std::move(c.arguments)),
+                              grammar::GrammarPart::Literal("}\n</tool_call>")});
     } else {
       alternatives.push_back(
-          {grammar::GrammarPart::Literal(absl::StrCat(kDsCallBegin, c.name, kDsSep)),
+          {grammar::GrammarPart::Literal(absl::StrCat(kDeepSeekCallBegin, c.name, kDeepSeekSep)),
            grammar::GrammarPart::Of(std::move(c.arguments)),
-           grammar::GrammarPart::Literal(std::string(kDsCallEnd))});
+           grammar::GrammarPart::Literal(std::string(kDeepSeekCallEnd))});
     }
   }
   if (dialect == ToolDialect::kHermes) calls.separator = "\n";
@@ -169,15 +161,15 @@ absl::StatusOr<Grammar> CompileToolCalls(const OutputConstraintRequest& request,
   if (composed.ok() && dialect == ToolDialect::kDeepSeekV3) {
     grammar::ComposeOptions block;
     block.max_nfa_states = kOutputSchemaCompile.max_nfa_states;
-    composed = grammar::ComposeGrammar({{grammar::GrammarPart::Literal(std::string(kDsCallsBegin)),
-                                         grammar::GrammarPart::Of(*std::move(composed)),
-                                         grammar::GrammarPart::Literal(std::string(kDsCallsEnd))}},
-                                       block);
+    composed =
+        grammar::ComposeGrammar({{grammar::GrammarPart::Literal(std::string(kDeepSeekCallsBegin)),
+                                  grammar::GrammarPart::Of(*std::move(composed)),
+                                  grammar::GrammarPart::Literal(std::string(kDeepSeekCallsEnd))}},
+                                block);
   }
   if (!composed.ok()) {
-    return Fail(absl::InvalidArgumentError(
-                             absl::StrCat("the tool calls cannot be enforced: ",
-                                          composed.status().message())),
+    return Fail(absl::InvalidArgumentError(absl::StrCat("the tool calls cannot be enforced: ",
+                                                        composed.status().message())),
                 "tools", error_param);
   }
   return composed;

@@ -16,9 +16,8 @@ namespace {
 absl::StatusOr<Fragment> CopyInto(const CompiledGrammar& grammar, ByteNfa* nfa) {
   const std::vector<NfaState>& from = grammar.nfa.states();
   if (nfa->size() + from.size() > nfa->max_states()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the composed grammar needs more than ", nfa->max_states(),
-                     " automaton states"));
+    return absl::ResourceExhaustedError(absl::StrCat("the composed grammar needs more than ",
+                                                     nfa->max_states(), " automaton states"));
   }
   const StateId base = static_cast<StateId>(nfa->size());
   for (size_t i = 0; i < from.size(); ++i) COLIBRI_RETURN_IF_ERROR(nfa->AddState().status());

@@ -126,6 +126,22 @@ class HttpApiTest : public ::testing::Test {
     return Curl("POST", path, body.dump(), std::move(args));
   }
 
+  // The completion text of `messages` rendered by the server's template and
+  // tokenized, with `sampling`; "" (and a test failure) on an error.
+  std::string CompletionOfRenderedChat(const json& messages, const json& sampling) {
+    HttpReply rendered = Post("/apply-template", {{"messages", messages}});
+    EXPECT_EQ(rendered.status, 200) << rendered.body;
+    HttpReply ids =
+        Post("/tokenize", {{"content", rendered.value["prompt"]}, {"add_special", true}});
+    EXPECT_EQ(ids.status, 200) << ids.body;
+    json completion = sampling;
+    completion["prompt"] = ids.value["tokens"];
+    HttpReply reference = Post("/v1/completions", completion);
+    EXPECT_EQ(reference.status, 200) << reference.body;
+    if (reference.status != 200) return "";
+    return reference.value["choices"][0]["text"];
+  }
+
   // Asserts an OpenAI error envelope with `status` and `param`.
   static void ExpectError(const HttpReply& reply, int status, const std::string& param) {
     EXPECT_EQ(reply.status, status) << reply.body;
@@ -374,16 +390,9 @@ TEST_F(HttpApiTest, ReasoningIsSplitFromContentAndUnsupportedConstraintsAreRefus
   }
   StartServe({"--chat-template-file", path});
   const json messages = {{{"role", "user"}, {"content", "Why is the sky blue?"}}};
-  HttpReply rendered = Post("/apply-template", {{"messages", messages}});
-  ASSERT_EQ(rendered.status, 200) << rendered.body;
-  HttpReply ids = Post("/tokenize", {{"content", rendered.value["prompt"]}, {"add_special", true}});
-  ASSERT_EQ(ids.status, 200) << ids.body;
   const json sampling = {{"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
-  json completion = sampling;
-  completion["prompt"] = ids.value["tokens"];
-  HttpReply reference = Post("/v1/completions", completion);
-  ASSERT_EQ(reference.status, 200) << reference.body;
-  const std::string expected = reference.value["choices"][0]["text"];
+  const std::string expected = CompletionOfRenderedChat(messages, sampling);
+  ASSERT_FALSE(expected.empty());
   ASSERT_EQ(expected.find("</think>"), std::string::npos) << "the fixture closed the block";
 
   json chat = sampling;
@@ -434,15 +443,11 @@ TEST_F(HttpApiTest, GptOssChatGoesThroughTheHarmonyParser) {
   const json messages = {{{"role", "user"}, {"content", "Hello!"}}};
   HttpReply rendered = Post("/apply-template", {{"messages", messages}});
   ASSERT_EQ(rendered.status, 200) << rendered.body;
-  ASSERT_NE(rendered.value["prompt"].get<std::string>().find("<|start|>assistant"), std::string::npos);
-  HttpReply ids = Post("/tokenize", {{"content", rendered.value["prompt"]}, {"add_special", true}});
-  ASSERT_EQ(ids.status, 200) << ids.body;
+  ASSERT_NE(rendered.value["prompt"].get<std::string>().find("<|start|>assistant"),
+            std::string::npos);
   const json sampling = {{"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
-  json completion = sampling;
-  completion["prompt"] = ids.value["tokens"];
-  HttpReply reference = Post("/v1/completions", completion);
-  ASSERT_EQ(reference.status, 200) << reference.body;
-  const std::string expected = reference.value["choices"][0]["text"];
+  const std::string expected = CompletionOfRenderedChat(messages, sampling);
+  ASSERT_FALSE(expected.empty());
   ASSERT_NE(expected.substr(0, 2), "<|") << "the fixture wrote a header";
 
   json chat = sampling;
@@ -501,8 +506,12 @@ TEST_F(HttpApiTest, ToolChoiceRequiredAndNamedGiveCallsThatValidate) {
                                             ? std::set<std::string>{"get_weather", "now"}
                                             : std::set<std::string>{"get_weather"};
     for (int seed = 1; seed <= 3; ++seed) {
-      json chat = {{"messages", messages}, {"tools", tools},     {"tool_choice", choice},
-                   {"temperature", 1.0},   {"seed", seed},       {"max_tokens", 300},
+      json chat = {{"messages", messages},
+                   {"tools", tools},
+                   {"tool_choice", choice},
+                   {"temperature", 1.0},
+                   {"seed", seed},
+                   {"max_tokens", 300},
                    {"parallel_tool_calls", seed != 2}};
       HttpReply whole = Post("/v1/chat/completions", chat);
       ASSERT_EQ(whole.status, 200) << whole.body;

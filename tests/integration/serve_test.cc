@@ -447,8 +447,7 @@ TEST_F(ServeTest, ResponseFormatConstrainsGenerate) {
     ASSERT_FALSE(object->text.empty());
     EXPECT_EQ(object->text[0], '{') << object->text;
     if (object->finish_reason == v1::FINISH_REASON_STOP) {
-      EXPECT_TRUE(nlohmann::json::parse(object->text, nullptr, false).is_object())
-          << object->text;
+      EXPECT_TRUE(nlohmann::json::parse(object->text, nullptr, false).is_object()) << object->text;
     }
   }
   v1::GenerateRequest bad;
@@ -458,11 +457,9 @@ TEST_F(ServeTest, ResponseFormatConstrainsGenerate) {
   EXPECT_EQ(not_json.status().code(), absl::StatusCode::kInvalidArgument) << not_json.status();
   EXPECT_NE(not_json.status().message().find("json_schema"), std::string::npos)
       << not_json.status();
-  bad.mutable_response_format()->set_json_schema(
-      R"js({"type": "string", "pattern": "(?=x)"})js");
+  bad.mutable_response_format()->set_json_schema(R"js({"type": "string", "pattern": "(?=x)"})js");
   absl::StatusOr<GenerateResult> lookaround = client->Generate(bad);
-  EXPECT_EQ(lookaround.status().code(), absl::StatusCode::kInvalidArgument)
-      << lookaround.status();
+  EXPECT_EQ(lookaround.status().code(), absl::StatusCode::kInvalidArgument) << lookaround.status();
   EXPECT_NE(lookaround.status().message().find("pattern"), std::string::npos)
       << lookaround.status();
 }

@@ -16,11 +16,25 @@ using Format = OutputConstraintRequest::Format;
 using Choice = OutputConstraintRequest::ToolChoice;
 using Grammar = std::shared_ptr<const grammar::CompiledGrammar>;
 
-const char kDsCallsBegin[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-const char kDsCallsEnd[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>";
-const char kDsCallBegin[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-const char kDsCallEnd[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
-const char kDsSep[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
+const char kDsCallsBegin[] =
+    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+    "calls\xE2\x96\x81"
+    "begin\xEF\xBD\x9C>";
+const char kDsCallsEnd[] =
+    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+    "calls\xE2\x96\x81"
+    "end\xEF\xBD\x9C>";
+const char kDsCallBegin[] =
+    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+    "call\xE2\x96\x81"
+    "begin\xEF\xBD\x9C>";
+const char kDsCallEnd[] =
+    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+    "call\xE2\x96\x81"
+    "end\xEF\xBD\x9C>";
+const char kDsSep[] =
+    "<\xEF\xBD\x9Ctool\xE2\x96\x81"
+    "sep\xEF\xBD\x9C>";
 
 json Tools() {
   return json::parse(R"([
@@ -132,11 +146,13 @@ TEST(OutputConstraintTest, HermesCallsFollowTheirFunctionsSchemas) {
   EXPECT_TRUE(grammar::GrammarAccepts(*one, now));
   EXPECT_FALSE(grammar::GrammarAccepts(*one, weather + "\n" + now));  // one call only
   EXPECT_FALSE(grammar::GrammarAccepts(
-      *one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\":\"Paris\"}}\n"
-            "</tool_call>"));
+      *one,
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\":\"Paris\"}}\n"
+      "</tool_call>"));
   EXPECT_FALSE(grammar::GrammarAccepts(
-      *one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Parisienne\"}}"
-            "\n</tool_call>"));  // maxLength 8
+      *one,
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Parisienne\"}}"
+      "\n</tool_call>"));  // maxLength 8
   EXPECT_FALSE(grammar::GrammarAccepts(
       *one, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(grammar::GrammarAccepts(*one, "{\"name\": \"now\", \"arguments\": {}}"));
