@@ -70,6 +70,9 @@ absl::StatusOr<std::vector<Callable>> Callables(const OutputConstraintRequest& r
         "tool_choice", error_param);
   }
   std::vector<Callable> out;
+  // All the functions' automata share one budget, so that many tools cost
+  // what one large schema may.
+  grammar::SchemaCompileOptions budget = kOutputSchemaCompile;
   for (size_t i = 0; i < tools.size(); ++i) {
     const ojson& tool = tools[i];
     const ojson* function = nullptr;
@@ -93,7 +96,11 @@ absl::StatusOr<std::vector<Callable>> Callables(const OutputConstraintRequest& r
     absl::StatusOr<ojson> schema =
         ArgumentsSchema(parameters == function->end() ? nullptr : &*parameters, name);
     if (!schema.ok()) return Fail(schema.status(), "tools", error_param);
-    absl::StatusOr<Grammar> compiled = grammar::CompileJsonSchema(*schema, kOutputSchemaCompile);
+    absl::StatusOr<Grammar> compiled = grammar::CompileJsonSchema(*schema, budget);
+    if (compiled.ok()) {
+      const size_t used = (*compiled)->nfa.size();
+      budget.max_nfa_states = used < budget.max_nfa_states ? budget.max_nfa_states - used : 0;
+    }
     if (!compiled.ok()) {
       return Fail(absl::InvalidArgumentError(
                       absl::StrCat("the parameters of function '", name,

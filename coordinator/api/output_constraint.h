@@ -42,8 +42,8 @@ namespace colibri::coordinator {
 // The bounds of a client's schema compilation: a hostile schema costs at
 // most this many automaton states (about 40 bytes each plus edges) and the
 // time to build them, on the thread that takes the request. A tool choice
-// compiles each function's parameters within them, and the whole call within
-// max_nfa_states.
+// compiles its functions' parameters within one max_nfa_states together, and
+// the whole call (with its repetitions) within another.
 inline constexpr grammar::SchemaCompileOptions kOutputSchemaCompile = {
     /*max_nfa_states=*/200000, /*max_ref_depth=*/4, /*max_any_depth=*/4,
     /*max_schema_depth=*/64};

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/api/assistant_output.h"
 #include "gtest/gtest.h"
 #include "model/grammar/json_schema_compiler.h"
@@ -221,6 +222,26 @@ TEST(OutputConstraintTest, WhatCannotBeConstrainedNamesItsField) {
   json nameless = Tools();
   nameless[1]["function"].erase("name");
   EXPECT_EQ(ErrorOf(Required(true), ToolDialect::kHermes, nameless).second, "tools");
+
+  // Many functions share one automaton budget: each fits, together they do
+  // not, and the request is refused without compiling them all.
+  json many = json::array();
+  json wide = {{"type", "object"}, {"properties", json::object()}, {"additionalProperties", false}};
+  for (int p = 0; p < 40; ++p) {
+    wide["properties"][absl::StrCat("p", p)] = {{"type", "string"}, {"maxLength", 40}};
+  }
+  for (int f = 0; f < 200; ++f) {
+    many.push_back({{"type", "function"},
+                    {"function", {{"name", absl::StrCat("f", f)}, {"parameters", wide}}}});
+  }
+  OutputConstraintRequest one_of_many = Required(false);
+  one_of_many.tool_choice = Choice::kNamed;
+  one_of_many.tool_name = "f7";
+  EXPECT_NE(Compile(one_of_many, ToolDialect::kHermes, many), nullptr);
+  auto [too_many, too_many_param] = ErrorOf(Required(false), ToolDialect::kHermes, many);
+  EXPECT_EQ(too_many_param, "tools");
+  EXPECT_NE(too_many.message().find("the parameters of function 'f"), std::string::npos)
+      << too_many;  // refused while compiling the functions, not after
 
   OutputConstraintRequest both = Required(true);
   both.format = Format::kJsonObject;
