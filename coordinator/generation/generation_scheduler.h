@@ -73,8 +73,9 @@
 // (GrammarCache, token_constraint.h): each mask is computed once for all of
 // them; the last 8 grammars are kept. With SpeculationOptions::grammar_drafts
 // a constrained generation drafts the tokens its grammar forces next (keys,
-// punctuation, enum tails, spelled as the tokenizer spells them; other
-// drafters are not used for it), planned and verified as any drafts: the
+// punctuation, enum tails: spelled as a generation of the grammar last
+// sampled them there, else as the tokenizer spells them; other drafters are
+// not used for it), planned and verified as any drafts: the
 // grammar advances by the sampled tokens only, so its output is the same
 // with or without them. Unconstrained generations sample from the model's
 // logits unchanged.

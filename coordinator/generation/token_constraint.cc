@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/generation/speculation_options.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -18,11 +17,10 @@ grammar::MatcherOptions MatcherBounds() {
   return options;
 }
 
-// States whose forced tokens SharedGrammar keeps; the map restarts when full.
-constexpr size_t kMaxForcedStates = 512;
-// Forced bytes spelled per state: enough for kMaxDraftTokens tokens of keys
-// and punctuation.
-constexpr size_t kMaxForcedBytes = 256;
+// States SharedGrammar's token maps keep; a map restarts when full.
+constexpr size_t kMaxTokenStates = 4096;
+// Forced bytes spelled per state.
+constexpr size_t kMaxForcedBytes = 64;
 
 uint64_t Mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -137,6 +135,13 @@ absl::StatusOr<absl::Span<const float>> TokenConstraint::Apply(absl::Span<const 
 
 absl::Status TokenConstraint::Accept(int32_t id) {
   grammar::GrammarMatcher& matcher = Matcher();
+  if (!position_.finished) {
+    auto spelled = shared_->spelled.find(position_.state);
+    if (spelled != shared_->spelled.end() && spelled->second >= 0) {
+      if (shared_->sampled.size() >= kMaxTokenStates) shared_->sampled.clear();
+      shared_->sampled[position_.state] = id;
+    }
+  }
   const absl::Status accepted = matcher.AcceptToken(id);
   if (!accepted.ok()) {
     return absl::InternalError(absl::StrCat(
@@ -158,40 +163,42 @@ absl::StatusOr<bool> TokenConstraint::Complete() {
   return mask->Count() == end_tokens;
 }
 
+int32_t TokenConstraint::SpelledAt(grammar::GrammarMatcher& matcher) {
+  const int32_t state = matcher.position().state;
+  auto memo = shared_->spelled.find(state);
+  if (memo != shared_->spelled.end()) return memo->second;
+  int32_t first = -1;
+  const std::string bytes = matcher.ForcedBytes(kMaxForcedBytes);
+  if (!bytes.empty()) {
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(bytes, {});
+    if (ids.ok() && !ids->empty()) {
+      const std::string& piece = shared_->trie->piece(ids->front());
+      // A prefix of the forced bytes, short of all of them when they were
+      // cut (it might merge with the bytes after the cut).
+      const bool whole = piece.size() == bytes.size() && bytes.size() == kMaxForcedBytes;
+      if (!piece.empty() && !whole && bytes.compare(0, piece.size(), piece) == 0) {
+        first = ids->front();
+      }
+    }
+  }
+  if (shared_->spelled.size() >= kMaxTokenStates) shared_->spelled.clear();
+  shared_->spelled.emplace(state, first);
+  return first;
+}
+
 void TokenConstraint::ForcedTokens(int max_tokens, std::vector<int32_t>* tokens) {
   tokens->clear();
-  if (max_tokens <= 0 || tokenizer_ == nullptr || position_.finished) return;
-  auto memo = shared_->forced.find(position_.state);
-  if (memo == shared_->forced.end()) {
-    grammar::GrammarMatcher& matcher = Matcher();
-    const std::string bytes = matcher.ForcedBytes(kMaxForcedBytes);
-    std::vector<int32_t> spelled;
-    if (!bytes.empty()) {
-      absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(bytes, {});
-      if (ids.ok()) spelled = std::move(*ids);
-    }
-    // Keep the tokens that spell a prefix of the forced bytes and that the
-    // grammar takes one after the other.
-    size_t at = 0;
-    size_t keep = 0;
-    for (int32_t id : spelled) {
-      const std::string& piece = shared_->trie->piece(id);
-      if (piece.empty() || bytes.compare(at, piece.size(), piece) != 0) break;
-      if (!matcher.AcceptToken(id).ok()) break;
-      at += piece.size();
-      ++keep;
-    }
-    matcher.set_position(position_);
-    spelled.resize(keep);
-    // Cut by kMaxForcedBytes: the last token might merge with the bytes after it.
-    if (bytes.size() == kMaxForcedBytes && !spelled.empty()) spelled.pop_back();
-    if (spelled.size() > static_cast<size_t>(kMaxDraftTokens)) spelled.resize(kMaxDraftTokens);
-    if (shared_->forced.size() >= kMaxForcedStates) shared_->forced.clear();
-    memo = shared_->forced.emplace(position_.state, std::move(spelled)).first;
+  if (tokenizer_ == nullptr || position_.finished) return;
+  grammar::GrammarMatcher& matcher = Matcher();
+  while (static_cast<int>(tokens->size()) < max_tokens && !matcher.IsFinished()) {
+    int32_t token = SpelledAt(matcher);
+    if (token < 0) break;
+    auto sampled = shared_->sampled.find(matcher.position().state);
+    if (sampled != shared_->sampled.end()) token = sampled->second;
+    if (shared_->trie->IsEndOfGeneration(token) || !matcher.AcceptToken(token).ok()) break;
+    tokens->push_back(token);
   }
-  const std::vector<int32_t>& forced = memo->second;
-  tokens->assign(forced.begin(),
-                 forced.begin() + std::min(forced.size(), static_cast<size_t>(max_tokens)));
+  matcher.set_position(position_);
 }
 
 }  // namespace colibri::coordinator

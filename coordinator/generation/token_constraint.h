@@ -39,9 +39,9 @@ namespace colibri::coordinator {
 // One grammar's matcher, shared by the generations of that grammar, and the
 // tokens it forces from each automaton state (for drafts).
 struct SharedGrammar {
-  // Bounds per grammar: at most 16 MiB of automaton transitions and 512
-  // masks (3.2 MiB at a 50k vocabulary, 9.5 MiB at 151k; the mask cache
-  // restarts when full) and 512 states' forced tokens, so a hostile grammar
+  // Bounds per grammar: at most 16 MiB of automaton transitions, 512 masks
+  // (3.2 MiB at a 50k vocabulary, 9.5 MiB at 151k; the mask cache restarts
+  // when full) and 4096 states in each token map, so a hostile grammar
   // fails its generations (ResourceExhausted) instead of growing without
   // bound.
   SharedGrammar(std::shared_ptr<const grammar::CompiledGrammar> grammar,
@@ -50,9 +50,13 @@ struct SharedGrammar {
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   std::shared_ptr<const grammar::TokenTrie> trie;
   grammar::GrammarMatcher matcher;
-  // Automaton state -> the tokens forced from it (ForcedTokens; up to
-  // kMaxDraftTokens of them).
-  absl::flat_hash_map<int32_t, std::vector<int32_t>> forced;
+  // Automaton state where the grammar forces bytes -> the first token of the
+  // tokenizer's spelling of them (-1: none, or no bytes are forced there).
+  absl::flat_hash_map<int32_t, int32_t> spelled;
+  // Such a state -> the token last sampled there by a generation of this
+  // grammar: how the model spells the forced text, which is drafted there
+  // instead of the tokenizer's spelling.
+  absl::flat_hash_map<int32_t, int32_t> sampled;
 };
 
 // The SharedGrammar of each grammar recently used, by content. Keeps at most
@@ -101,7 +105,8 @@ class TokenConstraint {
   // when the grammar's automaton outgrows its bounds (SharedGrammar);
   // FailedPrecondition when no token of the vocabulary can continue the text.
   absl::StatusOr<absl::Span<const float>> Apply(absl::Span<const float> logits);
-  // Advances by the sampled token `id` (one Apply allowed). Internal when
+  // Advances by the sampled token `id` (one Apply allowed), and remembers it
+  // in SharedGrammar::sampled where the grammar forces bytes. Internal when
   // the grammar refuses it (Apply gave it -inf: a sampler that picks such a
   // token is a bug).
   absl::Status Accept(int32_t id);
@@ -109,11 +114,11 @@ class TokenConstraint {
   // token may follow (or one was accepted): the generation is over.
   absl::StatusOr<bool> Complete();
   // Replaces *tokens with at most `max_tokens` tokens that spell the bytes
-  // the grammar forces next (keys, punctuation, enum tails): the
-  // tokenizer's own spelling of those bytes, each token checked to be
-  // allowed after the ones before it, the last one dropped when the forced
-  // bytes go on past what was spelled (it might merge with what follows).
-  // Empty where the grammar leaves a choice. Does not move the position.
+  // the grammar forces next (keys, punctuation, enum tails), one state at a
+  // time: the token a generation of this grammar last sampled at that state,
+  // else the first token of the tokenizer's spelling of the forced bytes;
+  // each one allowed after the ones before it. Empty where the grammar leaves
+  // a choice. Does not move the position.
   void ForcedTokens(int max_tokens, std::vector<int32_t>* tokens);
 
   // Masks this generation computed (the others came from the shared cache).
@@ -122,6 +127,8 @@ class TokenConstraint {
  private:
   // Sets the shared matcher to this generation's position.
   grammar::GrammarMatcher& Matcher();
+  // SharedGrammar::spelled of the matcher's state, computed once.
+  int32_t SpelledAt(grammar::GrammarMatcher& matcher);
 
   std::shared_ptr<SharedGrammar> shared_;
   const tokenizer::Tokenizer* tokenizer_;

@@ -173,5 +173,42 @@ TEST(GrammarCacheTest, DifferentGrammarsGetDifferentMatchers) {
   EXPECT_EQ(cache.stats().misses, 3);
 }
 
+TEST_F(SchedulerGrammarDraftsTest, ForcedTokensSpellAsTheModelLastDid) {
+  auto grammar = grammar::CompileJsonSchemaText(R"({"enum": ["partly cloudy"]})", {});
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  std::shared_ptr<const grammar::TokenTrie> trie = grammar::TokenTrie::Build(*tokenizer_);
+  GrammarCache cache(trie);
+  auto spell = [&](const std::string& text) {
+    auto ids = tokenizer_->Encode(text, {});
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    return ids.ok() ? *ids : std::vector<int32_t>{};
+  };
+  const std::vector<int32_t> tokenizer_spelling = spell("\"partly cloudy\"");
+  std::vector<int32_t> drafts;
+  TokenConstraint first(cache.For(*grammar), tokenizer_.get());
+  first.ForcedTokens(64, &drafts);
+  // The whole instance is forced: the tokenizer's spelling of it.
+  EXPECT_EQ(drafts, tokenizer_spelling);
+
+  // A generation that samples the text a character at a time...
+  std::vector<int32_t> model_spelling;
+  for (char c : std::string("\"partly cloudy\"")) {
+    const std::vector<int32_t> one = spell(std::string(1, c));
+    model_spelling.insert(model_spelling.end(), one.begin(), one.end());
+  }
+  ASSERT_NE(model_spelling, tokenizer_spelling);
+  for (int32_t id : model_spelling) {
+    first.ForcedTokens(64, &drafts);
+    ASSERT_TRUE(first.Accept(id).ok()) << id;
+  }
+  EXPECT_TRUE(*first.Complete());
+  // ...is how the next generation of the grammar drafts it.
+  TokenConstraint second(cache.For(*grammar), tokenizer_.get());
+  second.ForcedTokens(64, &drafts);
+  EXPECT_EQ(drafts, model_spelling);
+  second.ForcedTokens(2, &drafts);
+  EXPECT_EQ(drafts.size(), 2u);
+}
+
 }  // namespace
 }  // namespace colibri::coordinator
