@@ -99,6 +99,13 @@ def counters(addr):
     return trips, accepted, rejected
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds of process pid so far (every thread)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def spread(values, unit, digits=0):
     return (f"median {statistics.median(values):.{digits}f}{unit}, "
             f"range {min(values):.{digits}f}-{max(values):.{digits}f}")
@@ -121,6 +128,7 @@ def compare_drafts(args):
                 addrs.append(addr)
             node_args = ["--nodes", ",".join(addrs)]
         servers = {}
+        pids = {}
         for name, flags in (("grammar drafts", []), ("no grammar drafts", ["--no-grammar-drafts"])):
             proc, addr = start([args.coordinator, "serve", "--model", args.model, "--listen",
                                 "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--threads",
@@ -128,6 +136,7 @@ def compare_drafts(args):
                                r"http listening on (.*)", name)
             procs.append(proc)
             servers[name] = addr
+            pids[name] = proc.pid
         schema = SCHEMA if args.schema == "strings" else records_schema(args.items)
         body = {"prompt": "The small birds of the valley", "temperature": args.temperature,
                 "max_tokens": args.max_tokens,
@@ -136,6 +145,7 @@ def compare_drafts(args):
             post(addr, {**body, "seed": 0})
         rates = {name: [] for name in servers}
         trips = {name: [] for name in servers}
+        cpu = {name: [] for name in servers}
         drafts = {name: [0.0, 0.0] for name in servers}
         texts = {}
         names = list(servers)
@@ -144,9 +154,12 @@ def compare_drafts(args):
             for name in order:
                 addr = servers[name]
                 before = counters(addr)
+                cpu_before = cpu_seconds(pids[name])
                 reply, seconds = post(addr, {**body, "seed": i + 1})
+                cpu_after = cpu_seconds(pids[name])
                 after = counters(addr)
                 n = reply["usage"]["completion_tokens"]
+                cpu[name].append(1000 * (cpu_after - cpu_before) / n)
                 rates[name].append(n / seconds)
                 trips[name].append((after[0] - before[0]) / n)
                 drafts[name][0] += after[1] - before[1]
@@ -159,7 +172,8 @@ def compare_drafts(args):
         print(f"same text with and without grammar drafts: {'yes' if same else 'NO'} "
               f"(e.g. {texts[0][0][:72]}...)")
         for name in names:
-            line = f"{name}: {spread(rates[name], ' tok/s')}"
+            line = (f"{name}: {spread(rates[name], ' tok/s')}; serve CPU per token "
+                    f"{spread(cpu[name], ' ms', 2)}")
             if args.nodes > 0:
                 line += f"; round trips per token {spread(trips[name], '', 1)}"
             line += f"; drafts accepted {drafts[name][0]:.0f}, rejected {drafts[name][1]:.0f}"
