@@ -2,9 +2,9 @@
 // temperature 1.0 and several seeds, every constrained generation's text is
 // an instance of its schema (checked here by hand, not by the grammar), ends
 // with finish reason stop, and takes no n-gram drafts (nor grammar drafts
-// when they are off); max_tokens cuts an unbounded
-// instance to a prefix the grammar takes; an unconstrained generation
-// batched with constrained ones gives bitwise what it gives alone.
+// when they are off); max_tokens cuts an unbounded instance to a prefix the
+// grammar takes; an unconstrained generation batched with constrained ones
+// gives bitwise what it gives alone.
 #include <cmath>
 #include <cstdint>
 #include <memory>
