@@ -121,7 +121,7 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
   cmd->add_option("--trace-routing", o->trace_routing, kTraceRoutingHelp);
 }
 
-// --draft, --draft-max and --draft-fixed of run and serve.
+// --draft, --draft-max, --draft-fixed and --no-grammar-drafts of run and serve.
 void AddSpeculationFlags(CLI::App* cmd, colibri::coordinator::SpeculationOptions* o) {
   using colibri::coordinator::DraftKind;
   const std::map<std::string, DraftKind> kinds = {
@@ -140,6 +140,9 @@ void AddSpeculationFlags(CLI::App* cmd, colibri::coordinator::SpeculationOptions
   cmd->add_flag("--draft-fixed{false}", o->adaptive,
                 "always draft --draft-max tokens instead of adapting the length to the "
                 "measured acceptance and cost");
+  cmd->add_flag("--no-grammar-drafts{false}", o->grammar_drafts,
+                "constrained (JSON schema) generations do not draft the tokens their grammar "
+                "forces next (keys, punctuation); the output is the same either way");
 }
 
 // --nodes and the options every cluster command shares. For `serve`

@@ -35,6 +35,7 @@ absl::StatusOr<const TokenBitmask*> GrammarMatcher::ComputeMask() {
   auto it = masks_.find(state_);
   if (it != masks_.end()) return it->second.get();
   if (masks_.size() >= options_.max_cached_masks) masks_.clear();
+  ++masks_computed_;
   auto mask = std::make_unique<TokenBitmask>(trie_->n_vocab());
   const int level = PlainLevel(state_);
   if (level == kUnbounded) {
