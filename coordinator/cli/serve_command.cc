@@ -177,6 +177,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       options.kv_cache_bytes >= 0 ? options.kv_cache_bytes : PhysicalRamBytes() / 8;
   scheduler_options.prefix_cache_dir = options.kv_cache_dir;
   scheduler_options.prefix_cache_disk_bytes = options.kv_cache_disk_bytes;
+  scheduler_options.build_token_trie_at_start = true;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.
   ChatRenderer chat;

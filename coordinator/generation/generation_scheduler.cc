@@ -1,6 +1,7 @@
 #include "coordinator/generation/generation_scheduler.h"
 
 #include <algorithm>
+#include <future>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -77,6 +78,12 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
   COLIBRI_ASSIGN_OR_RETURN(Engine * first, scheduler->EngineFor(options.first_path));
   scheduler->n_ctx_ = first->session->n_ctx();
   if (!options.prefix_cache_dir.empty()) COLIBRI_RETURN_IF_ERROR(scheduler->OpenPrefixDisk(*first));
+  if (options.build_token_trie_at_start && tokenizer != nullptr) {
+    scheduler->trie_building_ = std::async(std::launch::async, [tokenizer] {
+                         return std::shared_ptr<const grammar::TokenTrie>(
+                             grammar::TokenTrie::Build(*tokenizer));
+                       }).share();
+  }
   scheduler->stepper_ = std::thread([s = scheduler.get()] { s->StepLoop(); });
   return scheduler;
 }
@@ -291,7 +298,11 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
           "constrained decoding needs the model's tokenizer, and this model has none");
     }
     if (trie_ == nullptr) {
-      trie_ = grammar::TokenTrie::Build(*tokenizer_);
+      // Built in the background since Create (waited for here only if it is
+      // not done yet), or now.
+      trie_ = trie_building_.valid() ? trie_building_.get()
+                                     : std::shared_ptr<const grammar::TokenTrie>(
+                                           grammar::TokenTrie::Build(*tokenizer_));
       grammars_ = std::make_unique<GrammarCache>(trie_);
     }
     a->constraint = std::make_unique<TokenConstraint>(grammars_->For(spec.constraint), tokenizer_);

@@ -67,8 +67,11 @@
 // the grammar, and the generation ends with FinishReason::kStop once its text
 // is complete and only an end-of-generation token could follow (or the model
 // sampled one where the text could end). The vocabulary's TokenTrie is built
-// on the stepping thread when the first constrained generation is admitted,
-// and shared by every later one. The generations of one grammar (equal
+// on a thread of its own when the scheduler starts (Options::
+// build_token_trie_at_start), else on the stepping thread, when the first
+// constrained generation is admitted (which waits for a background build
+// only if it is not done yet), and shared by every later one. The
+// generations of one grammar (equal
 // automata, also when each request compiled its own) share one matcher
 // (GrammarCache, token_constraint.h): each mask is computed once for all of
 // them; the last 8 grammars are kept. With SpeculationOptions::grammar_drafts
@@ -87,6 +90,7 @@
 #define COLIBRI_COORDINATOR_GENERATION_GENERATION_SCHEDULER_H_
 
 #include <atomic>
+#include <future>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -251,6 +255,11 @@ class GenerationScheduler {
     // Directory of the prefix cache's disk tier (see above); unused when
     // reuse is off. Default: "" (no disk tier).
     std::string prefix_cache_dir;
+    // Build the vocabulary's TokenTrie (constrained decoding) in the
+    // background from Create on, so the first constrained generation does
+    // not hold every generation while it is built. Default: false (built
+    // when first needed).
+    bool build_token_trie_at_start = false;
     // Bytes of files the disk tier keeps (PrefixDiskStore::Options::
     // capacity_bytes; -1: min(4 GiB, half the directory's free space); 0:
     // no disk tier). Default: -1.
@@ -376,8 +385,11 @@ class GenerationScheduler {
   std::unique_ptr<PrefixCache> prefix_cache_;
   // Null without Options::prefix_cache_dir or reuse; set by Create.
   std::unique_ptr<PrefixDiskStore> prefix_disk_;
-  // The tokenizer's vocabulary for constrained decoding; built by the
-  // stepping thread for the first constrained generation, then read-only.
+  // The tokenizer's vocabulary for constrained decoding: the build Create
+  // started with Options::build_token_trie_at_start (else not valid), and the
+  // trie the stepping thread takes from it (or builds) for the first
+  // constrained generation, then read-only.
+  std::shared_future<std::shared_ptr<const grammar::TokenTrie>> trie_building_;
   std::shared_ptr<const grammar::TokenTrie> trie_;
   // The grammars' shared matchers; made with trie_, used by the stepping thread.
   std::unique_ptr<GrammarCache> grammars_;

@@ -94,6 +94,7 @@ class SchedulerConstraintTest : public testing::DemoModelTest {
 TEST_F(SchedulerConstraintTest, OutputIsAnInstanceOfTheSchemaAtTemperatureOne) {
   GenerationScheduler::Options options;
   options.sessions = 4;
+  options.build_token_trie_at_start = true;  // as serve does; the other tests build it on demand
   auto scheduler =
       GenerationScheduler::Create(options, *model_, tokenizer_.get(), nullptr, pool_.get());
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
