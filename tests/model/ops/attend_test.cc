@@ -197,6 +197,85 @@ TEST_P(AttendTest, HalfValuesGiveTheSumsOfTheirWidenedRows) {
   }
 }
 
+// Random rows (row r at element r * stride) quantized to q8_0 blocks, and
+// the floats they dequantize to; stride a multiple of 32.
+struct Q8Rows {
+  std::vector<BlockQ8_0> blocks;
+  std::vector<float> widened;
+  Q8_0Rows rows() { return {blocks.data()}; }
+};
+
+Q8Rows RandomQ8(size_t n, uint32_t seed) {
+  Q8Rows r;
+  std::vector<float> x = Random(n, seed);
+  for (size_t i = 0; i < n; ++i) x[i] *= 1 + static_cast<float>(i / 32 % 7);  // scales differ
+  r.blocks.resize(n / 32);
+  StoreQ8_0Row(x.data(), static_cast<int>(n), {r.blocks.data()});
+  r.widened.resize(n);
+  DequantizeRow(TensorType::kQ8_0, r.blocks.data(), r.widened.data(), static_cast<int64_t>(n));
+  return r;
+}
+
+TEST_P(AttendTest, Q8_0KeysGiveTheDotsOfTheirDequantizedRows) {
+  for (int dim : {32, 64, 128, 160, 256}) {
+    for (int n_q : {1, 2, 3, 4, 5, 8, 9, 16}) {
+      for (int n_keys : {1, 2, 7, 8, 15, 16, 17, 31, 33, 64, 70}) {
+        const int64_t q_stride = dim + 8, key_stride = 2 * dim + 32, dots_stride = n_keys + 3;
+        const std::vector<float> q = Random(n_q * q_stride, 21 + dim + n_q);
+        Q8Rows keys = RandomQ8(n_keys * key_stride, 22 + dim + n_keys);
+        std::vector<float> dots(n_q * dots_stride, -7.0f);
+        AttendDots(q.data(), q_stride, n_q, keys.rows(), key_stride, n_keys, dim, dots.data(),
+                   dots_stride);
+        for (int t = 0; t < n_q; ++t) {
+          for (int j = 0; j < dots_stride; ++j) {
+            const float want = j < n_keys ? CanonicalDot(q.data() + t * q_stride,
+                                                         keys.widened.data() + j * key_stride, dim)
+                                          : -7.0f;
+            ASSERT_EQ(Bits(dots[t * dots_stride + j]), Bits(want))
+                << "dim " << dim << " queries " << n_q << " keys " << n_keys << " at " << t << ", "
+                << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(AttendTest, Q8_0ValuesGiveTheSumsOfTheirDequantizedRows) {
+  for (int dim : {32, 64, 96, 128, 160}) {
+    for (int n_q : {1, 2, 3, 4, 5, 8, 9, 16}) {
+      const int64_t stride = dim + 32;
+      const int max_keys = 75;
+      Q8Rows values = RandomQ8(max_keys * stride, 23 + dim);
+      std::vector<std::vector<float>> p(n_q), out(n_q), want(n_q);
+      std::vector<int> n(n_q);
+      std::vector<const float*> p_ptr(n_q);
+      std::vector<float*> out_ptr(n_q);
+      for (int i = 0; i < n_q; ++i) {
+        n[i] = (i * 29 + 33) % (max_keys + 1);
+        p[i] = Random(max_keys, 24 + i);
+        out[i] = Random(dim, 25 + i);
+        want[i] = out[i];
+        for (int j = 0; j < n[i]; ++j) {
+          for (int e = 0; e < dim; ++e) {
+            const float product = p[i][j] * values.widened[j * stride + e];
+            want[i][e] = want[i][e] + product;
+          }
+        }
+        p_ptr[i] = p[i].data();
+        out_ptr[i] = out[i].data();
+      }
+      AttendValues(p_ptr.data(), n.data(), n_q, values.rows(), stride, dim, out_ptr.data());
+      for (int i = 0; i < n_q; ++i) {
+        for (int e = 0; e < dim; ++e) {
+          ASSERT_EQ(Bits(out[i][e]), Bits(want[i][e]))
+              << "dim " << dim << " queries " << n_q << " query " << i << " column " << e;
+        }
+      }
+    }
+  }
+}
+
 // SoftmaxInPlace against the softmax in double: its exps are within 1 ulp
 // and its sum runs in float, so each weight is within a few parts in 10^7.
 TEST(SoftmaxInPlaceTest, MatchesTheSoftmaxInDoubleWithAndWithoutASink) {
