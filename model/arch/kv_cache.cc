@@ -30,13 +30,14 @@ absl::Status KvCache::CheckType(const ModelConfig& c, KvType type) {
   if (type != KvType::kQ8_0) return absl::OkStatus();
   auto check = [](const char* what, int n) {
     if (n % ops::kQK == 0) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV type q8_0 stores rows in blocks of ", ops::kQK, " elements, and this model's ",
-                     what, " is ", n, ": use --kv-type f16 or f32"));
+    return absl::InvalidArgumentError(absl::StrCat("KV type q8_0 stores rows in blocks of ",
+                                                   ops::kQK, " elements, and this model's ", what,
+                                                   " is ", n, ": use --kv-type f16 or f32"));
   };
   if (c.attention == AttentionKind::kMla) {
     absl::Status status = check("kv_lora_rank", c.kv_lora_rank);
-    if (status.ok()) status = check("latent row (kv_lora_rank + rope dims)", c.kv_lora_rank + c.n_rot);
+    if (status.ok())
+      status = check("latent row (kv_lora_rank + rope dims)", c.kv_lora_rank + c.n_rot);
     return status;
   }
   absl::Status status = check("head dimension", c.head_dim);
@@ -152,8 +153,8 @@ int KvCache::max_truncate() const {
 
 int64_t KvCache::RowsBytes(int n) const {
   const bool mla = c_.attention == AttentionKind::kMla;
-  const int64_t per_row = mla ? RowBytes(c_.kv_lora_rank + c_.n_rot)
-                              : RowBytes(c_.kv_dim()) + RowBytes(c_.v_dim());
+  const int64_t per_row =
+      mla ? RowBytes(c_.kv_lora_rank + c_.n_rot) : RowBytes(c_.kv_dim()) + RowBytes(c_.v_dim());
   return static_cast<int64_t>(n) * c_.n_layer * per_row;
 }
 

@@ -132,7 +132,8 @@ int Quality(const Loaded& m, const std::string& text_path, int max_windows, Thre
   }
   std::printf("text: %s, %zu tokens, %lld windows of %d, %lld positions, %s path\n",
               text_path.c_str(), tokens->size(), static_cast<long long>(windows), ctx,
-              static_cast<long long>(positions), m.path == ops::NumericPath::kExact ? "exact" : "fast");
+              static_cast<long long>(positions),
+              m.path == ops::NumericPath::kExact ? "exact" : "fast");
   for (int t = 1; t < 3; ++t) {
     std::printf("%-5s mean KL(f32 || %s) %.3g nats (max %.3g), top-1 agreement %.2f%%%s\n",
                 KvTypeName(types[t]), KvTypeName(types[t]), kl_sum[t] / positions, kl_max[t],
@@ -228,8 +229,8 @@ int Main(int argc, char** argv) {
     m.path = argc > 5 && std::string(argv[5]) == "fast" ? ops::NumericPath::kFast
                                                         : ops::NumericPath::kExact;
   }
-  m.backend = std::make_unique<moe::LocalExpertBackend>(
-      &m.model->experts(), m.model->config().n_expert, m.path, &pool);
+  m.backend = std::make_unique<moe::LocalExpertBackend>(&m.model->experts(),
+                                                        m.model->config().n_expert, m.path, &pool);
   if (mode == "quality" && argc >= 4) return Quality(m, argv[3], arg(4, 0), &pool);
   if (mode == "speed") return Speed(m, arg(3, 2048), arg(4, 32), arg(5, 5), &pool);
   std::fprintf(stderr, "unknown mode or missing TEXT: %s\n", mode.c_str());

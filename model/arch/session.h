@@ -368,8 +368,8 @@ class Session {
   // (dim + max lasts + 1) floats.
   template <typename Rows>
   static void AttendBlock(const float* const* q, int rows, Rows keys, int64_t key_stride,
-                          Rows values, int64_t value_stride, const int* lasts, int dim,
-                          int out_dim, float scale, const float* const* sinks, float* scratch,
+                          Rows values, int64_t value_stride, const int* lasts, int dim, int out_dim,
+                          float scale, const float* const* sinks, float* scratch,
                           float* const* out);
   // Routing options of layer il (its selection bias).
   moe::RoutingOptions Routing(const LayerWeights& layer) const;

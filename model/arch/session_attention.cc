@@ -195,8 +195,8 @@ void Session::AttentionGrouped(int il, int n) {
 
 template <typename Rows>
 void Session::AttendBlock(const float* const* q, int rows, Rows keys, int64_t key_stride,
-                          Rows values, int64_t value_stride, const int* lasts, int dim,
-                          int out_dim, float scale, const float* const* sinks, float* scratch,
+                          Rows values, int64_t value_stride, const int* lasts, int dim, int out_dim,
+                          float scale, const float* const* sinks, float* scratch,
                           float* const* out) {
   int n_keys = 0;
   for (int t = 0; t < rows; ++t) n_keys = std::max(n_keys, lasts[t] + 1);

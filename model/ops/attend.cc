@@ -72,8 +72,9 @@ void WidenedDots(TensorType type, const float* q, int64_t q_stride, int n_q, con
   const auto* bytes = static_cast<const uint8_t*>(keys);
   for (int j0 = 0; j0 < n_keys; j0 += kHalfRows) {
     const int nk = std::min(kHalfRows, n_keys - j0);
-    AttendDots(q, q_stride, n_q, WidenRows(type, bytes + j0 * key_row_bytes, key_row_bytes, nk, dim),
-               dim, nk, dim, dots + j0, dots_stride);
+    AttendDots(q, q_stride, n_q,
+               WidenRows(type, bytes + j0 * key_row_bytes, key_row_bytes, nk, dim), dim, nk, dim,
+               dots + j0, dots_stride);
   }
 }
 

@@ -144,8 +144,8 @@ void Dots(const float* q, int64_t q_stride, int n_q, const Key* keys, int64_t ke
   if (n_q == 1) {
     for (int j = 0; j < n_keys; j += 8) {
       PrefetchWholeRows(keys, key_stride, j + ahead, std::min(n_keys, j + ahead + 8), row_bytes);
-      AnyDotsPass<1, 8>(q, q_stride, 1, keys + j * key_stride, key_stride,
-                        std::min(8, n_keys - j), dim, dots + j, dots_stride);
+      AnyDotsPass<1, 8>(q, q_stride, 1, keys + j * key_stride, key_stride, std::min(8, n_keys - j),
+                        dim, dots + j, dots_stride);
     }
     return;
   }
@@ -158,9 +158,9 @@ void Dots(const float* q, int64_t q_stride, int n_q, const Key* keys, int64_t ke
           PrefetchWholeRows(keys, key_stride, j + ahead, std::min(n_keys, j + ahead + 2),
                             row_bytes);
         }
-        AnyDotsPass<4, 2>(q + t * q_stride, q_stride, std::min(4, n_q - t),
-                          keys + j * key_stride, key_stride, std::min(2, j1 - j), dim,
-                          dots + t * dots_stride + j, dots_stride);
+        AnyDotsPass<4, 2>(q + t * q_stride, q_stride, std::min(4, n_q - t), keys + j * key_stride,
+                          key_stride, std::min(2, j1 - j), dim, dots + t * dots_stride + j,
+                          dots_stride);
       }
     }
   }
@@ -277,14 +277,21 @@ void Values(const float* const* p, const int* n, int n_q, int dim, int row_bytes
 void AttendValues(const float* const* p, const int* n, int n_q, const float* values,
                   int64_t value_stride, int dim, float* const* out) {
   Values(
-      p, n, n_q, dim, dim * 4, [&](int e) { return FloatStrip{values + e, value_stride}; }, out);
+      p, n, n_q, dim, dim * 4,
+      [&](int e) {
+        return FloatStrip{values + e, value_stride};
+      },
+      out);
 }
 
 void AttendValuesQ8(const float* const* p, const int* n, int n_q, const BlockQ8_0* values,
                     int64_t value_stride, int dim, float* const* out) {
   Values(
       p, n, n_q, dim, AttendRowBytes<BlockQ8_0>(dim),
-      [&](int e) { return Q8Strip{values + e / kQK, value_stride, e % kQK}; }, out);
+      [&](int e) {
+        return Q8Strip{values + e / kQK, value_stride, e % kQK};
+      },
+      out);
 }
 
 }  // namespace

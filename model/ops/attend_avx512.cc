@@ -66,7 +66,8 @@ inline void AddProducts(const float* const* qs, int c, const __m512* kv, __m512 
 
 // Reduces the sums of a pass and stores those of real queries and keys.
 template <int kQ, int kKv>
-COLIBRI_INLINE void StoreDots(__m512 (*acc)[kKv], int n_q, int n_keys, float* dots, int64_t dots_stride) {
+COLIBRI_INLINE void StoreDots(__m512 (*acc)[kKv], int n_q, int n_keys, float* dots,
+                              int64_t dots_stride) {
   for (int i = 0; i < std::min(kQ, n_q); ++i) {
     for (int v = 0; v < kKv; ++v) {
       alignas(64) float lanes[16];
@@ -118,7 +119,8 @@ void DotsPassQ8(const float* q, int64_t q_stride, int n_q, const BlockQ8_0* keys
     }
     for (int s = 0; s < kQK; s += 8) {
       __m512 kv[kKv];
-      for (int v = 0; v < kKv; ++v) kv[v] = TwoQ8Rows(ks[2 * v][b].qs + s, ks[2 * v + 1][b].qs + s, d[v]);
+      for (int v = 0; v < kKv; ++v)
+        kv[v] = TwoQ8Rows(ks[2 * v][b].qs + s, ks[2 * v + 1][b].qs + s, d[v]);
       AddProducts<kQ, kKv>(qs, b * kQK + s, kv, acc);
     }
   }
@@ -128,8 +130,7 @@ void DotsPassQ8(const float* q, int64_t q_stride, int n_q, const BlockQ8_0* keys
 // DotsPass over float rows or DotsPassQ8 over q8_0 blocks.
 template <int kQ, int kKv, typename Key>
 inline void AnyDotsPass(const float* q, int64_t q_stride, int n_q, const Key* keys,
-                        int64_t key_stride, int n_keys, int dim, float* dots,
-                        int64_t dots_stride) {
+                        int64_t key_stride, int n_keys, int dim, float* dots, int64_t dots_stride) {
   if constexpr (std::is_same_v<Key, float>) {
     DotsPass<kQ, kKv>(q, q_stride, n_q, keys, key_stride, n_keys, dim, dots, dots_stride);
   } else {
@@ -147,8 +148,8 @@ void Dots(const float* q, int64_t q_stride, int n_q, const Key* keys, int64_t ke
     for (int j = 0; j < n_keys; j += 16) {
       avx2::PrefetchWholeRows(keys, key_stride, j + ahead, std::min(n_keys, j + ahead + 16),
                               row_bytes);
-      AnyDotsPass<1, 8>(q, q_stride, 1, keys + j * key_stride, key_stride,
-                        std::min(16, n_keys - j), dim, dots + j, dots_stride);
+      AnyDotsPass<1, 8>(q, q_stride, 1, keys + j * key_stride, key_stride, std::min(16, n_keys - j),
+                        dim, dots + j, dots_stride);
     }
     return;
   }
@@ -158,9 +159,9 @@ void Dots(const float* q, int64_t q_stride, int n_q, const Key* keys, int64_t ke
         avx2::PrefetchWholeRows(keys, key_stride, j + ahead, std::min(n_keys, j + ahead + 4),
                                 row_bytes);
       }
-      AnyDotsPass<8, 2>(q + t * q_stride, q_stride, std::min(8, n_q - t),
-                        keys + j * key_stride, key_stride, std::min(4, n_keys - j), dim,
-                        dots + t * dots_stride + j, dots_stride);
+      AnyDotsPass<8, 2>(q + t * q_stride, q_stride, std::min(8, n_q - t), keys + j * key_stride,
+                        key_stride, std::min(4, n_keys - j), dim, dots + t * dots_stride + j,
+                        dots_stride);
     }
   }
 }
@@ -199,7 +200,8 @@ struct Q8Strip {
     const BlockQ8_0& block = b[j * stride];
     const __m512 d = _mm512_set1_ps(avx2::Half(block.d));
     for (int k = 0; k < kNv; ++k) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs + offset + 16 * k));
+      const __m128i q =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs + offset + 16 * k));
       vk[k] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
     }
   }
@@ -286,14 +288,21 @@ void Values(const float* const* p, const int* n, int n_q, int dim, int row_bytes
 void AttendValues(const float* const* p, const int* n, int n_q, const float* values,
                   int64_t value_stride, int dim, float* const* out) {
   Values(
-      p, n, n_q, dim, dim * 4, [&](int e) { return FloatStrip{values + e, value_stride}; }, out);
+      p, n, n_q, dim, dim * 4,
+      [&](int e) {
+        return FloatStrip{values + e, value_stride};
+      },
+      out);
 }
 
 void AttendValuesQ8(const float* const* p, const int* n, int n_q, const BlockQ8_0* values,
                     int64_t value_stride, int dim, float* const* out) {
   Values(
       p, n, n_q, dim, avx2::AttendRowBytes<BlockQ8_0>(dim),
-      [&](int e) { return Q8Strip{values + e / kQK, value_stride, e % kQK}; }, out);
+      [&](int e) {
+        return Q8Strip{values + e / kQK, value_stride, e % kQK};
+      },
+      out);
 }
 
 }  // namespace

@@ -39,8 +39,7 @@ inline void NeonWidenQ8(const BlockQ8_0& block, float32x4_t out[8]) {
 // Queries in groups of up to 4 against one key at a time: each key block is
 // widened once per group.
 void NeonAttendDotsQ8(const float* q, int64_t q_stride, int n_q, const BlockQ8_0* keys,
-                      int64_t key_stride, int n_keys, int dim, float* dots,
-                      int64_t dots_stride) {
+                      int64_t key_stride, int n_keys, int dim, float* dots, int64_t dots_stride) {
   constexpr int kGroup = 4;
   for (int t0 = 0; t0 < n_q; t0 += kGroup) {
     const int nt = std::min(kGroup, n_q - t0);

@@ -80,9 +80,9 @@ using AttendValuesFn = void (*)(const float* const* p, const int* n, int n_q,
 // The same over rows of q8_0 blocks (attend.h's Q8_0Rows): strides in
 // blocks, dim % 32 == 0; the results are those of the float products over the
 // dequantized rows, bit for bit.
-using AttendDotsQ8_0Fn = void (*)(const float* q, int64_t q_stride, int n_q,
-                                  const BlockQ8_0* keys, int64_t key_stride, int n_keys, int dim,
-                                  float* dots, int64_t dots_stride);
+using AttendDotsQ8_0Fn = void (*)(const float* q, int64_t q_stride, int n_q, const BlockQ8_0* keys,
+                                  int64_t key_stride, int n_keys, int dim, float* dots,
+                                  int64_t dots_stride);
 using AttendValuesQ8_0Fn = void (*)(const float* const* p, const int* n, int n_q,
                                     const BlockQ8_0* values, int64_t value_stride, int dim,
                                     float* const* out);
