@@ -17,8 +17,9 @@ namespace {
 // query passes over them.
 constexpr int kKeyBlock = 64;
 
-// Half-float rows widened per call of the float products: 32 rows of a
-// 128-wide head are 16 KiB of floats, which stay in L1 with the queries.
+// Half-float (or, without q8_0 passes, q8_0) rows widened per call of the
+// float products: 32 rows of a 128-wide head are 16 KiB of floats, which stay
+// in L1 with the queries.
 constexpr int kHalfRows = 32;
 
 // Value rows per call of the AttendValues kernels, which sweep their rows
