@@ -43,15 +43,17 @@ constexpr const char* kTraceRoutingHelp =
 using colibri::coordinator::InspectOptions;
 using colibri::coordinator::RunOptions;
 
-// --kv-type f32|f16 (arch::KvType).
+// --kv-type f32|f16|q8_0 (arch::KvType).
 void AddKvTypeFlag(CLI::App* cmd, colibri::arch::KvType* kv_type) {
   using colibri::arch::KvType;
-  const std::map<std::string, KvType> types = {{"f32", KvType::kF32}, {"f16", KvType::kF16}};
+  const std::map<std::string, KvType> types = {
+      {"f32", KvType::kF32}, {"f16", KvType::kF16}, {"q8_0", KvType::kQ8_0}};
   cmd->add_option("--kv-type", *kv_type,
-                  "element type of the KV cache: f32, or f16 (half the memory and the bytes "
-                  "attention reads)")
+                  "element type of the KV cache: f32, f16 (half the memory and the bytes "
+                  "attention reads) or q8_0 (8-bit blocks of 32 with a scale: 0.27 of f32's; "
+                  "head dimensions must be multiples of 32)")
       ->transform(CLI::CheckedTransformer(types))
-      ->type_name("f32|f16")
+      ->type_name("f32|f16|q8_0")
       ->default_str("f32");
 }
 
