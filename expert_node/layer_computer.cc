@@ -192,6 +192,7 @@ absl::Status LayerComputer::ComputeUncounted(const v1::ComputeLayerRequest& requ
   reply->set_ram_misses(misses);
   requests_.fetch_add(1);
   routes_.fetch_add(static_cast<uint64_t>(work.n_routes()));
+  disk_wait_micros_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(disk_wait_micros, 0)));
   return absl::OkStatus();
 }
 
@@ -201,6 +202,7 @@ LayerComputer::Counters LayerComputer::counters() const {
   c.routes = routes_.load();
   c.in_flight = in_flight_.load();
   c.overlapped_experts = overlapped_experts_.load();
+  c.disk_wait_micros = disk_wait_micros_.load();
   return c;
 }
 

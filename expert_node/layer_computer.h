@@ -72,6 +72,9 @@ class LayerComputer {
     // Experts computed while a read of the same request was still in flight
     // (the compute that overlapped the disk), over all requests.
     uint64_t overlapped_experts = 0;
+    // Time the requests computed successfully waited for the disk (the sum
+    // of their replies' disk_wait_micros).
+    uint64_t disk_wait_micros = 0;
   };
 
   // registry, tier and usage are borrowed and must outlive the computer;
@@ -106,6 +109,7 @@ class LayerComputer {
   std::atomic<uint64_t> routes_{0};
   std::atomic<int32_t> in_flight_{0};
   std::atomic<uint64_t> overlapped_experts_{0};
+  std::atomic<uint64_t> disk_wait_micros_{0};
   // 100 us to ~13 s.
   metrics::Histogram seconds_{metrics::ExponentialBuckets(1e-4, 2, 18)};
 };

@@ -98,6 +98,7 @@ TEST_F(StreamTest, ResidentExpertsAreComputedWhileAMissIsRead) {
   EXPECT_FALSE(parts[0].held_returned) << "residents computed only after every read";
   EXPECT_EQ(parts[1].experts, std::vector<int32_t>{held});
   EXPECT_EQ(compute.counters().overlapped_experts, residents.size());
+  EXPECT_EQ(compute.counters().disk_wait_micros, static_cast<uint64_t>(reply.disk_wait_micros()));
   EXPECT_EQ(reply.ram_hits(), static_cast<int32_t>(residents.size()));
   EXPECT_EQ(reply.ram_misses(), 1);
   ExpectBitwiseEqual(reply, LocalOutputs(*m_.model, request), request.routes_size(),
