@@ -84,8 +84,6 @@ class LayerRows {
   // pass through; rows of a failed call may be partly written.
   absl::Status Compute(const std::vector<int32_t>& experts,
                        const moe::ExpertGroupRunner::ExpertLookup& lookup);
-  // Routes computed so far.
-  int64_t routes_done() const { return routes_done_; }
   // The outputs, as ComputeLayerWork's `out`. FailedPrecondition unless every
   // route was computed.
   absl::Status Finish(std::vector<float>* out);

@@ -69,8 +69,8 @@ class LayerComputer {
     uint64_t requests = 0;  // computed successfully
     uint64_t routes = 0;    // routes of those
     int32_t in_flight = 0;  // Compute calls running now
-    // Experts computed while a read of the same request was still in flight
-    // (the compute that overlapped the disk), over all requests.
+    // Experts whose compute ended while a read of the same request was still
+    // in flight (compute that overlapped the disk), over all requests.
     uint64_t overlapped_experts = 0;
     // Time the requests computed successfully waited for the disk (the sum
     // of their replies' disk_wait_micros).
