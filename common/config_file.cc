@@ -209,12 +209,11 @@ absl::StatusOr<std::vector<ConfigEntry>> ParseConfigText(absl::string_view text,
                                                    kMaxConfigBytes, " bytes"));
   }
   if (const int line = FindOverlongKey(text); line != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": a dotted key of more than ",
-                                                   kMaxKeyParts, " parts"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", line, ": a dotted key of more than ", kMaxKeyParts, " parts"));
   }
-  toml::parse_result parsed =
-      toml::parse(std::string_view(text.data(), text.size()),
-                  std::string_view(source.data(), source.size()));
+  toml::parse_result parsed = toml::parse(std::string_view(text.data(), text.size()),
+                                          std::string_view(source.data(), source.size()));
   if (!parsed) {
     const toml::parse_error& error = parsed.error();
     const int line = static_cast<int>(error.source().begin.line);

@@ -34,8 +34,8 @@ namespace colibri {
 inline constexpr size_t kMaxConfigBytes = 1 << 20;
 
 struct ConfigEntry {
-  std::string section;              // "" before any [section] header
-  std::string key;                  // e.g. "ram-budget"
+  std::string section;  // "" before any [section] header
+  std::string key;      // e.g. "ram-budget"
   // One for a scalar, any number for a list: strings as written, integers in
   // decimal, floats in their shortest exact form, flags as true/false.
   std::vector<std::string> values;

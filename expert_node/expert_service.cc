@@ -92,7 +92,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ExpertServiceImpl::ImportWithProgres
   if (!import_queue_->Post([this, writer, request] {
         v1::ImportReply reply;
         const absl::Status status = importer_->Import(
-            *request, &reply, [writer](const v1::ImportReply& so_far) { writer->Progress(so_far); });
+            *request, &reply,
+            [writer](const v1::ImportReply& so_far) { writer->Progress(so_far); });
         writer->Finish(status, reply);
       })) {
     writer->Finish(absl::UnavailableError("node is shutting down"), {});

@@ -412,13 +412,7 @@ class GatedHttpServer::Gate {
         Drop(w);
         return true;
       }
-      if (!w.started) {
-        w.started = true;
-        w.deadline = absl::Now() + options_.request_deadline;
-      }
-      const size_t from = w.head.size() >= 3 ? w.head.size() - 3 : 0;
-      w.head.append(chunk, static_cast<size_t>(n));
-      if (TryHandOff(w, from)) return true;
+      if (Received(w, chunk, static_cast<size_t>(n))) return true;
     }
   }
 
@@ -432,12 +426,18 @@ class GatedHttpServer::Gate {
       Drop(w);
       return true;
     }
+    return Received(w, chunk, static_cast<size_t>(n));
+  }
+
+  // Bytes of the request arrived (the first start its deadline); true when
+  // the connection left the gate.
+  bool Received(Waiting& w, const char* data, size_t n) {
     if (!w.started) {
       w.started = true;
       w.deadline = absl::Now() + options_.request_deadline;
     }
     const size_t from = w.head.size() >= 3 ? w.head.size() - 3 : 0;
-    w.head.append(chunk, static_cast<size_t>(n));
+    w.head.append(data, n);
     return TryHandOff(w, from);
   }
 

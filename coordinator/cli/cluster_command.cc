@@ -75,7 +75,7 @@ absl::Status RunPlan(const PlanOptions& options, std::ostream& out) {
         "  memory: RAM tier %s (%s) + %s -> systemd MemoryMax=%dG, Kubernetes limits.memory: "
         "%dGi\n",
         FormatBytes(budget == 0 ? bytes[i] : std::min(budget, bytes[i])),
-        budget == 0           ? "its experts; ram-budget not known"
+        budget == 0          ? "its experts; ram-budget not known"
         : budget <= bytes[i] ? "its ram-budget"
                              : "its experts, under its ram-budget",
         FormatBytes(kNodeMemoryOverheadBytes), limit_gib, limit_gib);

@@ -31,8 +31,8 @@ inline constexpr uint64_t kNodeMemoryOverheadBytes = uint64_t{1} << 30;
 uint64_t RecommendedNodeMemoryLimit(uint64_t ram_budget_bytes, uint64_t placed_bytes);
 
 // `colibri-coordinator plan`: where every expert would go and the bytes per
-// node, with each node's recommended memory limit, moving nothing. Contacts the nodes for their ids and capacity unless
-// assume_equal (then node ids are their addresses).
+// node, with each node's recommended memory limit, moving nothing. Contacts the nodes for their ids
+// and capacity unless assume_equal (then node ids are their addresses).
 absl::Status RunPlan(const PlanOptions& options, std::ostream& out);
 
 }  // namespace colibri::coordinator

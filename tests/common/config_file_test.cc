@@ -73,7 +73,8 @@ TEST(ConfigFileTest, SyntaxErrorsNameFileLineAndProblem) {
       {"a = 1 2\n", "t.toml:1: key 'a': Error while parsing key-value pair"},
       {"[serve\n", "t.toml:1: Error while parsing table header"},
       {"[a.b]\n", "t.toml:1: key 'a.b': sections do not nest"},
-      {"a = 1\n\na = 2\n", "t.toml:3: key 'a': Error while parsing key-value pair: cannot redefine"},
+      {"a = 1\n\na = 2\n",
+       "t.toml:3: key 'a': Error while parsing key-value pair: cannot redefine"},
       {"a = \"\\q\"\n", "t.toml:1: key 'a': Error while parsing string: unknown escape"},
       {"a = yes\n", "t.toml:1: key 'a': Error while parsing value"},
   };
@@ -141,9 +142,9 @@ TEST(ConfigFileTest, ReadsWhatTheHandParserCouldNot) {
   EXPECT_EQ(e[5].section, "generate");
   EXPECT_EQ(e[6].section, "generate");
   EXPECT_EQ(e[5].line, 11);
-  EXPECT_THAT(std::vector<std::string>({e[5].key + "=" + e[5].values[0],
-                                        e[6].key + "=" + e[6].values[0]}),
-              ::testing::UnorderedElementsAre("temp=0.5", "seed=7"));
+  EXPECT_THAT(
+      std::vector<std::string>({e[5].key + "=" + e[5].values[0], e[6].key + "=" + e[6].values[0]}),
+      ::testing::UnorderedElementsAre("temp=0.5", "seed=7"));
 }
 
 TEST(ConfigFileTest, ValuesThatAreNoOptionValuesNameTheirKey) {

@@ -135,6 +135,17 @@ class HttpHostileTest : public ::testing::Test {
     return path;
   }
 
+  // /health (three times) and a request that needs a thread are answered.
+  void ExpectServed() {
+    for (int i = 0; i < 3; ++i) {
+      const auto [status, body] = Curl("GET", "/health");
+      EXPECT_EQ(status, 200) << body;
+    }
+    const auto [status, body] =
+        Curl("POST", "/tokenize", BodyFile("tokenize.json", R"({"content":"hello"})"));
+    EXPECT_EQ(status, 200) << body;
+  }
+
   // A connection that sent the start of a request header and then stalls.
   void OpenStalled(int n) {
     for (int i = 0; i < n; ++i) {
@@ -157,13 +168,7 @@ class HttpHostileTest : public ::testing::Test {
 TEST_F(HttpHostileTest, StalledHeadersHoldNoThread) {
   StartServe();
   OpenStalled(24);
-  for (int i = 0; i < 3; ++i) {
-    const auto [status, body] = Curl("GET", "/health");
-    EXPECT_EQ(status, 200) << body;
-  }
-  const auto [status, body] =
-      Curl("POST", "/tokenize", BodyFile("tokenize.json", R"({"content":"hello"})"));
-  EXPECT_EQ(status, 200) << body;
+  ExpectServed();
 }
 
 // A header sent one byte at a time never completes: the request deadline
@@ -417,13 +422,7 @@ TEST_F(HttpsHostileTest, StalledHandshakesAndHeadersHoldNoThread) {
     ASSERT_GE(fd, 0);
     open_.push_back(fd);
   }
-  for (int i = 0; i < 3; ++i) {
-    const auto [status, body] = Curl("GET", "/health");
-    EXPECT_EQ(status, 200) << body;
-  }
-  const auto [status, body] =
-      Curl("POST", "/tokenize", BodyFile("tokenize.json", R"({"content":"hello"})"));
-  EXPECT_EQ(status, 200) << body;
+  ExpectServed();
 }
 
 // A header sent one byte at a time over TLS is cut at the request deadline
