@@ -194,6 +194,15 @@ TEST(ConfigFileTest, HostileFilesGetAnErrorNotACrash) {
       {dotted_inline, "t.toml:1: a dotted key of more than"},
       {garbage, "t.toml:"},
       {std::string("a = \"x\0y\"\n", 9), "t.toml:1: key 'a'"},
+      // Found by config_file_fuzz: toml++ asserts that a header's key starts
+      // with a key character.
+      {"[(", "t.toml:1: Error while parsing key"},
+      {"a = 1\n[ (x]\n", "t.toml:2: Error while parsing key"},
+      {"a.(=1\n", "t.toml:1: key 'a.(': Error while parsing key"},
+      // Also found by it: toml++'s non-ASCII whitespace test reached
+      // __builtin_unreachable on '¡' (U+00A1; the sanitizer build sees it).
+      {"a = 1 \xc2\xa1\n", "t.toml:1: key 'a': Error while parsing key-value pair"},
+      {"a = 1\n\xc2\xa1 = 2\n", "t.toml:2:"},
       {huge, "a config file has at most"},
   };
   for (const auto& [text, expected] : cases) {
