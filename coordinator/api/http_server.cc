@@ -173,49 +173,39 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return absl::InvalidArgumentError("--http-tls-cert and --http-tls-key go together");
   }
-  int read_timeout_seconds = options.read_timeout_seconds;
+  GatedHttpServer::Options gate;
+  gate.threads = options.threads;
+  gate.request_deadline = absl::Seconds(options.request_deadline_seconds);
+  gate.keep_alive = absl::Seconds(options.keep_alive_seconds);
+  gate.keep_alive_max_requests = options.keep_alive_max_requests;
+  gate.read_timeout = absl::Seconds(options.read_timeout_seconds);
+  gate.write_timeout = absl::Seconds(options.write_timeout_seconds);
+  gate.max_pending_per_address = options.max_pending_per_address;
+  gate.after_request = ReleaseMemoryAfterRequest;
+  auto gated = std::make_unique<GatedHttpServer>(
+      gate,
+      [raw = server.get()](absl::string_view head, std::string* response) {
+        return raw->QuickHealth(head, response);
+      },
+      [](int status, const std::string& message) {
+        return openai::Dump(openai::MakeError(status, message).body);
+      });
   if (!options.tls_cert_file.empty()) {
     for (const std::string& file : {options.tls_cert_file, options.tls_key_file}) {
       COLIBRI_RETURN_IF_ERROR(rpc::ReadWholeFile(file).status());
     }
-    auto https = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
-                                                      options.tls_key_file.c_str());
-    if (!https->is_valid()) {
+    absl::Status tls = gated->UseTls(options.tls_cert_file, options.tls_key_file);
+    if (!tls.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--http-tls-cert ", options.tls_cert_file, " / --http-tls-key ", options.tls_key_file,
           ": not a PEM certificate chain and its private key"));
     }
-    https->new_task_queue = [threads = options.threads] {
-      return new httplib::ThreadPool(threads);
-    };
-    https->set_keep_alive_timeout(options.keep_alive_seconds);
-    https->set_keep_alive_max_count(options.keep_alive_max_requests);
-    // Without the gate, the deadline of a request bounds each read of it.
-    read_timeout_seconds = std::min(read_timeout_seconds, options.request_deadline_seconds);
-    server->server_ = std::move(https);
-  } else {
-    GatedHttpServer::Options gate;
-    gate.threads = options.threads;
-    gate.request_deadline = absl::Seconds(options.request_deadline_seconds);
-    gate.keep_alive = absl::Seconds(options.keep_alive_seconds);
-    gate.keep_alive_max_requests = options.keep_alive_max_requests;
-    gate.read_timeout = absl::Seconds(options.read_timeout_seconds);
-    gate.write_timeout = absl::Seconds(options.write_timeout_seconds);
-    gate.max_pending_per_address = options.max_pending_per_address;
-    gate.after_request = ReleaseMemoryAfterRequest;
-    server->server_ = std::make_unique<GatedHttpServer>(
-        gate,
-        [raw = server.get()](absl::string_view head, std::string* response) {
-          return raw->QuickHealth(head, response);
-        },
-        [](int status, const std::string& message) {
-          return openai::Dump(openai::MakeError(status, message).body);
-        });
   }
+  server->server_ = std::move(gated);
   httplib::Server& http = *server->server_;
   // cpp-httplib sets these as the accepted sockets' SO_RCVTIMEO/SO_SNDTIMEO;
   // keep-alive is the gate's.
-  http.set_read_timeout(read_timeout_seconds, 0);
+  http.set_read_timeout(options.read_timeout_seconds, 0);
   http.set_write_timeout(options.write_timeout_seconds, 0);
   http.set_payload_max_length(options.max_body_bytes);
   if (options.metrics != nullptr) {
