@@ -200,6 +200,23 @@ absl::Status Cluster::SetMembers(const std::vector<std::string>& addresses) {
   return absl::OkStatus();
 }
 
+void Cluster::SetExtraCopies(std::vector<placement::ExtraCopy> extras) {
+  std::sort(extras.begin(), extras.end());
+  extras.erase(std::unique(extras.begin(), extras.end()), extras.end());
+  absl::MutexLock lock(&mu_);
+  if (rebalancer_) wanted_extras_ = std::move(extras);
+}
+
+Cluster::ExtraCopyCounters Cluster::extra_copy_counters() const {
+  absl::MutexLock lock(&mu_);
+  return extra_counters_;
+}
+
+void Cluster::RecordMovedBytes(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  extra_counters_.moved_bytes += bytes;
+}
+
 int64_t Cluster::replacements() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(placements_.size()) - 1;
@@ -603,6 +620,34 @@ int64_t NewAssignments(const Placement& from, const Placement& to) {
   return n;
 }
 
+// `base` with those of `extras` that are placeable: on an available node in
+// range that does not hold the expert already.
+absl::StatusOr<Placement> WithPlaceableExtras(const Placement& base,
+                                              const std::vector<placement::ExtraCopy>& extras,
+                                              const std::vector<bool>& available) {
+  std::vector<placement::ExtraCopy> placeable;
+  for (const placement::ExtraCopy& x : extras) {
+    if (x.layer < 0 || x.layer >= base.n_layer() || x.expert < 0 ||
+        x.expert >= base.n_expert(x.layer) || x.node < 0 || x.node >= base.n_nodes() ||
+        x.node >= static_cast<int>(available.size()) || !available[x.node]) {
+      continue;
+    }
+    absl::Span<const int> owners = base.Owners(x.layer, x.expert);
+    if (std::find(owners.begin(), owners.end(), x.node) != owners.end()) continue;
+    placeable.push_back(x);
+  }
+  return base.WithExtraCopies(placeable);
+}
+
+// The extra copies of `to` that `from` lacks.
+int64_t NewExtras(const Placement& from, const Placement& to) {
+  const std::vector<placement::ExtraCopy> a = from.AllExtras();
+  const std::vector<placement::ExtraCopy> b = to.AllExtras();
+  int64_t n = 0;
+  for (const placement::ExtraCopy& x : b) n += std::find(a.begin(), a.end(), x) == a.end();
+  return n;
+}
+
 // The addresses of nodes [0, want.size()) that are left out of `want`,
 // retired ones apart.
 std::string NodeList(const Cluster& cluster, const std::vector<bool>& want,
@@ -623,22 +668,26 @@ void Cluster::RebalanceLoop() {
     std::vector<bool> want;
     std::vector<bool> retired;
     std::vector<PlacementNode> placement_nodes;
+    std::vector<placement::ExtraCopy> extras;
     bool repair = false;
     Rebalancer rebalancer;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || wanted_available_ != available_ || repair_requested_;
+        return stop_ || wanted_available_ != available_ || repair_requested_ ||
+               wanted_extras_ != extras_;
       };
       mu_.Await(absl::Condition(&ready));
       if (stop_) return;
       want = wanted_available_;
       retired = retired_;
       placement_nodes = PlacementNodesOfSlots(static_cast<int>(want.size()));
-      repair = want == available_;
+      extras = wanted_extras_;
+      repair = want == available_ && extras == extras_;
       repair_requested_ = false;
       rebalancer = rebalancer_;
     }
+    const bool only_extras = !repair && want == available_;
     absl::Status status;
     std::unique_ptr<Placement> next;
     if (repair) {
@@ -648,13 +697,19 @@ void Cluster::RebalanceLoop() {
       const int n_available = static_cast<int>(std::count(want.begin(), want.end(), true));
       absl::StatusOr<Placement> computed = Placement::Compute(
           placement_nodes, experts_per_layer_, std::min(options_.replicas, n_available), want);
+      if (computed.ok()) computed = WithPlaceableExtras(*computed, extras, want);
       status = computed.status();
       if (status.ok()) {
         next = std::make_unique<Placement>(*std::move(computed));
-        Log(absl::StrCat(
-            "cluster: re-placing experts (excluded: ", NodeList(*this, want, retired, false),
-            "; retired: ", NodeList(*this, want, retired, true), "; ",
-            NewAssignments(placement(), *next), " expert copies move)"));
+        if (only_extras) {
+          Log(absl::StrCat("cluster: extra copies of hot experts: ", NewExtras(placement(), *next),
+                           " to add, ", NewExtras(*next, placement()), " to drop"));
+        } else {
+          Log(absl::StrCat(
+              "cluster: re-placing experts (excluded: ", NodeList(*this, want, retired, false),
+              "; retired: ", NodeList(*this, want, retired, true), "; ",
+              NewAssignments(placement(), *next), " expert copies move)"));
+        }
         status = rebalancer(*next);
       }
     }
@@ -675,8 +730,13 @@ void Cluster::RebalanceLoop() {
       continue;
     }
     const int64_t moved = NewAssignments(placement(), *next);
+    const int64_t added = NewExtras(placement(), *next);
+    const int64_t dropped = NewExtras(*next, placement());
     {
       absl::MutexLock lock(&mu_);
+      extras_ = extras;
+      extra_counters_.added += added;
+      extra_counters_.dropped += dropped;
       placements_.push_back(std::move(next));
       available_ = want;
       // Nodes that joined meanwhile are not in this placement yet.
@@ -684,8 +744,13 @@ void Cluster::RebalanceLoop() {
       moved_experts_ += moved;
       current_.store(placements_.back().get(), std::memory_order_release);
     }
-    Log(absl::StrCat(
-        "cluster: new placement in force (excluded: ", NodeList(*this, want, retired, false), ")"));
+    if (only_extras) {
+      Log(absl::StrCat("cluster: extra copies in force: ", added, " added, ", dropped,
+                       " dropped"));
+    } else {
+      Log(absl::StrCat("cluster: new placement in force (excluded: ",
+                       NodeList(*this, want, retired, false), ")"));
+    }
     ReleaseRetiredClients();
   }
 }

@@ -35,6 +35,16 @@
 // is retired. The last node in force is retired only once another can take
 // its experts. Without a rebalancer membership never changes.
 //
+// Extra copies: SetExtraCopies names copies of experts beyond the rendezvous
+// replicas (hot-expert replication). The re-placement thread makes a placement
+// with those of them on nodes in force, hands it to the rebalancer (the nodes
+// receive or import the new copies and acknowledge them) and installs it only
+// once that succeeds: a copy is used only once its node confirmed it. A copy
+// no longer named is dropped by installing a placement without it; the
+// rendezvous copies stay in every placement, so an expert always keeps a
+// confirmed copy. If the rebalancer fails (a node lost mid-transfer), the
+// placement in force stays and the copies are tried again after a back-off.
+//
 // Repair: a node that answers DataLoss or NotFound for an expert it should
 // hold (a stored value failed its checksum and was dropped) gets it back: the
 // same thread runs the rebalancer for the placement in force, which re-sends
@@ -225,6 +235,21 @@ class Cluster {
   bool excluded(int node) const;
   // Placements installed after the first.
   int64_t replacements() const;
+  // The extra copies wanted from now on (see Extra copies); returns at once,
+  // the re-placement thread does the rest (no-op without a rebalancer).
+  // Copies of nodes out of the placement, or of experts a node holds as a
+  // rendezvous replica, are left out when placing.
+  void SetExtraCopies(std::vector<placement::ExtraCopy> extras);
+  // Extra copies installed placements added and dropped, and the bytes the
+  // rebalancer reported moving for placements (RecordMovedBytes), cumulative.
+  struct ExtraCopyCounters {
+    int64_t added = 0;
+    int64_t dropped = 0;
+    int64_t moved_bytes = 0;
+  };
+  ExtraCopyCounters extra_copy_counters() const;
+  // Adds bytes a rebalancer sent or had imported (for extra_copy_counters).
+  void RecordMovedBytes(int64_t bytes);
   // Expert copies the installed placements gave to a node that did not hold
   // them in the placement before (Σ over re-placements).
   int64_t moved_experts() const;
@@ -352,6 +377,11 @@ class Cluster {
   int64_t expert_losses_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t moved_experts_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> retired_ ABSL_GUARDED_BY(mu_);
+  // Extra copies wanted (SetExtraCopies) and those of the placement in force
+  // as they were asked for (before leaving out the unplaceable ones).
+  std::vector<placement::ExtraCopy> wanted_extras_ ABSL_GUARDED_BY(mu_);
+  std::vector<placement::ExtraCopy> extras_ ABSL_GUARDED_BY(mu_);
+  ExtraCopyCounters extra_counters_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> members_ ABSL_GUARDED_BY(mu_);
   // Probe thread only: clients of listed addresses not yet in, and those
   // whose failure was logged.
