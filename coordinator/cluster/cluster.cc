@@ -116,6 +116,7 @@ Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
       slots_(new Node[capacity_]),
       healthy_(reachable),
       unhealthy_since_(nodes.size(), absl::InfinitePast()),
+      outrun_(nodes.size(), false),
       counters_(nodes.size()),
       latency_(nodes.size(), LatencyEstimator(options.latency)),
       available_(reachable),
@@ -130,8 +131,9 @@ Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
   }
   clients_.assign(std::make_move_iterator(clients.begin()), std::make_move_iterator(clients.end()));
   n_nodes_.store(static_cast<int>(nodes.size()), std::memory_order_release);
-  placements_.push_back(std::make_unique<const Placement>(std::move(placement)));
-  current_.store(placements_.back().get(), std::memory_order_release);
+  placements_.emplace_back(std::make_unique<const Placement>(std::move(placement)),
+                           absl::InfiniteFuture());
+  current_.store(placements_.back().first.get(), std::memory_order_release);
   prober_ = std::thread([this] { ProbeLoop(); });
 }
 
@@ -219,7 +221,7 @@ void Cluster::RecordMovedBytes(int64_t bytes) {
 
 int64_t Cluster::replacements() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(placements_.size()) - 1;
+  return installed_;
 }
 
 void Cluster::Log(const std::string& line) const {
@@ -281,6 +283,7 @@ void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, d
   if (status.ok()) {
     latency_[node].Observe(now, work, wait_seconds, node_seconds);
     c.work_units += work;
+    outrun_[node] = false;
   }
   c.bytes_sent += bytes_sent;
   c.bytes_received += bytes_received;
@@ -377,7 +380,16 @@ void Cluster::RecordCancelledCall(int node, int64_t bytes_sent, double wait_seco
   ++c.requests;
   c.bytes_sent += bytes_sent;
   c.wait_seconds += wait_seconds;
-  if (outrun) latency_[node].Observe(now, work, wait_seconds, 0.0);
+  if (outrun) {
+    latency_[node].Observe(now, work, wait_seconds, 0.0);
+    outrun_[node] = true;
+    ++c.outruns;
+  }
+}
+
+bool Cluster::outrun(int node) const {
+  absl::MutexLock lock(&mu_);
+  return node < static_cast<int>(outrun_.size()) && outrun_[node];
 }
 
 void Cluster::RecordHedges(const HedgeCounters& delta) {
@@ -412,6 +424,15 @@ NodeCounters Cluster::counters(int node) const {
   return counters_[node];
 }
 
+std::vector<int64_t> Cluster::WorkUnits(int n) const {
+  std::vector<int64_t> out(n, 0);
+  absl::MutexLock lock(&mu_);
+  for (int i = 0; i < n && i < static_cast<int>(counters_.size()); ++i) {
+    out[i] = counters_[i].work_units;
+  }
+  return out;
+}
+
 int64_t Cluster::fallback_routes() const {
   absl::MutexLock lock(&mu_);
   return fallback_routes_;
@@ -420,6 +441,7 @@ int64_t Cluster::fallback_routes() const {
 void Cluster::ProbeLoop() {
   while (true) {
     std::vector<int> unhealthy;
+    std::vector<int> outrun;
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.probe_interval);
@@ -427,7 +449,16 @@ void Cluster::ProbeLoop() {
       UpdateWantedPlacement();
       for (int i = 0; i < n_nodes(); ++i) {
         if (!healthy_[i] && !retired_[i] && !slots_[i].provisional) unhealthy.push_back(i);
+        if (healthy_[i] && outrun_[i] && !retired_[i]) outrun.push_back(i);
       }
+    }
+    // An outrun node that answers its probe is given primary work again (its
+    // estimate then decides how much).
+    for (int i : outrun) {
+      std::shared_ptr<NodeClient> c = client(i);
+      if (c == nullptr || !c->CheckHealth().ok()) continue;
+      absl::MutexLock lock(&mu_);
+      outrun_[i] = false;
     }
     for (int i : unhealthy) {
       std::shared_ptr<NodeClient> c = client(i);
@@ -541,6 +572,7 @@ bool Cluster::AddNode(const std::string& address, v1::InventoryReply inventory,
     node.inventory = std::move(inventory);
     healthy_.push_back(true);
     unhealthy_since_.push_back(absl::InfinitePast());
+    outrun_.push_back(false);
     counters_.emplace_back();
     latency_.emplace_back(options_.latency);
     available_.push_back(false);
@@ -737,12 +769,19 @@ void Cluster::RebalanceLoop() {
       extras_ = extras;
       extra_counters_.added += added;
       extra_counters_.dropped += dropped;
-      placements_.push_back(std::move(next));
+      const absl::Time now = absl::Now();
+      placements_.back().second = now;
+      placements_.erase(
+          std::remove_if(placements_.begin(), placements_.end(),
+                         [now](const auto& p) { return now - p.second > kPlacementGrace; }),
+          placements_.end());
+      placements_.emplace_back(std::move(next), absl::InfiniteFuture());
+      ++installed_;
       available_ = want;
       // Nodes that joined meanwhile are not in this placement yet.
       available_.resize(wanted_available_.size(), false);
       moved_experts_ += moved;
-      current_.store(placements_.back().get(), std::memory_order_release);
+      current_.store(placements_.back().first.get(), std::memory_order_release);
     }
     if (only_extras) {
       Log(absl::StrCat("cluster: extra copies in force: ", added, " added, ", dropped,

@@ -157,6 +157,8 @@ struct NodeCounters {
   int64_t floor_bytes = 0;
   // ExpertWork units of the calls the node answered (hedged ones included).
   int64_t work_units = 0;
+  // Calls of the node cancelled because hedges answered their share first.
+  int64_t outruns = 0;
 };
 
 // Hedged calls, cumulative (RemoteBackendStats has the same per backend).
@@ -215,10 +217,13 @@ class Cluster {
   // ClusterOptions::clock.
   absl::Time Now() const { return options_.clock ? options_.clock() : absl::Now(); }
 
-  // The placement in force. The reference stays valid for the cluster's
-  // lifetime, but a re-placement may install a newer one at any time: read it
-  // once per unit of work (a layer) and use that copy throughout.
+  // The placement in force. A re-placement may install a newer one at any
+  // time: read it once per unit of work (a layer) and use that reference
+  // throughout. The reference stays valid for at least kPlacementGrace after
+  // a newer placement replaced it (then it may be freed, so that hot-expert
+  // rounds do not pile placements up).
   const Placement& placement() const { return *current_.load(std::memory_order_acquire); }
+  static constexpr absl::Duration kPlacementGrace = absl::Minutes(1);
 
   // Makes every node hold what `placement` assigns it (called on the cluster's
   // re-placement thread, never concurrently with itself). OK means the
@@ -302,9 +307,15 @@ class Cluster {
   // answered its share first) it took at least that long, so the wait feeds
   // the node's estimate as a reply of that time without reported work: a
   // slow or hung node loses new work while the estimate is fresh, and is not
-  // marked suspect for it.
+  // marked suspect for it. An outrun node is also outrun() until it answers a
+  // call or its next health probe (every probe_interval).
   void RecordCancelledCall(int node, int64_t bytes_sent, double wait_seconds, int64_t work,
                            bool outrun);
+  // True from a call of node outrun by hedges until the node answers a call
+  // (RecordCall OK) or a health probe: it gets no new first-choice work while
+  // another healthy copy exists, so that a hung node costs one hedge delay,
+  // not one per layer.
+  bool outrun(int node) const;
   // Adds a backend's hedge counters.
   void RecordHedges(const HedgeCounters& delta);
   HedgeCounters hedges() const;
@@ -312,6 +323,8 @@ class Cluster {
   void RecordFailover(int node);
   void RecordFallbackRoutes(int64_t n);
   NodeCounters counters(int node) const;
+  // NodeCounters::work_units of nodes [0, n), read at once (0 beyond n_nodes).
+  std::vector<int64_t> WorkUnits(int n) const;
   int64_t fallback_routes() const;
 
   // Stops the background threads early (the destructor does too). Waits for a
@@ -359,6 +372,7 @@ class Cluster {
   mutable absl::Mutex mu_;
   std::vector<bool> healthy_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> unhealthy_since_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> outrun_ ABSL_GUARDED_BY(mu_);  // [nodes]: see outrun()
   std::vector<NodeCounters> counters_ ABSL_GUARDED_BY(mu_);
   std::vector<LatencyEstimator> latency_ ABSL_GUARDED_BY(mu_);  // [nodes]
   int64_t fallback_routes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -367,8 +381,12 @@ class Cluster {
   double hedge_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time hedge_refilled_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  // Every placement ever installed (a handful), so references stay valid.
-  std::vector<std::unique_ptr<const Placement>> placements_ ABSL_GUARDED_BY(mu_);
+  // The placement in force (last) and those it replaced less than
+  // kPlacementGrace ago, each with the time it was replaced
+  // (absl::InfiniteFuture() for the one in force).
+  std::vector<std::pair<std::unique_ptr<const Placement>, absl::Time>> placements_
+      ABSL_GUARDED_BY(mu_);
+  int64_t installed_ ABSL_GUARDED_BY(mu_) = 0;  // placements installed after the first
   std::vector<bool> available_ ABSL_GUARDED_BY(mu_);         // of the placement in force
   std::vector<bool> wanted_available_ ABSL_GUARDED_BY(mu_);  // what health asks for
   Rebalancer rebalancer_ ABSL_GUARDED_BY(mu_);

@@ -70,11 +70,6 @@ std::vector<ExpertPart> ExpertParts(const moe::ExpertWeights& w) {
   return parts;
 }
 
-uint64_t ExpertBytes(const moe::ExpertWeights& w) {
-  uint64_t total = 0;
-  for (const ExpertPart& part : ExpertParts(w)) total += part.bytes;
-  return total;
-}
 
 // The header fields of version 2 records: biases and activation.
 void FillBiasesAndActivation(const moe::ExpertWeights& w, v1::IngestChunk* chunk) {
@@ -315,6 +310,12 @@ absl::Status ImportExperts(const Cluster& cluster, int i, const std::vector<Expe
 }
 
 }  // namespace
+
+uint64_t ExpertBytes(const moe::ExpertWeights& w) {
+  uint64_t total = 0;
+  for (const ExpertPart& part : ExpertParts(w)) total += part.bytes;
+  return total;
+}
 
 uint64_t ExpertChecksum(const moe::ExpertWeights& w) {
   XXH64_state_t* state = XXH64_createState();

@@ -185,16 +185,34 @@ std::vector<int> RemoteExpertBackend::ChooseReplicas(const Placement& placement,
                                                      const std::vector<int64_t>& work,
                                                      const std::vector<bool>& healthy) const {
   if (placement.max_copies() == 1) return std::vector<int>(placement.n_expert(layer), 0);
+  // Outrun nodes take no first-choice work while another healthy copy exists.
+  std::vector<bool> usable = healthy;
+  for (size_t i = 0; i < usable.size(); ++i) usable[i] = usable[i] && !cluster_->outrun(i);
+  std::vector<int> chosen;
   switch (cluster_->replica_choice()) {
     case ReplicaChoice::kFastest:
-      return ChooseFastestReplicas(placement, layer, work, cluster_->Speeds(placement.n_nodes()),
-                                   healthy);
+      chosen = ChooseFastestReplicas(placement, layer, work,
+                                     cluster_->Speeds(placement.n_nodes()), usable,
+                                     cluster_->WorkUnits(placement.n_nodes()));
+      break;
     case ReplicaChoice::kBalance:
-      return BalanceReplicas(placement, layer, work, healthy);
+      chosen = BalanceReplicas(placement, layer, work, usable);
+      break;
     case ReplicaChoice::kPrimary:
+      chosen.assign(placement.n_expert(layer), 0);
       break;
   }
-  return std::vector<int>(placement.n_expert(layer), 0);
+  for (int e = 0; e < static_cast<int>(chosen.size()); ++e) {
+    absl::Span<const int> owners = placement.Owners(layer, e);
+    if (usable[owners[chosen[e]]]) continue;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (usable[owners[i]]) {
+        chosen[e] = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  return chosen;
 }
 
 int RemoteExpertBackend::OwnerAt(const Placement& placement, int32_t e, int attempt) const {

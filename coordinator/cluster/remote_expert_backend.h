@@ -32,7 +32,9 @@
 // cancelled. The bytes of the losing calls (cancelled, or answered when their
 // reply could no longer be used) count as wasted.
 // A late call outrun by its hedges does not make its node suspect; its wait
-// feeds the node's estimate as a lower bound (Cluster::RecordCancelledCall).
+// feeds the node's estimate as a lower bound (Cluster::RecordCancelledCall),
+// and the node takes no first-choice work while it is Cluster::outrun (until
+// it answers a call or a health probe) and another healthy copy exists.
 // Calls that fail while another call covers their experts need no failover.
 // Whichever call answers, the result is bitwise the same.
 //

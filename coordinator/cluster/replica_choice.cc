@@ -16,7 +16,8 @@ NodeSpeed SpeedOf(const LatencyEstimate& e) {
 std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, int layer,
                                        absl::Span<const int64_t> work,
                                        const std::vector<NodeSpeed>& speed,
-                                       const std::vector<bool>& usable) {
+                                       const std::vector<bool>& usable,
+                                       absl::Span<const int64_t> node_work) {
   const int n_expert = placement.n_expert(layer);
   std::vector<int> chosen(n_expert, 0);
   if (placement.max_copies() == 1) return chosen;
@@ -57,7 +58,14 @@ std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, in
     for (int i = 0; i < copies(e); ++i) {
       const int node = owner(e, i);
       if (!usable[node] || finish[i] > band) continue;
-      if (best < 0 || load[node] < load[owner(e, best)]) best = i;
+      if (best < 0 || load[node] < load[owner(e, best)]) {
+        best = i;
+      } else if (load[node] == load[owner(e, best)] &&
+                 static_cast<size_t>(node) < node_work.size() &&
+                 static_cast<size_t>(owner(e, best)) < node_work.size() &&
+                 node_work[node] < node_work[owner(e, best)]) {
+        best = i;
+      }
     }
     chosen[e] = best;
     load[owner(e, best)] += work[e];

@@ -86,7 +86,11 @@ inline constexpr double kEquallyFastSlack = 1.25;
 // with one usable copy go there first; the others, by decreasing work (then
 // expert id), each to the usable copy with the earliest expected finish
 // (NodeSpeed::Expected(work given so far + its work)), the least loaded of
-// the copies equally early, then the earlier in Owners order. Equally early:
+// the copies equally early, then the one of least node_work[node] when
+// node_work is given (e.g. the work the nodes answered so far: a one-token
+// layer is a tie between idle copies every time, and this spreads an expert's
+// load over its copies across steps), then the earlier in Owners order.
+// Equally early:
 // expected no later than kEquallyFastSlack x the earliest, or than the
 // earliest plus the earliest copy's NodeSpeed::NetworkSpread. The latter
 // keeps equally fast nodes sharing the work when their estimates differ by
@@ -102,7 +106,8 @@ inline constexpr double kEquallyFastSlack = 1.25;
 std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, int layer,
                                        absl::Span<const int64_t> work,
                                        const std::vector<NodeSpeed>& speed,
-                                       const std::vector<bool>& usable);
+                                       const std::vector<bool>& usable,
+                                       absl::Span<const int64_t> node_work = {});
 
 }  // namespace colibri::coordinator
 

@@ -91,6 +91,21 @@ TEST(ClusterTest, AnsweredCallsCountTheirWork) {
   EXPECT_EQ(t->cluster->counters(1).work_units, 3);
 }
 
+// A node outrun by hedges stays outrun while its health probe fails and is
+// cleared by the first probe it answers.
+TEST(ClusterTest, AnOutrunNodeIsClearedByTheProbeItAnswers) {
+  std::unique_ptr<TestCluster> t = MakeCluster(2, 1, absl::InfiniteDuration());
+  t->nodes[0]->set_down(true);
+  t->cluster->RecordCancelledCall(0, 10, 0.5, 7, /*outrun=*/true);
+  t->cluster->RecordCancelledCall(1, 10, 0.5, 7, /*outrun=*/false);
+  EXPECT_TRUE(t->cluster->outrun(0));
+  EXPECT_FALSE(t->cluster->outrun(1));
+  EXPECT_TRUE(t->cluster->healthy(0));
+  EXPECT_EQ(t->cluster->counters(0).outruns, 1);
+  t->nodes[0]->set_down(false);
+  EXPECT_TRUE(Eventually([&] { return !t->cluster->outrun(0); }));
+}
+
 TEST(ClusterTest, NodeAwayTooLongIsReplacedAndPlacedBackWhenHealthy) {
   auto t = MakeCluster(3, 1, absl::Milliseconds(30));
   ASSERT_NE(t->cluster, nullptr);
