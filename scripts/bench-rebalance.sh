@@ -91,14 +91,11 @@ start_serve on --rebalance --rebalance-interval "$interval"
 situations=(off on)
 
 # metric NAME SITUATION: the sum of NAME's samples in that serve's /metrics.
-metric() {
-  bench_serve_metrics "${HTTP[$2]}" | awk -v n="$1" '$1 == n || index($1, n "{") == 1 { s += $2 }
-    END { printf "%.0f\n", s }'
-}
+metric() { bench_serve_metric "$1" "${HTTP[$2]}"; }
 # work_units SITUATION: the nodes' colibri_node_work_units_total, in node order.
 work_units() {
-  bench_serve_metrics "${HTTP[$1]}" | awk '$1 ~ /^colibri_node_work_units_total\{/ { print $2 }' |
-    tr '\n' ' '
+  bench_serve_metrics "${HTTP[$1]}" |
+    awk '$1 ~ /^colibri_node_work_units_total\{/ { printf "%s ", $2 } END { print "" }'
 }
 # generate SITUATION TEXT OUT: one greedy generation; its token ids to OUT.
 generate() {

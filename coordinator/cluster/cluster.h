@@ -289,8 +289,9 @@ class Cluster {
   LatencyEstimate latency(int node) const;
   // The speed ChooseFastestReplicas weighs for nodes [0, n_nodes): their
   // estimates (SpeedOf), except that a node whose estimate is stale or absent,
-  // or that has not replied for kProbeAfterWaits of its waits, counts
-  // as fast as the fastest other one, so that it is given work and measured.
+  // has fewer than kTrustedReplies replies, or has not replied for
+  // kProbeAfterWaits of its waits, counts as fast as the fastest other one,
+  // so that it is given work and measured.
   std::vector<NodeSpeed> Speeds(int n_nodes) const;
   // The deadline of a ComputeLayer call of `work` ExpertWork units to node
   // (see ClusterOptions::deadline_factor).

@@ -75,6 +75,14 @@ NodeSpeed SpeedOf(const LatencyEstimate& e);
 // its waits, a bounded share of the time.
 inline constexpr double kProbeAfterWaits = 50;
 
+// Replies a node's estimate needs before Cluster::Speeds weighs it: with
+// fewer it counts as fast as the fastest, so that it is given work and
+// measured. A node's first reply is often slow (a fresh connection, a process
+// woken on a loaded host); judged on it alone, the node waits kProbeAfterWaits
+// of that slow wait, which can be a whole short generation, before it is tried
+// again. Three replies make the recent figure (their median) mean something.
+inline constexpr int64_t kTrustedReplies = 3;
+
 // Expected finish times within this factor of the earliest count as equally
 // early: among those, the least loaded node wins, so that nodes of about the
 // same speed share the work instead of the marginally faster one taking all.

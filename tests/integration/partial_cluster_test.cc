@@ -92,6 +92,18 @@ class PartialClusterTest : public ::testing::Test {
     return port;
   }
 
+  // Starts three nodes (data in temporary folders named after `what`) and
+  // lists them in addresses_.
+  void StartThree(const std::string& what) {
+    for (int i = 0; i < 3; ++i) {
+      nodes_.push_back(
+          std::make_unique<NodeProcess>(testing::MakeTempDir(what), "node-" + std::to_string(i)));
+      std::string error;
+      ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
+      addresses_ += (i > 0 ? "," : "") + nodes_.back()->address();
+    }
+  }
+
   // Starts `serve` of model over addresses_ with `extra` flags and connects
   // a client to it.
   void Serve(const std::string& model, const std::vector<std::string>& extra) {
@@ -177,13 +189,7 @@ TEST_F(PartialClusterTest, ServeKeepsTheLocalTokensWhileANodeIsStopped) {
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const std::vector<int32_t> expected = ParseIds(local.out);
   ASSERT_EQ(expected.size(), static_cast<size_t>(n));
-  for (int i = 0; i < 3; ++i) {
-    nodes_.push_back(
-        std::make_unique<NodeProcess>(testing::MakeTempDir("hung"), "node-" + std::to_string(i)));
-    std::string error;
-    ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
-    addresses_ += (i > 0 ? "," : "") + nodes_.back()->address();
-  }
+  ASSERT_NO_FATAL_FAILURE(StartThree("hung"));
   ASSERT_NO_FATAL_FAILURE(Serve(model, {"--replicas", "2"}));
   const v1::GenerateRequest request = Request(prompt, n);
   // Healthy first: every node has replied, so every node has an estimate.
@@ -225,13 +231,7 @@ TEST_F(PartialClusterTest, RebalancingKeepsTheLocalTokensWhenANodeDies) {
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const std::vector<int32_t> expected = ParseIds(local.out);
   ASSERT_EQ(expected.size(), static_cast<size_t>(n));
-  for (int i = 0; i < 3; ++i) {
-    nodes_.push_back(std::make_unique<NodeProcess>(testing::MakeTempDir("rebalance"),
-                                                   "node-" + std::to_string(i)));
-    std::string error;
-    ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
-    addresses_ += (i > 0 ? "," : "") + nodes_.back()->address();
-  }
+  ASSERT_NO_FATAL_FAILURE(StartThree("rebalance"));
   ASSERT_NO_FATAL_FAILURE(Serve(model, {"--rebalance-interval", "0.05"}));
   const v1::GenerateRequest request = Request(prompt, n);
   absl::StatusOr<v1::ClusterStatusReply> status = client_->ClusterStatus();

@@ -8,34 +8,14 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/cluster/cluster_test_support.h"
 #include "tests/coordinator/cluster/fake_node_client.h"
 
 namespace colibri::coordinator {
 namespace {
 
-// Records every placement it is asked to realise; fails while told to.
-class RecordingRebalancer {
- public:
-  absl::Status operator()(const Placement&) {
-    absl::MutexLock lock(&mu_);
-    ++calls_;
-    if (fail_) return absl::UnavailableError("no room anywhere");
-    return absl::OkStatus();
-  }
-  void set_fail(bool fail) {
-    absl::MutexLock lock(&mu_);
-    fail_ = fail;
-  }
-  int calls() {
-    absl::MutexLock lock(&mu_);
-    return calls_;
-  }
-
- private:
-  absl::Mutex mu_;
-  bool fail_ ABSL_GUARDED_BY(mu_) = false;
-  int calls_ ABSL_GUARDED_BY(mu_) = 0;
-};
+using testing::Eventually;
+using testing::RecordingRebalancer;
 
 const std::vector<int> kExperts = {16, 0, 16, 16};
 
@@ -68,16 +48,6 @@ std::unique_ptr<TestCluster> MakeCluster(int n_nodes, int replicas, absl::Durati
   EXPECT_TRUE(c.ok()) << c.status();
   if (c.ok()) t->cluster = *std::move(c);
   return t;
-}
-
-// Polls `done` for up to 20 s (the events come from the cluster's threads).
-template <typename F>
-bool Eventually(F done) {
-  for (int i = 0; i < 4000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
 }
 
 // A node's work counts the ExpertWork units of the calls it answered; a

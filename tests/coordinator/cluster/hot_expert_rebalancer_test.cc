@@ -4,13 +4,12 @@
 // are dropped, and RAM budgets bound the copies.
 #include "coordinator/cluster/hot_expert_rebalancer.h"
 
-#include <chrono>
 #include <sstream>
-#include <thread>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/cluster/cluster_test_support.h"
 #include "tests/coordinator/cluster/fake_node_client.h"
 
 namespace colibri::coordinator {
@@ -19,35 +18,12 @@ namespace {
 constexpr int64_t kExpertBytes = 1000;
 const std::vector<int> kExperts = {8, 8};
 
-// Realises placements on demand; fails while told to (a node lost mid-transfer).
-class Rebalancer {
- public:
-  absl::Status operator()(const Placement& p) {
-    absl::MutexLock lock(&mu_);
-    ++calls_;
-    if (fail_) return absl::UnavailableError("node lost mid-transfer");
-    last_extras_ = p.AllExtras();
-    return absl::OkStatus();
-  }
-  void set_fail(bool fail) {
-    absl::MutexLock lock(&mu_);
-    fail_ = fail;
-  }
-  int calls() {
-    absl::MutexLock lock(&mu_);
-    return calls_;
-  }
-
- private:
-  absl::Mutex mu_;
-  bool fail_ ABSL_GUARDED_BY(mu_) = false;
-  int calls_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<placement::ExtraCopy> last_extras_ ABSL_GUARDED_BY(mu_);
-};
+using testing::Eventually;
+using testing::RecordingRebalancer;
 
 struct Fixture {
   std::unique_ptr<Cluster> cluster;
-  Rebalancer rebalancer;
+  RecordingRebalancer rebalancer;
   std::ostringstream log;
   absl::Mutex use_mu;
   std::vector<std::vector<int64_t>> use ABSL_GUARDED_BY(use_mu) = {std::vector<int64_t>(8, 0),
@@ -90,15 +66,6 @@ struct Fixture {
     return -1;
   }
 };
-
-template <typename F>
-bool Eventually(F done) {
-  for (int i = 0; i < 4000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
-}
 
 TEST(HotExpertRebalancerTest, AddsACopyOnlyOnceConfirmedAndDropsItWhenCold) {
   Fixture f(100 * kExpertBytes);
