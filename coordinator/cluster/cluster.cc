@@ -309,7 +309,7 @@ std::vector<NodeSpeed> Cluster::Speeds(int n_nodes) const {
     // Due to be measured again: weighed as the fastest, and still counted in
     // what the fastest is.
     stale[i] =
-        e.samples < kTrustedReplies ||
+        counters_[i].requests < kTrustedReplies ||
         now - e.last_reply > absl::Seconds(kProbeAfterWaits * std::max(e.wait_ewma, e.wait_high));
     speed[i] = SpeedOf(e);
     if (!any_fresh) {

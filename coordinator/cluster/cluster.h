@@ -289,7 +289,7 @@ class Cluster {
   LatencyEstimate latency(int node) const;
   // The speed ChooseFastestReplicas weighs for nodes [0, n_nodes): their
   // estimates (SpeedOf), except that a node whose estimate is stale or absent,
-  // has fewer than kTrustedReplies replies, or has not replied for
+  // has been sent fewer than kTrustedReplies calls, or has not replied for
   // kProbeAfterWaits of its waits, counts as fast as the fastest other one,
   // so that it is given work and measured.
   std::vector<NodeSpeed> Speeds(int n_nodes) const;

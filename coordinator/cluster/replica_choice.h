@@ -75,12 +75,14 @@ NodeSpeed SpeedOf(const LatencyEstimate& e);
 // its waits, a bounded share of the time.
 inline constexpr double kProbeAfterWaits = 50;
 
-// Replies a node's estimate needs before Cluster::Speeds weighs it: with
-// fewer it counts as fast as the fastest, so that it is given work and
-// measured. A node's first reply is often slow (a fresh connection, a process
-// woken on a loaded host); judged on it alone, the node waits kProbeAfterWaits
-// of that slow wait, which can be a whole short generation, before it is tried
-// again. Three replies make the recent figure (their median) mean something.
+// Calls a node must have been sent since it joined before Cluster::Speeds
+// weighs its estimate: before, it counts as fast as the fastest, so that it is
+// given work and measured. A node's first replies are often slow (a fresh
+// connection, a process woken on a loaded host); judged on one of them alone,
+// the node waits kProbeAfterWaits of that slow wait, which can be a whole short
+// generation, before it is tried again. Three replies make the recent figure
+// (their median) mean something. Counted over the node's life, not per fresh
+// estimate: a slow node re-measured after a pause costs one call, not three.
 inline constexpr int64_t kTrustedReplies = 3;
 
 // Expected finish times within this factor of the earliest count as equally

@@ -95,7 +95,7 @@ TEST_F(LatencyAwareBackendTest, ANodeJudgedSlowByAFewColdRepliesIsMeasuredAgainS
 }
 
 // A node whose only reply so far was slow (a cold first call) counts as fast
-// as the fastest until it has kTrustedReplies replies; from then on its
+// as the fastest until it has been sent kTrustedReplies calls; from then on its
 // estimate decides.
 TEST_F(LatencyAwareBackendTest, OneSlowFirstReplyDoesNotJudgeANode) {
   MakeCluster(3, 2, absl::Milliseconds(5), ReplicaChoice::kFastest);
