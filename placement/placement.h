@@ -43,7 +43,9 @@ struct ExtraCopy {
     return layer == o.layer && expert == o.expert && node == o.node;
   }
   bool operator<(const ExtraCopy& o) const {
-    return layer != o.layer ? layer < o.layer : expert != o.expert ? expert < o.expert : node < o.node;
+    return layer != o.layer     ? layer < o.layer
+           : expert != o.expert ? expert < o.expert
+                                : node < o.node;
   }
 };
 

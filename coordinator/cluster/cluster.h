@@ -387,7 +387,7 @@ class Cluster {
   // (absl::InfiniteFuture() for the one in force).
   std::vector<std::pair<std::unique_ptr<const Placement>, absl::Time>> placements_
       ABSL_GUARDED_BY(mu_);
-  int64_t installed_ ABSL_GUARDED_BY(mu_) = 0;  // placements installed after the first
+  int64_t installed_ ABSL_GUARDED_BY(mu_) = 0;               // placements installed after the first
   std::vector<bool> available_ ABSL_GUARDED_BY(mu_);         // of the placement in force
   std::vector<bool> wanted_available_ ABSL_GUARDED_BY(mu_);  // what health asks for
   Rebalancer rebalancer_ ABSL_GUARDED_BY(mu_);

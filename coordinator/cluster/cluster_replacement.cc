@@ -160,8 +160,7 @@ void Cluster::RebalanceLoop() {
       current_.store(placements_.back().first.get(), std::memory_order_release);
     }
     if (only_extras) {
-      Log(absl::StrCat("cluster: extra copies in force: ", added, " added, ", dropped,
-                       " dropped"));
+      Log(absl::StrCat("cluster: extra copies in force: ", added, " added, ", dropped, " dropped"));
     } else {
       Log(absl::StrCat("cluster: new placement in force (excluded: ",
                        NodeList(*this, want, retired, false), ")"));

@@ -70,7 +70,6 @@ std::vector<ExpertPart> ExpertParts(const moe::ExpertWeights& w) {
   return parts;
 }
 
-
 // The header fields of version 2 records: biases and activation.
 void FillBiasesAndActivation(const moe::ExpertWeights& w, v1::IngestChunk* chunk) {
   auto bias = [](int64_t n, v1::ExpertTensor* t) {

@@ -18,9 +18,9 @@ double Max(const std::vector<double>& v) {
 
 // The inputs sized to the placement, with their defaults filled in.
 struct Normalized {
-  std::vector<double> seconds_per_load;  // [node] > 0
-  std::vector<bool> usable;              // [node]
-  std::vector<int64_t> budget;           // [node]
+  std::vector<double> seconds_per_load;   // [node] > 0
+  std::vector<bool> usable;               // [node]
+  std::vector<int64_t> budget;            // [node]
   std::vector<std::vector<double>> load;  // [layer][expert]
   std::vector<int64_t> expert_bytes;      // [layer]
 };
@@ -86,7 +86,8 @@ std::vector<double> LayerNodeTimes(const std::vector<std::vector<int>>& owners,
     if (!(w > 0)) continue;
     copies.clear();
     for (int node : owners[e]) {
-      if (node >= 0 && node < n_nodes && (node >= static_cast<int>(usable.size()) || usable[node])) {
+      if (node >= 0 && node < n_nodes &&
+          (node >= static_cast<int>(usable.size()) || usable[node])) {
         copies.push_back(node);
       }
     }
@@ -136,7 +137,9 @@ HotExpertPlan PlanHotExperts(const HotExpertInputs& in, const HotExpertOptions& 
   plan.cost_before = total_cost();
   const std::vector<ExtraCopy> current = p.AllExtras();
   double total_load = 0;
-  for (const auto& layer : m.load) total_load = std::accumulate(layer.begin(), layer.end(), total_load);
+  for (const auto& layer : m.load) {
+    total_load = std::accumulate(layer.begin(), layer.end(), total_load);
+  }
   if (!(total_load > 0)) {
     plan.extras = current;
     plan.cost_after = plan.cost_before;
@@ -206,7 +209,8 @@ HotExpertPlan PlanHotExperts(const HotExpertInputs& in, const HotExpertOptions& 
       if (bytes <= 0 || plan.bytes_added + bytes > options.max_bytes_added) continue;
       const std::vector<double> time =
           LayerNodeTimes(owners[l], m.load[l], m.seconds_per_load, m.usable);
-      const int busiest = static_cast<int>(std::max_element(time.begin(), time.end()) - time.begin());
+      const int busiest =
+          static_cast<int>(std::max_element(time.begin(), time.end()) - time.begin());
       const double cost = time[busiest];
       if (!(cost > 0)) continue;
       std::vector<int> candidates;

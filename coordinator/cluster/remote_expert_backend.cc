@@ -191,9 +191,8 @@ std::vector<int> RemoteExpertBackend::ChooseReplicas(const Placement& placement,
   std::vector<int> chosen;
   switch (cluster_->replica_choice()) {
     case ReplicaChoice::kFastest:
-      chosen = ChooseFastestReplicas(placement, layer, work,
-                                     cluster_->Speeds(placement.n_nodes()), usable,
-                                     cluster_->WorkUnits(placement.n_nodes()));
+      chosen = ChooseFastestReplicas(placement, layer, work, cluster_->Speeds(placement.n_nodes()),
+                                     usable, cluster_->WorkUnits(placement.n_nodes()));
       break;
     case ReplicaChoice::kBalance:
       chosen = BalanceReplicas(placement, layer, work, usable);
@@ -297,10 +296,10 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
     call->retired = client == nullptr;
     // Hedges are not hedged again; a call with no other copy to go to finds
     // that out when it is due.
-    const absl::Duration hedge_delay = hedge_of == nullptr && !call->retired &&
-                                               placement.max_copies() > 1
-                                           ? cluster_->HedgeDelay(call->node, call->work)
-                                           : absl::InfiniteDuration();
+    const absl::Duration hedge_delay =
+        hedge_of == nullptr && !call->retired && placement.max_copies() > 1
+            ? cluster_->HedgeDelay(call->node, call->work)
+            : absl::InfiniteDuration();
     if (hedge_delay < absl::Hours(24)) {
       call->hedge_at = call->start + absl::ToChronoMicroseconds(hedge_delay);
     }

@@ -27,7 +27,7 @@ struct Fixture {
   std::ostringstream log;
   absl::Mutex use_mu;
   std::vector<std::vector<int64_t>> use ABSL_GUARDED_BY(use_mu) = {std::vector<int64_t>(8, 0),
-                                                                  std::vector<int64_t>(8, 0)};
+                                                                   std::vector<int64_t>(8, 0)};
   std::unique_ptr<HotExpertRebalancer> hot;
 
   explicit Fixture(uint64_t ram_budget) {
@@ -47,12 +47,12 @@ struct Fixture {
     }
     cluster = *Cluster::Create(options, "fp", kExperts, std::move(clients), std::move(nodes));
     cluster->SetRebalancer([this](const Placement& p) { return rebalancer(p); });
-    hot = std::make_unique<HotExpertRebalancer>(
-        HotExpertRebalancerOptions(), cluster.get(), std::vector<int64_t>{kExpertBytes, kExpertBytes},
-        [this] {
-          absl::MutexLock lock(&use_mu);
-          return use;
-        });
+    hot = std::make_unique<HotExpertRebalancer>(HotExpertRebalancerOptions(), cluster.get(),
+                                                std::vector<int64_t>{kExpertBytes, kExpertBytes},
+                                                [this] {
+                                                  absl::MutexLock lock(&use_mu);
+                                                  return use;
+                                                });
   }
   void Use(int layer, int expert, int64_t routes) {
     absl::MutexLock lock(&use_mu);

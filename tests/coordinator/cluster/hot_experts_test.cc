@@ -18,7 +18,7 @@ using placement::Placement;
 using placement::PlacementNode;
 
 constexpr int64_t kBytes = 1000;  // one expert
-constexpr int kE = 64;           // experts per layer
+constexpr int kE = 64;            // experts per layer
 
 Placement Make(int n_nodes, std::vector<int> experts_per_layer) {
   std::vector<PlacementNode> nodes;

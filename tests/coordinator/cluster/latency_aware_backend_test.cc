@@ -101,8 +101,8 @@ TEST_F(LatencyAwareBackendTest, OneSlowFirstReplyDoesNotJudgeANode) {
   MakeCluster(3, 2, absl::Milliseconds(5), ReplicaChoice::kFastest);
   for (int n = 0; n < 3; ++n) SlowReplies(n, n == 1 ? 1 : 8, n == 1 ? 0.002 : 0.0002);
   std::vector<NodeSpeed> speed = cluster_->Speeds(3);
-  EXPECT_DOUBLE_EQ(speed[1].network_seconds, std::min(speed[0].network_seconds,
-                                                      speed[2].network_seconds));
+  EXPECT_DOUBLE_EQ(speed[1].network_seconds,
+                   std::min(speed[0].network_seconds, speed[2].network_seconds));
   SlowReplies(1, kTrustedReplies - 1, 0.002);
   speed = cluster_->Speeds(3);
   EXPECT_GT(speed[1].network_seconds, 5 * speed[0].network_seconds);
