@@ -95,8 +95,8 @@ HotExpertPlan HotExpertRebalancer::Round() {
   stats_.last_cost_after = plan.cost_after;
   if (!plan.added.empty() || !plan.dropped.empty()) {
     cluster_->Log(absl::StrFormat(
-        "rebalance: %d extra copies to add (%d bytes), %d to drop; expected layer time %.3g -> "
-        "%.3g",
+        "rebalance: %d extra copies to add (%d bytes), %d to drop; plan cost %.3g -> %.3g (sum "
+        "over layers of the busiest node's load x its seconds per unit)",
         plan.added.size(), plan.bytes_added, plan.dropped.size(), plan.cost_before,
         plan.cost_after));
     cluster_->SetExtraCopies(plan.extras);
