@@ -377,6 +377,23 @@ int main(int argc, char** argv) {
         ->default_str("auto");
   }
   AddClusterFlags(serve_cmd, &serve.cluster, "node-");
+  serve.cluster.rebalance = true;
+  serve_cmd
+      ->add_flag("--rebalance,!--no-rebalance", serve.cluster.rebalance,
+                 "with --nodes: copy the most used experts to the nodes that relieve the busiest "
+                 "one most (fastest first, within their RAM budgets) and drop copies that stay "
+                 "cold, in the background; a copy is used once its node holds it")
+      ->default_str("on");
+  serve_cmd
+      ->add_option("--rebalance-interval", serve.cluster.rebalance_interval_seconds,
+                   "seconds between --rebalance rounds")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 7 * 24 * 3600.0));
+  serve_cmd
+      ->add_option("--rebalance-bytes", serve.cluster.rebalance_bytes,
+                   "most expert bytes one --rebalance round sends; suffixes K, M, G (binary)")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("256M");
   AddSpeculationFlags(serve_cmd, &serve.speculation);
   AddWireFlags(serve_cmd, &serve.cluster.wire);
 

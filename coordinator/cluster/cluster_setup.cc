@@ -70,12 +70,6 @@ std::vector<ExpertPart> ExpertParts(const moe::ExpertWeights& w) {
   return parts;
 }
 
-uint64_t ExpertBytes(const moe::ExpertWeights& w) {
-  uint64_t total = 0;
-  for (const ExpertPart& part : ExpertParts(w)) total += part.bytes;
-  return total;
-}
-
 // The header fields of version 2 records: biases and activation.
 void FillBiasesAndActivation(const moe::ExpertWeights& w, v1::IngestChunk* chunk) {
   auto bias = [](int64_t n, v1::ExpertTensor* t) {
@@ -330,6 +324,12 @@ absl::Status ImportExperts(const Cluster& cluster, int i, const std::vector<Expe
 }
 
 }  // namespace
+
+uint64_t ExpertBytes(const moe::ExpertWeights& w) {
+  uint64_t total = 0;
+  for (const ExpertPart& part : ExpertParts(w)) total += part.bytes;
+  return total;
+}
 
 uint64_t ExpertChecksum(const moe::ExpertWeights& w) {
   XXH64_state_t* state = XXH64_createState();
