@@ -131,13 +131,18 @@ Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
   }
   clients_.assign(std::make_move_iterator(clients.begin()), std::make_move_iterator(clients.end()));
   n_nodes_.store(static_cast<int>(nodes.size()), std::memory_order_release);
-  placements_.emplace_back(std::make_unique<const Placement>(std::move(placement)),
+  placements_.emplace_back(std::make_shared<const Placement>(std::move(placement)),
                            absl::InfiniteFuture());
   current_.store(placements_.back().first.get(), std::memory_order_release);
   prober_ = std::thread([this] { ProbeLoop(); });
 }
 
 Cluster::~Cluster() { Shutdown(); }
+
+std::shared_ptr<const Placement> Cluster::HoldPlacement() const {
+  absl::MutexLock lock(&mu_);
+  return placements_.back().first;
+}
 
 void Cluster::Shutdown() {
   {

@@ -224,6 +224,9 @@ class Cluster {
   // rounds do not pile placements up).
   const Placement& placement() const { return *current_.load(std::memory_order_acquire); }
   static constexpr absl::Duration kPlacementGrace = absl::Minutes(1);
+  // The placement in force, kept alive for as long as the caller holds it:
+  // for work that may outlast kPlacementGrace (a layer waiting on slow nodes).
+  std::shared_ptr<const Placement> HoldPlacement() const;
 
   // Makes every node hold what `placement` assigns it (called on the cluster's
   // re-placement thread, never concurrently with itself). OK means the
@@ -385,7 +388,7 @@ class Cluster {
   // The placement in force (last) and those it replaced less than
   // kPlacementGrace ago, each with the time it was replaced
   // (absl::InfiniteFuture() for the one in force).
-  std::vector<std::pair<std::unique_ptr<const Placement>, absl::Time>> placements_
+  std::vector<std::pair<std::shared_ptr<const Placement>, absl::Time>> placements_
       ABSL_GUARDED_BY(mu_);
   int64_t installed_ ABSL_GUARDED_BY(mu_) = 0;               // placements installed after the first
   std::vector<bool> available_ ABSL_GUARDED_BY(mu_);         // of the placement in force

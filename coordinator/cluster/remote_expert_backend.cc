@@ -140,7 +140,8 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
   expert_done_.assign(n_expert_, false);
   expert_live_.assign(n_expert_, 0);
   submit_status_ = absl::OkStatus();
-  placement_ = &cluster_->placement();
+  placement_hold_ = cluster_->HoldPlacement();
+  placement_ = placement_hold_.get();
   const Placement& placement = *placement_;
   AddWorkers(placement.n_nodes());  // nodes that joined the cluster since
   const int64_t n_routes = batch.n_tokens * batch.k;
@@ -537,7 +538,8 @@ void RemoteExpertBackend::Take(Call* call, absl::StatusOr<v1::ComputeLayerReply>
     // retired it is installed, so its experts have moved. Route the call's
     // experts again by that placement; the node is not at fault.
     if (call->retired && &cluster_->placement() != placement_) {
-      placement_ = &cluster_->placement();
+      placement_hold_ = cluster_->HoldPlacement();
+      placement_ = placement_hold_.get();
       AddWorkers(placement_->n_nodes());  // nodes that joined since Submit
       for (int64_t route : retry) {
         // Owners order of the new placement, from its primary.

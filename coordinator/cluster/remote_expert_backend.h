@@ -224,8 +224,10 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   void WeighFallbackRoutes();
 
   Cluster* const cluster_;
-  // The cluster's placement when the batch was submitted, used for all of it.
+  // The cluster's placement when the batch was submitted, used for all of it,
+  // and kept alive by placement_hold_ however long the batch takes.
   const Placement* placement_ = nullptr;
+  std::shared_ptr<const Placement> placement_hold_;
   const std::vector<std::vector<moe::ExpertWeights>>* const local_experts_;
   const int n_expert_;
   const ops::NumericPath path_;

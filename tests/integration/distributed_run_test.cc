@@ -505,8 +505,10 @@ TEST_F(DistributedRunTest, PlanListsEveryExpertWithoutMovingAny) {
   const CommandResult r = testing::RunCommand(
       {Coordinator(), "plan", "--model", c.model_path, "--nodes", Addresses(), "--replicas", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  // 2 layers x 16 experts, each listed with its 2 nodes.
-  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1 + 3 + 32) << r.out;
+  // A header, each node with its memory line, and 2 layers x 16 experts, each
+  // listed with its 2 nodes.
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1 + 3 * 2 + 32) << r.out;
+  EXPECT_NE(r.out.find("systemd MemoryMax="), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("id node-0"), std::string::npos) << r.out;
   const CommandResult offline =
       testing::RunCommand({Coordinator(), "plan", "--model", c.model_path, "--nodes", "a:1,b:2",

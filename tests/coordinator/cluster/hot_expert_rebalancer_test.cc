@@ -4,6 +4,7 @@
 // are dropped, and RAM budgets bound the copies.
 #include "coordinator/cluster/hot_expert_rebalancer.h"
 
+#include <algorithm>
 #include <sstream>
 #include <utility>
 
@@ -89,13 +90,22 @@ TEST(HotExpertRebalancerTest, AddsACopyOnlyOnceConfirmedAndDropsItWhenCold) {
   EXPECT_EQ(f.cluster->extra_copy_counters().added, 1);
   // The load moves to another expert: the copy is cold and dropped; the
   // rendezvous copy stays.
+  // Each round waits for its plan to be in force, so that the next one plans
+  // from it (rounds in serve are seconds apart).
   for (int round = 0; round < 8; ++round) {
     f.Use(0, other, 100);
-    f.hot->Round();
+    const HotExpertPlan next = f.hot->Round();
+    ASSERT_TRUE(Eventually([&] {
+      const auto in_force = f.cluster->placement().AllExtras();
+      return in_force.size() == next.extras.size() &&
+             std::is_permutation(in_force.begin(), in_force.end(), next.extras.begin());
+    })) << f.log.str();
   }
-  ASSERT_TRUE(Eventually([&] { return f.cluster->placement().Owners(0, hot).size() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return f.cluster->placement().Owners(0, hot).size() == 1; }))
+      << f.log.str();
   EXPECT_EQ(f.cluster->placement().Primary(0, hot), 0);
-  EXPECT_EQ(f.cluster->extra_copy_counters().dropped, 1);
+  // Copies of the expert that became hot may come and go on the way.
+  EXPECT_GE(f.cluster->extra_copy_counters().dropped, 1);
   EXPECT_GE(f.hot->stats().rounds, 9);
 }
 
