@@ -28,7 +28,8 @@ absl::Span<const uint8_t> BytesOf(const ops::WeightMatrix& m) {
 ExpertImporter::ExpertImporter(const Options& options, ExpertStore* store, ModelRegistry* registry)
     : options_(options), store_(store), registry_(registry) {}
 
-absl::Status ExpertImporter::Import(const v1::ImportRequest& request, v1::ImportReply* reply) {
+absl::Status ExpertImporter::Import(const v1::ImportRequest& request, v1::ImportReply* reply,
+                                    const Progress& progress) {
   if (shutting_down_.load()) return absl::UnavailableError("node is shutting down");
   // The caller learns nothing about the path beyond "cannot import" (whether
   // it exists, is readable, is a GGUF): the details go to the node's log.
@@ -73,9 +74,18 @@ absl::Status ExpertImporter::Import(const v1::ImportRequest& request, v1::Import
   for (const ExpertId& id : wanted) total_bytes += experts[id.layer][id.expert].bytes();
   const absl::Time start = absl::Now();
   absl::Time last_log = start;
+  absl::Time last_report = start;
   uint64_t done_bytes = 0;
   int32_t imported = 0;
   uint64_t stored_bytes = 0;
+  const auto report = [&] {
+    reply->set_imported(imported);
+    reply->set_bytes_stored(stored_bytes);
+    reply->set_bytes_done(done_bytes);
+    reply->set_bytes_total(total_bytes);
+    if (progress) progress(*reply);
+  };
+  report();
   for (const ExpertId& id : wanted) {
     if (shutting_down_.load()) {
       return absl::UnavailableError(absl::StrCat("node is shutting down: import of ", shown_path,
@@ -97,6 +107,10 @@ absl::Status ExpertImporter::Import(const v1::ImportRequest& request, v1::Import
     }
     done_bytes += w.bytes();
     const absl::Time now = absl::Now();
+    if (progress && now - last_report >= options_.report_interval) {
+      last_report = now;
+      report();
+    }
     if (now - last_log >= options_.progress_interval) {
       last_log = now;
       const double seconds = absl::ToDoubleSeconds(now - start);
@@ -114,6 +128,8 @@ absl::Status ExpertImporter::Import(const v1::ImportRequest& request, v1::Import
                       absl::ToDoubleSeconds(absl::Now() - start)));
   reply->set_imported(imported);
   reply->set_bytes_stored(stored_bytes);
+  reply->set_bytes_done(done_bytes);
+  reply->set_bytes_total(total_bytes);
   return absl::OkStatus();
 }
 

@@ -17,6 +17,7 @@
 #define COLIBRI_EXPERT_NODE_EXPERT_IMPORT_H_
 
 #include <atomic>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -31,7 +32,13 @@ class ExpertImporter {
   struct Options {
     // How often an import logs its progress. Default: 5 s.
     absl::Duration progress_interval = absl::Seconds(5);
+    // How often an import calls its Progress callback. Default: 0.5 s.
+    absl::Duration report_interval = absl::Milliseconds(500);
   };
+
+  // Called on the importing thread with the counts so far (ImportReply's
+  // fields), at most once per Options::report_interval; it must not block.
+  using Progress = std::function<void(const v1::ImportReply& so_far)>;
 
   // store and registry are borrowed and must outlive the importer.
   ExpertImporter(const Options& options, ExpertStore* store, ModelRegistry* registry);
@@ -45,8 +52,10 @@ class ExpertImporter {
   // request.model_fingerprint is set and differs from the file's, or a key
   // is malformed or not an expert of the file; Unavailable after
   // BeginShutdown (what was imported stays stored); store errors pass
-  // through.
-  absl::Status Import(const v1::ImportRequest& request, v1::ImportReply* reply);
+  // through. `progress`, when set, hears how far the import is (first once
+  // the experts are known, with nothing done).
+  absl::Status Import(const v1::ImportRequest& request, v1::ImportReply* reply,
+                      const Progress& progress = nullptr);
 
   // Makes an import in progress stop before its next expert, and later ones
   // fail at once, with Unavailable.

@@ -1,9 +1,11 @@
 #include "expert_node/expert_service.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "common/status_macros.h"
+#include "expert_node/import_progress_writer.h"
 #include "grpc/support/time.h"
 #include "rpc/server_support.h"
 
@@ -25,8 +27,9 @@ ExpertServiceImpl::ExpertServiceImpl(const Options& options, ExpertStore* store,
       ingest_(std::make_unique<IngestAssembly>(
           IngestAssembly::Options{options.max_expert_bytes, options.max_ingest_buffer_bytes}, store,
           registry_.get())),
-      importer_(std::make_unique<ExpertImporter>(ExpertImporter::Options{options.progress_interval},
-                                                 store, registry_.get())),
+      importer_(std::make_unique<ExpertImporter>(
+          ExpertImporter::Options{options.progress_interval, options.import_report_interval}, store,
+          registry_.get())),
       compute_(std::make_unique<LayerComputer>(
           LayerComputer::Options{options.compute_threads, options.max_reply_bytes,
                                  options.compute_spin_us},
@@ -73,6 +76,29 @@ grpc::ServerUnaryReactor* ExpertServiceImpl::Import(grpc::CallbackServerContext*
       [this](const v1::ImportRequest& request, v1::ImportReply* reply) {
         return importer_->Import(request, reply);
       });
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ExpertServiceImpl::ImportWithProgress(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  active_calls_.fetch_add(1);
+  auto* writer = new ImportProgressWriter([this] { active_calls_.fetch_sub(1); });
+  auto request = std::make_shared<v1::ImportRequest>();
+  const absl::Status admitted = AuthorizeAndParse(*context, *raw, kMaxControlRequestBytes,
+                                                  "ImportWithProgress", request.get());
+  if (!admitted.ok()) {
+    writer->Finish(admitted, {});
+    return writer;
+  }
+  if (!import_queue_->Post([this, writer, request] {
+        v1::ImportReply reply;
+        const absl::Status status = importer_->Import(
+            *request, &reply,
+            [writer](const v1::ImportReply& so_far) { writer->Progress(so_far); });
+        writer->Finish(status, reply);
+      })) {
+    writer->Finish(absl::UnavailableError("node is shutting down"), {});
+  }
+  return writer;
 }
 
 grpc::ServerUnaryReactor* ExpertServiceImpl::Inventory(grpc::CallbackServerContext* context,

@@ -6,7 +6,8 @@
 //   Prefetch      PrefetchQueue
 //   Ingest        IngestAssembly (ingest_assembly.h) through IngestStreams
 //                 (ingest_streams.h)
-//   Import        ExpertImporter (expert_import.h)
+//   Import, ImportWithProgress  ExpertImporter (expert_import.h); the
+//                 latter streams its progress (import_progress_writer.h)
 //   Inventory, NodeStats  NodeReport (node_report.h)
 // over the models of ModelRegistry (model_registry.h). Tests and main use
 // those classes directly; this file only adapts them to gRPC.
@@ -24,7 +25,7 @@
 // NodeStats: in-memory work) or hand the work to an executor whose thread
 // finishes the call:
 //   io       (1 thread)  Ingest writes, Inventory scans;
-//   import   (1 thread)  Import, which can run for minutes;
+//   import   (1 thread)  Import and ImportWithProgress, which can run for minutes;
 //   prefetch (PrefetchQueue's I/O pool: Options::io_threads, bounded queue).
 //
 // Errors: unknown model NotFound; malformed requests InvalidArgument naming the
@@ -88,9 +89,10 @@ using ExpertServiceBase = v1::ExpertService::WithRawMethod_ComputeLayer<
     v1::ExpertService::WithRawCallbackMethod_Prefetch<
         v1::ExpertService::WithRawCallbackMethod_Ingest<
             v1::ExpertService::WithRawCallbackMethod_Import<
-                v1::ExpertService::WithRawCallbackMethod_Inventory<
-                    v1::ExpertService::WithRawCallbackMethod_NodeStats<
-                        v1::ExpertService::Service>>>>>>;
+                v1::ExpertService::WithRawCallbackMethod_ImportWithProgress<
+                    v1::ExpertService::WithRawCallbackMethod_Inventory<
+                        v1::ExpertService::WithRawCallbackMethod_NodeStats<
+                            v1::ExpertService::Service>>>>>>>;
 
 class ExpertServiceImpl final : public ExpertServiceBase {
  public:
@@ -151,6 +153,8 @@ class ExpertServiceImpl final : public ExpertServiceBase {
     uint64_t disk_budget_bytes = 0;
     // How often Import logs progress. Default: 5 s.
     absl::Duration progress_interval = absl::Seconds(5);
+    // How often ImportWithProgress sends its counts. Default: 0.5 s.
+    absl::Duration import_report_interval = absl::Milliseconds(500);
   };
 
   // store, tier and usage are borrowed and must outlive the service; usage
@@ -189,6 +193,8 @@ class ExpertServiceImpl final : public ExpertServiceBase {
   // Reads serialized IngestChunks; writes a serialized IngestReply.
   grpc::ServerReadReactor<grpc::ByteBuffer>* Ingest(grpc::CallbackServerContext* context,
                                                     grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ImportWithProgress(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) override;
   grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* request,
                                    grpc::ByteBuffer* response) override;

@@ -110,36 +110,90 @@ absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& reque
 absl::Status ComputeLayerWork(const LayerWork& work,
                               const moe::ExpertGroupRunner::ExpertLookup& lookup, ThreadPool* pool,
                               std::vector<float>* out) {
-  const int64_t n_routes = work.n_routes();
-  const int64_t n_embd = work.n_embd;
-  // [n_routes][n_embd]: route i's token row.
-  std::vector<float> x(static_cast<size_t>(n_routes * n_embd));
+  std::vector<int32_t> experts(work.route_expert.begin(), work.route_expert.end());
+  std::sort(experts.begin(), experts.end());
+  experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+  LayerRows rows(work, pool);
+  COLIBRI_RETURN_IF_ERROR(rows.Compute(experts, lookup));
+  return rows.Finish(out);
+}
+
+LayerRows::LayerRows(const LayerWork& work, ThreadPool* pool)
+    : work_(work),
+      runner_(work.n_expert, work.path, pool),
+      rows_(static_cast<size_t>(work.n_routes() * work.n_embd)),
+      expert_part_(static_cast<size_t>(std::max(work.n_expert, 0)), 0) {}
+
+absl::Status LayerRows::Compute(const std::vector<int32_t>& experts,
+                                const moe::ExpertGroupRunner::ExpertLookup& lookup) {
+  ++parts_;
+  for (const int32_t e : experts) {
+    if (e < 0 || e >= work_.n_expert || expert_part_[e] != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", work_.layer, " expert ", e,
+                                                     ": out of range [0, ", work_.n_expert,
+                                                     ") or computed twice"));
+    }
+  }
+  for (const int32_t e : experts) expert_part_[e] = parts_;
+  const int64_t n_routes = work_.n_routes();
+  const int64_t n_embd = work_.n_embd;
+  sub_routes_.clear();
   for (int64_t i = 0; i < n_routes; ++i) {
-    std::memcpy(x.data() + i * n_embd, work.hidden.data() + work.route_token[i] * n_embd,
+    if (expert_part_[work_.route_expert[i]] == parts_) sub_routes_.push_back(i);
+  }
+  const int64_t m = static_cast<int64_t>(sub_routes_.size());
+  if (m == 0) return absl::OkStatus();
+  // Every route at once (nothing was streamed): the rows go straight to
+  // rows_. Otherwise the part's routes are gathered, in request order, into
+  // a batch of their own and their rows scattered back.
+  const bool whole = m == n_routes;
+  sub_x_.resize(static_cast<size_t>(m * n_embd));
+  sub_expert_.resize(static_cast<size_t>(m));
+  sub_weight_.resize(static_cast<size_t>(m));
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t i = sub_routes_[j];
+    std::memcpy(sub_x_.data() + j * n_embd, work_.hidden.data() + work_.route_token[i] * n_embd,
                 n_embd * sizeof(float));
+    sub_expert_[j] = work_.route_expert[i];
+    sub_weight_[j] = work_.route_weight[i];
   }
-  std::vector<float> rows(static_cast<size_t>(n_routes * n_embd));  // [n_routes][n_embd]
-  if (n_routes > 0) {
-    moe::ExpertBatch batch;
-    batch.layer = work.layer;
-    batch.n_tokens = n_routes;
-    batch.n_embd = n_embd;
-    batch.k = 1;
-    batch.x = x.data();
-    batch.experts = work.route_expert.data();
-    batch.weights = work.route_weight.data();
-    moe::ExpertGroupRunner runner(work.n_expert, work.path, pool);
-    COLIBRI_RETURN_IF_ERROR(runner.Run(batch, lookup, nullptr, rows.data()));
+  if (!whole) sub_rows_.resize(static_cast<size_t>(m * n_embd));
+  moe::ExpertBatch batch;
+  batch.layer = work_.layer;
+  batch.n_tokens = m;
+  batch.n_embd = n_embd;
+  batch.k = 1;
+  batch.x = sub_x_.data();
+  batch.experts = sub_expert_.data();
+  batch.weights = sub_weight_.data();
+  COLIBRI_RETURN_IF_ERROR(
+      runner_.Run(batch, lookup, nullptr, whole ? rows_.data() : sub_rows_.data()));
+  if (!whole) {
+    for (int64_t j = 0; j < m; ++j) {
+      std::memcpy(rows_.data() + sub_routes_[j] * n_embd, sub_rows_.data() + j * n_embd,
+                  n_embd * sizeof(float));
+    }
   }
-  if (!work.reduce_per_token) {
-    *out = std::move(rows);
+  routes_done_ += m;
+  return absl::OkStatus();
+}
+
+absl::Status LayerRows::Finish(std::vector<float>* out) {
+  const int64_t n_routes = work_.n_routes();
+  if (routes_done_ != n_routes) {
+    return absl::FailedPreconditionError(absl::StrCat("layer ", work_.layer, ": ", routes_done_,
+                                                      " of ", n_routes, " routes computed"));
+  }
+  const int64_t n_embd = work_.n_embd;
+  if (!work_.reduce_per_token) {
+    *out = std::move(rows_);
     return absl::OkStatus();
   }
-  out->assign(static_cast<size_t>(work.n_tokens * n_embd), 0.0f);
+  out->assign(static_cast<size_t>(work_.n_tokens * n_embd), 0.0f);
   for (int64_t i = 0; i < n_routes; ++i) {
-    float* dst = out->data() + work.route_token[i] * n_embd;
-    const float* src = rows.data() + i * n_embd;
-    const float w = work.route_weight[i];
+    float* dst = out->data() + work_.route_token[i] * n_embd;
+    const float* src = rows_.data() + i * n_embd;
+    const float w = work_.route_weight[i];
     for (int64_t c = 0; c < n_embd; ++c) dst[c] += w * src[c];
   }
   return absl::OkStatus();

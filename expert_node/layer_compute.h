@@ -55,10 +55,55 @@ absl::StatusOr<LayerWork> ParseLayerRequest(const v1::ComputeLayerRequest& reque
 // Computes the work. out: [n_routes][n_embd] in request route order, or
 // [n_tokens][n_embd] when reduce_per_token (each token's routes weighted and
 // summed in request order; tokens without routes are zero). Lookup errors
-// (NotFound, DataLoss) pass through.
+// (NotFound, DataLoss) pass through. The same as one LayerRows over every
+// routed expert.
 absl::Status ComputeLayerWork(const LayerWork& work,
                               const moe::ExpertGroupRunner::ExpertLookup& lookup, ThreadPool* pool,
                               std::vector<float>* out);
+
+// Computes a work's outputs in parts: the routes of some experts now, of
+// others later (as their weights arrive from disk), then the outputs.
+//
+// Invariant (bitwise the same outputs whatever the parts and their order):
+// each route's row [n_embd] is computed into its own slot of a
+// [n_routes][n_embd] buffer, and a route's row depends only on its token's
+// hidden row, its expert's weights and the numeric path (ExpertFfn is batch
+// invariant: it does not depend on which other routes run with it). Nothing
+// is summed until Finish, which reduces the rows exactly as ComputeLayerWork
+// does: per token, weighted, in request route order.
+//
+// Thread-safety: one thread at a time (the pool's workers run the products).
+class LayerRows {
+ public:
+  // work and pool are borrowed and must outlive this.
+  LayerRows(const LayerWork& work, ThreadPool* pool);
+
+  // Computes the rows of every route whose expert is in `experts` (of
+  // work.layer; each at most once over the object's life, else
+  // InvalidArgument), looking their weights up through `lookup`. Lookup errors
+  // pass through; rows of a failed call may be partly written.
+  absl::Status Compute(const std::vector<int32_t>& experts,
+                       const moe::ExpertGroupRunner::ExpertLookup& lookup);
+  // The outputs, as ComputeLayerWork's `out`. FailedPrecondition unless every
+  // route was computed.
+  absl::Status Finish(std::vector<float>* out);
+
+ private:
+  const LayerWork& work_;
+  moe::ExpertGroupRunner runner_;
+  std::vector<float> rows_;  // [n_routes][n_embd]
+  // [n_expert]: the Compute call (1, 2, ...) that computed the expert; 0: not yet.
+  std::vector<int32_t> expert_part_;
+  int32_t parts_ = 0;  // Compute calls so far
+  int64_t routes_done_ = 0;
+  // One Compute's routes, gathered: indices, token rows, experts, weights,
+  // output rows.
+  std::vector<int64_t> sub_routes_;
+  std::vector<float> sub_x_;
+  std::vector<int32_t> sub_expert_;
+  std::vector<float> sub_weight_;
+  std::vector<float> sub_rows_;
+};
 
 // Fills `outputs` with `out` (ComputeLayerWork's rows) as the reply's tensor:
 // [n_tokens or n_routes, n_embd] in work.reply_dtype.

@@ -6,9 +6,15 @@
 // class adds the node's side: the model's shape (ModelRegistry), the tiers,
 // usage counting, the shared matmul pool and the counters NodeStats reports.
 // Outputs depend only on the request and the experts' bytes: bitwise what the
-// coordinator computes locally (layer_compute.h). A request's experts are all
-// acquired (pinned) before compute: the resident ones at once, the missing
-// ones by Options::miss_loaders threads together, so their disk reads overlap.
+// coordinator computes locally (layer_compute.h). Compute streams behind the
+// disk: the request's missing experts are read by Options::miss_loaders
+// threads together (their disk reads overlap each other), the resident ones
+// are computed at once on the matmul pool while those reads are in flight,
+// and each miss is computed as soon as its read lands (those that landed
+// together, as one part), in completion order. LayerRows keeps each route's
+// row in its own slot and sums per token in request order at the end, so the
+// reply is bitwise the same whatever order the reads land in. Every expert
+// stays pinned until the request's outputs are computed.
 //
 // Thread-safety: Compute may run on several threads at once (they share the
 // matmul pool, so one request's disk reads overlap another's compute); the
@@ -18,12 +24,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "absl/container/flat_hash_map.h"
 
 #include "absl/status/status.h"
 #include "colibri/v1/expert.pb.h"
@@ -50,16 +55,26 @@ class LayerComputer {
     std::optional<int> spin_us;
     // Threads acquiring a request's experts that are not resident, so that
     // all of a layer's misses are read from disk at once (in flight together
-    // in the store's read queue) before compute starts; they wait on the
-    // disk, not on a core. 0: one at a time, as compute asks for them.
-    // Default: 8.
+    // in the store's read queue) while the request computes what it has;
+    // they wait on the disk, not on a core. 0: one at a time, as compute
+    // asks for them, nothing overlapped. Default: 8.
     int miss_loaders = 8;
+    // Called on the request's thread after each part of a request's experts
+    // (of `layer`) was computed, before the next part waits for the disk; an
+    // observation point for tests. Default: none.
+    std::function<void(int32_t layer, const std::vector<int32_t>& experts)> on_part_computed;
   };
 
   struct Counters {
     uint64_t requests = 0;  // computed successfully
     uint64_t routes = 0;    // routes of those
     int32_t in_flight = 0;  // Compute calls running now
+    // Experts whose compute ended while a read of the same request was still
+    // in flight (compute that overlapped the disk), over all requests.
+    uint64_t overlapped_experts = 0;
+    // Time the requests computed successfully waited for the disk (the sum
+    // of their replies' disk_wait_micros).
+    uint64_t disk_wait_micros = 0;
   };
 
   // registry, tier and usage are borrowed and must outlive the computer;
@@ -82,11 +97,7 @@ class LayerComputer {
  private:
   absl::Status ComputeUncounted(const v1::ComputeLayerRequest& request,
                                 v1::ComputeLayerReply* reply);
-  // Pins every expert of `experts` (distinct, of `fingerprint`'s `layer`)
-  // into (*pinned)[expert], misses loaded together; the first error of any.
-  absl::Status AcquireAll(const std::string& fingerprint, int32_t layer,
-                          const std::vector<int32_t>& experts,
-                          absl::flat_hash_map<int32_t, PinnedExpert>* pinned);
+  class MissReads;
 
   const Options options_;
   const ModelRegistry* const registry_;
@@ -97,6 +108,8 @@ class LayerComputer {
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> routes_{0};
   std::atomic<int32_t> in_flight_{0};
+  std::atomic<uint64_t> overlapped_experts_{0};
+  std::atomic<uint64_t> disk_wait_micros_{0};
   // 100 us to ~13 s.
   metrics::Histogram seconds_{metrics::ExponentialBuckets(1e-4, 2, 18)};
 };

@@ -43,7 +43,7 @@ void NodeReport::Stats(v1::NodeStatsReply* reply) const {
   reply->set_ram_hits(c.hits);
   reply->set_ram_misses(c.misses);
   reply->set_disk_bytes_read(c.disk_bytes_read);
-  reply->set_disk_wait_micros(c.disk_wait_micros);
+  reply->set_disk_wait_micros(compute.disk_wait_micros);
   reply->set_compute_requests(compute.requests);
   reply->set_compute_routes(compute.routes);
   reply->set_checksum_failures(store.checksum_failures());

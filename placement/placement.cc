@@ -79,11 +79,15 @@ absl::StatusOr<Placement> Placement::Compute(const std::vector<PlacementNode>& n
   Placement p;
   p.replicas_ = replicas;
   p.n_nodes_ = static_cast<int>(nodes.size());
+  p.max_copies_ = replicas;
   p.owners_.resize(experts_per_layer.size());
+  p.offsets_.resize(experts_per_layer.size());
   std::vector<std::pair<double, int>> scored(n_available);
   for (size_t l = 0; l < experts_per_layer.size(); ++l) {
     const int n_expert = experts_per_layer[l];
     p.owners_[l].resize(static_cast<size_t>(n_expert) * replicas);
+    p.offsets_[l].resize(static_cast<size_t>(n_expert) + 1);
+    for (int e = 0; e <= n_expert; ++e) p.offsets_[l][e] = static_cast<size_t>(e) * replicas;
     for (int e = 0; e < n_expert; ++e) {
       size_t j = 0;
       for (size_t i = 0; i < nodes.size(); ++i) {
@@ -104,6 +108,60 @@ absl::StatusOr<Placement> Placement::Compute(const std::vector<PlacementNode>& n
   return p;
 }
 
+absl::StatusOr<Placement> Placement::WithExtraCopies(const std::vector<ExtraCopy>& extras) const {
+  // [layer][expert]: the extra nodes in the order given.
+  std::vector<std::vector<std::vector<int>>> added(n_layer());
+  for (const ExtraCopy& x : extras) {
+    if (x.layer < 0 || x.layer >= n_layer() || x.expert < 0 || x.expert >= n_expert(x.layer) ||
+        x.node < 0 || x.node >= n_nodes_) {
+      return absl::InvalidArgumentError(absl::StrCat("extra copy of layer ", x.layer, " expert ",
+                                                     x.expert, " on node ", x.node,
+                                                     ": out of range"));
+    }
+    std::vector<std::vector<int>>& layer = added[x.layer];
+    layer.resize(n_expert(x.layer));
+    std::vector<int>& nodes = layer[x.expert];
+    absl::Span<const int> owners = Owners(x.layer, x.expert);
+    if (std::find(owners.begin(), owners.end(), x.node) != owners.end() ||
+        std::find(nodes.begin(), nodes.end(), x.node) != nodes.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("extra copy of layer ", x.layer, " expert ",
+                                                     x.expert, " on node ", x.node,
+                                                     ": the node holds it already"));
+    }
+    nodes.push_back(x.node);
+  }
+  Placement p;
+  p.replicas_ = replicas_;
+  p.max_copies_ = 1;
+  p.n_nodes_ = n_nodes_;
+  p.owners_.resize(n_layer());
+  p.offsets_.resize(n_layer());
+  for (int l = 0; l < n_layer(); ++l) {
+    p.offsets_[l].push_back(0);
+    for (int e = 0; e < n_expert(l); ++e) {
+      absl::Span<const int> owners = Owners(l, e);
+      p.owners_[l].insert(p.owners_[l].end(), owners.begin(), owners.end());
+      if (!added[l].empty()) {
+        p.owners_[l].insert(p.owners_[l].end(), added[l][e].begin(), added[l][e].end());
+      }
+      p.offsets_[l].push_back(p.owners_[l].size());
+      p.max_copies_ =
+          std::max(p.max_copies_, static_cast<int>(p.offsets_[l][e + 1] - p.offsets_[l][e]));
+    }
+  }
+  return p;
+}
+
+std::vector<ExtraCopy> Placement::AllExtras() const {
+  std::vector<ExtraCopy> out;
+  for (int l = 0; l < n_layer(); ++l) {
+    for (int e = 0; e < n_expert(l); ++e) {
+      for (int node : Extras(l, e)) out.push_back({l, e, node});
+    }
+  }
+  return out;
+}
+
 std::vector<std::pair<int, int>> Placement::ExpertsOf(int node) const {
   std::vector<std::pair<int, int>> out;
   for (int l = 0; l < n_layer(); ++l) {
@@ -120,8 +178,9 @@ std::vector<int> BalanceReplicas(const Placement& placement, int layer,
                                  absl::Span<const int64_t> cost, const std::vector<bool>& healthy) {
   const int n_expert = placement.n_expert(layer);
   std::vector<int> chosen(n_expert, 0);
-  if (placement.replicas() == 1) return chosen;
+  if (placement.max_copies() == 1) return chosen;
   auto owner = [&](int e, int i) { return placement.Owners(layer, e)[i]; };
+  auto copies = [&](int e) { return static_cast<int>(placement.Owners(layer, e).size()); };
   // The batch's experts with a healthy replica; `primary` holds the first.
   std::vector<int> in_batch;
   std::vector<int> primary(n_expert, 0);
@@ -129,7 +188,7 @@ std::vector<int> BalanceReplicas(const Placement& placement, int layer,
   for (int e = 0; e < n_expert && e < static_cast<int>(cost.size()); ++e) {
     if (cost[e] <= 0) continue;
     int n_healthy = 0;
-    for (int i = placement.replicas() - 1; i >= 0; --i) {
+    for (int i = copies(e) - 1; i >= 0; --i) {
       if (!healthy[owner(e, i)]) continue;
       ++n_healthy;
       primary[e] = i;
@@ -156,7 +215,7 @@ std::vector<int> BalanceReplicas(const Placement& placement, int layer,
   std::stable_sort(open.begin(), open.end(), [&](int a, int b) { return cost[a] > cost[b]; });
   for (int e : open) {
     int best = -1;
-    for (int i = 0; i < placement.replicas(); ++i) {
+    for (int i = 0; i < copies(e); ++i) {
       if (!healthy[owner(e, i)]) continue;
       if (best < 0 || load[owner(e, i)] < load[owner(e, best)]) best = i;
     }
@@ -171,7 +230,7 @@ std::vector<int> BalanceReplicas(const Placement& placement, int layer,
     int64_t move_peak = load[busiest];
     for (int e : open) {
       if (owner(e, chosen[e]) != busiest) continue;
-      for (int i = 0; i < placement.replicas(); ++i) {
+      for (int i = 0; i < copies(e); ++i) {
         const int to = owner(e, i);
         if (to == busiest || !healthy[to]) continue;
         const int64_t peak = std::max(load[busiest] - cost[e], load[to] + cost[e]);

@@ -33,6 +33,22 @@ struct PlacementNode {
   double weight = 1.0;
 };
 
+// A copy of (layer, expert) on node beyond its rendezvous replicas (hot-expert
+// replication: the coordinator adds them for load).
+struct ExtraCopy {
+  int layer = 0;
+  int expert = 0;
+  int node = 0;
+  bool operator==(const ExtraCopy& o) const {
+    return layer == o.layer && expert == o.expert && node == o.node;
+  }
+  bool operator<(const ExtraCopy& o) const {
+    return layer != o.layer     ? layer < o.layer
+           : expert != o.expert ? expert < o.expert
+                                : node < o.node;
+  }
+};
+
 // The rendezvous score of `node` for (layer, expert); exposed for tests.
 double RendezvousScore(const PlacementNode& node, int layer, int expert);
 
@@ -51,29 +67,48 @@ class Placement {
                                            const std::vector<int>& experts_per_layer, int replicas,
                                            const std::vector<bool>& available);
 
+  // This placement with extra copies: each (layer, expert, node) of `extras`
+  // appends node to the expert's owners, after its rendezvous replicas, in
+  // the order given. InvalidArgument for a layer, expert or node out of
+  // range, or a node that already holds the expert (duplicates included).
+  absl::StatusOr<Placement> WithExtraCopies(const std::vector<ExtraCopy>& extras) const;
+
   Placement() = default;
 
-  int n_layer() const { return static_cast<int>(owners_.size()); }
-  int n_expert(int layer) const { return static_cast<int>(owners_[layer].size()) / replicas_; }
+  int n_layer() const { return static_cast<int>(offsets_.size()); }
+  int n_expert(int layer) const { return static_cast<int>(offsets_[layer].size()) - 1; }
+  // The rendezvous copies every expert has (Compute's `replicas`); an expert
+  // may have more (WithExtraCopies).
   int replicas() const { return replicas_; }
+  // The most copies any expert has: 1 means no expert has a choice.
+  int max_copies() const { return max_copies_; }
   int n_nodes() const { return n_nodes_; }
 
-  // The nodes (indexes into Compute's `nodes`) holding (layer, expert), best
-  // first: [replicas].
+  // The nodes (indexes into Compute's `nodes`) holding (layer, expert): its
+  // replicas() rendezvous copies best first, then its extra copies.
   absl::Span<const int> Owners(int layer, int expert) const {
-    return absl::MakeConstSpan(owners_[layer].data() + static_cast<size_t>(expert) * replicas_,
-                               replicas_);
+    const size_t begin = offsets_[layer][expert];
+    return absl::MakeConstSpan(owners_[layer].data() + begin, offsets_[layer][expert + 1] - begin);
   }
   int Primary(int layer, int expert) const { return Owners(layer, expert)[0]; }
+  // The extra copies of (layer, expert): Owners after the first replicas().
+  absl::Span<const int> Extras(int layer, int expert) const {
+    return Owners(layer, expert).subspan(replicas_);
+  }
+  // Every extra copy, in layer, expert, then owners order.
+  std::vector<ExtraCopy> AllExtras() const;
 
   // Every (layer, expert) a node holds as any replica, in layer then expert order.
   std::vector<std::pair<int, int>> ExpertsOf(int node) const;
 
  private:
   int replicas_ = 1;
+  int max_copies_ = 1;
   int n_nodes_ = 0;
-  // owners_[layer][expert * replicas_ + i]
+  // The owners of (layer, expert) are owners_[layer][offsets_[layer][expert],
+  // offsets_[layer][expert + 1]); offsets_[layer] has n_expert + 1 entries.
   std::vector<std::vector<int>> owners_;
+  std::vector<std::vector<size_t>> offsets_;
 };
 
 // Which replica computes each expert of one layer's batch, so that the

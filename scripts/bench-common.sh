@@ -473,6 +473,13 @@ bench_serve_metrics() {
   printf '%s\n' "${body//$'\r'/}"
 }
 
+# bench_serve_metric NAME HOST:PORT: the sum of NAME's samples (every label
+# set) in serve's /metrics, as an integer.
+bench_serve_metric() {
+  bench_serve_metrics "$2" | awk -v n="$1" '$1 == n || index($1, n "{") == 1 { s += $2 }
+    END { printf "%.0f\n", s }'
+}
+
 # bench_serve_counters HOST:PORT: serve's /metrics summed over the nodes, as
 # "round_trips sent_bytes received_bytes generated_tokens expert_wait_s
 # expert_outstanding_s drafts_accepted drafts_rejected" (0 for a family that

@@ -106,10 +106,7 @@ if [ "$hang_s" != 0 ]; then
 fi
 
 # metric NAME SITUATION: the sum of NAME's samples in that serve's /metrics.
-metric() {
-  bench_serve_metrics "${HTTP[$2]}" | awk -v n="$1" '$1 == n || index($1, n "{") == 1 { s += $2 }
-    END { printf "%.0f\n", s }'
-}
+metric() { bench_serve_metric "$1" "${HTTP[$2]}"; }
 # all_healthy SITUATION: waits up to 20 s until serve sees 3 healthy nodes.
 all_healthy() {
   local i

@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 all=(gguf_fuzz tokenizer_fuzz expert_record_fuzz expert_request_fuzz inference_request_fuzz
-     chat_template_fuzz openai_request_fuzz)
+     chat_template_fuzz openai_request_fuzz config_file_fuzz)
 if [ "${#harnesses[@]}" -eq 0 ]; then harnesses=("${all[@]}"); fi
 
 build="${COLIBRI_FUZZ_BUILD_DIR:-build-fuzz}"

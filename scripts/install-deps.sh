@@ -16,6 +16,7 @@ packages=(
   libxxhash-dev                        # expert-node value checksums (XXH64)
   liburing-dev                         # expert-node reads at queue depth (io_uring; optional)
   libcli11-dev                         # command lines with subcommands (header-only)
+  libtomlplusplus-dev                  # TOML parser of the --config files (common/config_file.cc)
   nlohmann-json3-dev                   # JSON: chat-template contexts, golden files in tests
   openssl                              # test certificates of the TLS tests; deploy/make-certs.sh
   systemd                              # systemd-analyze verify of deploy/systemd units

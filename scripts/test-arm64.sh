@@ -40,11 +40,12 @@ sysroot="$build/sysroot"
 # library and the compiler's own come from the cross toolchain instead.
 packages=(libabsl-dev libgtest-dev libgmock-dev libgrpc++-dev protobuf-compiler-grpc
           libprotobuf-dev librocksdb-dev libopenblas-dev libcpp-httplib-dev libxxhash-dev
-          libcli11-dev nlohmann-json3-dev libpcre2-dev libicu-dev libsystemd-dev libedit-dev)
+          libcli11-dev nlohmann-json3-dev libpcre2-dev libicu-dev libsystemd-dev libedit-dev
+          libtomlplusplus-dev libssl-dev)
 toolchain_provides=" libc6 libc6-dev libgcc-s1 libstdc++6 gcc-12-base linux-libc-dev libc-dev-bin
   libcrypt1 libcrypt-dev "
 
-if [ ! -f "$sysroot/.complete-v4" ]; then
+if [ ! -f "$sysroot/.complete-v5" ]; then
   apt_state="$build/apt"
   rm -rf "$sysroot" "$apt_state"
   mkdir -p "$apt_state/lists/partial" "$apt_state/cache/archives/partial" "$sysroot"
@@ -69,7 +70,7 @@ if [ ! -f "$sysroot/.complete-v4" ]; then
   lib="$sysroot/usr/lib/aarch64-linux-gnu"
   ln -sfn openblas-pthread/libopenblas.so "$lib/libopenblas.so"
   ln -sfn openblas-pthread/libopenblas.so.0 "$lib/libopenblas.so.0"
-  touch "$sysroot/.complete-v4"
+  touch "$sysroot/.complete-v5"
 fi
 
 fixtures=()

@@ -18,11 +18,6 @@ constexpr absl::string_view kThinkOpen = "<think>";
 constexpr absl::string_view kThinkClose = "</think>";
 constexpr absl::string_view kToolCallOpen = "<tool_call>";
 constexpr absl::string_view kToolCallClose = "</tool_call>";
-constexpr absl::string_view kDsCallsBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-constexpr absl::string_view kDsCallsEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>";
-constexpr absl::string_view kDsCallBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-constexpr absl::string_view kDsCallEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
-constexpr absl::string_view kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
 
 // The longest suffix of `text` that is a proper prefix of `marker`.
 size_t HeldFor(absl::string_view text, absl::string_view marker) {
@@ -92,12 +87,12 @@ bool ParseGlm45(absl::string_view body, std::string* name, std::string* argument
 // One DeepSeek call, between its begin and end markers.
 bool ParseDeepSeekCall(absl::string_view call, std::string* name, std::string* arguments) {
   absl::ConsumePrefix(&call, "function");
-  absl::ConsumePrefix(&call, kDsSep);
+  absl::ConsumePrefix(&call, kDeepSeekSep);
   absl::string_view args;
-  const size_t sep = call.find(kDsSep);
+  const size_t sep = call.find(kDeepSeekSep);
   if (sep != absl::string_view::npos) {  // V3.1: NAME<sep>ARGS
     *name = std::string(absl::StripAsciiWhitespace(call.substr(0, sep)));
-    args = call.substr(sep + kDsSep.size());
+    args = call.substr(sep + kDeepSeekSep.size());
   } else {  // V3: NAME\n```json\nARGS\n```
     const size_t nl = call.find('\n');
     if (nl == absl::string_view::npos) return false;
@@ -117,7 +112,10 @@ bool ParseDeepSeekCall(absl::string_view call, std::string* name, std::string* a
 OutputDialect DialectFor(absl::string_view arch, absl::string_view chat_template,
                          absl::string_view prompt) {
   OutputDialect d;
-  if (absl::StrContains(chat_template, "tool\xE2\x96\x81" "calls\xE2\x96\x81" "begin")) {
+  if (absl::StrContains(chat_template, "<|channel|>") || arch == "gpt-oss") {
+    d.tools = ToolDialect::kHarmony;
+    return d;  // reasoning is a channel, not a think block
+  } else if (absl::StrContains(chat_template, "tool▁calls▁begin")) {
     d.tools = ToolDialect::kDeepSeekV3;
   } else if (absl::StrContains(chat_template, "<arg_key>")) {
     d.tools = ToolDialect::kGlm45;
@@ -146,9 +144,10 @@ AssistantOutputParser::AssistantOutputParser(OutputDialect dialect, bool parse_t
       close_tools_ = std::string(kToolCallClose);
       break;
     case ToolDialect::kDeepSeekV3:
-      open_tools_ = std::string(kDsCallsBegin);
-      close_tools_ = std::string(kDsCallsEnd);
+      open_tools_ = std::string(kDeepSeekCallsBegin);
+      close_tools_ = std::string(kDeepSeekCallsEnd);
       break;
+    case ToolDialect::kHarmony:  // DrainHarmony reads its own markers
     case ToolDialect::kNone:
       break;
   }
@@ -177,6 +176,7 @@ void AssistantOutputParser::AppendContent(absl::string_view text, OutputDelta* o
 }
 
 void AssistantOutputParser::Drain(bool final, OutputDelta* out) {
+  if (dialect_.tools == ToolDialect::kHarmony) return DrainHarmony(final, out);
   while (!pending_.empty()) {
     if (mode_ == Mode::kContent) {
       size_t at = std::string::npos;
@@ -254,16 +254,17 @@ bool AssistantOutputParser::ParseBlock(absl::string_view body, std::vector<ToolC
       absl::string_view rest = body;
       while (!absl::StripAsciiWhitespace(rest).empty()) {
         rest = absl::StripLeadingAsciiWhitespace(rest);
-        if (!absl::ConsumePrefix(&rest, kDsCallBegin)) return false;
-        const size_t end = rest.find(kDsCallEnd);
+        if (!absl::ConsumePrefix(&rest, kDeepSeekCallBegin)) return false;
+        const size_t end = rest.find(kDeepSeekCallEnd);
         if (end == absl::string_view::npos) return false;
         if (!ParseDeepSeekCall(rest.substr(0, end), &name, &arguments)) return false;
         parsed.emplace_back(name, arguments);
-        rest = rest.substr(end + kDsCallEnd.size());
+        rest = rest.substr(end + kDeepSeekCallEnd.size());
       }
       if (parsed.empty()) return false;
       break;
     }
+    case ToolDialect::kHarmony:
     case ToolDialect::kNone:
       return false;
   }

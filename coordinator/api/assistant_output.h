@@ -18,8 +18,17 @@
 //   deepseek_v3  <｜tool▁calls▁begin｜> ... <｜tool▁calls▁end｜>, each call
 //                <｜tool▁call▁begin｜>[function<｜tool▁sep｜>]N then the
 //                arguments (bare or in a ```json fence) <｜tool▁call▁end｜>
+//   harmony      gpt-oss: messages "<|channel|>C[ to=R][ <|constrain|>json]
+//                <|message|>BODY" ended by <|end|>, <|call|>, <|return|> or
+//                the next <|start|>; the markers are control tokens, which
+//                decoded text leaves out, so the caller feeds each one's
+//                markup where it came (HarmonyMarker). Channel analysis is
+//                reasoning, final and commentary are content, a message to
+//                "functions.N" (its recipient in the header) is a call of N
+//                with BODY as arguments. Text before any header is content.
 // A tool-call block whose body does not parse is given back as content,
-// markers included, so nothing the model wrote is lost.
+// markers included (harmony: its body only), so nothing the model wrote is
+// lost.
 //
 // Thread-safety: a parser is used by one thread at a time.
 #ifndef COLIBRI_COORDINATOR_API_ASSISTANT_OUTPUT_H_
@@ -33,7 +42,14 @@
 
 namespace colibri::coordinator {
 
-enum class ToolDialect { kNone, kHermes, kGlm45, kDeepSeekV3 };
+// DeepSeek-V3's tool-call markers.
+inline constexpr absl::string_view kDeepSeekCallsBegin = "<｜tool▁calls▁begin｜>";
+inline constexpr absl::string_view kDeepSeekCallsEnd = "<｜tool▁calls▁end｜>";
+inline constexpr absl::string_view kDeepSeekCallBegin = "<｜tool▁call▁begin｜>";
+inline constexpr absl::string_view kDeepSeekCallEnd = "<｜tool▁call▁end｜>";
+inline constexpr absl::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+
+enum class ToolDialect { kNone, kHermes, kGlm45, kDeepSeekV3, kHarmony };
 
 struct OutputDialect {
   ToolDialect tools = ToolDialect::kNone;
@@ -45,6 +61,10 @@ struct OutputDialect {
 // rendered prompt (whose end tells whether a think block is open).
 OutputDialect DialectFor(absl::string_view arch, absl::string_view chat_template,
                          absl::string_view prompt);
+
+// The markup of a harmony marker ("<|channel|>", ...) when `piece` (a
+// control token rendered) is one, else "".
+absl::string_view HarmonyMarker(absl::string_view piece);
 
 struct ToolCall {
   std::string id;         // "call_<n>" unique within the response, made here
@@ -83,6 +103,10 @@ class AssistantOutputParser {
   enum class Mode { kContent, kReasoning, kTools };
   // Moves what can be released from pending_ into *out; `final` releases all.
   void Drain(bool final, OutputDelta* out);
+  // Drain for the harmony dialect (assistant_output_harmony.cc).
+  void DrainHarmony(bool final, OutputDelta* out);
+  // Ends the harmony message being read (its held body, if a call).
+  void EndHarmonyMessage(OutputDelta* out);
   // Parses a tool block's body (without its markers) into *calls; false
   // when it does not parse.
   bool ParseBlock(absl::string_view body, std::vector<ToolCall>* calls);
@@ -99,6 +123,11 @@ class AssistantOutputParser {
   // (the newlines models put there) is dropped.
   bool trim_leading_ = false;
   int calls_ = 0;
+  // Harmony: reading a header (until <|message|>) or a body, and the body's
+  // channel and recipient ("" when none).
+  bool harmony_header_ = true;
+  std::string channel_;
+  std::string recipient_;
 };
 
 }  // namespace colibri::coordinator

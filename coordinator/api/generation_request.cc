@@ -88,6 +88,13 @@ absl::StatusOr<GenerationSpec> MakeGenerationSpec(const GenerationRequest& reque
                 error_param);
   }
 
+  // Before the prompt is rendered: a schema that cannot be enforced costs no
+  // tokenization.
+  absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
+      CompileOutputConstraint(request.output, request.tools, context.tool_dialect, error_param);
+  if (!constraint.ok()) return constraint.status();
+  spec.constraint = *std::move(constraint);
+
   const bool chat = request.prompt == GenerationRequest::Prompt::kChat;
   const char* prompt_param = chat ? "messages" : "prompt";
   if (request.prompt == GenerationRequest::Prompt::kIds) {
@@ -129,7 +136,6 @@ absl::StatusOr<GenerationSpec> MakeGenerationSpec(const GenerationRequest& reque
   spec.generation.stop = request.stop;
   spec.generation.logprobs = request.logprobs;
   spec.generation.top_logprobs = request.top_logprobs;
-  spec.constraint = request.constraint;
   return spec;
 }
 

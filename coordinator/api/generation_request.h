@@ -18,7 +18,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coordinator/api/assistant_output.h"
 #include "coordinator/api/chat_prompt.h"
+#include "coordinator/api/output_constraint.h"
 #include "coordinator/generation/generation_scheduler.h"
 #include "coordinator/api/request_limits.h"
 #include "model/ops/matmul.h"
@@ -53,8 +55,9 @@ struct GenerationRequest {
   // most likely ones (0 to kMaxTopLogprobs).
   bool logprobs = false;
   int top_logprobs = 0;
-  // Constrained decoding (GenerationSpec::constraint). Default: null.
-  std::shared_ptr<const grammar::CompiledGrammar> constraint;
+  // What the output must be (a JSON format, a tool call), compiled into
+  // GenerationSpec::constraint. Default: free text, tool_choice auto.
+  OutputConstraintRequest output;
 };
 
 // The defaults of a request that leaves a field out: the same for every
@@ -79,6 +82,10 @@ struct GenerationRequestContext {
   // Their n_ctx (the scheduler's) and n_vocab must be set.
   RequestLimits limits;
   GenerationDefaults defaults;
+  // The served model's tool-call syntax (DialectFor(arch, template, "")),
+  // which a tool_choice "required" or named constrains to. Default: none
+  // (such a request is FailedPrecondition).
+  ToolDialect tool_dialect = ToolDialect::kNone;
 };
 
 // Checks `request` against the limits (sizes first, before rendering or
@@ -86,9 +93,11 @@ struct GenerationRequestContext {
 // the context and fills in the defaults. OutOfRange for a size beyond a
 // limit, InvalidArgument for a bad value or an empty or too long prompt,
 // FailedPrecondition / Unimplemented for a prompt the server cannot take,
-// and the template's and tokenizer's errors. *error_param (may be null), on
-// an error, names the request field it is about ("prompt", "messages",
-// "stop", "max_tokens", "top_logprobs", "sampling"; "" for the template's and
+// and the template's and tokenizer's errors; request.output compiles as
+// CompileOutputConstraint (output_constraint.h) says. *error_param (may be
+// null), on an error, names the request field it is about ("prompt",
+// "messages", "stop", "max_tokens", "top_logprobs", "sampling",
+// "response_format", "tool_choice", "tools"; "" for the template's and
 // tokenizer's errors and a missing chat template).
 absl::StatusOr<GenerationSpec> MakeGenerationSpec(const GenerationRequest& request,
                                                   const GenerationRequestContext& context,

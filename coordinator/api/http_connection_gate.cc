@@ -19,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "openssl/err.h"
+#include "openssl/ssl.h"
 
 namespace colibri::coordinator {
 namespace {
@@ -69,13 +71,26 @@ void PeerOf(int fd, std::string* host, int* port) {
   HostAndPort(addr, len, host, port);
 }
 
-void CloseConnection(int fd) {
+// Ends a connection: a close_notify when it speaks TLS (sent if the socket
+// takes it now), then the socket.
+void CloseConnection(int fd, SSL* ssl = nullptr) {
+  if (ssl != nullptr) {
+    SSL_shutdown(ssl);
+    SSL_free(ssl);
+    ERR_clear_error();
+  }
   ::shutdown(fd, SHUT_RDWR);
   ::close(fd);
 }
 
 // Writes what the socket takes now; the gate never waits for a client.
-void SendNow(int fd, const std::string& data) {
+void SendNow(int fd, SSL* ssl, const std::string& data) {
+  if (ssl != nullptr) {
+    // One record write on a non-blocking socket: all of it or nothing.
+    SSL_write(ssl, data.data(), static_cast<int>(data.size()));
+    ERR_clear_error();
+    return;
+  }
   size_t at = 0;
   while (at < data.size()) {
     const ssize_t n = ::send(fd, data.data() + at, data.size() - at, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -102,18 +117,22 @@ bool WaitFor(int fd, short events, absl::Duration timeout) {
 
 // A connection as cpp-httplib reads and writes it on a worker: the bytes the
 // gate read first, then the socket. Reads end at the request's deadline.
+// Over TLS (ssl set; the socket is non-blocking) the bytes are SSL_read and
+// SSL_write, waiting on the socket for what OpenSSL asks.
 class ConnectionStream final : public httplib::Stream {
  public:
-  ConnectionStream(int fd, std::string buffered, absl::Time deadline,
+  ConnectionStream(int fd, SSL* ssl, std::string buffered, absl::Time deadline,
                    const GatedHttpServer::Options& options)
       : fd_(fd),
+        ssl_(ssl),
         buffer_(std::move(buffered)),
         deadline_(deadline),
         read_timeout_(options.read_timeout),
         write_timeout_(options.write_timeout) {}
 
   bool is_readable() const override {
-    return pos_ < buffer_.size() || WaitFor(fd_, POLLIN, ReadWait());
+    return pos_ < buffer_.size() || (ssl_ != nullptr && SSL_pending(ssl_) > 0) ||
+           WaitFor(fd_, POLLIN, ReadWait());
   }
   bool is_writable() const override { return WaitFor(fd_, POLLOUT, write_timeout_); }
 
@@ -122,9 +141,13 @@ class ConnectionStream final : public httplib::Stream {
       if (!WaitFor(fd_, POLLIN, ReadWait())) return -1;
       buffer_.resize(kChunk);
       ssize_t n;
-      do {
-        n = ::recv(fd_, buffer_.data(), kChunk, 0);
-      } while (n < 0 && errno == EINTR);
+      if (ssl_ != nullptr) {
+        n = TlsRead(buffer_.data(), kChunk);
+      } else {
+        do {
+          n = ::recv(fd_, buffer_.data(), kChunk, 0);
+        } while (n < 0 && errno == EINTR);
+      }
       buffer_.resize(n > 0 ? static_cast<size_t>(n) : 0);
       pos_ = 0;
       if (n <= 0) return n < 0 ? -1 : 0;
@@ -137,6 +160,7 @@ class ConnectionStream final : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
+    if (ssl_ != nullptr) return TlsWrite(ptr, size);
     if (!WaitFor(fd_, POLLOUT, write_timeout_)) return -1;
     ssize_t n;
     do {
@@ -166,7 +190,38 @@ class ConnectionStream final : public httplib::Stream {
 
   absl::Duration ReadWait() const { return std::min(read_timeout_, deadline_ - absl::Now()); }
 
+  // Waits for what OpenSSL needs after a call returned `result`; false when
+  // the call failed for good or the wait timed out.
+  bool WaitForTls(int result, absl::Duration timeout) {
+    const int error = SSL_get_error(ssl_, result);
+    ERR_clear_error();
+    if (error == SSL_ERROR_WANT_READ) return WaitFor(fd_, POLLIN, timeout);
+    if (error == SSL_ERROR_WANT_WRITE) return WaitFor(fd_, POLLOUT, timeout);
+    return false;
+  }
+
+  // As recv: bytes read, 0 at the end of the connection, -1 on an error or
+  // when none came within the read wait.
+  ssize_t TlsRead(char* ptr, size_t size) {
+    while (true) {
+      const int n = SSL_read(ssl_, ptr, static_cast<int>(size));
+      if (n > 0) return n;
+      if (SSL_get_error(ssl_, n) == SSL_ERROR_ZERO_RETURN) return 0;
+      if (!WaitForTls(n, ReadWait())) return -1;
+    }
+  }
+
+  // As send, all of `size` or -1.
+  ssize_t TlsWrite(const char* ptr, size_t size) {
+    while (true) {
+      const int n = SSL_write(ssl_, ptr, static_cast<int>(size));
+      if (n > 0) return n;
+      if (!WaitForTls(n, write_timeout_)) return -1;
+    }
+  }
+
   const int fd_;
+  SSL* const ssl_;
   std::string buffer_;
   size_t pos_ = 0;
   size_t consumed_ = 0;
@@ -187,9 +242,22 @@ class GatedHttpServer::Gate {
   }
 
   // A new connection; refused at once when its address or the gate is full.
+  // Over TLS the gate does the handshake; a refused TLS connection is closed
+  // without an answer (one would need the handshake first).
   void Admit(int fd) {
     Waiting w;
     w.fd = fd;
+    if (server_->tls_ != nullptr) {
+      w.ssl = SSL_new(server_->tls_.get());
+      const int flags = ::fcntl(fd, F_GETFL);
+      if (w.ssl == nullptr || flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
+          SSL_set_fd(w.ssl, fd) != 1) {
+        CloseConnection(fd, w.ssl);
+        return;
+      }
+      SSL_set_accept_state(w.ssl);
+      w.handshaking = true;
+    }
     int port = 0;
     PeerOf(fd, &w.address, &port);
     w.deadline = absl::Now() + options_.request_deadline;
@@ -209,8 +277,12 @@ class GatedHttpServer::Gate {
         incoming_.push_back(std::move(w));
       }
     }
+    if (refuse != 0 && w.ssl != nullptr) {
+      CloseConnection(fd, w.ssl);
+      return;
+    }
     if (refuse != 0) {
-      SendNow(fd, JsonResponse(refuse, server_->error_body_(
+      SendNow(fd, nullptr, JsonResponse(refuse, server_->error_body_(
                                            refuse, refuse == 429
                                                        ? "too many connections from this address "
                                                          "are sending their request"
@@ -222,9 +294,10 @@ class GatedHttpServer::Gate {
   }
 
   // A keep-alive connection after a response: waits for its next request.
-  void Return(int fd, std::string unread, int served) {
+  void Return(int fd, SSL* ssl, std::string unread, int served) {
     Waiting w;
     w.fd = fd;
+    w.ssl = ssl;
     int port = 0;
     PeerOf(fd, &w.address, &port);
     w.head = std::move(unread);
@@ -234,7 +307,7 @@ class GatedHttpServer::Gate {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) {
-        CloseConnection(fd);
+        CloseConnection(fd, ssl);
         return;
       }
       ++pending_;
@@ -254,7 +327,7 @@ class GatedHttpServer::Gate {
     if (thread_.joinable()) thread_.join();
     workers_.shutdown();
     absl::MutexLock lock(&mu_);
-    for (Waiting& w : incoming_) CloseConnection(w.fd);
+    for (Waiting& w : incoming_) CloseConnection(w.fd, w.ssl);
     incoming_.clear();
   }
 
@@ -267,6 +340,9 @@ class GatedHttpServer::Gate {
  private:
   struct Waiting {
     int fd = -1;
+    SSL* ssl = nullptr;        // over TLS, owned while the connection waits
+    bool handshaking = false;  // the TLS handshake is not done yet
+    short events = POLLIN;     // what the connection waits for
     std::string address;
     std::string head;  // bytes read so far
     absl::Time deadline;
@@ -290,27 +366,78 @@ class GatedHttpServer::Gate {
   }
 
   void Refuse(const Waiting& w, int status, const std::string& message) {
-    SendNow(w.fd, JsonResponse(status, server_->error_body_(status, message)));
-    CloseConnection(w.fd);
+    if (w.handshaking) {
+      CloseConnection(w.fd, w.ssl);  // nothing can be said before the handshake
+    } else {
+      SendNow(w.fd, w.ssl, JsonResponse(status, server_->error_body_(status, message)));
+      CloseConnection(w.fd, w.ssl);
+    }
     Leave(w);
+  }
+
+  void Drop(const Waiting& w) {
+    CloseConnection(w.fd, w.ssl);
+    Leave(w);
+  }
+
+  // Over TLS: goes on with the handshake, then reads what OpenSSL has
+  // decrypted (which may be more than the socket shows); true when the
+  // connection left the gate.
+  bool ReadSomeTls(Waiting& w) {
+    w.events = POLLIN;
+    const auto wait = [&w](int result) {
+      const int error = SSL_get_error(w.ssl, result);
+      ERR_clear_error();
+      if (error == SSL_ERROR_WANT_READ) return true;
+      if (error == SSL_ERROR_WANT_WRITE) {
+        w.events = POLLOUT;
+        return true;
+      }
+      return false;
+    };
+    if (w.handshaking) {
+      const int r = SSL_do_handshake(w.ssl);
+      if (r != 1) {
+        if (wait(r)) return false;
+        Drop(w);
+        return true;
+      }
+      w.handshaking = false;
+    }
+    char chunk[16 << 10];
+    while (true) {
+      const int n = SSL_read(w.ssl, chunk, sizeof(chunk));
+      if (n <= 0) {
+        if (wait(n)) return false;
+        Drop(w);
+        return true;
+      }
+      if (Received(w, chunk, static_cast<size_t>(n))) return true;
+    }
   }
 
   // Reads what arrived; true when the connection left the gate.
   bool ReadSome(Waiting& w) {
+    if (w.ssl != nullptr) return ReadSomeTls(w);
     char chunk[16 << 10];
     const ssize_t n = ::recv(w.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
     if (n <= 0) {
-      CloseConnection(w.fd);
-      Leave(w);
+      Drop(w);
       return true;
     }
+    return Received(w, chunk, static_cast<size_t>(n));
+  }
+
+  // Bytes of the request arrived (the first start its deadline); true when
+  // the connection left the gate.
+  bool Received(Waiting& w, const char* data, size_t n) {
     if (!w.started) {
       w.started = true;
       w.deadline = absl::Now() + options_.request_deadline;
     }
     const size_t from = w.head.size() >= 3 ? w.head.size() - 3 : 0;
-    w.head.append(chunk, static_cast<size_t>(n));
+    w.head.append(data, n);
     return TryHandOff(w, from);
   }
 
@@ -328,15 +455,14 @@ class GatedHttpServer::Gate {
     }
     std::string response;
     if (server_->quick_ && server_->quick_(absl::string_view(w.head).substr(0, end + 4), &response)) {
-      SendNow(w.fd, response);
-      CloseConnection(w.fd);
-      Leave(w);
+      SendNow(w.fd, w.ssl, response);
+      Drop(w);
       return true;
     }
     Leave(w);
-    workers_.enqueue([server = server_, fd = w.fd, head = std::move(w.head), deadline = w.deadline,
-                      served = w.served]() mutable {
-      server->Serve(fd, std::move(head), deadline, served);
+    workers_.enqueue([server = server_, fd = w.fd, ssl = w.ssl, head = std::move(w.head),
+                      deadline = w.deadline, served = w.served]() mutable {
+      server->Serve(fd, ssl, std::move(head), deadline, served);
     });
     return true;
   }
@@ -354,15 +480,18 @@ class GatedHttpServer::Gate {
         }
       }
       // A keep-alive connection may bring its next request whole (read
-      // with the previous one).
+      // with the previous one), or over TLS have it decrypted already; a new
+      // TLS connection starts its handshake.
       for (Waiting& w : arrived) {
-        if (w.head.empty() || !TryHandOff(w, 0)) waiting.push_back(std::move(w));
+        if (!w.head.empty() && TryHandOff(w, 0)) continue;
+        if (w.ssl != nullptr && ReadSomeTls(w)) continue;
+        waiting.push_back(std::move(w));
       }
       arrived.clear();
       absl::Time next = absl::Now() + absl::Seconds(1);
       polled.assign(1, pollfd{wake_[0], POLLIN, 0});
       for (const Waiting& w : waiting) {
-        polled.push_back(pollfd{w.fd, POLLIN, 0});
+        polled.push_back(pollfd{w.fd, w.events, 0});
         next = std::min(next, w.deadline);
       }
       const int64_t wait_ms =
@@ -383,8 +512,7 @@ class GatedHttpServer::Gate {
           if (w.started) {
             Refuse(w, 408, "the request did not arrive in time");
           } else {
-            CloseConnection(w.fd);  // an idle keep-alive connection
-            Leave(w);
+            Drop(w);  // an idle keep-alive connection
           }
           continue;
         }
@@ -392,10 +520,7 @@ class GatedHttpServer::Gate {
       }
       waiting.swap(still);
     }
-    for (Waiting& w : waiting) {
-      CloseConnection(w.fd);
-      Leave(w);
-    }
+    for (Waiting& w : waiting) Drop(w);
   }
 
   GatedHttpServer* const server_;
@@ -436,6 +561,26 @@ GatedHttpServer::GatedHttpServer(Options options, QuickAnswer quick, ErrorBody e
 
 GatedHttpServer::~GatedHttpServer() = default;
 
+void GatedHttpServer::TlsContextFree::operator()(SSL_CTX* ctx) const { SSL_CTX_free(ctx); }
+
+absl::Status GatedHttpServer::UseTls(const std::string& cert_file, const std::string& key_file) {
+  std::unique_ptr<SSL_CTX, TlsContextFree> ctx(SSL_CTX_new(TLS_server_method()));
+  const bool ok =
+      ctx != nullptr && SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION) == 1 &&
+      SSL_CTX_use_certificate_chain_file(ctx.get(), cert_file.c_str()) == 1 &&
+      SSL_CTX_use_PrivateKey_file(ctx.get(), key_file.c_str(), SSL_FILETYPE_PEM) == 1 &&
+      SSL_CTX_check_private_key(ctx.get()) == 1;
+  ERR_clear_error();
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(cert_file, " / ", key_file,
+                                                   ": not a PEM certificate chain and its "
+                                                   "private key"));
+  }
+  SSL_CTX_set_options(ctx.get(), SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  tls_ = std::move(ctx);
+  return absl::OkStatus();
+}
+
 int GatedHttpServer::CurrentSocket() { return current_socket; }
 
 std::string GatedHttpServer::JsonResponse(int status, const std::string& body) {
@@ -457,8 +602,9 @@ bool GatedHttpServer::process_and_close_socket(socket_t sock) {
   return true;
 }
 
-void GatedHttpServer::Serve(int fd, std::string buffered, absl::Time deadline, int served) {
-  ConnectionStream stream(fd, std::move(buffered), deadline, options_);
+void GatedHttpServer::Serve(int fd, SSL* ssl, std::string buffered, absl::Time deadline,
+                            int served) {
+  ConnectionStream stream(fd, ssl, std::move(buffered), deadline, options_);
   const bool last = served + 1 >= options_.keep_alive_max_requests || !is_running();
   bool connection_closed = false;
   current_socket = fd;
@@ -467,9 +613,9 @@ void GatedHttpServer::Serve(int fd, std::string buffered, absl::Time deadline, i
   if (options_.after_request) options_.after_request(stream.consumed());
   Gate* gate = gate_.load();
   if (ok && !last && !connection_closed && is_running() && gate != nullptr) {
-    gate->Return(fd, stream.TakeUnread(), served + 1);
+    gate->Return(fd, ssl, stream.TakeUnread(), served + 1);
   } else {
-    CloseConnection(fd);
+    CloseConnection(fd, ssl);
   }
 }
 

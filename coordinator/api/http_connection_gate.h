@@ -21,6 +21,12 @@
 //   - requests the QuickAnswer callback takes (GET /health) are answered on
 //     the gate thread itself, so they get through even while every worker is
 //     busy.
+// With UseTls the same holds for HTTPS: the gate does each connection's TLS
+// handshake without blocking (it counts against the request deadline, so a
+// client that stalls its handshake holds no thread either) and reads the
+// decrypted header; the workers read and write through the connection's
+// SSL. A TLS connection refused at once (per address, gate full) is closed
+// without an answer, which would need a handshake first.
 //
 // Thread-safety: configure (routes, timeouts) before listening, as with
 // httplib::Server; CurrentSocket from any thread.
@@ -30,8 +36,10 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "httplib.h"
@@ -78,6 +86,11 @@ class GatedHttpServer : public httplib::Server {
   GatedHttpServer(Options options, QuickAnswer quick, ErrorBody error_body);
   ~GatedHttpServer() override;
 
+  // Serves HTTPS (TLS 1.2 or later) with the PEM certificate chain and
+  // private key in these files. Call before listening. InvalidArgument
+  // naming the files when they are not a chain and its key.
+  absl::Status UseTls(const std::string& cert_file, const std::string& key_file);
+
   // The socket of the connection whose request the calling thread serves
   // (a route handler, a content provider), or -1 off a worker.
   static int CurrentSocket();
@@ -89,17 +102,22 @@ class GatedHttpServer : public httplib::Server {
  private:
   class Gate;
   class GateQueue;
+  struct TlsContextFree {
+    void operator()(SSL_CTX* ctx) const;
+  };
 
   // Runs on the accept thread (GateQueue runs the accept loop's tasks
   // inline): hands the new connection to the gate.
   bool process_and_close_socket(socket_t sock) override;
-  // One request of `fd` on a worker, then back to the gate or closed.
-  void Serve(int fd, std::string buffered, absl::Time deadline, int served);
+  // One request of `fd` (speaking TLS through `ssl` when not null) on a
+  // worker, then back to the gate or closed.
+  void Serve(int fd, SSL* ssl, std::string buffered, absl::Time deadline, int served);
 
   const Options options_;
   const QuickAnswer quick_;
   const ErrorBody error_body_;
-  std::atomic<Gate*> gate_{nullptr};  // set while listening
+  std::unique_ptr<SSL_CTX, TlsContextFree> tls_;  // set by UseTls
+  std::atomic<Gate*> gate_{nullptr};              // set while listening
 };
 
 }  // namespace colibri::coordinator

@@ -133,9 +133,18 @@ GenerationRequest ToGenerationRequest(openai::ApiRequest&& api) {
   r.ignore_eos = api.ignore_eos;
   r.stop = std::move(api.stop);
   r.logprobs = api.logprobs;
-  r.constraint = std::move(api.constraint);
+  r.output = std::move(api.output);
   r.top_logprobs = api.top_logprobs;
   return r;
+}
+
+// What token `t` gives a chat reply's parser: its text, then, for a harmony
+// model, the markup of a control token that frames harmony messages (decoded
+// text leaves control tokens out; the parser takes the markup out again).
+std::string ParserText(const tokenizer::Tokenizer* tokenizer, bool harmony,
+                       const GeneratedToken& t) {
+  if (!harmony || tokenizer == nullptr || !tokenizer->IsControl(t.id)) return t.text;
+  return absl::StrCat(t.text, HarmonyMarker(tokenizer->TokenToPiece(t.id, true)));
 }
 
 // The report of one token for logprobs.
@@ -164,49 +173,39 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return absl::InvalidArgumentError("--http-tls-cert and --http-tls-key go together");
   }
-  int read_timeout_seconds = options.read_timeout_seconds;
+  GatedHttpServer::Options gate;
+  gate.threads = options.threads;
+  gate.request_deadline = absl::Seconds(options.request_deadline_seconds);
+  gate.keep_alive = absl::Seconds(options.keep_alive_seconds);
+  gate.keep_alive_max_requests = options.keep_alive_max_requests;
+  gate.read_timeout = absl::Seconds(options.read_timeout_seconds);
+  gate.write_timeout = absl::Seconds(options.write_timeout_seconds);
+  gate.max_pending_per_address = options.max_pending_per_address;
+  gate.after_request = ReleaseMemoryAfterRequest;
+  auto gated = std::make_unique<GatedHttpServer>(
+      gate,
+      [raw = server.get()](absl::string_view head, std::string* response) {
+        return raw->QuickHealth(head, response);
+      },
+      [](int status, const std::string& message) {
+        return openai::Dump(openai::MakeError(status, message).body);
+      });
   if (!options.tls_cert_file.empty()) {
     for (const std::string& file : {options.tls_cert_file, options.tls_key_file}) {
       COLIBRI_RETURN_IF_ERROR(rpc::ReadWholeFile(file).status());
     }
-    auto https = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
-                                                      options.tls_key_file.c_str());
-    if (!https->is_valid()) {
+    absl::Status tls = gated->UseTls(options.tls_cert_file, options.tls_key_file);
+    if (!tls.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--http-tls-cert ", options.tls_cert_file, " / --http-tls-key ", options.tls_key_file,
           ": not a PEM certificate chain and its private key"));
     }
-    https->new_task_queue = [threads = options.threads] {
-      return new httplib::ThreadPool(threads);
-    };
-    https->set_keep_alive_timeout(options.keep_alive_seconds);
-    https->set_keep_alive_max_count(options.keep_alive_max_requests);
-    // Without the gate, the deadline of a request bounds each read of it.
-    read_timeout_seconds = std::min(read_timeout_seconds, options.request_deadline_seconds);
-    server->server_ = std::move(https);
-  } else {
-    GatedHttpServer::Options gate;
-    gate.threads = options.threads;
-    gate.request_deadline = absl::Seconds(options.request_deadline_seconds);
-    gate.keep_alive = absl::Seconds(options.keep_alive_seconds);
-    gate.keep_alive_max_requests = options.keep_alive_max_requests;
-    gate.read_timeout = absl::Seconds(options.read_timeout_seconds);
-    gate.write_timeout = absl::Seconds(options.write_timeout_seconds);
-    gate.max_pending_per_address = options.max_pending_per_address;
-    gate.after_request = ReleaseMemoryAfterRequest;
-    server->server_ = std::make_unique<GatedHttpServer>(
-        gate,
-        [raw = server.get()](absl::string_view head, std::string* response) {
-          return raw->QuickHealth(head, response);
-        },
-        [](int status, const std::string& message) {
-          return openai::Dump(openai::MakeError(status, message).body);
-        });
   }
+  server->server_ = std::move(gated);
   httplib::Server& http = *server->server_;
   // cpp-httplib sets these as the accepted sockets' SO_RCVTIMEO/SO_SNDTIMEO;
   // keep-alive is the gate's.
-  http.set_read_timeout(read_timeout_seconds, 0);
+  http.set_read_timeout(options.read_timeout_seconds, 0);
   http.set_write_timeout(options.write_timeout_seconds, 0);
   http.set_payload_max_length(options.max_body_bytes);
   if (options.metrics != nullptr) {
@@ -236,6 +235,8 @@ void HttpServer::Attach(Backend backend) {
   backend.requests.chat = backend.chat;
   backend.requests.limits = backend.request_limits;
   backend.requests.defaults = options_.defaults;
+  backend.requests.tool_dialect =
+      DialectFor(backend.model->config().arch, backend.chat_template_source, "").tools;
   backend_owned_ = std::make_unique<Backend>(std::move(backend));
   backend_.store(backend_owned_.get(), std::memory_order_release);
 }
@@ -500,6 +501,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   // Chat: the text split into content, reasoning and tool calls by the
   // model's own syntax; whether a think block is open shows at the prompt's end.
   std::shared_ptr<AssistantOutputParser> parser;
+  const bool harmony = chat && b.requests.tool_dialect == ToolDialect::kHarmony;
   if (chat) {
     std::string tail;
     if (tokenizer != nullptr) {
@@ -535,7 +537,15 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     usage.cached_prompt_tokens = (*outcome)->cached_prompt_tokens;
     usage.completion_tokens = static_cast<int>(result.tokens.size());
     if (chat) {
-      OutputDelta message = parser->Feed(result.text);
+      OutputDelta message;
+      if (harmony) {
+        for (const GeneratedToken& t : tokens) {
+          message.Append(parser->Feed(ParserText(tokenizer, true, t)));
+        }
+        message.Append(parser->Feed(result.trailing_text));
+      } else {
+        message = parser->Feed(result.text);
+      }
       message.Append(parser->Finish());
       const std::string reason =
           parser->called_tools() ? "tool_calls" : openai::FinishReasonName(result.finish_reason);
@@ -558,7 +568,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, state, id, endpoint, chat, logprobs, include_usage, tokenizer](
+      [job, state, id, endpoint, chat, logprobs, include_usage, tokenizer, harmony](
           size_t, httplib::DataSink& sink) {
         const auto write = [&sink, &job](const std::string& data) {
           if (sink.write(data.data(), data.size())) return true;
@@ -575,7 +585,9 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
         if (tokens.empty() && !outcome.has_value()) return write(": ping\n\n");
         std::string out;
         for (const GeneratedToken& t : tokens) {
-          if (t.text.empty() && !logprobs) continue;
+          const std::string text =
+              state->parser != nullptr ? ParserText(tokenizer, harmony, t) : t.text;
+          if (text.empty() && !logprobs) continue;
           json lp = nullptr;
           if (logprobs) {
             const std::vector<openai::TokenReport> one = {Report(tokenizer, t)};
@@ -584,7 +596,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
           }
           state->text_offset += t.text.size();
           if (state->parser != nullptr) {
-            const OutputDelta d = state->parser->Feed(t.text);
+            const OutputDelta d = state->parser->Feed(text);
             if (d.empty() && lp.is_null()) continue;
             out += openai::SseEvent(openai::ChatDeltaChunk(id, d, state->tool_index, lp));
             state->tool_index += static_cast<int>(d.tool_calls.size());

@@ -86,13 +86,10 @@ class HttpServer {
     // gets Access-Control-Allow-Origin; a preflight (OPTIONS, any path) is
     // answered 204 without a key. Default: none (no CORS headers, OPTIONS 404).
     std::vector<std::string> cors_origins;
-    // PEM certificate chain and key: HTTPS when both are set (cpp-httplib's
-    // SSLServer). HTTPS connections are served without the connection gate
-    // (http_connection_gate.h reads request headers off the plain socket): a
-    // connection holds one of `threads` from its accept, a slow client is
-    // bounded by request_deadline_seconds per read instead of per request,
-    // /health needs a thread like any request, and memory is not trimmed after
-    // requests. Default: "" (plain HTTP through the gate).
+    // PEM certificate chain and key: HTTPS when both are set, through the
+    // connection gate like plain HTTP (http_connection_gate.h: the gate does
+    // the handshake; same deadline, per-address limit and /health).
+    // Default: "" (plain HTTP).
     std::string tls_cert_file;
     std::string tls_key_file;
     // Seconds a 429 for a full queue tells the client to wait (Retry-After).

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/api/model_summary.h"
+#include "coordinator/api/openai_api.h"
 #include "coordinator/api/request_limits.h"
 #include "model/gguf/gguf_fingerprint.h"
 #include "model/sampling/sampler.h"
@@ -26,8 +27,9 @@ const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "the coordinator
 
 // The request's sampling parameters with the proto's "0 means off / default"
 // conventions resolved.
-// A Generate request as a front-end-neutral one (the sizes were checked).
-GenerationRequest ToGenerationRequest(const v1::GenerateRequest& request) {
+// A Generate request as a front-end-neutral one (the sizes were checked);
+// InvalidArgument for a response_format schema that is not JSON.
+absl::StatusOr<GenerationRequest> ToGenerationRequest(const v1::GenerateRequest& request) {
   GenerationRequest r;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kTokens:
@@ -60,6 +62,25 @@ GenerationRequest ToGenerationRequest(const v1::GenerateRequest& request) {
   if (request.max_tokens() != 0) r.max_tokens = request.max_tokens();
   r.ignore_eos = request.ignore_eos();
   r.stop.assign(request.stop().begin(), request.stop().end());
+  using Format = OutputConstraintRequest::Format;
+  switch (request.response_format().format_case()) {
+    case v1::ResponseFormat::kJsonObject:
+      if (request.response_format().json_object()) r.output.format = Format::kJsonObject;
+      break;
+    case v1::ResponseFormat::kJsonSchema: {
+      absl::StatusOr<nlohmann::ordered_json> schema =
+          openai::ParseJsonValue(request.response_format().json_schema());
+      if (!schema.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("response_format.json_schema: ", schema.status().message()));
+      }
+      r.output.format = Format::kJsonSchema;
+      r.output.json_schema = *std::move(schema);
+      break;
+    }
+    case v1::ResponseFormat::FORMAT_NOT_SET:
+      break;
+  }
   return r;
 }
 
@@ -275,7 +296,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
   if (authorized && status.ok()) status = CheckGenerateRequest(request, requests_.limits);
   GenerationSpec spec;
   if (authorized && status.ok()) {
-    absl::StatusOr<GenerationSpec> made = MakeGenerationSpec(ToGenerationRequest(request), requests_);
+    absl::StatusOr<GenerationRequest> generic = ToGenerationRequest(request);
+    absl::StatusOr<GenerationSpec> made =
+        generic.ok() ? MakeGenerationSpec(*generic, requests_) : generic.status();
     if (made.ok()) {
       spec = *std::move(made);
     } else {

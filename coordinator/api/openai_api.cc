@@ -236,8 +236,9 @@ absl::Status RefuseUnsupported(const ojson& request) {
 }
 
 // response_format: "text" (free text), "json_object" (any JSON object) or
-// "json_schema" with json_schema.schema, compiled into out->constraint.
+// "json_schema" with json_schema.schema, kept in out->output.
 absl::Status ParseResponseFormat(const ojson& request, ApiRequest* out) {
+  using Format = OutputConstraintRequest::Format;
   const ojson* format = Field(request, "response_format");
   if (format == nullptr) return absl::OkStatus();
   const ojson* type = format->is_object() ? Field(*format, "type") : nullptr;
@@ -246,68 +247,82 @@ absl::Status ParseResponseFormat(const ojson& request, ApiRequest* out) {
   }
   const std::string kind = type->get<std::string>();
   if (kind == "text") return absl::OkStatus();
-  ojson schema;
   if (kind == "json_object") {
-    schema = ojson{{"type", "object"}};
-  } else if (kind == "json_schema") {
-    const ojson* spec = Field(*format, "json_schema");
-    if (spec == nullptr || !spec->is_object()) {
-      return FieldError("response_format",
-                        "'response_format.json_schema' must be an object with a 'schema'");
-    }
-    if (const ojson* strict = Field(*spec, "strict"); strict != nullptr && !strict->is_boolean()) {
-      return FieldError("response_format", "'response_format.json_schema.strict' must be a boolean");
-    }
-    const ojson* given = Field(*spec, "schema");
-    if (given == nullptr) {
-      return FieldError("response_format", "'response_format.json_schema.schema' is required");
-    }
-    if (!given->is_object() && !given->is_boolean()) {
-      return FieldError("response_format",
-                        "'response_format.json_schema.schema' must be a JSON Schema (an object)");
-    }
-    schema = *given;
-  } else {
+    out->output.format = Format::kJsonObject;
+    return absl::OkStatus();
+  }
+  if (kind != "json_schema") {
     return FieldError("response_format",
                       absl::StrCat("'response_format' of type '", kind,
                                    "' is not supported; only 'text', 'json_object' and "
                                    "'json_schema'"));
   }
-  absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
-      grammar::CompileJsonSchema(schema, kResponseFormatCompile);
-  if (!compiled.ok()) {
+  const ojson* spec = Field(*format, "json_schema");
+  if (spec == nullptr || !spec->is_object()) {
     return FieldError("response_format",
-                      absl::StrCat("'response_format' schema cannot be enforced: ",
-                                   compiled.status().message()));
+                      "'response_format.json_schema' must be an object with a 'schema'");
   }
-  out->constraint = std::move(*compiled);
+  if (const ojson* strict = Field(*spec, "strict"); strict != nullptr && !strict->is_boolean()) {
+    return FieldError("response_format", "'response_format.json_schema.strict' must be a boolean");
+  }
+  const ojson* given = Field(*spec, "schema");
+  if (given == nullptr) {
+    return FieldError("response_format", "'response_format.json_schema.schema' is required");
+  }
+  if (!given->is_object() && !given->is_boolean()) {
+    return FieldError("response_format",
+                      "'response_format.json_schema.schema' must be a JSON Schema (an object)");
+  }
+  out->output.format = Format::kJsonSchema;
+  out->output.json_schema = *given;
   return absl::OkStatus();
 }
 
-// tool_choice: "auto" (the default) and "none"; "required" and a named
-// function need constrained decoding.
+// tool_choice: "auto" (the default), "none", "required" or
+// {"type": "function", "function": {"name": N}}; parallel_tool_calls.
 absl::Status ParseToolChoice(const ojson& request, ApiRequest* out) {
+  using Choice = OutputConstraintRequest::ToolChoice;
   const ojson* choice = Field(request, "tool_choice");
-  std::string value = "auto";
-  if (choice != nullptr) {
-    if (choice->is_object()) {
+  Choice value = Choice::kAuto;
+  if (choice != nullptr && choice->is_object()) {
+    const ojson* type = Field(*choice, "type");
+    const ojson* function = Field(*choice, "function");
+    const ojson* name =
+        function != nullptr && function->is_object() ? Field(*function, "name") : nullptr;
+    if (type == nullptr || *type != "function" || name == nullptr || !name->is_string() ||
+        name->get<std::string>().empty()) {
       return FieldError("tool_choice",
-                        "'tool_choice' naming a function is not supported yet (it needs "
-                        "constrained decoding); use \"auto\"");
+                        "'tool_choice' naming a function must be {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}");
     }
-    if (!choice->is_string()) return FieldError("tool_choice", "'tool_choice' must be a string");
-    value = choice->get<std::string>();
-    if (value == "required") {
+    value = Choice::kNamed;
+    out->output.tool_name = name->get<std::string>();
+  } else if (choice != nullptr) {
+    if (!choice->is_string()) {
+      return FieldError("tool_choice", "'tool_choice' must be a string or an object");
+    }
+    const std::string text = choice->get<std::string>();
+    if (text == "none") {
+      value = Choice::kNone;
+    } else if (text == "required") {
+      value = Choice::kRequired;
+    } else if (text != "auto") {
       return FieldError("tool_choice",
-                        "'tool_choice' \"required\" is not supported yet (it needs constrained "
-                        "decoding); use \"auto\"");
-    }
-    if (value != "auto" && value != "none") {
-      return FieldError("tool_choice", absl::StrCat("'tool_choice' must be \"auto\" or \"none\", "
-                                                    "got \"", value, "\""));
+                        absl::StrCat("'tool_choice' must be \"auto\", \"none\", \"required\" "
+                                     "or a named function, got \"",
+                                     text, "\""));
     }
   }
-  out->parse_tool_calls = !out->tools.is_null() && !out->tools.empty() && value == "auto";
+  const bool has_tools = !out->tools.is_null() && !out->tools.empty();
+  if ((value == Choice::kRequired || value == Choice::kNamed) && !has_tools) {
+    return FieldError("tool_choice",
+                      "'tool_choice' \"required\" or a named function needs 'tools'");
+  }
+  absl::StatusOr<bool> parallel = GetBool(request, "parallel_tool_calls", true);
+  if (!parallel.ok()) return parallel.status();
+  out->output.tool_choice = value;
+  out->output.parallel_tool_calls = *parallel;
+  out->parse_tool_calls = has_tools && value != Choice::kNone;
   return absl::OkStatus();
 }
 
@@ -519,6 +534,13 @@ absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view bod
     return FieldError("model", "'model' must be a string");
   }
   return out;
+}
+
+absl::StatusOr<ojson> ParseJsonValue(absl::string_view text) {
+  if (absl::Status s = CheckJsonShape(text); !s.ok()) return s;
+  ojson value = ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return FieldError("", "not valid JSON");
+  return value;
 }
 
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {

@@ -7,15 +7,15 @@
 // Field rules (as OpenAI documents them, where Colibri supports them):
 // `max_completion_tokens` wins over `max_tokens`; `n` must be 1; `null` means
 // "not given"; unknown fields are ignored, except those that would change
-// what the output means (tool_choice
-// "required" or a named function, and the constrained-decoding extensions
-// of other servers: grammar, json_schema, guided_*; the legacy functions /
+// what the output means (the constrained-decoding extensions of other
+// servers: grammar, json_schema, guided_*; the legacy functions /
 // function_call): those are a 400 naming the field, never silently dropped;
 // `response_format` json_schema (its `schema`; `strict` is accepted either way
-// and always enforced) and json_object (any JSON object) are compiled to a
-// grammar while the request is parsed (grammar::CompileJsonSchema within
-// kResponseFormatCompile's bounds), a 400 naming response_format with the
-// compiler's message (keyword and JSON pointer) when that fails;
+// and always enforced) and json_object (any JSON object), and `tool_choice`
+// "required" or {"type": "function", "function": {"name": N}} (with
+// `parallel_tool_calls`) are checked for shape here and kept in
+// ApiRequest::output, which MakeGenerationSpec compiles
+// (output_constraint.h: what cannot be enforced is a 400 naming the field);
 // every type or range error is a 400 naming the field (Status
 // InvalidArgument with the field as its "param" payload, see ParamOf).
 //
@@ -33,9 +33,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/api/assistant_output.h"
+#include "coordinator/api/output_constraint.h"
 #include "coordinator/generation/generation.h"
-#include "model/grammar/byte_nfa.h"
-#include "model/grammar/json_schema_compiler.h"
 #include "model/sampling/sampler.h"
 #include "nlohmann/json.hpp"
 
@@ -51,13 +50,6 @@ struct ApiLimits {
   int n_vocab = 0;
 };
 
-// The bounds of a response_format schema's compilation: a hostile schema
-// costs at most this many automaton states (about 40 bytes each plus edges)
-// and the time to build them, on the thread that parses the request.
-inline constexpr grammar::SchemaCompileOptions kResponseFormatCompile = {
-    /*max_nfa_states=*/200000, /*max_ref_depth=*/4, /*max_any_depth=*/4,
-    /*max_schema_depth=*/64};
-
 // A parsed completion or chat request.
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -71,7 +63,7 @@ struct ApiRequest {
   nlohmann::ordered_json messages;
   nlohmann::ordered_json tools;
   // Chat: whether the model's tool calls are parsed out of its text (tools
-  // given and tool_choice "auto", the default; "none" leaves them as text).
+  // given and tool_choice not "none"; "none" leaves them as text).
   bool parse_tool_calls = false;
   // The tokens asked for; nullopt when the request gave none.
   std::optional<int> max_tokens;
@@ -90,9 +82,9 @@ struct ApiRequest {
   // Generate past end-of-generation tokens (a Colibri extension, like
   // llama.cpp's). Default: false.
   bool ignore_eos = false;
-  // response_format json_schema / json_object, compiled: the output is
-  // constrained to it. Default: null (free text).
-  std::shared_ptr<const grammar::CompiledGrammar> constraint;
+  // response_format, tool_choice and parallel_tool_calls as given (not yet
+  // compiled). Default: free text, tool_choice auto.
+  OutputConstraintRequest output;
 };
 
 // The "param" payload of a parse error: the offending field ("" if none).
@@ -105,6 +97,11 @@ std::string ParamOf(const absl::Status& status);
 // a value out of range.
 absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view body,
                                         const ApiLimits& limits);
+
+// Parses any JSON value within the shape bounds of a request body (the gRPC
+// front end's schemas). InvalidArgument (param "") for bad JSON or a shape
+// beyond the bounds.
+absl::StatusOr<nlohmann::ordered_json> ParseJsonValue(absl::string_view text);
 
 // Parses /tokenize ({"content": string, "add_special": bool,
 // "parse_special": bool}; the two flags default to false and true) and

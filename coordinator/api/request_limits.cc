@@ -65,6 +65,10 @@ absl::Status CheckGenerateRequest(const v1::GenerateRequest& request, const Requ
     return absl::OutOfRangeError(absl::StrCat("max_tokens ", request.max_tokens(),
                                               " is above the limit of ", limits.max_tokens));
   }
+  if (request.response_format().has_json_schema()) {
+    COLIBRI_RETURN_IF_ERROR(CheckPromptText(
+        "the response_format schema", request.response_format().json_schema().size(), limits));
+  }
   if (request.stop_size() > limits.max_stop_strings) {
     return absl::OutOfRangeError(absl::StrCat(
         request.stop_size(), " stop strings, more than the limit of ", limits.max_stop_strings));

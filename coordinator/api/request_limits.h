@@ -50,7 +50,8 @@ absl::Status ValidateRequestLimits(const RequestLimits& limits);
 
 // Checks every size of a Generate request against `limits`: prompt text bytes,
 // prompt token count (against n_ctx) and ids (against n_vocab), max_tokens,
-// the number and length of stop strings. OutOfRange naming the limit for a
+// the number and length of stop strings, the response_format schema text.
+// OutOfRange naming the limit for a
 // size beyond it; InvalidArgument for a negative max_tokens, an empty or
 // missing prompt and ids outside the vocabulary. Does not look at sampling
 // parameters or whether the text fits the context once tokenized.

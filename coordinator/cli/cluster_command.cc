@@ -1,5 +1,7 @@
 #include "coordinator/cli/cluster_command.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -9,6 +11,13 @@
 #include "model/gguf/gguf_fingerprint.h"
 
 namespace colibri::coordinator {
+
+uint64_t RecommendedNodeMemoryLimit(uint64_t ram_budget_bytes, uint64_t placed_bytes) {
+  const uint64_t tier =
+      ram_budget_bytes == 0 ? placed_bytes : std::min(ram_budget_bytes, placed_bytes);
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  return (tier + kNodeMemoryOverheadBytes + kGiB - 1) / kGiB * kGiB;
+}
 
 absl::Status RunPlan(const PlanOptions& options, std::ostream& out) {
   if (!options.cluster.enabled()) {
@@ -60,6 +69,16 @@ absl::Status RunPlan(const PlanOptions& options, std::ostream& out) {
     out << absl::StrFormat("node %s (id %s, weight %.3g): %d experts (%d primary), %s (%d bytes)\n",
                            nodes[i].address, nodes[i].node_id, weighted[i].weight, count[i],
                            primary[i], FormatBytes(bytes[i]), bytes[i]);
+    const uint64_t budget = nodes[i].inventory.ram_budget_bytes();
+    const uint64_t limit_gib = RecommendedNodeMemoryLimit(budget, bytes[i]) >> 30;
+    out << absl::StrFormat(
+        "  memory: RAM tier %s (%s) + %s -> systemd MemoryMax=%dG, Kubernetes limits.memory: "
+        "%dGi\n",
+        FormatBytes(budget == 0 ? bytes[i] : std::min(budget, bytes[i])),
+        budget == 0          ? "its experts; ram-budget not known"
+        : budget <= bytes[i] ? "its ram-budget"
+                             : "its experts, under its ram-budget",
+        FormatBytes(kNodeMemoryOverheadBytes), limit_gib, limit_gib);
   }
   if (options.list_experts) {
     for (int l = 0; l < placement.n_layer(); ++l) {

@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "coordinator/api/model_summary.h"
+#include "model/arch/kv_cache.h"
 #include "model/arch/model_config.h"
 #include "model/gguf/gguf_file.h"
 #include "model/gguf/gguf_fingerprint.h"
@@ -53,7 +54,13 @@ void PrintFamilyConfig(const arch::ModelConfig& c, std::ostream& out) {
   }
   const int64_t per_token = c.kv_cache_floats_per_token() * 4 * c.n_layer;
   out << "  KV cache per token: " << FormatBytes(per_token) << " (f32), "
-      << FormatBytes(per_token / 2) << " (--kv-type f16)";
+      << FormatBytes(per_token / 2) << " (--kv-type f16), ";
+  if (arch::KvCache::CheckType(c, arch::KvType::kQ8_0).ok()) {
+    // 34 bytes (32 int8 and a half scale) per 32 elements.
+    out << FormatBytes(per_token / 4 / 32 * 34) << " (--kv-type q8_0)";
+  } else {
+    out << "no q8_0 (a row is not a multiple of 32 elements)";
+  }
   if (c.kv_expanded_floats_per_token() != c.kv_cache_floats_per_token()) {
     const int64_t expanded = c.kv_expanded_floats_per_token() * 4 * c.n_layer;
     out << absl::StrFormat("; compressed latent (expanded K/V would be %s in f32, %.1fx)",

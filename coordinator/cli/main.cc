@@ -43,15 +43,17 @@ constexpr const char* kTraceRoutingHelp =
 using colibri::coordinator::InspectOptions;
 using colibri::coordinator::RunOptions;
 
-// --kv-type f32|f16 (arch::KvType).
+// --kv-type f32|f16|q8_0 (arch::KvType).
 void AddKvTypeFlag(CLI::App* cmd, colibri::arch::KvType* kv_type) {
   using colibri::arch::KvType;
-  const std::map<std::string, KvType> types = {{"f32", KvType::kF32}, {"f16", KvType::kF16}};
+  const std::map<std::string, KvType> types = {
+      {"f32", KvType::kF32}, {"f16", KvType::kF16}, {"q8_0", KvType::kQ8_0}};
   cmd->add_option("--kv-type", *kv_type,
-                  "element type of the KV cache: f32, or f16 (half the memory and the bytes "
-                  "attention reads)")
+                  "element type of the KV cache: f32, f16 (half the memory and the bytes "
+                  "attention reads) or q8_0 (8-bit blocks of 32 with a scale: 0.27 of f32's; "
+                  "head dimensions must be multiples of 32)")
       ->transform(CLI::CheckedTransformer(types))
-      ->type_name("f32|f16")
+      ->type_name("f32|f16|q8_0")
       ->default_str("f32");
 }
 
@@ -121,7 +123,7 @@ void AddRunFlags(CLI::App* cmd, RunOptions* o, std::string* prompt_tokens, bool*
   cmd->add_option("--trace-routing", o->trace_routing, kTraceRoutingHelp);
 }
 
-// --draft, --draft-max and --draft-fixed of run and serve.
+// --draft, --draft-max, --draft-fixed and --no-grammar-drafts of run and serve.
 void AddSpeculationFlags(CLI::App* cmd, colibri::coordinator::SpeculationOptions* o) {
   using colibri::coordinator::DraftKind;
   const std::map<std::string, DraftKind> kinds = {
@@ -140,6 +142,9 @@ void AddSpeculationFlags(CLI::App* cmd, colibri::coordinator::SpeculationOptions
   cmd->add_flag("--draft-fixed{false}", o->adaptive,
                 "always draft --draft-max tokens instead of adapting the length to the "
                 "measured acceptance and cost");
+  cmd->add_flag("--no-grammar-drafts{false}", o->grammar_drafts,
+                "constrained (JSON schema) generations do not draft the tokens their grammar "
+                "forces next (keys, punctuation); the output is the same either way");
 }
 
 // --nodes and the options every cluster command shares. For `serve`
@@ -372,6 +377,23 @@ int main(int argc, char** argv) {
         ->default_str("auto");
   }
   AddClusterFlags(serve_cmd, &serve.cluster, "node-");
+  serve.cluster.rebalance = true;
+  serve_cmd
+      ->add_flag("--rebalance,!--no-rebalance", serve.cluster.rebalance,
+                 "with --nodes: copy the most used experts to the nodes that relieve the busiest "
+                 "one most (fastest first, within their RAM budgets) and drop copies that stay "
+                 "cold, in the background; a copy is used once its node holds it")
+      ->default_str("on");
+  serve_cmd
+      ->add_option("--rebalance-interval", serve.cluster.rebalance_interval_seconds,
+                   "seconds between --rebalance rounds")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 7 * 24 * 3600.0));
+  serve_cmd
+      ->add_option("--rebalance-bytes", serve.cluster.rebalance_bytes,
+                   "most expert bytes one --rebalance round sends; suffixes K, M, G (binary)")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("256M");
   AddSpeculationFlags(serve_cmd, &serve.speculation);
   AddWireFlags(serve_cmd, &serve.cluster.wire);
 

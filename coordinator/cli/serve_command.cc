@@ -144,6 +144,9 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
                       /*interleave=*/!options.gguf_order, err);
   std::unique_ptr<ThreadPool> pool =
       MakeCommandPool(options.threads, options.cluster.enabled(), options.spin_us);
+  // What the dashboard draws and --rebalance plans from; written by the
+  // scheduler's stepping thread. Before `cluster`, whose rebalancer reads it.
+  ExpertUse expert_use(ExpertsPerLayer(*model));
   std::unique_ptr<ClusterExperts> cluster;
   if (options.cluster.enabled()) {
     ClusterCommandOptions cluster_options = options.cluster;
@@ -177,6 +180,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
       options.kv_cache_bytes >= 0 ? options.kv_cache_bytes : PhysicalRamBytes() / 8;
   scheduler_options.prefix_cache_dir = options.kv_cache_dir;
   scheduler_options.prefix_cache_disk_bytes = options.kv_cache_disk_bytes;
+  scheduler_options.build_token_trie_at_start = true;
   const tokenizer::Tokenizer* tokenizer = tok.ok() ? tok->get() : nullptr;
   // Both front ends render chats: gRPC Generate's `chat` prompt and HTTP.
   ChatRenderer chat;
@@ -191,10 +195,12 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
         << FormatBytes(static_cast<uint64_t>(scheduler_options.prefix_cache_bytes))
         << " of KV rows (--kv-cache-size)\n";
   }
-  // What the dashboard draws; written by the scheduler's stepping thread.
-  ExpertUse expert_use(ExpertsPerLayer(*model));
   StepTimeline timeline;
   scheduler_options.route_observer = &expert_use;
+  if (cluster != nullptr) {
+    COLIBRI_RETURN_IF_ERROR(cluster->StartRebalancing(
+        options.cluster, [&expert_use] { return expert_use.Snapshot(); }, err));
+  }
   scheduler_options.timeline = &timeline;
   COLIBRI_ASSIGN_OR_RETURN(
       std::unique_ptr<GenerationScheduler> scheduler,

@@ -116,6 +116,7 @@ Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
       slots_(new Node[capacity_]),
       healthy_(reachable),
       unhealthy_since_(nodes.size(), absl::InfinitePast()),
+      outrun_(nodes.size(), false),
       counters_(nodes.size()),
       latency_(nodes.size(), LatencyEstimator(options.latency)),
       available_(reachable),
@@ -130,12 +131,18 @@ Cluster::Cluster(const ClusterOptions& options, std::string fingerprint,
   }
   clients_.assign(std::make_move_iterator(clients.begin()), std::make_move_iterator(clients.end()));
   n_nodes_.store(static_cast<int>(nodes.size()), std::memory_order_release);
-  placements_.push_back(std::make_unique<const Placement>(std::move(placement)));
-  current_.store(placements_.back().get(), std::memory_order_release);
+  placements_.emplace_back(std::make_shared<const Placement>(std::move(placement)),
+                           absl::InfiniteFuture());
+  current_.store(placements_.back().first.get(), std::memory_order_release);
   prober_ = std::thread([this] { ProbeLoop(); });
 }
 
 Cluster::~Cluster() { Shutdown(); }
+
+std::shared_ptr<const Placement> Cluster::HoldPlacement() const {
+  absl::MutexLock lock(&mu_);
+  return placements_.back().first;
+}
 
 void Cluster::Shutdown() {
   {
@@ -200,9 +207,26 @@ absl::Status Cluster::SetMembers(const std::vector<std::string>& addresses) {
   return absl::OkStatus();
 }
 
+void Cluster::SetExtraCopies(std::vector<placement::ExtraCopy> extras) {
+  std::sort(extras.begin(), extras.end());
+  extras.erase(std::unique(extras.begin(), extras.end()), extras.end());
+  absl::MutexLock lock(&mu_);
+  if (rebalancer_) wanted_extras_ = std::move(extras);
+}
+
+Cluster::ExtraCopyCounters Cluster::extra_copy_counters() const {
+  absl::MutexLock lock(&mu_);
+  return extra_counters_;
+}
+
+void Cluster::RecordMovedBytes(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  extra_counters_.moved_bytes += bytes;
+}
+
 int64_t Cluster::replacements() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(placements_.size()) - 1;
+  return installed_;
 }
 
 void Cluster::Log(const std::string& line) const {
@@ -264,6 +288,7 @@ void Cluster::RecordCall(int node, int64_t bytes_sent, int64_t bytes_received, d
   if (status.ok()) {
     latency_[node].Observe(now, work, wait_seconds, node_seconds);
     c.work_units += work;
+    outrun_[node] = false;
   }
   c.bytes_sent += bytes_sent;
   c.bytes_received += bytes_received;
@@ -289,6 +314,7 @@ std::vector<NodeSpeed> Cluster::Speeds(int n_nodes) const {
     // Due to be measured again: weighed as the fastest, and still counted in
     // what the fastest is.
     stale[i] =
+        counters_[i].requests < kTrustedReplies ||
         now - e.last_reply > absl::Seconds(kProbeAfterWaits * std::max(e.wait_ewma, e.wait_high));
     speed[i] = SpeedOf(e);
     if (!any_fresh) {
@@ -360,7 +386,16 @@ void Cluster::RecordCancelledCall(int node, int64_t bytes_sent, double wait_seco
   ++c.requests;
   c.bytes_sent += bytes_sent;
   c.wait_seconds += wait_seconds;
-  if (outrun) latency_[node].Observe(now, work, wait_seconds, 0.0);
+  if (outrun) {
+    latency_[node].Observe(now, work, wait_seconds, 0.0);
+    outrun_[node] = true;
+    ++c.outruns;
+  }
+}
+
+bool Cluster::outrun(int node) const {
+  absl::MutexLock lock(&mu_);
+  return node < static_cast<int>(outrun_.size()) && outrun_[node];
 }
 
 void Cluster::RecordHedges(const HedgeCounters& delta) {
@@ -395,6 +430,15 @@ NodeCounters Cluster::counters(int node) const {
   return counters_[node];
 }
 
+std::vector<int64_t> Cluster::WorkUnits(int n) const {
+  std::vector<int64_t> out(n, 0);
+  absl::MutexLock lock(&mu_);
+  for (int i = 0; i < n && i < static_cast<int>(counters_.size()); ++i) {
+    out[i] = counters_[i].work_units;
+  }
+  return out;
+}
+
 int64_t Cluster::fallback_routes() const {
   absl::MutexLock lock(&mu_);
   return fallback_routes_;
@@ -403,6 +447,7 @@ int64_t Cluster::fallback_routes() const {
 void Cluster::ProbeLoop() {
   while (true) {
     std::vector<int> unhealthy;
+    std::vector<int> outrun;
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.probe_interval);
@@ -410,7 +455,16 @@ void Cluster::ProbeLoop() {
       UpdateWantedPlacement();
       for (int i = 0; i < n_nodes(); ++i) {
         if (!healthy_[i] && !retired_[i] && !slots_[i].provisional) unhealthy.push_back(i);
+        if (healthy_[i] && outrun_[i] && !retired_[i]) outrun.push_back(i);
       }
+    }
+    // An outrun node that answers its probe is given primary work again (its
+    // estimate then decides how much).
+    for (int i : outrun) {
+      std::shared_ptr<NodeClient> c = client(i);
+      if (c == nullptr || !c->CheckHealth().ok()) continue;
+      absl::MutexLock lock(&mu_);
+      outrun_[i] = false;
     }
     for (int i : unhealthy) {
       std::shared_ptr<NodeClient> c = client(i);
@@ -524,6 +578,7 @@ bool Cluster::AddNode(const std::string& address, v1::InventoryReply inventory,
     node.inventory = std::move(inventory);
     healthy_.push_back(true);
     unhealthy_since_.push_back(absl::InfinitePast());
+    outrun_.push_back(false);
     counters_.emplace_back();
     latency_.emplace_back(options_.latency);
     available_.push_back(false);
@@ -584,109 +639,6 @@ void Cluster::UpdateWantedPlacement() {
   if (std::count(wanted_available_.begin(), wanted_available_.end(), true) == 0) {
     // Every node in force was retired and none joined yet: keep them until one does.
     wanted_available_ = available_;
-  }
-}
-
-namespace {
-
-// (layer, expert, node) assignments of `to` that `from` does not have.
-int64_t NewAssignments(const Placement& from, const Placement& to) {
-  int64_t n = 0;
-  for (int l = 0; l < to.n_layer(); ++l) {
-    for (int e = 0; e < to.n_expert(l); ++e) {
-      absl::Span<const int> before = from.Owners(l, e);
-      for (int node : to.Owners(l, e)) {
-        n += std::find(before.begin(), before.end(), node) == before.end() ? 1 : 0;
-      }
-    }
-  }
-  return n;
-}
-
-// The addresses of nodes [0, want.size()) that are left out of `want`,
-// retired ones apart.
-std::string NodeList(const Cluster& cluster, const std::vector<bool>& want,
-                     const std::vector<bool>& retired, bool list_retired) {
-  std::string out;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (want[i] || retired[i] != list_retired) continue;
-    absl::StrAppend(&out, out.empty() ? "" : ", ", cluster.node(static_cast<int>(i)).address);
-  }
-  return out.empty() ? "none" : out;
-}
-
-}  // namespace
-
-void Cluster::RebalanceLoop() {
-  absl::Duration backoff = options_.probe_interval;
-  while (true) {
-    std::vector<bool> want;
-    std::vector<bool> retired;
-    std::vector<PlacementNode> placement_nodes;
-    bool repair = false;
-    Rebalancer rebalancer;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || wanted_available_ != available_ || repair_requested_;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stop_) return;
-      want = wanted_available_;
-      retired = retired_;
-      placement_nodes = PlacementNodesOfSlots(static_cast<int>(want.size()));
-      repair = want == available_;
-      repair_requested_ = false;
-      rebalancer = rebalancer_;
-    }
-    absl::Status status;
-    std::unique_ptr<Placement> next;
-    if (repair) {
-      Log("cluster: repairing: re-sending the experts nodes reported lost");
-      status = rebalancer(placement());
-    } else {
-      const int n_available = static_cast<int>(std::count(want.begin(), want.end(), true));
-      absl::StatusOr<Placement> computed = Placement::Compute(
-          placement_nodes, experts_per_layer_, std::min(options_.replicas, n_available), want);
-      status = computed.status();
-      if (status.ok()) {
-        next = std::make_unique<Placement>(*std::move(computed));
-        Log(absl::StrCat(
-            "cluster: re-placing experts (excluded: ", NodeList(*this, want, retired, false),
-            "; retired: ", NodeList(*this, want, retired, true), "; ",
-            NewAssignments(placement(), *next), " expert copies move)"));
-        status = rebalancer(*next);
-      }
-    }
-    if (!status.ok()) {
-      Log(absl::StrCat(repair ? "cluster: repair failed, will retry: "
-                              : "cluster: re-placement failed, the current placement stays: ",
-                       status.message()));
-      absl::MutexLock lock(&mu_);
-      if (repair) repair_requested_ = true;
-      mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(30));
-      continue;
-    }
-    backoff = options_.probe_interval;
-    if (repair) {
-      absl::MutexLock lock(&mu_);
-      ++repairs_;
-      continue;
-    }
-    const int64_t moved = NewAssignments(placement(), *next);
-    {
-      absl::MutexLock lock(&mu_);
-      placements_.push_back(std::move(next));
-      available_ = want;
-      // Nodes that joined meanwhile are not in this placement yet.
-      available_.resize(wanted_available_.size(), false);
-      moved_experts_ += moved;
-      current_.store(placements_.back().get(), std::memory_order_release);
-    }
-    Log(absl::StrCat(
-        "cluster: new placement in force (excluded: ", NodeList(*this, want, retired, false), ")"));
-    ReleaseRetiredClients();
   }
 }
 

@@ -35,6 +35,16 @@
 // is retired. The last node in force is retired only once another can take
 // its experts. Without a rebalancer membership never changes.
 //
+// Extra copies: SetExtraCopies names copies of experts beyond the rendezvous
+// replicas (hot-expert replication). The re-placement thread makes a placement
+// with those of them on nodes in force, hands it to the rebalancer (the nodes
+// receive or import the new copies and acknowledge them) and installs it only
+// once that succeeds: a copy is used only once its node confirmed it. A copy
+// no longer named is dropped by installing a placement without it; the
+// rendezvous copies stay in every placement, so an expert always keeps a
+// confirmed copy. If the rebalancer fails (a node lost mid-transfer), the
+// placement in force stays and the copies are tried again after a back-off.
+//
 // Repair: a node that answers DataLoss or NotFound for an expert it should
 // hold (a stored value failed its checksum and was dropped) gets it back: the
 // same thread runs the rebalancer for the placement in force, which re-sends
@@ -147,6 +157,8 @@ struct NodeCounters {
   int64_t floor_bytes = 0;
   // ExpertWork units of the calls the node answered (hedged ones included).
   int64_t work_units = 0;
+  // Calls of the node cancelled because hedges answered their share first.
+  int64_t outruns = 0;
 };
 
 // Hedged calls, cumulative (RemoteBackendStats has the same per backend).
@@ -205,10 +217,16 @@ class Cluster {
   // ClusterOptions::clock.
   absl::Time Now() const { return options_.clock ? options_.clock() : absl::Now(); }
 
-  // The placement in force. The reference stays valid for the cluster's
-  // lifetime, but a re-placement may install a newer one at any time: read it
-  // once per unit of work (a layer) and use that copy throughout.
+  // The placement in force. A re-placement may install a newer one at any
+  // time: read it once per unit of work (a layer) and use that reference
+  // throughout. The reference stays valid for at least kPlacementGrace after
+  // a newer placement replaced it (then it may be freed, so that hot-expert
+  // rounds do not pile placements up).
   const Placement& placement() const { return *current_.load(std::memory_order_acquire); }
+  static constexpr absl::Duration kPlacementGrace = absl::Minutes(1);
+  // The placement in force, kept alive for as long as the caller holds it:
+  // for work that may outlast kPlacementGrace (a layer waiting on slow nodes).
+  std::shared_ptr<const Placement> HoldPlacement() const;
 
   // Makes every node hold what `placement` assigns it (called on the cluster's
   // re-placement thread, never concurrently with itself). OK means the
@@ -225,6 +243,21 @@ class Cluster {
   bool excluded(int node) const;
   // Placements installed after the first.
   int64_t replacements() const;
+  // The extra copies wanted from now on (see Extra copies); returns at once,
+  // the re-placement thread does the rest (no-op without a rebalancer).
+  // Copies of nodes out of the placement, or of experts a node holds as a
+  // rendezvous replica, are left out when placing.
+  void SetExtraCopies(std::vector<placement::ExtraCopy> extras);
+  // Extra copies installed placements added and dropped, and the bytes the
+  // rebalancer reported moving for placements (RecordMovedBytes), cumulative.
+  struct ExtraCopyCounters {
+    int64_t added = 0;
+    int64_t dropped = 0;
+    int64_t moved_bytes = 0;
+  };
+  ExtraCopyCounters extra_copy_counters() const;
+  // Adds bytes a rebalancer sent or had imported (for extra_copy_counters).
+  void RecordMovedBytes(int64_t bytes);
   // Expert copies the installed placements gave to a node that did not hold
   // them in the placement before (Σ over re-placements).
   int64_t moved_experts() const;
@@ -259,8 +292,9 @@ class Cluster {
   LatencyEstimate latency(int node) const;
   // The speed ChooseFastestReplicas weighs for nodes [0, n_nodes): their
   // estimates (SpeedOf), except that a node whose estimate is stale or absent,
-  // or that has not replied for kProbeAfterWaits of its waits, counts
-  // as fast as the fastest other one, so that it is given work and measured.
+  // has been sent fewer than kTrustedReplies calls, or has not replied for
+  // kProbeAfterWaits of its waits, counts as fast as the fastest other one,
+  // so that it is given work and measured.
   std::vector<NodeSpeed> Speeds(int n_nodes) const;
   // The deadline of a ComputeLayer call of `work` ExpertWork units to node
   // (see ClusterOptions::deadline_factor).
@@ -277,9 +311,15 @@ class Cluster {
   // answered its share first) it took at least that long, so the wait feeds
   // the node's estimate as a reply of that time without reported work: a
   // slow or hung node loses new work while the estimate is fresh, and is not
-  // marked suspect for it.
+  // marked suspect for it. An outrun node is also outrun() until it answers a
+  // call or its next health probe (every probe_interval).
   void RecordCancelledCall(int node, int64_t bytes_sent, double wait_seconds, int64_t work,
                            bool outrun);
+  // True from a call of node outrun by hedges until the node answers a call
+  // (RecordCall OK) or a health probe: it gets no new first-choice work while
+  // another healthy copy exists, so that a hung node costs one hedge delay,
+  // not one per layer.
+  bool outrun(int node) const;
   // Adds a backend's hedge counters.
   void RecordHedges(const HedgeCounters& delta);
   HedgeCounters hedges() const;
@@ -287,6 +327,8 @@ class Cluster {
   void RecordFailover(int node);
   void RecordFallbackRoutes(int64_t n);
   NodeCounters counters(int node) const;
+  // NodeCounters::work_units of nodes [0, n), read at once (0 beyond n_nodes).
+  std::vector<int64_t> WorkUnits(int n) const;
   int64_t fallback_routes() const;
 
   // Stops the background threads early (the destructor does too). Waits for a
@@ -334,6 +376,7 @@ class Cluster {
   mutable absl::Mutex mu_;
   std::vector<bool> healthy_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> unhealthy_since_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> outrun_ ABSL_GUARDED_BY(mu_);  // [nodes]: see outrun()
   std::vector<NodeCounters> counters_ ABSL_GUARDED_BY(mu_);
   std::vector<LatencyEstimator> latency_ ABSL_GUARDED_BY(mu_);  // [nodes]
   int64_t fallback_routes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -342,8 +385,12 @@ class Cluster {
   double hedge_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time hedge_refilled_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  // Every placement ever installed (a handful), so references stay valid.
-  std::vector<std::unique_ptr<const Placement>> placements_ ABSL_GUARDED_BY(mu_);
+  // The placement in force (last) and those it replaced less than
+  // kPlacementGrace ago, each with the time it was replaced
+  // (absl::InfiniteFuture() for the one in force).
+  std::vector<std::pair<std::shared_ptr<const Placement>, absl::Time>> placements_
+      ABSL_GUARDED_BY(mu_);
+  int64_t installed_ ABSL_GUARDED_BY(mu_) = 0;               // placements installed after the first
   std::vector<bool> available_ ABSL_GUARDED_BY(mu_);         // of the placement in force
   std::vector<bool> wanted_available_ ABSL_GUARDED_BY(mu_);  // what health asks for
   Rebalancer rebalancer_ ABSL_GUARDED_BY(mu_);
@@ -352,6 +399,11 @@ class Cluster {
   int64_t expert_losses_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t moved_experts_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> retired_ ABSL_GUARDED_BY(mu_);
+  // Extra copies wanted (SetExtraCopies) and those of the placement in force
+  // as they were asked for (before leaving out the unplaceable ones).
+  std::vector<placement::ExtraCopy> wanted_extras_ ABSL_GUARDED_BY(mu_);
+  std::vector<placement::ExtraCopy> extras_ ABSL_GUARDED_BY(mu_);
+  ExtraCopyCounters extra_counters_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> members_ ABSL_GUARDED_BY(mu_);
   // Probe thread only: clients of listed addresses not yet in, and those
   // whose failure was logged.

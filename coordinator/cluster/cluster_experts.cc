@@ -153,6 +153,7 @@ absl::StatusOr<std::unique_ptr<ClusterExperts>> ClusterExperts::Start(
     // On the rebalancer's thread: whole lines through the cluster's log.
     if (const std::string line = SaveChecksums(*checksums); !line.empty()) cluster->Log(line);
     if (!moved.ok()) return moved.status();
+    cluster->RecordMovedBytes(static_cast<int64_t>(moved->bytes_sent));
     cluster->Log(absl::StrCat("re-placement: ", moved->bytes_sent, " bytes sent (",
                               moved->experts_sent, " experts), ", moved->experts_imported,
                               " experts imported"));
@@ -176,6 +177,30 @@ absl::Status ClusterExperts::WatchMembership(const ClusterCommandOptions& option
                                          [cluster](const std::vector<std::string>& addresses) {
                                            return cluster->SetMembers(addresses);
                                          }));
+  return absl::OkStatus();
+}
+
+absl::Status ClusterExperts::StartRebalancing(const ClusterCommandOptions& options,
+                                              HotExpertRebalancer::UseSource use,
+                                              std::ostream& err) {
+  if (!options.rebalance || hot_ != nullptr) return absl::OkStatus();
+  if (!(options.rebalance_interval_seconds > 0) || options.rebalance_bytes < 0) {
+    return absl::InvalidArgumentError(
+        "--rebalance-interval must be > 0 and --rebalance-bytes >= 0");
+  }
+  std::vector<int64_t> expert_bytes;
+  for (const auto& layer : model_->experts()) {
+    expert_bytes.push_back(layer.empty() ? 0 : static_cast<int64_t>(ExpertBytes(layer[0])));
+  }
+  HotExpertRebalancerOptions hot;
+  hot.interval = absl::Seconds(options.rebalance_interval_seconds);
+  hot.max_bytes_per_round = options.rebalance_bytes;
+  hot_ = std::make_unique<HotExpertRebalancer>(hot, cluster_.get(), std::move(expert_bytes),
+                                               std::move(use));
+  hot_->Start();
+  err << absl::StrFormat(
+      "serve: hot-expert replication every %.3g s, at most %d bytes per round (--rebalance)\n",
+      options.rebalance_interval_seconds, options.rebalance_bytes);
   return absl::OkStatus();
 }
 
@@ -246,6 +271,14 @@ void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const 
     const double mean = n > 0 ? static_cast<double>(sum) / n : 0.0;
     err << absl::StrFormat("node work: units_max=%d units_mean=%.1f max_over_mean=%.3f\n", max,
                            mean, mean > 0 ? static_cast<double>(max) / mean : 0.0);
+  }
+  {
+    const Cluster::ExtraCopyCounters x = cluster_->extra_copy_counters();
+    if (x.added + x.dropped + x.moved_bytes > 0 || hot_ != nullptr) {
+      err << absl::StrFormat("extra copies: added=%d dropped=%d moved_bytes=%d in_force=%d\n",
+                             x.added, x.dropped, x.moved_bytes,
+                             cluster_->placement().AllExtras().size());
+    }
   }
   const RemoteBackendStats s = BackendTotals();
   err << absl::StrFormat(

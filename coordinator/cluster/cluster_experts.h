@@ -14,6 +14,7 @@
 #include "coordinator/cluster/cluster.h"
 #include "coordinator/cluster/cluster_setup.h"
 #include "coordinator/cluster/expert_checksums.h"
+#include "coordinator/cluster/hot_expert_rebalancer.h"
 #include "coordinator/cluster/membership_watcher.h"
 #include "coordinator/cluster/remote_expert_backend.h"
 #include "model/arch/model.h"
@@ -68,6 +69,16 @@ struct ClusterCommandOptions {
   // Plan with every node weighted 1, without contacting nodes (plan only).
   // Default: false.
   bool assume_equal = false;
+  // Hot-expert replication (HotExpertRebalancer; serve --rebalance): copies
+  // of the most used experts on the nodes that relieve the busiest one most,
+  // within their RAM budgets. Default: false (serve turns it on: a server
+  // runs long enough for the load to be learnt and the copies to pay off; a
+  // `run` ends before).
+  bool rebalance = false;
+  // Seconds between rebalancing rounds (--rebalance-interval). Default: 10.
+  double rebalance_interval_seconds = 10;
+  // Bytes of new copies one round may send (--rebalance-bytes). Default: 256 MiB.
+  int64_t rebalance_bytes = int64_t{256} << 20;
   // Activations on the wire (--wire-dtype, --wire-reduce; run and serve).
   // Default: float32 rows, one per route.
   WireOptions wire;
@@ -117,6 +128,15 @@ class ClusterExperts {
   // nodes were given by `nodes`. Call once.
   absl::Status WatchMembership(const ClusterCommandOptions& options, std::ostream& err);
 
+  // With options.rebalance, starts hot-expert replication (HotExpertRebalancer)
+  // fed by `use` (cumulative routes per [layer][expert], e.g. ExpertUse::
+  // Snapshot); its copies are sent or imported like re-placed experts. OK
+  // without doing anything otherwise. Call once.
+  absl::Status StartRebalancing(const ClusterCommandOptions& options,
+                                HotExpertRebalancer::UseSource use, std::ostream& err);
+  // Null unless StartRebalancing started it.
+  const HotExpertRebalancer* rebalancer() const { return hot_.get(); }
+
   // Marks the end of prompt processing: later figures print as "decode".
   // Also reads every healthy node's NodeStats (one call each).
   void MarkPromptDone();
@@ -144,6 +164,7 @@ class ClusterExperts {
   std::unique_ptr<RemoteExpertBackend> backends_[2];  // [0] fast, [1] exact path
   // Declared after cluster_: stops before the cluster it feeds is destroyed.
   std::unique_ptr<MembershipWatcher> watcher_;
+  std::unique_ptr<HotExpertRebalancer> hot_;
   RemoteBackendStats at_prompt_done_;
   std::vector<absl::StatusOr<v1::NodeStatsReply>> tiers_at_prompt_done_;  // [n_nodes]
 };

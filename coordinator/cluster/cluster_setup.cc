@@ -70,12 +70,6 @@ std::vector<ExpertPart> ExpertParts(const moe::ExpertWeights& w) {
   return parts;
 }
 
-uint64_t ExpertBytes(const moe::ExpertWeights& w) {
-  uint64_t total = 0;
-  for (const ExpertPart& part : ExpertParts(w)) total += part.bytes;
-  return total;
-}
-
 // The header fields of version 2 records: biases and activation.
 void FillBiasesAndActivation(const moe::ExpertWeights& w, v1::IngestChunk* chunk) {
   auto bias = [](int64_t n, v1::ExpertTensor* t) {
@@ -157,12 +151,15 @@ absl::StatusOr<std::vector<ExpertId>> MissingExperts(const Cluster& cluster,
   return missing;
 }
 
+// The progress line of one node's ingest or import ("ingest ADDRESS: ..."),
+// printed at most once per interval, and once more at the end.
 class Progress {
  public:
-  Progress(std::ostream* out, bool in_place, std::string address, uint64_t total,
+  Progress(std::ostream* out, bool in_place, std::string verb, std::string address, uint64_t total,
            absl::Duration interval, absl::Mutex* out_mu)
       : line_(out, in_place),
         out_(out),
+        verb_(std::move(verb)),
         address_(std::move(address)),
         total_(total),
         interval_(absl::ToChronoMilliseconds(interval)),
@@ -170,26 +167,34 @@ class Progress {
         start_(Clock::now()),
         last_(start_) {}
 
-  void Add(uint64_t bytes) {
-    done_ += bytes;
+  void Add(uint64_t bytes) { Set(done_ + bytes, total_); }
+  void Set(uint64_t done, uint64_t total) {
+    done_ = done;
+    total_ = total;
     const auto now = Clock::now();
     if (now - last_ >= interval_) {
       last_ = now;
       Print(false);
     }
   }
-  void Print(bool final) {
+  // The final line, at `done` of `total`, ended with `note`.
+  void Done(uint64_t done, uint64_t total, const std::string& note) {
+    done_ = done;
+    total_ = total;
+    Print(true, note);
+  }
+  void Print(bool final, const std::string& note = "") {
     if (out_ == nullptr) return;
     const double seconds =
         std::max(std::chrono::duration<double>(Clock::now() - start_).count(), 1e-9);
     const double rate = done_ / seconds;
     const double eta = rate > 0 ? (total_ - done_) / rate : 0;
     const std::string text =
-        absl::StrFormat("ingest %s: %s of %s (%.0f%%), %s/s", address_, MiB(done_), MiB(total_),
+        absl::StrFormat("%s %s: %s of %s (%.0f%%), %s/s", verb_, address_, MiB(done_), MiB(total_),
                         total_ ? 100.0 * done_ / total_ : 100.0, MiB(rate));
     absl::MutexLock lock(out_mu_);
     if (final) {
-      line_.Finish(text + absl::StrFormat(", done in %.2f s", seconds));
+      line_.Finish(text + absl::StrFormat(", done in %.2f s", seconds) + note);
     } else {
       line_.Update(text + absl::StrFormat(", ETA %.1f s", eta));
     }
@@ -198,8 +203,9 @@ class Progress {
  private:
   ProgressLine line_;  // under *out_mu_
   std::ostream* const out_;
+  const std::string verb_;
   const std::string address_;
-  const uint64_t total_;
+  uint64_t total_;
   const std::chrono::milliseconds interval_;
   absl::Mutex* const out_mu_;
   const Clock::time_point start_;
@@ -213,8 +219,8 @@ absl::Status StreamExperts(const Cluster& cluster, int i, const arch::Model& mod
   const auto& experts = model.experts();
   uint64_t total = 0;
   for (const ExpertId& id : missing) total += ExpertBytes(experts[id.layer][id.expert]);
-  Progress progress(options.progress, options.progress_in_place, cluster.node(i).address, total,
-                    options.progress_interval, out_mu);
+  Progress progress(options.progress, options.progress_in_place, "ingest", cluster.node(i).address,
+                    total, options.progress_interval, out_mu);
   std::shared_ptr<NodeClient> client = cluster.client(i);
   if (client == nullptr) return Released(cluster, i);
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<IngestStream> stream, client->StartIngest());
@@ -295,26 +301,35 @@ absl::Status ImportExperts(const Cluster& cluster, int i, const std::vector<Expe
     key->set_layer(id.layer);
     key->set_expert(id.expert);
   }
-  const auto start = Clock::now();
   std::shared_ptr<NodeClient> client = cluster.client(i);
   if (client == nullptr) return Released(cluster, i);
-  COLIBRI_ASSIGN_OR_RETURN(v1::ImportReply reply, client->Import(request));
+  // The node streams its counts; the total is its own (the experts' bytes
+  // as it stores them).
+  Progress progress(options.progress, options.progress_in_place, "import", cluster.node(i).address,
+                    0, options.progress_interval, out_mu);
+  COLIBRI_ASSIGN_OR_RETURN(v1::ImportReply reply,
+                           client->ImportWithProgress(request, [&](const v1::ImportReply& so_far) {
+                             progress.Set(so_far.bytes_done(), so_far.bytes_total());
+                           }));
   if (reply.imported() != static_cast<int32_t>(missing.size())) {
     return absl::DataLossError(absl::StrCat(cluster.node(i).address, " imported ", reply.imported(),
                                             " of ", missing.size(), " experts from ",
                                             options.node_gguf_path));
   }
+  progress.Done(reply.bytes_done(), reply.bytes_total(),
+                absl::StrFormat(", %d experts written", reply.imported()));
   absl::MutexLock lock(out_mu);
-  if (options.progress != nullptr) {
-    *options.progress << absl::StrFormat(
-        "import %s: %d experts, %s in %.2f s\n", cluster.node(i).address, reply.imported(),
-        MiB(reply.bytes_stored()), std::chrono::duration<double>(Clock::now() - start).count());
-  }
   result->experts_imported += reply.imported();
   return absl::OkStatus();
 }
 
 }  // namespace
+
+uint64_t ExpertBytes(const moe::ExpertWeights& w) {
+  uint64_t total = 0;
+  for (const ExpertPart& part : ExpertParts(w)) total += part.bytes;
+  return total;
+}
 
 uint64_t ExpertChecksum(const moe::ExpertWeights& w) {
   XXH64_state_t* state = XXH64_createState();

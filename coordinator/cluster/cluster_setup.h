@@ -65,6 +65,9 @@ struct ExpertSetupResult {
 // IngestChunk.xxh64.
 uint64_t ExpertChecksum(const moe::ExpertWeights& w);
 
+// Bytes of an expert as sent and stored: gate, up, down and its biases.
+uint64_t ExpertBytes(const moe::ExpertWeights& w);
+
 // Sends or imports what is missing on every node for `placement`, nodes in
 // parallel. The experts a node already holds are verified by the content
 // hash its inventory reports (InventoryEntry.xxh64) against `model`'s bytes.

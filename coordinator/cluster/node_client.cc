@@ -229,6 +229,11 @@ void NodeClient::StartComputeLayer(const v1::ComputeLayerRequest& request,
   queue->Complete(tag, ComputeLayer(request));
 }
 
+absl::StatusOr<v1::ImportReply> NodeClient::ImportWithProgress(
+    const v1::ImportRequest& request, const std::function<void(const v1::ImportReply&)>&) {
+  return Import(request);
+}
+
 namespace {
 
 class GrpcNodeClient : public NodeClient {
@@ -294,6 +299,32 @@ class GrpcNodeClient : public NodeClient {
     absl::Status s = FromGrpc(stub_->Import(&ctx, request, &reply), address(), "Import");
     if (!s.ok()) return s;
     return reply;
+  }
+
+  absl::StatusOr<v1::ImportReply> ImportWithProgress(
+      const v1::ImportRequest& request,
+      const std::function<void(const v1::ImportReply&)>& progress) override {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, options_.transfer_deadline);
+    std::unique_ptr<grpc::ClientReader<v1::ImportReply>> reader =
+        stub_->ImportWithProgress(&ctx, request);
+    std::optional<v1::ImportReply> last;
+    v1::ImportReply message;
+    while (reader->Read(&message)) {
+      // Hold each message back by one: the last is the final reply, not
+      // progress.
+      if (last.has_value() && progress) progress(*last);
+      last = message;
+    }
+    const grpc::Status status = reader->Finish();
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) return Import(request);
+    absl::Status s = FromGrpc(status, address(), "ImportWithProgress");
+    if (!s.ok()) return s;
+    if (!last.has_value()) {
+      return absl::DataLossError(
+          absl::StrCat(address(), " ImportWithProgress: the stream ended without a reply"));
+    }
+    return *last;
   }
 
   absl::StatusOr<v1::InventoryReply> Inventory(const v1::InventoryRequest& request) override {

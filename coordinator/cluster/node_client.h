@@ -142,6 +142,13 @@ class NodeClient {
   virtual absl::StatusOr<v1::PrefetchReply> Prefetch(const v1::PrefetchRequest& request) = 0;
   virtual absl::StatusOr<std::unique_ptr<IngestStream>> StartIngest() = 0;
   virtual absl::StatusOr<v1::ImportReply> Import(const v1::ImportRequest& request) = 0;
+  // Import, calling `progress` with each count the node streams while it
+  // runs (ImportWithProgress); returns the final reply. Against a node
+  // without ImportWithProgress (UNIMPLEMENTED) the gRPC client falls back to
+  // Import, with no progress; so does this default (for test fakes).
+  virtual absl::StatusOr<v1::ImportReply> ImportWithProgress(
+      const v1::ImportRequest& request,
+      const std::function<void(const v1::ImportReply& so_far)>& progress);
   virtual absl::StatusOr<v1::InventoryReply> Inventory(const v1::InventoryRequest& request) = 0;
   virtual absl::StatusOr<v1::NodeStatsReply> NodeStats() = 0;
   // OK when grpc.health.v1.Health/Check answers SERVING for the whole server;

@@ -140,7 +140,8 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
   expert_done_.assign(n_expert_, false);
   expert_live_.assign(n_expert_, 0);
   submit_status_ = absl::OkStatus();
-  placement_ = &cluster_->placement();
+  placement_hold_ = cluster_->HoldPlacement();
+  placement_ = placement_hold_.get();
   const Placement& placement = *placement_;
   AddWorkers(placement.n_nodes());  // nodes that joined the cluster since
   const int64_t n_routes = batch.n_tokens * batch.k;
@@ -184,22 +185,39 @@ void RemoteExpertBackend::Submit(const moe::ExpertBatch& batch, float* out) {
 std::vector<int> RemoteExpertBackend::ChooseReplicas(const Placement& placement, int layer,
                                                      const std::vector<int64_t>& work,
                                                      const std::vector<bool>& healthy) const {
-  if (placement.replicas() == 1) return std::vector<int>(placement.n_expert(layer), 0);
+  if (placement.max_copies() == 1) return std::vector<int>(placement.n_expert(layer), 0);
+  // Outrun nodes take no first-choice work while another healthy copy exists.
+  std::vector<bool> usable = healthy;
+  for (size_t i = 0; i < usable.size(); ++i) usable[i] = usable[i] && !cluster_->outrun(i);
+  std::vector<int> chosen;
   switch (cluster_->replica_choice()) {
     case ReplicaChoice::kFastest:
-      return ChooseFastestReplicas(placement, layer, work, cluster_->Speeds(placement.n_nodes()),
-                                   healthy);
+      chosen = ChooseFastestReplicas(placement, layer, work, cluster_->Speeds(placement.n_nodes()),
+                                     usable, cluster_->WorkUnits(placement.n_nodes()));
+      break;
     case ReplicaChoice::kBalance:
-      return BalanceReplicas(placement, layer, work, healthy);
+      chosen = BalanceReplicas(placement, layer, work, usable);
+      break;
     case ReplicaChoice::kPrimary:
+      chosen.assign(placement.n_expert(layer), 0);
       break;
   }
-  return std::vector<int>(placement.n_expert(layer), 0);
+  for (int e = 0; e < static_cast<int>(chosen.size()); ++e) {
+    absl::Span<const int> owners = placement.Owners(layer, e);
+    if (usable[owners[chosen[e]]]) continue;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (usable[owners[i]]) {
+        chosen[e] = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  return chosen;
 }
 
 int RemoteExpertBackend::OwnerAt(const Placement& placement, int32_t e, int attempt) const {
-  const int replicas = placement.replicas();
-  return placement.Owners(batch_.layer, e)[(first_[e] + attempt) % replicas];
+  absl::Span<const int> owners = placement.Owners(batch_.layer, e);
+  return owners[(first_[e] + attempt) % owners.size()];
 }
 
 std::vector<bool> RemoteExpertBackend::Healthy(int n_nodes) const {
@@ -211,7 +229,6 @@ std::vector<bool> RemoteExpertBackend::Healthy(int n_nodes) const {
 void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send_hints,
                                    Call* hedge_of) {
   const Placement& placement = *placement_;
-  const int replicas = placement.replicas();
   const int n_nodes = placement.n_nodes();
   const std::vector<bool> healthy = Healthy(n_nodes);
 
@@ -219,6 +236,7 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
   node_slot_.assign(n_nodes, -1);
   for (int64_t route : routes) {
     const int32_t e = batch_.experts[route];
+    const int replicas = Copies(placement, e);
     while (attempt_[e] < replicas && !healthy[OwnerAt(placement, e, attempt_[e])]) ++attempt_[e];
     if (attempt_[e] >= replicas) {
       fallback_experts_[e] = true;
@@ -279,9 +297,10 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
     call->retired = client == nullptr;
     // Hedges are not hedged again; a call with no other copy to go to finds
     // that out when it is due.
-    const absl::Duration hedge_delay = hedge_of == nullptr && !call->retired && replicas > 1
-                                           ? cluster_->HedgeDelay(call->node, call->work)
-                                           : absl::InfiniteDuration();
+    const absl::Duration hedge_delay =
+        hedge_of == nullptr && !call->retired && placement.max_copies() > 1
+            ? cluster_->HedgeDelay(call->node, call->work)
+            : absl::InfiniteDuration();
     if (hedge_delay < absl::Hours(24)) {
       call->hedge_at = call->start + absl::ToChronoMicroseconds(hedge_delay);
     }
@@ -380,13 +399,13 @@ RemoteExpertBackend::Call* RemoteExpertBackend::NextHedge() const {
 void RemoteExpertBackend::Hedge(Call* call) {
   call->hedge_at = std::chrono::steady_clock::time_point::max();
   const Placement& placement = *placement_;
-  const int replicas = placement.replicas();
   const std::vector<bool> healthy = Healthy(placement.n_nodes());
   // Each unanswered expert's next healthy copy on another node, if any.
   std::vector<std::pair<int32_t, int>> targets;  // (expert, attempt)
   bool every = true;
   for (int32_t e : call->experts) {
     if (expert_done_[e]) continue;
+    const int replicas = Copies(placement, e);
     int target = -1;
     for (int a = attempt_[e] + 1; a < replicas && target < 0; ++a) {
       const int node = OwnerAt(placement, e, a);
@@ -519,7 +538,8 @@ void RemoteExpertBackend::Take(Call* call, absl::StatusOr<v1::ComputeLayerReply>
     // retired it is installed, so its experts have moved. Route the call's
     // experts again by that placement; the node is not at fault.
     if (call->retired && &cluster_->placement() != placement_) {
-      placement_ = &cluster_->placement();
+      placement_hold_ = cluster_->HoldPlacement();
+      placement_ = placement_hold_.get();
       AddWorkers(placement_->n_nodes());  // nodes that joined since Submit
       for (int64_t route : retry) {
         // Owners order of the new placement, from its primary.
@@ -544,13 +564,13 @@ void RemoteExpertBackend::Take(Call* call, absl::StatusOr<v1::ComputeLayerReply>
   // Every copy tried so far for these experts has failed them (or, after a
   // hedge's sums came first, cannot be taken in part): move each past the
   // furthest one tried (attempt_), once.
-  const int replicas = placement_->replicas();
   bool moved = false;
   std::vector<bool> stepped(n_expert_, false);
   for (int64_t route : retry) {
     const int32_t e = batch_.experts[route];
     if (stepped[e]) continue;
     stepped[e] = true;
+    const int replicas = Copies(*placement_, e);
     if (attempt_[e] < replicas) ++attempt_[e];
     moved = moved || attempt_[e] < replicas;
   }
@@ -624,7 +644,7 @@ void RemoteExpertBackend::SendHints(const Placement& placement, const std::vecto
   // [layer] of the hinted layers: the replica each hinted expert starts from,
   // chosen as Submit would choose for a batch of those experts.
   absl::flat_hash_map<int, std::vector<int>> start;
-  if (placement.replicas() > 1) {
+  if (placement.max_copies() > 1) {
     absl::flat_hash_map<int, std::vector<int64_t>> cost;
     for (const auto& [layer, e] : hints_) {
       if (!valid(layer, e)) continue;
@@ -645,8 +665,8 @@ void RemoteExpertBackend::SendHints(const Placement& placement, const std::vecto
     const auto it = start.find(layer);
     const int first = it == start.end() ? 0 : it->second[e];
     int owner = -1;
-    for (int a = 0; a < placement.replicas(); ++a) {
-      const int node = owners[(first + a) % placement.replicas()];
+    for (size_t a = 0; a < owners.size(); ++a) {
+      const int node = owners[(first + a) % owners.size()];
       if (healthy[node]) {
         owner = node;
         break;

@@ -32,7 +32,9 @@
 // cancelled. The bytes of the losing calls (cancelled, or answered when their
 // reply could no longer be used) count as wasted.
 // A late call outrun by its hedges does not make its node suspect; its wait
-// feeds the node's estimate as a lower bound (Cluster::RecordCancelledCall).
+// feeds the node's estimate as a lower bound (Cluster::RecordCancelledCall),
+// and the node takes no first-choice work while it is Cluster::outrun (until
+// it answers a call or a health probe) and another healthy copy exists.
 // Calls that fail while another call covers their experts need no failover.
 // Whichever call answers, the result is bitwise the same.
 //
@@ -187,6 +189,10 @@ class RemoteExpertBackend : public moe::ExpertBackend {
                                   const std::vector<bool>& healthy) const;
   // The node of expert e's replica at try `attempt` (see first_).
   int OwnerAt(const Placement& placement, int32_t e, int attempt) const;
+  // How many copies expert e of the batch's layer has.
+  int Copies(const Placement& placement, int32_t e) const {
+    return static_cast<int>(placement.Owners(batch_.layer, e).size());
+  }
   // cluster_->healthy(node) of nodes 0 .. n_nodes - 1, read once.
   std::vector<bool> Healthy(int n_nodes) const;
   // Groups `routes` by each expert's current replica (attempt_) and sends the
@@ -218,8 +224,10 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   void WeighFallbackRoutes();
 
   Cluster* const cluster_;
-  // The cluster's placement when the batch was submitted, used for all of it.
+  // The cluster's placement when the batch was submitted, used for all of it,
+  // and kept alive by placement_hold_ however long the batch takes.
   const Placement* placement_ = nullptr;
+  std::shared_ptr<const Placement> placement_hold_;
   const std::vector<std::vector<moe::ExpertWeights>>* const local_experts_;
   const int n_expert_;
   const ops::NumericPath path_;
@@ -235,7 +243,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   moe::ExpertBatch batch_;
   float* out_ = nullptr;
   absl::Status submit_status_;
-  // The replica at try a of expert e is Owners(e)[(first_[e] + a) % replicas].
+  // The replica at try a of expert e is Owners(e)[(first_[e] + a) % its copies].
   std::vector<int> first_;              // [n_expert]: the replica chosen first
   std::vector<int> attempt_;            // [n_expert]: the furthest try sent
   std::vector<bool> fallback_experts_;  // [n_expert]

@@ -75,6 +75,16 @@ NodeSpeed SpeedOf(const LatencyEstimate& e);
 // its waits, a bounded share of the time.
 inline constexpr double kProbeAfterWaits = 50;
 
+// Calls a node must have been sent since it joined before Cluster::Speeds
+// weighs its estimate: before, it counts as fast as the fastest, so that it is
+// given work and measured. A node's first replies are often slow (a fresh
+// connection, a process woken on a loaded host); judged on one of them alone,
+// the node waits kProbeAfterWaits of that slow wait, which can be a whole short
+// generation, before it is tried again. Three replies make the recent figure
+// (their median) mean something. Counted over the node's life, not per fresh
+// estimate: a slow node re-measured after a pause costs one call, not three.
+inline constexpr int64_t kTrustedReplies = 3;
+
 // Expected finish times within this factor of the earliest count as equally
 // early: among those, the least loaded node wins, so that nodes of about the
 // same speed share the work instead of the marginally faster one taking all.
@@ -86,7 +96,11 @@ inline constexpr double kEquallyFastSlack = 1.25;
 // with one usable copy go there first; the others, by decreasing work (then
 // expert id), each to the usable copy with the earliest expected finish
 // (NodeSpeed::Expected(work given so far + its work)), the least loaded of
-// the copies equally early, then the earlier in Owners order. Equally early:
+// the copies equally early, then the one of least node_work[node] when
+// node_work is given (e.g. the work the nodes answered so far: a one-token
+// layer is a tie between idle copies every time, and this spreads an expert's
+// load over its copies across steps), then the earlier in Owners order.
+// Equally early:
 // expected no later than kEquallyFastSlack x the earliest, or than the
 // earliest plus the earliest copy's NodeSpeed::NetworkSpread. The latter
 // keeps equally fast nodes sharing the work when their estimates differ by
@@ -102,7 +116,8 @@ inline constexpr double kEquallyFastSlack = 1.25;
 std::vector<int> ChooseFastestReplicas(const placement::Placement& placement, int layer,
                                        absl::Span<const int64_t> work,
                                        const std::vector<NodeSpeed>& speed,
-                                       const std::vector<bool>& usable);
+                                       const std::vector<bool>& usable,
+                                       absl::Span<const int64_t> node_work = {});
 
 }  // namespace colibri::coordinator
 

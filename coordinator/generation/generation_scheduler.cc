@@ -1,7 +1,7 @@
 #include "coordinator/generation/generation_scheduler.h"
-#include "coordinator/generation/generation_scheduler_state.h"
 
 #include <algorithm>
+#include <future>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "coordinator/cluster/cluster_experts.h"
 #include "coordinator/cluster/remote_expert_backend.h"
+#include "coordinator/generation/generation_scheduler_state.h"
 #include "coordinator/generation/serve_metrics.h"
 #include "coordinator/generation/step_timeline.h"
 #include "coordinator/generation/token_constraint.h"
@@ -77,6 +78,12 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
   COLIBRI_ASSIGN_OR_RETURN(Engine * first, scheduler->EngineFor(options.first_path));
   scheduler->n_ctx_ = first->session->n_ctx();
   if (!options.prefix_cache_dir.empty()) COLIBRI_RETURN_IF_ERROR(scheduler->OpenPrefixDisk(*first));
+  if (options.build_token_trie_at_start && tokenizer != nullptr) {
+    scheduler->trie_building_ = std::async(std::launch::async, [tokenizer] {
+                         return std::shared_ptr<const grammar::TokenTrie>(
+                             grammar::TokenTrie::Build(*tokenizer));
+                       }).share();
+  }
   scheduler->stepper_ = std::thread([s = scheduler.get()] { s->StepLoop(); });
   return scheduler;
 }
@@ -134,6 +141,11 @@ std::vector<GenerationScheduler::HalvesDecision> GenerationScheduler::pipeline_h
   std::vector<HalvesDecision> all = halves_[0];
   all.insert(all.end(), halves_[1].begin(), halves_[1].end());
   return all;
+}
+
+GrammarCache::Stats GenerationScheduler::grammar_cache() const {
+  absl::MutexLock lock(&mu_);
+  return grammar_stats_;
 }
 
 absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops::NumericPath path) {
@@ -285,8 +297,17 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
       return absl::FailedPreconditionError(
           "constrained decoding needs the model's tokenizer, and this model has none");
     }
-    if (trie_ == nullptr) trie_ = grammar::TokenTrie::Build(*tokenizer_);
-    a->constraint = std::make_unique<TokenConstraint>(spec.constraint, trie_);
+    if (trie_ == nullptr) {
+      // Built in the background since Create (waited for here only if it is
+      // not done yet), or now.
+      trie_ = trie_building_.valid() ? trie_building_.get()
+                                     : std::shared_ptr<const grammar::TokenTrie>(
+                                           grammar::TokenTrie::Build(*tokenizer_));
+      grammars_ = std::make_unique<GrammarCache>(trie_);
+    }
+    a->constraint = std::make_unique<TokenConstraint>(grammars_->For(spec.constraint), tokenizer_);
+    absl::MutexLock lock(&mu_);
+    grammar_stats_ = grammars_->stats();
   }
   COLIBRI_ASSIGN_OR_RETURN(Engine * engine, EngineFor(spec.path));
   a->engine = spec.path == ops::NumericPath::kExact ? 1 : 0;
@@ -300,7 +321,9 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler::Active>> GenerationScheduler
   a->emitter = std::make_unique<TokenEmitter>(*a->sampler, tokenizer_, a->options);
   const SpeculationOptions& speculation = options_.speculation;
   if (a->constraint != nullptr) {
-    // No drafts: a constrained generation samples every token alone.
+    if (speculation.grammar_drafts) {
+      a->drafter = std::make_unique<ForcedTokenDrafter>(a->constraint.get());
+    }
   } else if (speculation.make_drafter) {
     a->drafter = speculation.make_drafter();
   } else if (engine->mtp != nullptr) {
@@ -426,9 +449,8 @@ void GenerationScheduler::Step(int e, std::vector<std::unique_ptr<Active>>& acti
     record.generations = static_cast<int>(members.size());
     record.prompt = !decode_only;
     record.expert_wait_seconds = delta.expert_wait_seconds;
-    record.node_compute_seconds =
-        1e-6 * static_cast<double>(remote_after.slowest_compute_micros -
-                                   remote_before.slowest_compute_micros);
+    record.node_compute_seconds = 1e-6 * static_cast<double>(remote_after.slowest_compute_micros -
+                                                             remote_before.slowest_compute_micros);
     record.node_disk_seconds = 1e-6 * static_cast<double>(remote_after.slowest_disk_micros -
                                                           remote_before.slowest_disk_micros);
     options_.timeline->Add(record);
@@ -544,8 +566,7 @@ double GenerationScheduler::PlanDrafts(int e, absl::Span<Active* const> decoding
     const int offered = a.drafter->ProposeIsCostly() ? most : static_cast<int>(guesses[i].size());
     candidates[i] = {a.acceptance.rate(), offered};
   }
-  const std::vector<int> plan =
-      engine.planner->Plan(candidates, absl::MakeSpan(undrafted), budget);
+  const std::vector<int> plan = engine.planner->Plan(candidates, absl::MakeSpan(undrafted), budget);
   double draft_seconds = 0;
   for (size_t i = 0; i < decoding.size(); ++i) {
     Active& a = *decoding[i];
@@ -668,6 +689,7 @@ void GenerationScheduler::Advance(Active& a, int rows, bool fed) {
 
 void GenerationScheduler::Complete(Active& a) {
   GenerationResult& result = a.outcome.result;
+  if (a.constraint != nullptr) a.outcome.grammar_masks_computed = a.constraint->masks_computed();
   result.generate_seconds = std::chrono::duration<double>(Clock::now() - a.generate_start).count();
   a.emitter->Finish(&result);
   if (result.finish_reason == FinishReason::kCancelled || a.job->cancelled()) {

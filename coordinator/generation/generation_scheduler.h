@@ -67,9 +67,21 @@
 // the grammar, and the generation ends with FinishReason::kStop once its text
 // is complete and only an end-of-generation token could follow (or the model
 // sampled one where the text could end). The vocabulary's TokenTrie is built
-// on the stepping thread when the first constrained generation is admitted,
-// and shared by every later one. A constrained generation takes no drafts.
-// Unconstrained generations sample from the model's logits unchanged.
+// on a thread of its own when the scheduler starts (Options::
+// build_token_trie_at_start), else on the stepping thread, when the first
+// constrained generation is admitted (which waits for a background build
+// only if it is not done yet), and shared by every later one. The
+// generations of one grammar (equal
+// automata, also when each request compiled its own) share one matcher
+// (GrammarCache, token_constraint.h): each mask is computed once for all of
+// them; the last 8 grammars are kept. With SpeculationOptions::grammar_drafts
+// a constrained generation drafts the tokens its grammar forces next (keys,
+// punctuation, enum tails: spelled as a generation of the grammar last
+// sampled them there, else as the tokenizer spells them; other drafters are
+// not used for it), planned and verified as any drafts: the
+// grammar advances by the sampled tokens only, so its output is the same
+// with or without them. Unconstrained generations sample from the model's
+// logits unchanged.
 //
 // Thread-safety: Submit, Cancel (on a job), n_ctx, active_generations, queued
 // and predictor are thread-safe; BeginShutdown and Stop are called by the
@@ -78,6 +90,7 @@
 #define COLIBRI_COORDINATOR_GENERATION_GENERATION_SCHEDULER_H_
 
 #include <atomic>
+#include <future>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -98,6 +111,7 @@
 #include "coordinator/generation/prefix_cache.h"
 #include "coordinator/generation/prefix_disk_store.h"
 #include "coordinator/generation/speculation_options.h"
+#include "coordinator/generation/token_constraint.h"
 #include "model/arch/model.h"
 #include "model/arch/session.h"
 #include "model/grammar/byte_nfa.h"
@@ -152,6 +166,9 @@ struct GenerationOutcome {
   int64_t expert_round_trips = 0;  // 0 with local experts
   int64_t expert_bytes_sent = 0;
   int64_t fallback_routes = 0;
+  // Constrained decoding: the grammar masks this generation computed (the
+  // others were already cached by generations of the same grammar).
+  int64_t grammar_masks_computed = 0;
 };
 
 // A submitted request and where its output goes; a front end derives from it.
@@ -238,6 +255,11 @@ class GenerationScheduler {
     // Directory of the prefix cache's disk tier (see above); unused when
     // reuse is off. Default: "" (no disk tier).
     std::string prefix_cache_dir;
+    // Build the vocabulary's TokenTrie (constrained decoding) in the
+    // background from Create on, so the first constrained generation does
+    // not hold every generation while it is built. Default: false (built
+    // when first needed).
+    bool build_token_trie_at_start = false;
     // Bytes of files the disk tier keeps (PrefixDiskStore::Options::
     // capacity_bytes; -1: min(4 GiB, half the directory's free space); 0:
     // no disk tier). Default: -1.
@@ -303,6 +325,9 @@ class GenerationScheduler {
   PrefixCache::Stats prefix_cache() const;
   // The disk tier's (null without one). Thread-safe.
   const PrefixDiskStore* prefix_disk() const { return prefix_disk_.get(); }
+  // How constrained generations found their grammar's shared matcher (zeros
+  // before the first one). Thread-safe.
+  GrammarCache::Stats grammar_cache() const;
 
  private:
   struct Engine;
@@ -360,9 +385,14 @@ class GenerationScheduler {
   std::unique_ptr<PrefixCache> prefix_cache_;
   // Null without Options::prefix_cache_dir or reuse; set by Create.
   std::unique_ptr<PrefixDiskStore> prefix_disk_;
-  // The tokenizer's vocabulary for constrained decoding; built by the
-  // stepping thread for the first constrained generation, then read-only.
+  // The tokenizer's vocabulary for constrained decoding: the build Create
+  // started with Options::build_token_trie_at_start (else not valid), and the
+  // trie the stepping thread takes from it (or builds) for the first
+  // constrained generation, then read-only.
+  std::shared_future<std::shared_ptr<const grammar::TokenTrie>> trie_building_;
   std::shared_ptr<const grammar::TokenTrie> trie_;
+  // The grammars' shared matchers; made with trie_, used by the stepping thread.
+  std::unique_ptr<GrammarCache> grammars_;
 
   mutable absl::Mutex mu_;
   std::deque<std::shared_ptr<GenerationJob>> queue_ ABSL_GUARDED_BY(mu_);
@@ -372,6 +402,7 @@ class GenerationScheduler {
   arch::PredictorStats predictor_ ABSL_GUARDED_BY(mu_);
   ExpertOverlap overlap_ ABSL_GUARDED_BY(mu_);
   std::vector<HalvesDecision> halves_[2] ABSL_GUARDED_BY(mu_);  // [engine]
+  GrammarCache::Stats grammar_stats_ ABSL_GUARDED_BY(mu_);
   std::thread stepper_;
 };
 

@@ -33,7 +33,7 @@ T Get(absl::string_view in, size_t at) {
 }
 
 std::string KvName(int type) {
-  for (arch::KvType t : {arch::KvType::kF32, arch::KvType::kF16}) {
+  for (arch::KvType t : {arch::KvType::kF32, arch::KvType::kF16, arch::KvType::kQ8_0}) {
     if (type == static_cast<int>(t)) return arch::KvTypeName(t);
   }
   return absl::StrCat("type ", type);

@@ -220,6 +220,9 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
   per_node("colibri_node_work_seconds_per_unit_ewma",
            "Running average of the node's reported work per unit of expert work.", Type::kGauge,
            [&](int i) { return latency[i].seconds_per_work_ewma; });
+  per_node("colibri_node_work_units_total",
+           "ExpertWork units of the calls the node answered (4 per expert read + 3 per token).",
+           Type::kCounter, [&](int i) { return static_cast<double>(c.counters(i).work_units); });
   per_node("colibri_node_healthy", "1 while the node is healthy.", Type::kGauge,
            [&](int i) { return c.healthy(i) ? 1 : 0; });
   per_node("colibri_node_excluded", "1 while the node is excluded from the placement.",
@@ -240,6 +243,13 @@ void CollectSources(const GenerationScheduler* scheduler, ClusterExperts* cluste
         hedges.wasted_bytes);
   total("colibri_hedges_refused_total", "Hedges the --hedge-budget refused.", hedges.refused);
   total("colibri_replacements_total", "Placements installed after the first.", c.replacements());
+  const Cluster::ExtraCopyCounters extra = c.extra_copy_counters();
+  total("colibri_extra_copies_added_total",
+        "Extra copies of hot experts that installed placements added (--rebalance).", extra.added);
+  total("colibri_extra_copies_dropped_total",
+        "Extra copies of experts that installed placements dropped.", extra.dropped);
+  total("colibri_placement_moved_bytes_total",
+        "Expert bytes sent to nodes for re-placements and extra copies.", extra.moved_bytes);
 }
 
 class MetricsInterceptor final : public grpc::experimental::Interceptor {

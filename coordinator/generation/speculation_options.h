@@ -40,6 +40,10 @@ struct SpeculationOptions {
   // Makes the drafter of each generation instead of `draft` (a draft model,
   // a test's oracle). Default: none.
   std::function<std::unique_ptr<speculative::Drafter>()> make_drafter;
+  // Constrained generations draft the tokens their grammar forces next
+  // instead (see generation_scheduler.h; false: they take no drafts).
+  // Default: true.
+  bool grammar_drafts = true;
 };
 
 // Counters of one generation (plain fields, for stats and metrics). With

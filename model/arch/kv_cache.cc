@@ -14,13 +14,51 @@ constexpr int kCommitAhead = 64;
 
 }  // namespace
 
-const char* KvTypeName(KvType type) { return type == KvType::kF16 ? "f16" : "f32"; }
+const char* KvTypeName(KvType type) {
+  switch (type) {
+    case KvType::kF16:
+      return "f16";
+    case KvType::kQ8_0:
+      return "q8_0";
+    case KvType::kF32:
+      break;
+  }
+  return "f32";
+}
+
+absl::Status KvCache::CheckType(const ModelConfig& c, KvType type) {
+  if (type != KvType::kQ8_0) return absl::OkStatus();
+  auto check = [](const char* what, int n) {
+    if (n % ops::kQK == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("KV type q8_0 stores rows in blocks of ",
+                                                   ops::kQK, " elements, and this model's ", what,
+                                                   " is ", n, ": use --kv-type f16 or f32"));
+  };
+  if (c.attention == AttentionKind::kMla) {
+    absl::Status status = check("kv_lora_rank", c.kv_lora_rank);
+    if (status.ok())
+      status = check("latent row (kv_lora_rank + rope dims)", c.kv_lora_rank + c.n_rot);
+    return status;
+  }
+  absl::Status status = check("head dimension", c.head_dim);
+  if (status.ok()) status = check("value head dimension", c.head_dim_v);
+  return status;
+}
+
+size_t KvCache::RowBytes(int64_t n) const {
+  switch (type_) {
+    case KvType::kF16:
+      return static_cast<size_t>(n) * sizeof(uint16_t);
+    case KvType::kQ8_0:
+      return static_cast<size_t>(n / ops::kQK) * sizeof(ops::BlockQ8_0);
+    case KvType::kF32:
+      break;
+  }
+  return static_cast<size_t>(n) * sizeof(float);
+}
 
 KvCache::KvCache(const ModelConfig& config, int n_ctx, int n_batch, int n_seq, KvType type)
-    : c_(config),
-      type_(type),
-      n_ctx_(n_ctx),
-      elem_bytes_(type == KvType::kF16 ? sizeof(uint16_t) : sizeof(float)) {
+    : c_(config), type_(type), n_ctx_(n_ctx) {
   const bool mla = c_.attention == AttentionKind::kMla;
   rows_.resize(c_.n_layer);
   offset_.resize(c_.n_layer);
@@ -44,8 +82,8 @@ KvCache::KvCache(const ModelConfig& config, int n_ctx, int n_batch, int n_seq, K
 void KvCache::Reserve(int seq, int positions) {
   if (k_slots_[seq] == nullptr) {
     // Default-initialized: nothing is committed until the madvise below or a write.
-    k_slots_[seq].reset(new uint8_t[k_slot_elems_ * elem_bytes_]);
-    if (v_slot_elems_ > 0) v_slots_[seq].reset(new uint8_t[v_slot_elems_ * elem_bytes_]);
+    k_slots_[seq].reset(new uint8_t[RowBytes(k_slot_elems_)]);
+    if (v_slot_elems_ > 0) v_slots_[seq].reset(new uint8_t[RowBytes(v_slot_elems_)]);
     ++n_slots_;
   }
   // Rows are committed kCommitAhead positions at a time, one madvise per
@@ -57,8 +95,8 @@ void KvCache::Reserve(int seq, int positions) {
   // MLA: one run of latent rows.
   const bool mla = c_.attention == AttentionKind::kMla;
   const int runs = mla ? 1 : c_.n_head_kv;
-  const size_t k_row = (mla ? c_.kv_lora_rank + c_.n_rot : c_.head_dim) * elem_bytes_;
-  const size_t v_row = mla ? 0 : c_.head_dim_v * elem_bytes_;
+  const size_t k_row = RowBytes(mla ? c_.kv_lora_rank + c_.n_rot : c_.head_dim);
+  const size_t v_row = mla ? 0 : RowBytes(c_.head_dim_v);
   for (int il = 0; il < c_.n_layer; ++il) {
     const size_t rows = static_cast<size_t>(rows_[il]);
     const size_t first = std::min(static_cast<size_t>(committed_[seq]), rows);
@@ -89,7 +127,7 @@ void KvCache::Release(int seq) {
 
 int64_t KvCache::bytes_allocated() const {
   return static_cast<int64_t>(n_slots_) *
-         static_cast<int64_t>((k_slot_elems_ + v_slot_elems_) * elem_bytes_);
+         static_cast<int64_t>(RowBytes(k_slot_elems_) + RowBytes(v_slot_elems_));
 }
 
 void KvCache::Truncate(int seq, int n) {
@@ -115,8 +153,9 @@ int KvCache::max_truncate() const {
 
 int64_t KvCache::RowsBytes(int n) const {
   const bool mla = c_.attention == AttentionKind::kMla;
-  const int64_t per_row = mla ? c_.kv_lora_rank + c_.n_rot : c_.kv_dim() + c_.v_dim();
-  return static_cast<int64_t>(n) * c_.n_layer * per_row * static_cast<int64_t>(elem_bytes_);
+  const int64_t per_row =
+      mla ? RowBytes(c_.kv_lora_rank + c_.n_rot) : RowBytes(c_.kv_dim()) + RowBytes(c_.v_dim());
+  return static_cast<int64_t>(n) * c_.n_layer * per_row;
 }
 
 template <typename Packed>
@@ -128,8 +167,8 @@ void KvCache::CopyRows(int seq, int from, int to, Packed* packed) const {
   // A run is one KV head's rows (or the latent rows with MLA), consecutive
   // in the slot and in the packed form alike.
   const int runs = mla ? 1 : c_.n_head_kv;
-  const size_t k_row = (mla ? c_.kv_lora_rank + c_.n_rot : c_.head_dim) * elem_bytes_;
-  const size_t v_row = mla ? 0 : c_.head_dim_v * elem_bytes_;
+  const size_t k_row = RowBytes(mla ? c_.kv_lora_rank + c_.n_rot : c_.head_dim);
+  const size_t v_row = mla ? 0 : RowBytes(c_.head_dim_v);
   auto copy = [&](uint8_t* slot, size_t row_bytes, size_t first_row) {
     uint8_t* a = slot + (first_row + from) * row_bytes;
     if constexpr (kExport) {

@@ -10,7 +10,9 @@
 // [n_layer][rows(il)][kv_lora_rank + n_rot] (the normed latent and the roped
 // shared k_pe) and no values. rows(il) is n_ctx, or for a sliding-window layer
 // min(n_ctx, window + n_batch - 1) used as a ring: position p is row
-// p % rows(il). Elements are float, or IEEE halves with KvType::kF16.
+// p % rows(il). Elements are float, IEEE halves with KvType::kF16, or q8_0
+// blocks along each row with KvType::kQ8_0 (a row of head_dim elements is
+// head_dim / 32 blocks; offsets below still count elements).
 //
 // A slot is allocated when its sequence first reserves positions and left
 // uninitialized (the system commits its pages only as rows are written, or
@@ -31,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "model/arch/model_config.h"
+#include "model/ops/attend.h"
 #include "model/ops/quantize.h"
 
 namespace colibri::arch {
@@ -41,7 +44,13 @@ namespace colibri::arch {
 // then run exactly as on float rows holding those values, see
 // ops::AttendDots). For Multi-head Latent Attention (deepseek2) the one
 // latent cache (the normed latent and the roped k_pe) is stored so.
-enum class KvType { kF32, kF16 };
+// kQ8_0 stores each row (one token's key or value of one KV head, or one
+// latent) as q8_0 blocks of 32 elements (ops::Q8_0Rows): 34 bytes per 32
+// elements, 0.27 of f32's, rounded to 8 bits per block's largest element; the
+// attention products read the blocks directly (ops::AttendDots) and equal the
+// float products over the dequantized rows. Every row length must be a
+// multiple of 32 (KvCache::CheckType).
+enum class KvType { kF32, kF16, kQ8_0 };
 const char* KvTypeName(KvType type);
 
 // A cache row from n floats: copied, or rounded to halves.
@@ -50,6 +59,10 @@ inline void StoreCacheRow(const float* src, int n, float* dst) {
 }
 inline void StoreCacheRow(const float* src, int n, uint16_t* dst) {
   for (int e = 0; e < n; ++e) dst[e] = ops::Fp32ToFp16(src[e]);
+}
+// ... or quantized to q8_0 blocks (n a multiple of 32).
+inline void StoreCacheRow(const float* src, int n, ops::Q8_0Rows dst) {
+  ops::StoreQ8_0Row(src, n, dst);
 }
 
 class KvCache {
@@ -60,6 +73,12 @@ class KvCache {
   KvCache(const ModelConfig& config, int n_ctx, int n_batch, int n_seq, KvType type);
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
+
+  // Whether a cache of `type` can hold the model's rows: InvalidArgument
+  // naming the dimension for kQ8_0 when a head dimension (or MLA's latent
+  // row or rank) is not a multiple of 32 (rows are not padded). OK otherwise.
+  // A cache must not be built for a type this refuses.
+  static absl::Status CheckType(const ModelConfig& config, KvType type);
 
   KvType type() const { return type_; }
   int n_ctx() const { return n_ctx_; }
@@ -125,21 +144,28 @@ class KvCache {
     return static_cast<int64_t>(h) * rows_[il] * c_.head_dim_v;
   }
   // Calls f(keys, values) with layer il's keys and values in `seq`'s slot
-  // (standard attention; reserved), as float* or as uint16_t* (halves).
+  // (standard attention; reserved), as float*, as uint16_t* (halves) or as
+  // ops::Q8_0Rows; each is indexed by element (keys + KeyHead(il, h) + r *
+  // head_dim is row r of KV head h).
   template <typename F>
   void WithRows(int seq, int il, F&& f) const {
-    if (type_ == KvType::kF16) {
+    if (type_ == KvType::kQ8_0) {
+      f(Q8Rows(k_slots_[seq].get(), il, c_.kv_dim()), Q8Rows(v_slots_[seq].get(), il, c_.v_dim()));
+    } else if (type_ == KvType::kF16) {
       f(KeyRows<uint16_t>(seq, il, c_.kv_dim()), ValueRows<uint16_t>(seq, il));
     } else {
       f(KeyRows<float>(seq, il, c_.kv_dim()), ValueRows<float>(seq, il));
     }
   }
   // Calls f(latent) with layer il's latent rows in `seq`'s slot (MLA;
-  // reserved), kv_lora_rank + n_rot elements a row, as float* or uint16_t*.
+  // reserved), kv_lora_rank + n_rot elements a row, as float*, uint16_t* or
+  // ops::Q8_0Rows.
   template <typename F>
   void WithLatentRows(int seq, int il, F&& f) const {
     const int row = c_.kv_lora_rank + c_.n_rot;
-    if (type_ == KvType::kF16) {
+    if (type_ == KvType::kQ8_0) {
+      f(Q8Rows(k_slots_[seq].get(), il, row));
+    } else if (type_ == KvType::kF16) {
       f(KeyRows<uint16_t>(seq, il, row));
     } else {
       f(KeyRows<float>(seq, il, row));
@@ -160,11 +186,16 @@ class KvCache {
   T* ValueRows(int seq, int il) const {
     return reinterpret_cast<T*>(v_slots_[seq].get()) + offset_[il] * c_.v_dim();
   }
+  ops::Q8_0Rows Q8Rows(uint8_t* slot, int il, int row_elems) const {
+    return ops::Q8_0Rows{reinterpret_cast<ops::BlockQ8_0*>(slot)} +
+           static_cast<int64_t>(offset_[il]) * row_elems;
+  }
+  // Bytes of a row of n elements (n a multiple of 32 with kQ8_0).
+  size_t RowBytes(int64_t n) const;
 
   const ModelConfig c_;  // a copy: a caller's temporary may not outlive the cache
   const KvType type_;
   const int n_ctx_;
-  const size_t elem_bytes_;     // 4, or 2 with kF16
   std::vector<int> rows_;       // [n_layer]
   std::vector<size_t> offset_;  // [n_layer] first row of each layer in a slot
   size_t k_slot_elems_ = 0;     // elements of one slot's keys (or latents)

@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const Model& model,
   if (options.n_seq < 1) {
     return absl::InvalidArgumentError(absl::StrCat("n_seq ", options.n_seq, " is < 1"));
   }
+  if (absl::Status status = KvCache::CheckType(c, options.kv_type); !status.ok()) return status;
   return std::unique_ptr<Session>(new Session(model, experts, pool, options, n_ctx));
 }
 

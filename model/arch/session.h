@@ -331,9 +331,10 @@ class Session {
   // positions first .. last: row of position j is j % ring. Scores are
   // scale * q·keys[row] over dim floats, out = Σ p_j values[row][0..out_dim).
   // With sink (not NaN) the softmax denominator has an extra exp(sink) term.
-  // T: the cache's element type (float, or uint16_t halves).
-  template <typename T>
-  static void AttendOne(const float* q, const T* keys, int64_t key_stride, const T* values,
+  // Rows: the cache's rows as KvCache::WithRows passes them (const float*,
+  // const uint16_t* halves, or ops::Q8_0Rows), indexed by element.
+  template <typename Rows>
+  static void AttendOne(const float* q, Rows keys, int64_t key_stride, Rows values,
                         int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
                         float scale, const float* sink, float* scores, float* out);
   // Attention() for a prompt chunk (n > 1) on a layer without a sliding
@@ -365,10 +366,10 @@ class Session {
   // bitwise AttendOne's. The queries may be rows of one head (a prompt) or
   // heads sharing one KV head (AttentionGrouped). scratch: kAttendBlock *
   // (dim + max lasts + 1) floats.
-  template <typename T>
-  static void AttendBlock(const float* const* q, int rows, const T* keys, int64_t key_stride,
-                          const T* values, int64_t value_stride, const int* lasts, int dim,
-                          int out_dim, float scale, const float* const* sinks, float* scratch,
+  template <typename Rows>
+  static void AttendBlock(const float* const* q, int rows, Rows keys, int64_t key_stride,
+                          Rows values, int64_t value_stride, const int* lasts, int dim, int out_dim,
+                          float scale, const float* const* sinks, float* scratch,
                           float* const* out);
   // Routing options of layer il (its selection bias).
   moe::RoutingOptions Routing(const LayerWeights& layer) const;

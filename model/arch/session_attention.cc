@@ -45,7 +45,7 @@ void Session::Attention(int il, int n) {
     rope_.Apply(q, c_.n_head, hd, pos);
     rope_.Apply(k, c_.n_head_kv, hd, pos);
     const size_t slot = static_cast<size_t>(pos % ring);
-    kv_.WithRows(row_seq_[i], il, [&](auto* k_cache, auto* v_cache) {
+    kv_.WithRows(row_seq_[i], il, [&](auto k_cache, auto v_cache) {
       for (int h = 0; h < c_.n_head_kv; ++h) {
         StoreCacheRow(k + h * hd, hd, k_cache + kv_.KeyHead(il, h) + slot * hd);
         StoreCacheRow(v + h * hdv, hdv, v_cache + kv_.ValueHead(il, h) + slot * hdv);
@@ -82,7 +82,7 @@ void Session::Attention(int il, int n) {
       const int kvh = h / group;
       const int last = row_pos_[i];
       const int first = window > 0 ? std::max(0, last - window + 1) : 0;
-      kv_.WithRows(row_seq_[i], il, [&](const auto* k_cache, const auto* v_cache) {
+      kv_.WithRows(row_seq_[i], il, [&](auto k_cache, auto v_cache) {
         AttendOne(q_.data() + i * q_dim + h * hd, k_cache + kv_.KeyHead(il, kvh), hd,
                   v_cache + kv_.ValueHead(il, kvh), hdv, first, last, ring, hd, hdv, scale,
                   L.sinks ? L.sinks + h : nullptr, scores,
@@ -154,7 +154,7 @@ void Session::AttentionPrompt(int il, int n) {
       lasts[t] = row_pos_[i0 + t];
       sinks[t] = L.sinks ? L.sinks + h : nullptr;
     }
-    kv_.WithRows(row_seq_[i0], il, [&](const auto* k_cache, const auto* v_cache) {
+    kv_.WithRows(row_seq_[i0], il, [&](auto k_cache, auto v_cache) {
       AttendBlock(qs, rows, k_cache + kv_.KeyHead(il, kvh), hd, v_cache + kv_.ValueHead(il, kvh), hdv,
                   lasts, hd, hdv, scale, sinks, scratch, outs);
     });
@@ -186,17 +186,17 @@ void Session::AttentionGrouped(int il, int n) {
       lasts[t] = row_pos_[i];
       sinks[t] = L.sinks ? L.sinks + h0 + t : nullptr;
     }
-    kv_.WithRows(row_seq_[i], il, [&](const auto* k_cache, const auto* v_cache) {
+    kv_.WithRows(row_seq_[i], il, [&](auto k_cache, auto v_cache) {
       AttendBlock(qs, rows, k_cache + kv_.KeyHead(il, kvh), hd, v_cache + kv_.ValueHead(il, kvh), hdv,
                   lasts, hd, hdv, scale, sinks, scratch, outs);
     });
   });
 }
 
-template <typename T>
-void Session::AttendBlock(const float* const* q, int rows, const T* keys, int64_t key_stride,
-                          const T* values, int64_t value_stride, const int* lasts, int dim,
-                          int out_dim, float scale, const float* const* sinks, float* scratch,
+template <typename Rows>
+void Session::AttendBlock(const float* const* q, int rows, Rows keys, int64_t key_stride,
+                          Rows values, int64_t value_stride, const int* lasts, int dim, int out_dim,
+                          float scale, const float* const* sinks, float* scratch,
                           float* const* out) {
   int n_keys = 0;
   for (int t = 0; t < rows; ++t) n_keys = std::max(n_keys, lasts[t] + 1);
@@ -220,8 +220,8 @@ void Session::AttendBlock(const float* const* q, int rows, const T* keys, int64_
   ops::AttendValues(probs, counts, rows, values, value_stride, out_dim, out);
 }
 
-template <typename T>
-void Session::AttendOne(const float* q, const T* keys, int64_t key_stride, const T* values,
+template <typename Rows>
+void Session::AttendOne(const float* q, Rows keys, int64_t key_stride, Rows values,
                         int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
                         float scale, const float* sink, float* scores, float* out) {
   const int n_keys = last - first + 1;
@@ -268,7 +268,7 @@ void Session::AttentionMla(int il, int n) {
     float* a = kv_a_.data() + i * row;
     ops::RmsNorm(a, L.kv_a_norm, c_.rms_eps, rank, a);
     rope_.Apply(a + rank, 1, 0, pos);
-    kv_.WithLatentRows(row_seq_[i], il, [&](auto* cache) {
+    kv_.WithLatentRows(row_seq_[i], il, [&](auto cache) {
       StoreCacheRow(a, row, cache + static_cast<size_t>(pos) * row);
     });
     rope_.Apply(q_.data() + i * q_dim + nope, n_head, hd, pos);
@@ -310,7 +310,7 @@ void Session::AttentionMla(int il, int n) {
       outs[t] = latent_.data() + at * rank;
       lasts[t] = row_pos_[i];
     }
-    kv_.WithLatentRows(row_seq_[i], il, [&](const auto* cache) {
+    kv_.WithLatentRows(row_seq_[i], il, [&](auto cache) {
       AttendBlock(qs, rows, cache, row, cache, row, lasts, row, rank, scale, nullptr, scratch,
                   outs);
     });

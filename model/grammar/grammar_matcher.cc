@@ -45,6 +45,7 @@ absl::StatusOr<const TokenBitmask*> GrammarMatcher::ComputeMask() {
     masks_.clear();
     loose_masks_.clear();
   }
+  ++masks_computed_;
   auto mask = std::make_unique<TokenBitmask>(trie_->n_vocab());
   const int level = loose != kNoLoose ? PlainLevel(loose_, loose, &loose_plain_level_)
                                       : PlainLevel(dfa_, state_, &plain_level_);

@@ -103,6 +103,26 @@ class GrammarMatcher {
 
   // Back to the start of the grammar; caches are kept.
   void Reset();
+
+  // Where the matcher is in the text: its automaton state and whether an
+  // end-of-generation token ended it. Generations that share one matcher
+  // (its automaton and its masks) each keep their own Position and set it
+  // before every other call; a Position is valid only for the matcher that
+  // gave it.
+  struct Position {
+    int32_t state = 0;
+    bool finished = false;
+  };
+  Position position() const { return {state_, finished_}; }
+  void set_position(Position p) {
+    state_ = p.state;
+    finished_ = p.finished;
+  }
+  // Masks ComputeMask computed (not found in its cache) so far.
+  uint64_t masks_computed() const { return masks_computed_; }
+  // The automaton outgrew MatcherOptions::max_dfa_states: every later
+  // ComputeMask fails.
+  bool overflowed() const { return dfa_.overflowed() || loose_.overflowed(); }
   // Forgets the cached masks (for benchmarks of the walk).
   void ClearMaskCache() {
     masks_.clear();
@@ -138,6 +158,7 @@ class GrammarMatcher {
   LazyDfa loose_;  // without key sets: the masks' walks
   int32_t state_;
   bool finished_ = false;
+  uint64_t masks_computed_ = 0;
   absl::flat_hash_map<int32_t, std::unique_ptr<TokenBitmask>> masks_;        // by dfa_ state
   absl::flat_hash_map<int32_t, std::unique_ptr<TokenBitmask>> loose_masks_;  // by loose_ state
   std::vector<int32_t> loose_of_;           // [dfa_ state] LooseState(), -2 unknown

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/ops/exp_lanes.h"
+#include "model/ops/quant_reference.h"
 #include "model/ops/tensor_type.h"
 #include "model/ops/vec_dot.h"
 
@@ -16,8 +17,9 @@ namespace {
 // query passes over them.
 constexpr int kKeyBlock = 64;
 
-// Half-float rows widened per call of the float products: 32 rows of a
-// 128-wide head are 16 KiB of floats, which stay in L1 with the queries.
+// Half-float (or, without q8_0 passes, q8_0) rows widened per call of the
+// float products: 32 rows of a 128-wide head are 16 KiB of floats, which stay
+// in L1 with the queries.
 constexpr int kHalfRows = 32;
 
 // Value rows per call of the AttendValues kernels, which sweep their rows
@@ -52,16 +54,42 @@ void ForRowBlocks(const float* const* p, const int* n, int n_q, int block_rows, 
   }
 }
 
-// rows x dim halves (row r at src + r * stride) as floats, dim apart, in a
-// buffer of the calling thread.
-const float* WidenRows(const uint16_t* src, int64_t stride, int rows, int dim) {
+// rows x dim elements of `type` (row r at src + r * row_bytes) as floats,
+// dim apart, in a buffer of the calling thread.
+const float* WidenRows(TensorType type, const void* src, int64_t row_bytes, int rows, int dim) {
   thread_local std::vector<float> buffer;
   const size_t need = static_cast<size_t>(rows) * dim;
   if (buffer.size() < need) buffer.resize(need);
-  const internal::DequantFn widen =
-      internal::ActiveKernels().dequant[internal::Slot(TensorType::kF16)];
-  for (int r = 0; r < rows; ++r) widen(src + r * stride, buffer.data() + r * dim, dim);
+  const internal::DequantFn widen = internal::ActiveKernels().dequant[internal::Slot(type)];
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  for (int r = 0; r < rows; ++r) widen(bytes + r * row_bytes, buffer.data() + r * dim, dim);
   return buffer.data();
+}
+
+// Keys as floats kHalfRows rows at a time (see WidenRows), through the float
+// AttendDots.
+void WidenedDots(TensorType type, const float* q, int64_t q_stride, int n_q, const void* keys,
+                 int64_t key_row_bytes, int n_keys, int dim, float* dots, int64_t dots_stride) {
+  const auto* bytes = static_cast<const uint8_t*>(keys);
+  for (int j0 = 0; j0 < n_keys; j0 += kHalfRows) {
+    const int nk = std::min(kHalfRows, n_keys - j0);
+    AttendDots(q, q_stride, n_q,
+               WidenRows(type, bytes + j0 * key_row_bytes, key_row_bytes, nk, dim), dim, nk, dim,
+               dots + j0, dots_stride);
+  }
+}
+
+// Values as floats kHalfRows rows at a time, through the float AttendValues.
+void WidenedValues(TensorType type, const float* const* p, const int* n, int n_q,
+                   const void* values, int64_t value_row_bytes, int dim, float* const* out) {
+  const auto* bytes = static_cast<const uint8_t*>(values);
+  ForRowBlocks(
+      p, n, n_q, kHalfRows,
+      [&](int count, const float* const* p_block, const int* n_block, int first, int j0, int rows) {
+        AttendValues(p_block, n_block, count,
+                     WidenRows(type, bytes + j0 * value_row_bytes, value_row_bytes, rows, dim), dim,
+                     dim, out + first);
+      });
 }
 
 }  // namespace
@@ -139,22 +167,41 @@ void SoftmaxInPlace(float* scores, int n, float scale, const float* sink) {
 
 void AttendDots(const float* q, int64_t q_stride, int n_q, const uint16_t* keys, int64_t key_stride,
                 int n_keys, int dim, float* dots, int64_t dots_stride) {
-  for (int j0 = 0; j0 < n_keys; j0 += kHalfRows) {
-    const int nk = std::min(kHalfRows, n_keys - j0);
-    AttendDots(q, q_stride, n_q, WidenRows(keys + j0 * key_stride, key_stride, nk, dim), dim, nk,
-               dim, dots + j0, dots_stride);
-  }
+  WidenedDots(TensorType::kF16, q, q_stride, n_q, keys, key_stride * 2, n_keys, dim, dots,
+              dots_stride);
 }
 
 void AttendValues(const float* const* p, const int* n, int n_q, const uint16_t* values,
                   int64_t value_stride, int dim, float* const* out) {
-  ForRowBlocks(
-      p, n, n_q, kHalfRows,
-      [&](int count, const float* const* p_block, const int* n_block, int first, int j0, int rows) {
-        AttendValues(p_block, n_block, count,
-                     WidenRows(values + j0 * value_stride, value_stride, rows, dim), dim, dim,
-                     out + first);
-      });
+  WidenedValues(TensorType::kF16, p, n, n_q, values, value_stride * 2, dim, out);
+}
+
+void StoreQ8_0Row(const float* src, int n, Q8_0Rows dst) {
+  internal::QuantizeQ8_0(src, dst.blocks, n);
+}
+
+void AttendDots(const float* q, int64_t q_stride, int n_q, Q8_0Rows keys, int64_t key_stride,
+                int n_keys, int dim, float* dots, int64_t dots_stride) {
+  const internal::KernelSet& k = internal::ActiveKernels();
+  if (k.attend_dots_q8_0 != nullptr) {
+    k.attend_dots_q8_0(q, q_stride, n_q, keys.blocks, key_stride / kQK, n_keys, dim, dots,
+                       dots_stride);
+    return;
+  }
+  WidenedDots(TensorType::kQ8_0, q, q_stride, n_q, keys.blocks,
+              key_stride / kQK * static_cast<int64_t>(sizeof(BlockQ8_0)), n_keys, dim, dots,
+              dots_stride);
+}
+
+void AttendValues(const float* const* p, const int* n, int n_q, Q8_0Rows values,
+                  int64_t value_stride, int dim, float* const* out) {
+  const internal::KernelSet& k = internal::ActiveKernels();
+  if (k.attend_values_q8_0 != nullptr) {
+    k.attend_values_q8_0(p, n, n_q, values.blocks, value_stride / kQK, dim, out);
+    return;
+  }
+  WidenedValues(TensorType::kQ8_0, p, n, n_q, values.blocks,
+                value_stride / kQK * static_cast<int64_t>(sizeof(BlockQ8_0)), dim, out);
 }
 
 }  // namespace colibri::ops

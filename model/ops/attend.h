@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "model/ops/quant_blocks.h"
+
 namespace colibri::ops {
 
 // dots[t * dots_stride + j] = Dot(q + t * q_stride, keys + j * key_stride, dim)
@@ -43,6 +45,28 @@ void SoftmaxInPlace(float* scores, int n, float scale, const float* sink);
 void AttendDots(const float* q, int64_t q_stride, int n_q, const uint16_t* keys,
                 int64_t key_stride, int n_keys, int dim, float* dots, int64_t dots_stride);
 void AttendValues(const float* const* p, const int* n, int n_q, const uint16_t* values,
+                  int64_t value_stride, int dim, float* const* out);
+
+// Rows of a KV cache in q8_0 blocks (GGUF's Q8_0: 32 int8 quants q and an
+// IEEE half scale d; element = d * q), addressed by element as a float
+// pointer is: rows + e is the block holding element e, a multiple of 32.
+struct Q8_0Rows {
+  BlockQ8_0* blocks;
+  Q8_0Rows operator+(int64_t elements) const { return {blocks + elements / kQK}; }
+};
+
+// Quantizes n floats (a multiple of 32) to q8_0 blocks at dst: per block d =
+// max |x| / 127 rounded to a half, q = round(x / d) (QuantizeRow's Q8_0).
+void StoreQ8_0Row(const float* src, int n, Q8_0Rows dst);
+
+// The same products over keys / values in q8_0 blocks (strides and dim in
+// elements, multiples of 32). d * q is exact in float (11 by 8 significant
+// bits), and the float products above run on those elements, so the results
+// are theirs over the dequantized rows bit for bit, on every kernel set. The
+// query stays in float: the only rounding q8_0 adds is the cache's own.
+void AttendDots(const float* q, int64_t q_stride, int n_q, Q8_0Rows keys, int64_t key_stride,
+                int n_keys, int dim, float* dots, int64_t dots_stride);
+void AttendValues(const float* const* p, const int* n, int n_q, Q8_0Rows values,
                   int64_t value_stride, int dim, float* const* out);
 
 }  // namespace colibri::ops

@@ -6,7 +6,7 @@
 
 namespace colibri::ops::internal::avx2 {
 
-// Sets k->attend_dots and k->attend_values.
+// Sets k->attend_dots, k->attend_values and their q8_0 forms.
 void InstallAvx2AttendKernels(KernelSet* k);
 
 }  // namespace colibri::ops::internal::avx2

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "model/ops/activation_quant.h"
 #include "model/ops/vec_dot.h"
@@ -174,6 +175,29 @@ COLIBRI_INLINE void PrefetchRows(const float* rows, int64_t stride, int from, in
   for (int r = from; r < to; ++r) {
     PrefetchBytes(rows, static_cast<uint64_t>(r) * stride * sizeof(float), bytes);
   }
+}
+
+// The whole of rows [from, to) (row r at rows + r * stride, row_bytes each):
+// float rows or q8_0 blocks of a KV cache.
+template <typename T>
+COLIBRI_INLINE void PrefetchWholeRows(const T* rows, int64_t stride, int from, int to,
+                                      int row_bytes) {
+  for (int r = from; r < to; ++r) {
+    PrefetchBytes(rows, static_cast<uint64_t>(r) * stride * sizeof(T), row_bytes);
+  }
+}
+
+// Bytes of a KV cache row of dim elements: floats, or q8_0 blocks.
+template <typename T>
+COLIBRI_INLINE int AttendRowBytes(int dim) {
+  return std::is_same_v<T, float> ? dim * 4 : dim / kQK * static_cast<int>(sizeof(T));
+}
+
+// The first kN rows at `rows` (row r at rows + r * stride), rows past
+// `count` repeating the last one (attention passes over a fixed count).
+template <int kN, typename T>
+COLIBRI_INLINE void PassRows(const T* rows, int64_t stride, int count, const T** out) {
+  for (int r = 0; r < kN; ++r) out[r] = rows + (r < count - 1 ? r : count - 1) * stride;
 }
 
 // Tile driver: splits the tokens into groups of up to four and calls

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "model/ops/activation_quant.h"
+#include "model/ops/attend_neon.h"
 #include "model/ops/iq_decode.h"
 #include "model/ops/quant_blocks.h"
 #include "model/ops/tensor_type.h"
@@ -468,13 +469,16 @@ void NeonTileK(const uint8_t* w, uint64_t row_bytes, int64_t n_rows, const uint8
   }
 }
 
-// The set: the portable one's decoders, NEON tiles for every quantized type.
+// The set: the portable one's decoders, NEON tiles for every quantized type,
+// NEON attention over q8_0 rows (attend_neon.h).
 template <typename Mul>
 KernelSet MakeNeonKernelSet(const char* name) {
   KernelSet k = PortableKernels();
   k.name = name;
   k.float_tile = &NeonFloatTile;
   k.dot = &NeonFloatDot;
+  k.attend_dots_q8_0 = &NeonAttendDotsQ8;
+  k.attend_values_q8_0 = &NeonAttendValuesQ8;
   k.quant_tile[Slot(TensorType::kQ8_0)] = &NeonTile32<Mul, NeonQ8_0>;
   k.quant_tile[Slot(TensorType::kQ4_0)] = &NeonTile32<Mul, NeonQ4_0>;
   k.quant_tile[Slot(TensorType::kQ4_1)] = &NeonTile32<Mul, NeonQ4_1>;

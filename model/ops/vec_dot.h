@@ -42,6 +42,7 @@
 #include <cstdint>
 
 #include "model/ops/activation_quant.h"
+#include "model/ops/quant_blocks.h"
 
 namespace colibri::ops::internal {
 
@@ -76,6 +77,16 @@ using AttendValuesFn = void (*)(const float* const* p, const int* n, int n_q,
                                 const float* values, int64_t value_stride, int dim,
                                 float* const* out);
 
+// The same over rows of q8_0 blocks (attend.h's Q8_0Rows): strides in
+// blocks, dim % 32 == 0; the results are those of the float products over the
+// dequantized rows, bit for bit.
+using AttendDotsQ8_0Fn = void (*)(const float* q, int64_t q_stride, int n_q, const BlockQ8_0* keys,
+                                  int64_t key_stride, int n_keys, int dim, float* dots,
+                                  int64_t dots_stride);
+using AttendValuesQ8_0Fn = void (*)(const float* const* p, const int* n, int n_q,
+                                    const BlockQ8_0* values, int64_t value_stride, int dim,
+                                    float* const* out);
+
 struct KernelSet {
   const char* name;
   DequantFn dequant[kTypeSlots];       // every supported type
@@ -90,6 +101,9 @@ struct KernelSet {
   // takes dim % 8 == 0, attend_values dim % 16 == 0.
   AttendDotsFn attend_dots;
   AttendValuesFn attend_values;
+  // Null: attend.cc dequantizes blocks of rows (dequant) for the products above.
+  AttendDotsQ8_0Fn attend_dots_q8_0;
+  AttendValuesQ8_0Fn attend_values_q8_0;
 };
 
 const KernelSet& PortableKernels();

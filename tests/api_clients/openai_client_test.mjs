@@ -1,7 +1,7 @@
 // The official `openai` npm client (pinned in package.json) against
 // `colibri-coordinator serve --http-listen`: completions and chat (the
 // ChatML default template), streamed and not, response_format json_schema and
-// json_object (validated with ajv), stop strings, seed reproducibility, a second
+// json_object and tool_choice required / named (validated with ajv), stop strings, seed reproducibility, a second
 // chat turn's cached prompt tokens (usage.prompt_tokens_details), an auth failure and
 // malformed requests; API keys apart from the cluster token (--api-key-file),
 // CORS for a browser page's origin (--cors-origin, the preflight with curl) and
@@ -275,6 +275,72 @@ test('a response_format schema that cannot be enforced is a BadRequestError nami
     },
   }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format'
     && e.message.includes('pattern'));
+});
+
+const WEATHER_PARAMETERS = {
+  type: 'object',
+  properties: {
+    city: { type: 'string', maxLength: 8 },
+    unit: { enum: ['c', 'f'] },
+    days: { type: 'integer', minimum: 1, maximum: 7 },
+  },
+  required: ['city', 'unit', 'days'],
+  additionalProperties: false,
+};
+const NOW_PARAMETERS = { type: 'object', properties: {}, additionalProperties: false };
+const TOOLS = [
+  { type: 'function', function: { name: 'get_weather', parameters: WEATHER_PARAMETERS } },
+  { type: 'function', function: { name: 'now', parameters: NOW_PARAMETERS } },
+];
+
+test('tool_choice required and named give tool_calls whose arguments validate (ajv)', async () => {
+  const validators = {
+    get_weather: new Ajv().compile(WEATHER_PARAMETERS),
+    now: new Ajv().compile(NOW_PARAMETERS),
+  };
+  const checkCall = (call, names) => {
+    assert.ok(typeof call.id === 'string' && call.id.length > 0, JSON.stringify(call));
+    assert.equal(call.type, 'function');
+    assert.ok(names.includes(call.function.name), call.function.name);
+    const validate = validators[call.function.name];
+    const args = JSON.parse(call.function.arguments);
+    assert.ok(validate(args), `${call.function.arguments}: ${JSON.stringify(validate.errors)}`);
+  };
+  const named = { type: 'function', function: { name: 'get_weather' } };
+  for (const [choice, names] of [['required', ['get_weather', 'now']], [named, ['get_weather']]]) {
+    for (const seed of [1, 2, 3]) {
+      const request = {
+        model: modelId, messages: [{ role: 'user', content: 'Weather in Oslo this week?' }],
+        tools: TOOLS, tool_choice: choice, parallel_tool_calls: seed !== 3,
+        max_completion_tokens: 300, temperature: 1.0, seed,
+      };
+      const whole = await client().chat.completions.create(request);
+      const { message, finish_reason: finish } = whole.choices[0];
+      assert.equal(finish, 'tool_calls', JSON.stringify(whole));
+      assert.ok(message.tool_calls.length >= 1, JSON.stringify(message));
+      if (seed === 3) assert.equal(message.tool_calls.length, 1);
+      for (const call of message.tool_calls) checkCall(call, names);
+
+      const streamed = [];
+      let streamedFinish = null;
+      for await (const chunk of await client().chat.completions.create({ ...request, stream: true })) {
+        for (const c of chunk.choices) {
+          for (const call of c.delta.tool_calls ?? []) {
+            assert.equal(call.index, streamed.length);
+            streamed.push(call);
+          }
+          if (c.finish_reason) streamedFinish = c.finish_reason;
+        }
+      }
+      assert.equal(streamedFinish, 'tool_calls');
+      assert.deepEqual(streamed.map((c) => c.function), message.tool_calls.map((c) => c.function));
+      for (const call of streamed) checkCall(call, names);
+    }
+  }
+  await assert.rejects(client().chat.completions.create({
+    model: modelId, messages: [{ role: 'user', content: 'hi' }], tools: TOOLS,
+    tool_choice: { type: 'function', function: { name: 'absent' } },
+  }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
 });
 
 test('a wrong API key is an AuthenticationError (401)', async () => {

@@ -133,6 +133,16 @@ function structureProblems(objs, overlay) {
     if (!c.resources || !c.resources.requests || !c.resources.limits) {
       p.push(`${what}: no resource requests and limits`);
     }
+    // The node's memory limit is what `colibri-coordinator plan` recommends
+    // for a node whose experts fill its RAM tier: ram-budget + 1 GiB,
+    // rounded up to a whole GiB (RecommendedNodeMemoryLimit).
+    if (what === 'node') {
+      const budget = (configToml(toml).match(/^ram-budget = "(\d+)G"$/m) || [])[1];
+      const limit = ((c.resources || {}).limits || {}).memory;
+      if (!budget || limit !== `${Number(budget) + 1}Gi`) {
+        p.push(`node: limits.memory ${limit} is not ${toml}'s ram-budget ${budget}G + 1Gi (plan's MemoryMax)`);
+      }
+    }
     const seccomp = pod.spec.securityContext && pod.spec.securityContext.seccompProfile;
     if (!seccomp || seccomp.type !== 'RuntimeDefault') p.push(`${what}: pod seccompProfile is not RuntimeDefault`);
     for (const k of (pod.spec.initContainers || []).concat(pod.spec.containers)) {

@@ -48,6 +48,16 @@ for unit in "${units[@]}"; do
              Restart=on-failure Type=notify NotifyAccess=main TimeoutStartSec= 'MemoryMax=[0-9]'; do
     grep -q "^$key" "$unit" || { echo "FAIL: $(basename "$unit") lacks $key"; status=1; }
   done
+  # The node's MemoryMax= is what `colibri-coordinator plan` recommends for
+  # a node whose experts fill its RAM tier: ram-budget + 1G.
+  if [[ "$(basename "$unit")" == *expert-node* ]]; then
+    budget="$(sed -n 's/^ram-budget = "\([0-9]*\)G"$/\1/p' "$src/deploy/systemd/expert-node.toml")"
+    max="$(sed -n 's/^MemoryMax=\([0-9]*\)G$/\1/p' "$unit")"
+    if [ -z "$budget" ] || [ "$max" != "$((budget + 1))" ]; then
+      echo "FAIL: MemoryMax=${max}G is not expert-node.toml's ram-budget ${budget}G + 1G"
+      status=1
+    fi
+  fi
   if grep -E '^ExecStart=.*(--auth-token |token=|BEGIN )' "$unit"; then
     echo "FAIL: $(basename "$unit") has a secret on its command line"
     status=1

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/expert_node/expert_test_util.h"
@@ -70,6 +71,41 @@ TEST_F(ExpertImportTest, ImportsWhatIsAskedAndSkipsWhatIsStored) {
 
 // A caller learns nothing about a path it cannot import (whether it exists,
 // is readable, is a GGUF), and an import never blocks on a FIFO.
+// With a report interval of 0, Progress hears the counts before the first
+// expert and after each one: bytes done rise to the total, which is the
+// experts' bytes; the final reply has the same counts.
+TEST_F(ExpertImportTest, ProgressCountsRiseToTheTotal) {
+  ExpertImporter::Options options;
+  options.report_interval = absl::ZeroDuration();
+  ExpertImporter importer(options, parts_.store.get(), parts_.registry.get());
+  const arch::ModelConfig& config = m_.model->config();
+  uint64_t total = 0;
+  for (const auto& layer : m_.model->experts()) {
+    for (const moe::ExpertWeights& w : layer) total += w.bytes();
+  }
+  v1::ImportRequest request;
+  request.set_gguf_path(m_.path);
+  std::vector<v1::ImportReply> seen;
+  v1::ImportReply reply;
+  ASSERT_TRUE(importer
+                  .Import(request, &reply,
+                          [&seen](const v1::ImportReply& so_far) { seen.push_back(so_far); })
+                  .ok());
+  ASSERT_EQ(seen.size(), static_cast<size_t>(config.n_layer * config.n_expert) + 1);
+  EXPECT_EQ(seen.front().bytes_done(), 0u);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].bytes_total(), total);
+    if (i > 0) {
+      EXPECT_GT(seen[i].bytes_done(), seen[i - 1].bytes_done());
+      EXPECT_EQ(seen[i].imported(), static_cast<int32_t>(i));
+    }
+  }
+  EXPECT_EQ(seen.back().bytes_done(), total);
+  EXPECT_EQ(reply.bytes_done(), total);
+  EXPECT_EQ(reply.bytes_total(), total);
+  EXPECT_EQ(reply.imported(), config.n_layer * config.n_expert);
+}
+
 TEST_F(ExpertImportTest, WhatIsNotAModelGetsOnlyCannotImport) {
   TempDir files;
   const std::string fifo = files.path() + "/fifo";

@@ -123,6 +123,43 @@ TEST_F(ExpertServiceTest, ImportStopsWhenTheNodeShutsDown) {
   EXPECT_EQ(node->store()->experts_stored(), 0u);
 }
 
+// ImportWithProgress streams the counts (at least the first, before any
+// expert) and ends with Import's reply; without the token it is refused
+// before anything is imported.
+TEST_F(ExpertServiceTest, ImportWithProgressStreamsCountsThenTheReply) {
+  const std::string token = colibri::testing::RandomAuthToken();
+  auto node = StartNode(dir_.path(), token);
+  ASSERT_NE(node, nullptr);
+  auto stub = ConnectTo(node->address());
+  v1::ImportRequest request;
+  request.set_gguf_path(m_.path);
+  {
+    auto context = MakeContext();
+    auto reader = stub->ImportWithProgress(context.get(), request);
+    v1::ImportReply message;
+    EXPECT_FALSE(reader->Read(&message));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(node->store()->experts_stored(), 0u);
+  }
+  auto context = MakeContext(token);
+  auto reader = stub->ImportWithProgress(context.get(), request);
+  std::vector<v1::ImportReply> messages;
+  v1::ImportReply message;
+  while (reader->Read(&message)) messages.push_back(message);
+  const grpc::Status status = reader->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_GE(messages.size(), 2u);
+  EXPECT_EQ(messages.front().bytes_done(), 0u);
+  EXPECT_GT(messages.front().bytes_total(), 0u);
+  const arch::ModelConfig& config = m_.model->config();
+  const v1::ImportReply& last = messages.back();
+  EXPECT_EQ(last.imported(), config.n_layer * config.n_expert);
+  EXPECT_EQ(last.bytes_done(), last.bytes_total());
+  EXPECT_EQ(last.bytes_total(), messages.front().bytes_total());
+  EXPECT_EQ(node->store()->experts_stored(),
+            static_cast<uint64_t>(config.n_layer * config.n_expert));
+}
+
 // ComputeLayer's workers take calls from several clients at once (more
 // clients than workers), each answered with its own bitwise-correct outputs;
 // a shutdown while calls keep coming ends each of them with a reply or an

@@ -2,13 +2,15 @@
 // (coordinator/api/openai_api.h): the input's first byte picks the endpoint
 // (completions, chat completions, tokenize, detokenize, apply-template), the
 // rest is the request body. Whatever the bytes, a parser answers with a
-// status, and an accepted request is within the limits it was given.
+// status, and an accepted request is within the limits it was given; its
+// output constraint compiles or is a client error.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "absl/strings/string_view.h"
 #include "coordinator/api/openai_api.h"
+#include "coordinator/api/output_constraint.h"
 
 namespace {
 
@@ -52,6 +54,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // messages (the template's tojson).
       (void)r->messages.dump();
       (void)r->tools.dump();
+      // And compiles its output constraint (response_format, tool_choice),
+      // as MakeGenerationSpec does: a status, a client error when refused.
+      std::string param;
+      const auto compiled = colibri::coordinator::CompileOutputConstraint(
+          r->output, r->tools, colibri::coordinator::ToolDialect::kHermes, &param);
+      if (!compiled.ok() && openai::ErrorFromStatus(compiled.status(), param).http_status != 400) {
+        __builtin_trap();
+      }
       break;
     }
     case 2:

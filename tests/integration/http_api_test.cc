@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,22 @@ class HttpApiTest : public ::testing::Test {
   }
   HttpReply Post(const std::string& path, const json& body, std::vector<std::string> args = {}) {
     return Curl("POST", path, body.dump(), std::move(args));
+  }
+
+  // The completion text of `messages` rendered by the server's template and
+  // tokenized, with `sampling`; "" (and a test failure) on an error.
+  std::string CompletionOfRenderedChat(const json& messages, const json& sampling) {
+    HttpReply rendered = Post("/apply-template", {{"messages", messages}});
+    EXPECT_EQ(rendered.status, 200) << rendered.body;
+    HttpReply ids =
+        Post("/tokenize", {{"content", rendered.value["prompt"]}, {"add_special", true}});
+    EXPECT_EQ(ids.status, 200) << ids.body;
+    json completion = sampling;
+    completion["prompt"] = ids.value["tokens"];
+    HttpReply reference = Post("/v1/completions", completion);
+    EXPECT_EQ(reference.status, 200) << reference.body;
+    if (reference.status != 200) return "";
+    return reference.value["choices"][0]["text"];
   }
 
   // Asserts an OpenAI error envelope with `status` and `param`.
@@ -373,16 +390,9 @@ TEST_F(HttpApiTest, ReasoningIsSplitFromContentAndUnsupportedConstraintsAreRefus
   }
   StartServe({"--chat-template-file", path});
   const json messages = {{{"role", "user"}, {"content", "Why is the sky blue?"}}};
-  HttpReply rendered = Post("/apply-template", {{"messages", messages}});
-  ASSERT_EQ(rendered.status, 200) << rendered.body;
-  HttpReply ids = Post("/tokenize", {{"content", rendered.value["prompt"]}, {"add_special", true}});
-  ASSERT_EQ(ids.status, 200) << ids.body;
   const json sampling = {{"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
-  json completion = sampling;
-  completion["prompt"] = ids.value["tokens"];
-  HttpReply reference = Post("/v1/completions", completion);
-  ASSERT_EQ(reference.status, 200) << reference.body;
-  const std::string expected = reference.value["choices"][0]["text"];
+  const std::string expected = CompletionOfRenderedChat(messages, sampling);
+  ASSERT_FALSE(expected.empty());
   ASSERT_EQ(expected.find("</think>"), std::string::npos) << "the fixture closed the block";
 
   json chat = sampling;
@@ -410,10 +420,147 @@ TEST_F(HttpApiTest, ReasoningIsSplitFromContentAndUnsupportedConstraintsAreRefus
   ExpectError(Post("/v1/chat/completions",
                    {{"messages", messages}, {"response_format", {{"type", "regex"}}}}),
               400, "response_format");
-  const json tools = json::array(
-      {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}});
+  ExpectError(Post("/v1/chat/completions", {{"messages", messages}, {"tool_choice", "required"}}),
+              400, "tool_choice");
+}
+
+// gpt-oss with its own template (harmony): the chat reply goes through the
+// harmony parser, which gives text without any message header as content,
+// equal to the completion of the rendered prompt; forced tool calls are a
+// 400 naming the family. (The fixture's vocabulary has no harmony control
+// tokens: the markers themselves are covered by assistant_output_test.)
+TEST_F(HttpApiTest, GptOssChatGoesThroughTheHarmonyParser) {
+  std::ifstream fixture(testing::FixturesDir() + "/chat_templates/openai-gpt-oss-120b.json");
+  const json templates = json::parse(fixture, nullptr, false);
+  ASSERT_TRUE(templates.is_object()) << "gpt-oss chat template fixture";
+  const std::string path = testing::MakeTempDir("http-harmony") + "/template.jinja";
+  {
+    std::ofstream file(path);
+    file << templates["template"].get<std::string>();
+  }
+  StartServe({"--chat-template-file", path},
+             testing::FixturesDir() + "/models/gpt-oss-tiny-mxfp4.gguf");
+  const json messages = {{{"role", "user"}, {"content", "Hello!"}}};
+  HttpReply rendered = Post("/apply-template", {{"messages", messages}});
+  ASSERT_EQ(rendered.status, 200) << rendered.body;
+  ASSERT_NE(rendered.value["prompt"].get<std::string>().find("<|start|>assistant"),
+            std::string::npos);
+  const json sampling = {{"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
+  const std::string expected = CompletionOfRenderedChat(messages, sampling);
+  ASSERT_FALSE(expected.empty());
+  ASSERT_NE(expected.substr(0, 2), "<|") << "the fixture wrote a header";
+
+  json chat = sampling;
+  chat["messages"] = messages;
+  for (bool stream : {false, true}) {
+    chat["stream"] = stream;
+    HttpReply reply = Post("/v1/chat/completions", chat,
+                           stream ? std::vector<std::string>{"-N"} : std::vector<std::string>{});
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const std::string content =
+        stream ? CollectStream(reply.body).text
+               : reply.value["choices"][0]["message"]["content"].get<std::string>();
+    EXPECT_EQ(content, expected) << "stream " << stream;
+  }
+  const json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  HttpReply refused = Post("/v1/chat/completions",
+                           {{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}});
+  ExpectError(refused, 400, "tool_choice");
+  EXPECT_NE(refused.body.find("gpt-oss"), std::string::npos) << refused.body;
+}
+
+// tool_choice "required" and a named function constrain the random-weight
+// model at temperature 1.0 to Hermes calls (the fixture is a Qwen3 model)
+// of the request's functions whose arguments follow their schemas, parsed
+// into tool_calls with finish_reason "tool_calls", streamed or not.
+TEST_F(HttpApiTest, ToolChoiceRequiredAndNamedGiveCallsThatValidate) {
+  StartServe();
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+      "type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]}},
+      "required": ["city", "unit"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "now", "parameters": {
+      "type": "object", "properties": {}, "additionalProperties": false}}}])");
+  // Empty when `call` is a valid call of one of `names`, else what is wrong.
+  const auto violation = [](const json& call, const std::set<std::string>& names) -> std::string {
+    if (!call.contains("id") || !call["id"].is_string() || call["id"] == "") return "no id";
+    if (call["type"] != "function") return "type";
+    const std::string name = call["function"]["name"];
+    if (names.count(name) == 0) return "name " + name;
+    const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+    if (!args.is_object()) return "arguments not an object";
+    if (name == "now") return args.empty() ? "" : "now takes no arguments";
+    if (args.size() != 2 || !args.contains("city") || !args.contains("unit")) return "keys";
+    if (!args["city"].is_string()) return "city";
+    size_t chars = 0;
+    for (unsigned char c : args["city"].get<std::string>()) chars += (c & 0xC0) != 0x80 ? 1 : 0;
+    if (chars > 8) return "city too long";
+    if (args["unit"] != "c" && args["unit"] != "f") return "unit";
+    return "";
+  };
+  const json messages = json::array({{{"role", "user"}, {"content", "Weather in Oslo?"}}});
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  for (const json& choice : {json("required"), named}) {
+    const std::set<std::string> names = choice.is_string()
+                                            ? std::set<std::string>{"get_weather", "now"}
+                                            : std::set<std::string>{"get_weather"};
+    for (int seed = 1; seed <= 3; ++seed) {
+      json chat = {{"messages", messages},
+                   {"tools", tools},
+                   {"tool_choice", choice},
+                   {"temperature", 1.0},
+                   {"seed", seed},
+                   {"max_tokens", 300},
+                   {"parallel_tool_calls", seed != 2}};
+      HttpReply whole = Post("/v1/chat/completions", chat);
+      ASSERT_EQ(whole.status, 200) << whole.body;
+      const json& choice0 = whole.value["choices"][0];
+      EXPECT_EQ(choice0["finish_reason"], "tool_calls") << whole.body;
+      const json& calls = choice0["message"]["tool_calls"];
+      ASSERT_TRUE(calls.is_array() && !calls.empty()) << whole.body;
+      if (seed == 2) {
+        EXPECT_EQ(calls.size(), 1u) << whole.body;
+      }
+      for (const json& call : calls) EXPECT_EQ(violation(call, names), "") << call.dump();
+
+      chat["stream"] = true;
+      json streamed_calls = json::array();
+      std::string finish, content;
+      for (const std::string& d : SseData(Post("/v1/chat/completions", chat, {"-N"}).body)) {
+        if (d == "[DONE]") continue;
+        const json chunk = json::parse(d);
+        if (chunk["choices"].empty()) continue;
+        const json& c = chunk["choices"][0];
+        if (c["delta"].contains("tool_calls")) {
+          for (json call : c["delta"]["tool_calls"]) {
+            EXPECT_EQ(call["index"], streamed_calls.size());
+            call.erase("index");
+            streamed_calls.push_back(call);
+          }
+        }
+        if (c["delta"].contains("content") && c["delta"]["content"].is_string()) {
+          content += c["delta"]["content"].get<std::string>();
+        }
+        if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+      }
+      EXPECT_EQ(finish, "tool_calls");
+      EXPECT_EQ(content, "");
+      ASSERT_EQ(streamed_calls.size(), calls.size()) << "seed " << seed;
+      for (size_t i = 0; i < calls.size(); ++i) {
+        EXPECT_EQ(streamed_calls[i]["function"], calls[i]["function"]) << "seed " << seed;
+      }
+    }
+  }
   ExpectError(Post("/v1/chat/completions",
-                   {{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}}),
+                   {{"messages", messages},
+                    {"tools", tools},
+                    {"tool_choice", {{"type", "function"}, {"function", {{"name", "absent"}}}}}}),
+              400, "tool_choice");
+  ExpectError(Post("/v1/chat/completions", {{"messages", messages},
+                                            {"tools", tools},
+                                            {"tool_choice", "required"},
+                                            {"response_format", {{"type", "json_object"}}}}),
               400, "tool_choice");
 }
 

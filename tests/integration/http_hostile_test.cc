@@ -4,7 +4,8 @@
 // memory (an object with 200,000 keys, 200,000 chat messages, a prompt of
 // several MiB). The server must keep answering /health and real requests,
 // and refuse the hostile ones with the error that names the limit. Bounds on
-// waiting are about liveness (generous), never about speed.
+// waiting are about liveness (generous), never about speed. HttpsHostileTest
+// repeats the connection-level ones over TLS (--http-tls-cert/--http-tls-key).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -25,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "openssl/ssl.h"
 #include "tests/support/subprocess.h"
 
 namespace colibri {
@@ -114,11 +116,12 @@ class HttpHostileTest : public ::testing::Test {
                                    const std::string& body_file = "") {
     std::vector<std::string> argv = {kCurl, "-sS", "--max-time", "20", "-X", method,
                                      "-w",  "\n%{http_code}"};
+    if (scheme_ == "https") argv.push_back("--insecure");  // the test's self-signed certificate
     if (!body_file.empty()) {
       argv.insert(argv.end(),
                   {"-H", "Content-Type: application/json", "--data-binary", "@" + body_file});
     }
-    argv.push_back("http://" + http_ + path);
+    argv.push_back(scheme_ + "://" + http_ + path);
     const CommandResult r = testing::RunCommand(argv);
     const size_t nl = r.out.rfind('\n');
     if (nl == std::string::npos) return {0, r.err};
@@ -132,6 +135,17 @@ class HttpHostileTest : public ::testing::Test {
     return path;
   }
 
+  // /health (three times) and a request that needs a thread are answered.
+  void ExpectServed() {
+    for (int i = 0; i < 3; ++i) {
+      const auto [status, body] = Curl("GET", "/health");
+      EXPECT_EQ(status, 200) << body;
+    }
+    const auto [status, body] =
+        Curl("POST", "/tokenize", BodyFile("tokenize.json", R"({"content":"hello"})"));
+    EXPECT_EQ(status, 200) << body;
+  }
+
   // A connection that sent the start of a request header and then stalls.
   void OpenStalled(int n) {
     for (int i = 0; i < n; ++i) {
@@ -143,6 +157,7 @@ class HttpHostileTest : public ::testing::Test {
   }
 
   std::unique_ptr<ServerProcess> serve_;
+  std::string scheme_ = "http";
   std::string http_;  // HOST:PORT
   int port_ = 0;
   std::vector<int> open_;
@@ -153,13 +168,7 @@ class HttpHostileTest : public ::testing::Test {
 TEST_F(HttpHostileTest, StalledHeadersHoldNoThread) {
   StartServe();
   OpenStalled(24);
-  for (int i = 0; i < 3; ++i) {
-    const auto [status, body] = Curl("GET", "/health");
-    EXPECT_EQ(status, 200) << body;
-  }
-  const auto [status, body] =
-      Curl("POST", "/tokenize", BodyFile("tokenize.json", R"({"content":"hello"})"));
-  EXPECT_EQ(status, 200) << body;
+  ExpectServed();
 }
 
 // A header sent one byte at a time never completes: the request deadline
@@ -317,6 +326,159 @@ TEST_F(HttpHostileTest, MemoryOfLargeBodiesIsGivenBack) {
   const int64_t after_kb = ResidentKb(serve_->pid());
   EXPECT_LT(after_kb, before_kb + 256 * 1024) << "resident " << before_kb << " KiB before, "
                                               << after_kb << " KiB after";
+}
+
+}  // namespace
+}  // namespace colibri
+
+namespace colibri {
+namespace {
+
+// A TLS client connection to 127.0.0.1:port (no certificate check: the
+// server's is the test's own, self-signed).
+class TlsClient {
+ public:
+  explicit TlsClient(int port) : ctx_(SSL_CTX_new(TLS_client_method())), fd_(Connect(port)) {
+    if (ctx_ == nullptr || fd_ < 0) return;
+    ssl_ = SSL_new(ctx_);
+    SSL_set_fd(ssl_, fd_);
+    handshake_done_ = SSL_connect(ssl_) == 1;
+  }
+  ~TlsClient() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    if (fd_ >= 0) ::close(fd_);
+    if (ctx_ != nullptr) SSL_CTX_free(ctx_);
+  }
+  TlsClient(const TlsClient&) = delete;
+  TlsClient& operator=(const TlsClient&) = delete;
+
+  bool ok() const { return handshake_done_; }
+  bool Send(const std::string& data) {
+    return SSL_write(ssl_, data.data(), static_cast<int>(data.size())) ==
+           static_cast<int>(data.size());
+  }
+  // Whether the server has sent something (or closed) within `ms`.
+  bool Readable(int ms) {
+    if (SSL_pending(ssl_) > 0) return true;
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, ms) > 0;
+  }
+  // What the server sends until it closes, waiting at most `seconds`.
+  std::string ReadUntilClosed(int seconds) {
+    std::string out;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < until) {
+      if (!Readable(200)) continue;
+      char buf[4096];
+      const int n = SSL_read(ssl_, buf, sizeof(buf));
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+
+ private:
+  SSL_CTX* const ctx_;
+  const int fd_;
+  SSL* ssl_ = nullptr;
+  bool handshake_done_ = false;
+};
+
+class HttpsHostileTest : public HttpHostileTest {
+ protected:
+  void SetUp() override {
+    HttpHostileTest::SetUp();
+    if (IsSkipped()) return;
+    cert_ = ::testing::TempDir() + "/https_hostile.crt";
+    key_ = ::testing::TempDir() + "/https_hostile.key";
+    const CommandResult r = testing::RunCommand(
+        {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-keyout", key_, "-out", cert_});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    scheme_ = "https";
+  }
+
+  void StartServe() {
+    HttpHostileTest::StartServe({"--http-tls-cert", cert_, "--http-tls-key", key_});
+  }
+
+  std::string cert_, key_;
+};
+
+// 28 connections that stall their request header after the handshake and
+// 20 that never begin one, against 8 connection threads (without the gate,
+// each held a thread for the 10 s deadline: 6 rounds, longer than curl's
+// 20 s): /health and a request that needs a thread are answered all the same.
+TEST_F(HttpsHostileTest, StalledHandshakesAndHeadersHoldNoThread) {
+  StartServe();
+  std::vector<std::unique_ptr<TlsClient>> stalled;
+  for (int i = 0; i < 28; ++i) {
+    stalled.push_back(std::make_unique<TlsClient>(port_));
+    ASSERT_TRUE(stalled.back()->ok());
+    ASSERT_TRUE(stalled.back()->Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: "));
+  }
+  for (int i = 0; i < 20; ++i) {
+    const int fd = Connect(port_);
+    ASSERT_GE(fd, 0);
+    open_.push_back(fd);
+  }
+  ExpectServed();
+}
+
+// A header sent one byte at a time over TLS is cut at the request deadline
+// with 408, as over plain HTTP.
+TEST_F(HttpsHostileTest, ATricklingHeaderIsCutAtTheDeadline) {
+  StartServe();
+  TlsClient client(port_);
+  ASSERT_TRUE(client.ok());
+  const std::string head = "GET /v1/models HTTP/1.1\r\nX-Trickle: ";
+  bool answered = false;
+  for (size_t i = 0; i < 450 && !answered; ++i) {
+    if (!client.Send(std::string(1, i < head.size() ? head[i] : 'a'))) break;
+    answered = client.Readable(200);
+  }
+  ASSERT_TRUE(answered) << "no answer to a header trickled for 90 s";
+  const std::string reply = client.ReadUntilClosed(30);
+  EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 408 ")) << reply;
+  const auto [status, body] = Curl("GET", "/health");
+  EXPECT_EQ(status, 200) << body;
+}
+
+// A connection that never begins its handshake is closed at the deadline.
+TEST_F(HttpsHostileTest, AStalledHandshakeIsClosed) {
+  StartServe();
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  open_.push_back(fd);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string reply = ReadUntilClosed(fd, 90);
+  EXPECT_EQ(reply, "");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(90))
+      << "the connection was still open after 90 s";
+}
+
+// Two requests in one TLS write: the second, decrypted along with the first,
+// is answered without more bytes arriving; then a keep-alive connection
+// serves curl's two requests.
+TEST_F(HttpsHostileTest, PipelinedAndKeptAliveRequestsAreAnswered) {
+  StartServe();
+  TlsClient client(port_);
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(client.Send(
+      "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  const std::string reply = client.ReadUntilClosed(30);
+  size_t answers = 0;
+  for (size_t at = reply.find("HTTP/1.1 200 "); at != std::string::npos;
+       at = reply.find("HTTP/1.1 200 ", at + 1)) {
+    ++answers;
+  }
+  EXPECT_EQ(answers, 2u) << reply;
+  const CommandResult r = testing::RunCommand(
+      {kCurl, "-sS", "--insecure", "--max-time", "20", "-o", "/dev/null", "-o", "/dev/null", "-w",
+       "%{num_connects} %{http_code}\n",
+       "https://" + http_ + "/v1/models", "https://" + http_ + "/v1/models"});
+  EXPECT_THAT(r.out, HasSubstr("1 200\n0 200\n")) << r.out << r.err;
 }
 
 }  // namespace

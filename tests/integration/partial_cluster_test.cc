@@ -2,8 +2,9 @@
 // unreachable start with the two they reach (the same tokens as the local
 // run), serve takes the third in once it comes up, and a run whose node dies
 // while experts are being sent to it completes. A node that hangs (SIGSTOP)
-// under serve does not stall it. No timing is asserted; ctest's timeout
-// bounds each test.
+// under serve does not stall it. Hot-expert replication (--rebalance) keeps
+// the local tokens while copies come and go and a node is killed as rounds
+// run. No timing is asserted; ctest's timeout bounds each test.
 #include <signal.h>
 
 #include <chrono>
@@ -91,6 +92,18 @@ class PartialClusterTest : public ::testing::Test {
     return port;
   }
 
+  // Starts three nodes (data in temporary folders named after `what`) and
+  // lists them in addresses_.
+  void StartThree(const std::string& what) {
+    for (int i = 0; i < 3; ++i) {
+      nodes_.push_back(
+          std::make_unique<NodeProcess>(testing::MakeTempDir(what), "node-" + std::to_string(i)));
+      std::string error;
+      ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
+      addresses_ += (i > 0 ? "," : "") + nodes_.back()->address();
+    }
+  }
+
   // Starts `serve` of model over addresses_ with `extra` flags and connects
   // a client to it.
   void Serve(const std::string& model, const std::vector<std::string>& extra) {
@@ -176,13 +189,7 @@ TEST_F(PartialClusterTest, ServeKeepsTheLocalTokensWhileANodeIsStopped) {
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const std::vector<int32_t> expected = ParseIds(local.out);
   ASSERT_EQ(expected.size(), static_cast<size_t>(n));
-  for (int i = 0; i < 3; ++i) {
-    nodes_.push_back(
-        std::make_unique<NodeProcess>(testing::MakeTempDir("hung"), "node-" + std::to_string(i)));
-    std::string error;
-    ASSERT_TRUE(nodes_.back()->Start(0, &error)) << error;
-    addresses_ += (i > 0 ? "," : "") + nodes_.back()->address();
-  }
+  ASSERT_NO_FATAL_FAILURE(StartThree("hung"));
   ASSERT_NO_FATAL_FAILURE(Serve(model, {"--replicas", "2"}));
   const v1::GenerateRequest request = Request(prompt, n);
   // Healthy first: every node has replied, so every node has an estimate.
@@ -208,6 +215,57 @@ TEST_F(PartialClusterTest, ServeKeepsTheLocalTokensWhileANodeIsStopped) {
   ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->nodes_size(), 3);
   EXPECT_FALSE(status->nodes(1).healthy());
+  EXPECT_EQ(serve_.Stop(SIGTERM), 0);
+}
+
+// serve --rebalance with rounds every 50 ms over three nodes and one copy of
+// each expert: generations run without pause while copies of the hot experts
+// are sent, installed and dropped; once a node holds extra copies it is killed
+// (-9) with rounds still running (transfers to it may be in flight). Every
+// generation, before, during and after, gives the local run's tokens.
+TEST_F(PartialClusterTest, RebalancingKeepsTheLocalTokensWhenANodeDies) {
+  const std::string model = "qwen3moe-tiny-f32";
+  const int n = 24;
+  const std::vector<int32_t> prompt = Prompt(model);
+  const CommandResult local = testing::RunCommand(RunArgs(model, prompt, n));
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const std::vector<int32_t> expected = ParseIds(local.out);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(n));
+  ASSERT_NO_FATAL_FAILURE(StartThree("rebalance"));
+  ASSERT_NO_FATAL_FAILURE(Serve(model, {"--rebalance-interval", "0.05"}));
+  const v1::GenerateRequest request = Request(prompt, n);
+  absl::StatusOr<v1::ClusterStatusReply> status = client_->ClusterStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  std::vector<int64_t> rendezvous;
+  for (const v1::NodeStatus& node : status->nodes()) rendezvous.push_back(node.experts_assigned());
+  // Generate until some node holds an extra copy in force.
+  int holder = -1;
+  for (int i = 0; i < 200 && holder < 0; ++i) {
+    absl::StatusOr<GenerateResult> r = client_->Generate(request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->tokens, expected) << "generation " << i;
+    status = client_->ClusterStatus();
+    ASSERT_TRUE(status.ok()) << status.status();
+    for (int j = 0; j < 3; ++j) {
+      if (status->nodes(j).experts_assigned() > rendezvous[j]) holder = j;
+    }
+  }
+  ASSERT_GE(holder, 0) << "no extra copy was ever placed";
+  // Kill the holder while generations and rounds go on.
+  std::vector<absl::StatusOr<GenerateResult>> during(4, absl::UnknownError("not run"));
+  std::thread generations([&] {
+    for (auto& r : during) r = client_->Generate(request);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  nodes_[holder]->Stop(SIGKILL);
+  generations.join();
+  for (const auto& r : during) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tokens, expected);
+  }
+  absl::StatusOr<GenerateResult> after = client_->Generate(request);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->tokens, expected);
   EXPECT_EQ(serve_.Stop(SIGTERM), 0);
 }
 

@@ -20,6 +20,13 @@ placement::Placement OneNode(const std::vector<int>& experts) {
   return *placement::Placement::Compute({{"n0", 1.0}}, experts, 1);
 }
 
+// The workload of a single node holding every expert of one layer.
+std::vector<NodeEvent> OneLayerEvents(const std::string& trace, int experts) {
+  absl::StatusOr<std::vector<NodeEvent>> events = NodeWorkload(Parse(trace), OneNode({experts}), 0);
+  EXPECT_TRUE(events.ok()) << events.status();
+  return events.ok() ? *events : std::vector<NodeEvent>();
+}
+
 // One layer, one expert a step: a b c a b c at capacity 2.
 // LRU: every request misses (each reuse is 3 requests back): 0 hits.
 // Belady: a b c miss; c evicts b (next use 4, a's is 3); a hits; b misses
@@ -40,6 +47,38 @@ TEST(CacheSimTest, HandComputedHitsOfLruAndBelady) {
   EXPECT_EQ(belady.hits, 2u);
   const SimResult adaptive = SimulatePolicy(*events, CachePolicyKind::kAdaptive, options);
   EXPECT_LE(adaptive.hits, belady.hits);
+}
+
+// One layer: a b c a c a at capacity 2 (a used 3 times, b once, c twice).
+// LFU told the counts evicts b for c and then hits a, c, a: 3 hits, as
+// Belady; LRU evicts a for c, then b for a: 2 hits (c, then a).
+TEST(CacheSimTest, HandComputedHitsOfTheFrequencyOracle) {
+  const std::vector<NodeEvent> events = OneLayerEvents(
+      "colibri-routing-trace 1\n"
+      "R 0 0 0:1\nR 1 0 1:1\nR 2 0 2:1\nR 3 0 0:1\nR 4 0 2:1\nR 5 0 0:1\n",
+      3);
+  const SimResult oracle = SimulateOracleFrequency(events, 2);
+  EXPECT_EQ(oracle.requests, 6u);
+  EXPECT_EQ(oracle.hits, 3u);
+  SimOptions options;
+  options.capacity = 2;
+  EXPECT_EQ(SimulatePolicy(events, CachePolicyKind::kLru, options).hits, 2u);
+  EXPECT_EQ(SimulateBelady(events, 2).hits, 3u);
+}
+
+// A RAM tier hears of hints only through prefetches, so without prefetching
+// the policy must not see them: a hint protects expert 0 in the adaptive
+// policy, which would then evict expert 1 for expert 2 and miss it at step 3.
+// Without the hint, the tie between 0 and 1 goes to the least recently used
+// (0) and step 3 hits.
+TEST(CacheSimTest, HintsReachThePolicyOnlyWithPrefetching) {
+  const std::vector<NodeEvent> events = OneLayerEvents(
+      "colibri-routing-trace 1\n"
+      "R 0 0 0:1\nR 1 0 1:1\nH 1 0 0\nR 2 0 2:1\nR 3 0 1:1\n",
+      3);
+  SimOptions options;
+  options.capacity = 2;
+  EXPECT_EQ(SimulatePolicy(events, CachePolicyKind::kAdaptive, options).hits, 1u);
 }
 
 // A layer's experts are pinned together: at capacity 1, a record of two

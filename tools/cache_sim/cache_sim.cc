@@ -61,8 +61,8 @@ absl::StatusOr<std::vector<NodeEvent>> NodeWorkload(const std::vector<moe::Trace
     for (const auto& [e, tokens] : r.experts) {
       if (placement.Owners(r.layer, e)[chosen[e]] != node) continue;
       NodeEvent ev;
-      ev.kind = r.kind == moe::TraceRecord::Kind::kRoute ? NodeEvent::Kind::kUse
-                                                          : NodeEvent::Kind::kHint;
+      ev.kind =
+          r.kind == moe::TraceRecord::Kind::kRoute ? NodeEvent::Kind::kUse : NodeEvent::Kind::kHint;
       ev.layer = r.layer;
       ev.expert = e;
       ev.group = static_cast<int64_t>(i);
@@ -97,8 +97,10 @@ SimResult SimulatePolicy(const std::vector<NodeEvent>& events, expert_node::Cach
   for (const NodeEvent& ev : events) {
     const ExpertId id = SimId(ev.layer, ev.expert);
     if (ev.kind == NodeEvent::Kind::kHint) {
+      // Hints reach a RAM tier only as prefetches (RamTier::Prefetch).
+      if (!prefetch) continue;
       policy->Hinted(id);
-      if (!prefetch || resident.contains(id) || capacity == 0) continue;
+      if (resident.contains(id) || capacity == 0) continue;
       std::unique_ptr<ExpertId> out;
       if (resident.size() >= capacity) {
         out = victim();
@@ -147,22 +149,39 @@ SimResult SimulatePolicy(const std::vector<NodeEvent>& events, expert_node::Cach
   return result;
 }
 
-SimResult SimulateBelady(const std::vector<NodeEvent>& events, int capacity) {
-  auto key = [](const NodeEvent& ev) { return (int64_t{ev.layer} << 32) | ev.expert; };
-  constexpr size_t kNever = std::numeric_limits<size_t>::max();
+namespace {
+
+// What an offline policy knows of a resident.
+struct OfflineEntry {
+  size_t next = 0;   // index of its next request (kNever: none)
+  size_t last = 0;   // index of its latest request
+  int64_t uses = 0;  // its requests in the whole workload
+};
+
+constexpr size_t kNever = std::numeric_limits<size_t>::max();
+
+int64_t Key(const NodeEvent& ev) { return (int64_t{ev.layer} << 32) | ev.expert; }
+
+// Replays the kUse events with the layer pinning of SimulatePolicy; a miss
+// with a full cache evicts the unpinned resident that `first` orders first
+// (first(a, b): a goes before b; keys break ties, the smaller first).
+template <typename First>
+SimResult SimulateOffline(const std::vector<NodeEvent>& events, int capacity, First first) {
   // next[i]: the index of the next request of event i's expert, or kNever.
   std::vector<size_t> next(events.size(), kNever);
   absl::flat_hash_map<int64_t, size_t> seen;
+  absl::flat_hash_map<int64_t, int64_t> uses;
   for (size_t i = events.size(); i-- > 0;) {
     if (events[i].kind != NodeEvent::Kind::kUse) continue;
-    auto [it, inserted] = seen.try_emplace(key(events[i]), i);
+    ++uses[Key(events[i])];
+    auto [it, inserted] = seen.try_emplace(Key(events[i]), i);
     if (!inserted) {
       next[i] = it->second;
       it->second = i;
     }
   }
   SimResult result;
-  absl::flat_hash_map<int64_t, size_t> resident;  // -> next request
+  absl::flat_hash_map<int64_t, OfflineEntry> resident;
   absl::flat_hash_set<int64_t> pinned;
   int64_t group = -1;
   for (size_t i = 0; i < events.size(); ++i) {
@@ -173,32 +192,47 @@ SimResult SimulateBelady(const std::vector<NodeEvent>& events, int capacity) {
       group = ev.group;
     }
     ++result.requests;
-    const int64_t k = key(ev);
+    const int64_t k = Key(ev);
     pinned.insert(k);
     auto it = resident.find(k);
     if (it != resident.end()) {
       ++result.hits;
-      it->second = next[i];
+      it->second.next = next[i];
+      it->second.last = i;
       continue;
     }
     if (static_cast<int>(resident.size()) >= capacity) {
-      auto farthest = resident.end();
+      auto victim = resident.end();
       for (auto r = resident.begin(); r != resident.end(); ++r) {
         if (pinned.contains(r->first)) continue;
-        if (farthest == resident.end() || r->second > farthest->second ||
-            (r->second == farthest->second && r->first < farthest->first)) {
-          farthest = r;
+        if (victim == resident.end() || first(r->second, victim->second) ||
+            (!first(victim->second, r->second) && r->first < victim->first)) {
+          victim = r;
         }
       }
-      if (farthest == resident.end()) {
+      if (victim == resident.end()) {
         ++result.uncached;
         continue;
       }
-      resident.erase(farthest);
+      resident.erase(victim);
     }
-    resident[k] = next[i];
+    resident[k] = OfflineEntry{next[i], i, uses[k]};
   }
   return result;
+}
+
+}  // namespace
+
+SimResult SimulateBelady(const std::vector<NodeEvent>& events, int capacity) {
+  return SimulateOffline(events, capacity, [](const OfflineEntry& a, const OfflineEntry& b) {
+    return a.next > b.next;
+  });
+}
+
+SimResult SimulateOracleFrequency(const std::vector<NodeEvent>& events, int capacity) {
+  return SimulateOffline(events, capacity, [](const OfflineEntry& a, const OfflineEntry& b) {
+    return a.uses != b.uses ? a.uses < b.uses : a.last < b.last;
+  });
 }
 
 }  // namespace colibri::cache_sim

@@ -1,17 +1,20 @@
 // Replays a routing trace (model/moe/routing_trace.h) against one expert
 // node's RAM tier at a fixed capacity in experts: the node's share of the
 // trace under a placement, then LRU, the adaptive policy (both the RAM tier's
-// own code, expert_node/cache_policy.h) and Belady's optimum (evict the
-// resident whose next use is farthest away; demand loads only).
+// own code, expert_node/cache_policy.h), LFU told the counts in advance, and
+// Belady's optimum (evict the resident whose next use is farthest away;
+// demand loads only).
 //
 // Model of the node: every expert of the node's share has the same size; a
 // layer's experts are requested together and pinned until the layer's last
 // request (none of them is evicted to admit another); a miss evicts one
 // unpinned resident when the cache is full, or is served uncached when all
-// are pinned. Hints reach the policies as CachePolicy::Hinted (the adaptive
-// policy protects hinted residents); with SimOptions::prefetch they also load
-// experts ahead of use by the RAM tier's rule (expert_node::PrefetchPays),
-// Belady excepted.
+// are pinned. Hints matter only with SimOptions::prefetch (or prefetch_all),
+// as a RAM tier hears of them only through prefetches (RamTier::Prefetch):
+// then they reach the policies as CachePolicy::Hinted (the adaptive policy
+// protects hinted residents) and load experts ahead of use by the RAM tier's
+// rule (expert_node::PrefetchPays); without prefetching they are ignored.
+// Belady and the frequency oracle ignore hints.
 //
 // Thread-safety: free functions over their arguments only.
 #ifndef COLIBRI_TOOLS_CACHE_SIM_CACHE_SIM_H_
@@ -67,10 +70,10 @@ struct SimOptions {
 struct SimResult {
   uint64_t requests = 0;
   uint64_t hits = 0;
-  uint64_t uncached = 0;            // misses not admitted: every resident pinned
-  uint64_t prefetch_issued = 0;     // experts loaded by a hint
-  uint64_t prefetch_used = 0;       // of those, requested while resident
-  uint64_t prefetch_wasted = 0;     // of those, evicted (or left at the end) unused
+  uint64_t uncached = 0;         // misses not admitted: every resident pinned
+  uint64_t prefetch_issued = 0;  // experts loaded by a hint
+  uint64_t prefetch_used = 0;    // of those, requested while resident
+  uint64_t prefetch_wasted = 0;  // of those, evicted (or left at the end) unused
   double hit_rate() const { return requests == 0 ? 0 : static_cast<double>(hits) / requests; }
 };
 
@@ -79,6 +82,12 @@ SimResult SimulatePolicy(const std::vector<NodeEvent>& events, expert_node::Cach
 // Belady's MIN over the kUse events (hints ignored): a miss with a full cache
 // evicts the unpinned resident whose next request is farthest away.
 SimResult SimulateBelady(const std::vector<NodeEvent>& events, int capacity);
+// An online policy's ceiling on a workload whose experts are used
+// independently of their past (near-uniform routing): LFU told each
+// expert's request count over the whole workload in advance, but not their
+// order. A miss with a full cache evicts the unpinned resident with the
+// fewest requests in the workload, then the least recently used.
+SimResult SimulateOracleFrequency(const std::vector<NodeEvent>& events, int capacity);
 
 }  // namespace colibri::cache_sim
 

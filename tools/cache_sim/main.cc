@@ -1,6 +1,8 @@
 // colibri-cache-sim: replays routing traces (run/serve --trace-routing)
-// against one node's RAM tier under LRU, the adaptive policy and Belady's
-// optimum at several budgets, and prints hit rates and prefetch outcomes.
+// against one node's RAM tier under LRU, the adaptive policy, LFU told the
+// trace's counts (an online policy's ceiling on near-uniform routing) and
+// Belady's optimum at several budgets, and prints hit rates and prefetch
+// outcomes.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -39,8 +41,9 @@ int Main(int argc, char** argv) {
   app.add_option("traces", paths, "routing traces (several: each, then all in sequence)")
       ->required()
       ->check(CLI::ExistingFile);
-  app.add_option("--nodes", nodes, "nodes of the placement")->capture_default_str()->check(
-      CLI::Range(1, 1024));
+  app.add_option("--nodes", nodes, "nodes of the placement")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   app.add_option("--replicas", replicas, "copies of each expert")->capture_default_str();
   app.add_option("--node", only_node, "simulate this node only (default: each node)");
   app.add_option("--budgets", budgets, "RAM budgets, percent of the node's share")
@@ -78,7 +81,9 @@ int Main(int argc, char** argv) {
 
   std::printf(
       "trace\tnode\tshare\tbudget\texperts\trequests\tlru\tadaptive\tbelady\tadaptive/belady\t"
-      "prefetch_all_wasted\tprefetch_rule_issued\tprefetch_rule_wasted\tadaptive+prefetch\n");
+      "oracle_lfu\toracle_lfu/belady\t"
+      "prefetch_all_wasted\tprefetch_rule_issued\tprefetch_rule_wasted\tadaptive+prefetch\t"
+      "lru+prefetch\n");
   for (const Trace& trace : traces) {
     std::vector<int> experts = colibri::cache_sim::ExpertsPerLayer(trace.records);
     std::vector<colibri::placement::PlacementNode> placement_nodes;
@@ -108,23 +113,29 @@ int Main(int argc, char** argv) {
         const SimResult lru = SimulatePolicy(*events, CachePolicyKind::kLru, options);
         const SimResult adaptive = SimulatePolicy(*events, CachePolicyKind::kAdaptive, options);
         const SimResult belady = colibri::cache_sim::SimulateBelady(*events, options.capacity);
+        const SimResult oracle =
+            colibri::cache_sim::SimulateOracleFrequency(*events, options.capacity);
         SimOptions all = options;
         all.prefetch_all = true;
         const SimResult with_all = SimulatePolicy(*events, CachePolicyKind::kAdaptive, all);
         SimOptions rule = options;
         rule.prefetch = true;
         const SimResult with_rule = SimulatePolicy(*events, CachePolicyKind::kAdaptive, rule);
-        const double ratio = belady.hits == 0 ? 1.0
-                                              : static_cast<double>(adaptive.hits) / belady.hits;
-        std::printf("%s\t%d\t%d\t%d%%\t%d\t%llu\t%s\t%s\t%s\t%.3f\t%llu/%llu\t%llu\t%llu\t%s\n",
-                    trace.name.c_str(), node, share, budget, options.capacity,
-                    static_cast<unsigned long long>(lru.requests), Rate(lru).c_str(),
-                    Rate(adaptive).c_str(), Rate(belady).c_str(), ratio,
-                    static_cast<unsigned long long>(with_all.prefetch_wasted),
-                    static_cast<unsigned long long>(with_all.prefetch_issued),
-                    static_cast<unsigned long long>(with_rule.prefetch_issued),
-                    static_cast<unsigned long long>(with_rule.prefetch_wasted),
-                    Rate(with_rule).c_str());
+        const SimResult lru_rule = SimulatePolicy(*events, CachePolicyKind::kLru, rule);
+        auto of_belady = [&](const SimResult& r) {
+          return belady.hits == 0 ? 1.0 : static_cast<double>(r.hits) / belady.hits;
+        };
+        std::printf(
+            "%s\t%d\t%d\t%d%%\t%d\t%llu\t%s\t%s\t%s\t%.3f\t%s\t%.3f\t%llu/"
+            "%llu\t%llu\t%llu\t%s\t%s\n",
+            trace.name.c_str(), node, share, budget, options.capacity,
+            static_cast<unsigned long long>(lru.requests), Rate(lru).c_str(),
+            Rate(adaptive).c_str(), Rate(belady).c_str(), of_belady(adaptive), Rate(oracle).c_str(),
+            of_belady(oracle), static_cast<unsigned long long>(with_all.prefetch_wasted),
+            static_cast<unsigned long long>(with_all.prefetch_issued),
+            static_cast<unsigned long long>(with_rule.prefetch_issued),
+            static_cast<unsigned long long>(with_rule.prefetch_wasted), Rate(with_rule).c_str(),
+            Rate(lru_rule).c_str());
       }
     }
   }

@@ -162,6 +162,63 @@ TEST(AssistantOutputTest, TheDialectComesFromTheTemplate) {
   const OutputDialect r1 = DialectFor("deepseek2", "<think>", "<｜Assistant｜><think>\n");
   EXPECT_TRUE(r1.starts_in_reasoning);
   EXPECT_FALSE(DialectFor("deepseek2", "<think>", "<｜Assistant｜>").starts_in_reasoning);
+  EXPECT_EQ(DialectFor("gpt-oss", "{{ '<|channel|>' }} <tool_call>", "").tools,
+            ToolDialect::kHarmony);
+  EXPECT_FALSE(DialectFor("gpt-oss", "<|channel|><think>", "").think);
+}
+
+// gpt-oss: analysis is reasoning, final content, a commentary message to
+// functions.N a call; the markers (rendered control tokens) never reach the
+// client, and a call's <|call|> (end of generation, not in the text) is not
+// needed to read it.
+TEST(AssistantOutputTest, HarmonyChannelsAndCalls) {
+  const OutputDialect d = Dialect(ToolDialect::kHarmony);
+  const std::string answer =
+      "<|channel|>analysis<|message|>User greets. Answer.<|end|><|start|>assistant"
+      "<|channel|>final<|message|>Hello, how can I help?";
+  OutputDelta out = Whole(d, answer);
+  EXPECT_EQ(out.reasoning, "User greets. Answer.");
+  EXPECT_EQ(out.content, "Hello, how can I help?");
+  EXPECT_TRUE(out.tool_calls.empty());
+  ExpectSame(out, Bytewise(d, answer));
+
+  const std::string call =
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}";
+  out = Whole(d, call);
+  EXPECT_EQ(out.reasoning, "Need weather.");
+  EXPECT_EQ(out.content, "");
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].id, "call_0");
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"city\":\"Paris\"}");
+  ExpectSame(out, Bytewise(d, call));
+  // The recipient in the role part of the header, and <|call|> rendered
+  // (ignore_eos), then another message.
+  const std::string two =
+      "<|start|>assistant to=functions.now<|channel|>commentary json<|message|>{}<|call|>"
+      "<|start|>assistant<|channel|>final<|message|>done";
+  out = Whole(d, two);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].name, "now");
+  EXPECT_EQ(out.tool_calls[0].arguments, "{}");
+  EXPECT_EQ(out.content, "done");
+  ExpectSame(out, Bytewise(d, two));
+
+  // Without tool parsing, or with a body that is not an object, the call's
+  // body is content; text before any header is content.
+  EXPECT_EQ(Whole(d, call, /*tools=*/false).content, "{\"city\": \"Paris\"}");
+  const std::string broken = "<|channel|>commentary to=functions.f<|message|>not json<|end|>";
+  out = Whole(d, broken);
+  EXPECT_TRUE(out.tool_calls.empty());
+  EXPECT_EQ(out.content, "not json");
+  ExpectSame(out, Bytewise(d, broken));
+  EXPECT_EQ(HarmonyMarker("<|channel|>"), "<|channel|>");
+  EXPECT_EQ(HarmonyMarker("<|call|>"), "<|call|>");
+  EXPECT_EQ(HarmonyMarker("<|endoftext|>"), "");  // other control tokens stay out
+  const std::string plain = "no header at all <b>";
+  EXPECT_EQ(Whole(d, plain).content, plain);
+  ExpectSame(Whole(d, plain), Bytewise(d, plain));
 }
 
 }  // namespace

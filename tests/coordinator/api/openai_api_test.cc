@@ -330,8 +330,9 @@ TEST(ResponseTest, ChatAndCompletionResponses) {
   EXPECT_EQ(FinishReasonName(FinishReason::kLength), std::string("length"));
 }
 
-// What would change the meaning of the output and is not honoured yet is a
-// 400 naming the field; tool_choice "auto" parses tool calls, "none" not.
+// What would change the meaning of the output and is not honoured is a 400
+// naming the field; tool_choice "auto" parses tool calls, "none" not;
+// "required" and a named function are kept for MakeGenerationSpec.
 TEST(ParseRequestTest, ConstraintsThatCannotBeHonouredAreRefusedNotDropped) {
   const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
   const json tools = json::array(
@@ -342,13 +343,30 @@ TEST(ParseRequestTest, ConstraintsThatCannotBeHonouredAreRefusedNotDropped) {
   ExpectBad(Completion({{"prompt", "x"}, {"grammar", "root ::= \"a\""}}), "grammar");
   ExpectBad(Chat({{"messages", messages}, {"guided_json", json::object()}}), "guided_json");
   ExpectBad(Chat({{"messages", messages}, {"functions", json::array()}}), "functions");
-  ExpectBad(Chat({{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}}),
-            "tool_choice");
+  ExpectBad(Chat({{"messages", messages}, {"tool_choice", "required"}}), "tool_choice");
   ExpectBad(Chat({{"messages", messages},
-                  {"tools", tools},
                   {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}),
             "tool_choice");
+  ExpectBad(Chat({{"messages", messages}, {"tools", tools}, {"tool_choice", {{"type", "f"}}}}),
+            "tool_choice");
   ExpectBad(Chat({{"messages", messages}, {"tool_choice", "sometimes"}}), "tool_choice");
+  ExpectBad(Chat({{"messages", messages}, {"tools", tools}, {"parallel_tool_calls", 1}}),
+            "parallel_tool_calls");
+
+  using Choice = OutputConstraintRequest::ToolChoice;
+  auto required = Chat({{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}});
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_EQ(required->output.tool_choice, Choice::kRequired);
+  EXPECT_TRUE(required->output.parallel_tool_calls);
+  EXPECT_TRUE(required->parse_tool_calls);
+  auto named = Chat({{"messages", messages},
+                     {"tools", tools},
+                     {"parallel_tool_calls", false},
+                     {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}});
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->output.tool_choice, Choice::kNamed);
+  EXPECT_EQ(named->output.tool_name, "f");
+  EXPECT_FALSE(named->output.parallel_tool_calls);
 
   auto text = Chat({{"messages", messages}, {"response_format", {{"type", "text"}}}});
   ASSERT_TRUE(text.ok()) << text.status();
@@ -361,20 +379,19 @@ TEST(ParseRequestTest, ConstraintsThatCannotBeHonouredAreRefusedNotDropped) {
   EXPECT_FALSE(none->parse_tool_calls);
 }
 
-// response_format json_object and json_schema compile while the request is
-// parsed; what cannot be enforced is a 400 naming response_format with the
-// compiler's keyword and JSON pointer.
-TEST(ParseRequestTest, ResponseFormatCompilesItsSchemaOrNamesWhatCannotBeEnforced) {
+// response_format json_object and json_schema are kept for MakeGenerationSpec
+// (output_constraint_test compiles them); a malformed one is a 400 naming
+// response_format.
+TEST(ParseRequestTest, ResponseFormatKeepsItsSchemaOrNamesWhatIsMalformed) {
+  using Format = OutputConstraintRequest::Format;
   const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
   auto text = Chat({{"messages", messages}, {"response_format", {{"type", "text"}}}});
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_EQ(text->constraint, nullptr);
+  EXPECT_EQ(text->output.format, Format::kText);
 
   auto object = Chat({{"messages", messages}, {"response_format", {{"type", "json_object"}}}});
   ASSERT_TRUE(object.ok()) << object.status();
-  ASSERT_NE(object->constraint, nullptr);
-  EXPECT_TRUE(grammar::GrammarAccepts(*object->constraint, R"({"a":[1,"x"]})"));
-  EXPECT_FALSE(grammar::GrammarAccepts(*object->constraint, "[1]"));
+  EXPECT_EQ(object->output.format, Format::kJsonObject);
 
   const json schema = {{"type", "object"},
                        {"properties", {{"n", {{"type", "integer"}, {"maximum", 5}}}}},
@@ -386,9 +403,8 @@ TEST(ParseRequestTest, ResponseFormatCompilesItsSchemaOrNamesWhatCannotBeEnforce
         {{"type", "json_schema"},
          {"json_schema", {{"name", "n"}, {"strict", true}, {"schema", schema}}}}}});
   ASSERT_TRUE(strict.ok()) << strict.status();
-  ASSERT_NE(strict->constraint, nullptr);
-  EXPECT_TRUE(grammar::GrammarAccepts(*strict->constraint, R"({"n":5})"));
-  EXPECT_FALSE(grammar::GrammarAccepts(*strict->constraint, R"({"n":6})"));
+  EXPECT_EQ(strict->output.format, Format::kJsonSchema);
+  EXPECT_EQ(strict->output.json_schema.dump(), schema.dump());
 
   const auto format = [&](const json& json_schema) {
     return Chat({{"messages", messages},
@@ -397,30 +413,6 @@ TEST(ParseRequestTest, ResponseFormatCompilesItsSchemaOrNamesWhatCannotBeEnforce
   ExpectBad(format(json::object()), "response_format");  // no schema
   ExpectBad(format({{"schema", "x"}}), "response_format");
   ExpectBad(format({{"schema", schema}, {"strict", "yes"}}), "response_format");
-  const json lookaround = {{"type", "object"},
-                           {"properties", {{"a", {{"type", "string"}, {"pattern", "(?=x)"}}}}}};
-  auto refused = format({{"schema", lookaround}});
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(ParamOf(refused.status()), "response_format");
-  EXPECT_NE(refused.status().message().find("pattern"), std::string::npos) << refused.status();
-  EXPECT_NE(refused.status().message().find("#/properties/a"), std::string::npos)
-      << refused.status();
-}
-
-// A schema whose automaton would be huge is refused within the compile
-// bounds (kResponseFormatCompile), not built.
-TEST(ParseRequestTest, AHugeResponseFormatSchemaIsRefused) {
-  const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
-  json schema = {{"type", "string"}, {"maxLength", 300}};
-  for (int depth = 0; depth < 4; ++depth) {
-    schema = {{"type", "array"}, {"items", schema}, {"maxItems", 300}};
-  }
-  auto huge = Chat({{"messages", messages},
-                    {"response_format", {{"type", "json_schema"},
-                                         {"json_schema", {{"schema", schema}}}}}});
-  ASSERT_FALSE(huge.ok());
-  EXPECT_EQ(ParamOf(huge.status()), "response_format");
-  EXPECT_NE(huge.status().message().find("automaton states"), std::string::npos) << huge.status();
 }
 
 TEST(ResponseTest, ChatResponsesWithReasoningAndToolCalls) {

@@ -29,18 +29,20 @@ TEST(InspectCommandTest, Deepseek2ReportsMlaRoutingAndKvBytes) {
   EXPECT_THAT(s, HasSubstr("yarn factor 40, original context 4096, log multiplier 0.1"));
   EXPECT_THAT(s,
               HasSubstr("MLA: q_lora_rank 96, kv_lora_rank 64, qk nope 32 + rope 16, v head 24"));
-  EXPECT_THAT(s, HasSubstr("KV cache per token: 960 B (f32), 480 B (--kv-type f16); compressed "
-                           "latent (expanded K/V would be 3.38 KiB in f32, 3.6x)\n"));
+  EXPECT_THAT(s, HasSubstr("KV cache per token: 960 B (f32), 480 B (--kv-type f16), no q8_0 (a "
+                           "row is not a multiple of 32 elements); compressed latent (expanded "
+                           "K/V would be 3.38 KiB in f32, 3.6x)\n"));
 }
 
 TEST(InspectCommandTest, StandardAttentionKvBytes) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
   InspectOptions options;
-  // 2 kv heads x 32 x (k + v) x 4 B x 3 layers = 1536 B.
+  // 2 kv heads x 32 x (k + v) x 4 B x 3 layers = 1536 B; q8_0 34 B per 32.
   options.model_path = testing::FixturesDir() + "/models/qwen3moe-tiny-f32.gguf";
   std::ostringstream out;
   ASSERT_TRUE(RunInspect(options, out).ok());
-  EXPECT_THAT(out.str(), HasSubstr("KV cache per token: 1.50 KiB (f32), 768 B (--kv-type f16)\n"));
+  EXPECT_THAT(out.str(), HasSubstr("KV cache per token: 1.50 KiB (f32), 768 B (--kv-type f16), "
+                                   "408 B (--kv-type q8_0)\n"));
 }
 
 // A header count the tensor table cannot back is reported, not printed as the

@@ -201,7 +201,8 @@ TEST(RunOutputTest, InterleavedTypesGiveTheFileOrdersTokensAndLogits) {
 }
 
 // --kv-type: f16 generates (and says so on the summary line) for standard
-// and latent attention (deepseek2); f32 is the default.
+// and latent attention (deepseek2), q8_0 for standard attention, and refuses
+// deepseek2's latent rows of 80 naming them; f32 is the default.
 TEST(RunOutputTest, KvTypeF16Generates) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
   auto args = [](const std::string& model) {
@@ -234,6 +235,19 @@ TEST(RunOutputTest, KvTypeF16Generates) {
   ASSERT_EQ(latent.exit_code, 0) << latent.err;
   EXPECT_NE(latent.err.find("KV cache f16"), std::string::npos) << latent.err;
   EXPECT_FALSE(latent.out.empty());
+
+  std::vector<std::string> q8 = args("qwen2moe-tiny-q8_0.gguf");
+  q8.insert(q8.end(), {"--kv-type", "q8_0"});
+  const testing::CommandResult eight = testing::RunCommand(q8);
+  ASSERT_EQ(eight.exit_code, 0) << eight.err;
+  EXPECT_NE(eight.err.find("KV cache q8_0"), std::string::npos) << eight.err;
+  EXPECT_FALSE(eight.out.empty());
+  std::vector<std::string> mla8 = args("deepseek2-tiny-q8_0.gguf");
+  mla8.insert(mla8.end(), {"--kv-type", "q8_0"});
+  const testing::CommandResult refused = testing::RunCommand(mla8);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("latent row (kv_lora_rank + rope dims) is 80"), std::string::npos)
+      << refused.err;
 }
 
 // --trace-routing: one R record per MoE layer per forward step (the prompt's

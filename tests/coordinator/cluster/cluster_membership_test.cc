@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/cluster/cluster.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/cluster/cluster_test_support.h"
 #include "tests/coordinator/cluster/fake_node_client.h"
 
 namespace colibri::coordinator {
@@ -77,14 +78,7 @@ void ExpectOwners(const Cluster& cluster, const std::vector<int>& ids) {
   }
 }
 
-template <typename F>
-bool Eventually(F done) {
-  for (int i = 0; i < 4000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
-}
+using testing::Eventually;
 
 // What the rebalancer saw when asked to realise a placement: the one in force
 // then (routing must not have moved yet) and the clients of every node.

@@ -41,6 +41,27 @@ class StoringNodeClient : public testing::FakeNodeClient {
   }
 };
 
+// A node that imports what it is asked in three steps of a third each,
+// streaming its counts (ImportWithProgress).
+class ImportingNodeClient : public testing::FakeNodeClient {
+ public:
+  using FakeNodeClient::FakeNodeClient;
+  absl::StatusOr<v1::ImportReply> ImportWithProgress(
+      const v1::ImportRequest& request,
+      const std::function<void(const v1::ImportReply&)>& progress) override {
+    v1::ImportReply reply;
+    reply.set_bytes_total(3000);
+    for (int step = 0; step < 3; ++step) {
+      reply.set_bytes_done(1000 * step);
+      progress(reply);
+    }
+    reply.set_imported(request.experts_size());
+    reply.set_bytes_stored(3000);
+    reply.set_bytes_done(3000);
+    return reply;
+  }
+};
+
 class ClusterSetupTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -94,6 +115,27 @@ class ClusterSetupTest : public ::testing::Test {
                         std::move(clients), std::move(nodes));
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     return cluster.ok() ? std::move(*cluster) : nullptr;
+  }
+
+  // The progress EnsureExperts writes while an empty node imports every
+  // expert from its own GGUF, with a line per message of the node.
+  std::string ImportProgress(bool in_place) {
+    Cluster::Node node;
+    node.address = "fake:1";
+    node.node_id = "fake";
+    auto cluster = OneNode(std::move(node), std::make_unique<ImportingNodeClient>("fake:1"));
+    if (cluster == nullptr) return "";
+    std::ostringstream out;
+    ExpertSetupOptions options;
+    options.node_gguf_path = "/models/m.gguf";
+    options.progress = &out;
+    options.progress_interval = absl::ZeroDuration();
+    options.progress_in_place = in_place;
+    absl::StatusOr<ExpertSetupResult> result = EnsureExperts(*cluster, *model_, options);
+    EXPECT_TRUE(result.ok()) << result.status();
+    const arch::ModelConfig& config = model_->config();
+    EXPECT_EQ(result.ok() ? result->experts_imported : 0, config.n_layer * config.n_expert);
+    return out.str();
   }
 
   // The progress EnsureExperts writes while streaming every expert to an
@@ -171,6 +213,34 @@ TEST_F(ClusterSetupTest, IngestProgressRewritesOneLineOnATerminal) {
   EXPECT_NE(out.find("(100%)", last), std::string::npos) << out.substr(last);
   EXPECT_NE(out.find("done in", last), std::string::npos) << out.substr(last);
   EXPECT_EQ(out.substr(out.size() - 4), "\x1b[K\n");
+}
+
+// Import: the node's streamed counts become the same progress line as
+// ingest's; plain lines off a terminal, the last one with the experts written.
+TEST_F(ClusterSetupTest, ImportProgressIsPlainLinesOffATerminal) {
+  const std::string out = ImportProgress(false);
+  EXPECT_EQ(out.find('\r'), std::string::npos);
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << out;
+  for (const std::string& line : lines) EXPECT_EQ(line.rfind("import fake:1: ", 0), 0u) << line;
+  EXPECT_NE(lines[1].find("(33%)"), std::string::npos) << out;
+  EXPECT_NE(lines[1].find("ETA"), std::string::npos) << out;
+  const arch::ModelConfig& config = model_->config();
+  EXPECT_NE(lines.back().find("(100%)"), std::string::npos) << out;
+  EXPECT_NE(lines.back().find(absl::StrCat(config.n_layer * config.n_expert, " experts written")),
+            std::string::npos)
+      << out;
+}
+
+// A terminal: one line rewritten in place, ended once.
+TEST_F(ClusterSetupTest, ImportProgressRewritesOneLineOnATerminal) {
+  const std::string out = ImportProgress(true);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.find('\n'), out.size() - 1) << "one newline, at the end";
+  EXPECT_EQ(out.rfind("\rimport fake:1: ", 0), 0u) << out.substr(0, 80);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\r'), 4) << out;
+  const size_t last = out.rfind('\r');
+  EXPECT_NE(out.find("done in", last), std::string::npos) << out.substr(last);
 }
 
 }  // namespace

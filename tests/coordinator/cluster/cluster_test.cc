@@ -8,34 +8,14 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/cluster/cluster_test_support.h"
 #include "tests/coordinator/cluster/fake_node_client.h"
 
 namespace colibri::coordinator {
 namespace {
 
-// Records every placement it is asked to realise; fails while told to.
-class RecordingRebalancer {
- public:
-  absl::Status operator()(const Placement&) {
-    absl::MutexLock lock(&mu_);
-    ++calls_;
-    if (fail_) return absl::UnavailableError("no room anywhere");
-    return absl::OkStatus();
-  }
-  void set_fail(bool fail) {
-    absl::MutexLock lock(&mu_);
-    fail_ = fail;
-  }
-  int calls() {
-    absl::MutexLock lock(&mu_);
-    return calls_;
-  }
-
- private:
-  absl::Mutex mu_;
-  bool fail_ ABSL_GUARDED_BY(mu_) = false;
-  int calls_ ABSL_GUARDED_BY(mu_) = 0;
-};
+using testing::Eventually;
+using testing::RecordingRebalancer;
 
 const std::vector<int> kExperts = {16, 0, 16, 16};
 
@@ -70,16 +50,6 @@ std::unique_ptr<TestCluster> MakeCluster(int n_nodes, int replicas, absl::Durati
   return t;
 }
 
-// Polls `done` for up to 20 s (the events come from the cluster's threads).
-template <typename F>
-bool Eventually(F done) {
-  for (int i = 0; i < 4000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
-}
-
 // A node's work counts the ExpertWork units of the calls it answered; a
 // failed call did no work.
 TEST(ClusterTest, AnsweredCallsCountTheirWork) {
@@ -89,6 +59,21 @@ TEST(ClusterTest, AnsweredCallsCountTheirWork) {
   t->cluster->RecordCall(1, 10, 20, 0.01, 0.0, 3, absl::OkStatus());
   EXPECT_EQ(t->cluster->counters(0).work_units, 7);
   EXPECT_EQ(t->cluster->counters(1).work_units, 3);
+}
+
+// A node outrun by hedges stays outrun while its health probe fails and is
+// cleared by the first probe it answers.
+TEST(ClusterTest, AnOutrunNodeIsClearedByTheProbeItAnswers) {
+  std::unique_ptr<TestCluster> t = MakeCluster(2, 1, absl::InfiniteDuration());
+  t->nodes[0]->set_down(true);
+  t->cluster->RecordCancelledCall(0, 10, 0.5, 7, /*outrun=*/true);
+  t->cluster->RecordCancelledCall(1, 10, 0.5, 7, /*outrun=*/false);
+  EXPECT_TRUE(t->cluster->outrun(0));
+  EXPECT_FALSE(t->cluster->outrun(1));
+  EXPECT_TRUE(t->cluster->healthy(0));
+  EXPECT_EQ(t->cluster->counters(0).outruns, 1);
+  t->nodes[0]->set_down(false);
+  EXPECT_TRUE(Eventually([&] { return !t->cluster->outrun(0); }));
 }
 
 TEST(ClusterTest, NodeAwayTooLongIsReplacedAndPlacedBackWhenHealthy) {

@@ -199,6 +199,34 @@ TEST_F(HedgedCallTest, AHeldCallIsOutrunByItsHedgeAndCancelled) {
   EXPECT_EQ(c.wasted_bytes, s.hedge_wasted_bytes);
 }
 
+// An outrun node takes no first-choice work from the next layer on, so a hung
+// node costs one hedge delay, not one per layer; once it answers a call it is
+// chosen first again.
+TEST_F(HedgedCallTest, AnOutrunNodeGetsNoFirstChoiceWorkUntilItAnswers) {
+  Start(3, 2);
+  const int slow = 0;
+  const std::vector<int32_t> experts = PrimaryOn(slow);
+  ASSERT_FALSE(experts.empty());
+  nodes_[slow]->set_hold(true);
+  RunWhile(BatchOf(experts, 10), [] {});
+  EXPECT_TRUE(cluster_->outrun(slow));
+  EXPECT_EQ(cluster_->counters(slow).outruns, 1);
+  for (FakeNode* node : nodes_) node->TakeRequests();
+  // The next layer goes to the second copies at once: no call to the held
+  // node, no second hedge.
+  RunWhile(BatchOf(experts, 11), [] {});
+  EXPECT_EQ(Delta().hedges, 1);
+  EXPECT_TRUE(nodes_[slow]->TakeRequests().empty());
+  EXPECT_TRUE(cluster_->healthy(slow));
+  // It answers (a call of another backend, say): first choice again.
+  nodes_[slow]->set_hold(false);
+  cluster_->RecordCall(slow, 0, 0, 0.001, 0.0, ExpertWork(1), absl::OkStatus());
+  EXPECT_FALSE(cluster_->outrun(slow));
+  RunWhile(BatchOf(experts, 12), [] {});
+  EXPECT_EQ(nodes_[slow]->TakeRequests().size(), 1u);
+  EXPECT_EQ(Delta().hedges, 1);
+}
+
 TEST_F(HedgedCallTest, WhenTheOriginalAnswersFirstTheHedgeIsCancelled) {
   Start(3, 2);
   const int slow = 0;
@@ -250,9 +278,16 @@ TEST_F(HedgedCallTest, TheBudgetCapsHedges) {
   const int slow = 0;
   const std::vector<int32_t> experts = PrimaryOn(slow);
   nodes_[slow]->set_hold(true);
+  // An outrun node gets no first-choice work until it answers: a reply of
+  // another call between the layers keeps giving it the layer.
+  const auto answered = [&] {
+    cluster_->RecordCall(slow, 0, 0, 0.0005, 0.0, ExpertWork(1), absl::OkStatus());
+  };
   // The bucket holds 2: two layers are hedged.
   RunWhile(BatchOf(experts, 4), [] {});
+  answered();
   RunWhile(BatchOf(experts, 5), [] {});
+  answered();
   EXPECT_EQ(Delta().hedges, 2);
   // The third waits for its node (which answers once the budget refused).
   RunWhile(BatchOf(experts, 6), [&] {

@@ -94,6 +94,20 @@ TEST_F(LatencyAwareBackendTest, ANodeJudgedSlowByAFewColdRepliesIsMeasuredAgainS
   EXPECT_LT(cluster_->latency(1).wait_ewma, 0.001);
 }
 
+// A node whose only reply so far was slow (a cold first call) counts as fast
+// as the fastest until it has been sent kTrustedReplies calls; from then on its
+// estimate decides.
+TEST_F(LatencyAwareBackendTest, OneSlowFirstReplyDoesNotJudgeANode) {
+  MakeCluster(3, 2, absl::Milliseconds(5), ReplicaChoice::kFastest);
+  for (int n = 0; n < 3; ++n) SlowReplies(n, n == 1 ? 1 : 8, n == 1 ? 0.002 : 0.0002);
+  std::vector<NodeSpeed> speed = cluster_->Speeds(3);
+  EXPECT_DOUBLE_EQ(speed[1].network_seconds,
+                   std::min(speed[0].network_seconds, speed[2].network_seconds));
+  SlowReplies(1, kTrustedReplies - 1, 0.002);
+  speed = cluster_->Speeds(3);
+  EXPECT_GT(speed[1].network_seconds, 5 * speed[0].network_seconds);
+}
+
 TEST_F(LatencyAwareBackendTest, PrimaryAndBalanceIgnoreTheEstimates) {
   for (ReplicaChoice choice : {ReplicaChoice::kPrimary, ReplicaChoice::kBalance}) {
     MakeCluster(3, 2, absl::Milliseconds(5), choice);

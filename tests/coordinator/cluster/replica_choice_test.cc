@@ -182,5 +182,27 @@ TEST(ReplicaChoiceTest, OnlyUsableNodesAreChosen) {
   }
 }
 
+// One-token layers are ties between idle copies: the node that has answered
+// the least work so far wins them, so an expert's load spreads over its copies
+// across steps; without node_work the earlier copy in Owners order wins.
+TEST(ReplicaChoiceTest, TiesGoToTheNodeWithTheLeastWorkSoFar) {
+  const Placement p = ThreeNodesTwoCopies();
+  std::vector<int64_t> work(kExperts, 0);
+  work[5] = ExpertWork(1);
+  const std::vector<NodeSpeed> speed(3, NodeSpeed{0.0005, 1e-5});
+  const std::vector<bool> usable = {true, true, true};
+  EXPECT_EQ(ChooseFastestReplicas(p, 0, work, speed, usable)[5], 0);
+  std::vector<int64_t> node_work(3, 100);
+  node_work[p.Owners(0, 5)[1]] = 10;
+  EXPECT_EQ(ChooseFastestReplicas(p, 0, work, speed, usable, node_work)[5], 1);
+  // Extra copies take part like the others.
+  int third = 0;
+  while (third == p.Owners(0, 5)[0] || third == p.Owners(0, 5)[1]) ++third;
+  const Placement q = *p.WithExtraCopies({{0, 5, third}});
+  node_work.assign(3, 100);
+  node_work[third] = 10;
+  EXPECT_EQ(ChooseFastestReplicas(q, 0, work, speed, usable, node_work)[5], 2);
+}
+
 }  // namespace
 }  // namespace colibri::coordinator

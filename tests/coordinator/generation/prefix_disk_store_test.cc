@@ -275,6 +275,16 @@ TEST_F(PrefixDiskStoreTest, AnotherKvTypesFileIsAMissAndLeftAlone) {
       "another KV type (f16", false);
 }
 
+TEST_F(PrefixDiskStoreTest, AQ8_0FileIsAMissForAnotherKvType) {
+  ExpectMissAfter(
+      [](const std::string& path) {
+        RewriteHeader(path, [](PrefixRecordHeader* h) {
+          h->kind.kv_type = static_cast<int>(arch::KvType::kQ8_0);
+        });
+      },
+      "another KV type (q8_0, this one is f32)", false);
+}
+
 TEST_F(PrefixDiskStoreTest, AnotherLayoutVersionsFileIsAMissAndLeftAlone) {
   ExpectMissAfter(
       [](const std::string& path) {

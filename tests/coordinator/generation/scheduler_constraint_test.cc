@@ -1,9 +1,10 @@
 // Constrained decoding inside GenerationScheduler on the demo model: at
 // temperature 1.0 and several seeds, every constrained generation's text is
 // an instance of its schema (checked here by hand, not by the grammar), ends
-// with finish reason stop, and takes no drafts; max_tokens cuts an unbounded
-// instance to a prefix the grammar takes; an unconstrained generation
-// batched with constrained ones gives bitwise what it gives alone.
+// with finish reason stop, and takes no n-gram drafts (nor grammar drafts
+// when they are off); max_tokens cuts an unbounded instance to a prefix the
+// grammar takes; an unconstrained generation batched with constrained ones
+// gives bitwise what it gives alone.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -93,6 +94,7 @@ class SchedulerConstraintTest : public testing::DemoModelTest {
 TEST_F(SchedulerConstraintTest, OutputIsAnInstanceOfTheSchemaAtTemperatureOne) {
   GenerationScheduler::Options options;
   options.sessions = 4;
+  options.build_token_trie_at_start = true;  // as serve does; the other tests build it on demand
   auto scheduler =
       GenerationScheduler::Create(options, *model_, tokenizer_.get(), nullptr, pool_.get());
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
@@ -143,9 +145,10 @@ TEST_F(SchedulerConstraintTest, MaxTokensCutsAnUnboundedInstanceToAValidPrefix) 
   }
 }
 
-TEST_F(SchedulerConstraintTest, ConstrainedGenerationTakesNoDrafts) {
+TEST_F(SchedulerConstraintTest, WithoutGrammarDraftsAConstrainedGenerationTakesNoDrafts) {
   GenerationScheduler::Options options;
   options.speculation.draft = DraftKind::kNgram;
+  options.speculation.grammar_drafts = false;
   const auto job = RunAlone(options, *model_, tokenizer_.get(), pool_.get(), Constrained(7));
   ASSERT_TRUE(job->status.ok()) << job->status;
   EXPECT_EQ(Violation(job->result.text), "") << job->result.text;

@@ -313,6 +313,19 @@ TEST_F(SchedulerPrefixReuseTest, HalfFloatRowsAreReusedBitwise) {
   testing::ExpectSameGeneration(*Reference(turn2, arch::KvType::kF16), *second);
 }
 
+TEST_F(SchedulerPrefixReuseTest, Q8_0RowsAreReusedBitwise) {
+  std::unique_ptr<GenerationScheduler> s =
+      NewScheduler(64 << 20, 1, nullptr, DraftKind::kNone, false, arch::KvType::kQ8_0);
+  ASSERT_NE(s, nullptr);
+  const auto first = Run(*s, Spec(Turn1()));
+  ASSERT_TRUE(first->status.ok()) << first->status;
+  EXPECT_FALSE(first->result.tokens.empty());
+  const GenerationSpec turn2 = Spec(Turn2(*first));
+  const auto second = Run(*s, turn2);
+  EXPECT_GE(second->outcome.cached_prompt_tokens, 0.9 * Turn1().size());
+  testing::ExpectSameGeneration(*Reference(turn2, arch::KvType::kQ8_0), *second);
+}
+
 TEST_F(SchedulerPrefixReuseTest, AllPromptLogitsEvaluateTheWholePrompt) {
   std::unique_ptr<GenerationScheduler> s = NewScheduler(64 << 20);
   ASSERT_NE(s, nullptr);
@@ -345,6 +358,29 @@ TEST_F(SchedulerPrefixReuseTest, AfterARestartHalfFloatRowsComeBackBitwise) {
   const auto second = Turn2AfterARestart(*first, arch::KvType::kF16, &s);
   ASSERT_NE(second, nullptr);
   EXPECT_GE(second->outcome.cached_prompt_tokens, 0.9 * Turn1().size());
+}
+
+TEST_F(SchedulerPrefixReuseTest, AfterARestartQ8_0RowsComeBackBitwise) {
+  const auto first = Turn1BeforeARestart(arch::KvType::kQ8_0);
+  ASSERT_NE(first, nullptr);
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kQ8_0, &s);
+  ASSERT_NE(second, nullptr);
+  EXPECT_GE(second->outcome.cached_prompt_tokens, 0.9 * Turn1().size());
+  EXPECT_EQ(s->prefix_disk()->stats().rejected_files, 0);
+}
+
+TEST_F(SchedulerPrefixReuseTest, AfterARestartQ8_0RowsAreNotUsedAsHalves) {
+  const auto first = Turn1BeforeARestart(arch::KvType::kQ8_0);
+  ASSERT_NE(first, nullptr);
+  const size_t files = DiskFiles().size();
+  std::unique_ptr<GenerationScheduler> s;
+  const auto second = Turn2AfterARestart(*first, arch::KvType::kF16, &s);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->outcome.cached_prompt_tokens, 0);
+  EXPECT_EQ(s->prefix_disk()->stats().rejected_files, static_cast<int64_t>(files));
+  EXPECT_TRUE(absl::StrContains(log_.str(), "another KV type (q8_0, this one is f16)"))
+      << log_.str();
 }
 
 TEST_F(SchedulerPrefixReuseTest, AfterARestartDamagedRowsAreACleanMiss) {

@@ -4,8 +4,13 @@
 // of a sequence's rows.
 #include "model/arch/kv_cache.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -13,30 +18,41 @@
 namespace colibri::arch {
 namespace {
 
-// Where f's rows begin and the size of their elements; WithRows and
-// WithLatentRows instantiate their callback for both element types.
+// Where f's rows begin and the size of their elements (or of their q8_0
+// blocks); WithRows and WithLatentRows instantiate their callback for every
+// element type.
 struct Rows {
   const uint8_t* k = nullptr;
   const uint8_t* v = nullptr;
-  size_t elem = 0;
+  size_t elem = 0;   // bytes per element (f32, f16), or 0
+  size_t block = 0;  // bytes per 32 elements (q8_0), or 0
+  size_t Bytes(int64_t n) const {
+    return block > 0 ? static_cast<size_t>(n / 32) * block : static_cast<size_t>(n) * elem;
+  }
 };
+
+template <typename T>
+const uint8_t* Start(T* p, Rows* r) {
+  r->elem = sizeof(T);
+  return reinterpret_cast<const uint8_t*>(p);
+}
+const uint8_t* Start(ops::Q8_0Rows p, Rows* r) {
+  r->block = sizeof(ops::BlockQ8_0);
+  return reinterpret_cast<const uint8_t*>(p.blocks);
+}
 
 Rows RowsOf(const KvCache& kv, int seq, int il) {
   Rows r;
-  kv.WithRows(seq, il, [&](auto* k, auto* v) {
-    r.k = reinterpret_cast<const uint8_t*>(k);
-    r.v = reinterpret_cast<const uint8_t*>(v);
-    r.elem = sizeof(*k);
+  kv.WithRows(seq, il, [&](auto k, auto v) {
+    r.k = Start(k, &r);
+    r.v = Start(v, &r);
   });
   return r;
 }
 
 Rows LatentOf(const KvCache& kv, int seq, int il) {
   Rows r;
-  kv.WithLatentRows(seq, il, [&](auto* latent) {
-    r.k = reinterpret_cast<const uint8_t*>(latent);
-    r.elem = sizeof(*latent);
-  });
+  kv.WithLatentRows(seq, il, [&](auto latent) { r.k = Start(latent, &r); });
   return r;
 }
 
@@ -48,6 +64,15 @@ ModelConfig Standard() {
   c.head_dim = 8;
   c.head_dim_v = 6;
   c.n_rot = 8;
+  return c;
+}
+
+// Head dimensions a q8_0 cache can hold (multiples of 32).
+ModelConfig Standard32() {
+  ModelConfig c = Standard();
+  c.head_dim = 32;
+  c.head_dim_v = 64;
+  c.n_rot = 32;
   return c;
 }
 
@@ -91,6 +116,81 @@ TEST(KvCacheTest, HalvesTakeHalfTheBytes) {
   EXPECT_EQ(l1.k - l0.k, 32 * 16 * 2);
   EXPECT_STREQ(KvTypeName(KvType::kF16), "f16");
   EXPECT_STREQ(KvTypeName(KvType::kF32), "f32");
+}
+
+TEST(KvCacheTest, Q8_0BlocksTake34BytesPer32Elements) {
+  const ModelConfig c = Standard32();
+  ASSERT_TRUE(KvCache::CheckType(c, KvType::kQ8_0).ok());
+  KvCache kv(c, 32, 4, 1, KvType::kQ8_0);
+  kv.Reserve(0, 1);
+  // keys 2 heads x 32, values 2 x 64 elements per row.
+  EXPECT_EQ(kv.bytes_allocated(), 3 * 32 * (2 + 4) * 34);
+  EXPECT_EQ(kv.RowsBytes(5), 5 * 3 * (2 + 4) * 34);
+  const Rows l0 = RowsOf(kv, 0, 0);
+  const Rows l1 = RowsOf(kv, 0, 1);
+  EXPECT_EQ(l1.k - l0.k, 32 * 2 * 34);
+  EXPECT_EQ(l1.v - l0.v, 32 * 4 * 34);
+  EXPECT_STREQ(KvTypeName(KvType::kQ8_0), "q8_0");
+}
+
+TEST(KvCacheTest, Q8_0RefusesRowsNotAMultipleOf32AndNamesTheDimension) {
+  const absl::Status head = KvCache::CheckType(Standard(), KvType::kQ8_0);
+  EXPECT_EQ(head.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(head.message().find("head dimension is 8"), std::string::npos) << head;
+  ModelConfig v = Standard32();
+  v.head_dim_v = 48;
+  const absl::Status value = KvCache::CheckType(v, KvType::kQ8_0);
+  EXPECT_NE(value.message().find("value head dimension is 48"), std::string::npos) << value;
+  ModelConfig mla = Standard32();
+  mla.attention = AttentionKind::kMla;
+  mla.kv_lora_rank = 64;
+  mla.n_rot = 16;
+  const absl::Status latent = KvCache::CheckType(mla, KvType::kQ8_0);
+  EXPECT_NE(latent.message().find("is 80"), std::string::npos) << latent;
+  EXPECT_TRUE(KvCache::CheckType(Standard(), KvType::kF16).ok());
+  EXPECT_TRUE(KvCache::CheckType(Standard(), KvType::kF32).ok());
+}
+
+// A row written through StoreCacheRow and read back dequantized: each
+// element within half its block's step d = max|x| / 127 plus 127 times the
+// rounding of d to a half (2^-11 d, or 2^-25 among the subnormal halves).
+TEST(KvCacheTest, Q8_0RowsRoundTripWithinHalfAStep) {
+  const ModelConfig c = Standard32();
+  KvCache kv(c, 8, 4, 1, KvType::kQ8_0);
+  kv.Reserve(0, 8);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  double err2 = 0, x2 = 0;
+  for (int p = 0; p < 8; ++p) {
+    std::vector<float> x(c.head_dim_v);
+    for (float& e : x) e = dist(rng) * (p == 3 ? 1e-3f : 4.0f);
+    x[5] = p == 5 ? 300.0f : x[5];  // one block dominated by an outlier
+    kv.WithRows(0, 2, [&](auto, auto v) {
+      if constexpr (std::is_same_v<decltype(v), ops::Q8_0Rows>) {
+        StoreCacheRow(x.data(), c.head_dim_v, v + kv.ValueHead(2, 1) + p * c.head_dim_v);
+        std::vector<float> back(c.head_dim_v);
+        ops::DequantizeRow(ops::TensorType::kQ8_0,
+                           (v + kv.ValueHead(2, 1) + p * c.head_dim_v).blocks, back.data(),
+                           c.head_dim_v);
+        for (int b = 0; b < c.head_dim_v / 32; ++b) {
+          float amax = 0;
+          for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(x[b * 32 + e]));
+          for (int e = b * 32; e < b * 32 + 32; ++e) {
+            const float step = amax / 127;
+            const float bound = 0.5f * step + 127 * std::max(step * 0x1p-11f, 0x1p-25f);
+            EXPECT_LE(std::fabs(back[e] - x[e]), bound) << "position " << p << " " << e;
+            if (p == 3 || p == 5) continue;  // tiny, and with an outlier
+            err2 += (back[e] - x[e]) * (back[e] - x[e]);
+            x2 += x[e] * x[e];
+          }
+        }
+      } else {
+        ADD_FAILURE() << "not q8_0 rows";
+      }
+    });
+  }
+  // Gaussian rows: the error is about max|x| / (127 sqrt 12) ~ 0.006 sigma.
+  EXPECT_LT(std::sqrt(err2 / x2), 0.008);
 }
 
 TEST(KvCacheTest, AnMlaSlotHoldsLatentRowsOnly) {
@@ -159,10 +259,10 @@ void Fill(KvCache& kv, const ModelConfig& c, int seq, int salt) {
     const bool mla = c.attention == AttentionKind::kMla;
     const Rows r = mla ? LatentOf(kv, seq, il) : RowsOf(kv, seq, il);
     const size_t k_bytes =
-        static_cast<size_t>(kv.rows(il)) * (mla ? c.kv_lora_rank + c.n_rot : c.kv_dim()) * r.elem;
+        static_cast<size_t>(kv.rows(il)) * r.Bytes(mla ? c.kv_lora_rank + c.n_rot : c.kv_dim());
     for (size_t i = 0; i < k_bytes; ++i) const_cast<uint8_t*>(r.k)[i] = (i * 31 + il * 7 + salt) & 0xff;
     if (mla) continue;
-    const size_t v_bytes = static_cast<size_t>(kv.rows(il)) * c.v_dim() * r.elem;
+    const size_t v_bytes = static_cast<size_t>(kv.rows(il)) * r.Bytes(c.v_dim());
     for (size_t i = 0; i < v_bytes; ++i) const_cast<uint8_t*>(r.v)[i] = (i * 13 + il * 5 + salt) & 0xff;
   }
 }
@@ -175,17 +275,17 @@ bool SameRows(const KvCache& a, int sa, const KvCache& b, int sb, const ModelCon
     const Rows ra = mla ? LatentOf(a, sa, il) : RowsOf(a, sa, il);
     const Rows rb = mla ? LatentOf(b, sb, il) : RowsOf(b, sb, il);
     if (mla) {
-      const size_t row = (c.kv_lora_rank + c.n_rot) * ra.elem;
+      const size_t row = ra.Bytes(c.kv_lora_rank + c.n_rot);
       if (std::memcmp(ra.k + p * row, rb.k + p * row, row) != 0) return false;
       continue;
     }
     for (int h = 0; h < c.n_head_kv; ++h) {
-      const size_t k_row = c.head_dim * ra.elem;
-      const size_t v_row = c.head_dim_v * ra.elem;
-      if (std::memcmp(ra.k + a.KeyHead(il, h) * ra.elem + p * k_row,
-                      rb.k + b.KeyHead(il, h) * rb.elem + p * k_row, k_row) != 0 ||
-          std::memcmp(ra.v + a.ValueHead(il, h) * ra.elem + p * v_row,
-                      rb.v + b.ValueHead(il, h) * rb.elem + p * v_row, v_row) != 0) {
+      const size_t k_row = ra.Bytes(c.head_dim);
+      const size_t v_row = ra.Bytes(c.head_dim_v);
+      if (std::memcmp(ra.k + ra.Bytes(a.KeyHead(il, h)) + p * k_row,
+                      rb.k + rb.Bytes(b.KeyHead(il, h)) + p * k_row, k_row) != 0 ||
+          std::memcmp(ra.v + ra.Bytes(a.ValueHead(il, h)) + p * v_row,
+                      rb.v + rb.Bytes(b.ValueHead(il, h)) + p * v_row, v_row) != 0) {
         return false;
       }
     }
@@ -218,6 +318,12 @@ TEST(KvCacheTest, ExportedRowsImportIntoAnotherSlot) {
   mla.kv_lora_rank = 16;
   mla.n_rot = 4;
   ExpectRowsMove(mla, KvType::kF32);
+  ExpectRowsMove(Standard32(), KvType::kQ8_0);
+  ModelConfig mla32 = Standard32();
+  mla32.attention = AttentionKind::kMla;
+  mla32.kv_lora_rank = 64;
+  mla32.n_rot = 32;
+  ExpectRowsMove(mla32, KvType::kQ8_0);
 }
 
 TEST(KvCacheTest, RowsBytesCountsEveryLayerKeysAndValues) {

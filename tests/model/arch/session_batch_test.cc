@@ -6,6 +6,7 @@
 // when each batch is split into two pipelined halves (with one backend channel
 // or two, both in flight at once), and KV slots take memory only once used.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -81,11 +82,13 @@ bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
 // The logits a plain session gives: the prompt's (every position when
 // all_prompt, else the last) and then one row per fed golden token.
 std::vector<std::vector<float>> RunAlone(const arch::Model& model, const testing::GoldenCase& c,
-                                         ops::NumericPath path, bool all_prompt, ThreadPool* pool) {
+                                         ops::NumericPath path, bool all_prompt, ThreadPool* pool,
+                                         arch::KvType kv_type = arch::KvType::kF32) {
   moe::LocalExpertBackend backend(&model.experts(), model.config().n_expert, path, pool);
   arch::SessionOptions options;
   options.path = path;
   options.n_ctx = 1024;
+  options.kv_type = kv_type;
   auto session = arch::Session::Create(model, &backend, pool, options);
   EXPECT_TRUE(session.ok()) << session.status();
   if (!session.ok()) return {};
@@ -164,13 +167,16 @@ void RunBatched(arch::Session& session, std::vector<Sequence>& seqs, int budget)
 // Three sequences batched as a scheduler would (joining mid-way, chunked
 // prompts, reused slots) give every sequence's logits bitwise as alone; with
 // `halves` pipelining set as given, on a backend with or without a second
-// channel.
+// channel; with a KV cache of kv_type (models whose rows it cannot hold are
+// skipped).
 void CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves halves, bool second_channel,
-                                     const std::vector<ops::NumericPath>& paths) {
+                                     const std::vector<ops::NumericPath>& paths,
+                                     arch::KvType kv_type = arch::KvType::kF32) {
   ThreadPool pool(2);
   for (const std::string& name : testing::AllGoldenModels()) {
     auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
     ASSERT_TRUE(model.ok()) << model.status();
+    if (!arch::KvCache::CheckType((*model)->config(), kv_type).ok()) continue;
     const testing::GoldenCase english = LoadCase(name, "english");
     const testing::GoldenCase code = LoadCase(name, "code_unicode");
     const testing::GoldenCase lng = LoadCase(name, "long");
@@ -179,14 +185,15 @@ void CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves halves, bool second_ch
     }
     for (ops::NumericPath path : paths) {
       SCOPED_TRACE(name + (path == ops::NumericPath::kExact ? " exact" : " fast"));
-      const auto english_alone = RunAlone(**model, english, path, false, &pool);
-      const auto code_alone = RunAlone(**model, code, path, false, &pool);
-      const auto long_alone = RunAlone(**model, lng, path, true, &pool);
+      const auto english_alone = RunAlone(**model, english, path, false, &pool, kv_type);
+      const auto code_alone = RunAlone(**model, code, path, false, &pool, kv_type);
+      const auto long_alone = RunAlone(**model, lng, path, true, &pool, kv_type);
 
       CountingBackend backend(**model, path, &pool, second_channel);
       arch::SessionOptions options;
       options.path = path;
       options.n_ctx = 1024;
+      options.kv_type = kv_type;
       options.n_batch = 8;  // long prompts take several steps, shared with the others
       options.n_seq = 3;
       options.pipeline_halves = halves;
@@ -266,8 +273,9 @@ TEST(SessionBatchTest, PromptLogitsDoNotDependOnChunking) {
     const int64_t n_vocab = (*model)->config().n_vocab;
     const int n = static_cast<int>(c.prompt_tokens.size());
     ASSERT_GT(n, 20) << name;
-    for (arch::KvType kv : {arch::KvType::kF32, arch::KvType::kF16}) {
+    for (arch::KvType kv : {arch::KvType::kF32, arch::KvType::kF16, arch::KvType::kQ8_0}) {
       SCOPED_TRACE(std::string("KV cache ") + arch::KvTypeName(kv));
+      if (!arch::KvCache::CheckType((*model)->config(), kv).ok()) continue;  // MLA rows of 80, 112
       const ops::NumericPath path = ops::NumericPath::kFast;
       std::vector<std::vector<float>> by_chunk;
       for (int chunk : {n, 1, -1}) {
@@ -306,40 +314,78 @@ TEST(SessionBatchTest, PromptLogitsDoNotDependOnChunking) {
   }
 }
 
-// A KV cache of half floats: slots of half the bytes and logits that differ
-// from the float cache's, for every family (deepseek2's latent cache too).
-TEST(SessionBatchTest, AHalfFloatKvCacheHalvesTheSlots) {
-  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+// For every golden model, a session with a KV cache of `type` against one
+// with floats: slots of bytes_per_128 / 128 of the float slot's, logits that
+// differ (the cache is used), and four decode steps with finite logits. A
+// model whose rows the type cannot hold is refused at Create (InvalidArgument
+// naming the dimension). Counts the models compared, refused, and with MLA
+// among those compared.
+struct KvComparison {
+  int compared = 0, refused = 0, mla = 0;
+};
+KvComparison CompareWithTheFloatCache(arch::KvType type, int bytes_per_128) {
+  KvComparison count;
   ThreadPool pool(2);
-  int compared = 0, mla = 0;
   for (const std::string& name : testing::AllGoldenModels()) {
     SCOPED_TRACE(name);
     const testing::GoldenCase c = LoadCase(name, "long");
     auto model = arch::Model::Open(c.model_path);
-    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) continue;
     const arch::ModelConfig& config = (*model)->config();
     moe::LocalExpertBackend backend(&(*model)->experts(), config.n_expert, ops::NumericPath::kFast,
                                     &pool);
     arch::SessionOptions options;
     options.n_ctx = 1024;
-    options.kv_type = arch::KvType::kF16;
-    mla += config.attention == arch::AttentionKind::kMla;
+    options.kv_type = type;
+    if (!arch::KvCache::CheckType(config, type).ok()) {
+      auto session = arch::Session::Create(**model, &backend, &pool, options);
+      EXPECT_EQ(session.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(session.status().message().find(" is "), std::string::npos) << session.status();
+      ++count.refused;
+      continue;
+    }
     std::vector<std::vector<float>> logits(2);
     int64_t slot_bytes[2] = {0, 0};
     for (int k = 0; k < 2; ++k) {
-      options.kv_type = k == 0 ? arch::KvType::kF32 : arch::KvType::kF16;
+      options.kv_type = k == 0 ? arch::KvType::kF32 : type;
       auto session = arch::Session::Create(**model, &backend, &pool, options);
-      ASSERT_TRUE(session.ok()) << session.status();
-      ASSERT_TRUE((*session)->Evaluate(c.prompt_tokens, /*all_logits=*/true, &logits[k]).ok());
+      EXPECT_TRUE(session.ok()) << session.status();
+      if (!session.ok()) return count;
+      EXPECT_TRUE((*session)->Evaluate(c.prompt_tokens, /*all_logits=*/true, &logits[k]).ok());
+      std::vector<float> step;
+      for (int g = 0; g < 4; ++g) {
+        EXPECT_TRUE((*session)->Evaluate({&c.greedy_tokens[g], 1}, false, &step).ok());
+        for (float x : step) EXPECT_TRUE(std::isfinite(x));
+      }
       slot_bytes[k] = (*session)->kv_bytes_allocated();
     }
-    EXPECT_EQ(slot_bytes[1] * 2, slot_bytes[0]);
-    // How close: decode_golden_test, against the exact reference.
-    EXPECT_FALSE(logits[0] == logits[1]) << "the half cache changed no logit: is it used?";
-    ++compared;
+    EXPECT_EQ(slot_bytes[1] * 128, slot_bytes[0] * bytes_per_128);
+    // How close: decode_golden_test and colibri_kv_type_bench.
+    EXPECT_FALSE(logits[0] == logits[1]) << "the cache changed no logit: is it used?";
+    ++count.compared;
+    count.mla += config.attention == arch::AttentionKind::kMla;
   }
-  EXPECT_GT(compared, 0);
-  EXPECT_GT(mla, 0) << "no latent-attention model among the golden models";
+  return count;
+}
+
+// A KV cache of half floats: slots of half the bytes for every family
+// (deepseek2's latent cache too).
+TEST(SessionBatchTest, AHalfFloatKvCacheHalvesTheSlots) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  const KvComparison count = CompareWithTheFloatCache(arch::KvType::kF16, 64);
+  EXPECT_GT(count.compared, 0);
+  EXPECT_EQ(count.refused, 0);
+  EXPECT_GT(count.mla, 0) << "no latent-attention model among the golden models";
+}
+
+// A q8_0 KV cache: 34 bytes per 128 of floats; the deepseek2 fixtures, whose
+// latent rows (80, 112) are not multiples of 32, are refused.
+TEST(SessionBatchTest, AQ8_0CacheTakes34Of128BytesAndDecodes) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  const KvComparison count = CompareWithTheFloatCache(arch::KvType::kQ8_0, 34);
+  EXPECT_GE(count.compared, 4);
+  EXPECT_GE(count.refused, 1);
 }
 
 // Every kernel set this machine runs (portable, AVX2, AVX-512) gives a prompt
@@ -363,7 +409,8 @@ TEST(SessionBatchTest, EveryKernelSetGivesBitwiseTheSameLogits) {
     const testing::GoldenCase c = LoadCase(name, "long");
     auto model = arch::Model::Open(c.model_path);
     ASSERT_TRUE(model.ok()) << model.status();
-    for (arch::KvType kv : {arch::KvType::kF32, arch::KvType::kF16}) {
+    for (arch::KvType kv : {arch::KvType::kF32, arch::KvType::kF16, arch::KvType::kQ8_0}) {
+      if (!arch::KvCache::CheckType((*model)->config(), kv).ok()) continue;
       std::vector<float> first;
       for (ops::KernelSetChoice set : sets) {
         SCOPED_TRACE(name + ", KV " + arch::KvTypeName(kv) + ", kernel set " +
@@ -399,6 +446,12 @@ TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAlone) {
   // kAuto does not split with 3 sequences (fewer than kMinPipelineSequences).
   CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves::kAuto, /*second_channel=*/true,
                                   {ops::NumericPath::kExact, ops::NumericPath::kFast});
+}
+
+TEST(SessionBatchTest, LogitsAreBitwiseThoseOfTheSequenceAloneWithAQ8_0Cache) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves::kAuto, /*second_channel=*/true,
+                                  {ops::NumericPath::kFast}, arch::KvType::kQ8_0);
 }
 
 TEST(SessionBatchTest, TwoPipelinedHalvesGiveTheSameLogits) {

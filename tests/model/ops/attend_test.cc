@@ -126,6 +126,7 @@ TEST_P(AttendTest, ValuesSplitIntoRunsEqualOneCall) {
 struct HalfRows {
   std::vector<uint16_t> halves;
   std::vector<float> widened;
+  const uint16_t* rows() const { return halves.data(); }
 };
 
 HalfRows RandomHalves(size_t n, uint32_t seed) {
@@ -137,16 +138,40 @@ HalfRows RandomHalves(size_t n, uint32_t seed) {
   return r;
 }
 
-TEST_P(AttendTest, HalfKeysGiveTheDotsOfTheirWidenedRows) {
-  for (int dim : {8, 64, 128, 136}) {
-    for (int n_q : {1, 3, 16}) {
-      for (int n_keys : {1, 31, 32, 33, 70}) {  // across the 32-row blocks
-        const int64_t q_stride = dim + 8, key_stride = 2 * dim + 8, dots_stride = n_keys + 3;
+// Random rows (row r at element r * stride) quantized to q8_0 blocks, and
+// the floats they dequantize to; n a multiple of 32.
+struct Q8Rows {
+  std::vector<BlockQ8_0> blocks;
+  std::vector<float> widened;
+  Q8_0Rows rows() { return {blocks.data()}; }
+};
+
+Q8Rows RandomQ8(size_t n, uint32_t seed) {
+  Q8Rows r;
+  std::vector<float> x = Random(n, seed);
+  for (size_t i = 0; i < n; ++i) x[i] *= 1 + static_cast<float>(i / 32 % 7);  // scales differ
+  r.blocks.resize(n / 32);
+  StoreQ8_0Row(x.data(), static_cast<int>(n), {r.blocks.data()});
+  r.widened.resize(n);
+  DequantizeRow(TensorType::kQ8_0, r.blocks.data(), r.widened.data(), static_cast<int64_t>(n));
+  return r;
+}
+
+// AttendDots over stored keys (make(n, seed): HalfRows or Q8Rows) against
+// the canonical dots over the floats they hold, for every dim, query count
+// and key count given; key strides are multiples of 32.
+template <typename Make>
+void ExpectDotsOfTheirFloats(Make make, const std::vector<int>& dims,
+                             const std::vector<int>& queries, const std::vector<int>& key_counts) {
+  for (int dim : dims) {
+    for (int n_q : queries) {
+      for (int n_keys : key_counts) {
+        const int64_t q_stride = dim + 8, key_stride = 2 * dim + 32, dots_stride = n_keys + 3;
         const std::vector<float> q = Random(n_q * q_stride, 11 + dim + n_q);
-        const HalfRows keys = RandomHalves(n_keys * key_stride, 12 + dim + n_keys);
+        auto keys = make(n_keys * key_stride, 12 + dim + n_keys);
         std::vector<float> dots(n_q * dots_stride, -7.0f);
-        AttendDots(q.data(), q_stride, n_q, keys.halves.data(), key_stride, n_keys, dim,
-                   dots.data(), dots_stride);
+        AttendDots(q.data(), q_stride, n_q, keys.rows(), key_stride, n_keys, dim, dots.data(),
+                   dots_stride);
         for (int t = 0; t < n_q; ++t) {
           for (int j = 0; j < dots_stride; ++j) {
             const float want = j < n_keys ? CanonicalDot(q.data() + t * q_stride,
@@ -162,12 +187,16 @@ TEST_P(AttendTest, HalfKeysGiveTheDotsOfTheirWidenedRows) {
   }
 }
 
-TEST_P(AttendTest, HalfValuesGiveTheSumsOfTheirWidenedRows) {
-  for (int dim : {16, 64, 128, 144}) {
-    for (int n_q : {1, 2, 5, 16}) {
-      const int64_t stride = dim + 16;
-      const int max_keys = 75;  // counts on both sides of the 32-row blocks
-      const HalfRows values = RandomHalves(max_keys * stride, 13 + dim);
+// AttendValues over stored values against the sequential weighted sums over
+// the floats they hold, with row counts on both sides of 32 and 64.
+template <typename Make>
+void ExpectSumsOfTheirFloats(Make make, const std::vector<int>& dims,
+                             const std::vector<int>& queries) {
+  for (int dim : dims) {
+    for (int n_q : queries) {
+      const int64_t stride = dim + 32;
+      const int max_keys = 75;
+      auto values = make(max_keys * stride, 13 + dim);
       std::vector<std::vector<float>> p(n_q), out(n_q), want(n_q);
       std::vector<int> n(n_q);
       std::vector<const float*> p_ptr(n_q);
@@ -186,7 +215,7 @@ TEST_P(AttendTest, HalfValuesGiveTheSumsOfTheirWidenedRows) {
         p_ptr[i] = p[i].data();
         out_ptr[i] = out[i].data();
       }
-      AttendValues(p_ptr.data(), n.data(), n_q, values.halves.data(), stride, dim, out_ptr.data());
+      AttendValues(p_ptr.data(), n.data(), n_q, values.rows(), stride, dim, out_ptr.data());
       for (int i = 0; i < n_q; ++i) {
         for (int e = 0; e < dim; ++e) {
           ASSERT_EQ(Bits(out[i][e]), Bits(want[i][e]))
@@ -195,6 +224,25 @@ TEST_P(AttendTest, HalfValuesGiveTheSumsOfTheirWidenedRows) {
       }
     }
   }
+}
+
+TEST_P(AttendTest, HalfKeysGiveTheDotsOfTheirWidenedRows) {
+  // Key counts across the 32-row blocks the halves are widened in.
+  ExpectDotsOfTheirFloats(RandomHalves, {8, 64, 128, 136}, {1, 3, 16}, {1, 31, 32, 33, 70});
+}
+
+TEST_P(AttendTest, HalfValuesGiveTheSumsOfTheirWidenedRows) {
+  ExpectSumsOfTheirFloats(RandomHalves, {16, 64, 128, 144}, {1, 2, 5, 16});
+}
+
+TEST_P(AttendTest, Q8_0KeysGiveTheDotsOfTheirDequantizedRows) {
+  // Every pass shape of the kernel sets (1, 4, 8 queries; 2, 4, 8, 16 keys).
+  ExpectDotsOfTheirFloats(RandomQ8, {32, 64, 128, 160, 256}, {1, 2, 3, 4, 5, 8, 9, 16},
+                          {1, 2, 7, 8, 15, 16, 17, 31, 33, 64, 70});
+}
+
+TEST_P(AttendTest, Q8_0ValuesGiveTheSumsOfTheirDequantizedRows) {
+  ExpectSumsOfTheirFloats(RandomQ8, {32, 64, 96, 128, 160}, {1, 2, 3, 4, 5, 8, 9, 16});
 }
 
 // SoftmaxInPlace against the softmax in double: its exps are within 1 ulp

@@ -1,0 +1,87 @@
+#include "model/grammar/grammar_compose.h"
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "model/grammar/json_schema_compiler.h"
+#include "nlohmann/json.hpp"
+#include "tests/model/grammar/grammar_test_util.h"
+
+namespace colibri::grammar {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::shared_ptr<const CompiledGrammar> Schema(const json& schema) {
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> g = CompileJsonSchema(schema, {});
+  EXPECT_TRUE(g.ok()) << g.status();
+  return *g;
+}
+
+bool Accepts(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
+  const testing::Verdicts v = testing::Check(g, testing::SmallVocabulary(), text);
+  EXPECT_EQ(v.reference, v.dfa) << text;
+  EXPECT_EQ(v.reference, v.tokens) << text;
+  return v.reference;
+}
+
+// A literal wrapper around one of two schemas: each alternative takes only
+// its own arguments, and nothing outside the wrapper passes.
+TEST(GrammarComposeTest, LiteralsAroundSchemasAsAlternatives) {
+  auto add = Schema({{"type", "object"},
+                     {"properties", {{"a", {{"type", "integer"}}}}},
+                     {"required", {"a"}},
+                     {"additionalProperties", false}});
+  auto say = Schema({{"type", "object"},
+                     {"properties", {{"s", {{"enum", {"hi", "yo"}}}}}},
+                     {"required", {"s"}},
+                     {"additionalProperties", false}});
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> g = ComposeGrammar(
+      {{GrammarPart::Literal("<c>add "), GrammarPart::Of(add), GrammarPart::Literal("</c>")},
+       {GrammarPart::Literal("<c>say "), GrammarPart::Of(say), GrammarPart::Literal("</c>")}},
+      {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Accepts(*g, "<c>add {\"a\":12}</c>"));
+  EXPECT_TRUE(Accepts(*g, "<c>say {\"s\":\"yo\"}</c>"));
+  EXPECT_FALSE(Accepts(*g, "<c>add {\"s\":\"yo\"}</c>"));
+  EXPECT_FALSE(Accepts(*g, "<c>say {\"a\":1}</c>"));
+  EXPECT_FALSE(Accepts(*g, "<c>add {\"a\":12}"));
+  EXPECT_FALSE(Accepts(*g, "{\"a\":12}</c>"));
+  EXPECT_FALSE(Accepts(*g, "<c>add {\"a\":12}</c><c>add {\"a\":1}</c>"));
+}
+
+// Repetitions: between min and max copies, the separator between them, each
+// copy choosing its alternative again.
+TEST(GrammarComposeTest, RepeatsWithSeparatorWithinBounds) {
+  auto value = Schema({{"enum", {1, 2}}});
+  ComposeOptions options;
+  options.min_repeats = 2;
+  options.max_repeats = 3;
+  options.separator = ",";
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> g = ComposeGrammar(
+      {{GrammarPart::Literal("["), GrammarPart::Of(value), GrammarPart::Literal("]")}}, options);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_FALSE(Accepts(*g, "[1]"));
+  EXPECT_TRUE(Accepts(*g, "[1],[2]"));
+  EXPECT_TRUE(Accepts(*g, "[2],[2],[1]"));
+  EXPECT_FALSE(Accepts(*g, "[2],[2],[1],[1]"));
+  EXPECT_FALSE(Accepts(*g, "[1][2]"));
+  EXPECT_FALSE(Accepts(*g, "[1],[3]"));
+}
+
+TEST(GrammarComposeTest, RefusesBadShapesAndBudgets) {
+  EXPECT_EQ(ComposeGrammar({}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  ComposeOptions zero;
+  zero.min_repeats = 0;
+  EXPECT_EQ(ComposeGrammar({{GrammarPart::Literal("x")}}, zero).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ComposeOptions small;
+  small.max_nfa_states = 8;
+  auto object = Schema({{"type", "object"}});
+  EXPECT_EQ(ComposeGrammar({{GrammarPart::Of(object)}}, small).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace colibri::grammar
