@@ -67,6 +67,11 @@ struct NfaState {
   std::vector<ByteEdge> edges;
   std::vector<StateId> epsilon;
   std::vector<OpEdge> ops;
+  // Every plain JSON string text (see TokenTrie: no '"', '\\' or control
+  // characters, the last UTF-8 character possibly cut short) leads from here
+  // to a state that can go on, by byte and epsilon moves alone, so the matcher
+  // need not prove it. A hint that never changes the language. Default: false.
+  bool plain_universal = false;
 };
 
 // A piece of automaton: entering `in` and reaching `out` consumes one word of
@@ -101,6 +106,8 @@ class ByteNfa {
   }
   void AddEpsilon(StateId from, StateId to) { states_[from].epsilon.push_back(to); }
   void AddOp(StateId from, OpEdge op) { states_[from].ops.push_back(op); }
+  // Sets NfaState::plain_universal; the caller vouches for it.
+  void MarkPlainUniversal(StateId s) { states_[s].plain_universal = true; }
 
   // Fragment accepting only the empty word.
   absl::StatusOr<Fragment> Empty();

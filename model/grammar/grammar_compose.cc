@@ -29,6 +29,7 @@ absl::StatusOr<Fragment> CopyInto(const CompiledGrammar& grammar, ByteNfa* nfa,
     const StateId s = base + static_cast<StateId>(i);
     for (const ByteEdge& e : from[i].edges) nfa->AddEdge(s, e.lo, e.hi, base + e.to);
     for (StateId t : from[i].epsilon) nfa->AddEpsilon(s, base + t);
+    if (from[i].plain_universal) nfa->MarkPlainUniversal(s);
     for (OpEdge op : from[i].ops) {
       op.to += base;
       if (op.op == StackOp::kCall) op.ret += base;  // kKey's ret is a flag, not a state

@@ -132,6 +132,7 @@ int GrammarMatcher::PlainLevel(LazyDfa& dfa, int32_t state, std::vector<int16_t>
   if (static_cast<size_t>(state) < levels->size() && (*levels)[state] >= 0) {
     return (*levels)[state];
   }
+  if (dfa.PlainUniversal(state)) return kUnbounded;
   // One character of plain text at a time, in every UTF-8 spelling: places
   // in a character are 0 boundary; 1..3 continuation bytes still due; 4 after
   // E0 (A0..BF next), 5 after ED (80..9F), 6 after F0 (90..BF), 7 after F4

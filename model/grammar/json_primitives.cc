@@ -260,7 +260,12 @@ absl::StatusOr<Fragment> JsonStringExceptBody(ByteNfa* nfa,
   COLIBRI_ASSIGN_OR_RETURN(Fragment any, nfa->JsonStringChar(AllCodepoints()));
   COLIBRI_ASSIGN_OR_RETURN(Fragment free_tail, nfa->Star(any));
   nfa->AddEpsilon(free_tail.out, close.in);
+  // Any character goes on from the free tail and from every trie node (to a
+  // child or off the trie), so plain text never dies in a key body.
+  nfa->MarkPlainUniversal(free_tail.in);
+  nfa->MarkPlainUniversal(any.in);
   for (const TrieNode& node : trie) {
+    nfa->MarkPlainUniversal(node.state);
     if (!node.is_name) nfa->AddEpsilon(node.state, close.in);
     CodepointSet others = AllCodepoints();
     CodepointSet taken;

@@ -10,6 +10,7 @@ LazyDfa::LazyDfa(const CompiledGrammar& grammar, size_t max_states, bool track_k
   // State 0 is the dead state: every byte leads back to it.
   sets_.emplace_back();
   accepting_.push_back(false);
+  universal_.push_back(false);
   exits_.push_back(0);
   transitions_.assign(256, kDead);
   key_steps_.assign(256, 0);
@@ -29,6 +30,7 @@ int32_t LazyDfa::Intern(const std::vector<uint64_t>& seeds) {
   seen_.clear();
   todo_.clear();
   key_step_ = 0;
+  bool universal = false;
   std::vector<uint64_t> kept;
   auto visit = [&](StateId s, int32_t stack) {
     const uint64_t p = Position(s, stack);
@@ -41,6 +43,7 @@ int32_t LazyDfa::Intern(const std::vector<uint64_t>& seeds) {
     const auto s = static_cast<StateId>(p >> 32);
     const auto stack = static_cast<int32_t>(p & 0xFFFFFFFFu);
     const NfaState& state = states[s];
+    universal |= state.plain_universal;
     if (!state.edges.empty() || (s == grammar_.accept && stack == 0)) kept.push_back(p);
     for (StateId t : state.epsilon) visit(t, stack);
     const StackNode node = stacks_[stack];  // a copy: Push() may grow stacks_
@@ -78,13 +81,19 @@ int32_t LazyDfa::Intern(const std::vector<uint64_t>& seeds) {
   }
   std::sort(kept.begin(), kept.end());
   auto it = ids_.find(kept);
-  if (it != ids_.end()) return it->second;
+  if (it != ids_.end()) {
+    // Equal kept positions have the same continuations: a closure that met a
+    // universal state proves it for the state.
+    if (universal) universal_[it->second] = true;
+    return it->second;
+  }
   if (sets_.size() >= max_states_) {
     overflowed_ = true;
     return kDead;
   }
   const auto id = static_cast<int32_t>(sets_.size());
   accepting_.push_back(std::binary_search(kept.begin(), kept.end(), Position(grammar_.accept, 0)));
+  universal_.push_back(universal);
   exits_.push_back(0);
   transitions_.resize(transitions_.size() + 256, -1);
   key_steps_.resize(key_steps_.size() + 256, 0);

@@ -36,6 +36,9 @@ class LazyDfa {
 
   int32_t start() const { return start_; }
   bool IsAccepting(int32_t state) const { return accepting_[state]; }
+  // Some position of `state` is NfaState::plain_universal: every plain string
+  // text leads from it to a state that is not kDead.
+  bool PlainUniversal(int32_t state) const { return universal_[state]; }
 
   // The state after `byte` from `state`.
   int32_t Next(int32_t state, uint8_t byte) {
@@ -103,6 +106,7 @@ class LazyDfa {
   int32_t start_ = kDead;
   std::vector<std::vector<uint64_t>> sets_;  // [dfa state] sorted Position()s
   std::vector<bool> accepting_;            // [dfa state]
+  std::vector<bool> universal_;            // [dfa state] PlainUniversal()
   static constexpr uint8_t kAnyExit = 1, kPlainExit = 2;
   std::vector<uint8_t> exits_;             // [dfa state] k*Exit bits, once its row is computed
   std::vector<int32_t> transitions_;       // [dfa state][256], -1: not computed yet
