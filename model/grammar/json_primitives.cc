@@ -203,12 +203,19 @@ absl::StatusOr<Fragment> JsonFormatBody(ByteNfa* nfa, absl::string_view format) 
   } else if (format == "ipv4") {
     regex = absl::StrCat("(?:", kOctet, "\\.){3}", kOctet);
   } else if (format == "uri") {
-    // RFC 3986 pchar; hosts as registered names; no IP literals or userinfo.
+    // RFC 3986: a scheme, then "//" and an authority (userinfo, a registered
+    // name, possibly empty as in file:///, or an IP literal in brackets, a
+    // port) and an absolute path, or a rootless path; query and fragment.
     const std::string pchar = "(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
+    const std::string userinfo = "(?:[A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*";
+    const std::string reg_name = "(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*";
+    const std::string authority = absl::StrCat("(?:", userinfo, "@)?(?:", reg_name,
+                                               "|\\[[0-9A-Fa-f:.]+\\])(?::[0-9]*)?");
     const std::string tail = absl::StrCat("(?:\\?(?:", pchar, "|[/?])*)?(?:#(?:", pchar, "|[/?])*)?");
     regex = absl::StrCat("(?:[Hh][Tt][Tt][Pp][Ss]?://", kLabel, "(?:\\.", kLabel,
-                         ")*(?::[0-9]{1,5})?(?:/", pchar, "*)*|[A-Za-z][A-Za-z0-9+.-]*:",
-                         pchar, "+(?:/", pchar, "*)*)", tail);
+                         ")*(?::[0-9]{1,5})?(?:/", pchar, "*)*|[A-Za-z][A-Za-z0-9+.-]*://",
+                         authority, "(?:/", pchar, "*)*|[A-Za-z][A-Za-z0-9+.-]*:", pchar,
+                         "+(?:/", pchar, "*)*)", tail);
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("format \"", format, "\" is not supported (supported: date, time, "
