@@ -108,6 +108,7 @@ int Main(int argc, char** argv) {
   double prefetch_cost = 0.25;
   double half_life = 4096;
   double fast_half_life = 64;
+  int64_t hint_horizon = 64;
   app.add_option("traces", paths, "routing traces (several: each, then all in sequence)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -129,6 +130,10 @@ int Main(int argc, char** argv) {
                  "requests for a recent use count to halve (adaptive)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--hint-horizon", hint_horizon,
+                 "requests a hint protects its expert for when it is not used")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   std::vector<Trace> traces;
@@ -183,6 +188,7 @@ int Main(int argc, char** argv) {
         demand.prefetch_cost = prefetch_cost;
         demand.policy.half_life_ticks = half_life;
         demand.policy.fast_half_life_ticks = fast_half_life;
+        demand.policy.hint_horizon = static_cast<uint64_t>(hint_horizon);
         SimOptions rule = demand;
         rule.prefetch = true;
         Row row;
