@@ -98,8 +98,9 @@ class Summary {
 
 int Main(int argc, char** argv) {
   CLI::App app{
-      "Replays routing traces against one expert node's RAM tier: LRU, the adaptive policy "
-      "and Belady's optimum at each budget (a share of the node's experts)"};
+      "Replays routing traces against one expert node's RAM tier at each budget (a share of "
+      "the node's experts): hit rates and disk reads per step of LRU, LRU with the prefetch "
+      "rule, the node's policy with the rule and Belady's optimum"};
   std::vector<std::string> paths;
   int nodes = 1;
   int replicas = 1;
@@ -131,7 +132,7 @@ int Main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--hint-horizon", hint_horizon,
-                 "requests a hint protects its expert for when it is not used")
+                 "requests a hint protects its expert for at most when it is not used")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
