@@ -318,7 +318,8 @@ class Session {
   // scale * q·keys[row] over dim floats, out = Σ p_j values[row][0..out_dim).
   // With sink (not NaN) the softmax denominator has an extra exp(sink) term.
   // Rows: the cache's rows as KvCache::WithRows passes them (const float*,
-  // const uint16_t* halves, or ops::Q8_0Rows), indexed by element.
+  // const uint16_t* halves, or ops::Q8_0Rows), indexed by element. q8_0 rows
+  // are rotated (see KvType): q is rotated to match and out rotated back.
   template <typename Rows>
   static void AttendOne(const float* q, Rows keys, int64_t key_stride, Rows values,
                         int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
