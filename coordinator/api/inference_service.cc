@@ -47,8 +47,8 @@ nlohmann::ordered_json ToJson(const v1::ChatMessage& m) {
 // A tool as the HTTP API's `tools` entry; InvalidArgument when its
 // parameters are not JSON.
 absl::StatusOr<nlohmann::ordered_json> ToJson(const v1::Tool& tool) {
-  nlohmann::ordered_json function = {{"name", tool.name()}};
-  if (!tool.description().empty()) function["description"] = tool.description();
+  // The description always (templates read it); proto3 has no "unset".
+  nlohmann::ordered_json function = {{"name", tool.name()}, {"description", tool.description()}};
   if (!tool.parameters().empty()) {
     absl::StatusOr<nlohmann::ordered_json> parameters = openai::ParseJsonValue(tool.parameters());
     if (!parameters.ok()) {

@@ -301,6 +301,16 @@ absl::StatusOr<grammar::GrammarSequence> CallSyntax(const Callable& c, ToolDiale
   absl::StatusOr<Grammar> arguments =
       CompileWithin(c.schema, budget, absl::StrCat("the parameters of function '", c.name, "'"));
   if (!arguments.ok()) return arguments.status();
+  if (dialect == ToolDialect::kHarmony) {
+    if (c.name.find_first_of("<> \t\r\n") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("function name '", c.name, "' cannot be written in a gpt-oss tool call"));
+    }
+    return grammar::GrammarSequence{
+        grammar::GrammarPart::Literal(absl::StrCat(
+            "<|channel|>commentary to=functions.", c.name, " <|constrain|>json<|message|>")),
+        grammar::GrammarPart::Of(*std::move(arguments))};
+  }
   if (dialect == ToolDialect::kHermes) {
     return grammar::GrammarSequence{
         grammar::GrammarPart::Literal(
@@ -320,18 +330,13 @@ absl::StatusOr<Grammar> CompileToolCalls(const OutputConstraintRequest& request,
     case ToolDialect::kHermes:
     case ToolDialect::kDeepSeekV3:
     case ToolDialect::kGlm45:
-      break;
     case ToolDialect::kHarmony:
-      return Fail(absl::FailedPreconditionError(
-                      "'tool_choice' \"required\" or a named function is not supported for "
-                      "gpt-oss models yet (their calls are framed by control tokens); use "
-                      "\"auto\""),
-                  "tool_choice", error_param);
+      break;
     case ToolDialect::kNone:
       return Fail(absl::FailedPreconditionError(
                       "'tool_choice' \"required\" or a named function needs a model whose "
-                      "tool-call syntax this server knows (Hermes/Qwen, GLM-4.5, DeepSeek-V3); "
-                      "use \"auto\""),
+                      "tool-call syntax this server knows (Hermes/Qwen, GLM-4.5, DeepSeek-V3, "
+                      "gpt-oss); use \"auto\""),
                   "tool_choice", error_param);
   }
   absl::StatusOr<std::vector<Callable>> callables = Callables(request, tools, error_param);
@@ -346,7 +351,10 @@ absl::StatusOr<Grammar> CompileToolCalls(const OutputConstraintRequest& request,
   }
   grammar::ComposeOptions calls;
   calls.max_nfa_states = kOutputSchemaCompile.max_nfa_states;
-  calls.max_repeats = request.parallel_tool_calls ? kMaxParallelToolCalls : 1;
+  // A harmony call ends the generation (<|call|>): one per reply.
+  calls.max_repeats = request.parallel_tool_calls && dialect != ToolDialect::kHarmony
+                          ? kMaxParallelToolCalls
+                          : 1;
   if (dialect != ToolDialect::kDeepSeekV3) calls.separator = "\n";
   absl::StatusOr<Grammar> composed = grammar::ComposeGrammar(alternatives, calls);
   if (composed.ok() && dialect == ToolDialect::kDeepSeekV3) {

@@ -26,11 +26,16 @@
 //                no V holds "</arg_value>" or "</tool_call>". Keywords of the
 //                arguments object beyond properties, required and
 //                additionalProperties are InvalidArgument naming them.
-//   harmony, none
-//                FailedPrecondition naming the family: gpt-oss frames its
-//                calls with control tokens, which the grammar's vocabulary
-//                trie does not hold; a model without a known tool-call syntax
-//                has nothing to constrain to.
+//   harmony      (gpt-oss, after the prompt's "<|start|>assistant")
+//                <|channel|>commentary to=functions.N <|constrain|>json
+//                <|message|>ARGS, then the end of generation (<|call|>): one
+//                call per reply, parallel_tool_calls or not. The markers are
+//                text: the vocabulary's harmony tokens are user-defined (their
+//                piece is that text, as llama.cpp has them), so the mask
+//                allows each marker's token and, as for any literal, its
+//                spelling in other tokens, which decodes to the same text.
+//   none         FailedPrecondition: a model without a known tool-call
+//                syntax has nothing to constrain to.
 // ARGS (and a JSON value V) is compact JSON (no spaces). With
 // parallel_tool_calls, 1 to kMaxParallelToolCalls calls, each naming any
 // allowed function; without it, exactly one.

@@ -2,10 +2,11 @@
 // tool_choice required and a named function constrain the random-weight
 // fixtures at temperature 1.0 (seeds 1-8) to calls in each family's own
 // syntax (Qwen3/Hermes, GLM-4.5 with its template, DeepSeek-V3.1 with its
-// template), whose arguments (checked by hand against the schema) arrive
+// template, gpt-oss with its template, with and without harmony's tokens in
+// the vocabulary), whose arguments (checked by hand against the schema) arrive
 // parsed in the replies' `chat` with FINISH_REASON_TOOL_CALLS; a history
 // with calls and tool results renders; what cannot be served is
-// INVALID_ARGUMENT or FAILED_PRECONDITION naming it.
+// INVALID_ARGUMENT naming it.
 #include <fstream>
 #include <memory>
 #include <set>
@@ -14,6 +15,8 @@
 
 #include "client/client.h"
 #include "gtest/gtest.h"
+#include "model/gguf/gguf_file.h"
+#include "model/gguf/gguf_writer.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/node_process.h"
 #include "tests/support/paths.h"
@@ -61,19 +64,59 @@ std::string Violation(const v1::ToolCall& call, const std::set<std::string>& nam
   return "";
 }
 
+// The gpt-oss fixture (whose gpt-neox vocabulary has no harmony tokens)
+// with padding tokens from id 50277 renamed to harmony's tokens (typed
+// control, as in gpt-oss files; the vocabulary makes the header markers
+// user-defined and <|call|>/<|return|> end generation), written to `path`;
+// "" or what went wrong.
+std::string WriteHarmonyFixture(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file =
+      gguf::GgufFile::Open(testing::FixturesDir() + "/models/gpt-oss-tiny-mxfp4.gguf");
+  if (!file.ok()) return std::string(file.status().message());
+  const std::vector<std::string> markers = {"<|start|>", "<|channel|>", "<|message|>",
+                                            "<|constrain|>", "<|end|>", "<|call|>", "<|return|>"};
+  constexpr size_t kFirst = 50277;
+  gguf::GgufWriter writer((*file)->alignment());
+  for (const auto& [key, value] : (*file)->metadata()) {
+    gguf::Value copy = value;
+    if (key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.token_type") {
+      for (size_t i = 0; i < markers.size(); ++i) {
+        if (key == "tokenizer.ggml.tokens") {
+          if (copy.strings.size() <= kFirst + i || copy.strings[kFirst + i].rfind("[PAD", 0) != 0) {
+            return "token " + std::to_string(kFirst + i) + " is not padding";
+          }
+          copy.strings[kFirst + i] = markers[i];
+        } else {
+          copy.ints[kFirst + i] = 3;  // control
+        }
+      }
+    }
+    writer.SetValue(key, std::move(copy));
+  }
+  for (const gguf::TensorInfo& t : (*file)->tensors()) {
+    absl::Status s =
+        writer.AddTensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+    if (!s.ok()) return std::string(s.message());
+  }
+  absl::Status written = writer.WriteFile(path);
+  return written.ok() ? "" : std::string(written.message());
+}
+
 class GrpcToolCallsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
   }
 
-  // Serves `model` with the template of chat_templates/`template_fixture`
-  // ("" for the model's own) and connects.
+  // Serves `model` (a fixture's name, or a path ending in .gguf) with the
+  // template of chat_templates/`template_fixture` ("" for the model's own)
+  // and connects.
   void Serve(const std::string& model, const std::string& template_fixture) {
-    std::vector<std::string> args = {testing::BinaryPath("coordinator/colibri-coordinator"),
-                                     "serve", "--model",
-                                     testing::FixturesDir() + "/models/" + model + ".gguf",
-                                     "--listen", "127.0.0.1:0", "--threads", "1"};
+    const bool path = model.size() > 5 && model.compare(model.size() - 5, 5, ".gguf") == 0;
+    std::vector<std::string> args = {
+        testing::BinaryPath("coordinator/colibri-coordinator"), "serve", "--model",
+        path ? model : testing::FixturesDir() + "/models/" + model + ".gguf", "--listen",
+        "127.0.0.1:0", "--threads", "1"};
     if (!template_fixture.empty()) {
       std::ifstream fixture(testing::FixturesDir() + "/chat_templates/" + template_fixture);
       const json templates = json::parse(fixture, nullptr, false);
@@ -113,7 +156,7 @@ class GrpcToolCallsTest : public ::testing::Test {
   // Required and named, seeds 1-8 (parallel calls with odd seeds): every
   // reply is calls that validate, streamed in the replies' `chat` and
   // joined by the client.
-  void ExpectForcedCallsValidate() {
+  void ExpectForcedCallsValidate(bool one_call_only = false) {
     for (const bool named : {false, true}) {
       const std::set<std::string> names =
           named ? std::set<std::string>{"get_weather"} : std::set<std::string>{"get_weather", "now"};
@@ -141,7 +184,7 @@ class GrpcToolCallsTest : public ::testing::Test {
         EXPECT_EQ(streamed_content, "");
         const auto& calls = result->chat.tool_calls();
         ASSERT_GE(calls.size(), 1) << result->text;
-        if (seed % 2 == 0) {
+        if (seed % 2 == 0 || one_call_only) {
           EXPECT_EQ(calls.size(), 1) << result->text;
         }
         ASSERT_EQ(streamed.size(), static_cast<size_t>(calls.size()));
@@ -179,8 +222,7 @@ TEST_F(GrpcToolCallsTest, DeepSeekV31CallsValidate) {
 // A history with the assistant's call and the tool's result goes through the
 // template (Qwen2.5's, which renders both); tool_choice auto and none pass;
 // bad tools, a choice without a chat prompt and an unknown function are
-// INVALID_ARGUMENT naming what is wrong; gpt-oss's forced calls are
-// FAILED_PRECONDITION naming the family.
+// INVALID_ARGUMENT naming what is wrong.
 TEST_F(GrpcToolCallsTest, HistoryRendersAndBadRequestsAreNamed) {
   Serve("qwen3moe-tiny-f32", "Qwen-Qwen2.5-7B-Instruct.json");
   v1::GenerateRequest request = ToolRequest();
@@ -223,13 +265,21 @@ TEST_F(GrpcToolCallsTest, HistoryRendersAndBadRequestsAreNamed) {
   EXPECT_NE(s.status().message().find("chat prompt"), std::string::npos) << s.status();
 }
 
-TEST_F(GrpcToolCallsTest, GptOssForcedCallsAreRefusedByName) {
+// gpt-oss with a vocabulary holding harmony's tokens (as real gpt-oss
+// files do): one call per reply, <|call|> ends the generation.
+TEST_F(GrpcToolCallsTest, GptOssHarmonyCallsValidate) {
+  const std::string path = testing::MakeTempDir("grpc-harmony") + "/gpt-oss-harmony.gguf";
+  const std::string error = WriteHarmonyFixture(path);
+  ASSERT_EQ(error, "");
+  Serve(path, "openai-gpt-oss-120b.json");
+  ExpectForcedCallsValidate(/*one_call_only=*/true);
+}
+
+// The plain fixture (no harmony tokens: the markers are spelled in plain
+// tokens) gives the same calls.
+TEST_F(GrpcToolCallsTest, GptOssHarmonyCallsValidateWithoutHarmonyTokens) {
   Serve("gpt-oss-tiny-mxfp4", "openai-gpt-oss-120b.json");
-  v1::GenerateRequest request = ToolRequest();
-  request.mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_REQUIRED);
-  absl::StatusOr<GenerateResult> s = client_->Generate(request);
-  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
-  EXPECT_NE(s.status().message().find("gpt-oss"), std::string::npos) << s.status();
+  ExpectForcedCallsValidate(/*one_call_only=*/true);
 }
 
 }  // namespace

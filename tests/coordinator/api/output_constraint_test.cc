@@ -280,11 +280,33 @@ TEST(OutputConstraintTest, Glm45CallsAreKeyValuePairsThatParseBackTyped) {
   EXPECT_NE(object.message().find("'minProperties'"), std::string::npos) << object;
 }
 
+// gpt-oss: a harmony header naming the function, its JSON arguments, one
+// call per reply; the harmony parser reads the call back.
+TEST(OutputConstraintTest, HarmonyCallsHaveControlTokenHeaders) {
+  Grammar g = Compile(Required(true), ToolDialect::kHarmony);
+  ASSERT_NE(g, nullptr);
+  const auto call = [](const std::string& name, const std::string& args) {
+    return "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>" + args;
+  };
+  EXPECT_TRUE(grammar::GrammarAccepts(*g, call("get_weather", "{\"city\":\"Oslo\"}")));
+  EXPECT_TRUE(grammar::GrammarAccepts(*g, call("now", "{}")));
+  EXPECT_FALSE(grammar::GrammarAccepts(*g, call("get_weather", "{\"town\":\"Oslo\"}")));
+  EXPECT_FALSE(grammar::GrammarAccepts(*g, call("now", "{}") + call("now", "{}")));
+  EXPECT_FALSE(grammar::GrammarAccepts(*g, call("absent", "{}")));
+  EXPECT_FALSE(grammar::GrammarAccepts(
+      *g, "<|channel|>analysis to=functions.now <|constrain|>json<|message|>{}"));
+
+  OutputDialect d;
+  d.tools = ToolDialect::kHarmony;
+  AssistantOutputParser parser(d, true, "call_");
+  OutputDelta all = parser.Feed(call("get_weather", "{\"city\":\"Oslo\"}") + "<|call|>");
+  all.Append(parser.Finish());
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(all.tool_calls[0].arguments, "{\"city\":\"Oslo\"}");
+}
+
 TEST(OutputConstraintTest, WhatCannotBeConstrainedNamesItsField) {
-  auto [harmony, harmony_param] = ErrorOf(Required(true), ToolDialect::kHarmony);
-  EXPECT_EQ(harmony.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(harmony_param, "tool_choice");
-  EXPECT_NE(harmony.message().find("gpt-oss"), std::string::npos) << harmony;
   auto [none, none_param] = ErrorOf(Required(true), ToolDialect::kNone);
   EXPECT_EQ(none.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(none_param, "tool_choice");
