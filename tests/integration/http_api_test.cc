@@ -464,7 +464,11 @@ TEST_F(HttpApiTest, GptOssChatGoesThroughTheHarmonyParser) {
   }
   // A forced call: the harmony header the grammar writes, parsed back.
   const json tools = json::array(
-      {{{"type", "function"}, {"function", {{"name", "f"}, {"description", "f"}}}}});
+      {{{"type", "function"},
+        {"function",
+         {{"name", "f"},
+          {"description", "f"},
+          {"parameters", {{"type", "object"}, {"additionalProperties", false}}}}}}});
   HttpReply forced = Post("/v1/chat/completions", {{"messages", messages},
                                                    {"tools", tools},
                                                    {"tool_choice", "required"},
@@ -475,7 +479,7 @@ TEST_F(HttpApiTest, GptOssChatGoesThroughTheHarmonyParser) {
   const json& calls = forced.value["choices"][0]["message"]["tool_calls"];
   ASSERT_EQ(calls.size(), 1u) << forced.body;
   EXPECT_EQ(calls[0]["function"]["name"], "f");
-  EXPECT_TRUE(json::parse(calls[0]["function"]["arguments"].get<std::string>()).is_object());
+  EXPECT_EQ(calls[0]["function"]["arguments"], "{}");
 }
 
 // tool_choice "required" and a named function constrain the random-weight
