@@ -212,6 +212,24 @@ TEST_F(GrpcToolCallsTest, HermesCallsOfQwen3Validate) {
 TEST_F(GrpcToolCallsTest, Glm45KeyValueCallsValidate) {
   Serve("glm4moe-tiny-q4_k_m", "GLM-4.6.json");
   ExpectForcedCallsValidate();
+
+  // A history with a call (arguments as JSON text, which GLM's template
+  // iterates over as an object) and its result renders.
+  v1::GenerateRequest request = ToolRequest();
+  request.set_max_tokens(2);
+  request.mutable_sampling()->set_seed(1);
+  v1::ChatMessage* assistant = request.mutable_chat()->add_messages();
+  assistant->set_role("assistant");
+  v1::ToolCall* call = assistant->add_tool_calls();
+  call->set_id("call_1");
+  call->set_name("get_weather");
+  call->set_arguments(R"({"city":"Oslo","unit":"c","days":2})");
+  v1::ChatMessage* result = request.mutable_chat()->add_messages();
+  result->set_role("tool");
+  result->set_tool_call_id("call_1");
+  result->set_content("rain");
+  absl::StatusOr<GenerateResult> reply = client_->Generate(request);
+  EXPECT_TRUE(reply.ok()) << reply.status();
 }
 
 TEST_F(GrpcToolCallsTest, DeepSeekV31CallsValidate) {
