@@ -153,6 +153,21 @@ class GrpcToolCallsTest : public ::testing::Test {
     return request;
   }
 
+  // Appends an assistant message calling get_weather (call_1, arguments as
+  // JSON text) and the tool's answer to it.
+  static void AddCallAndResult(v1::GenerateRequest* request) {
+    v1::ChatMessage* assistant = request->mutable_chat()->add_messages();
+    assistant->set_role("assistant");
+    v1::ToolCall* call = assistant->add_tool_calls();
+    call->set_id("call_1");
+    call->set_name("get_weather");
+    call->set_arguments(R"({"city":"Oslo","unit":"c","days":2})");
+    v1::ChatMessage* result = request->mutable_chat()->add_messages();
+    result->set_role("tool");
+    result->set_tool_call_id("call_1");
+    result->set_content("rain, 4 degrees");
+  }
+
   // Required and named, seeds 1-8 (parallel calls with odd seeds): every
   // reply is calls that validate, streamed in the replies' `chat` and
   // joined by the client.
@@ -218,16 +233,7 @@ TEST_F(GrpcToolCallsTest, Glm45KeyValueCallsValidate) {
   v1::GenerateRequest request = ToolRequest();
   request.set_max_tokens(2);
   request.mutable_sampling()->set_seed(1);
-  v1::ChatMessage* assistant = request.mutable_chat()->add_messages();
-  assistant->set_role("assistant");
-  v1::ToolCall* call = assistant->add_tool_calls();
-  call->set_id("call_1");
-  call->set_name("get_weather");
-  call->set_arguments(R"({"city":"Oslo","unit":"c","days":2})");
-  v1::ChatMessage* result = request.mutable_chat()->add_messages();
-  result->set_role("tool");
-  result->set_tool_call_id("call_1");
-  result->set_content("rain");
+  AddCallAndResult(&request);
   absl::StatusOr<GenerateResult> reply = client_->Generate(request);
   EXPECT_TRUE(reply.ok()) << reply.status();
 }
@@ -248,16 +254,7 @@ TEST_F(GrpcToolCallsTest, HistoryRendersAndBadRequestsAreNamed) {
   request.mutable_sampling()->set_seed(1);
   absl::StatusOr<GenerateResult> first = client_->Generate(request);
   ASSERT_TRUE(first.ok()) << first.status();
-  v1::ChatMessage* assistant = request.mutable_chat()->add_messages();
-  assistant->set_role("assistant");
-  v1::ToolCall* call = assistant->add_tool_calls();
-  call->set_id("call_1");
-  call->set_name("get_weather");
-  call->set_arguments(R"({"city":"Oslo","unit":"c","days":2})");
-  v1::ChatMessage* result = request.mutable_chat()->add_messages();
-  result->set_role("tool");
-  result->set_tool_call_id("call_1");
-  result->set_content("rain, 4 degrees");
+  AddCallAndResult(&request);
   request.mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_NONE);
   absl::StatusOr<GenerateResult> second = client_->Generate(request);
   ASSERT_TRUE(second.ok()) << second.status();
