@@ -209,6 +209,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   service_options.auth_token = token;
   service_options.defaults.max_queued = options.max_queued;
   service_options.chat = chat;
+  service_options.chat_template_source = chat_template_source;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<InferenceServiceImpl> service,
                            InferenceServiceImpl::Create(service_options, *model, tokenizer,
                                                         cluster.get(), scheduler.get()));
