@@ -41,7 +41,10 @@ NodeParts OpenNodeParts(const std::string& data_dir, uint64_t ram_budget) {
   RamTier::Options ram;
   ram.budget_bytes = ram_budget;
   parts.tier = std::make_unique<RamTier>(
-      ram, [raw_store](const ExpertId& id) { return raw_store->Get(id); });
+      ram, [raw_store](const ExpertId& id) { return raw_store->Get(id); },
+      [raw_store](const ExpertId& id, const ReadControl* control) {
+        return raw_store->Get(id, control);
+      });
   absl::StatusOr<std::unique_ptr<ModelRegistry>> registry = ModelRegistry::Load(raw_store);
   EXPECT_TRUE(registry.ok()) << registry.status();
   if (!registry.ok()) return parts;
