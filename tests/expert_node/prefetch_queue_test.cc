@@ -121,7 +121,9 @@ TEST_F(PrefetchQueueTest, StaleHintsAreDroppedUnread) {
   ExpertStore* store = parts_.store.get();
   absl::Notification held, release;
   std::atomic<int> loads{0};
-  RamTier tier(RamTier::Options(), [&](const ExpertId& id) {
+  RamTier::Options ram;
+  ram.prefetch_cost = testing::kTestPrefetchCost;
+  RamTier tier(ram, [&](const ExpertId& id) {
     if (loads.fetch_add(1) == 0) {
       held.Notify();
       release.WaitForNotification();
@@ -158,7 +160,9 @@ TEST_F(PrefetchQueueTest, AStaleHintHintedAgainIsLoaded) {
   ExpertStore* store = parts_.store.get();
   absl::Notification held, release;
   std::atomic<int> loads{0};
-  RamTier tier(RamTier::Options(), [&](const ExpertId& id) {
+  RamTier::Options ram;
+  ram.prefetch_cost = testing::kTestPrefetchCost;
+  RamTier tier(ram, [&](const ExpertId& id) {
     if (loads.fetch_add(1) == 0) {
       held.Notify();
       release.WaitForNotification();
