@@ -73,8 +73,9 @@ bool UringAvailable() {
 
 class DiskReadQueueTest : public ::testing::TestWithParam<std::tuple<Engine, bool, int>> {};
 
-// Random aligned reads, many per call, read exactly the file's bytes with
-// either engine, buffered or O_DIRECT, at every depth.
+// Random aligned reads, many per call, demand and background mixed (the
+// priority order), read exactly the file's bytes with either engine,
+// buffered or O_DIRECT, at every depth.
 TEST_P(DiskReadQueueTest, ReadsExactlyTheFilesBytes) {
   const auto [engine, direct, depth] = GetParam();
   if (engine == Engine::kUring && !UringAvailable()) GTEST_SKIP() << "io_uring is unavailable";
@@ -92,11 +93,13 @@ TEST_P(DiskReadQueueTest, ReadsExactlyTheFilesBytes) {
   const uint64_t blocks = kFileBytes / kDirectIoAlignment;
   std::vector<DiskReadQueue::Request> requests;
   std::vector<std::unique_ptr<AlignedBytes>> buffers;
+  ReadControl background;
   for (int i = 0; i < 150; ++i) {
     const uint64_t first = rng() % blocks;
     const uint64_t n = 1 + rng() % 64;
     buffers.push_back(std::make_unique<AlignedBytes>(n * kDirectIoAlignment));
-    requests.push_back({fd, first * kDirectIoAlignment, n * kDirectIoAlignment, buffers.back()->data});
+    requests.push_back({fd, first * kDirectIoAlignment, n * kDirectIoAlignment, buffers.back()->data,
+                        i % 3 == 0 ? nullptr : &background});
   }
   // The last block: a short read that ends at the end of the file.
   buffers.push_back(std::make_unique<AlignedBytes>(2 * kDirectIoAlignment));
@@ -365,34 +368,6 @@ TEST(DiskReadQueuePriorityTest, PromotedReadsGoFirstCancelledOnesAreNotRead) {
   EXPECT_TRUE(r_promoted[0].ok());
   ASSERT_EQ(r_old.size(), 1u);
   EXPECT_TRUE(r_old[0].ok());
-}
-
-// The priority order on the real engines: every read, demand and background
-// mixed, reads its bytes.
-TEST(DiskReadQueuePriorityTest, MixedPrioritiesReadExactlyTheFilesBytes) {
-  TempDir dir;
-  std::vector<uint8_t> truth;
-  const std::string path = WriteRandomFile(dir.path(), &truth);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  for (Engine engine : {Engine::kAuto, Engine::kThreads}) {
-    std::unique_ptr<DiskReadQueue> q = MakeQueue(engine, 4);
-    ASSERT_NE(q, nullptr);
-    ReadControl control;
-    std::vector<std::vector<uint8_t>> bufs(24, std::vector<uint8_t>(10000));
-    std::vector<DiskReadQueue::Request> rs;
-    for (int i = 0; i < 24; ++i) {
-      rs.push_back({fd, static_cast<uint64_t>(i) * 300007 % 8000000, 10000, bufs[i].data(),
-                    i % 3 == 0 ? nullptr : &control});
-    }
-    std::vector<absl::StatusOr<uint64_t>> done = q->ReadMany(rs);
-    for (int i = 0; i < 24; ++i) {
-      ASSERT_TRUE(done[i].ok()) << done[i].status();
-      EXPECT_EQ(*done[i], 10000u);
-      EXPECT_EQ(std::memcmp(bufs[i].data(), truth.data() + rs[i].offset, 10000), 0) << i;
-    }
-  }
-  ::close(fd);
 }
 
 }  // namespace

@@ -112,27 +112,45 @@ TEST_F(PrefetchQueueTest, DuplicateHintsCoalesceIntoOneDiskRead) {
   EXPECT_EQ(parts_.tier->counters().prefetch_used, 1u);
 }
 
+// A RAM tier over the parts' store whose first load waits until Release, and
+// a queue with one I/O thread on it: hints queued behind the first wait.
+struct HeldQueue {
+  explicit HeldQueue(testing::NodeParts* parts)
+      : tier(TierOptions(),
+             [this, store = parts->store.get()](const ExpertId& id) {
+               if (loads.fetch_add(1) == 0) {
+                 held.Notify();
+                 release.WaitForNotification();
+               }
+               return store->Get(id);
+             }),
+        queue(QueueOptions(), parts->store.get(), &tier, parts->registry.get()) {}
+  static RamTier::Options TierOptions() {
+    RamTier::Options ram;
+    ram.prefetch_cost = testing::kTestPrefetchCost;
+    return ram;
+  }
+  static PrefetchQueue::Options QueueOptions() {
+    PrefetchQueue::Options options;
+    options.io_threads = 1;
+    return options;
+  }
+
+  absl::Notification held, release;
+  std::atomic<int> loads{0};
+  RamTier tier;
+  PrefetchQueue queue;  // last: destroyed first, while the tier is alive
+};
+
 // One I/O thread, held in its first load: the hints queued behind it that a
 // layer's request proves wrong (an expert of that layer it does not route
 // to, an earlier layer) are dropped unread; the routed one and a later
 // layer's are loaded.
 TEST_F(PrefetchQueueTest, StaleHintsAreDroppedUnread) {
   testing::ImportAll(m_, &parts_);
-  ExpertStore* store = parts_.store.get();
-  absl::Notification held, release;
-  std::atomic<int> loads{0};
-  RamTier::Options ram;
-  ram.prefetch_cost = testing::kTestPrefetchCost;
-  RamTier tier(ram, [&](const ExpertId& id) {
-    if (loads.fetch_add(1) == 0) {
-      held.Notify();
-      release.WaitForNotification();
-    }
-    return store->Get(id);
-  });
-  PrefetchQueue::Options options;
-  options.io_threads = 1;
-  PrefetchQueue queue(options, store, &tier, parts_.registry.get());
+  HeldQueue h(&parts_);
+  RamTier& tier = h.tier;
+  PrefetchQueue& queue = h.queue;
   google::protobuf::RepeatedPtrField<v1::ExpertKey> keys;
   *keys.Add() = Key(m_.fingerprint, 1, 0);  // loading when the request comes
   *keys.Add() = Key(m_.fingerprint, 0, 4);  // an earlier layer: stale
@@ -140,12 +158,12 @@ TEST_F(PrefetchQueueTest, StaleHintsAreDroppedUnread) {
   *keys.Add() = Key(m_.fingerprint, 1, 2);  // routed
   *keys.Add() = Key(m_.fingerprint, 2, 3);  // a later layer
   ASSERT_EQ(queue.HintAll(keys), 5);
-  held.WaitForNotification();
+  h.held.WaitForNotification();
   queue.LayerRequested(RequestFor(*m_.model, m_.fingerprint, 1, {2}, 2, 5));
-  release.Notify();
+  h.release.Notify();
   WaitFor([&] { return tier.counters().prefetch_loaded + queue.counters().stale >= 5; });
   EXPECT_EQ(queue.counters().stale, 2u);
-  EXPECT_EQ(loads.load(), 3);
+  EXPECT_EQ(h.loads.load(), 3);
   EXPECT_TRUE(tier.Contains(ExpertId{m_.fingerprint, 1, 0}));
   EXPECT_FALSE(tier.Contains(ExpertId{m_.fingerprint, 0, 4}));
   EXPECT_FALSE(tier.Contains(ExpertId{m_.fingerprint, 1, 1}));
@@ -157,27 +175,15 @@ TEST_F(PrefetchQueueTest, StaleHintsAreDroppedUnread) {
 // wanted after all and is loaded.
 TEST_F(PrefetchQueueTest, AStaleHintHintedAgainIsLoaded) {
   testing::ImportAll(m_, &parts_);
-  ExpertStore* store = parts_.store.get();
-  absl::Notification held, release;
-  std::atomic<int> loads{0};
-  RamTier::Options ram;
-  ram.prefetch_cost = testing::kTestPrefetchCost;
-  RamTier tier(ram, [&](const ExpertId& id) {
-    if (loads.fetch_add(1) == 0) {
-      held.Notify();
-      release.WaitForNotification();
-    }
-    return store->Get(id);
-  });
-  PrefetchQueue::Options options;
-  options.io_threads = 1;
-  PrefetchQueue queue(options, store, &tier, parts_.registry.get());
+  HeldQueue h(&parts_);
+  RamTier& tier = h.tier;
+  PrefetchQueue& queue = h.queue;
   ASSERT_TRUE(queue.Hint(Key(m_.fingerprint, 2, 0)));
   ASSERT_TRUE(queue.Hint(Key(m_.fingerprint, 1, 1)));
-  held.WaitForNotification();
+  h.held.WaitForNotification();
   queue.LayerRequested(RequestFor(*m_.model, m_.fingerprint, 1, {2}, 1, 5));
   EXPECT_FALSE(queue.Hint(Key(m_.fingerprint, 1, 1)));  // coalesced: wanted again
-  release.Notify();
+  h.release.Notify();
   WaitFor([&] { return tier.counters().prefetch_loaded >= 2; });
   EXPECT_EQ(queue.counters().stale, 0u);
   EXPECT_TRUE(tier.Contains(ExpertId{m_.fingerprint, 1, 1}));
