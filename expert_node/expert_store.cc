@@ -152,7 +152,8 @@ std::vector<absl::StatusOr<StoredValue>> ReadValues(rocksdb::DB* db, ExtentFiles
     out.push_back(StoredValue{});
   }
   if (pointers.empty()) return out;
-  std::vector<absl::StatusOr<ExtentFiles::Record>> records = extents->ReadMany(pointers, background);
+  std::vector<absl::StatusOr<ExtentFiles::Record>> records =
+      extents->ReadMany(pointers, background);
   for (size_t i = 0; i < records.size(); ++i) {
     const ExpertId& id = ids[pointer_of[i]];
     absl::StatusOr<StoredValue>& value = out[pointer_of[i]];

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-
 #include "expert_node/expert_key.h"
 
 namespace colibri::expert_node {
@@ -71,8 +70,8 @@ void PrefetchQueue::LayerRequested(const v1::ComputeLayerRequest& request) {
     for (auto it = tracked_.begin(); it != tracked_.end();) {
       const ExpertId& id = it->first;
       Tracked& t = it->second;
-      const bool decided = id.fingerprint == request.model_fingerprint() &&
-                           id.layer <= request.layer();
+      const bool decided =
+          id.fingerprint == request.model_fingerprint() && id.layer <= request.layer();
       const bool wrong = decided && (id.layer < request.layer() || !routed.contains(id.expert));
       if (wrong && t.stage == Stage::kQueued) t.stale = true;
       if (wrong && t.stage != Stage::kQueued) tell_tier.push_back(id);

@@ -98,8 +98,8 @@ TEST_P(DiskReadQueueTest, ReadsExactlyTheFilesBytes) {
     const uint64_t first = rng() % blocks;
     const uint64_t n = 1 + rng() % 64;
     buffers.push_back(std::make_unique<AlignedBytes>(n * kDirectIoAlignment));
-    requests.push_back({fd, first * kDirectIoAlignment, n * kDirectIoAlignment, buffers.back()->data,
-                        i % 3 == 0 ? nullptr : &background});
+    requests.push_back({fd, first * kDirectIoAlignment, n * kDirectIoAlignment,
+                        buffers.back()->data, i % 3 == 0 ? nullptr : &background});
   }
   // The last block: a short read that ends at the end of the file.
   buffers.push_back(std::make_unique<AlignedBytes>(2 * kDirectIoAlignment));

@@ -173,7 +173,8 @@ TEST_F(DistributedRunTest, PrefetchFromDiskLeavesTheLogitsThoseOfAllInRam) {
     int64_t total = 0;
     std::istringstream lines(remote.err);
     for (std::string line; std::getline(lines, line);) {
-      if (line.rfind("node-tier", 0) == 0) total += std::max<int64_t>(Counter(line, "node-tier", key), 0);
+      if (line.rfind("node-tier", 0) != 0) continue;
+      total += std::max<int64_t>(Counter(line, "node-tier", key), 0);
     }
     return total;
   };
