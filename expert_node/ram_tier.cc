@@ -101,13 +101,15 @@ absl::StatusOr<PinnedExpert> RamTier::Acquire(const ExpertId& id) {
     if (in_flight != loading_.end()) {
       flight = in_flight->second;
       ++counters_.load_waits;
-      if (flight->prefetch && flight->waiters == 0) ++counters_.prefetch_used;
+      const bool first_use = flight->prefetch && flight->waiters == 0;
+      if (first_use) ++counters_.prefetch_used;
       if (flight->control != nullptr) flight->control->Promote();
       ++flight->waiters;
       while (!flight->done) load_done_.Wait(&mu_);
       // A prefetch cancelled before this call promoted it: read it here.
       if (flight->control != nullptr && absl::IsCancelled(flight->status) &&
           !entries_.contains(id)) {
+        if (first_use) --counters_.prefetch_used;
         continue;
       }
     } else {
