@@ -209,9 +209,9 @@ class ThreadQueue final : public BatchingQueue {
     while (true) {
       const uint64_t want = r.length - slot->done_bytes;
       const uint64_t at = r.offset + slot->done_bytes;
-      const ssize_t n = read_ ? read_(r.fd, r.dest + slot->done_bytes, want, at)
-                              : ::pread(r.fd, r.dest + slot->done_bytes, want,
-                                        static_cast<off_t>(at));
+      const ssize_t n =
+          read_ ? read_(r.fd, r.dest + slot->done_bytes, want, at)
+                : ::pread(r.fd, r.dest + slot->done_bytes, want, static_cast<off_t>(at));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return ReadError(r, errno);
       slot->done_bytes += static_cast<uint64_t>(n);
@@ -227,8 +227,9 @@ class ThreadQueue final : public BatchingQueue {
 #if COLIBRI_HAVE_LIBURING
 class UringQueue final : public BatchingQueue {
  public:
-  static absl::StatusOr<std::unique_ptr<DiskReadQueue>> Create(int depth, int background_depth) {
-    std::unique_ptr<UringQueue> q(new UringQueue(depth, background_depth));
+  static absl::StatusOr<std::unique_ptr<DiskReadQueue>> Create(int depth, int background_depth,
+                                                               bool background_idle_class) {
+    std::unique_ptr<UringQueue> q(new UringQueue(depth, background_depth, background_idle_class));
     const int rc = io_uring_queue_init(static_cast<unsigned>(depth), &q->ring_, 0);
     if (rc < 0) {
       return absl::UnavailableError(
@@ -261,7 +262,8 @@ class UringQueue final : public BatchingQueue {
   Engine engine() const override { return Engine::kUring; }
 
  private:
-  UringQueue(int depth, int background_depth) : BatchingQueue(depth, background_depth) {}
+  UringQueue(int depth, int background_depth, bool background_idle_class)
+      : BatchingQueue(depth, background_depth), background_idle_class_(background_idle_class) {}
 
   void Started() override { PumpLocked(); }
 
@@ -292,6 +294,7 @@ class UringQueue final : public BatchingQueue {
     io_uring_prep_read(sqe, r.fd, r.dest + slot->done_bytes, static_cast<unsigned>(part),
                        r.offset + slot->done_bytes);
     io_uring_sqe_set_data(sqe, slot);
+    if (background_idle_class_ && slot->counted_background) sqe->ioprio = kIdleClassPriority;
     ++in_flight_;
   }
 
@@ -338,6 +341,10 @@ class UringQueue final : public BatchingQueue {
     }
   }
 
+  // IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0) of linux/ioprio.h.
+  static constexpr uint16_t kIdleClassPriority = 3 << 13;
+
+  const bool background_idle_class_;
   io_uring ring_{};
   bool ring_ready_ = false;
   std::thread reaper_;
@@ -383,7 +390,7 @@ absl::StatusOr<std::unique_ptr<DiskReadQueue>> DiskReadQueue::Create(const Optio
   if (options.engine != Engine::kThreads) {
 #if COLIBRI_HAVE_LIBURING
     absl::StatusOr<std::unique_ptr<DiskReadQueue>> uring =
-        UringQueue::Create(options.depth, options.background_depth);
+        UringQueue::Create(options.depth, options.background_depth, options.background_idle_class);
     if (uring.ok() || options.engine == Engine::kUring) return uring;
 #else
     if (options.engine == Engine::kUring) {

@@ -88,6 +88,12 @@ class DiskReadQueue {
     // ahead of it at the disk. Default: 2 (one expert read keeps a
     // bandwidth-bound disk busy; the second covers the gap between them).
     int background_depth = 2;
+    // io_uring only: background reads carry the idle I/O priority class, so
+    // that a kernel I/O scheduler that orders by class (mq-deadline, bfq;
+    // not `none`) serves other processes' reads first too (nodes sharing a
+    // disk). A promoted read the kernel already has keeps its class.
+    // Default: true.
+    bool background_idle_class = true;
   };
 
   // One read: `length` bytes of `fd` at `offset` into `dest`.

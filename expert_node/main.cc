@@ -156,6 +156,11 @@ int main(int argc, char** argv) {
                  "start first, behind at most this many prefetch reads")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app.add_flag("--background-idle,!--no-background-idle",
+               options.store.read_queue.background_idle_class,
+               "prefetch reads carry the idle I/O priority class (io_uring), so that the "
+               "kernel's I/O scheduler serves other reads of the disk first")
+      ->capture_default_str();
   app.add_option("--io-threads", options.service.io_threads,
                  "threads loading prefetch hints from disk")
       ->capture_default_str()
