@@ -677,6 +677,28 @@ TEST(RamTierPolicyTest, AdaptiveKeepsTheExpertEveryVisitUsesWhereLruNeverHits) {
 // The prefetch rule: with free room a hint of 0.5 prior precision pays for a
 // read costing 0.25 of a miss; with a full tier whose only victim is used at
 // every visit of its layer, it does not, and nothing is read.
+// At the default cost, a hint is loaded only once hints have proved right
+// more than half the time: a fresh tier (prior precision 0.5) declines one
+// even into free room, before reading; once a hinted expert was used, it
+// loads the next.
+TEST(RamTierPolicyTest, AtTheDefaultCostUnprovenHintsAreDeclined) {
+  current_policy = CachePolicyKind::kAdaptive;
+  FakeDisk disk(16);
+  const uint64_t size = disk.BlobBytes(0);
+  RamTier::Options options;
+  options.budget_bytes = 8 * size;
+  options.policy_options.hint_horizon = 64;
+  RamTier tier(options, disk.loader());
+  const absl::Status s = tier.Prefetch(Id(3), size);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(tier.counters().prefetch_declined, 1u);
+  EXPECT_EQ(disk.loads(), 0);
+  // A hint that came true: hinted (declined), then used.
+  ASSERT_TRUE(tier.Acquire(Id(3)).ok());
+  EXPECT_TRUE(tier.Prefetch(Id(12), size).ok());
+  EXPECT_EQ(tier.counters().prefetch_loaded, 1u);
+}
+
 TEST(RamTierPolicyTest, PrefetchIsDeclinedWhenItWouldEvictWhatIsAlwaysUsed) {
   current_policy = CachePolicyKind::kAdaptive;
   FakeDisk disk(16);
