@@ -97,6 +97,11 @@ class CachePolicy {
 // cost: a background read relative to a demand miss; p_victim: the
 // UseProbability of the resident the load would evict (0 with free room).
 bool PrefetchPays(double precision, double cost, double p_victim);
+// The node's default cost (RamTier::Options::prefetch_cost), which the cache
+// simulator replays too. Where the nodes share the disk's bandwidth, a
+// prefetch's read costs about what the miss it may save does: only hints
+// right well over half the time pay.
+inline constexpr double kDefaultPrefetchCost = 0.5;
 
 std::unique_ptr<CachePolicy> MakeCachePolicy(CachePolicyKind kind,
                                              const CachePolicy::Options& options = {});

@@ -118,11 +118,9 @@ class RamTier {
     // The policy's tuning (cache_policy.h). Default: its defaults.
     CachePolicy::Options policy_options;
     // A background read's cost relative to a demand miss, in the prefetch
-    // rule; negative: every prefetch that finds room is issued. Default: 0.5
-    // (where the nodes share the disk's bandwidth, a prefetch's read costs
-    // about what the miss it may save does: only hints right well over half
-    // the time pay).
-    double prefetch_cost = 0.5;
+    // rule; negative: every prefetch that finds room is issued. Default:
+    // kDefaultPrefetchCost (0.5).
+    double prefetch_cost = kDefaultPrefetchCost;
   };
 
   // Cumulative since construction, except used_bytes, pinned_experts and

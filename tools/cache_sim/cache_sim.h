@@ -63,8 +63,8 @@ struct SimOptions {
   // Load hinted experts ahead of use by PrefetchPays. Default: false.
   bool prefetch = false;
   // Cost of a background read relative to a demand miss, for PrefetchPays.
-  // Default: 0.25.
-  double prefetch_cost = 0.25;
+  // Default: the node's (expert_node::kDefaultPrefetchCost, 0.5).
+  double prefetch_cost = expert_node::kDefaultPrefetchCost;
   // Load every hinted expert (protected until used or the hint horizon),
   // ignoring the benefit rule, as the RAM tier did without one.
   // Default: false.

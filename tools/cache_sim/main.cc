@@ -106,7 +106,7 @@ int Main(int argc, char** argv) {
   int replicas = 1;
   int only_node = -1;
   std::vector<int> budgets = {10, 20, 30, 40, 50};
-  double prefetch_cost = 0.25;
+  double prefetch_cost = SimOptions().prefetch_cost;
   double half_life = 4096;
   double fast_half_life = 64;
   int64_t hint_horizon = 64;
