@@ -10,6 +10,12 @@
 // assistant's turn (nothing arrived: the user line is dropped too); the
 // conversation goes on.
 //
+// With tools in the request (ChatOptions::request.tools, see ParseTools) the
+// reply is printed as the server splits it: its content, then each tool call
+// as a line "[call ID] NAME ARGUMENTS"; the calls join the history with the
+// assistant's turn. A line "/tool ID TEXT" answers call ID with TEXT (a "tool"
+// message) and asks for the next reply.
+//
 // Thread-safety: RunChat is a function of its arguments only.
 #ifndef COLIBRI_CLIENT_CHAT_COMMAND_H_
 #define COLIBRI_CLIENT_CHAT_COMMAND_H_
@@ -18,6 +24,7 @@
 #include <ostream>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "client/client.h"
 #include "client/line_reader.h"
 
@@ -36,6 +43,13 @@ struct ChatOptions {
   // `err`. Default: false.
   bool print_stats = false;
 };
+
+// The tools of a JSON file in OpenAI's form ([{"type": "function",
+// "function": {"name", "description", "parameters"}}, ...]) and a tool
+// choice ("auto", "none", "required" or a function's name; "" leaves it
+// unset) into `request`. InvalidArgument naming what is wrong.
+absl::Status SetTools(const std::string& tools_json, const std::string& tool_choice,
+                      v1::GenerateRequest* request);
 
 // Runs the conversation until "/exit" or the end of `in`. Returns 0, or 1
 // when a turn failed (its error is written to `err`, the failed user line is

@@ -92,6 +92,12 @@ absl::StatusOr<GenerateResult> Client::Generate(const v1::GenerateRequest& reque
       result.tokens.push_back(reply.token());
     }
     result.text += reply.text();
+    if (reply.has_chat()) {
+      v1::ChatDelta& chat = result.chat;
+      chat.mutable_content()->append(reply.chat().content());
+      chat.mutable_reasoning_content()->append(reply.chat().reasoning_content());
+      for (const v1::ToolCall& call : reply.chat().tool_calls()) *chat.add_tool_calls() = call;
+    }
     if (on_reply && !on_reply(reply)) {
       result.cancelled = true;
       ctx.TryCancel();

@@ -61,6 +61,9 @@ struct GenerateResult {
   std::string text;             // their text, the last reply's held-back bytes included
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
   v1::GenerateStats stats;      // from the last reply
+  // A chat prompt's reply split (every reply's `chat` joined): content,
+  // reasoning and the tool calls in order.
+  v1::ChatDelta chat;
   // The callback returned false: the call was cancelled, tokens and text
   // hold what arrived before; no finish reason, no stats.
   bool cancelled = false;

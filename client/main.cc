@@ -249,6 +249,13 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   chat_cmd->add_flag("--stats", chat_options.print_stats,
                      "after each reply, print its token counts and finish reason on stderr");
+  std::string chat_tools_file, chat_tool_choice;
+  chat_cmd->add_option("--tools", chat_tools_file,
+                       "JSON file of the functions the model may call (OpenAI's tools array); "
+                       "calls print as [call ID] NAME ARGUMENTS, /tool ID TEXT answers one")
+      ->check(CLI::ExistingFile);
+  chat_cmd->add_option("--tool-choice", chat_tool_choice,
+                       "auto, none, required or a function's name (default: auto)");
 
   colibri::client::BenchOptions bench_options;
   bool bench_json = false;
@@ -340,6 +347,19 @@ int main(int argc, char** argv) {
     if (chat_cmd->count("--seed") > 0) {
       sampling->set_seed(chat_seed);
       sampling->set_has_seed(true);
+    }
+    if (!chat_tools_file.empty() || !chat_tool_choice.empty()) {
+      std::ifstream tools_in(chat_tools_file);
+      const std::string tools_json = chat_tools_file.empty()
+                                         ? std::string("[]")
+                                         : std::string(std::istreambuf_iterator<char>(tools_in),
+                                                       std::istreambuf_iterator<char>());
+      if (absl::Status s =
+              colibri::client::SetTools(tools_json, chat_tool_choice, &chat_options.request);
+          !s.ok()) {
+        std::cerr << "colibri-client: --tools " << chat_tools_file << ": " << s.message() << "\n";
+        return 2;
+      }
     }
     if (::isatty(STDIN_FILENO) == 0) {
       colibri::client::StreamLineReader lines(std::cin);

@@ -83,7 +83,7 @@ class UsageModel : public CachePolicy {
   void Hinted(const ExpertId& id) override {
     auto [it, inserted] = hints_.try_emplace(id, 0);
     if (!inserted && it->second < tick_) HintOutcome(id, false);
-    it->second = tick_ + options_.hint_horizon;
+    it->second = tick_ + HintHorizon(id);
   }
 
   void Evicted(const ExpertId& id) override {
@@ -138,6 +138,16 @@ class UsageModel : public CachePolicy {
     const double next = static_cast<double>(v.last_start) + v.period;
     const double wait = std::max(0.0, next - static_cast<double>(tick_));
     return wait + v.period * (1 / p - 1);
+  }
+  // Ticks a hint of `id` protects it for: two visit periods of its layer
+  // (the hinted visit, and one more in case the hint came early), at most
+  // Options::hint_horizon; Options::hint_horizon while the period is unknown.
+  uint64_t HintHorizon(const ExpertId& id) const {
+    constexpr double kHintPeriods = 2;
+    auto it = visits_.find(LayerKey{id.fingerprint, id.layer});
+    if (it == visits_.end() || it->second.period <= 0) return options_.hint_horizon;
+    const double ticks = std::ceil(kHintPeriods * it->second.period);
+    return std::min<uint64_t>(options_.hint_horizon, static_cast<uint64_t>(std::max(1.0, ticks)));
   }
   // Whether a hint on `id` still protects it.
   bool HintActive(const ExpertId& id) const {

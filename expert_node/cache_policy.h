@@ -23,7 +23,8 @@
 //              the weight towards that estimate. Ties go to the least
 //              recently used; warmed, never-used experts go first; a hinted
 //              resident (a prefetch, or a hint for a resident expert) goes
-//              last until it is used or Options::hint_horizon ticks pass.
+//              last until it is used or its hint expires (two visit periods
+//              of its layer, at most Options::hint_horizon ticks).
 //
 // Thread-safety: none; the owner serialises all calls (RamTier under its lock).
 #ifndef COLIBRI_EXPERT_NODE_CACHE_POLICY_H_
@@ -59,7 +60,9 @@ class CachePolicy {
     double half_life_ticks = 4096;
     // Ticks for a recent use count to halve (kAdaptive). Default: 64.
     double fast_half_life_ticks = 64;
-    // Ticks a hint protects its expert for when it is not used. Default: 64.
+    // Ticks a hint protects its expert for when it is not used, at most: a
+    // hint lasts two visit periods of its expert's layer once that period is
+    // measured, this long before. Default: 64.
     uint64_t hint_horizon = 64;
   };
 
@@ -94,6 +97,11 @@ class CachePolicy {
 // cost: a background read relative to a demand miss; p_victim: the
 // UseProbability of the resident the load would evict (0 with free room).
 bool PrefetchPays(double precision, double cost, double p_victim);
+// The node's default cost (RamTier::Options::prefetch_cost), which the cache
+// simulator replays too. Where the nodes share the disk's bandwidth, a
+// prefetch's read costs about what the miss it may save does: only hints
+// right well over half the time pay.
+inline constexpr double kDefaultPrefetchCost = 0.5;
 
 std::unique_ptr<CachePolicy> MakeCachePolicy(CachePolicyKind kind,
                                              const CachePolicy::Options& options = {});

@@ -188,6 +188,7 @@ void ExpertServiceImpl::ServeComputeCall(ComputeCall* call) {
   call->request.Clear();
   v1::ComputeLayerReply reply;
   if (s.ok()) {
+    prefetch_->LayerRequested(request);
     prefetch_->HintAll(request.prefetch());
     s = compute_->Compute(request, &reply);
   }

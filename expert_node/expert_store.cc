@@ -111,9 +111,11 @@ struct StoredValue {
 // Reads the values of `ids`, extent records all in flight together. Per id:
 // NotFound when absent; DataLoss when RocksDB's checksums, the pointer, the
 // extent file or the record's header checksum say it is damaged (the payload
-// is the caller's to verify); other errors pass through.
+// is the caller's to verify); other errors pass through. `background`:
+// as ExpertStore::Get's.
 std::vector<absl::StatusOr<StoredValue>> ReadValues(rocksdb::DB* db, ExtentFiles* extents,
-                                                    absl::Span<const ExpertId> ids) {
+                                                    absl::Span<const ExpertId> ids,
+                                                    const ReadControl* background) {
   std::vector<absl::StatusOr<StoredValue>> out;
   out.reserve(ids.size());
   std::vector<ExtentPointer> pointers;
@@ -150,7 +152,8 @@ std::vector<absl::StatusOr<StoredValue>> ReadValues(rocksdb::DB* db, ExtentFiles
     out.push_back(StoredValue{});
   }
   if (pointers.empty()) return out;
-  std::vector<absl::StatusOr<ExtentFiles::Record>> records = extents->ReadMany(pointers);
+  std::vector<absl::StatusOr<ExtentFiles::Record>> records =
+      extents->ReadMany(pointers, background);
   for (size_t i = 0; i < records.size(); ++i) {
     const ExpertId& id = ids[pointer_of[i]];
     absl::StatusOr<StoredValue>& value = out[pointer_of[i]];
@@ -394,13 +397,15 @@ void ExpertStore::RemoveWriteObserver(int id) {
   write_observers_.erase(id);
 }
 
-absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id) {
-  return std::move(GetMany(absl::MakeConstSpan(&id, 1))[0]);
+absl::StatusOr<std::unique_ptr<ExpertBlob>> ExpertStore::Get(const ExpertId& id,
+                                                             const ReadControl* background) {
+  return std::move(GetMany(absl::MakeConstSpan(&id, 1), background)[0]);
 }
 
 std::vector<absl::StatusOr<std::unique_ptr<ExpertBlob>>> ExpertStore::GetMany(
-    absl::Span<const ExpertId> ids) {
-  std::vector<absl::StatusOr<StoredValue>> values = ReadValues(db_.get(), extents_.get(), ids);
+    absl::Span<const ExpertId> ids, const ReadControl* background) {
+  std::vector<absl::StatusOr<StoredValue>> values =
+      ReadValues(db_.get(), extents_.get(), ids, background);
   std::vector<absl::StatusOr<std::unique_ptr<ExpertBlob>>> out;
   out.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -478,7 +483,7 @@ absl::StatusOr<bool> ExpertStore::SameAsStored(const ExpertId& id, absl::string_
                                                absl::Span<const uint8_t> down,
                                                absl::Span<const uint8_t> biases) {
   absl::StatusOr<StoredValue> value =
-      std::move(ReadValues(db_.get(), extents_.get(), absl::MakeConstSpan(&id, 1))[0]);
+      std::move(ReadValues(db_.get(), extents_.get(), absl::MakeConstSpan(&id, 1), nullptr)[0]);
   absl::Status damage;
   if (absl::IsDataLoss(value.status()) || absl::IsNotFound(value.status())) {
     damage = value.status();

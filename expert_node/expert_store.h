@@ -124,12 +124,15 @@ class ExpertStore {
 
   // Reads and verifies an expert into an owned aligned buffer (from
   // Options::buffer_pool when set). NotFound when absent; DataLoss (after
-  // deleting it) when damaged.
-  absl::StatusOr<std::unique_ptr<ExpertBlob>> Get(const ExpertId& id);
+  // deleting it) when damaged. `background` (non-null): the extent read is a
+  // background read it steers (disk_read_queue.h), Cancelled when cancelled
+  // before it started; null: a demand read.
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> Get(const ExpertId& id,
+                                                  const ReadControl* background = nullptr);
   // Get of every id, their extent reads in flight together; one result per
   // id, in order.
   std::vector<absl::StatusOr<std::unique_ptr<ExpertBlob>>> GetMany(
-      absl::Span<const ExpertId> ids);
+      absl::Span<const ExpertId> ids, const ReadControl* background = nullptr);
 
   // True when the expert has an index entry (no value read).
   absl::StatusOr<bool> Contains(const ExpertId& id) const;

@@ -258,7 +258,7 @@ absl::StatusOr<ExtentFiles::ReadFile> ExtentFiles::ReadFileOf(uint32_t file) {
 }
 
 std::vector<absl::StatusOr<ExtentFiles::Record>> ExtentFiles::ReadMany(
-    absl::Span<const ExtentPointer> pointers) {
+    absl::Span<const ExtentPointer> pointers, const ReadControl* background) {
   std::vector<absl::StatusOr<Record>> out;
   out.reserve(pointers.size());
   std::vector<DiskReadQueue::Request> requests;
@@ -285,6 +285,7 @@ std::vector<absl::StatusOr<ExtentFiles::Record>> ExtentFiles::ReadMany(
     r.offset = p.offset;
     r.length = span;
     r.dest = record.buffer.data();
+    r.background = background;
     requests.push_back(r);
     request_of.push_back(out.size());
     record.bytes = absl::string_view(reinterpret_cast<const char*>(record.buffer.data()), p.length);

@@ -106,8 +106,10 @@ class ExtentFiles {
 
   // Reads every pointer's record, all in flight together. Per pointer:
   // DataLoss when its file is missing or the record does not lie inside it;
-  // Internal on an I/O error.
-  std::vector<absl::StatusOr<Record>> ReadMany(absl::Span<const ExtentPointer> pointers);
+  // Internal on an I/O error; Cancelled when `background` (non-null: the reads
+  // are background reads it steers, disk_read_queue.h) cancelled them first.
+  std::vector<absl::StatusOr<Record>> ReadMany(absl::Span<const ExtentPointer> pointers,
+                                               const ReadControl* background = nullptr);
 
   // Whether reads bypass the page cache (direct_reads and the file system
   // accepted O_DIRECT).

@@ -151,6 +151,16 @@ int main(int argc, char** argv) {
                  "expert reads in flight at most (a layer's misses and prefetches together)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app.add_option("--background-reads", options.store.read_queue.background_depth,
+                 "prefetch reads in flight at most; demand reads (a request's misses) always "
+                 "start first, behind at most this many prefetch reads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_flag("--background-idle,!--no-background-idle",
+               options.store.read_queue.background_idle_class,
+               "prefetch reads carry the idle I/O priority class (io_uring), so that the "
+               "kernel's I/O scheduler serves other reads of the disk first")
+      ->capture_default_str();
   app.add_option("--io-threads", options.service.io_threads,
                  "threads loading prefetch hints from disk")
       ->capture_default_str()

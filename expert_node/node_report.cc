@@ -63,6 +63,7 @@ void NodeReport::Stats(v1::NodeStatsReply* reply) const {
   reply->set_prefetch_resident(hints.resident + c.prefetch_resident);
   reply->set_prefetch_coalesced(hints.coalesced + c.prefetch_coalesced);
   reply->set_prefetch_loaded(c.prefetch_loaded);
+  reply->set_prefetch_stale(hints.stale + c.prefetch_cancelled);
   reply->set_ram_warmed_experts(c.warm_loaded);
   reply->set_load_waits(c.load_waits);
   reply->set_evictions(c.evictions);

@@ -92,7 +92,8 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Start(const Options& opt
   COLIBRI_ASSIGN_OR_RETURN(node->store_, OpenNodeStore(options));
   ExpertStore* store = node->store_.get();
   node->tier_ = std::make_unique<RamTier>(
-      options.ram, [store](const ExpertId& id) { return store->Get(id); });
+      options.ram, [store](const ExpertId& id) { return store->Get(id); },
+      [store](const ExpertId& id, const ReadControl* control) { return store->Get(id, control); });
   COLIBRI_ASSIGN_OR_RETURN(node->usage_, UsageCounts::Open(options.usage, store));
   if (options.pin_budget_bytes > 0) {
     const absl::Time start = absl::Now();

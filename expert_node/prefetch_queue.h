@@ -10,6 +10,15 @@
 // depend only on the expert bytes, whichever tier they come from. The
 // NodeStatsReply comment (expert.proto) defines each counter.
 //
+// Stale hints: a ComputeLayer request proves wrong the hints of its model for
+// its layer whose expert it does not route to, and those for earlier layers
+// (LayerRequested; written for one stream of layer requests per model: with
+// several interleaved, a hint may be dropped that another stream needed, which
+// costs that stream a demand read, never a result). A stale hint still queued
+// is dropped unread when its turn comes (counted in stale); the RAM tier is
+// told of one whose load runs or ran (RamTier::PrefetchStale: an unstarted
+// read is cancelled, an unused prefetched expert loses its protection).
+//
 // Thread-safety: every method is thread-safe.
 #ifndef COLIBRI_EXPERT_NODE_PREFETCH_QUEUE_H_
 #define COLIBRI_EXPERT_NODE_PREFETCH_QUEUE_H_
@@ -20,7 +29,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "colibri/v1/expert.pb.h"
 #include "expert_node/expert_record.h"
@@ -50,6 +59,7 @@ class PrefetchQueue {
     uint64_t resident = 0;    // resident when hinted
     uint64_t coalesced = 0;   // already queued or loading
     uint64_t queue_full = 0;  // dropped: the queue was full
+    uint64_t stale = 0;       // of the issued, dropped unread: stale before their turn
   };
 
   // store, tier and registry are borrowed and must outlive the queue.
@@ -65,6 +75,10 @@ class PrefetchQueue {
   bool Hint(const v1::ExpertKey& key);
   // Hint for each key; how many were queued.
   int32_t HintAll(const google::protobuf::RepeatedPtrField<v1::ExpertKey>& keys);
+  // A ComputeLayer request arrived (call before its own hints are given):
+  // marks the hints it proves wrong stale (see the file comment). Never fails;
+  // a malformed request marks nothing.
+  void LayerRequested(const v1::ComputeLayerRequest& request);
 
   Counters counters() const;
 
@@ -72,12 +86,22 @@ class PrefetchQueue {
   // An I/O thread's work for one queued hint.
   void Load(const ExpertId& id);
 
+  // A hint the queue still tracks: queued, loading, or loaded and not yet
+  // confirmed or proven wrong by its layer's request.
+  enum class Stage { kQueued, kLoading, kLoaded };
+  struct Tracked {
+    Stage stage = Stage::kQueued;
+    bool stale = false;  // kQueued only: drop it when its turn comes
+  };
+
   ExpertStore* const store_;
   RamTier* const tier_;
   const ModelRegistry* const registry_;
+  // Loaded hints tracked at most; beyond it the loaded ones are forgotten.
+  const size_t track_limit_;
 
   absl::Mutex mu_;
-  absl::flat_hash_set<ExpertId> pending_ ABSL_GUARDED_BY(mu_);  // queued or loading
+  absl::flat_hash_map<ExpertId, Tracked> tracked_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<uint64_t> hints_{0};
   std::atomic<uint64_t> issued_{0};
@@ -85,6 +109,7 @@ class PrefetchQueue {
   std::atomic<uint64_t> resident_{0};
   std::atomic<uint64_t> coalesced_{0};
   std::atomic<uint64_t> queue_full_{0};
+  std::atomic<uint64_t> stale_{0};
 
   // Last: drained and joined first, while everything its tasks use is alive.
   std::unique_ptr<TaskQueue> loads_;

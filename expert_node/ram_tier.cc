@@ -31,9 +31,10 @@ void PinnedExpert::Release() {
   blob_.reset();
 }
 
-RamTier::RamTier(const Options& options, Loader loader)
+RamTier::RamTier(const Options& options, Loader loader, BackgroundLoader background_loader)
     : options_(options),
       loader_(std::move(loader)),
+      background_loader_(std::move(background_loader)),
       policy_(MakeCachePolicy(options.policy, options.policy_options)) {}
 
 RamTier::~RamTier() = default;
@@ -41,7 +42,8 @@ RamTier::~RamTier() = default;
 void RamTier::LoadAndFinish(const ExpertId& id, const std::shared_ptr<Flight>& flight) {
   mu_.Unlock();
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<ExpertBlob>> loaded = loader_(id);
+  absl::StatusOr<std::unique_ptr<ExpertBlob>> loaded =
+      flight->control != nullptr ? background_loader_(id, flight->control.get()) : loader_(id);
   const absl::Time end = absl::Now();
   mu_.Lock();
   counters_.disk_read_micros += static_cast<uint64_t>(absl::ToInt64Microseconds(end - start));
@@ -71,6 +73,9 @@ void RamTier::LoadAndFinish(const ExpertId& id, const std::shared_ptr<Flight>& f
     }
   } else {
     flight->status = loaded.status();
+    if (flight->control != nullptr && absl::IsCancelled(loaded.status())) {
+      ++counters_.prefetch_cancelled;
+    }
   }
   flight->done = true;
   loading_.erase(id);
@@ -91,17 +96,28 @@ absl::StatusOr<PinnedExpert> RamTier::Acquire(const ExpertId& id) {
   ++counters_.misses;
   policy_->Used(id, /*hit=*/false);
   std::shared_ptr<Flight> flight;
-  auto in_flight = loading_.find(id);
-  if (in_flight != loading_.end()) {
-    flight = in_flight->second;
-    ++counters_.load_waits;
-    if (flight->prefetch && flight->waiters == 0) ++counters_.prefetch_used;
-    ++flight->waiters;
-    while (!flight->done) load_done_.Wait(&mu_);
-  } else {
-    flight = std::make_shared<Flight>();
-    loading_[id] = flight;
-    LoadAndFinish(id, flight);
+  while (true) {
+    auto in_flight = loading_.find(id);
+    if (in_flight != loading_.end()) {
+      flight = in_flight->second;
+      ++counters_.load_waits;
+      const bool first_use = flight->prefetch && flight->waiters == 0;
+      if (first_use) ++counters_.prefetch_used;
+      if (flight->control != nullptr) flight->control->Promote();
+      ++flight->waiters;
+      while (!flight->done) load_done_.Wait(&mu_);
+      // A prefetch cancelled before this call promoted it: read it here.
+      if (flight->control != nullptr && absl::IsCancelled(flight->status) &&
+          !entries_.contains(id)) {
+        if (first_use) --counters_.prefetch_used;
+        continue;
+      }
+    } else {
+      flight = std::make_shared<Flight>();
+      loading_[id] = flight;
+      LoadAndFinish(id, flight);
+    }
+    break;
   }
   const absl::Time end = absl::Now();
   const int64_t waited = absl::ToInt64Microseconds(end - start);
@@ -145,6 +161,7 @@ absl::Status RamTier::Prefetch(const ExpertId& id, uint64_t expected_bytes) {
   }
   auto flight = std::make_shared<Flight>();
   flight->prefetch = true;
+  if (background_loader_) flight->control = std::make_shared<ReadControl>();
   loading_[id] = flight;
   LoadAndFinish(id, flight);
   if (!flight->status.ok()) return flight->status;
@@ -192,7 +209,9 @@ absl::Status RamTier::PinResident(const ExpertId& id) {
     if (in_flight != loading_.end()) {
       std::shared_ptr<Flight> flight = in_flight->second;
       ++flight->waiters;
+      if (flight->control != nullptr) flight->control->Promote();
       while (!flight->done) load_done_.Wait(&mu_);
+      if (flight->control != nullptr && absl::IsCancelled(flight->status)) continue;
       if (!flight->status.ok()) return flight->status;
       if (!entries_.contains(id)) break;
       continue;
@@ -205,6 +224,20 @@ absl::Status RamTier::PinResident(const ExpertId& id) {
   }
   return absl::ResourceExhaustedError(
       absl::StrCat(ToString(id), ": no room in the RAM tier to pin it"));
+}
+
+void RamTier::PrefetchStale(const ExpertId& id) {
+  absl::MutexLock lock(&mu_);
+  auto in_flight = loading_.find(id);
+  if (in_flight != loading_.end()) {
+    Flight& flight = *in_flight->second;
+    if (flight.control != nullptr && flight.waiters == 0) flight.control->Cancel();
+    return;
+  }
+  auto it = entries_.find(id);
+  if (it != entries_.end() && it->second.prefetched_unused) {
+    it->second.protected_until = absl::InfinitePast();
+  }
 }
 
 bool RamTier::Evictable(const Entry& e, Admission admission, absl::Time now) const {

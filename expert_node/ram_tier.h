@@ -39,6 +39,12 @@
 // as a miss and as load_waits; when the load is a prefetch, it counts as
 // prefetch_used too), and a Prefetch of it returns at once (prefetch_coalesced).
 //
+// Read priority: with a BackgroundLoader, a prefetch reads as a background
+// read (disk_read_queue.h: demand reads go first). An Acquire that joins it
+// promotes it to a demand read; PrefetchStale cancels it while nobody waits
+// for it and it has not started. An Acquire whose joined read was cancelled
+// before it could promote it reads the expert itself.
+//
 // Thread-safety: all methods may be called concurrently. The loader runs
 // without the tier's lock held. Handles must not outlive the tier.
 #ifndef COLIBRI_EXPERT_NODE_RAM_TIER_H_
@@ -53,6 +59,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "expert_node/cache_policy.h"
+#include "expert_node/disk_read_queue.h"
 #include "expert_node/expert_record.h"
 
 namespace colibri::expert_node {
@@ -91,6 +98,10 @@ class PinnedExpert {
 class RamTier {
  public:
   using Loader = std::function<absl::StatusOr<std::unique_ptr<ExpertBlob>>(const ExpertId&)>;
+  // A Loader whose read is a background read steered by `control` (Cancelled
+  // when the control cancelled it before it started).
+  using BackgroundLoader = std::function<absl::StatusOr<std::unique_ptr<ExpertBlob>>(
+      const ExpertId&, const ReadControl* control)>;
 
   struct Options {
     // Bytes of expert data the tier may hold resident. Default: 1 GiB.
@@ -107,8 +118,9 @@ class RamTier {
     // The policy's tuning (cache_policy.h). Default: its defaults.
     CachePolicy::Options policy_options;
     // A background read's cost relative to a demand miss, in the prefetch
-    // rule; negative: every prefetch that finds room is issued. Default: 0.25.
-    double prefetch_cost = 0.25;
+    // rule; negative: every prefetch that finds room is issued. Default:
+    // kDefaultPrefetchCost (0.5).
+    double prefetch_cost = kDefaultPrefetchCost;
   };
 
   // Cumulative since construction, except used_bytes, pinned_experts and
@@ -129,6 +141,7 @@ class RamTier {
     uint64_t prefetch_coalesced = 0;  // Prefetch of an expert whose load is in flight
     uint64_t prefetch_no_room = 0;    // prefetches dropped under memory pressure
     uint64_t prefetch_declined = 0;   // prefetches the prefetch rule found not worth it
+    uint64_t prefetch_cancelled = 0;  // prefetch reads PrefetchStale dropped unread
     uint64_t warm_loaded = 0;         // experts Warm read and admitted
     uint64_t peak_used_bytes = 0;     // most bytes ever resident (<= budget)
     uint64_t used_bytes = 0;          // bytes resident now
@@ -136,7 +149,9 @@ class RamTier {
     uint64_t pinned_bytes = 0;        // their bytes (part of used_bytes)
   };
 
-  RamTier(const Options& options, Loader loader);
+  // Prefetches read through background_loader when it is set, else through
+  // loader.
+  RamTier(const Options& options, Loader loader, BackgroundLoader background_loader = nullptr);
   ~RamTier();
   RamTier(const RamTier&) = delete;
   RamTier& operator=(const RamTier&) = delete;
@@ -158,6 +173,13 @@ class RamTier {
   // lifetime. ResourceExhausted when it does not fit (evicting only what a
   // demand load may); loader errors pass through.
   absl::Status PinResident(const ExpertId& id);
+
+  // The expert's hint was wrong: its layer's request came without it. A
+  // prefetch read of it nobody waits for is cancelled if it has not started
+  // (the Prefetch call then returns Cancelled), and an expert a prefetch
+  // admitted that was not acquired since loses its protection from demand
+  // loads (it stays cached, evicted in the policy's order). No-op otherwise.
+  void PrefetchStale(const ExpertId& id);
 
   bool Contains(const ExpertId& id) const;
   uint64_t budget_bytes() const { return options_.budget_bytes; }
@@ -186,6 +208,9 @@ class RamTier {
     bool done = false;
     absl::Status status;
     std::shared_ptr<const ExpertBlob> blob;
+    // Steers a prefetch's background read; null for other loads and without
+    // a BackgroundLoader.
+    std::shared_ptr<ReadControl> control;
   };
 
   // Runs the loader for `flight` (registered in loading_ under `id`) with the
@@ -216,6 +241,7 @@ class RamTier {
 
   const Options options_;
   const Loader loader_;
+  const BackgroundLoader background_loader_;  // may be null
 
   mutable absl::Mutex mu_;
   absl::CondVar load_done_;

@@ -323,6 +323,7 @@ bench_ticks_to_s() { awk -v t="$1" -v h="$BENCH_CLK_TCK" 'BEGIN { printf "%.3f\n
 #                                                      ("experts decode: ...")
 #   tier_ram_hits tier_ram_misses tier_disk_bytes_read tier_disk_wait_us
 #   tier_prefetch_issued tier_prefetch_used tier_prefetch_wasted tier_prefetch_dropped
+#   tier_prefetch_stale
 #                     (decode only, sums over the "node-tier ... decode:" lines)
 #   predict_recall predict_precision   (decode, "prediction L+1: ... decode: ...")
 #   overlap_outstanding_s overlap_wait_s   (the whole run, "expert overlap: ...")

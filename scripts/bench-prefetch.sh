@@ -21,6 +21,9 @@ usage: scripts/bench-prefetch.sh [options]
                      warm-up run, whose usage counts choose what they pin
   --delay-ms X       one-way delay of the relayed runs (default 0.25; 0: no relayed runs)
   --bandwidth R      bandwidth cap of the relayed runs (default 1Gbit; 0: none)
+  --node-args "..."  more arguments for every expert node (e.g. "--background-reads 1")
+  --run-args "..."   more arguments for every measured run (e.g. "--prefetch-count 4")
+  --on-depth D       --prefetch-depth of the runs with prefetch on (default 1)
   --build DIR        build folder (default build)
   --fresh            delete the nodes' stored experts first (forces a new ingest)
   -h, --help         this text
@@ -45,6 +48,9 @@ threads=0
 node_threads=1
 ram_fraction=0.333
 pin_fraction=0
+node_args=""
+extra_run_args=""
+on_depth=1
 delay_ms=0.25
 bandwidth=1Gbit
 build=build
@@ -53,6 +59,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --ram-fraction) ram_fraction="${2:?}"; shift 2 ;;
     --pin-fraction) pin_fraction="${2:?}"; shift 2 ;;
+    --node-args) node_args="${2?}"; shift 2 ;;
+    --run-args) extra_run_args="${2?}"; shift 2 ;;
+    --on-depth) on_depth="${2:?}"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) bench_common_option "$@" || { usage >&2; exit 2; }; shift "$BENCH_SHIFT" ;;
   esac
@@ -74,6 +83,8 @@ trap bench_cleanup EXIT
 bench_model_info "$model"
 ram_budget=$(awk -v b="$MODEL_ROUTED_BYTES" -v f="$ram_fraction" 'BEGIN { printf "%.0f\n", b / 3 * f }')
 run_args=(run -m "$model" -p "$prompt" --ignore-eos --threads "$threads")
+read -r -a node_extra <<<"$node_args"
+read -r -a run_extra <<<"$extra_run_args"
 
 modes=(off)
 # The help read whole first: `grep -q` exits at its first match, and the
@@ -81,18 +92,18 @@ modes=(off)
 run_help=$("$COORD" run --help 2>&1 || true)
 if grep -q -- --prefetch-depth <<<"$run_help"; then
   modes=(off on)
-  prefetch_note="prefetch switched with --prefetch-depth 0 / 1"
+  prefetch_note="prefetch switched with --prefetch-depth 0 / $on_depth"
 else
   prefetch_note="this colibri-coordinator has no --prefetch-depth: prefetch off only"
 fi
 prefetch_flags() {
   if [ "${#modes[@]}" -eq 1 ]; then return 0; fi
-  if [ "$1" = on ]; then echo "--prefetch-depth 1"; else echo "--prefetch-depth 0"; fi
+  if [ "$1" = on ]; then echo "--prefetch-depth $on_depth"; else echo "--prefetch-depth 0"; fi
 }
 
 echo "starting 3 nodes, RAM budget $ram_budget bytes each, --direct-io..." >&2
 bench_start_nodes "$work" 3 --threads "$node_threads" --ram-budget "$ram_budget" --direct-io \
-  --no-warm-ram
+  --no-warm-ram "${node_extra[@]}"
 nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
 echo "nodes $nodes; ingest and warm-up run..." >&2
 bench_run "$work/warmup" "${run_args[@]}" -n "$n_predict" --nodes "$nodes"
@@ -101,7 +112,7 @@ if [ "$pin_budget" -gt 0 ]; then
   echo "restarting the nodes with --pin-budget $pin_budget (usage counts of the warm-up)..." >&2
   bench_stop_nodes
   bench_start_nodes "$work" 3 --threads "$node_threads" --ram-budget "$ram_budget" --direct-io \
-    --no-warm-ram --pin-budget "$pin_budget"
+    --no-warm-ram --pin-budget "$pin_budget" "${node_extra[@]}"
   nodes=$(IFS=,; echo "${NODE_ADDRS[*]}")
   grep -h "pinned" "$work"/node*.err >&2 || true
 fi
@@ -111,8 +122,9 @@ rows=()
 measure() {
   local name="$1" prefix="$2" addrs="$3" mode="$4" flags
   read -r -a flags <<<"$(prefetch_flags "$mode")"
-  bench_run "$prefix.base" "${run_args[@]}" "${flags[@]}" -n 0 --nodes "$addrs"
-  bench_run "$prefix" "${run_args[@]}" "${flags[@]}" -n "$n_predict" --nodes "$addrs"
+  bench_run "$prefix.base" "${run_args[@]}" "${flags[@]}" "${run_extra[@]}" -n 0 --nodes "$addrs"
+  bench_run "$prefix" "${run_args[@]}" "${flags[@]}" "${run_extra[@]}" -n "$n_predict" \
+    --nodes "$addrs"
   bench_decode_stats "$prefix.err" "$prefix.base.err"
   bench_parse_run "$prefix.err"
   local disk_ms hit_rate pf_used
@@ -121,9 +133,15 @@ measure() {
   hit_rate=$(bench_div "${STATS[tier_ram_hits]:-}" \
     "$((${STATS[tier_ram_hits]:-0} + ${STATS[tier_ram_misses]:-0}))" "%.3f")
   pf_used=$(bench_div "${STATS[tier_prefetch_used]:-}" "${STATS[tier_prefetch_issued]:-}" "%.3f")
-  rows+=("$(printf '%-36s %9s %12s %12s %10s %10s %9s %9s' "$name, prefetch $mode" \
+  local disk_mib pf_wasted pf_stale
+  disk_mib=$(bench_div "$(awk -v b="${STATS[tier_disk_bytes_read]:-}" \
+    'BEGIN { if (b != "") print b / 1048576 }')" "${DECODE[steps]}" "%.1f")
+  pf_wasted=$(bench_div "${STATS[tier_prefetch_wasted]:-}" "${STATS[tier_prefetch_issued]:-}" "%.3f")
+  pf_stale=$(bench_div "${STATS[tier_prefetch_stale]:-}" "${STATS[tier_prefetch_issued]:-}" "%.3f")
+  rows+=("$(printf '%-36s %9s %12s %12s %10s %10s %9s %9s %9s %9s %9s' "$name, prefetch $mode" \
     "${DECODE[tps]}" "${DECODE[wait_ms]}" "$disk_ms" "$hit_rate" "$pf_used" \
-    "${STATS[predict_recall]:--}" "${STATS[predict_precision]:--}")")
+    "${STATS[predict_recall]:--}" "${STATS[predict_precision]:--}" "$disk_mib" "$pf_wasted" \
+    "$pf_stale")")
   [ "${DECODE[failovers]}" = 0 ] || rows+=("  (warning: ${DECODE[failovers]} failovers in decode)")
 }
 
@@ -147,14 +165,16 @@ echo "model: $model, $n_predict tokens per run; routed experts $MODEL_ROUTED_BYT
   "RAM budget $ram_budget bytes per node ($ram_fraction of a node's third), --direct-io," \
   "pin budget $pin_budget bytes"
 echo "$prefetch_note"
-printf '%-36s %9s %12s %12s %10s %10s %9s %9s\n' "config" "decode" "net wait" "disk wait" \
-  "RAM hit" "prefetch" "predict" "predict"
-printf '%-36s %9s %12s %12s %10s %10s %9s %9s\n' "" "tok/s" "ms/token" "ms/token" "rate" \
-  "used" "recall" "precis."
+printf '%-36s %9s %12s %12s %10s %10s %9s %9s %9s %9s %9s\n' "config" "decode" "net wait" \
+  "disk wait" "RAM hit" "prefetch" "predict" "predict" "disk MiB" "prefetch" "prefetch"
+printf '%-36s %9s %12s %12s %10s %10s %9s %9s %9s %9s %9s\n' "" "tok/s" "ms/token" "ms/token" \
+  "rate" "used" "recall" "precis." "/token" "wasted" "stale"
 printf '%s\n' "${rows[@]}"
 echo "net wait: the coordinator's wait for node replies per decode step, summed over nodes."
 echo "disk wait (summed over nodes), RAM hit rate, prefetch used/issued: the nodes' decode-only"
 echo "NodeStats change (run's node-tier lines); predict: next-layer recall and precision in decode."
+echo "disk MiB/token: the nodes' disk_bytes_read per decode step; prefetch wasted / stale: evicted"
+echo "unused / dropped unread as stale, over those issued."
 for i in "${!NODE_IDS[@]}"; do
   echo "node ${NODE_IDS[$i]} peak RSS: $(bench_mib "${NODE_HWM_KB[$i]}")"
 done

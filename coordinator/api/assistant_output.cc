@@ -57,12 +57,15 @@ bool ParseHermes(absl::string_view body, std::string* name, std::string* argumen
                        arguments);
 }
 
-bool ParseGlm45(absl::string_view body, std::string* name, std::string* arguments) {
+// `raw_keys`: per function, the parameters whose values are text as written.
+bool ParseGlm45(absl::string_view body, const std::map<std::string, std::set<std::string>>& raw_keys,
+                std::string* name, std::string* arguments) {
   constexpr absl::string_view kKey = "<arg_key>", kKeyEnd = "</arg_key>";
   constexpr absl::string_view kValue = "<arg_value>", kValueEnd = "</arg_value>";
   const size_t first = body.find(kKey);
   *name = std::string(absl::StripAsciiWhitespace(body.substr(0, first)));
   if (name->empty() || name->find_first_of("<>\n") != std::string::npos) return false;
+  const auto raw = raw_keys.find(*name);
   json args = json::object();
   absl::string_view rest = first == absl::string_view::npos ? "" : body.substr(first);
   while (!absl::StripAsciiWhitespace(rest).empty()) {
@@ -77,6 +80,10 @@ bool ParseGlm45(absl::string_view body, std::string* name, std::string* argument
     if (value_end == absl::string_view::npos) return false;
     const std::string value(rest.substr(0, value_end));
     rest = rest.substr(value_end + kValueEnd.size());
+    if (raw != raw_keys.end() && raw->second.count(key) > 0) {
+      args[key] = value;
+      continue;
+    }
     json parsed = json::parse(value, nullptr, false);
     args[key] = parsed.is_discarded() ? json(value) : std::move(parsed);
   }
@@ -108,6 +115,24 @@ bool ParseDeepSeekCall(absl::string_view call, std::string* name, std::string* a
 }
 
 }  // namespace
+
+bool GlmRawTextParameter(const json& schema) {
+  if (!schema.is_object()) return false;
+  const auto type = schema.find("type");
+  if (type != schema.end()) {
+    return *type == "string" || (type->is_array() && type->size() == 1 && (*type)[0] == "string");
+  }
+  const auto values = schema.find("enum");
+  if (values != schema.end()) {
+    if (!values->is_array() || values->empty()) return false;
+    for (const json& v : *values) {
+      if (!v.is_string()) return false;
+    }
+    return true;
+  }
+  const auto constant = schema.find("const");
+  return constant != schema.end() && constant->is_string();
+}
 
 OutputDialect DialectFor(absl::string_view arch, absl::string_view chat_template,
                          absl::string_view prompt) {
@@ -150,6 +175,26 @@ AssistantOutputParser::AssistantOutputParser(OutputDialect dialect, bool parse_t
     case ToolDialect::kHarmony:  // DrainHarmony reads its own markers
     case ToolDialect::kNone:
       break;
+  }
+}
+
+void AssistantOutputParser::set_tools(const json& tools) {
+  raw_text_keys_.clear();
+  if (!tools.is_array()) return;
+  for (const json& tool : tools) {
+    if (!tool.is_object() || !tool.contains("function")) continue;
+    const json& function = tool["function"];
+    if (!function.is_object() || !function.contains("name") || !function["name"].is_string()) {
+      continue;
+    }
+    std::set<std::string>& keys = raw_text_keys_[function["name"].get<std::string>()];
+    const auto parameters = function.find("parameters");
+    if (parameters == function.end() || !parameters->is_object()) continue;
+    const auto properties = parameters->find("properties");
+    if (properties == parameters->end() || !properties->is_object()) continue;
+    for (const auto& [key, schema] : properties->items()) {
+      if (GlmRawTextParameter(schema)) keys.insert(key);
+    }
   }
 }
 
@@ -247,7 +292,7 @@ bool AssistantOutputParser::ParseBlock(absl::string_view body, std::vector<ToolC
       parsed.emplace_back(name, arguments);
       break;
     case ToolDialect::kGlm45:
-      if (!ParseGlm45(body, &name, &arguments)) return false;
+      if (!ParseGlm45(body, raw_text_keys_, &name, &arguments)) return false;
       parsed.emplace_back(name, arguments);
       break;
     case ToolDialect::kDeepSeekV3: {

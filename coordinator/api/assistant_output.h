@@ -13,8 +13,10 @@
 //   hermes       <tool_call>{"name": N, "arguments": {...}}</tool_call>
 //                (Qwen2.5, Qwen3, Hermes)
 //   glm45        <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value>...
-//                </tool_call>; a value that parses as JSON is taken as such,
-//                else as a string
+//                </tool_call>; the value of a parameter that takes only
+//                strings (GlmRawTextParameter, with the request's tools given
+//                by set_tools) is that text as it stands, any other value
+//                that parses as JSON is taken as such, else as a string
 //   deepseek_v3  <｜tool▁calls▁begin｜> ... <｜tool▁calls▁end｜>, each call
 //                <｜tool▁call▁begin｜>[function<｜tool▁sep｜>]N then the
 //                arguments (bare or in a ```json fence) <｜tool▁call▁end｜>
@@ -34,11 +36,14 @@
 #ifndef COLIBRI_COORDINATOR_API_ASSISTANT_OUTPUT_H_
 #define COLIBRI_COORDINATOR_API_ASSISTANT_OUTPUT_H_
 
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace colibri::coordinator {
 
@@ -61,6 +66,11 @@ struct OutputDialect {
 // rendered prompt (whose end tells whether a think block is open).
 OutputDialect DialectFor(absl::string_view arch, absl::string_view chat_template,
                          absl::string_view prompt);
+
+// Whether GLM-4.5 writes the value of a parameter with JSON Schema `schema`
+// as raw text (its template writes strings unquoted): the schema admits
+// strings only ("type": "string", or an enum or const of strings).
+bool GlmRawTextParameter(const nlohmann::ordered_json& schema);
 
 // The markup of a harmony marker ("<|channel|>", ...) when `piece` (a
 // control token rendered) is one, else "".
@@ -92,6 +102,12 @@ class AssistantOutputParser {
   // tool-call markers are plain content. id_prefix starts every call's id.
   AssistantOutputParser(OutputDialect dialect, bool parse_tools, std::string id_prefix);
 
+  // The request's tools (OpenAI's [{"type": "function", "function": {"name",
+  // "parameters"}}]; anything else is ignored): GLM-4.5 values of their
+  // raw-text parameters stay strings. Default: none (every value that
+  // parses as JSON is taken as JSON).
+  void set_tools(const nlohmann::ordered_json& tools);
+
   OutputDelta Feed(absl::string_view text);
   // The end of generation: releases everything held (an unfinished think
   // block as reasoning, an unfinished tool-call block as content).
@@ -115,6 +131,8 @@ class AssistantOutputParser {
   const OutputDialect dialect_;
   const bool parse_tools_;
   const std::string id_prefix_;
+  // GLM-4.5: per function, its raw-text parameters (set_tools).
+  std::map<std::string, std::set<std::string>> raw_text_keys_;
   std::string open_tools_;   // "" when tool calls are not parsed
   std::string close_tools_;
   Mode mode_;

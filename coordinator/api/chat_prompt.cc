@@ -10,6 +10,63 @@
 #include "rpc/server_support.h"
 
 namespace colibri::coordinator {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// `messages` with each assistant tool call's `function.arguments` that is a
+// JSON object's text replaced by that object.
+ojson WithObjectArguments(const ojson& messages) {
+  ojson out = messages;
+  if (!out.is_array()) return out;
+  for (ojson& m : out) {
+    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (ojson& call : m["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
+        continue;
+      }
+      ojson& function = call["function"];
+      if (!function.contains("arguments") || !function["arguments"].is_string()) continue;
+      ojson parsed = ojson::parse(function["arguments"].get<std::string>(), nullptr, false);
+      if (parsed.is_object()) function["arguments"] = std::move(parsed);
+    }
+  }
+  return out;
+}
+
+// Whether `tpl` needs a tool call's arguments as an object: a probe
+// conversation with a call, its arguments as text, fails (GLM-4.5 iterates
+// over them) or shows them other than as that text (Qwen2.5 encodes them
+// with tojson, quoting the text), while with the object the template renders
+// and shows its key. Templates that print the text (Qwen3, DeepSeek-V3.1)
+// or no call at all (ChatML) keep the text.
+bool NeedsObjectArguments(const chat_template::ChatTemplate& tpl) {
+  constexpr absl::string_view kArguments = R"({"colibri_probe":1})";
+  const ojson messages = {
+      {{"role", "user"}, {"content", "x"}},
+      {{"role", "assistant"},
+       {"content", ""},
+       {"tool_calls",
+        {{{"id", "call_0"},
+          {"type", "function"},
+          {"function", {{"name", "f"}, {"arguments", std::string(kArguments)}}}}}}},
+      {{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "y"}}};
+  ojson context = {{"messages", messages},
+                   {"add_generation_prompt", true},
+                   {"bos_token", ""},
+                   {"eos_token", ""},
+                   {"tools",
+                    {{{"type", "function"},
+                      {"function",
+                       {{"name", "f"}, {"description", "f"}, {"parameters", {{"type", "object"}}}}}}}}};
+  absl::StatusOr<std::string> as_text = tpl.Render(context);
+  if (as_text.ok() && absl::StrContains(*as_text, kArguments)) return false;
+  context["messages"] = WithObjectArguments(messages);
+  absl::StatusOr<std::string> as_object = tpl.Render(context);
+  return as_object.ok() && absl::StrContains(*as_object, "colibri_probe");
+}
+
+}  // namespace
 
 absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
                                               const tokenizer::Tokenizer* tokenizer,
@@ -44,15 +101,18 @@ absl::StatusOr<ChatRenderer> LoadChatRenderer(const gguf::GgufFile& file,
   if (source_out != nullptr) *source_out = source;
 
   std::shared_ptr<const chat_template::ChatTemplate> tpl = std::move(*parsed);
+  const bool object_arguments = NeedsObjectArguments(*tpl);
   std::string bos, eos;
   if (tokenizer != nullptr) {
     if (tokenizer->bos_id() >= 0) bos = tokenizer->TokenText(tokenizer->bos_id());
     if (tokenizer->eos_id() >= 0) eos = tokenizer->TokenText(tokenizer->eos_id());
   }
-  return ChatRenderer([tpl, bos, eos](const nlohmann::ordered_json& messages,
-                                      const nlohmann::ordered_json& tools,
-                                      bool add_generation_prompt) -> absl::StatusOr<std::string> {
-    nlohmann::ordered_json context = {{"messages", messages},
+  return ChatRenderer([tpl, bos, eos, object_arguments](
+                          const nlohmann::ordered_json& messages,
+                          const nlohmann::ordered_json& tools,
+                          bool add_generation_prompt) -> absl::StatusOr<std::string> {
+    nlohmann::ordered_json context = {
+        {"messages", object_arguments ? WithObjectArguments(messages) : messages},
                                       {"add_generation_prompt", add_generation_prompt},
                                       {"bos_token", bos},
                                       {"eos_token", eos}};

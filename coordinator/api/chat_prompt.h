@@ -1,7 +1,12 @@
 // The chat template `serve` renders chat requests with: the file given by
 // --chat-template-file, else the GGUF's `tokenizer.chat_template`, else
 // ChatML (chat_template::kDefaultChatMlTemplate, with a warning), rendered
-// with the model's BOS and EOS token texts.
+// with the model's BOS and EOS token texts. Assistant tool calls come as
+// OpenAI sends them (`function.arguments` a JSON object's text); for a
+// template that fails on that text or shows it other than as it is, and
+// shows an object (GLM-4.5's, Qwen2.5's; found by rendering a probe
+// conversation at load), arguments that parse as an object are given as the
+// object.
 //
 // Thread-safety: the returned renderer is thread-safe.
 #ifndef COLIBRI_COORDINATOR_API_CHAT_PROMPT_H_

@@ -60,6 +60,13 @@ struct GenerationRequest {
   OutputConstraintRequest output;
 };
 
+// Whether a chat reply to `request` parses tool calls out of the text: it
+// gave tools and tool_choice is not "none".
+inline bool ParsesToolCalls(const GenerationRequest& request) {
+  return request.tools.is_array() && !request.tools.empty() &&
+         request.output.tool_choice != OutputConstraintRequest::ToolChoice::kNone;
+}
+
 // The defaults of a request that leaves a field out: the same for every
 // front end.
 struct GenerationDefaults {
@@ -82,10 +89,14 @@ struct GenerationRequestContext {
   // Their n_ctx (the scheduler's) and n_vocab must be set.
   RequestLimits limits;
   GenerationDefaults defaults;
-  // The served model's tool-call syntax (DialectFor(arch, template, "")),
-  // which a tool_choice "required" or named constrains to. Default: none
-  // (such a request is FailedPrecondition).
+  // The served model's tool-call syntax (DialectFor(arch, chat_template,
+  // "")), which a tool_choice "required" or named constrains to. Default:
+  // none (such a request is FailedPrecondition).
   ToolDialect tool_dialect = ToolDialect::kNone;
+  // The model's architecture and its chat template's text, from which a
+  // chat reply's dialect is read (chat_reply.h). Default: "".
+  std::string arch;
+  std::string chat_template;
 };
 
 // Checks `request` against the limits (sizes first, before rendering or

@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "coordinator/api/assistant_output.h"
 #include "coordinator/api/chat_prompt.h"
+#include "coordinator/api/chat_reply.h"
 #include "coordinator/api/cluster_view.h"
 #include "coordinator/api/dashboard.h"
 #include "coordinator/cluster/cluster_experts.h"
@@ -138,15 +139,6 @@ GenerationRequest ToGenerationRequest(openai::ApiRequest&& api) {
   return r;
 }
 
-// What token `t` gives a chat reply's parser: its text, then, for a harmony
-// model, the markup of a control token that frames harmony messages (decoded
-// text leaves control tokens out; the parser takes the markup out again).
-std::string ParserText(const tokenizer::Tokenizer* tokenizer, bool harmony,
-                       const GeneratedToken& t) {
-  if (!harmony || tokenizer == nullptr || !tokenizer->IsControl(t.id)) return t.text;
-  return absl::StrCat(t.text, HarmonyMarker(tokenizer->TokenToPiece(t.id, true)));
-}
-
 // The report of one token for logprobs.
 openai::TokenReport Report(const tokenizer::Tokenizer* tokenizer, const GeneratedToken& token) {
   const auto piece = [tokenizer](int32_t id) {
@@ -235,8 +227,10 @@ void HttpServer::Attach(Backend backend) {
   backend.requests.chat = backend.chat;
   backend.requests.limits = backend.request_limits;
   backend.requests.defaults = options_.defaults;
-  backend.requests.tool_dialect =
-      DialectFor(backend.model->config().arch, backend.chat_template_source, "").tools;
+  backend.requests.arch = backend.model->config().arch;
+  backend.requests.chat_template = backend.chat_template_source;
+  backend.requests.tool_dialect = DialectFor(backend.requests.arch, backend.chat_template_source,
+                                             "").tools;
   backend_owned_ = std::make_unique<Backend>(std::move(backend));
   backend_.store(backend_owned_.get(), std::memory_order_release);
 }
@@ -470,15 +464,14 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   absl::StatusOr<openai::ApiRequest> parsed = openai::ParseRequest(endpoint, req.body, b.limits);
   if (!parsed.ok()) return SendError(res, openai::ErrorFromStatus(parsed.status()));
   const bool chat = endpoint == openai::Endpoint::kChatCompletions;
-  const bool parse_tool_calls = parsed->parse_tool_calls;
   const bool stream = parsed->stream;
   const bool include_usage = parsed->include_usage;
   const bool logprobs = parsed->logprobs;
   // The prompt is tokenized here, so that a prompt too long for the context
   // is a 400 before any streaming starts.
   std::string param;
-  absl::StatusOr<GenerationSpec> made =
-      MakeGenerationSpec(ToGenerationRequest(*std::move(parsed)), b.requests, &param);
+  const GenerationRequest request = ToGenerationRequest(*std::move(parsed));
+  absl::StatusOr<GenerationSpec> made = MakeGenerationSpec(request, b.requests, &param);
   if (!made.ok()) return SendError(res, openai::ErrorFromStatus(made.status(), param));
   GenerationSpec spec = *std::move(made);
   absl::Status queued = CheckQueue(*b.scheduler, b.requests.defaults);
@@ -499,19 +492,12 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   id.model = options_.model_id;
   const tokenizer::Tokenizer* tokenizer = b.tokenizer;
   // Chat: the text split into content, reasoning and tool calls by the
-  // model's own syntax; whether a think block is open shows at the prompt's end.
-  std::shared_ptr<AssistantOutputParser> parser;
-  const bool harmony = chat && b.requests.tool_dialect == ToolDialect::kHarmony;
+  // model's own syntax.
+  std::shared_ptr<ChatReply> parser;
   if (chat) {
-    std::string tail;
-    if (tokenizer != nullptr) {
-      const auto& ids = job->spec().prompt_ids;
-      const size_t n = std::min<size_t>(ids.size(), 8);
-      tail = tokenizer->Decode(absl::MakeConstSpan(ids).subspan(ids.size() - n), true);
-    }
-    parser = std::make_shared<AssistantOutputParser>(
-        DialectFor(b.model->config().arch, b.chat_template_source, tail), parse_tool_calls,
-        absl::StrCat("call_", id.created, "_", next_id_.load(), "_"));
+    parser = std::make_shared<ChatReply>(b.requests, job->spec().prompt_ids, request,
+                                         absl::StrCat("call_", id.created, "_", next_id_.load(),
+                                                      "_"));
   }
 
   if (!stream) {
@@ -538,15 +524,8 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
     usage.completion_tokens = static_cast<int>(result.tokens.size());
     if (chat) {
       OutputDelta message;
-      if (harmony) {
-        for (const GeneratedToken& t : tokens) {
-          message.Append(parser->Feed(ParserText(tokenizer, true, t)));
-        }
-        message.Append(parser->Feed(result.trailing_text));
-      } else {
-        message = parser->Feed(result.text);
-      }
-      message.Append(parser->Finish());
+      for (const GeneratedToken& t : tokens) message.Append(parser->Feed(t));
+      message.Append(parser->Finish(result.trailing_text));
       const std::string reason =
           parser->called_tools() ? "tool_calls" : openai::FinishReasonName(result.finish_reason);
       return SendJson(res, openai::ChatResponse(id, message, reason, usage, logprobs_json));
@@ -560,7 +539,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   struct StreamState {
     bool started = false;
     size_t text_offset = 0;  // of the completions logprobs
-    std::shared_ptr<AssistantOutputParser> parser;  // chat
+    std::shared_ptr<ChatReply> parser;  // chat
     int tool_index = 0;  // of the next streamed tool call
   };
   auto state = std::make_shared<StreamState>();
@@ -568,7 +547,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, state, id, endpoint, chat, logprobs, include_usage, tokenizer, harmony](
+      [job, state, id, endpoint, chat, logprobs, include_usage, tokenizer](
           size_t, httplib::DataSink& sink) {
         const auto write = [&sink, &job](const std::string& data) {
           if (sink.write(data.data(), data.size())) return true;
@@ -585,9 +564,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
         if (tokens.empty() && !outcome.has_value()) return write(": ping\n\n");
         std::string out;
         for (const GeneratedToken& t : tokens) {
-          const std::string text =
-              state->parser != nullptr ? ParserText(tokenizer, harmony, t) : t.text;
-          if (text.empty() && !logprobs) continue;
+          if (state->parser == nullptr && t.text.empty() && !logprobs) continue;
           json lp = nullptr;
           if (logprobs) {
             const std::vector<openai::TokenReport> one = {Report(tokenizer, t)};
@@ -596,7 +573,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
           }
           state->text_offset += t.text.size();
           if (state->parser != nullptr) {
-            const OutputDelta d = state->parser->Feed(text);
+            const OutputDelta d = state->parser->Feed(t);
             if (d.empty() && lp.is_null()) continue;
             out += openai::SseEvent(openai::ChatDeltaChunk(id, d, state->tool_index, lp));
             state->tool_index += static_cast<int>(d.tool_calls.size());
@@ -611,8 +588,7 @@ void HttpServer::HandleGenerate(const Backend& b, openai::Endpoint endpoint,
             const GenerationResult& result = (*outcome)->result;
             std::string reason = openai::FinishReasonName(result.finish_reason);
             if (state->parser != nullptr) {
-              OutputDelta d = state->parser->Feed(result.trailing_text);
-              d.Append(state->parser->Finish());
+              const OutputDelta d = state->parser->Finish(result.trailing_text);
               if (!d.empty()) {
                 out += openai::SseEvent(openai::ChatDeltaChunk(id, d, state->tool_index, nullptr));
               }

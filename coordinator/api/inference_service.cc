@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/api/chat_reply.h"
 #include "coordinator/api/model_summary.h"
 #include "coordinator/api/openai_api.h"
 #include "coordinator/api/request_limits.h"
@@ -25,8 +26,40 @@ grpc::Status ToGrpc(const absl::Status& s) {
 
 const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
 
-// The request's sampling parameters with the proto's "0 means off / default"
-// conventions resolved.
+// A chat message as the chat template sees it: OpenAI's message object
+// (the calls of an assistant message as {"id", "type": "function",
+// "function": {"name", "arguments"}}, arguments as JSON text).
+nlohmann::ordered_json ToJson(const v1::ChatMessage& m) {
+  nlohmann::ordered_json out = {{"role", m.role()}, {"content", m.content()}};
+  if (!m.reasoning_content().empty()) out["reasoning_content"] = m.reasoning_content();
+  if (!m.tool_call_id().empty()) out["tool_call_id"] = m.tool_call_id();
+  if (m.tool_calls_size() > 0) {
+    nlohmann::ordered_json& calls = out["tool_calls"] = nlohmann::ordered_json::array();
+    for (const v1::ToolCall& call : m.tool_calls()) {
+      calls.push_back({{"id", call.id()},
+                       {"type", "function"},
+                       {"function", {{"name", call.name()}, {"arguments", call.arguments()}}}});
+    }
+  }
+  return out;
+}
+
+// A tool as the HTTP API's `tools` entry; InvalidArgument when its
+// parameters are not JSON.
+absl::StatusOr<nlohmann::ordered_json> ToJson(const v1::Tool& tool) {
+  // The description always (templates read it); proto3 has no "unset".
+  nlohmann::ordered_json function = {{"name", tool.name()}, {"description", tool.description()}};
+  if (!tool.parameters().empty()) {
+    absl::StatusOr<nlohmann::ordered_json> parameters = openai::ParseJsonValue(tool.parameters());
+    if (!parameters.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameters: ", parameters.status().message()));
+    }
+    function["parameters"] = *std::move(parameters);
+  }
+  return nlohmann::ordered_json{{"type", "function"}, {"function", std::move(function)}};
+}
+
 // A Generate request as a front-end-neutral one (the sizes were checked);
 // InvalidArgument for a response_format schema that is not JSON.
 absl::StatusOr<GenerationRequest> ToGenerationRequest(const v1::GenerateRequest& request) {
@@ -39,9 +72,7 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const v1::GenerateRequest&
     case v1::GenerateRequest::kChat:
       r.prompt = GenerationRequest::Prompt::kChat;
       r.messages = nlohmann::ordered_json::array();
-      for (const v1::ChatMessage& m : request.chat().messages()) {
-        r.messages.push_back({{"role", m.role()}, {"content", m.content()}});
-      }
+      for (const v1::ChatMessage& m : request.chat().messages()) r.messages.push_back(ToJson(m));
       break;
     default:
       r.text = request.text();
@@ -81,7 +112,57 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const v1::GenerateRequest&
     case v1::ResponseFormat::FORMAT_NOT_SET:
       break;
   }
+  if (request.tools_size() > 0) {
+    r.tools = nlohmann::ordered_json::array();
+    for (int i = 0; i < request.tools_size(); ++i) {
+      absl::StatusOr<nlohmann::ordered_json> tool = ToJson(request.tools(i));
+      if (!tool.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tools[", i, "]: ", tool.status().message()));
+      }
+      r.tools.push_back(*std::move(tool));
+    }
+  }
+  using Choice = OutputConstraintRequest::ToolChoice;
+  const v1::ToolChoice& choice = request.tool_choice();
+  switch (choice.choice_case()) {
+    case v1::ToolChoice::kMode:
+      switch (choice.mode()) {
+        case v1::TOOL_CHOICE_NONE:
+          r.output.tool_choice = Choice::kNone;
+          break;
+        case v1::TOOL_CHOICE_REQUIRED:
+          r.output.tool_choice = Choice::kRequired;
+          break;
+        case v1::TOOL_CHOICE_AUTO:
+          break;
+        default:
+          return absl::InvalidArgumentError(
+              absl::StrCat("tool_choice.mode ", choice.mode(), " is not a ToolChoiceMode"));
+      }
+      break;
+    case v1::ToolChoice::kFunction:
+      r.output.tool_choice = Choice::kNamed;
+      r.output.tool_name = choice.function();
+      break;
+    case v1::ToolChoice::CHOICE_NOT_SET:
+      break;
+  }
+  if (request.has_parallel_tool_calls()) {
+    r.output.parallel_tool_calls = request.parallel_tool_calls();
+  }
   return r;
+}
+
+void ToProto(const OutputDelta& delta, v1::ChatDelta* out) {
+  out->set_content(tokenizer::ToValidUtf8(delta.content));
+  out->set_reasoning_content(tokenizer::ToValidUtf8(delta.reasoning));
+  for (const ToolCall& call : delta.tool_calls) {
+    v1::ToolCall* c = out->add_tool_calls();
+    c->set_id(call.id);
+    c->set_name(tokenizer::ToValidUtf8(call.name));
+    c->set_arguments(tokenizer::ToValidUtf8(call.arguments));
+  }
 }
 
 v1::FinishReason ToProto(FinishReason reason) {
@@ -120,7 +201,9 @@ class InferenceServiceImpl::GenerateCall final : public GenerationJob {
     const std::shared_ptr<GenerateCall> call_;
   };
 
-  explicit GenerateCall(GenerationSpec spec) : GenerationJob(std::move(spec)) {}
+  // reply: splits a chat prompt's reply (null for other prompts).
+  GenerateCall(GenerationSpec spec, std::unique_ptr<ChatReply> reply)
+      : GenerationJob(std::move(spec)), reply_(std::move(reply)) {}
 
   // Creates the reactor that gRPC drives; borrowed here until Finish.
   Reactor* MakeReactor(std::shared_ptr<GenerateCall> self) {
@@ -133,6 +216,10 @@ class InferenceServiceImpl::GenerateCall final : public GenerationJob {
     reply.set_token(token.id);
     // Protobuf strings must be valid UTF-8; a model may emit any bytes.
     reply.set_text(tokenizer::ToValidUtf8(token.text));
+    if (reply_ != nullptr) {
+      const OutputDelta delta = reply_->Feed(token);
+      if (!delta.empty()) ToProto(delta, reply.mutable_chat());
+    }
     Send(std::move(reply));
     return true;
   }
@@ -144,6 +231,11 @@ class InferenceServiceImpl::GenerateCall final : public GenerationJob {
     last.set_done(true);
     last.set_text(tokenizer::ToValidUtf8(result.trailing_text));
     last.set_finish_reason(ToProto(result.finish_reason));
+    if (reply_ != nullptr) {
+      const OutputDelta delta = reply_->Finish(result.trailing_text);
+      if (!delta.empty()) ToProto(delta, last.mutable_chat());
+      if (reply_->called_tools()) last.set_finish_reason(v1::FINISH_REASON_TOOL_CALLS);
+    }
     v1::GenerateStats* stats = last.mutable_stats();
     stats->set_prompt_tokens(outcome->prompt_tokens);
     stats->set_cached_prompt_tokens(outcome->cached_prompt_tokens);
@@ -218,6 +310,8 @@ class InferenceServiceImpl::GenerateCall final : public GenerationJob {
   }
 
   Reactor* reactor_ = nullptr;
+  // Used by the scheduler's worker only (OnToken, OnFinish).
+  const std::unique_ptr<ChatReply> reply_;
   absl::Mutex mu_;
   // pending_.front() is being written while writing_; deque references stay
   // valid across push_back.
@@ -248,6 +342,9 @@ absl::StatusOr<std::unique_ptr<InferenceServiceImpl>> InferenceServiceImpl::Crea
   GenerationRequestContext& requests = service->requests_;
   requests.tokenizer = tokenizer;
   requests.chat = options.chat;
+  requests.arch = model.config().arch;
+  requests.chat_template = options.chat_template_source;
+  requests.tool_dialect = DialectFor(requests.arch, requests.chat_template, "").tools;
   requests.defaults = options.defaults;
   requests.limits = options.limits;
   requests.limits.n_ctx = scheduler->n_ctx();
@@ -295,18 +392,24 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
   // work, done here like Tokenize so that its errors come before any token.
   if (authorized && status.ok()) status = CheckGenerateRequest(request, requests_.limits);
   GenerationSpec spec;
+  std::unique_ptr<ChatReply> reply;
   if (authorized && status.ok()) {
     absl::StatusOr<GenerationRequest> generic = ToGenerationRequest(request);
     absl::StatusOr<GenerationSpec> made =
         generic.ok() ? MakeGenerationSpec(*generic, requests_) : generic.status();
     if (made.ok()) {
       spec = *std::move(made);
+      if (generic->prompt == GenerationRequest::Prompt::kChat) {
+        reply = std::make_unique<ChatReply>(
+            requests_, spec.prompt_ids, *generic,
+            absl::StrCat("call_", next_call_.fetch_add(1, std::memory_order_relaxed), "_"));
+      }
     } else {
       status = made.status();
     }
   }
   if (authorized && status.ok()) status = CheckQueue(*scheduler_, requests_.defaults);
-  auto call = std::make_shared<GenerateCall>(std::move(spec));
+  auto call = std::make_shared<GenerateCall>(std::move(spec), std::move(reply));
   GenerateCall::Reactor* reactor = call->MakeReactor(call);
   if (!authorized) {
     call->Finish(rpc::UnauthenticatedStatus());

@@ -25,6 +25,7 @@
 #ifndef COLIBRI_COORDINATOR_API_INFERENCE_SERVICE_H_
 #define COLIBRI_COORDINATOR_API_INFERENCE_SERVICE_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -67,6 +68,10 @@ class InferenceServiceImpl final : public InferenceServiceBase {
     // Renders the `chat` prompts of Generate (chat_prompt.h). Default: none
     // (such requests fail with UNIMPLEMENTED).
     ChatRenderer chat;
+    // The chat template's text: which thinking and tool-call syntax the
+    // model writes (assistant_output.h), for tool_choice and chat replies.
+    // Default: "" (from the architecture alone).
+    std::string chat_template_source;
   };
 
   // model, tokenizer (null: id prompts only, no text), cluster (null: the
@@ -116,6 +121,8 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   // defaults, tokenizer and chat template of MakeGenerationSpec.
   GenerationRequestContext requests_;
   v1::ModelInfoReply model_info_;
+  // Numbers the Generate calls, for their tool calls' ids.
+  std::atomic<uint64_t> next_call_{0};
 
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> control_tasks_ ABSL_GUARDED_BY(mu_);

@@ -4,7 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "model/grammar/grammar_compose.h"
 
 namespace colibri::coordinator {
@@ -32,10 +34,10 @@ absl::StatusOr<Grammar> CompileFormat(const OutputConstraintRequest& request,
   return compiled;
 }
 
-// One function a call may name: its name and its arguments' grammar.
+// One function a call may name: its name and its arguments' schema.
 struct Callable {
   std::string name;
-  Grammar arguments;
+  ojson schema;
 };
 
 // `parameters` as a schema of the arguments object: absent or null is any
@@ -61,7 +63,7 @@ absl::StatusOr<ojson> ArgumentsSchema(const ojson* parameters, const std::string
   return schema;
 }
 
-// The functions a call may name (all, or the one of kNamed), compiled.
+// The functions a call may name (all, or the one of kNamed).
 absl::StatusOr<std::vector<Callable>> Callables(const OutputConstraintRequest& request,
                                                 const ojson& tools, std::string* error_param) {
   if (!tools.is_array() || tools.empty()) {
@@ -70,9 +72,6 @@ absl::StatusOr<std::vector<Callable>> Callables(const OutputConstraintRequest& r
         "tool_choice", error_param);
   }
   std::vector<Callable> out;
-  // All the functions' automata share one budget, so that many tools cost
-  // what one large schema may.
-  grammar::SchemaCompileOptions budget = kOutputSchemaCompile;
   for (size_t i = 0; i < tools.size(); ++i) {
     const ojson& tool = tools[i];
     const ojson* function = nullptr;
@@ -96,18 +95,7 @@ absl::StatusOr<std::vector<Callable>> Callables(const OutputConstraintRequest& r
     absl::StatusOr<ojson> schema =
         ArgumentsSchema(parameters == function->end() ? nullptr : &*parameters, name);
     if (!schema.ok()) return Fail(schema.status(), "tools", error_param);
-    absl::StatusOr<Grammar> compiled = grammar::CompileJsonSchema(*schema, budget);
-    if (compiled.ok()) {
-      const size_t used = (*compiled)->nfa.size();
-      budget.max_nfa_states = used < budget.max_nfa_states ? budget.max_nfa_states - used : 0;
-    }
-    if (!compiled.ok()) {
-      return Fail(absl::InvalidArgumentError(
-                      absl::StrCat("the parameters of function '", name,
-                                   "' cannot be enforced: ", compiled.status().message())),
-                  "tools", error_param);
-    }
-    out.push_back({name, *std::move(compiled)});
+    out.push_back({name, *std::move(schema)});
   }
   if (out.empty()) {
     return Fail(
@@ -118,52 +106,256 @@ absl::StatusOr<std::vector<Callable>> Callables(const OutputConstraintRequest& r
   return out;
 }
 
+// Compiles `schema` within what is left of *budget (all of a request's
+// functions share one, so that many tools cost what one large schema may)
+// and takes what it used; `what` names the schema in an error.
+absl::StatusOr<Grammar> CompileWithin(const ojson& schema, grammar::SchemaCompileOptions* budget,
+                                      const std::string& what) {
+  absl::StatusOr<Grammar> compiled = grammar::CompileJsonSchema(schema, *budget);
+  if (!compiled.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " cannot be enforced: ", compiled.status().message()));
+  }
+  const size_t used = (*compiled)->nfa.size();
+  budget->max_nfa_states = used < budget->max_nfa_states ? budget->max_nfa_states - used : 0;
+  return compiled;
+}
+
+// What a GLM-4.5 value must not contain: the tags the parser looks for.
+const std::vector<std::string>& GlmClosingTags() {
+  static const std::vector<std::string>* tags =
+      new std::vector<std::string>{"</arg_value>", "</tool_call>"};
+  return *tags;
+}
+
+// The keywords of a raw-text parameter's schema that its text can follow.
+bool GlmRawTextKeyword(const std::string& keyword) {
+  static constexpr absl::string_view kKnown[] = {
+      "type",    "enum",  "const", "minLength", "maxLength", "description",
+      "title",   "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"};
+  return std::find(std::begin(kKnown), std::end(kKnown), keyword) != std::end(kKnown);
+}
+
+// The keywords of the arguments object that the fixed key order can follow.
+bool GlmObjectKeyword(const std::string& keyword) {
+  static constexpr absl::string_view kKnown[] = {
+      "type", "properties", "required", "additionalProperties", "description", "title",
+      "$defs", "definitions", "$schema", "$id", "$comment", "default", "examples", "strict"};
+  return std::find(std::begin(kKnown), std::end(kKnown), keyword) != std::end(kKnown);
+}
+
+// The value of a raw-text parameter `key` (GlmRawTextParameter): one of its
+// enum/const strings, or text within its length bounds, without the closing
+// tags.
+absl::StatusOr<grammar::GrammarPart> GlmRawValue(const ojson& schema, const std::string& key,
+                                                 const std::string& function) {
+  const std::string where = absl::StrCat("parameter '", key, "' of function '", function, "'");
+  for (const auto& [keyword, value] : schema.items()) {
+    if (!GlmRawTextKeyword(keyword)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GLM-4.5 tool calls write string values as raw text, which cannot follow '",
+                       keyword, "' (", where, ")"));
+    }
+  }
+  const auto bound = [&](const char* name, int fallback) -> absl::StatusOr<int> {
+    const auto it = schema.find(name);
+    if (it == schema.end()) return fallback;
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > (1u << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", name, "' must be an integer in [0, 2^20] (", where, ")"));
+    }
+    return static_cast<int>(it->get<uint64_t>());
+  };
+  absl::StatusOr<int> min = bound("minLength", 0);
+  if (!min.ok()) return min.status();
+  absl::StatusOr<int> max = bound("maxLength", -1);
+  if (!max.ok()) return max.status();
+  std::vector<std::string> values;
+  if (schema.contains("const")) {
+    values.push_back(schema["const"].get<std::string>());
+  } else if (schema.contains("enum")) {
+    for (const ojson& v : schema["enum"]) values.push_back(v.get<std::string>());
+  } else {
+    if (*max >= 0 && *max < *min) {
+      return absl::InvalidArgumentError(absl::StrCat("minLength is above maxLength (", where, ")"));
+    }
+    return grammar::GrammarPart::Text(*min, *max, GlmClosingTags());
+  }
+  // Enumerated strings: alternatives of their literal text (those that fit
+  // the length bounds and hold no closing tag).
+  std::vector<grammar::GrammarSequence> alternatives;
+  for (const std::string& v : values) {
+    int chars = 0;
+    for (unsigned char c : v) chars += (c & 0xC0) != 0x80 ? 1 : 0;
+    if (chars < *min || (*max >= 0 && chars > *max)) continue;
+    bool tagged = false;
+    for (const std::string& tag : GlmClosingTags()) tagged = tagged || v.find(tag) != v.npos;
+    if (!tagged) alternatives.push_back({grammar::GrammarPart::Literal(v)});
+  }
+  if (alternatives.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no value of ", where, " can be written as a GLM-4.5 argument"));
+  }
+  absl::StatusOr<Grammar> g = grammar::ComposeGrammar(alternatives, {});
+  if (!g.ok()) return g.status();
+  return grammar::GrammarPart::Of(*std::move(g));
+}
+
+// A GLM-4.5 call's arguments: "<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n"
+// per key, the keys in a fixed order (the properties as declared, then the
+// required keys not among them) so that none repeats; required keys always,
+// the others optionally. V is raw text for a parameter that takes only
+// strings, else compact JSON of its schema (with the root's $defs).
+absl::StatusOr<grammar::GrammarSequence> GlmArguments(const Callable& c,
+                                                      grammar::SchemaCompileOptions* budget) {
+  const ojson& schema = c.schema;
+  for (const auto& [keyword, value] : schema.items()) {
+    if (!GlmObjectKeyword(keyword)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GLM-4.5 tool calls cannot enforce '", keyword, "' on the parameters of function '",
+          c.name, "' (their keys are written one by one in a fixed order)"));
+    }
+  }
+  const ojson no_properties = ojson::object();
+  const ojson& properties = schema.contains("properties") && schema["properties"].is_object()
+                                ? schema["properties"]
+                                : no_properties;
+  std::vector<std::string> required;
+  if (schema.contains("required") && schema["required"].is_array()) {
+    for (const ojson& k : schema["required"]) {
+      if (k.is_string()) required.push_back(k.get<std::string>());
+    }
+  }
+  const auto is_required = [&](const std::string& k) {
+    return std::find(required.begin(), required.end(), k) != required.end();
+  };
+  std::vector<std::pair<std::string, ojson>> keys;
+  for (const auto& [k, v] : properties.items()) keys.emplace_back(k, v);
+  for (const std::string& k : required) {
+    if (properties.contains(k)) continue;
+    const ojson extra = schema.contains("additionalProperties") ? schema["additionalProperties"]
+                                                                : ojson(true);
+    if (extra == false) {
+      return absl::InvalidArgumentError(absl::StrCat("required key '", k, "' of function '",
+                                                     c.name, "' is not among its properties"));
+    }
+    keys.emplace_back(k, extra);
+  }
+  grammar::GrammarSequence out;
+  for (const auto& [key, property] : keys) {
+    if (key.empty() || key.find_first_of("<>\n") != std::string::npos ||
+        absl::StripAsciiWhitespace(key) != key) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", key, "' of function '", c.name, "' cannot be a GLM-4.5 argument key"));
+    }
+    grammar::GrammarSequence entry = {grammar::GrammarPart::Literal(
+        absl::StrCat("<arg_key>", key, "</arg_key>\n<arg_value>"))};
+    if (GlmRawTextParameter(property)) {
+      absl::StatusOr<grammar::GrammarPart> value = GlmRawValue(property, key, c.name);
+      if (!value.ok()) return value.status();
+      entry.push_back(*std::move(value));
+    } else {
+      ojson value_schema = property;
+      for (const char* defs : {"$defs", "definitions"}) {
+        if (value_schema.is_object() && schema.contains(defs) && !value_schema.contains(defs)) {
+          value_schema[defs] = schema[defs];
+        }
+      }
+      absl::StatusOr<Grammar> value = CompileWithin(
+          value_schema, budget,
+          absl::StrCat("parameter '", key, "' of function '", c.name, "'"));
+      if (!value.ok()) return value.status();
+      entry.push_back(grammar::GrammarPart::Of(*std::move(value), GlmClosingTags()));
+    }
+    entry.push_back(grammar::GrammarPart::Literal("</arg_value>\n"));
+    if (is_required(key)) {
+      for (grammar::GrammarPart& part : entry) out.push_back(std::move(part));
+      continue;
+    }
+    grammar::ComposeOptions optional;
+    optional.max_nfa_states = budget->max_nfa_states;
+    absl::StatusOr<Grammar> maybe =
+        grammar::ComposeGrammar({entry, {grammar::GrammarPart::Literal("")}}, optional);
+    if (!maybe.ok()) return maybe.status();
+    out.push_back(grammar::GrammarPart::Of(*std::move(maybe)));
+  }
+  return out;
+}
+
+// One call's alternative in `dialect`'s syntax.
+absl::StatusOr<grammar::GrammarSequence> CallSyntax(const Callable& c, ToolDialect dialect,
+                                                    grammar::SchemaCompileOptions* budget) {
+  if (dialect == ToolDialect::kGlm45) {
+    if (c.name.find_first_of("<>\n \t\r") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("function name '", c.name, "' cannot be written in a GLM-4.5 tool call"));
+    }
+    absl::StatusOr<grammar::GrammarSequence> arguments = GlmArguments(c, budget);
+    if (!arguments.ok()) return arguments.status();
+    grammar::GrammarSequence call = {
+        grammar::GrammarPart::Literal(absl::StrCat("<tool_call>", c.name, "\n"))};
+    for (grammar::GrammarPart& part : *arguments) call.push_back(std::move(part));
+    call.push_back(grammar::GrammarPart::Literal("</tool_call>"));
+    return call;
+  }
+  absl::StatusOr<Grammar> arguments =
+      CompileWithin(c.schema, budget, absl::StrCat("the parameters of function '", c.name, "'"));
+  if (!arguments.ok()) return arguments.status();
+  if (dialect == ToolDialect::kHarmony) {
+    if (c.name.find_first_of("<> \t\r\n") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("function name '", c.name, "' cannot be written in a gpt-oss tool call"));
+    }
+    return grammar::GrammarSequence{
+        grammar::GrammarPart::Literal(absl::StrCat(
+            "<|channel|>commentary to=functions.", c.name, " <|constrain|>json<|message|>")),
+        grammar::GrammarPart::Of(*std::move(arguments))};
+  }
+  if (dialect == ToolDialect::kHermes) {
+    return grammar::GrammarSequence{
+        grammar::GrammarPart::Literal(
+            absl::StrCat("<tool_call>\n{\"name\": ", ojson(c.name).dump(), ", \"arguments\": ")),
+        grammar::GrammarPart::Of(*std::move(arguments)),
+        grammar::GrammarPart::Literal("}\n</tool_call>")};
+  }
+  return grammar::GrammarSequence{
+      grammar::GrammarPart::Literal(absl::StrCat(kDeepSeekCallBegin, c.name, kDeepSeekSep)),
+      grammar::GrammarPart::Of(*std::move(arguments)),
+      grammar::GrammarPart::Literal(std::string(kDeepSeekCallEnd))};
+}
+
 absl::StatusOr<Grammar> CompileToolCalls(const OutputConstraintRequest& request, const ojson& tools,
                                          ToolDialect dialect, std::string* error_param) {
   switch (dialect) {
     case ToolDialect::kHermes:
     case ToolDialect::kDeepSeekV3:
-      break;
     case ToolDialect::kGlm45:
-      return Fail(absl::FailedPreconditionError(
-                      "'tool_choice' \"required\" or a named function is not supported for "
-                      "GLM-4.5 models (their calls are key/value pairs, not JSON); use \"auto\""),
-                  "tool_choice", error_param);
     case ToolDialect::kHarmony:
-      return Fail(absl::FailedPreconditionError(
-                      "'tool_choice' \"required\" or a named function is not supported for "
-                      "gpt-oss models yet (their calls are framed by control tokens); use "
-                      "\"auto\""),
-                  "tool_choice", error_param);
+      break;
     case ToolDialect::kNone:
       return Fail(absl::FailedPreconditionError(
                       "'tool_choice' \"required\" or a named function needs a model whose "
-                      "tool-call syntax this server knows (Hermes/Qwen, DeepSeek-V3); use "
-                      "\"auto\""),
+                      "tool-call syntax this server knows (Hermes/Qwen, GLM-4.5, DeepSeek-V3, "
+                      "gpt-oss); use \"auto\""),
                   "tool_choice", error_param);
   }
   absl::StatusOr<std::vector<Callable>> callables = Callables(request, tools, error_param);
   if (!callables.ok()) return callables.status();
 
+  grammar::SchemaCompileOptions budget = kOutputSchemaCompile;
+  std::vector<grammar::GrammarSequence> alternatives;
+  for (const Callable& c : *callables) {
+    absl::StatusOr<grammar::GrammarSequence> call = CallSyntax(c, dialect, &budget);
+    if (!call.ok()) return Fail(call.status(), "tools", error_param);
+    alternatives.push_back(*std::move(call));
+  }
   grammar::ComposeOptions calls;
   calls.max_nfa_states = kOutputSchemaCompile.max_nfa_states;
-  calls.max_repeats = request.parallel_tool_calls ? kMaxParallelToolCalls : 1;
-  std::vector<grammar::GrammarSequence> alternatives;
-  for (Callable& c : *callables) {
-    const std::string quoted = ojson(c.name).dump();
-    if (dialect == ToolDialect::kHermes) {
-      alternatives.push_back({grammar::GrammarPart::Literal(absl::StrCat(
-                                  "<tool_call>\n{\"name\": ", quoted, ", \"arguments\": ")),
-                              grammar::GrammarPart::Of(std::move(c.arguments)),
-                              grammar::GrammarPart::Literal("}\n</tool_call>")});
-    } else {
-      alternatives.push_back(
-          {grammar::GrammarPart::Literal(absl::StrCat(kDeepSeekCallBegin, c.name, kDeepSeekSep)),
-           grammar::GrammarPart::Of(std::move(c.arguments)),
-           grammar::GrammarPart::Literal(std::string(kDeepSeekCallEnd))});
-    }
-  }
-  if (dialect == ToolDialect::kHermes) calls.separator = "\n";
+  // A harmony call ends the generation (<|call|>): one per reply.
+  calls.max_repeats = request.parallel_tool_calls && dialect != ToolDialect::kHarmony
+                          ? kMaxParallelToolCalls
+                          : 1;
+  if (dialect != ToolDialect::kDeepSeekV3) calls.separator = "\n";
   absl::StatusOr<Grammar> composed = grammar::ComposeGrammar(alternatives, calls);
   if (composed.ok() && dialect == ToolDialect::kDeepSeekV3) {
     grammar::ComposeOptions block;

@@ -14,15 +14,31 @@
 //   deepseek_v3  <｜tool▁calls▁begin｜> then per call
 //                <｜tool▁call▁begin｜>N<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>
 //                then <｜tool▁calls▁end｜> (the V3.1 form)
-//   glm45, harmony, none
-//                FailedPrecondition naming the family: GLM-4.5 writes its
-//                arguments as key/value pairs, not JSON; gpt-oss frames its
-//                calls with control tokens, which the grammar's vocabulary
-//                trie does not hold; a model without a known syntax has
-//                nothing to constrain to.
-// ARGS is compact JSON (no spaces). With parallel_tool_calls, 1 to
-// kMaxParallelToolCalls calls, each naming any allowed function; without it,
-// exactly one.
+//   glm45        <tool_call>N\n then per argument
+//                <arg_key>K</arg_key>\n<arg_value>V</arg_value>\n then
+//                </tool_call>, several calls separated by "\n". The keys in
+//                a fixed order: the properties as declared, then required
+//                keys not among them; required ones always, others
+//                optionally, none twice. V is raw text for a parameter that
+//                takes only strings (GlmRawTextParameter: its length bounds
+//                and enum/const are enforced, any other keyword of it is
+//                InvalidArgument naming it), else compact JSON of its schema;
+//                no V holds "</arg_value>" or "</tool_call>". Keywords of the
+//                arguments object beyond properties, required and
+//                additionalProperties are InvalidArgument naming them.
+//   harmony      (gpt-oss, after the prompt's "<|start|>assistant")
+//                <|channel|>commentary to=functions.N <|constrain|>json
+//                <|message|>ARGS, then the end of generation (<|call|>): one
+//                call per reply, parallel_tool_calls or not. The markers are
+//                text: the vocabulary's harmony tokens are user-defined (their
+//                piece is that text, as llama.cpp has them), so the mask
+//                allows each marker's token and, as for any literal, its
+//                spelling in other tokens, which decodes to the same text.
+//   none         FailedPrecondition: a model without a known tool-call
+//                syntax has nothing to constrain to.
+// ARGS (and a JSON value V) is compact JSON (no spaces). With
+// parallel_tool_calls, 1 to kMaxParallelToolCalls calls, each naming any
+// allowed function; without it, exactly one.
 //
 // Thread-safety: every function is thread-safe (no shared state).
 #ifndef COLIBRI_COORDINATOR_API_OUTPUT_CONSTRAINT_H_

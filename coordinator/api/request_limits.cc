@@ -35,7 +35,15 @@ absl::Status CheckGenerateRequest(const v1::GenerateRequest& request, const Requ
         if (messages[i].role().empty()) {
           return absl::InvalidArgumentError(absl::StrCat("chat message ", i, " has no role"));
         }
-        bytes += messages[i].role().size() + messages[i].content().size();
+        const v1::ChatMessage& m = messages[i];
+        bytes += m.role().size() + m.content().size() + m.tool_call_id().size() +
+                 m.reasoning_content().size();
+        for (const v1::ToolCall& call : m.tool_calls()) {
+          bytes += call.id().size() + call.name().size() + call.arguments().size();
+        }
+      }
+      for (const v1::Tool& tool : request.tools()) {
+        bytes += tool.name().size() + tool.description().size() + tool.parameters().size();
       }
       COLIBRI_RETURN_IF_ERROR(CheckChat(messages.size(), bytes, limits));
       break;
@@ -56,6 +64,10 @@ absl::Status CheckGenerateRequest(const v1::GenerateRequest& request, const Requ
       }
       break;
     }
+  }
+  if (request.prompt_case() != v1::GenerateRequest::kChat &&
+      (request.tools_size() > 0 || request.has_tool_choice())) {
+    return absl::InvalidArgumentError("tools and tool_choice need a chat prompt");
   }
   if (request.max_tokens() < 0) {
     return absl::InvalidArgumentError(

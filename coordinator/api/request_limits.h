@@ -50,10 +50,11 @@ absl::Status ValidateRequestLimits(const RequestLimits& limits);
 
 // Checks every size of a Generate request against `limits`: prompt text bytes,
 // prompt token count (against n_ctx) and ids (against n_vocab), max_tokens,
-// the number and length of stop strings, the response_format schema text.
-// OutOfRange naming the limit for a
-// size beyond it; InvalidArgument for a negative max_tokens, an empty or
-// missing prompt and ids outside the vocabulary. Does not look at sampling
+// the number and length of stop strings, the response_format schema text, a
+// chat's bytes (messages, their tool calls, and the tools). OutOfRange naming
+// the limit for a size beyond it; InvalidArgument for a negative max_tokens,
+// an empty or missing prompt, ids outside the vocabulary, and tools or a
+// tool choice without a chat prompt. Does not look at sampling
 // parameters or whether the text fits the context once tokenized.
 absl::Status CheckGenerateRequest(const v1::GenerateRequest& request, const RequestLimits& limits);
 

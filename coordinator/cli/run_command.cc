@@ -212,7 +212,7 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   std::unique_ptr<moe::RoutingTraceWriter> routing_trace;
   if (!options.trace_routing.empty()) {
     COLIBRI_ASSIGN_OR_RETURN(routing_trace, moe::RoutingTraceWriter::Open(options.trace_routing, {}));
-    scheduler_options.routing_trace = routing_trace.get();
+    scheduler_options.routing_observers.push_back(routing_trace.get());
   }
   // One generation's steps never hold two sequences to split between.
   scheduler_options.pipeline_halves = arch::PipelineHalves::kOff;

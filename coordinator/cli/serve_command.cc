@@ -169,7 +169,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   std::unique_ptr<moe::RoutingTraceWriter> routing_trace;
   if (!options.trace_routing.empty()) {
     COLIBRI_ASSIGN_OR_RETURN(routing_trace, moe::RoutingTraceWriter::Open(options.trace_routing, {}));
-    scheduler_options.routing_trace = routing_trace.get();
+    scheduler_options.routing_observers.push_back(routing_trace.get());
   }
   scheduler_options.pipeline_halves = options.pipeline_halves;
   scheduler_options.kv_type = options.kv_type;
@@ -196,7 +196,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
         << " of KV rows (--kv-cache-size)\n";
   }
   StepTimeline timeline;
-  scheduler_options.route_observer = &expert_use;
+  scheduler_options.routing_observers.push_back(&expert_use);
   if (cluster != nullptr) {
     COLIBRI_RETURN_IF_ERROR(cluster->StartRebalancing(
         options.cluster, [&expert_use] { return expert_use.Snapshot(); }, err));
@@ -209,6 +209,7 @@ absl::Status RunServe(const ServeOptions& options, const std::function<void()>& 
   service_options.auth_token = token;
   service_options.defaults.max_queued = options.max_queued;
   service_options.chat = chat;
+  service_options.chat_template_source = chat_template_source;
   COLIBRI_ASSIGN_OR_RETURN(std::unique_ptr<InferenceServiceImpl> service,
                            InferenceServiceImpl::Create(service_options, *model, tokenizer,
                                                         cluster.get(), scheduler.get()));

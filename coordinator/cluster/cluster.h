@@ -114,8 +114,9 @@ struct ClusterOptions {
   double hedge_factor = 3;
   absl::Duration hedge_floor = absl::Milliseconds(20);
   double hedge_budget = 20;
-  // The clock of the latency estimates (staleness). Default: empty, meaning
-  // absl::Now.
+  // The clock of the latency estimates (staleness), of the hedge budget and
+  // of the grace of replaced placements (kPlacementGrace). Default: empty,
+  // meaning absl::Now.
   std::function<absl::Time()> clock;
   // Weigh every node 1 instead of by its reported capacity. Default: false.
   bool assume_equal = false;
@@ -220,8 +221,8 @@ class Cluster {
   // The placement in force. A re-placement may install a newer one at any
   // time: read it once per unit of work (a layer) and use that reference
   // throughout. The reference stays valid for at least kPlacementGrace after
-  // a newer placement replaced it (then it may be freed, so that hot-expert
-  // rounds do not pile placements up).
+  // a newer placement replaced it, on the cluster's clock (then it may be
+  // freed, so that hot-expert rounds do not pile placements up).
   const Placement& placement() const { return *current_.load(std::memory_order_acquire); }
   static constexpr absl::Duration kPlacementGrace = absl::Minutes(1);
   // The placement in force, kept alive for as long as the caller holds it:

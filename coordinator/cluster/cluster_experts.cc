@@ -323,7 +323,8 @@ void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const 
     if (!before.ok() || !now.ok()) continue;
     err << absl::StrFormat(
         "node-tier %s decode: ram_hits=%d ram_misses=%d disk_bytes_read=%d disk_wait_us=%d "
-        "prefetch_issued=%d prefetch_used=%d prefetch_wasted=%d prefetch_dropped=%d\n",
+        "prefetch_issued=%d prefetch_used=%d prefetch_wasted=%d prefetch_dropped=%d "
+        "prefetch_stale=%d\n",
         cluster_->node(i).address, now->ram_hits() - before->ram_hits(),
         now->ram_misses() - before->ram_misses(),
         now->disk_bytes_read() - before->disk_bytes_read(),
@@ -331,7 +332,8 @@ void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const 
         now->prefetch_issued() - before->prefetch_issued(),
         now->prefetch_used() - before->prefetch_used(),
         now->prefetch_wasted() - before->prefetch_wasted(),
-        now->prefetch_dropped() - before->prefetch_dropped());
+        now->prefetch_dropped() - before->prefetch_dropped(),
+        now->prefetch_stale() - before->prefetch_stale());
   }
 }
 

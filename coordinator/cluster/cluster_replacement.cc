@@ -145,7 +145,7 @@ void Cluster::RebalanceLoop() {
       extras_ = extras;
       extra_counters_.added += added;
       extra_counters_.dropped += dropped;
-      const absl::Time now = absl::Now();
+      const absl::Time now = Now();
       placements_.back().second = now;
       placements_.erase(
           std::remove_if(placements_.begin(), placements_.end(),

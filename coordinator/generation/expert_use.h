@@ -1,6 +1,6 @@
 // How often each routed expert of each layer was chosen since start-up: the
-// dashboard's heat map (GET /v1/cluster). A RouteObserver of the generation
-// scheduler's sessions.
+// dashboard's heat map (GET /v1/cluster) and the input of hot-expert
+// rebalancing. A RoutingObserver of the generation scheduler's backends.
 //
 // Thread-safety: OnRoutes and Snapshot may be called concurrently.
 #ifndef COLIBRI_COORDINATOR_GENERATION_EXPERT_USE_H_
@@ -11,11 +11,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "model/arch/session.h"
+#include "model/moe/routing_observer.h"
 
 namespace colibri::coordinator {
 
-class ExpertUse : public arch::RouteObserver {
+class ExpertUse final : public moe::RoutingObserver {
  public:
   // experts_per_layer[l]: routed experts of layer l (0 for a dense layer).
   explicit ExpertUse(std::vector<int> experts_per_layer);
@@ -23,7 +23,7 @@ class ExpertUse : public arch::RouteObserver {
   // Counts one route per (token, rank); ids outside the layer's experts, and
   // the routes of layers outside the model or without routed experts, are
   // ignored (counted in ignored()).
-  void OnRoutes(int layer, int n_tokens, int k, const int32_t* experts) override;
+  void OnRoutes(int layer, int64_t n_tokens, int k, const int32_t* experts) override;
 
   // [layer][expert] routes so far.
   std::vector<std::vector<int64_t>> Snapshot() const;

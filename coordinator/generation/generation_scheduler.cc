@@ -161,9 +161,10 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
                                                          model_.config().n_expert, path, pool_);
     e->backend = e->local.get();
   }
-  if (options_.routing_trace != nullptr) {
-    e->traced = std::make_unique<moe::TracingExpertBackend>(e->backend, options_.routing_trace);
-    e->backend = e->traced.get();
+  if (!options_.routing_observers.empty()) {
+    e->observed =
+        std::make_unique<moe::ObservedExpertBackend>(e->backend, options_.routing_observers);
+    e->backend = e->observed.get();
   }
   arch::SessionOptions session_options;
   session_options.n_ctx = options_.ctx_size;
@@ -175,7 +176,6 @@ absl::StatusOr<GenerationScheduler::Engine*> GenerationScheduler::EngineFor(ops:
   session_options.kv_type = options_.kv_type;
   COLIBRI_ASSIGN_OR_RETURN(e->session,
                            arch::Session::Create(model_, e->backend, pool_, session_options));
-  e->session->set_route_observer(options_.route_observer);
   e->used.assign(options_.sessions, false);
   speculative::DraftPlannerOptions planner;
   planner.max_draft = options_.speculation.draft_max;

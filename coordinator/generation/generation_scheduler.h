@@ -116,7 +116,7 @@
 #include "model/arch/session.h"
 #include "model/grammar/byte_nfa.h"
 #include "model/grammar/token_trie.h"
-#include "model/moe/routing_trace.h"
+#include "model/moe/routing_observer.h"
 #include "model/sampling/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -264,16 +264,13 @@ class GenerationScheduler {
     // capacity_bytes; -1: min(4 GiB, half the directory's free space); 0:
     // no disk tier). Default: -1.
     int64_t prefix_cache_disk_bytes = -1;
-    // Receives every session's routing (on the stepping thread); borrowed,
-    // must outlive the scheduler. Default: null.
-    arch::RouteObserver* route_observer = nullptr;
     // Receives every forward step's timing; borrowed, must outlive the
     // scheduler. Default: null.
     StepTimeline* timeline = nullptr;
-    // Receives every forward step's routing and prediction hints
-    // (model/moe/routing_trace.h); borrowed, must outlive the scheduler.
-    // Default: null (not recorded).
-    moe::RoutingTraceWriter* routing_trace = nullptr;
+    // Receive every forward step's routing and prediction hints as they
+    // reach the expert backend (model/moe/routing_observer.h), on the
+    // stepping threads; borrowed, must outlive the scheduler. Default: none.
+    std::vector<moe::RoutingObserver*> routing_observers;
   };
 
   // model, tokenizer (null: id prompts only), cluster (null: experts computed

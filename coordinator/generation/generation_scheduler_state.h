@@ -15,7 +15,7 @@
 #include "coordinator/cluster/remote_expert_backend.h"
 #include "coordinator/generation/generation_scheduler.h"
 #include "coordinator/generation/token_constraint.h"
-#include "model/moe/routing_trace.h"
+#include "model/moe/routing_observer.h"
 #include "model/speculative/draft_planner.h"
 #include "model/speculative/mtp_drafter.h"
 
@@ -29,8 +29,9 @@ struct GenerationScheduler::Engine {
   std::unique_ptr<moe::ExpertBackend> local;  // the backend without nodes
   moe::ExpertBackend* backend = nullptr;      // local, or the cluster's for this path
   RemoteExpertBackend* remote = nullptr;      // backend, when over nodes
-  // Options::routing_trace: records what reaches the backend, then passes it on.
-  std::unique_ptr<moe::TracingExpertBackend> traced;
+  // Options::routing_observers: reports what reaches the backend, then
+  // passes it on.
+  std::unique_ptr<moe::ObservedExpertBackend> observed;
   std::unique_ptr<arch::Session> session;
   std::vector<bool> used;  // [sessions] slots taken by an active generation
   uint64_t steps = 0;      // Step calls, to rotate the decoding order

@@ -46,10 +46,13 @@ namespace colibri::arch {
 // latent cache (the normed latent and the roped k_pe) is stored so.
 // kQ8_0 stores each row (one token's key or value of one KV head, or one
 // latent) as q8_0 blocks of 32 elements (ops::Q8_0Rows): 34 bytes per 32
-// elements, 0.27 of f32's, rounded to 8 bits per block's largest element; the
+// elements, 0.27 of f32's. Each block is first rotated (ops::RotateQ8_0Row:
+// signs and a 32-point Hadamard transform, which spreads an outlier channel
+// over its block) and then rounded to 8 bits per block's largest element; the
 // attention products read the blocks directly (ops::AttendDots) and equal the
-// float products over the dequantized rows. Every row length must be a
-// multiple of 32 (KvCache::CheckType).
+// float products over the dequantized rotated rows, with the query rotated
+// to match and the weighted sum of values rotated back (Session's attention).
+// Every row length must be a multiple of 32 (KvCache::CheckType).
 enum class KvType { kF32, kF16, kQ8_0 };
 const char* KvTypeName(KvType type);
 
@@ -60,9 +63,14 @@ inline void StoreCacheRow(const float* src, int n, float* dst) {
 inline void StoreCacheRow(const float* src, int n, uint16_t* dst) {
   for (int e = 0; e < n; ++e) dst[e] = ops::Fp32ToFp16(src[e]);
 }
-// ... or quantized to q8_0 blocks (n a multiple of 32).
+// ... or rotated and quantized to q8_0 blocks (n a multiple of 32; see
+// ops::RotateQ8_0Row).
 inline void StoreCacheRow(const float* src, int n, ops::Q8_0Rows dst) {
-  ops::StoreQ8_0Row(src, n, dst);
+  for (int b = 0; b < n; b += ops::kQK) {
+    float rotated[ops::kQK];
+    ops::RotateQ8_0Row(src + b, ops::kQK, rotated);
+    ops::StoreQ8_0Row(rotated, ops::kQK, dst + b);
+  }
 }
 
 class KvCache {
@@ -118,9 +126,10 @@ class KvCache {
   // cache). The rows of positions [from, to) are packed, per layer, as keys
   // [n_head_kv][to - from][head_dim] then values [n_head_kv][to - from]
   // [head_dim_v] (MLA: latents [to - from][kv_lora_rank + n_rot]), elements
-  // of type(), independent of n_ctx; kRowsLayoutVersion names this layout.
+  // of type(), independent of n_ctx; kRowsLayoutVersion names this layout
+  // (2: q8_0 rows hold rotated blocks, see KvType).
   // Only without sliding-window layers (a ring does not keep old positions).
-  static constexpr int kRowsLayoutVersion = 1;
+  static constexpr int kRowsLayoutVersion = 2;
   bool has_window_layers() const { return has_window_layers_; }
   // Bytes ExportRows writes for n positions.
   int64_t RowsBytes(int n) const;

@@ -8,7 +8,9 @@
 //     KL(P_f32 || P_type) in nats over every position, and the share of
 //     positions whose most likely token is the same. On the exact numeric
 //     path (float activations, the default) or the fast one (8-bit
-//     activations, whose rounding amplifies any change upstream).
+//     activations, whose rounding amplifies any change upstream). On the fast
+//     path a fourth evaluation, an f32 cache on the exact path, gives the
+//     path's own noise floor: the same figures for fast f32 against exact f32.
 //
 //   colibri_kv_type_bench speed MODEL.gguf [depth] [tokens] [pairs] [threads]
 //     One session per type (f16, q8_0) filled with `depth` (default 2048)
@@ -46,16 +48,19 @@ struct Loaded {
   std::unique_ptr<Model> model;
   std::unique_ptr<moe::LocalExpertBackend> backend;
   ops::NumericPath path = ops::NumericPath::kFast;
+  // On the fast path's quality run: the exact path's experts, for the floor.
+  std::unique_ptr<moe::LocalExpertBackend> exact_backend;
 };
 
 absl::StatusOr<std::unique_ptr<Session>> NewSession(const Loaded& m, ThreadPool* pool, KvType type,
-                                                    int n_ctx) {
+                                                    int n_ctx, bool exact_floor = false) {
   SessionOptions options;
-  options.path = m.path;
+  options.path = exact_floor ? ops::NumericPath::kExact : m.path;
   options.n_ctx = n_ctx;
   options.n_batch = std::min(n_ctx, 512);
   options.kv_type = type;
-  return Session::Create(*m.model, m.backend.get(), pool, options);
+  return Session::Create(*m.model, exact_floor ? m.exact_backend.get() : m.backend.get(), pool,
+                         options);
 }
 
 // log softmax of a row, in double.
@@ -90,23 +95,26 @@ int Quality(const Loaded& m, const std::string& text_path, int max_windows, Thre
   const int n_vocab = m.model->config().n_vocab;
   int64_t windows = static_cast<int64_t>(tokens->size()) / ctx;
   if (max_windows > 0) windows = std::min<int64_t>(windows, max_windows);
-  const KvType types[3] = {KvType::kF32, KvType::kF16, KvType::kQ8_0};
-  std::unique_ptr<Session> sessions[3];
-  for (int t = 0; t < 3; ++t) {
-    auto s = NewSession(m, pool, types[t], ctx);
+  // f32 (the reference), f16, q8_0 on m.path; on the fast path also f32 on
+  // the exact path (the floor).
+  const KvType types[4] = {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kF32};
+  const int n_runs = m.exact_backend != nullptr ? 4 : 3;
+  std::unique_ptr<Session> sessions[4];
+  for (int t = 0; t < n_runs; ++t) {
+    auto s = NewSession(m, pool, types[t], ctx, /*exact_floor=*/t == 3);
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.status().ToString().c_str());
       return 1;
     }
     sessions[t] = std::move(*s);
   }
-  double kl_sum[3] = {}, kl_max[3] = {};
-  int64_t same_top[3] = {}, positions = 0;
-  std::vector<float> logits[3];
+  double kl_sum[4] = {}, kl_max[4] = {};
+  int64_t same_top[4] = {}, positions = 0;
+  std::vector<float> logits[4];
   std::vector<double> ref, other;
   for (int64_t w = 0; w < windows; ++w) {
     const absl::Span<const int32_t> window(tokens->data() + w * ctx, ctx);
-    for (int t = 0; t < 3; ++t) {
+    for (int t = 0; t < n_runs; ++t) {
       sessions[t]->Reset();
       absl::Status status = sessions[t]->Evaluate(window, /*all_logits=*/true, &logits[t]);
       if (!status.ok()) {
@@ -118,7 +126,7 @@ int Quality(const Loaded& m, const std::string& text_path, int max_windows, Thre
       const float* r = logits[0].data() + static_cast<size_t>(i) * n_vocab;
       LogSoftmax(r, n_vocab, &ref);
       const int top = static_cast<int>(std::max_element(r, r + n_vocab) - r);
-      for (int t = 1; t < 3; ++t) {
+      for (int t = 1; t < n_runs; ++t) {
         const float* o = logits[t].data() + static_cast<size_t>(i) * n_vocab;
         LogSoftmax(o, n_vocab, &other);
         double kl = 0;
@@ -139,6 +147,12 @@ int Quality(const Loaded& m, const std::string& text_path, int max_windows, Thre
                 KvTypeName(types[t]), KvTypeName(types[t]), kl_sum[t] / positions, kl_max[t],
                 100.0 * same_top[t] / positions,
                 types[t] == KvType::kQ8_0 ? "  [targets: KL <= 0.001, top-1 >= 99.5%]" : "");
+  }
+  if (n_runs == 4) {
+    // KL(P_fast || P_exact): the fast path's f32 run is the reference above.
+    std::printf("floor: f32 KV, fast path against exact path: mean KL %.3g nats (max %.3g), "
+                "top-1 agreement %.2f%%\n",
+                kl_sum[3] / positions, kl_max[3], 100.0 * same_top[3] / positions);
   }
   return 0;
 }
@@ -231,6 +245,10 @@ int Main(int argc, char** argv) {
   }
   m.backend = std::make_unique<moe::LocalExpertBackend>(&m.model->experts(),
                                                         m.model->config().n_expert, m.path, &pool);
+  if (mode == "quality" && m.path == ops::NumericPath::kFast) {
+    m.exact_backend = std::make_unique<moe::LocalExpertBackend>(
+        &m.model->experts(), m.model->config().n_expert, ops::NumericPath::kExact, &pool);
+  }
   if (mode == "quality" && argc >= 4) return Quality(m, argv[3], arg(4, 0), &pool);
   if (mode == "speed") return Speed(m, arg(3, 2048), arg(4, 32), arg(5, 5), &pool);
   std::fprintf(stderr, "unknown mode or missing TEXT: %s\n", mode.c_str());

@@ -184,17 +184,6 @@ class HiddenStateObserver {
   virtual void OnHiddenStates(int first_pos, int n, const float* rows) = 0;
 };
 
-// Receives the experts every MoE layer routes each evaluated token to
-// (drafts included: they are computed like any token), in the order the
-// layers run.
-class RouteObserver {
- public:
-  virtual ~RouteObserver() = default;
-  // experts: [n_tokens][k] expert ids of layer `layer`, valid during the
-  // call only. Called on the thread evaluating the session.
-  virtual void OnRoutes(int layer, int n_tokens, int k, const int32_t* experts) = 0;
-};
-
 class Session {
  public:
   // The positions a session created with n_ctx = `requested` holds: 0 gives
@@ -235,9 +224,6 @@ class Session {
   // Makes Evaluate and EvaluateEmbeddings report hidden states to `observer`
   // (null: none; borrowed, must outlive the session or be unset).
   void set_hidden_observer(HiddenStateObserver* observer) { hidden_observer_ = observer; }
-  // Makes every evaluation report its routing to `observer` (null: none;
-  // borrowed, must outlive the session or be unset).
-  void set_route_observer(RouteObserver* observer) { route_observer_ = observer; }
 
   // Evaluates every chunk in one forward pass; the logits every chunk asks
   // for come from one output-head product. InvalidArgument when there is
@@ -332,7 +318,8 @@ class Session {
   // scale * q·keys[row] over dim floats, out = Σ p_j values[row][0..out_dim).
   // With sink (not NaN) the softmax denominator has an extra exp(sink) term.
   // Rows: the cache's rows as KvCache::WithRows passes them (const float*,
-  // const uint16_t* halves, or ops::Q8_0Rows), indexed by element.
+  // const uint16_t* halves, or ops::Q8_0Rows), indexed by element. q8_0 rows
+  // are rotated (see KvType): q is rotated to match and out rotated back.
   template <typename Rows>
   static void AttendOne(const float* q, Rows keys, int64_t key_stride, Rows values,
                         int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
@@ -406,7 +393,6 @@ class Session {
   const int prefetch_max_union_;  // most experts hinted per layer
   SessionStats stats_;
   HiddenStateObserver* hidden_observer_ = nullptr;
-  RouteObserver* route_observer_ = nullptr;
 
   KvCache kv_;
   RopeTable rope_;

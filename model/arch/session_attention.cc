@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "model/ops/attend.h"
 #include "model/ops/matmul.h"
@@ -202,7 +204,16 @@ void Session::AttendBlock(const float* const* q, int rows, Rows keys, int64_t ke
   for (int t = 0; t < rows; ++t) n_keys = std::max(n_keys, lasts[t] + 1);
   float* qbuf = scratch;
   float* dots = scratch + static_cast<size_t>(rows) * dim;  // [rows][n_keys]
-  for (int t = 0; t < rows; ++t) std::memcpy(qbuf + t * dim, q[t], dim * sizeof(float));
+  // A q8_0 cache holds rotated rows (see KvType): the queries go in rotated
+  // to match and the weighted sums come back rotated.
+  constexpr bool kRotated = std::is_same_v<Rows, ops::Q8_0Rows>;
+  for (int t = 0; t < rows; ++t) {
+    if constexpr (kRotated) {
+      ops::RotateQ8_0Query(q[t], dim, qbuf + t * dim);
+    } else {
+      std::memcpy(qbuf + t * dim, q[t], dim * sizeof(float));
+    }
+  }
   // dots[t][j] = q_t · key j, the canonical float dot of ops::Dot, each key
   // row read once for the block.
   ops::AttendDots(qbuf, dim, rows, keys, key_stride, n_keys, dim, dots, n_keys);
@@ -218,6 +229,9 @@ void Session::AttendBlock(const float* const* q, int rows, Rows keys, int64_t ke
     counts[t] = n;
   }
   ops::AttendValues(probs, counts, rows, values, value_stride, out_dim, out);
+  if constexpr (kRotated) {
+    for (int t = 0; t < rows; ++t) ops::UnrotateQ8_0Output(out[t], out_dim, out[t]);
+  }
 }
 
 template <typename Rows>
@@ -225,6 +239,15 @@ void Session::AttendOne(const float* q, Rows keys, int64_t key_stride, Rows valu
                         int64_t value_stride, int first, int last, int ring, int dim, int out_dim,
                         float scale, const float* sink, float* scores, float* out) {
   const int n_keys = last - first + 1;
+  // A q8_0 cache holds rotated rows (see KvType): the query goes in rotated
+  // to match and the weighted sum comes back rotated.
+  constexpr bool kRotated = std::is_same_v<Rows, ops::Q8_0Rows>;
+  if constexpr (kRotated) {
+    thread_local std::vector<float> rotated;
+    rotated.resize(dim);
+    ops::RotateQ8_0Query(q, dim, rotated.data());
+    q = rotated.data();
+  }
   // The keys as runs of consecutive ring rows (two when the window wraps).
   for (int j = 0; j < n_keys;) {
     const int row = (first + j) % ring;
@@ -243,6 +266,7 @@ void Session::AttendOne(const float* q, Rows keys, int64_t key_stride, Rows valu
                       out_dim, &out);
     j += run;
   }
+  if constexpr (kRotated) ops::UnrotateQ8_0Output(out, out_dim, out);
 }
 
 void Session::AttentionMla(int il, int n) {

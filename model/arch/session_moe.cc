@@ -34,9 +34,6 @@ void Session::MoeRoute(int il, int n) {
   moe::RouteExperts(router_.data(), n, c_.n_expert, c_.n_expert_used, Routing(L),
                     route_scratch_.data(), routes_.data(), route_w_.data());
   if (prefetch_count_ > 0) CountPrediction(il, n);
-  if (route_observer_ != nullptr) {
-    route_observer_->OnRoutes(il, n, c_.n_expert_used, routes_.data());
-  }
 }
 
 void Session::MoeBatch(int il, int n, moe::ExpertBatch* batch) const {

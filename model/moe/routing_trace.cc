@@ -97,7 +97,7 @@ void RoutingTraceWriter::WriteLoop() {
   }
 }
 
-void RoutingTraceWriter::Route(int layer, int64_t n_tokens, int k, const int32_t* experts) {
+void RoutingTraceWriter::OnRoutes(int layer, int64_t n_tokens, int k, const int32_t* experts) {
   absl::MutexLock lock(&mu_);
   if (layer <= last_layer_) ++step_;
   last_layer_ = layer;
@@ -118,7 +118,7 @@ void RoutingTraceWriter::Route(int layer, int64_t n_tokens, int k, const int32_t
   Append(line);
 }
 
-void RoutingTraceWriter::Hint(int layer, absl::Span<const int32_t> experts) {
+void RoutingTraceWriter::OnHints(int layer, absl::Span<const int32_t> experts) {
   absl::MutexLock lock(&mu_);
   // A hint for a layer at or before the last routed one is for the next step.
   const int64_t step = layer <= last_layer_ ? step_ + 1 : step_;
@@ -146,25 +146,6 @@ uint64_t RoutingTraceWriter::dropped_records() const {
 uint64_t RoutingTraceWriter::written_bytes() const {
   absl::MutexLock lock(&mu_);
   return written_bytes_;
-}
-
-void TracingExpertBackend::Submit(const ExpertBatch& batch, float* out) {
-  trace_->Route(batch.layer, batch.n_tokens, batch.k, batch.experts);
-  inner_->Submit(batch, out);
-}
-
-ExpertBackend* TracingExpertBackend::SecondChannel() {
-  if (second_ == nullptr) {
-    ExpertBackend* inner = inner_->SecondChannel();
-    if (inner == nullptr) return nullptr;
-    second_ = std::make_unique<TracingExpertBackend>(inner, trace_);
-  }
-  return second_.get();
-}
-
-void TracingExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) {
-  trace_->Hint(layer, experts);
-  inner_->Prefetch(layer, experts);
 }
 
 absl::StatusOr<std::vector<TraceRecord>> ParseRoutingTrace(absl::string_view text,

@@ -34,7 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "model/moe/expert_backend.h"
+#include "model/moe/routing_observer.h"
 
 namespace colibri::moe {
 
@@ -45,8 +45,11 @@ namespace colibri::moe {
 // Options::max_pending_bytes, records are dropped (dropped_records counts
 // them) rather than held.
 //
+// Records what an ObservedExpertBackend (model/moe/routing_observer.h)
+// reports.
+//
 // Thread-safety: all methods may be called concurrently.
-class RoutingTraceWriter {
+class RoutingTraceWriter final : public RoutingObserver {
  public:
   struct Options {
     // Bytes of records the file may hold at most. Default: 256 MiB.
@@ -63,14 +66,14 @@ class RoutingTraceWriter {
   static absl::StatusOr<std::unique_ptr<RoutingTraceWriter>> Open(const std::string& path,
                                                                   const Options& options);
   // Writes what is buffered and closes the file.
-  ~RoutingTraceWriter();
+  ~RoutingTraceWriter() override;
   RoutingTraceWriter(const RoutingTraceWriter&) = delete;
   RoutingTraceWriter& operator=(const RoutingTraceWriter&) = delete;
 
   // One layer's routing: experts [n_tokens][k] (negative ids are skipped).
-  void Route(int layer, int64_t n_tokens, int k, const int32_t* experts);
+  void OnRoutes(int layer, int64_t n_tokens, int k, const int32_t* experts) override;
   // Hints for `layer` (issued before an earlier layer of the same step).
-  void Hint(int layer, absl::Span<const int32_t> experts);
+  void OnHints(int layer, absl::Span<const int32_t> experts) override;
   // Hands the buffer to the writer thread and waits until the file has it.
   void Flush();
 
@@ -100,27 +103,6 @@ class RoutingTraceWriter {
   int last_layer_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<std::pair<int32_t, int32_t>> scratch_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
-};
-
-// An ExpertBackend that records every batch's routing and every hint to a
-// RoutingTraceWriter and passes everything on to `inner`. Both borrowed;
-// they must outlive it. Thread-safety: that of `inner`.
-class TracingExpertBackend final : public ExpertBackend {
- public:
-  TracingExpertBackend(ExpertBackend* inner, RoutingTraceWriter* trace)
-      : inner_(inner), trace_(trace) {}
-
-  void Submit(const ExpertBatch& batch, float* out) override;
-  absl::Status Wait() override { return inner_->Wait(); }
-  ExpertBackend* SecondChannel() override;
-  bool OutputsWeighted() const override { return inner_->OutputsWeighted(); }
-  void Reserve(int64_t n_tokens, int k) override { inner_->Reserve(n_tokens, k); }
-  void Prefetch(int layer, absl::Span<const int32_t> experts) override;
-
- private:
-  ExpertBackend* const inner_;
-  RoutingTraceWriter* const trace_;
-  std::unique_ptr<TracingExpertBackend> second_;
 };
 
 // A parsed trace record.

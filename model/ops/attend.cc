@@ -92,7 +92,50 @@ void WidenedValues(TensorType type, const float* const* p, const int* n, int n_q
       });
 }
 
+// dst = scale * H D src over each block of 32 (before = true), or
+// scale * D H src (before = false): D's signs applied before or after the
+// in-place butterflies of H, whose stages run in one fixed order.
+void Hadamard32(const float* src, int n, float scale, bool signs_first, float* dst) {
+  for (int b = 0; b < n; b += kQK) {
+    float x[kQK];
+    for (int e = 0; e < kQK; ++e) {
+      const float v = src[b + e];
+      x[e] = signs_first && (kQ8_0RotationSigns >> e & 1u) ? -v : v;
+    }
+    for (int half = 1; half < kQK; half *= 2) {
+      for (int i = 0; i < kQK; i += 2 * half) {
+        for (int e = i; e < i + half; ++e) {
+          const float a = x[e], c = x[e + half];
+          x[e] = a + c;
+          x[e + half] = a - c;
+        }
+      }
+    }
+    for (int e = 0; e < kQK; ++e) {
+      const float v = x[e] * scale;
+      dst[b + e] = !signs_first && (kQ8_0RotationSigns >> e & 1u) ? -v : v;
+    }
+  }
+}
+
 }  // namespace
+
+void RotateQ8_0Row(const float* src, int n, float* dst) {
+  Hadamard32(src, n, 0.125f, /*signs_first=*/true, dst);
+}
+
+void RotateQ8_0Query(const float* src, int n, float* dst) {
+  Hadamard32(src, n, 0.25f, /*signs_first=*/true, dst);
+}
+
+void UnrotateQ8_0Output(const float* src, int n, float* dst) {
+  Hadamard32(src, n, 0.25f, /*signs_first=*/false, dst);
+}
+
+void LoadRotatedQ8_0Row(Q8_0Rows src, int n, float* dst) {
+  internal::DequantizeQ8_0(src.blocks, dst, n);
+  Hadamard32(dst, n, 0.25f, /*signs_first=*/false, dst);
+}
 
 void AttendDots(const float* q, int64_t q_stride, int n_q, const float* keys, int64_t key_stride,
                 int n_keys, int dim, float* dots, int64_t dots_stride) {

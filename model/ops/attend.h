@@ -59,6 +59,30 @@ struct Q8_0Rows {
 // max |x| / 127 rounded to a half, q = round(x / d) (QuantizeRow's Q8_0).
 void StoreQ8_0Row(const float* src, int n, Q8_0Rows dst);
 
+// The rotation of a q8_0 KV cache. Each block of 32 elements x of a key,
+// value or latent row is stored as the q8_0 blocks of R x, R = H D / 8, with
+// D a fixed diagonal of +-1 signs (kQ8_0RotationSigns) and H the 32 x 32
+// Sylvester-Hadamard matrix (entries +-1, H H = 32 I): a multiple of an
+// orthogonal map, which spreads a channel's outlier over its block, so the
+// block's scale max|Rx| / 127 shrinks towards its root mean square. The
+// attention products then run in the rotated space: a query goes in as
+// Q q = H D q / 4 per block (Q q . R k = q . k, the scales powers of two) and
+// a weighted sum of rotated values comes back through Q^T = D H / 4
+// (Q^T sum p_j R v_j = sum p_j v_j). Each block is rotated on its own in a
+// fixed order of float adds, so a row's rotation does not depend on its
+// neighbours or on the kernel set. n is a multiple of 32 in all three; dst may
+// be src.
+inline constexpr uint32_t kQ8_0RotationSigns = 0x6a09e667u;  // bit e set: D_ee = -1
+// dst = R src (a row about to be quantized).
+void RotateQ8_0Row(const float* src, int n, float* dst);
+// dst = Q src (a query about to be dotted with rotated keys).
+void RotateQ8_0Query(const float* src, int n, float* dst);
+// dst = Q^T src (a weighted sum of rotated values, back to the model's space).
+void UnrotateQ8_0Output(const float* src, int n, float* dst);
+// A row as StoreQ8_0Row stored it after RotateQ8_0Row, back in the model's
+// space: dequantized, then R^-1 = D H / 4 (dst holds n floats).
+void LoadRotatedQ8_0Row(Q8_0Rows src, int n, float* dst);
+
 // The same products over keys / values in q8_0 blocks (strides and dim in
 // elements, multiples of 32). d * q is exact in float (11 by 8 significant
 // bits), and the float products above run on those elements, so the results

@@ -1,7 +1,8 @@
 // The official `openai` npm client (pinned in package.json) against
 // `colibri-coordinator serve --http-listen`: completions and chat (the
 // ChatML default template), streamed and not, response_format json_schema and
-// json_object and tool_choice required / named (validated with ajv), stop strings, seed reproducibility, a second
+// json_object and tool_choice required / named (validated with ajv; also for
+// the GLM-4.5 and gpt-oss fixtures with their templates), stop strings, seed reproducibility, a second
 // chat turn's cached prompt tokens (usage.prompt_tokens_details), an auth failure and
 // malformed requests; API keys apart from the cluster token (--api-key-file),
 // CORS for a browser page's origin (--cors-origin, the preflight with curl) and
@@ -16,9 +17,9 @@ import { after, before, test } from 'node:test';
 import { randomBytes } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 
@@ -47,13 +48,13 @@ let modelId;
 
 // Starts serve on loopback with a cluster token and API keys, and resolves
 // with the HTTP address.
-function startServe(extraArgs = []) {
+function startServe(extraArgs = [], model = modelPath) {
   const dir = mkdtempSync(join(tmpdir(), 'colibri-openai-'));
   const tokenFile = join(dir, 'token');
   writeFileSync(tokenFile, CLUSTER_TOKEN + '\n');
   const keyFile = join(dir, 'keys');
   writeFileSync(keyFile, `# the tests\n${TOKEN}\n${SECOND_KEY}\n`);
-  const server = spawn(coordinator, ['serve', '--model', modelPath, '--listen', '127.0.0.1:0',
+  const server = spawn(coordinator, ['serve', '--model', model, '--listen', '127.0.0.1:0',
                                      '--http-listen', '127.0.0.1:0', '--threads', '1',
                                      '--auth-token-file', tokenFile, '--api-key-file', keyFile,
                                      '--cors-origin', ORIGIN, ...extraArgs],
@@ -72,8 +73,8 @@ function startServe(extraArgs = []) {
   });
 }
 
-function client(apiKey = TOKEN) {
-  return new OpenAI({ apiKey, baseURL, maxRetries: 0, timeout: 120000 });
+function client(apiKey = TOKEN, url = baseURL) {
+  return new OpenAI({ apiKey, baseURL: url, maxRetries: 0, timeout: 120000 });
 }
 
 before(async () => {
@@ -289,11 +290,16 @@ const WEATHER_PARAMETERS = {
 };
 const NOW_PARAMETERS = { type: 'object', properties: {}, additionalProperties: false };
 const TOOLS = [
-  { type: 'function', function: { name: 'get_weather', parameters: WEATHER_PARAMETERS } },
-  { type: 'function', function: { name: 'now', parameters: NOW_PARAMETERS } },
+  // Descriptions given: gpt-oss's template reads them.
+  { type: 'function',
+    function: { name: 'get_weather', description: 'the forecast', parameters: WEATHER_PARAMETERS } },
+  { type: 'function', function: { name: 'now', description: 'the time', parameters: NOW_PARAMETERS } },
 ];
 
-test('tool_choice required and named give tool_calls whose arguments validate (ajv)', async () => {
+// tool_choice required and named against the server at `url`, seeds 1..seeds
+// at temperature 1.0 (parallel calls with odd seeds unless oneCall): every
+// reply is tool_calls whose arguments validate, whole and streamed alike.
+async function checkForcedToolCalls(url, seeds, oneCall = false) {
   const validators = {
     get_weather: new Ajv().compile(WEATHER_PARAMETERS),
     now: new Ajv().compile(NOW_PARAMETERS),
@@ -308,22 +314,23 @@ test('tool_choice required and named give tool_calls whose arguments validate (a
   };
   const named = { type: 'function', function: { name: 'get_weather' } };
   for (const [choice, names] of [['required', ['get_weather', 'now']], [named, ['get_weather']]]) {
-    for (const seed of [1, 2, 3]) {
+    for (let seed = 1; seed <= seeds; ++seed) {
       const request = {
         model: modelId, messages: [{ role: 'user', content: 'Weather in Oslo this week?' }],
-        tools: TOOLS, tool_choice: choice, parallel_tool_calls: seed !== 3,
+        tools: TOOLS, tool_choice: choice, parallel_tool_calls: seed % 2 === 1,
         max_completion_tokens: 300, temperature: 1.0, seed,
       };
-      const whole = await client().chat.completions.create(request);
+      const whole = await client(TOKEN, url).chat.completions.create(request);
       const { message, finish_reason: finish } = whole.choices[0];
       assert.equal(finish, 'tool_calls', JSON.stringify(whole));
       assert.ok(message.tool_calls.length >= 1, JSON.stringify(message));
-      if (seed === 3) assert.equal(message.tool_calls.length, 1);
+      if (seed % 2 === 0 || oneCall) assert.equal(message.tool_calls.length, 1);
       for (const call of message.tool_calls) checkCall(call, names);
 
       const streamed = [];
       let streamedFinish = null;
-      for await (const chunk of await client().chat.completions.create({ ...request, stream: true })) {
+      const stream = await client(TOKEN, url).chat.completions.create({ ...request, stream: true });
+      for await (const chunk of stream) {
         for (const c of chunk.choices) {
           for (const call of c.delta.tool_calls ?? []) {
             assert.equal(call.index, streamed.length);
@@ -337,10 +344,34 @@ test('tool_choice required and named give tool_calls whose arguments validate (a
       for (const call of streamed) checkCall(call, names);
     }
   }
+}
+
+// serve with a chat template of the fixtures' chat_templates/ (their JSON
+// files hold it under "template"); resolves with the API's URL.
+async function startServeWithTemplate(model, templateFixture) {
+  const fixtures = dirname(dirname(modelPath));
+  const template = JSON.parse(
+    readFileSync(join(fixtures, 'chat_templates', templateFixture), 'utf8')).template;
+  const file = join(mkdtempSync(join(tmpdir(), 'colibri-template-')), 'template.jinja');
+  writeFileSync(file, template);
+  const address = await startServe(['--chat-template-file', file],
+                                   join(fixtures, 'models', model));
+  return `http://${address}/v1`;
+}
+
+test('tool_choice required and named give tool_calls whose arguments validate (ajv)', async () => {
+  await checkForcedToolCalls(baseURL, 8);
   await assert.rejects(client().chat.completions.create({
     model: modelId, messages: [{ role: 'user', content: 'hi' }], tools: TOOLS,
     tool_choice: { type: 'function', function: { name: 'absent' } },
   }), (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+});
+
+test('forced tool calls validate for GLM-4.5 (key/value pairs) and gpt-oss (harmony)', async () => {
+  await checkForcedToolCalls(
+    await startServeWithTemplate('glm4moe-tiny-q4_k_m.gguf', 'GLM-4.6.json'), 8);
+  await checkForcedToolCalls(
+    await startServeWithTemplate('gpt-oss-tiny-mxfp4.gguf', 'openai-gpt-oss-120b.json'), 8, true);
 });
 
 test('a wrong API key is an AuthenticationError (401)', async () => {

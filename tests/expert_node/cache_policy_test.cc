@@ -88,6 +88,25 @@ TEST(CachePolicyTest, AdaptiveKeepsAHintedExpertLastUntilItsHintExpires) {
   EXPECT_EQ(p->VictimOrder().front(), Id(0, 1));  // expired: used once, long ago
 }
 
+// Layers 0 and 1 visited in turn, one expert each: a visit period of 2
+// ticks. A hint left unused protects its expert for two periods, not for
+// Options::hint_horizon: after three visits of its layer it goes first.
+TEST(CachePolicyTest, AnUnusedHintExpiresAfterTwoVisitsOfItsLayer) {
+  auto p = MakeCachePolicy(CachePolicyKind::kAdaptive);  // hint_horizon 64
+  for (int visit = 0; visit < 4; ++visit) {
+    Request(p.get(), Id(0, 0), visit > 0);
+    Request(p.get(), Id(1, 1), visit > 0);
+  }
+  p->Hinted(Id(1, 9));
+  p->Admitted(Id(1, 9), AdmitKind::kPrefetch);
+  EXPECT_EQ(p->VictimOrder().back(), Id(1, 9));
+  for (int visit = 0; visit < 3; ++visit) {
+    Request(p.get(), Id(0, 0), true);
+    Request(p.get(), Id(1, 1), true);
+  }
+  EXPECT_EQ(p->VictimOrder().front(), Id(1, 9));
+}
+
 TEST(CachePolicyTest, HintPrecisionFollowsOutcomes) {
   auto p = MakeCachePolicy(CachePolicyKind::kAdaptive);
   EXPECT_DOUBLE_EQ(p->HintPrecision(), 0.5);

@@ -18,6 +18,9 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/expert_node/expert_test_util.h"
 
@@ -70,8 +73,9 @@ bool UringAvailable() {
 
 class DiskReadQueueTest : public ::testing::TestWithParam<std::tuple<Engine, bool, int>> {};
 
-// Random aligned reads, many per call, read exactly the file's bytes with
-// either engine, buffered or O_DIRECT, at every depth.
+// Random aligned reads, many per call, demand and background mixed (the
+// priority order), read exactly the file's bytes with either engine,
+// buffered or O_DIRECT, at every depth.
 TEST_P(DiskReadQueueTest, ReadsExactlyTheFilesBytes) {
   const auto [engine, direct, depth] = GetParam();
   if (engine == Engine::kUring && !UringAvailable()) GTEST_SKIP() << "io_uring is unavailable";
@@ -89,11 +93,13 @@ TEST_P(DiskReadQueueTest, ReadsExactlyTheFilesBytes) {
   const uint64_t blocks = kFileBytes / kDirectIoAlignment;
   std::vector<DiskReadQueue::Request> requests;
   std::vector<std::unique_ptr<AlignedBytes>> buffers;
+  ReadControl background;
   for (int i = 0; i < 150; ++i) {
     const uint64_t first = rng() % blocks;
     const uint64_t n = 1 + rng() % 64;
     buffers.push_back(std::make_unique<AlignedBytes>(n * kDirectIoAlignment));
-    requests.push_back({fd, first * kDirectIoAlignment, n * kDirectIoAlignment, buffers.back()->data});
+    requests.push_back({fd, first * kDirectIoAlignment, n * kDirectIoAlignment,
+                        buffers.back()->data, i % 3 == 0 ? nullptr : &background});
   }
   // The last block: a short read that ends at the end of the file.
   buffers.push_back(std::make_unique<AlignedBytes>(2 * kDirectIoAlignment));
@@ -223,6 +229,145 @@ TEST(DiskReadQueueTest, FallsBackToThreadsWhenSeccompRefusesIoUring) {
   // qemu-user (scripts/test-arm64.sh) refuses seccomp filters.
   if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "seccomp filters are refused here";
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A disk for the queue's priority: records the offsets it is asked to read in
+// order, and holds the read at `hold_offset` until Release (the disk is busy
+// with it). Reads succeed with `length` bytes, no data.
+class ScriptedDisk {
+ public:
+  explicit ScriptedDisk(uint64_t hold_offset) : hold_offset_(hold_offset) {}
+
+  DiskReadQueue::ReadFn reader() {
+    return [this](int, uint8_t*, uint64_t length, uint64_t offset) -> ssize_t {
+      {
+        absl::MutexLock lock(&mu_);
+        order_.push_back(offset);
+      }
+      if (offset == hold_offset_) {
+        held_.Notify();
+        release_.WaitForNotification();
+      }
+      return static_cast<ssize_t>(length);
+    };
+  }
+  void WaitHeld() { held_.WaitForNotification(); }
+  void Release() { release_.Notify(); }
+  std::vector<uint64_t> order() {
+    absl::MutexLock lock(&mu_);
+    return order_;
+  }
+
+ private:
+  const uint64_t hold_offset_;
+  absl::Notification held_;
+  absl::Notification release_;
+  absl::Mutex mu_;
+  std::vector<uint64_t> order_ ABSL_GUARDED_BY(mu_);
+};
+
+std::unique_ptr<DiskReadQueue> ScriptedQueue(ScriptedDisk* disk, int threads,
+                                             int background_depth) {
+  DiskReadQueue::Options options;
+  options.depth = threads;
+  options.max_threads = threads;
+  options.background_depth = background_depth;
+  absl::StatusOr<std::unique_ptr<DiskReadQueue>> q =
+      DiskReadQueue::CreateWithReader(options, disk->reader());
+  EXPECT_TRUE(q.ok()) << q.status();
+  return q.ok() ? std::move(*q) : nullptr;
+}
+
+// Waits (bounded) until `n` reads wait in the queue.
+void WaitForWaiting(const DiskReadQueue& q, size_t n) {
+  for (int i = 0; i < 1000 && q.waiting() < n; ++i) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(q.waiting(), n);
+}
+
+// Reads `offsets` (one ReadMany, background when `control` is set) on a thread
+// of its own; `results` gets their outcomes.
+std::thread ReadOnThread(DiskReadQueue* q, std::vector<uint64_t> offsets,
+                         const ReadControl* control,
+                         std::vector<absl::StatusOr<uint64_t>>* results) {
+  return std::thread([q, offsets, control, results] {
+    std::vector<uint8_t> sink(4096);
+    std::vector<DiskReadQueue::Request> rs;
+    for (uint64_t off : offsets) rs.push_back({3, off, 4096, sink.data(), control});
+    *results = q->ReadMany(rs);
+  });
+}
+
+// The disk serves one read at a time: a demand read queued after two
+// background reads is read before them.
+TEST(DiskReadQueuePriorityTest, DemandReadsStartBeforeQueuedBackgroundReads) {
+  ScriptedDisk disk(/*hold_offset=*/0);
+  std::unique_ptr<DiskReadQueue> q = ScriptedQueue(&disk, /*threads=*/1, /*background_depth=*/1);
+  ASSERT_NE(q, nullptr);
+  ReadControl first, later;
+  std::vector<absl::StatusOr<uint64_t>> r0, r1, r2;
+  std::thread t0 = ReadOnThread(q.get(), {0}, &first, &r0);
+  disk.WaitHeld();
+  std::thread t1 = ReadOnThread(q.get(), {4096, 8192}, &later, &r1);
+  WaitForWaiting(*q, 2);
+  std::thread t2 = ReadOnThread(q.get(), {12288}, /*control=*/nullptr, &r2);
+  WaitForWaiting(*q, 3);
+  disk.Release();
+  t0.join();
+  t1.join();
+  t2.join();
+  EXPECT_EQ(disk.order(), (std::vector<uint64_t>{0, 12288, 4096, 8192}));
+  for (const auto* r : {&r0, &r1, &r2}) {
+    for (const absl::StatusOr<uint64_t>& x : *r) EXPECT_TRUE(x.ok()) << x.status();
+  }
+}
+
+// With idle readers, background reads still keep to background_depth in
+// flight, while a demand read starts at once.
+TEST(DiskReadQueuePriorityTest, BackgroundReadsKeepToTheirDepthDemandReadsDoNot) {
+  ScriptedDisk disk(/*hold_offset=*/0);
+  std::unique_ptr<DiskReadQueue> q = ScriptedQueue(&disk, /*threads=*/4, /*background_depth=*/1);
+  ASSERT_NE(q, nullptr);
+  ReadControl control;
+  std::vector<absl::StatusOr<uint64_t>> background, demand;
+  std::thread t0 = ReadOnThread(q.get(), {0, 4096}, &control, &background);
+  disk.WaitHeld();
+  WaitForWaiting(*q, 1);  // 4096 waits although three readers are idle
+  std::thread t1 = ReadOnThread(q.get(), {8192}, /*control=*/nullptr, &demand);
+  t1.join();  // completes while the background read at 0 is still held
+  EXPECT_EQ(disk.order(), (std::vector<uint64_t>{0, 8192}));
+  disk.Release();
+  t0.join();
+  EXPECT_EQ(disk.order(), (std::vector<uint64_t>{0, 8192, 4096}));
+}
+
+// A promoted background read goes before older background reads; a cancelled
+// one is never read and reports Cancelled.
+TEST(DiskReadQueuePriorityTest, PromotedReadsGoFirstCancelledOnesAreNotRead) {
+  ScriptedDisk disk(/*hold_offset=*/0);
+  std::unique_ptr<DiskReadQueue> q = ScriptedQueue(&disk, /*threads=*/1, /*background_depth=*/1);
+  ASSERT_NE(q, nullptr);
+  ReadControl held, stale, old, promoted;
+  std::vector<absl::StatusOr<uint64_t>> r0, r_stale, r_old, r_promoted;
+  std::thread t0 = ReadOnThread(q.get(), {0}, &held, &r0);
+  disk.WaitHeld();
+  std::thread t1 = ReadOnThread(q.get(), {4096}, &stale, &r_stale);
+  WaitForWaiting(*q, 1);
+  std::thread t2 = ReadOnThread(q.get(), {8192}, &old, &r_old);
+  WaitForWaiting(*q, 2);
+  std::thread t3 = ReadOnThread(q.get(), {12288}, &promoted, &r_promoted);
+  WaitForWaiting(*q, 3);
+  EXPECT_TRUE(stale.Cancel());
+  promoted.Promote();
+  EXPECT_FALSE(promoted.Cancel());  // promoted: no longer a background read
+  disk.Release();
+  for (std::thread* t : {&t0, &t1, &t2, &t3}) t->join();
+  EXPECT_EQ(disk.order(), (std::vector<uint64_t>{0, 12288, 8192}));
+  ASSERT_EQ(r_stale.size(), 1u);
+  EXPECT_TRUE(absl::IsCancelled(r_stale[0].status())) << r_stale[0].status();
+  ASSERT_EQ(r_promoted.size(), 1u);
+  EXPECT_TRUE(r_promoted[0].ok());
+  ASSERT_EQ(r_old.size(), 1u);
+  EXPECT_TRUE(r_old[0].ok());
 }
 
 }  // namespace

@@ -40,8 +40,12 @@ NodeParts OpenNodeParts(const std::string& data_dir, uint64_t ram_budget) {
   ExpertStore* raw_store = parts.store.get();
   RamTier::Options ram;
   ram.budget_bytes = ram_budget;
+  ram.prefetch_cost = kTestPrefetchCost;
   parts.tier = std::make_unique<RamTier>(
-      ram, [raw_store](const ExpertId& id) { return raw_store->Get(id); });
+      ram, [raw_store](const ExpertId& id) { return raw_store->Get(id); },
+      [raw_store](const ExpertId& id, const ReadControl* control) {
+        return raw_store->Get(id, control);
+      });
   absl::StatusOr<std::unique_ptr<ModelRegistry>> registry = ModelRegistry::Load(raw_store);
   EXPECT_TRUE(registry.ok()) << registry.status();
   if (!registry.ok()) return parts;
@@ -70,6 +74,7 @@ std::unique_ptr<NodeServer> StartNode(const std::string& data_dir, const std::st
   options.listen = "127.0.0.1:0";
   options.store.data_dir = data_dir;
   options.ram.budget_bytes = ram_budget;
+  options.ram.prefetch_cost = kTestPrefetchCost;
   options.service.auth_token = token;
   options.service.node_id = "test-node";
   options.service.compute_threads = 2;

@@ -32,6 +32,10 @@ struct LoadedModel {
 // absent.
 LoadedModel OpenFixture(const std::string& name, std::string* skip);
 
+// The prefetch rule's cost in the tiers below: low enough that a fresh
+// node's prior hint precision (0.5) passes it, so hints are loaded.
+inline constexpr double kTestPrefetchCost = 0.25;
+
 // The node's domain over a store in `data_dir`, no gRPC: what a test builds
 // the class under test on.
 struct NodeParts {

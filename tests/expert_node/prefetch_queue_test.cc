@@ -3,9 +3,11 @@
 // one disk read, and prefetching never changes a computed output.
 #include "expert_node/prefetch_queue.h"
 
+#include <atomic>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/expert_node/expert_test_util.h"
@@ -110,6 +112,83 @@ TEST_F(PrefetchQueueTest, DuplicateHintsCoalesceIntoOneDiskRead) {
   EXPECT_EQ(parts_.tier->counters().prefetch_used, 1u);
 }
 
+// A RAM tier over the parts' store whose first load waits until Release, and
+// a queue with one I/O thread on it: hints queued behind the first wait.
+struct HeldQueue {
+  explicit HeldQueue(testing::NodeParts* parts)
+      : tier(TierOptions(),
+             [this, store = parts->store.get()](const ExpertId& id) {
+               if (loads.fetch_add(1) == 0) {
+                 held.Notify();
+                 release.WaitForNotification();
+               }
+               return store->Get(id);
+             }),
+        queue(QueueOptions(), parts->store.get(), &tier, parts->registry.get()) {}
+  static RamTier::Options TierOptions() {
+    RamTier::Options ram;
+    ram.prefetch_cost = testing::kTestPrefetchCost;
+    return ram;
+  }
+  static PrefetchQueue::Options QueueOptions() {
+    PrefetchQueue::Options options;
+    options.io_threads = 1;
+    return options;
+  }
+
+  absl::Notification held, release;
+  std::atomic<int> loads{0};
+  RamTier tier;
+  PrefetchQueue queue;  // last: destroyed first, while the tier is alive
+};
+
+// One I/O thread, held in its first load: the hints queued behind it that a
+// layer's request proves wrong (an expert of that layer it does not route
+// to, an earlier layer) are dropped unread; the routed one and a later
+// layer's are loaded.
+TEST_F(PrefetchQueueTest, StaleHintsAreDroppedUnread) {
+  testing::ImportAll(m_, &parts_);
+  HeldQueue h(&parts_);
+  RamTier& tier = h.tier;
+  PrefetchQueue& queue = h.queue;
+  google::protobuf::RepeatedPtrField<v1::ExpertKey> keys;
+  *keys.Add() = Key(m_.fingerprint, 1, 0);  // loading when the request comes
+  *keys.Add() = Key(m_.fingerprint, 0, 4);  // an earlier layer: stale
+  *keys.Add() = Key(m_.fingerprint, 1, 1);  // not routed: stale
+  *keys.Add() = Key(m_.fingerprint, 1, 2);  // routed
+  *keys.Add() = Key(m_.fingerprint, 2, 3);  // a later layer
+  ASSERT_EQ(queue.HintAll(keys), 5);
+  h.held.WaitForNotification();
+  queue.LayerRequested(RequestFor(*m_.model, m_.fingerprint, 1, {2}, 2, 5));
+  h.release.Notify();
+  WaitFor([&] { return tier.counters().prefetch_loaded + queue.counters().stale >= 5; });
+  EXPECT_EQ(queue.counters().stale, 2u);
+  EXPECT_EQ(h.loads.load(), 3);
+  EXPECT_TRUE(tier.Contains(ExpertId{m_.fingerprint, 1, 0}));
+  EXPECT_FALSE(tier.Contains(ExpertId{m_.fingerprint, 0, 4}));
+  EXPECT_FALSE(tier.Contains(ExpertId{m_.fingerprint, 1, 1}));
+  EXPECT_TRUE(tier.Contains(ExpertId{m_.fingerprint, 1, 2}));
+  EXPECT_TRUE(tier.Contains(ExpertId{m_.fingerprint, 2, 3}));
+}
+
+// Hinted again after its layer's request proved it wrong, a queued hint is
+// wanted after all and is loaded.
+TEST_F(PrefetchQueueTest, AStaleHintHintedAgainIsLoaded) {
+  testing::ImportAll(m_, &parts_);
+  HeldQueue h(&parts_);
+  RamTier& tier = h.tier;
+  PrefetchQueue& queue = h.queue;
+  ASSERT_TRUE(queue.Hint(Key(m_.fingerprint, 2, 0)));
+  ASSERT_TRUE(queue.Hint(Key(m_.fingerprint, 1, 1)));
+  h.held.WaitForNotification();
+  queue.LayerRequested(RequestFor(*m_.model, m_.fingerprint, 1, {2}, 1, 5));
+  EXPECT_FALSE(queue.Hint(Key(m_.fingerprint, 1, 1)));  // coalesced: wanted again
+  h.release.Notify();
+  WaitFor([&] { return tier.counters().prefetch_loaded >= 2; });
+  EXPECT_EQ(queue.counters().stale, 0u);
+  EXPECT_TRUE(tier.Contains(ExpertId{m_.fingerprint, 1, 1}));
+}
+
 // The same requests, with and without next-layer hints, on a RAM tier that
 // holds only three experts (so prefetches evict, are dropped or protected):
 // the outputs are bitwise identical.
@@ -137,6 +216,7 @@ TEST_F(PrefetchQueueTest, PrefetchNeverChangesOutputs) {
         }
         const v1::ComputeLayerRequest request = testing::RandomRequest(
             *m_.model, m_.fingerprint, layer, 3, config.n_expert_used, seed++);
+        if (hints) queue_->LayerRequested(request);
         v1::ComputeLayerReply reply;
         ASSERT_TRUE(parts_.compute->Compute(request, &reply).ok());
         outputs[hints].push_back(reply.outputs().data());

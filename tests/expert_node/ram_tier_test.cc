@@ -318,6 +318,87 @@ TEST_P(RamTierTest, LoadsInFlightAreSharedByPrefetchesAndMisses) {
   for (const auto& b : bytes) EXPECT_EQ(b, expected.gate);
 }
 
+// A background loader standing in for the disk queue: holds each read until
+// released, then reads it unless its control was cancelled (and not promoted
+// since), and records the control's state when the read was decided.
+class HeldBackgroundDisk {
+ public:
+  explicit HeldBackgroundDisk(FakeDisk* disk) : inner_(disk->loader()) {}
+
+  RamTier::BackgroundLoader loader() {
+    return [this](const ExpertId& id,
+                  const ReadControl* control) -> absl::StatusOr<std::unique_ptr<ExpertBlob>> {
+      ++reads_;
+      started_.Notify();
+      release_.WaitForNotification();
+      last_state_ = control->state();
+      if (last_state_ == ReadControl::State::kCancelled) {
+        return absl::CancelledError("background read cancelled before it started");
+      }
+      return inner_(id);
+    };
+  }
+  void WaitStarted() { started_.WaitForNotification(); }
+  void Release() { release_.Notify(); }
+  int reads() const { return reads_.load(); }
+  ReadControl::State last_state() const { return last_state_.load(); }
+
+ private:
+  RamTier::Loader inner_;
+  absl::Notification started_, release_;
+  std::atomic<int> reads_{0};
+  std::atomic<ReadControl::State> last_state_{ReadControl::State::kBackground};
+};
+
+// A prefetch whose hint proved wrong before its read started is dropped
+// unread; one a request joined is promoted and served.
+TEST_P(RamTierTest, StalePrefetchReadsAreCancelledJoinedOnesPromoted) {
+  for (const bool joined : {false, true}) {
+    SCOPED_TRACE(joined ? "joined by an Acquire" : "nobody waits");
+    FakeDisk disk(16);
+    HeldBackgroundDisk held(&disk);
+    RamTier tier(TierOptions(1 << 20), disk.loader(), held.loader());
+    absl::Status prefetched;
+    std::thread prefetcher([&] { prefetched = tier.Prefetch(Id(4)); });
+    held.WaitStarted();
+    std::thread reader;
+    if (joined) {
+      reader = std::thread([&] { EXPECT_TRUE(tier.Acquire(Id(4)).ok()); });
+      while (tier.counters().load_waits < 1) std::this_thread::yield();
+    }
+    tier.PrefetchStale(Id(4));
+    held.Release();
+    prefetcher.join();
+    if (reader.joinable()) reader.join();
+    const RamTier::Counters c = tier.counters();
+    EXPECT_EQ(held.reads(), 1);
+    EXPECT_EQ(disk.loads(), joined ? 1 : 0);
+    EXPECT_EQ(tier.Contains(Id(4)), joined);
+    EXPECT_EQ(c.prefetch_cancelled, joined ? 0u : 1u);
+    EXPECT_EQ(held.last_state(),
+              joined ? ReadControl::State::kPromoted : ReadControl::State::kCancelled);
+    EXPECT_EQ(absl::IsCancelled(prefetched), !joined) << prefetched;
+  }
+}
+
+// An expert a prefetch admitted and no request used loses its protection
+// once its hint proves wrong: the next demand load may evict it.
+TEST_P(RamTierTest, AStalePrefetchedExpertLosesItsProtection) {
+  for (const bool stale : {false, true}) {
+    SCOPED_TRACE(stale ? "stale" : "still hinted");
+    FakeDisk disk(16);
+    const uint64_t size = disk.BlobBytes(0);
+    RamTier tier(TierOptions(size, absl::InfiniteDuration()), disk.loader());
+    ASSERT_TRUE(tier.Prefetch(Id(0)).ok());
+    if (stale) tier.PrefetchStale(Id(0));
+    auto h = tier.Acquire(Id(3));
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h->cached(), stale);
+    EXPECT_EQ(tier.Contains(Id(0)), !stale);
+    EXPECT_EQ(tier.counters().prefetch_wasted, stale ? 1u : 0u);
+  }
+}
+
 TEST_P(RamTierTest, WarmFillsFreeRoomAndEvictsNothing) {
   FakeDisk disk(16);
   const uint64_t size = disk.BlobBytes(0);  // experts 0, 3, 6 have the same size
@@ -596,6 +677,28 @@ TEST(RamTierPolicyTest, AdaptiveKeepsTheExpertEveryVisitUsesWhereLruNeverHits) {
 // The prefetch rule: with free room a hint of 0.5 prior precision pays for a
 // read costing 0.25 of a miss; with a full tier whose only victim is used at
 // every visit of its layer, it does not, and nothing is read.
+// At the default cost, a hint is loaded only once hints have proved right
+// more than half the time: a fresh tier (prior precision 0.5) declines one
+// even into free room, before reading; once a hinted expert was used, it
+// loads the next.
+TEST(RamTierPolicyTest, AtTheDefaultCostUnprovenHintsAreDeclined) {
+  current_policy = CachePolicyKind::kAdaptive;
+  FakeDisk disk(16);
+  const uint64_t size = disk.BlobBytes(0);
+  RamTier::Options options;
+  options.budget_bytes = 8 * size;
+  options.policy_options.hint_horizon = 64;
+  RamTier tier(options, disk.loader());
+  const absl::Status s = tier.Prefetch(Id(3), size);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(tier.counters().prefetch_declined, 1u);
+  EXPECT_EQ(disk.loads(), 0);
+  // A hint that came true: hinted (declined), then used.
+  ASSERT_TRUE(tier.Acquire(Id(3)).ok());
+  EXPECT_TRUE(tier.Prefetch(Id(12), size).ok());
+  EXPECT_EQ(tier.counters().prefetch_loaded, 1u);
+}
+
 TEST(RamTierPolicyTest, PrefetchIsDeclinedWhenItWouldEvictWhatIsAlwaysUsed) {
   current_policy = CachePolicyKind::kAdaptive;
   FakeDisk disk(16);

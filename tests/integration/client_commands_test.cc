@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/node_process.h"
@@ -164,6 +165,45 @@ TEST_F(ClientCommandsTest, ChatResetForgetsTheHistoryAndExitStops) {
   ASSERT_GE(lines.size(), 3u) << chat.out;
   EXPECT_EQ(lines[1], "(history cleared)");
   EXPECT_EQ(lines[0], lines[2]);
+}
+
+// chat --tools --tool-choice NAME: each reply is calls of that function,
+// printed as "[call ID] NAME ARGUMENTS"; "/tool ID TEXT" answers it and the
+// next reply is asked for (the history holds the call and the answer).
+TEST_F(ClientCommandsTest, ChatWithToolsPrintsCallsAndAnswersThem) {
+  ASSERT_NO_FATAL_FAILURE(StartServe());
+  const std::string tools = testing::MakeTempDir("chat-tools") + "/tools.json";
+  std::ofstream(tools) << R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"enum": ["Oslo", "Bergen"]}},
+                     "required": ["city"], "additionalProperties": false}}}])";
+  const CommandResult chat =
+      Client({"chat", "--temp", "1", "--seed", "3", "-n", "100", "--stats", "--tools", tools,
+              "--tool-choice", "get_weather"},
+             "Weather in Oslo?\n/tool call_0_0 rain, 4 degrees\n");
+  ASSERT_EQ(chat.exit_code, 0) << chat.err;
+  const std::vector<std::string> stats = absl::StrSplit(chat.err, '\n', absl::SkipEmpty());
+  ASSERT_EQ(stats.size(), 2u) << chat.err;
+  for (const std::string& line : stats) {
+    EXPECT_NE(line.find("finish tool_calls"), std::string::npos) << line;
+  }
+  const auto prompt_tokens = [](const std::string& line) {
+    return std::stoi(line.substr(line.find("[prompt ") + 8));
+  };
+  EXPECT_GT(prompt_tokens(stats[1]), prompt_tokens(stats[0]) + 10)
+      << "the second prompt holds the calls and the answer";
+  std::vector<std::string> calls;
+  for (absl::string_view line : absl::StrSplit(chat.out, '\n')) {
+    if (absl::ConsumePrefix(&line, "[call ")) calls.emplace_back(line);
+  }
+  ASSERT_GE(calls.size(), 2u) << chat.out;  // parallel calls allowed: one or more per reply
+  EXPECT_EQ(calls[0].substr(0, calls[0].find(' ')), "call_0_0]") << chat.out;
+  for (const std::string& call : calls) {
+    const size_t args = call.find(" get_weather ");
+    ASSERT_NE(args, std::string::npos) << call;
+    const json a = json::parse(call.substr(args + 13), nullptr, false);
+    EXPECT_TRUE(a == json::parse(R"({"city":"Oslo"})") || a == json::parse(R"({"city":"Bergen"})"))
+        << call;
+  }
 }
 
 TEST_F(ClientCommandsTest, BenchJsonCountsAddUpAndMatchTheServersMetrics) {

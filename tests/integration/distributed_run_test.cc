@@ -143,6 +143,45 @@ TEST_F(DistributedRunTest, PrefetchLeavesTheLogitsBitwiseTheSame) {
   }
 }
 
+// Nodes whose RAM tiers hold a few experts read most from disk, prefetch
+// (every hint the rule lets through, as background reads yielding to demand
+// reads, stale ones dropped) and evict: the tokens and logits are bitwise
+// those of the local run, whose experts are all in RAM.
+TEST_F(DistributedRunTest, PrefetchFromDiskLeavesTheLogitsThoseOfAllInRam) {
+  StartNodes(3, {"--ram-budget", "400000", "--prefetch-cost", "0", "--background-reads", "1",
+                 "--no-warm-ram"});
+  const std::string dir = testing::MakeTempDir("prefetch-disk");
+  const testing::GoldenCase c = Case("qwen3moe-tiny-f32");
+  auto run = [&](const std::string& out, const std::vector<std::string>& extra) {
+    std::vector<std::string> a = RunArgs(c, 12);
+    a.insert(a.end(), {"--all-logits", "--logits-out", out});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return testing::RunCommand(a);
+  };
+  const CommandResult local = run(dir + "/local.f32", {});
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const CommandResult remote =
+      run(dir + "/remote.f32", {"--nodes", Addresses(), "--prefetch-depth", "2"});
+  ASSERT_EQ(remote.exit_code, 0) << remote.err;
+  EXPECT_EQ(local.out, remote.out);
+  const std::string a = ReadAll(dir + "/local.f32");
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == ReadAll(dir + "/remote.f32")) << "logits differ";
+  EXPECT_EQ(Counter(remote.err, "experts:", "fallback_routes"), 0) << remote.err;
+  // The nodes read from disk and prefetched in decode (summed over nodes).
+  auto sum = [&](const std::string& key) {
+    int64_t total = 0;
+    std::istringstream lines(remote.err);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("node-tier", 0) != 0) continue;
+      total += std::max<int64_t>(Counter(line, "node-tier", key), 0);
+    }
+    return total;
+  };
+  EXPECT_GT(sum("disk_bytes_read"), 0) << remote.err;
+  EXPECT_GT(sum("prefetch_issued"), 0) << remote.err;
+}
+
 TEST_F(DistributedRunTest, OneRoundTripPerInvolvedNodePerLayer) {
   StartNodes(3);
   const testing::GoldenCase c = Case("qwen3moe-tiny-f32");

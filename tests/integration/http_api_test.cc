@@ -426,8 +426,8 @@ TEST_F(HttpApiTest, ReasoningIsSplitFromContentAndUnsupportedConstraintsAreRefus
 
 // gpt-oss with its own template (harmony): the chat reply goes through the
 // harmony parser, which gives text without any message header as content,
-// equal to the completion of the rendered prompt; forced tool calls are a
-// 400 naming the family. (The fixture's vocabulary has no harmony control
+// equal to the completion of the rendered prompt; a forced tool call comes
+// back as tool_calls. (The fixture's vocabulary has no harmony control
 // tokens: the markers themselves are covered by assistant_output_test.)
 TEST_F(HttpApiTest, GptOssChatGoesThroughTheHarmonyParser) {
   std::ifstream fixture(testing::FixturesDir() + "/chat_templates/openai-gpt-oss-120b.json");
@@ -462,11 +462,24 @@ TEST_F(HttpApiTest, GptOssChatGoesThroughTheHarmonyParser) {
                : reply.value["choices"][0]["message"]["content"].get<std::string>();
     EXPECT_EQ(content, expected) << "stream " << stream;
   }
-  const json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
-  HttpReply refused = Post("/v1/chat/completions",
-                           {{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}});
-  ExpectError(refused, 400, "tool_choice");
-  EXPECT_NE(refused.body.find("gpt-oss"), std::string::npos) << refused.body;
+  // A forced call: the harmony header the grammar writes, parsed back.
+  const json tools = json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "f"},
+          {"description", "f"},
+          {"parameters", {{"type", "object"}, {"additionalProperties", false}}}}}}});
+  HttpReply forced = Post("/v1/chat/completions", {{"messages", messages},
+                                                   {"tools", tools},
+                                                   {"tool_choice", "required"},
+                                                   {"max_tokens", 200},
+                                                   {"seed", 1}});
+  ASSERT_EQ(forced.status, 200) << forced.body;
+  EXPECT_EQ(forced.value["choices"][0]["finish_reason"], "tool_calls") << forced.body;
+  const json& calls = forced.value["choices"][0]["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 1u) << forced.body;
+  EXPECT_EQ(calls[0]["function"]["name"], "f");
+  EXPECT_EQ(calls[0]["function"]["arguments"], "{}");
 }
 
 // tool_choice "required" and a named function constrain the random-weight

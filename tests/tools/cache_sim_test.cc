@@ -135,6 +135,89 @@ TEST(CacheSimTest, NodesShareTheRequestsByPlacement) {
   EXPECT_FALSE(NodeWorkload(Parse("colibri-routing-trace 1\nR 0 0 9:1\n"), placement, 0).ok());
 }
 
+// A node's workload built by hand: each Use call is one record (group) of
+// its own unless `same_group`.
+class Workload {
+ public:
+  void Use(int layer, int expert, bool same_group = false) {
+    if (!same_group) ++group_;
+    events_.push_back(NodeEvent{NodeEvent::Kind::kUse, layer, expert, group_});
+  }
+  void Hint(int layer, int expert) {
+    events_.push_back(NodeEvent{NodeEvent::Kind::kHint, layer, expert, 0});
+  }
+  const std::vector<NodeEvent>& events() const { return events_; }
+
+ private:
+  std::vector<NodeEvent> events_;
+  int64_t group_ = 0;
+};
+
+// Layer 0's experts 0 and 1 are used at every step; layers 1-3 each scan a
+// new expert a step, never used again. At 3 experts LRU evicts the hot pair
+// for the scan every step and never hits; the expected-use rank keeps them
+// (Belady's choice) and hits both at every step once their counts show it.
+TEST(CacheSimTest, AScanDoesNotFlushHotExperts) {
+  Workload w;
+  constexpr int kSteps = 50;
+  for (int step = 0; step < kSteps; ++step) {
+    w.Use(0, 0);
+    w.Use(0, 1, /*same_group=*/true);
+    for (int layer = 1; layer <= 3; ++layer) w.Use(layer, step);
+  }
+  SimOptions options;
+  options.capacity = 3;
+  EXPECT_EQ(SimulatePolicy(w.events(), CachePolicyKind::kLru, options).hits, 0u);
+  const SimResult adaptive = SimulatePolicy(w.events(), CachePolicyKind::kAdaptive, options);
+  EXPECT_GE(adaptive.hits, 2u * (kSteps - 5));
+  EXPECT_LE(adaptive.hits, SimulateBelady(w.events(), 3).hits);
+}
+
+// 1000 steps use experts 0 and 1 of layer 0 (and expert 9 of layer 1), then
+// 200 steps use expert 2 and, in turn, 3 or 4 of layer 0 (and 9). The old
+// pair's long-run counts stay high for thousands of requests; recency (LRU)
+// drops them at once and hits every request after the first few of the new
+// phase. The adaptive policy must follow: its ghost lists move the weight
+// to the recent counts within some 40 misses, where long-run counts alone
+// would miss one request a step to the end (~200).
+TEST(CacheSimTest, RecencyWinsAfterAPhaseChange) {
+  Workload w;
+  for (int step = 0; step < 1200; ++step) {
+    w.Use(0, step < 1000 ? 0 : 2);
+    w.Use(0, step < 1000 ? 1 : 3 + step % 2, /*same_group=*/true);
+    w.Use(1, 9);
+  }
+  SimOptions options;
+  options.capacity = 4;
+  const SimResult lru = SimulatePolicy(w.events(), CachePolicyKind::kLru, options);
+  const SimResult adaptive = SimulatePolicy(w.events(), CachePolicyKind::kAdaptive, options);
+  EXPECT_GE(lru.hits, 3600u - 6);
+  EXPECT_GE(adaptive.hits + 40, lru.hits);
+}
+
+// Every step hints a new expert of layer 1, then uses two new experts of
+// layer 0, then the hinted one. At 3 experts the prefetched expert, never
+// used before (use probability 0), is the first to go unless its hint keeps
+// it: then both of layer 0's misses evict the other residents and every
+// hinted expert is a hit.
+TEST(CacheSimTest, AHintedExpertIsKeptUntilUsed) {
+  Workload w;
+  constexpr int kSteps = 20;
+  for (int step = 0; step < kSteps; ++step) {
+    w.Hint(1, step);
+    w.Use(0, 2 * step);
+    w.Use(0, 2 * step + 1, /*same_group=*/true);
+    w.Use(1, step);
+  }
+  SimOptions options;
+  options.capacity = 3;
+  options.prefetch_all = true;
+  const SimResult adaptive = SimulatePolicy(w.events(), CachePolicyKind::kAdaptive, options);
+  EXPECT_EQ(adaptive.prefetch_issued, static_cast<uint64_t>(kSteps));
+  EXPECT_EQ(adaptive.prefetch_used, static_cast<uint64_t>(kSteps));
+  EXPECT_EQ(adaptive.hits, static_cast<uint64_t>(kSteps));
+}
+
 TEST(CacheSimTest, ExpertsPerLayerLeavesUnroutedLayersEmpty) {
   EXPECT_EQ(ExpertsPerLayer(Parse("colibri-routing-trace 1\nR 0 1 3:1\nR 0 2 0:1 7:2\n")),
             (std::vector<int>{0, 4, 8}));

@@ -29,6 +29,14 @@ std::vector<int> ExpertsPerLayer(const std::vector<moe::TraceRecord>& records) {
   return experts;
 }
 
+int64_t CountSteps(const std::vector<moe::TraceRecord>& records) {
+  int64_t steps = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (i == 0 || records[i].step != records[i - 1].step) ++steps;
+  }
+  return steps;
+}
+
 absl::StatusOr<std::vector<NodeEvent>> NodeWorkload(const std::vector<moe::TraceRecord>& records,
                                                     const placement::Placement& placement,
                                                     int node) {

@@ -43,6 +43,11 @@ struct NodeEvent {
 // records, 0 for the others (dense layers), up to the highest layer.
 std::vector<int> ExpertsPerLayer(const std::vector<moe::TraceRecord>& records);
 
+// Forward steps in `records`: runs of records of one step (so traces
+// replayed in sequence count each trace's steps). A step is one token of
+// each generation it runs (the prompt's prefill is one step).
+int64_t CountSteps(const std::vector<moe::TraceRecord>& records);
+
 // The requests and hints reaching `node` (an index into the placement's
 // nodes): each routed expert goes to the replica BalanceReplicas chooses for
 // its record (cost ExpertWork(tokens), every node healthy), each hint to the
@@ -58,8 +63,8 @@ struct SimOptions {
   // Load hinted experts ahead of use by PrefetchPays. Default: false.
   bool prefetch = false;
   // Cost of a background read relative to a demand miss, for PrefetchPays.
-  // Default: 0.25.
-  double prefetch_cost = 0.25;
+  // Default: the node's (expert_node::kDefaultPrefetchCost, 0.5).
+  double prefetch_cost = expert_node::kDefaultPrefetchCost;
   // Load every hinted expert (protected until used or the hint horizon),
   // ignoring the benefit rule, as the RAM tier did without one.
   // Default: false.
@@ -75,6 +80,9 @@ struct SimResult {
   uint64_t prefetch_used = 0;    // of those, requested while resident
   uint64_t prefetch_wasted = 0;  // of those, evicted (or left at the end) unused
   double hit_rate() const { return requests == 0 ? 0 : static_cast<double>(hits) / requests; }
+  // Experts read from disk: every miss (admitted or served uncached) and
+  // every prefetch, used or wasted.
+  uint64_t reads() const { return requests - hits + prefetch_issued; }
 };
 
 SimResult SimulatePolicy(const std::vector<NodeEvent>& events, expert_node::CachePolicyKind kind,

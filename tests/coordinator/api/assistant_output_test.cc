@@ -93,6 +93,28 @@ TEST(AssistantOutputTest, Glm45ArgumentsAreJsonWhereTheyParse) {
   ExpectSame(out, Bytewise(d, text));
 }
 
+// With the request's tools, a value of a parameter that takes only strings
+// stays the text it is, even where it would parse as JSON.
+TEST(AssistantOutputTest, Glm45KeepsRawTextParametersAsStrings) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"code": {"type": "string"}, "unit": {"enum": ["1", "2"]},
+                     "n": {"type": "integer"}}}}}])");
+  const std::string text =
+      "<tool_call>f\n<arg_key>code</arg_key>\n<arg_value>123</arg_value>\n<arg_key>unit</arg_key>"
+      "\n<arg_value>2</arg_value>\n<arg_key>n</arg_key>\n<arg_value>7</arg_value>\n</tool_call>";
+  AssistantOutputParser parser(Dialect(ToolDialect::kGlm45, true), true, "call_");
+  parser.set_tools(tools);
+  OutputDelta out = parser.Feed(text);
+  out.Append(parser.Finish());
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"code\":\"123\",\"unit\":\"2\",\"n\":7}");
+  EXPECT_TRUE(GlmRawTextParameter({{"type", "string"}, {"maxLength", 3}}));
+  EXPECT_TRUE(GlmRawTextParameter({{"const", "x"}}));
+  EXPECT_FALSE(GlmRawTextParameter({{"type", {"string", "null"}}}));
+  EXPECT_FALSE(GlmRawTextParameter({{"enum", {"a", 1}}}));
+}
+
 TEST(AssistantOutputTest, DeepSeekV3AndV31Calls) {
   const OutputDialect d = Dialect(ToolDialect::kDeepSeekV3);
   const std::string v3 =

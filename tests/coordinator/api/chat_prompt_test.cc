@@ -100,5 +100,39 @@ TEST_F(ChatPromptTest, AFileOverridesAndSeesBosEosAndTools) {
             absl::StatusCode::kInvalidArgument);
 }
 
+
+// A history with a call (OpenAI's form: arguments as JSON text) and its
+// result renders with GLM-4.6's template, which iterates over the arguments,
+// and with Qwen2.5's, which encodes them with tojson (both given the
+// object), and with Qwen3's, which prints the text as it is.
+TEST_F(ChatPromptTest, ToolCallHistoriesRenderWhetherTheTemplateWantsTextOrAnObject) {
+  ASSERT_NO_FATAL_FAILURE(Open("vocab/ggml-vocab-qwen3.gguf"));
+  const ojson messages = ojson::parse(R"([{"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\",\"days\":2}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "rain"}])");
+  const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "d", "parameters": {"type": "object"}}}])");
+  for (const auto& [fixture, expected] :
+       {std::pair<std::string, std::string>{"GLM-4.6.json",
+                                            "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>"},
+        {"Qwen-Qwen2.5-7B-Instruct.json", "\"arguments\": {\"city\": \"Oslo\", \"days\": 2}}"},
+        {"Qwen-Qwen3-0.6B.json", "\"arguments\": {\"city\":\"Oslo\",\"days\":2}}"}}) {
+    SCOPED_TRACE(fixture);
+    std::ifstream in(testing::FixturesDir() + "/chat_templates/" + fixture);
+    const ojson templates = ojson::parse(in, nullptr, false);
+    ASSERT_TRUE(templates.is_object());
+    const std::string path = ::testing::TempDir() + "/chat_prompt_history.jinja";
+    std::ofstream(path) << templates["template"].get<std::string>();
+    std::ostringstream err;
+    absl::StatusOr<ChatRenderer> chat = LoadChatRenderer(*file_, tokenizer_.get(), path, err);
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    absl::StatusOr<std::string> prompt = (*chat)(messages, tools, true);
+    ASSERT_TRUE(prompt.ok()) << prompt.status();
+    EXPECT_NE(prompt->find(expected), std::string::npos) << *prompt;
+    EXPECT_NE(prompt->find("rain"), std::string::npos) << *prompt;
+  }
+}
+
 }  // namespace
 }  // namespace colibri::coordinator

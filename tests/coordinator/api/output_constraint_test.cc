@@ -199,11 +199,114 @@ TEST(OutputConstraintTest, DeepSeekCallsSitInOneBlock) {
   EXPECT_EQ(calls[1].name, "now");
 }
 
+// GLM-4.5: key/value pairs in the declared order, raw text for string-only
+// parameters (bounded, without the closing tags), JSON for the others;
+// required keys present, optional ones optional, none twice; what the parser
+// reads back (given the tools) are the arguments as typed.
+TEST(OutputConstraintTest, Glm45CallsAreKeyValuePairsThatParseBackTyped) {
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+      "type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]},
+                     "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                     "note": {"type": "string"}},
+      "required": ["city", "unit", "days"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}])");
+  Grammar g = Compile(Required(true), ToolDialect::kGlm45, tools);
+  ASSERT_NE(g, nullptr);
+  const auto arg = [](const std::string& k, const std::string& v) {
+    return "<arg_key>" + k + "</arg_key>\n<arg_value>" + v + "</arg_value>\n";
+  };
+  const std::string weather = "<tool_call>get_weather\n" + arg("city", "12") + arg("unit", "f") +
+                              arg("days", "3") + "</tool_call>";
+  const std::string now = "<tool_call>now\n</tool_call>";
+  EXPECT_TRUE(grammar::GrammarAccepts(*g, weather));
+  EXPECT_TRUE(grammar::GrammarAccepts(*g, weather + "\n" + now));
+  EXPECT_TRUE(grammar::GrammarAccepts(
+      *g, "<tool_call>get_weather\n" + arg("city", "a <b> c") + arg("unit", "c") +
+              arg("days", "7") + arg("note", "x</arg_valu") + "</tool_call>"));
+  // Too long, an order that is not the declared one, a repeated key, a
+  // missing required one, a value out of its schema, a closing tag inside.
+  EXPECT_FALSE(grammar::GrammarAccepts(
+      *g, "<tool_call>get_weather\n" + arg("city", "Reykjavik") + arg("unit", "f") +
+              arg("days", "3") + "</tool_call>"));
+  EXPECT_FALSE(grammar::GrammarAccepts(
+      *g, "<tool_call>get_weather\n" + arg("unit", "f") + arg("city", "Oslo") + arg("days", "3") +
+              "</tool_call>"));
+  EXPECT_FALSE(grammar::GrammarAccepts(
+      *g, "<tool_call>get_weather\n" + arg("city", "Oslo") + arg("city", "Oslo") +
+              arg("unit", "f") + arg("days", "3") + "</tool_call>"));
+  EXPECT_FALSE(grammar::GrammarAccepts(
+      *g, "<tool_call>get_weather\n" + arg("city", "Oslo") + arg("days", "3") + "</tool_call>"));
+  EXPECT_FALSE(grammar::GrammarAccepts(
+      *g, "<tool_call>get_weather\n" + arg("city", "Oslo") + arg("unit", "k") + arg("days", "3") +
+              "</tool_call>"));
+  EXPECT_FALSE(grammar::GrammarAccepts(
+      *g, "<tool_call>get_weather\n" + arg("city", "Oslo") + arg("unit", "f") + arg("days", "9") +
+              "</tool_call>"));
+  EXPECT_FALSE(grammar::GrammarAccepts(
+      *g, "<tool_call>get_weather\n" + arg("city", "Oslo") + arg("unit", "f") + arg("days", "3") +
+              arg("note", "a</tool_call>") + "</tool_call>"));
+
+  OutputDialect d;
+  d.tools = ToolDialect::kGlm45;
+  AssistantOutputParser parser(d, true, "call_");
+  parser.set_tools(tools);
+  OutputDelta all = parser.Feed(weather + "\n" + now);
+  all.Append(parser.Finish());
+  EXPECT_EQ(all.content, "");
+  ASSERT_EQ(all.tool_calls.size(), 2u);
+  EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(all.tool_calls[0].arguments, "{\"city\":\"12\",\"unit\":\"f\",\"days\":3}");
+  EXPECT_EQ(all.tool_calls[1].name, "now");
+  EXPECT_EQ(all.tool_calls[1].arguments, "{}");
+
+  // Without parallel calls, one call only.
+  Grammar one = Compile(Required(false), ToolDialect::kGlm45, tools);
+  ASSERT_NE(one, nullptr);
+  EXPECT_TRUE(grammar::GrammarAccepts(*one, now));
+  EXPECT_FALSE(grammar::GrammarAccepts(*one, now + "\n" + now));
+
+  // What raw text or a fixed key order cannot follow is refused by name.
+  json pattern = tools;
+  pattern[0]["function"]["parameters"]["properties"]["city"]["pattern"] = "^[A-Z]";
+  auto [raw, raw_param] = ErrorOf(Required(true), ToolDialect::kGlm45, pattern);
+  EXPECT_EQ(raw_param, "tools");
+  EXPECT_NE(raw.message().find("'pattern'"), std::string::npos) << raw;
+  json min_properties = tools;
+  min_properties[1]["function"]["parameters"]["minProperties"] = 1;
+  auto [object, object_param] = ErrorOf(Required(true), ToolDialect::kGlm45, min_properties);
+  EXPECT_EQ(object_param, "tools");
+  EXPECT_NE(object.message().find("'minProperties'"), std::string::npos) << object;
+}
+
+// gpt-oss: a harmony header naming the function, its JSON arguments, one
+// call per reply; the harmony parser reads the call back.
+TEST(OutputConstraintTest, HarmonyCallsHaveControlTokenHeaders) {
+  Grammar g = Compile(Required(true), ToolDialect::kHarmony);
+  ASSERT_NE(g, nullptr);
+  const auto call = [](const std::string& name, const std::string& args) {
+    return "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>" + args;
+  };
+  EXPECT_TRUE(grammar::GrammarAccepts(*g, call("get_weather", "{\"city\":\"Oslo\"}")));
+  EXPECT_TRUE(grammar::GrammarAccepts(*g, call("now", "{}")));
+  EXPECT_FALSE(grammar::GrammarAccepts(*g, call("get_weather", "{\"town\":\"Oslo\"}")));
+  EXPECT_FALSE(grammar::GrammarAccepts(*g, call("now", "{}") + call("now", "{}")));
+  EXPECT_FALSE(grammar::GrammarAccepts(*g, call("absent", "{}")));
+  EXPECT_FALSE(grammar::GrammarAccepts(
+      *g, "<|channel|>analysis to=functions.now <|constrain|>json<|message|>{}"));
+
+  OutputDialect d;
+  d.tools = ToolDialect::kHarmony;
+  AssistantOutputParser parser(d, true, "call_");
+  OutputDelta all = parser.Feed(call("get_weather", "{\"city\":\"Oslo\"}") + "<|call|>");
+  all.Append(parser.Finish());
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(all.tool_calls[0].arguments, "{\"city\":\"Oslo\"}");
+}
+
 TEST(OutputConstraintTest, WhatCannotBeConstrainedNamesItsField) {
-  auto [glm, glm_param] = ErrorOf(Required(true), ToolDialect::kGlm45);
-  EXPECT_EQ(glm.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(glm_param, "tool_choice");
-  EXPECT_NE(glm.message().find("GLM-4.5"), std::string::npos) << glm;
   auto [none, none_param] = ErrorOf(Required(true), ToolDialect::kNone);
   EXPECT_EQ(none.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(none_param, "tool_choice");

@@ -1,5 +1,5 @@
 // What the dashboard draws, as the generation scheduler records it: the
-// routes per layer and expert (ExpertUse, a Session RouteObserver) and the
+// routes per layer and expert (ExpertUse, a RoutingObserver of the scheduler's backend) and the
 // newest forward steps (StepTimeline) — first each on its own, then fed by a
 // real generation on the demo model, whose counts follow from the tokens it
 // evaluated.
@@ -65,7 +65,7 @@ TEST_F(DashboardSourcesTest, AGenerationRecordsEveryEvaluatedTokensRoutesAndEver
   StepTimeline timeline;
   GenerationScheduler::Options options;
   options.batch_size = 16;  // the prompt takes several steps
-  options.route_observer = &use;
+  options.routing_observers.push_back(&use);
   options.timeline = &timeline;
   GenerationSpec spec;
   tokenizer::EncodeOptions enc;

@@ -293,6 +293,17 @@ TEST_F(PrefixDiskStoreTest, AnotherLayoutVersionsFileIsAMissAndLeftAlone) {
       "another rows layout version", false);
 }
 
+// Layout version 1 stored q8_0 rows unrotated (arch::KvType): such a file
+// must not be read as rotated rows.
+TEST_F(PrefixDiskStoreTest, AFileOfRowsLayoutOneIsAMissAndLeftAlone) {
+  ASSERT_GT(arch::KvCache::kRowsLayoutVersion, 1);
+  ExpectMissAfter(
+      [](const std::string& path) {
+        RewriteHeader(path, [](PrefixRecordHeader* h) { h->kind.rows_layout_version = 1; });
+      },
+      "another rows layout version (1,", false);
+}
+
 TEST_F(PrefixDiskStoreTest, AnotherRecordFormatIsAMissAndLeftAlone) {
   ExpectMissAfter(
       [](const std::string& path) {

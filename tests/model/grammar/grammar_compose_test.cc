@@ -83,5 +83,43 @@ TEST(GrammarComposeTest, RefusesBadShapesAndBudgets) {
             absl::StatusCode::kResourceExhausted);
 }
 
+
+// A text piece: any UTF-8 text of a bounded number of code points, without
+// the excluded strings (a tag closing the text, anywhere in it).
+TEST(GrammarComposeTest, TextPiecesCountCodePointsAndLeaveOutExcludedStrings) {
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> g = ComposeGrammar(
+      {{GrammarPart::Literal("<v>"), GrammarPart::Text(1, 3, {"</v>", "</c>"}),
+        GrammarPart::Literal("</v>")}},
+      {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Accepts(*g, "<v>a</v>"));
+  EXPECT_TRUE(Accepts(*g, "<v>a<b</v>"));
+  EXPECT_TRUE(Accepts(*g, "<v><</v>"));
+  EXPECT_TRUE(Accepts(*g, "<v>\xc3\xa9\xe2\x82\xac!</v>"));  // 3 code points, 6 bytes
+  EXPECT_FALSE(Accepts(*g, "<v></v>"));
+  EXPECT_FALSE(Accepts(*g, "<v>abcd</v>"));
+  EXPECT_FALSE(Accepts(*g, "<v>\xff</v>"));
+  EXPECT_FALSE(Accepts(*g, "<v></v></v>"));
+
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> unbounded =
+      ComposeGrammar({{GrammarPart::Text(0, -1, {"</v>", "</c>"}), GrammarPart::Literal("</v>")}},
+                     {});
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+  EXPECT_TRUE(Accepts(*unbounded, "</v>"));
+  EXPECT_TRUE(Accepts(*unbounded, "x < y </ z <//v> </w></v>"));
+  EXPECT_FALSE(Accepts(*unbounded, "a</c>b</v>"));
+  EXPECT_FALSE(Accepts(*unbounded, "<</v>x</v>"));
+
+  // A grammar's words that hold an excluded string are left out.
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> json_value = ComposeGrammar(
+      {{GrammarPart::Of(Schema({{"type", "string"}, {"maxLength", 6}}), {"</v>"})}}, {});
+  ASSERT_TRUE(json_value.ok()) << json_value.status();
+  EXPECT_TRUE(Accepts(*json_value, "\"a</b>\""));
+  EXPECT_FALSE(Accepts(*json_value, "\"a</v>\""));
+
+  EXPECT_FALSE(ComposeGrammar({{GrammarPart::Text(2, 1, {})}}, {}).ok());
+  EXPECT_FALSE(ComposeGrammar({{GrammarPart::Text(0, 1, {""})}}, {}).ok());
+}
+
 }  // namespace
 }  // namespace colibri::grammar

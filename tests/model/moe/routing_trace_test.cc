@@ -2,8 +2,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -37,9 +39,61 @@ class FakeBackend : public ExpertBackend {
     (void)layer;
     hinted += static_cast<int>(experts.size());
   }
+  ExpertBackend* SecondChannel() override {
+    if (second == nullptr) second = std::make_unique<FakeBackend>();
+    return second.get();
+  }
   int submits = 0;
   int hinted = 0;
+  std::unique_ptr<FakeBackend> second;
 };
+
+// Keeps what it is told.
+class CountingObserver : public RoutingObserver {
+ public:
+  void OnRoutes(int layer, int64_t n_tokens, int k, const int32_t* experts) override {
+    for (int64_t i = 0; i < n_tokens * k; ++i) routes.push_back({layer, experts[i]});
+  }
+  void OnHints(int layer, absl::Span<const int32_t> experts) override {
+    for (int32_t e : experts) hints.push_back({layer, e});
+  }
+  std::vector<std::pair<int, int32_t>> routes;
+  std::vector<std::pair<int, int32_t>> hints;
+};
+
+TEST(ObservedExpertBackendTest, EveryObserverSeesBothChannelsAndTheInnerBackendGetsEverything) {
+  FakeBackend inner;
+  CountingObserver a;
+  CountingObserver b;
+  ObservedExpertBackend observed(&inner, {&a, &b});
+  const int32_t first[] = {3, 1};
+  const int32_t second_half[] = {2, 2};
+  const int32_t hint[] = {7};
+  ExpertBatch batch;
+  batch.layer = 4;
+  batch.k = 2;
+  batch.n_tokens = 1;
+  batch.experts = first;
+  observed.Prefetch(5, hint);
+  observed.Submit(batch, nullptr);
+  ExpertBackend* other = observed.SecondChannel();
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(other, observed.SecondChannel());  // created once
+  batch.experts = second_half;
+  other->Submit(batch, nullptr);
+  other->Prefetch(6, hint);
+  const std::vector<std::pair<int, int32_t>> want_routes = {{4, 3}, {4, 1}, {4, 2}, {4, 2}};
+  const std::vector<std::pair<int, int32_t>> want_hints = {{5, 7}, {6, 7}};
+  for (const CountingObserver* o : {&a, &b}) {
+    EXPECT_EQ(o->routes, want_routes);
+    EXPECT_EQ(o->hints, want_hints);
+  }
+  EXPECT_EQ(inner.submits, 1);
+  EXPECT_EQ(inner.hinted, 1);
+  ASSERT_NE(inner.second, nullptr);
+  EXPECT_EQ(inner.second->submits, 1);
+  EXPECT_EQ(inner.second->hinted, 1);
+}
 
 TEST(RoutingTraceTest, RecordsStepsLayersTokenCountsAndHints) {
   const std::string path = TempPath("routing_trace_test");
@@ -47,7 +101,7 @@ TEST(RoutingTraceTest, RecordsStepsLayersTokenCountsAndHints) {
   {
     absl::StatusOr<std::unique_ptr<RoutingTraceWriter>> w = RoutingTraceWriter::Open(path, {});
     ASSERT_TRUE(w.ok()) << w.status();
-    TracingExpertBackend traced(&inner, w->get());
+    ObservedExpertBackend traced(&inner, {w->get()});
     // Step 0: two tokens, top-2; step 1: one token.
     const int32_t step0_l0[] = {3, 1, 3, 2};
     const int32_t step0_l1[] = {0, 5, 5, 0};
@@ -96,7 +150,7 @@ TEST(RoutingTraceTest, StopsAtTheByteLimitAndSaysSo) {
     absl::StatusOr<std::unique_ptr<RoutingTraceWriter>> w = RoutingTraceWriter::Open(path, options);
     ASSERT_TRUE(w.ok());
     const int32_t experts[] = {1, 2};
-    for (int i = 0; i < 50; ++i) (*w)->Route(i % 4, 1, 2, experts);
+    for (int i = 0; i < 50; ++i) (*w)->OnRoutes(i % 4, 1, 2, experts);
     (*w)->Flush();
     EXPECT_GT((*w)->dropped_records(), 0u);
     EXPECT_LE((*w)->written_bytes(), 100u + 20u);

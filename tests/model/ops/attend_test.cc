@@ -247,6 +247,80 @@ TEST_P(AttendTest, Q8_0ValuesGiveTheSumsOfTheirDequantizedRows) {
 
 // SoftmaxInPlace against the softmax in double: its exps are within 1 ulp
 // and its sum runs in float, so each weight is within a few parts in 10^7.
+double Dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) sum += static_cast<double>(a[i]) * b[i];
+  return sum;
+}
+
+// R = H D / 8 on each block of 32: a basis vector goes to +-1/8 in every
+// element of its own block (exact) and nowhere else, and the images of two
+// basis vectors are orthogonal with squared norm 1/2 (R^T R = I / 2).
+TEST(Q8_0RotationTest, RowRotationIsAScaledOrthogonalMapPerBlock) {
+  constexpr int kN = 64;
+  std::vector<std::vector<float>> images(kN, std::vector<float>(kN));
+  for (int i = 0; i < kN; ++i) {
+    std::vector<float> e(kN, 0.0f);
+    e[i] = 1.0f;
+    RotateQ8_0Row(e.data(), kN, images[i].data());
+    for (int c = 0; c < kN; ++c) {
+      const float want = c / 32 == i / 32 ? 0.125f : 0.0f;
+      EXPECT_EQ(std::fabs(images[i][c]), want) << "basis " << i << " element " << c;
+    }
+  }
+  for (int i = 0; i < kN; ++i) {
+    for (int j = 0; j < kN; ++j) {
+      EXPECT_EQ(Dot(images[i], images[j]), i == j ? 0.5 : 0.0) << i << " " << j;
+    }
+  }
+  // The signs D are not all +1: without them H maps the all-ones block to
+  // a single spike, the worst case for a block scale.
+  std::vector<float> ones(32, 1.0f), image(32);
+  RotateQ8_0Row(ones.data(), 32, image.data());
+  float largest = 0;
+  for (float x : image) largest = std::max(largest, std::fabs(x));
+  EXPECT_LT(largest, 32 * 0.125f);
+}
+
+// Q q . R k = q . k, Q^T (sum p_j R v_j) = sum p_j v_j and R^-1 R x = x up
+// to float rounding: the attention over rotated rows is the attention over
+// the rows.
+TEST(Q8_0RotationTest, RotatedProductsRoundTrip) {
+  constexpr int kN = 96;
+  const std::vector<float> q = Random(kN, 1), k = Random(kN, 2);
+  std::vector<float> rq(kN), rk(kN);
+  RotateQ8_0Query(q.data(), kN, rq.data());
+  RotateQ8_0Row(k.data(), kN, rk.data());
+  EXPECT_NEAR(Dot(rq, rk), Dot(q, k), 1e-5 * std::sqrt(Dot(q, q) * Dot(k, k)));
+
+  std::vector<float> sum(kN, 0.0f), rotated_sum(kN, 0.0f), rv(kN);
+  for (int j = 0; j < 5; ++j) {
+    const std::vector<float> v = Random(kN, 10 + j);
+    const float p = 0.1f * static_cast<float>(j + 1);
+    RotateQ8_0Row(v.data(), kN, rv.data());
+    for (int e = 0; e < kN; ++e) {
+      sum[e] += p * v[e];
+      rotated_sum[e] += p * rv[e];
+    }
+  }
+  std::vector<float> back(kN);
+  UnrotateQ8_0Output(rotated_sum.data(), kN, back.data());
+  for (int e = 0; e < kN; ++e) EXPECT_NEAR(back[e], sum[e], 1e-5f) << e;
+
+  // In place, and the stored row back through LoadRotatedQ8_0Row.
+  std::vector<float> x = Random(kN, 3), y = x;
+  RotateQ8_0Row(y.data(), kN, y.data());
+  std::vector<BlockQ8_0> blocks(kN / 32);
+  StoreQ8_0Row(y.data(), kN, {blocks.data()});
+  UnrotateQ8_0Output(y.data(), kN, y.data());
+  std::vector<float> loaded(kN);
+  LoadRotatedQ8_0Row({blocks.data()}, kN, loaded.data());
+  for (int e = 0; e < kN; ++e) {
+    EXPECT_NEAR(y[e], x[e], 1e-6f) << e;
+    EXPECT_NEAR(loaded[e], x[e], 0.03f) << e;  // 8 bits of a block of N(0, 1)
+  }
+}
+
 TEST(SoftmaxInPlaceTest, MatchesTheSoftmaxInDoubleWithAndWithoutASink) {
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> score(-30.0f, 30.0f);
