@@ -61,7 +61,8 @@ namespace colibri::coordinator {
 // compiles its functions' parameters within one max_nfa_states together, and
 // the whole call (with its repetitions) within another.
 inline constexpr grammar::SchemaCompileOptions kOutputSchemaCompile = {
-    /*max_nfa_states=*/200000, /*max_ref_depth=*/4, /*max_any_depth=*/4,
+    /*max_nfa_states=*/200000, /*max_ref_depth=*/4,
+    /*max_any_depth=*/grammar::SchemaCompileOptions{}.max_any_depth,
     /*max_schema_depth=*/64};
 
 // Calls at most in one constrained reply with parallel_tool_calls.

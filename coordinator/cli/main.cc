@@ -542,6 +542,8 @@ int main(int argc, char** argv) {
                    "nesting of arrays and objects inside values of unconstrained schemas")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  schema_check_cmd->add_flag("--cpu-time", schema_check.cpu_time,
+                             "time masks on the thread's CPU clock (not the wall clock)");
 
   colibri::AddConfigFileOption(&app);
   if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;

@@ -8,7 +8,8 @@
 // A test's instance is its data serialized compactly in the file's key order;
 // "accepted": every token of the vocabulary's tokenization of that text was in
 // the mask at its step and the grammar accepts at the end. Masks are timed on
-// one thread (every step's mask, including the one after the last token).
+// one thread (every step's mask, including the one after the last token), on
+// the wall clock or (SchemaCheckOptions::cpu_time) the thread's CPU clock.
 #ifndef COLIBRI_COORDINATOR_CLI_SCHEMA_CHECK_COMMAND_H_
 #define COLIBRI_COORDINATOR_CLI_SCHEMA_CHECK_COMMAND_H_
 
@@ -26,6 +27,9 @@ struct SchemaCheckOptions {
   std::string vocab_path;
   std::vector<std::string> case_files;
   grammar::SchemaCompileOptions compile;
+  // Time masks as the thread's CPU time instead of the wall clock: without
+  // the time spent waiting for a core on a loaded machine. Default: false.
+  bool cpu_time = false;
 };
 
 // One line per case on `out`; a summary (cases compiled, valid and invalid

@@ -41,17 +41,31 @@ uint64_t GrammarHash(const grammar::CompiledGrammar& g) {
       h = Mix(h, (uint64_t{e.lo} << 40) | (uint64_t{e.hi} << 32) | e.to);
     h = Mix(h, s.epsilon.size());
     for (grammar::StateId to : s.epsilon) h = Mix(h, to);
+    h = Mix(h, s.ops.size());
+    for (const grammar::OpEdge& op : s.ops) {
+      h = Mix(Mix(Mix(h, static_cast<uint64_t>(op.op)), (uint64_t{op.to} << 32) | op.ret), op.arg);
+    }
   }
-  return h;
+  return Mix(h, g.max_call_level);
 }
 
 bool SameGrammar(const grammar::CompiledGrammar& a, const grammar::CompiledGrammar& b) {
-  if (a.start != b.start || a.accept != b.accept) return false;
+  if (a.start != b.start || a.accept != b.accept || a.max_call_level != b.max_call_level) {
+    return false;
+  }
   const std::vector<grammar::NfaState>& x = a.nfa.states();
   const std::vector<grammar::NfaState>& y = b.nfa.states();
   if (x.size() != y.size()) return false;
   for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i].epsilon != y[i].epsilon || x[i].edges.size() != y[i].edges.size()) return false;
+    if (x[i].epsilon != y[i].epsilon || x[i].edges.size() != y[i].edges.size() ||
+        x[i].ops.size() != y[i].ops.size()) {
+      return false;
+    }
+    for (size_t k = 0; k < x[i].ops.size(); ++k) {
+      const grammar::OpEdge& e = x[i].ops[k];
+      const grammar::OpEdge& f = y[i].ops[k];
+      if (e.op != f.op || e.to != f.to || e.ret != f.ret || e.arg != f.arg) return false;
+    }
     for (size_t k = 0; k < x[i].edges.size(); ++k) {
       const grammar::ByteEdge& e = x[i].edges[k];
       const grammar::ByteEdge& f = y[i].edges[k];

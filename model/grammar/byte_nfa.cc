@@ -344,6 +344,11 @@ bool NfaAcceptsSomething(const ByteNfa& nfa, StateId start, StateId accept) {
     };
     for (const ByteEdge& e : state.edges) visit(e.to);
     for (StateId t : state.epsilon) visit(t);
+    for (const OpEdge& op : state.ops) {
+      if (op.op == StackOp::kReturn) continue;
+      visit(op.to);
+      if (op.op == StackOp::kCall) visit(op.ret);
+    }
   }
   return false;
 }

@@ -32,9 +32,46 @@ struct ByteEdge {
   StateId to;
 };
 
+// Moves that consume no byte but work on a stack of frames kept beside the
+// automaton's state (the matcher's state is the set of (NFA state, stack)
+// pairs, see LazyDfa), for what a finite automaton cannot do in linear size:
+// values of unconstrained schemas nesting to any depth (a call of one shared
+// fragment per container) and object keys in any order (the set of keys seen).
+enum class StackOp : uint8_t {
+  // Push a call frame returning to `ret` and go to `to`. Its level is `arg`
+  // plus, when `arg` is not 0, the level of the call frame on top; refused
+  // when the level exceeds CompiledGrammar::max_call_level.
+  kCall,
+  // Pop the call frame on top and go to its `ret` (`to` unused).
+  kReturn,
+  // Push an empty key set and go to `to`.
+  kOpenKeys,
+  // Add the keys of bit mask `arg` to the key set on top and go to `to`;
+  // refused when one of them is there already. With `ret` 1 ("soft"), the
+  // text refused here always has another way on in plain string text (the key
+  // may go on as another key).
+  kKey,
+  // Pop the key set on top and go to `to`; refused unless it holds every key
+  // of bit mask `arg`.
+  kCloseKeys,
+};
+
+struct OpEdge {
+  StackOp op;
+  StateId to;
+  StateId ret;  // kCall: the return state; kKey: 1 if soft
+  uint64_t arg;
+};
+
 struct NfaState {
   std::vector<ByteEdge> edges;
   std::vector<StateId> epsilon;
+  std::vector<OpEdge> ops;
+  // Every plain JSON string text (see TokenTrie: no '"', '\\' or control
+  // characters, the last UTF-8 character possibly cut short) leads from here
+  // to a state that can go on, by byte and epsilon moves alone, so the matcher
+  // need not prove it. A hint that never changes the language. Default: false.
+  bool plain_universal = false;
 };
 
 // A piece of automaton: entering `in` and reaching `out` consumes one word of
@@ -68,6 +105,9 @@ class ByteNfa {
     states_[from].edges.push_back({lo, hi, to});
   }
   void AddEpsilon(StateId from, StateId to) { states_[from].epsilon.push_back(to); }
+  void AddOp(StateId from, OpEdge op) { states_[from].ops.push_back(op); }
+  // Sets NfaState::plain_universal; the caller vouches for it.
+  void MarkPlainUniversal(StateId s) { states_[s].plain_universal = true; }
 
   // Fragment accepting only the empty word.
   absl::StatusOr<Fragment> Empty();
@@ -92,6 +132,7 @@ class ByteNfa {
 
   // The words of both fragments (product construction over the pairs of
   // states reachable together). The fragments themselves are left unused.
+  // Stack moves (OpEdge) are not followed: for fragments without them.
   absl::StatusOr<Fragment> Intersect(Fragment a, Fragment b);
 
   const std::vector<NfaState>& states() const { return states_; }
@@ -110,9 +151,13 @@ struct CompiledGrammar {
   ByteNfa nfa;
   StateId start = 0;
   StateId accept = 0;
+  // The highest level of a call frame (StackOp::kCall): how deep arrays and
+  // objects nest inside a value of an unconstrained schema. Default: 64.
+  uint64_t max_call_level = 64;
 };
 
-// True when some word leads from `start` to `accept`.
+// True when some word leads from `start` to `accept` (stack moves taken as
+// always possible, a call as reaching its return state).
 bool NfaAcceptsSomething(const ByteNfa& nfa, StateId start, StateId accept);
 
 }  // namespace colibri::grammar

@@ -14,18 +14,20 @@ size_t TokenBitmask::Count() const {
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
-                               std::shared_ptr<const TokenTrie> trie,
-                               const MatcherOptions& options)
+                               std::shared_ptr<const TokenTrie> trie, const MatcherOptions& options)
     : grammar_(std::move(grammar)),
       trie_(std::move(trie)),
       options_(options),
       dfa_(*grammar_, options.max_dfa_states),
+      loose_(*grammar_, options.max_dfa_states, /*track_keys=*/false),
       state_(dfa_.start()) {
   walk_.assign(trie_->max_depth() + 1, LazyDfa::kDead);
+  exact_.assign(trie_->max_depth() + 1, 0);
+  bytes_.assign(trie_->max_depth() + 1, 0);
 }
 
 absl::Status GrammarMatcher::CheckOverflow() const {
-  if (!dfa_.overflowed()) return absl::OkStatus();
+  if (!dfa_.overflowed() && !loose_.overflowed()) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "the grammar's automaton needs more than ", options_.max_dfa_states, " states"));
 }
@@ -34,32 +36,61 @@ absl::StatusOr<const TokenBitmask*> GrammarMatcher::ComputeMask() {
   if (finished_) return absl::FailedPreconditionError("the text has ended");
   auto it = masks_.find(state_);
   if (it != masks_.end()) return it->second.get();
-  if (masks_.size() >= options_.max_cached_masks) masks_.clear();
+  const int32_t loose = LooseState();
+  if (loose != kNoLoose) {
+    auto shared = loose_masks_.find(loose);
+    if (shared != loose_masks_.end()) return shared->second.get();
+  }
+  if (masks_.size() + loose_masks_.size() >= options_.max_cached_masks) {
+    masks_.clear();
+    loose_masks_.clear();
+  }
   ++masks_computed_;
   auto mask = std::make_unique<TokenBitmask>(trie_->n_vocab());
-  const int level = PlainLevel(state_);
+  const int level = loose != kNoLoose ? PlainLevel(loose_, loose, &loose_plain_level_)
+                                      : PlainLevel(dfa_, state_, &plain_level_);
+  bool exact = loose == kNoLoose;
   if (level == kUnbounded) {
     mask->AllowAll(trie_->plain_all());
   } else {
     mask->AllowAll(trie_->plain_upto(level));
-    Walk(trie_->plain(), level, mask.get());
+    exact |= Walk(trie_->plain(), loose, level, mask.get());
   }
-  Walk(trie_->other(), -1, mask.get());
+  exact |= Walk(trie_->other(), loose, -1, mask.get());
   if (absl::Status s = CheckOverflow(); !s.ok()) return s;
   if (dfa_.IsAccepting(state_)) {
     for (int32_t id : trie_->end_of_generation()) mask->Allow(id);
   }
   const TokenBitmask* out = mask.get();
-  masks_.emplace(state_, std::move(mask));
+  if (exact) {
+    masks_.emplace(state_, std::move(mask));
+  } else {
+    loose_masks_.emplace(loose, std::move(mask));
+  }
   return out;
 }
 
-void GrammarMatcher::Walk(const TokenTrie::Layout& layout, int skip_chars,
+int32_t GrammarMatcher::LooseState() {
+  if (loose_of_.size() <= static_cast<size_t>(state_)) {
+    loose_of_.resize(static_cast<size_t>(state_) + 1, -2);
+  }
+  int32_t& loose = loose_of_[state_];
+  if (loose == -2) {
+    bool key_step = false;
+    const int32_t s = loose_.Import(dfa_, state_, &key_step);
+    loose = key_step || s == LazyDfa::kDead ? kNoLoose : s;
+  }
+  return loose;
+}
+
+bool GrammarMatcher::Walk(const TokenTrie::Layout& layout, int32_t loose, int skip_chars,
                           TokenBitmask* mask) {
   const bool plain = &layout == &trie_->plain();
   const std::vector<TokenTrie::Node>& nodes = layout.nodes;
   const std::vector<int32_t>& ids = layout.token_ids;
-  walk_[0] = state_;
+  bool used_exact = loose == kNoLoose;
+  walk_[0] = used_exact ? state_ : loose;
+  exact_[0] = used_exact ? 1 : 0;
   const size_t n = nodes.size();
   size_t i = 1;
   while (i < n) {
@@ -68,22 +99,40 @@ void GrammarMatcher::Walk(const TokenTrie::Layout& layout, int skip_chars,
       i = node.subtree_end;  // allowed already
       continue;
     }
-    const int32_t next = dfa_.Next(walk_[node.depth - 1], node.byte);
+    const size_t d = node.depth;
+    bytes_[d] = node.byte;
+    bool exact = exact_[d - 1] != 0;
+    int32_t next;
+    if (exact) {
+      next = dfa_.Next(walk_[d - 1], node.byte);
+    } else {
+      next = loose_.Next(walk_[d - 1], node.byte);
+      if (next != LazyDfa::kDead && loose_.KeyStep(walk_[d - 1], node.byte)) {
+        // A key move: this subtree is decided on the exact automaton, from
+        // the text's state along the bytes so far.
+        exact = used_exact = true;
+        next = state_;
+        for (size_t k = 1; k <= d && next != LazyDfa::kDead; ++k) next = dfa_.Next(next, bytes_[k]);
+      }
+    }
     if (next == LazyDfa::kDead) {
       i = node.subtree_end;
       continue;
     }
-    walk_[node.depth] = next;
+    walk_[d] = next;
+    exact_[d] = exact ? 1 : 0;
     for (uint32_t k = 0; k < node.n_tokens; ++k) mask->Allow(ids[node.first_token + k]);
     // No byte leads on: the children would all be refused.
-    i = dfa_.HasExit(next, plain) ? i + 1 : node.subtree_end;
+    i = (exact ? dfa_ : loose_).HasExit(next, plain) ? i + 1 : node.subtree_end;
   }
+  return used_exact;
 }
 
-int GrammarMatcher::PlainLevel(int32_t state) {
-  if (static_cast<size_t>(state) < plain_level_.size() && plain_level_[state] >= 0) {
-    return plain_level_[state];
+int GrammarMatcher::PlainLevel(LazyDfa& dfa, int32_t state, std::vector<int16_t>* levels) {
+  if (static_cast<size_t>(state) < levels->size() && (*levels)[state] >= 0) {
+    return (*levels)[state];
   }
+  if (dfa.PlainUniversal(state)) return kUnbounded;
   // One character of plain text at a time, in every UTF-8 spelling: places
   // in a character are 0 boundary; 1..3 continuation bytes still due; 4 after
   // E0 (A0..BF next), 5 after ED (80..9F), 6 after F0 (90..BF), 7 after F4
@@ -110,8 +159,9 @@ int GrammarMatcher::PlainLevel(int32_t state) {
   bool dead = false;
   // Past this many states (patterns searched anywhere in the text give a new
   // state per partial match) the levels proven so far are the answer: a walk
-  // of the longer tokens is cheaper than proving more.
-  constexpr size_t kMaxExplored = 64;
+  // of the longer tokens is cheaper than proving more. Object keys beside
+  // declared names need about one state per character of the names.
+  constexpr size_t kMaxExplored = 1024;
   while (!dead && !frontier.empty() && level < TokenTrie::kPlainLevels &&
          seen.size() <= kMaxExplored) {
     std::vector<int32_t> next_frontier;
@@ -123,8 +173,9 @@ int GrammarMatcher::PlainLevel(int32_t state) {
         todo.pop_back();
         for (const Step& step : kSteps[place]) {
           for (int b = step.lo; b <= step.hi && !dead; ++b) {
-            const int32_t t = dfa_.Next(s, static_cast<uint8_t>(b));
-            if (t == LazyDfa::kDead) {
+            const int32_t t = dfa.Next(s, static_cast<uint8_t>(b));
+            if (t == LazyDfa::kDead ||
+                dfa.KeyStep(s, static_cast<uint8_t>(b), /*hard_only=*/true)) {
               dead = true;
             } else if (step.to == 0) {
               if (seen.insert(t).second) next_frontier.push_back(t);
@@ -140,10 +191,10 @@ int GrammarMatcher::PlainLevel(int32_t state) {
     frontier = std::move(next_frontier);
   }
   const int result = !dead && frontier.empty() ? kUnbounded : level;
-  if (plain_level_.size() <= static_cast<size_t>(state)) {
-    plain_level_.resize(static_cast<size_t>(state) + 1, -1);
+  if (levels->size() <= static_cast<size_t>(state)) {
+    levels->resize(static_cast<size_t>(state) + 1, -1);
   }
-  plain_level_[state] = static_cast<int16_t>(result);
+  (*levels)[state] = static_cast<int16_t>(result);
   return result;
 }
 

@@ -10,6 +10,10 @@
 //   COLIBRI_RETURN_IF_ERROR(matcher.AcceptToken(id));
 //
 // Masks are cached per automaton state, so a state seen again costs a lookup.
+// They are walked on a second automaton that does not keep object key sets
+// (LazyDfa track_keys false), whose states are shared by every key set, and
+// only tokens that pass a key move are checked on the exact automaton; a mask
+// no such token decided is cached for the shared state.
 // Thread-safety: a GrammarMatcher is not thread-safe (one per generation); the
 // grammar and the trie it holds are immutable and may be shared.
 #ifndef COLIBRI_MODEL_GRAMMAR_GRAMMAR_MATCHER_H_
@@ -55,10 +59,12 @@ class TokenBitmask {
 
 struct MatcherOptions {
   // Automaton states built at most; past it ComputeMask/Accept* answer
-  // ResourceExhausted. Each costs 1 KiB of transition table.
+  // ResourceExhausted. The bound holds for each of the matcher's two automata
+  // (exact and key-blind); a state costs 1.25 KiB of tables.
   // Default: 65536.
   size_t max_dfa_states = 65536;
-  // Masks kept (one per automaton state seen); the cache is emptied when full.
+  // Masks kept (one per automaton state seen, of either automaton); the cache
+  // is emptied when full.
   // Each costs n_vocab / 8 bytes (19 KiB for a 151k vocabulary).
   // Default: 2048.
   size_t max_cached_masks = 2048;
@@ -116,9 +122,12 @@ class GrammarMatcher {
   uint64_t masks_computed() const { return masks_computed_; }
   // The automaton outgrew MatcherOptions::max_dfa_states: every later
   // ComputeMask fails.
-  bool overflowed() const { return dfa_.overflowed(); }
+  bool overflowed() const { return dfa_.overflowed() || loose_.overflowed(); }
   // Forgets the cached masks (for benchmarks of the walk).
-  void ClearMaskCache() { masks_.clear(); }
+  void ClearMaskCache() {
+    masks_.clear();
+    loose_masks_.clear();
+  }
 
   size_t dfa_states() const { return dfa_.size(); }
 
@@ -128,21 +137,36 @@ class GrammarMatcher {
   // takes in any spelling from `state`: 0..TokenTrie::kPlainLevels, or
   // kUnbounded. Remembered per state.
   static constexpr int kUnbounded = 255;
-  int PlainLevel(int32_t state);
-  // Sets the bits of the tokens of `layout` the automaton takes from state_,
-  // skipping subtrees whose tokens have at most `skip_chars` characters.
-  void Walk(const TokenTrie::Layout& layout, int skip_chars, TokenBitmask* mask);
+  // On `dfa` (a transition through a hard key move counts as refused: soft
+  // ones never leave plain text without a way on), cached in
+  // `levels`.
+  int PlainLevel(LazyDfa& dfa, int32_t state, std::vector<int16_t>* levels);
+  // Sets the bits of the tokens of `layout` the automaton takes from state_
+  // (walked from `loose` on loose_, or from state_ on dfa_ when `loose` is
+  // kNoLoose), skipping subtrees whose tokens have at most `skip_chars`
+  // characters. Returns whether a token needed the exact automaton.
+  bool Walk(const TokenTrie::Layout& layout, int32_t loose, int skip_chars, TokenBitmask* mask);
+  static constexpr int32_t kNoLoose = -1;
+  // loose_'s state for state_, or kNoLoose when its positions differ in more
+  // than key sets.
+  int32_t LooseState();
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const TokenTrie> trie_;
   MatcherOptions options_;
-  LazyDfa dfa_;
+  LazyDfa dfa_;    // exact: the text's state
+  LazyDfa loose_;  // without key sets: the masks' walks
   int32_t state_;
   bool finished_ = false;
   uint64_t masks_computed_ = 0;
-  absl::flat_hash_map<int32_t, std::unique_ptr<TokenBitmask>> masks_;  // by DFA state
-  std::vector<int32_t> walk_;         // [trie depth] DFA state
-  std::vector<int16_t> plain_level_;  // [DFA state] PlainLevel, -1 unknown
+  absl::flat_hash_map<int32_t, std::unique_ptr<TokenBitmask>> masks_;        // by dfa_ state
+  absl::flat_hash_map<int32_t, std::unique_ptr<TokenBitmask>> loose_masks_;  // by loose_ state
+  std::vector<int32_t> loose_of_;           // [dfa_ state] LooseState(), -2 unknown
+  std::vector<int32_t> walk_;               // [trie depth] state (loose_ or dfa_, see exact_)
+  std::vector<uint8_t> exact_;              // [trie depth] walk_ holds a dfa_ state
+  std::vector<uint8_t> bytes_;              // [trie depth] the byte leading there
+  std::vector<int16_t> plain_level_;        // [dfa_ state] PlainLevel, -1 unknown
+  std::vector<int16_t> loose_plain_level_;  // [loose_ state] PlainLevel, -1 unknown
 };
 
 }  // namespace colibri::grammar

@@ -203,12 +203,19 @@ absl::StatusOr<Fragment> JsonFormatBody(ByteNfa* nfa, absl::string_view format) 
   } else if (format == "ipv4") {
     regex = absl::StrCat("(?:", kOctet, "\\.){3}", kOctet);
   } else if (format == "uri") {
-    // RFC 3986 pchar; hosts as registered names; no IP literals or userinfo.
+    // RFC 3986: a scheme, then "//" and an authority (userinfo, a registered
+    // name, possibly empty as in file:///, or an IP literal in brackets, a
+    // port) and an absolute path, or a rootless path; query and fragment.
     const std::string pchar = "(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
+    const std::string userinfo = "(?:[A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*";
+    const std::string reg_name = "(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*";
+    const std::string authority = absl::StrCat("(?:", userinfo, "@)?(?:", reg_name,
+                                               "|\\[[0-9A-Fa-f:.]+\\])(?::[0-9]*)?");
     const std::string tail = absl::StrCat("(?:\\?(?:", pchar, "|[/?])*)?(?:#(?:", pchar, "|[/?])*)?");
     regex = absl::StrCat("(?:[Hh][Tt][Tt][Pp][Ss]?://", kLabel, "(?:\\.", kLabel,
-                         ")*(?::[0-9]{1,5})?(?:/", pchar, "*)*|[A-Za-z][A-Za-z0-9+.-]*:",
-                         pchar, "+(?:/", pchar, "*)*)", tail);
+                         ")*(?::[0-9]{1,5})?(?:/", pchar, "*)*|[A-Za-z][A-Za-z0-9+.-]*://",
+                         authority, "(?:/", pchar, "*)*|[A-Za-z][A-Za-z0-9+.-]*:", pchar,
+                         "+(?:/", pchar, "*)*)", tail);
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("format \"", format, "\" is not supported (supported: date, time, "
@@ -260,7 +267,12 @@ absl::StatusOr<Fragment> JsonStringExceptBody(ByteNfa* nfa,
   COLIBRI_ASSIGN_OR_RETURN(Fragment any, nfa->JsonStringChar(AllCodepoints()));
   COLIBRI_ASSIGN_OR_RETURN(Fragment free_tail, nfa->Star(any));
   nfa->AddEpsilon(free_tail.out, close.in);
+  // Any character goes on from the free tail and from every trie node (to a
+  // child or off the trie), so plain text never dies in a key body.
+  nfa->MarkPlainUniversal(free_tail.in);
+  nfa->MarkPlainUniversal(any.in);
   for (const TrieNode& node : trie) {
+    nfa->MarkPlainUniversal(node.state);
     if (!node.is_name) nfa->AddEpsilon(node.state, close.in);
     CodepointSet others = AllCodepoints();
     CodepointSet taken;
@@ -325,37 +337,54 @@ absl::StatusOr<Fragment> JsonNumber(ByteNfa* nfa, std::optional<NumberBound> lo,
   return nfa->Alternate(parts);
 }
 
-absl::StatusOr<Fragment> JsonAnyValue(ByteNfa* nfa, int depth) {
-  std::vector<Fragment> parts;
+absl::StatusOr<StateId> JsonAnyValueEntry(ByteNfa* nfa) {
+  COLIBRI_ASSIGN_OR_RETURN(const StateId entry, nfa->AddState());
+  COLIBRI_ASSIGN_OR_RETURN(const StateId exit, nfa->AddState());
+  nfa->AddOp(exit, OpEdge{StackOp::kReturn, exit, 0, 0});
+  auto link = [&](Fragment f) {
+    nfa->AddEpsilon(entry, f.in);
+    nfa->AddEpsilon(f.out, exit);
+  };
   for (absl::string_view word : {"null", "true", "false"}) {
     COLIBRI_ASSIGN_OR_RETURN(Fragment f, nfa->Literal(word));
-    parts.push_back(f);
+    link(f);
   }
   COLIBRI_ASSIGN_OR_RETURN(Fragment number, AnyNumber(nfa));
-  parts.push_back(number);
+  link(number);
   COLIBRI_ASSIGN_OR_RETURN(Fragment string, JsonString(nfa, 0, std::nullopt));
-  parts.push_back(string);
-  // Arrays and objects: open, then either close or items separated by commas.
+  link(string);
+  // Arrays and objects: open, then close or members separated by commas, each
+  // member's value a call one level deeper returning to `done`.
   for (const bool object : {false, true}) {
     COLIBRI_ASSIGN_OR_RETURN(Fragment open, nfa->Literal(object ? "{" : "["));
     COLIBRI_ASSIGN_OR_RETURN(Fragment close, nfa->Literal(object ? "}" : "]"));
+    COLIBRI_ASSIGN_OR_RETURN(Fragment comma, nfa->Literal(","));
+    COLIBRI_ASSIGN_OR_RETURN(const StateId member, nfa->AddState());
+    COLIBRI_ASSIGN_OR_RETURN(const StateId done, nfa->AddState());
+    link(Fragment{open.in, close.out});
     nfa->AddEpsilon(open.out, close.in);
-    if (depth > 0) {
-      COLIBRI_ASSIGN_OR_RETURN(Fragment item, JsonAnyValue(nfa, depth - 1));
-      if (object) {
-        COLIBRI_ASSIGN_OR_RETURN(Fragment key, JsonString(nfa, 0, std::nullopt));
-        COLIBRI_ASSIGN_OR_RETURN(Fragment colon, nfa->Literal(":"));
-        item = nfa->Concat(nfa->Concat(key, colon), item);
-      }
-      COLIBRI_ASSIGN_OR_RETURN(Fragment comma, nfa->Literal(","));
-      nfa->AddEpsilon(open.out, item.in);
-      nfa->AddEpsilon(item.out, comma.in);
-      nfa->AddEpsilon(comma.out, item.in);
-      nfa->AddEpsilon(item.out, close.in);
+    nfa->AddEpsilon(open.out, member);
+    nfa->AddEpsilon(comma.out, member);
+    nfa->AddEpsilon(done, comma.in);
+    nfa->AddEpsilon(done, close.in);
+    StateId value = member;
+    if (object) {
+      COLIBRI_ASSIGN_OR_RETURN(Fragment key, JsonString(nfa, 0, std::nullopt));
+      COLIBRI_ASSIGN_OR_RETURN(Fragment colon, nfa->Literal(":"));
+      nfa->AddEpsilon(member, key.in);
+      nfa->Concat(key, colon);
+      value = colon.out;
     }
-    parts.push_back(Fragment{open.in, close.out});
+    nfa->AddOp(value, OpEdge{StackOp::kCall, entry, done, 1});
   }
-  return nfa->Alternate(parts);
+  return entry;
+}
+
+absl::StatusOr<Fragment> JsonAnyValueCall(ByteNfa* nfa, StateId entry) {
+  COLIBRI_ASSIGN_OR_RETURN(const StateId in, nfa->AddState());
+  COLIBRI_ASSIGN_OR_RETURN(const StateId out, nfa->AddState());
+  nfa->AddOp(in, OpEdge{StackOp::kCall, entry, out, 0});
+  return Fragment{in, out};
 }
 
 }  // namespace colibri::grammar

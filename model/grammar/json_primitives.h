@@ -1,6 +1,6 @@
 // The fragments of compact JSON text that schemas are built from: literals,
 // strings (length bounds, patterns, formats), integers and numbers in ranges,
-// unconstrained values of bounded depth, object keys other than given names.
+// unconstrained values (nesting bounded by a stack), object keys other than given names.
 //
 // Whitespace policy: compact text only (no whitespace between tokens), as
 // written by nlohmann::json::dump() without indent. Strings use the escapes
@@ -54,9 +54,13 @@ struct NumberBound {
 absl::StatusOr<Fragment> JsonNumber(ByteNfa* nfa, std::optional<NumberBound> lo,
                                     std::optional<NumberBound> hi);
 
-// Any JSON value whose arrays and objects nest at most `depth` deep (0:
-// scalars and empty containers only).
-absl::StatusOr<Fragment> JsonAnyValue(ByteNfa* nfa, int depth);
+// Any JSON value, as one shared fragment per automaton: returns its entry
+// state. It is entered by a call (StackOp::kCall) and ends with a return; the
+// values inside its arrays and objects are calls of itself one level deeper,
+// so nesting is bounded by CompiledGrammar::max_call_level, not by its size.
+absl::StatusOr<StateId> JsonAnyValueEntry(ByteNfa* nfa);
+// A fragment that calls the shared any-value fragment at `entry` (level 0).
+absl::StatusOr<Fragment> JsonAnyValueCall(ByteNfa* nfa, StateId entry);
 
 }  // namespace colibri::grammar
 

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -153,7 +154,12 @@ absl::StatusOr<Fragment> SchemaCompiler::Value(const Json& schema, const std::st
   }
   if (schema.is_boolean()) {
     if (!schema.get<bool>()) return nfa_->Nothing();
-    absl::StatusOr<Fragment> any = JsonAnyValue(nfa_, options_.max_any_depth);
+    if (!any_entry_) {
+      absl::StatusOr<StateId> entry = JsonAnyValueEntry(nfa_);
+      if (!entry.ok()) return Prefix(entry.status(), ptr, "true");
+      any_entry_ = *entry;
+    }
+    absl::StatusOr<Fragment> any = JsonAnyValueCall(nfa_, *any_entry_);
     if (!any.ok()) return Prefix(any.status(), ptr, "true");
     return any;
   }
@@ -515,8 +521,8 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(
     return absl::InvalidArgumentError(absl::StrCat(
         "#: schema: the document nests deeper than ", internal::kMaxDocumentDepth, " levels"));
   }
-  // Out of states: again with shallower unrolling (a smaller language, still
-  // sound), down to one level.
+  // Out of states: again with shallower $ref unrolling (a smaller language,
+  // still sound), down to one level.
   SchemaCompileOptions attempt = options;
   absl::StatusOr<Fragment> f;
   std::optional<ByteNfa> nfa;
@@ -524,11 +530,10 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(
     nfa.emplace(attempt.max_nfa_states);
     internal::SchemaCompiler compiler(schema, attempt, &*nfa);
     f = compiler.Value(schema, "", internal::Context());
-    const bool shallower = attempt.max_any_depth > 1 || attempt.max_ref_depth > 1;
+    const bool shallower = attempt.max_ref_depth > 1;
     if (f.ok() || f.status().code() != absl::StatusCode::kResourceExhausted || !shallower) {
       break;
     }
-    attempt.max_any_depth = std::max(1, attempt.max_any_depth / 2);
     attempt.max_ref_depth = std::max(1, attempt.max_ref_depth / 2);
   }
   if (!f.ok()) return f.status();
@@ -540,6 +545,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(
   auto grammar = std::make_shared<CompiledGrammar>(std::move(*nfa));
   grammar->start = f->in;
   grammar->accept = f->out;
+  grammar->max_call_level = static_cast<uint64_t>(std::max(0, options.max_any_depth));
   return std::shared_ptr<const CompiledGrammar>(std::move(grammar));
 }
 
@@ -552,35 +558,60 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchemaText(
 }
 
 bool GrammarAccepts(const CompiledGrammar& grammar, absl::string_view bytes) {
+  // Configurations: an NFA state and the whole stack, (return state or
+  // kNoReturn for a key set, level or keys) from the bottom up.
+  constexpr StateId kNoReturn = ~StateId{0};
+  using Stack = std::vector<std::pair<StateId, uint64_t>>;
+  using Config = std::pair<StateId, Stack>;
   const std::vector<NfaState>& states = grammar.nfa.states();
-  std::vector<char> in_set(states.size(), 0);
-  std::vector<StateId> current;
-  auto close = [&](std::vector<StateId> seeds) {
-    std::fill(in_set.begin(), in_set.end(), 0);
-    std::vector<StateId> out;
-    while (!seeds.empty()) {
-      const StateId s = seeds.back();
-      seeds.pop_back();
-      if (in_set[s]) continue;
-      in_set[s] = 1;
-      out.push_back(s);
-      for (StateId t : states[s].epsilon) seeds.push_back(t);
+  auto close = [&](std::vector<Config> todo) {
+    std::set<Config> out;
+    while (!todo.empty()) {
+      Config c = std::move(todo.back());
+      todo.pop_back();
+      if (!out.insert(c).second) continue;
+      const NfaState& state = states[c.first];
+      for (StateId t : state.epsilon) todo.emplace_back(t, c.second);
+      const bool call = !c.second.empty() && c.second.back().first != kNoReturn;
+      const bool keys = !c.second.empty() && c.second.back().first == kNoReturn;
+      for (const OpEdge& op : state.ops) {
+        Stack next = c.second;
+        if (op.op == StackOp::kCall) {
+          const uint64_t level = op.arg + (op.arg != 0 && call ? c.second.back().second : 0);
+          if (level > grammar.max_call_level) continue;
+          next.emplace_back(op.ret, level);
+          todo.emplace_back(op.to, std::move(next));
+        } else if (op.op == StackOp::kReturn && call) {
+          next.pop_back();
+          todo.emplace_back(c.second.back().first, std::move(next));
+        } else if (op.op == StackOp::kOpenKeys) {
+          next.emplace_back(kNoReturn, 0);
+          todo.emplace_back(op.to, std::move(next));
+        } else if (op.op == StackOp::kKey && keys && (next.back().second & op.arg) == 0) {
+          next.back().second |= op.arg;
+          todo.emplace_back(op.to, std::move(next));
+        } else if (op.op == StackOp::kCloseKeys && keys &&
+                   (next.back().second & op.arg) == op.arg) {
+          next.pop_back();
+          todo.emplace_back(op.to, std::move(next));
+        }
+      }
     }
     return out;
   };
-  current = close({grammar.start});
+  std::set<Config> current = close({Config(grammar.start, {})});
   for (char c : bytes) {
     const auto b = static_cast<uint8_t>(c);
-    std::vector<StateId> next;
-    for (StateId s : current) {
-      for (const ByteEdge& e : states[s].edges) {
-        if (b >= e.lo && b <= e.hi) next.push_back(e.to);
+    std::vector<Config> next;
+    for (const Config& config : current) {
+      for (const ByteEdge& e : states[config.first].edges) {
+        if (b >= e.lo && b <= e.hi) next.emplace_back(e.to, config.second);
       }
     }
     if (next.empty()) return false;
     current = close(std::move(next));
   }
-  return std::find(current.begin(), current.end(), grammar.accept) != current.end();
+  return current.count(Config(grammar.accept, {})) > 0;
 }
 
 }  // namespace colibri::grammar

@@ -18,7 +18,8 @@
 // depth).
 //
 // Subsets (valid instances the grammar refuses, documented in
-// docs/structured-output.md): object properties come in the order of
+// docs/structured-output.md): object properties come in any order up to 64
+// declared and required keys per object, past that in the order of
 // `properties`, then required names not declared there, then other keys;
 // recursion ($ref cycles, values of unconstrained schemas) nests at most the
 // configured depths; strings use few escapes (ByteNfa::JsonStringChar);
@@ -41,12 +42,16 @@ struct SchemaCompileOptions {
   size_t max_nfa_states = 1000000;
   // How many times one $ref may be expanded inside itself; deeper instances of
   // a recursive schema are refused. A schema that outgrows max_nfa_states is
-  // compiled again with this and max_any_depth halved, down to 1.
+  // compiled again with this halved, down to 1.
   // Default: 4.
   int max_ref_depth = 4;
   // How deep arrays and objects may nest inside a value of an unconstrained
-  // schema ({} or true, additionalProperties absent). Default: 4.
-  int max_any_depth = 4;
+  // schema ({} or true, additionalProperties absent): 0 allows scalars and
+  // empty containers only. Enforced by the matcher's stack
+  // (CompiledGrammar::max_call_level), so it does not change the automaton's
+  // size; deeper text is refused (its opening bracket is masked out).
+  // Default: 64.
+  int max_any_depth = 64;
   // How deep schemas may nest (applicators, properties, items). Default: 64.
   int max_schema_depth = 64;
 };

@@ -4,6 +4,7 @@
 #ifndef COLIBRI_MODEL_GRAMMAR_SCHEMA_COMPILER_INTERNAL_H_
 #define COLIBRI_MODEL_GRAMMAR_SCHEMA_COMPILER_INTERNAL_H_
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +68,8 @@ class SchemaCompiler {
   const Json& root_;
   const SchemaCompileOptions& options_;
   ByteNfa* nfa_;
+  // The shared fragment of unconstrained values (JsonAnyValueEntry), once made.
+  std::optional<StateId> any_entry_;
 };
 
 }  // namespace colibri::grammar::internal

@@ -97,29 +97,90 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
                    "is supported only when no more properties than it allows can appear");
     }
   }
-  // States: before field i with nothing written yet (empty[i]) or something
-  // written (full[i]).
+  // Up to kMaxTrackedKeys declared and required keys come in any order: the
+  // object's members loop over one hub (nothing written yet: `hub_empty`, else
+  // `hub_full`) and a key set on the matcher's stack refuses a key seen before
+  // and a close before every required key. More keys than that come in order
+  // (before field i: empty[i], full[i]), a subset.
+  constexpr size_t kMaxTrackedKeys = 64;
   const size_t n = fields.size();
-  std::vector<StateId> empty(n + 1), full(n + 1);
-  for (size_t i = 0; i <= n; ++i) {
-    COLIBRI_ASSIGN_OR_RETURN(empty[i], nfa_->AddState());
-    COLIBRI_ASSIGN_OR_RETURN(full[i], nfa_->AddState());
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const std::string key = Quote(fields[i].first) + ":";
-    COLIBRI_ASSIGN_OR_RETURN(Fragment first, nfa_->Literal(key));
-    COLIBRI_ASSIGN_OR_RETURN(Fragment later, nfa_->Literal("," + key));
-    const std::string where = Child(Child(ptr, "properties"), fields[i].first);
-    COLIBRI_ASSIGN_OR_RETURN(Fragment value, Value(*fields[i].second, where, ctx));
-    nfa_->AddEpsilon(empty[i], first.in);
-    nfa_->AddEpsilon(first.out, value.in);
-    nfa_->AddEpsilon(full[i], later.in);
-    nfa_->AddEpsilon(later.out, value.in);
-    nfa_->AddEpsilon(value.out, full[i + 1]);
-    if (!required[i]) {
-      nfa_->AddEpsilon(empty[i], empty[i + 1]);
-      nfa_->AddEpsilon(full[i], full[i + 1]);
+  const bool any_order = n > 0 && n <= kMaxTrackedKeys;
+  StateId hub_empty, hub_full;  // where other keys and the close attach
+  COLIBRI_ASSIGN_OR_RETURN(Fragment open, nfa_->Literal("{"));
+  COLIBRI_ASSIGN_OR_RETURN(Fragment close, nfa_->Literal("}"));
+  // Other keys are any string but the declared names.
+  const bool free_other_keys = extra_allowed && patterns.empty();
+  if (any_order) {
+    COLIBRI_ASSIGN_OR_RETURN(hub_empty, nfa_->AddState());
+    COLIBRI_ASSIGN_OR_RETURN(hub_full, nfa_->AddState());
+    COLIBRI_ASSIGN_OR_RETURN(const StateId closing, nfa_->AddState());
+    uint64_t required_keys = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t bit = uint64_t{1} << i;
+      if (required[i]) required_keys |= bit;
+      const std::string where = Child(Child(ptr, "properties"), fields[i].first);
+      COLIBRI_ASSIGN_OR_RETURN(Fragment value, Value(*fields[i].second, where, ctx));
+      // A required key whose value has no instance: neither has the object.
+      if (required[i] && !NfaAcceptsSomething(*nfa_, value.in, value.out)) return nfa_->Nothing();
+      const std::string quoted = Quote(fields[i].first);
+      if (free_other_keys) {
+        // The key is marked seen before its closing quote: a key seen before
+        // can still go on as another key, so no byte leads to a dead end,
+        // and only tokens that complete the name depend on the key set.
+        const std::string name = quoted.substr(0, quoted.size() - 1);
+        COLIBRI_ASSIGN_OR_RETURN(Fragment first, nfa_->Literal(name));
+        COLIBRI_ASSIGN_OR_RETURN(Fragment later, nfa_->Literal("," + name));
+        COLIBRI_ASSIGN_OR_RETURN(Fragment tail, nfa_->Literal("\":"));
+        COLIBRI_ASSIGN_OR_RETURN(const StateId named, nfa_->AddState());
+        nfa_->AddEpsilon(hub_empty, first.in);
+        nfa_->AddEpsilon(hub_full, later.in);
+        nfa_->AddEpsilon(first.out, named);
+        nfa_->AddEpsilon(later.out, named);
+        nfa_->AddOp(named, OpEdge{StackOp::kKey, tail.in, /*soft=*/1, bit});
+        nfa_->AddEpsilon(tail.out, value.in);
+      } else {
+        // The key is marked seen before its first byte, so that no byte
+        // leads into a key that would be refused later.
+        COLIBRI_ASSIGN_OR_RETURN(Fragment first, nfa_->Literal(quoted + ":"));
+        COLIBRI_ASSIGN_OR_RETURN(Fragment later, nfa_->Literal("," + quoted + ":"));
+        nfa_->AddOp(hub_empty, OpEdge{StackOp::kKey, first.in, 0, bit});
+        nfa_->AddOp(hub_full, OpEdge{StackOp::kKey, later.in, 0, bit});
+        nfa_->AddEpsilon(first.out, value.in);
+        nfa_->AddEpsilon(later.out, value.in);
+      }
+      nfa_->AddEpsilon(value.out, hub_full);
     }
+    nfa_->AddOp(open.out, OpEdge{StackOp::kOpenKeys, hub_empty, 0, 0});
+    nfa_->AddEpsilon(hub_empty, closing);
+    nfa_->AddEpsilon(hub_full, closing);
+    nfa_->AddOp(closing, OpEdge{StackOp::kCloseKeys, close.in, 0, required_keys});
+  } else {
+    std::vector<StateId> empty(n + 1), full(n + 1);
+    for (size_t i = 0; i <= n; ++i) {
+      COLIBRI_ASSIGN_OR_RETURN(empty[i], nfa_->AddState());
+      COLIBRI_ASSIGN_OR_RETURN(full[i], nfa_->AddState());
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const std::string key = Quote(fields[i].first) + ":";
+      COLIBRI_ASSIGN_OR_RETURN(Fragment first, nfa_->Literal(key));
+      COLIBRI_ASSIGN_OR_RETURN(Fragment later, nfa_->Literal("," + key));
+      const std::string where = Child(Child(ptr, "properties"), fields[i].first);
+      COLIBRI_ASSIGN_OR_RETURN(Fragment value, Value(*fields[i].second, where, ctx));
+      nfa_->AddEpsilon(empty[i], first.in);
+      nfa_->AddEpsilon(first.out, value.in);
+      nfa_->AddEpsilon(full[i], later.in);
+      nfa_->AddEpsilon(later.out, value.in);
+      nfa_->AddEpsilon(value.out, full[i + 1]);
+      if (!required[i]) {
+        nfa_->AddEpsilon(empty[i], empty[i + 1]);
+        nfa_->AddEpsilon(full[i], full[i + 1]);
+      }
+    }
+    hub_empty = empty[n];
+    hub_full = full[n];
+    nfa_->AddEpsilon(open.out, empty[0]);
+    nfa_->AddEpsilon(hub_empty, close.in);
+    nfa_->AddEpsilon(hub_full, close.in);
   }
   // Other keys: with patterns, only keys some pattern matches (the keys no
   // pattern matches would need the patterns' complement: left out, a subset),
@@ -156,16 +217,11 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
   if (!pairs.empty()) {
     COLIBRI_ASSIGN_OR_RETURN(Fragment pair, nfa_->Alternate(pairs));
     COLIBRI_ASSIGN_OR_RETURN(Fragment comma, nfa_->Literal(","));
-    nfa_->AddEpsilon(empty[n], pair.in);
-    nfa_->AddEpsilon(full[n], comma.in);
+    nfa_->AddEpsilon(hub_empty, pair.in);
+    nfa_->AddEpsilon(hub_full, comma.in);
     nfa_->AddEpsilon(comma.out, pair.in);
-    nfa_->AddEpsilon(pair.out, full[n]);
+    nfa_->AddEpsilon(pair.out, hub_full);
   }
-  COLIBRI_ASSIGN_OR_RETURN(Fragment open, nfa_->Literal("{"));
-  COLIBRI_ASSIGN_OR_RETURN(Fragment close, nfa_->Literal("}"));
-  nfa_->AddEpsilon(open.out, empty[0]);
-  nfa_->AddEpsilon(empty[n], close.in);
-  nfa_->AddEpsilon(full[n], close.in);
   return Fragment{open.in, close.out};
 }
 

@@ -173,6 +173,27 @@ TEST(GrammarCacheTest, DifferentGrammarsGetDifferentMatchers) {
   EXPECT_EQ(cache.stats().misses, 3);
 }
 
+// Grammars whose byte edges agree but whose stack moves or call level bound
+// differ (a required key, the free-value depth) are different grammars.
+TEST(GrammarCacheTest, StackMovesAndCallLevelTellGrammarsApart) {
+  auto required = grammar::CompileJsonSchemaText(
+      R"({"type":"object","properties":{"a":{"type":"boolean"}},"required":["a"]})", {});
+  auto optional = grammar::CompileJsonSchemaText(
+      R"({"type":"object","properties":{"a":{"type":"boolean"}}})", {});
+  grammar::SchemaCompileOptions shallow;
+  shallow.max_any_depth = 1;
+  auto deep_any = grammar::CompileJsonSchemaText("{}", {});
+  auto shallow_any = grammar::CompileJsonSchemaText("{}", shallow);
+  ASSERT_TRUE(required.ok() && optional.ok() && deep_any.ok() && shallow_any.ok());
+  EXPECT_FALSE(SameGrammar(**required, **optional));
+  EXPECT_FALSE(SameGrammar(**deep_any, **shallow_any));
+  std::shared_ptr<const grammar::TokenTrie> trie =
+      grammar::TokenTrie::FromPieces({"{", "}", "\"a\":", "true", "[", "]"}, {});
+  GrammarCache cache(trie);
+  EXPECT_NE(cache.For(*required), cache.For(*optional));
+  EXPECT_NE(cache.For(*deep_any), cache.For(*shallow_any));
+}
+
 TEST_F(SchedulerGrammarDraftsTest, ForcedTokensSpellAsTheModelLastDid) {
   auto grammar = grammar::CompileJsonSchemaText(R"({"enum": ["partly cloudy"]})", {});
   ASSERT_TRUE(grammar.ok()) << grammar.status();

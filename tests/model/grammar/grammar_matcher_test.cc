@@ -59,6 +59,10 @@ const char* const kSchemas[][2] = {
     {R"({"type":"array","items":{"type":"string","format":"date"},"maxItems":2})",
      "[\"2024-01-31\",\"1999-12-01\"]"},
     {R"({"type":"string","pattern":"^[a-c]+x*$"})", "\"abcxx\""},
+    {R"({"properties":{"ab":{"type":"integer"},"a":{"properties":{"x":{}},"required":["x"]}},"required":["a","ab"]})",
+     R"({"a":{"q":1,"x":[[2]]},"abc":null,"ab":12})"},
+    {R"({"properties":{"ab":{"type":"integer"},"a":{"type":"boolean"}},"required":["a"],"additionalProperties":false})",
+     R"({"ab":12,"a":true})"},
 };
 
 TEST(GrammarMatcherTest, MasksMatchBruteForceOnSmallVocabulary) {
@@ -146,6 +150,43 @@ TEST(TokenTrieTest, PlainText) {
   EXPECT_FALSE(IsPlainStringText("\xC0\xAF"));       // overlong
   EXPECT_FALSE(IsPlainStringText("\xED\xA0\x80"));   // surrogate
   EXPECT_FALSE(IsPlainStringText("\xC3\xA9\xA9"));   // stray continuation
+}
+
+}  // namespace
+}  // namespace colibri::grammar
+
+namespace colibri::grammar {
+namespace {
+
+// Masks of positions that differ only in the keys written are shared; the
+// tokens that complete or close a key must still see this object's keys.
+TEST(GrammarMatcherTest, KeySetsDecideKeysAndCloseWithSharedMasks) {
+  const auto trie = testing::SmallVocabulary();
+  for (const char* extra : {"false", "true"}) {
+    const std::string schema =
+        std::string(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"],"additionalProperties":)") +
+        extra + "}";
+    GrammarMatcher matcher(MustCompile(schema.c_str()), trie, MatcherOptions());
+    ASSERT_TRUE(matcher.AcceptBytes(R"({"a":1,"b":2})").ok()) << extra;
+    EXPECT_TRUE(matcher.IsAccepting());
+    for (const char* first : {R"({"b":2)", R"({"a":1)"}) {
+      matcher.Reset();
+      ASSERT_TRUE(matcher.AcceptBytes(first).ok()) << extra << first;
+      absl::StatusOr<const TokenBitmask*> mask = matcher.ComputeMask();
+      ASSERT_TRUE(mask.ok()) << mask.status();
+      EXPECT_FALSE((*mask)->Allowed('}')) << extra << first << ": a required key is missing";
+      EXPECT_TRUE((*mask)->Allowed(',')) << extra << first;
+      ASSERT_TRUE(matcher.AcceptBytes(",\"").ok());
+      mask = matcher.ComputeMask();
+      ASSERT_TRUE(mask.ok()) << mask.status();
+      const char seen = first[2];
+      const char other = seen == 'a' ? 'b' : 'a';
+      EXPECT_TRUE((*mask)->Allowed(other)) << extra << first;
+      EXPECT_FALSE(matcher.CanAccept(std::string(1, seen) + "\":")) << extra << first;
+      // With other keys allowed, a seen name may go on as another key.
+      EXPECT_EQ((*mask)->Allowed(seen), std::string(extra) == "true") << extra << first;
+    }
+  }
 }
 
 }  // namespace

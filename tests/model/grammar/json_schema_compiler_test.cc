@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "model/grammar/grammar_matcher.h"
 #include "tests/model/grammar/grammar_test_util.h"
 
 namespace colibri::grammar {
@@ -69,6 +70,17 @@ const KeywordCase kCases[] = {
      R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}}})",
      {"{}", R"({"a":1})", R"({"b":"x"})", R"({"a":1,"b":"x"})", R"({"a":1,"zz":[true]})"},
      {R"({"a":"1"})", R"({"b":2})", R"({"a":1,"a":2})", R"({"a":1,})"}},
+    {"PropertiesInAnyOrder",
+     R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"boolean"},"c":{"type":"string"}},"required":["b","c"]})",
+     {R"({"c":"x","a":1,"b":true})", R"({"b":true,"c":"x"})", R"({"c":"x","b":false})",
+      R"({"zz":1,"c":"x","b":false})", R"({"c":"x","zz":null,"a":2,"b":true})"},
+     {R"({"b":true,"b":false,"c":"x"})", R"({"c":"x","b":true,"c":"y"})", R"({"c":"x","a":1})",
+      R"({"a":1})", "{}", R"({"c":"x","b":true,"a":1,"a":1})"}},
+    {"NestedPropertiesInAnyOrder",
+     R"({"type":"object","properties":{"o":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},"required":["x","y"],"additionalProperties":false},"p":{"type":"integer"}},"required":["o","p"],"additionalProperties":false})",
+     {R"({"p":3,"o":{"y":1,"x":2}})", R"({"o":{"x":1,"y":2},"p":3})"},
+     {R"({"p":3,"o":{"y":1}})", R"({"o":{"y":1,"x":2,"y":3},"p":3})", R"({"o":{"x":1,"y":2}})",
+      R"({"p":3,"o":{"x":1,"y":2},"p":4})"}},
     {"Required", R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})",
      {R"({"a":1})", R"({"a":1,"c":2})"}, {"{}", R"({"c":2})"}},
     {"RequiredNotDeclared", R"({"type":"object","required":["x"]})",
@@ -107,8 +119,11 @@ const KeywordCase kCases[] = {
     {"FormatAndLength", R"({"type":"string","format":"email","maxLength":7})", {R"("a@b.com")"},
      {R"("ab@c.com")"}},
     {"FormatUri", R"({"type":"string","format":"uri"})",
-     {R"("https://example.com/a/b?x=1#top")", R"("urn:isbn:0451450523")"},
-     {R"("example.com")", R"("http://exa mple.com")", R"("https://%zz")"}},
+     {R"("https://example.com/a/b?x=1#top")", R"("urn:isbn:0451450523")",
+      R"("file:///path/to/a.js")", R"("irc://irc.example.org/room")",
+      R"("wss://s1.example.com:443")", R"("ftp://user:pw@[::1]:21/x")"},
+     {R"("example.com")", R"("http://exa mple.com")", R"("https://%zz")", R"("file://a b")",
+      R"("irc://%zz")", R"("ftp://[::1/x")"}},
     {"PatternProperties",
      R"({"type":"object","properties":{"id":{"type":"integer"}},"patternProperties":{"^x-":{"type":"string"}},"additionalProperties":false})",
      {R"({"id":1,"x-a":"s"})", R"({"x-":"t"})"}, {R"({"x-a":1})", R"({"y":"s"})", R"({"id":"1"})"}},
@@ -175,6 +190,55 @@ const KeywordCase kCases[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Keywords, KeywordTest, ::testing::ValuesIn(kCases), CaseName);
+
+// `depth` arrays around 1: the 1 is a member at level `depth`.
+std::string Nested(int depth) {
+  return std::string(static_cast<size_t>(depth), '[') + "1" +
+         std::string(static_cast<size_t>(depth), ']');
+}
+
+TEST(FreeValueTest, NestsUpToTheDepthLimit) {
+  const auto trie = testing::SmallVocabulary();
+  // The unconstrained value is the whole text, or the value of another key.
+  for (const char* schema : {"true", R"({"type":"object","properties":{"a":{"type":"integer"}}})"}) {
+    auto grammar = CompileJsonSchemaText(schema, SchemaCompileOptions());
+    ASSERT_TRUE(grammar.ok()) << grammar.status();
+    const bool object = std::string(schema) != "true";
+    auto text = [&](int depth) {
+      return object ? R"({"a":1,"z":)" + Nested(depth) + "}" : Nested(depth);
+    };
+    for (int depth : {5, 20, SchemaCompileOptions().max_any_depth}) {
+      const testing::Verdicts v = testing::Check(*grammar, trie, text(depth));
+      EXPECT_TRUE(v.reference && v.dfa && v.tokens) << schema << " depth " << depth;
+    }
+    // One deeper: a member past the limit is refused (the container holding
+    // it may still be written empty).
+    const std::string deeper = text(SchemaCompileOptions().max_any_depth + 1);
+    const testing::Verdicts v = testing::Check(*grammar, trie, deeper);
+    EXPECT_FALSE(v.reference || v.dfa || v.tokens) << schema;
+    GrammarMatcher matcher(*grammar, trie, MatcherOptions());
+    const size_t last_open = deeper.rfind('[');
+    EXPECT_TRUE(matcher.AcceptBytes(deeper.substr(0, last_open + 1)).ok()) << schema;
+    EXPECT_FALSE(matcher.CanAccept("1")) << schema;
+    EXPECT_FALSE(matcher.CanAccept("[")) << schema;
+    EXPECT_TRUE(matcher.CanAccept("]")) << schema;
+  }
+}
+
+TEST(FreeValueTest, DepthLimitIsAnOption) {
+  SchemaCompileOptions options;
+  options.max_any_depth = 2;
+  auto grammar = CompileJsonSchemaText("true", options);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  EXPECT_TRUE(GrammarAccepts(**grammar, Nested(2)));
+  EXPECT_TRUE(GrammarAccepts(**grammar, "[[[]]]"));  // empty at level 2
+  EXPECT_FALSE(GrammarAccepts(**grammar, Nested(3)));
+  // A typeless {} writes its own array: its items are the unconstrained values.
+  auto typeless = CompileJsonSchemaText("{}", options);
+  ASSERT_TRUE(typeless.ok()) << typeless.status();
+  EXPECT_TRUE(GrammarAccepts(**typeless, Nested(3)));
+  EXPECT_FALSE(GrammarAccepts(**typeless, Nested(4)));
+}
 
 }  // namespace
 }  // namespace colibri::grammar

@@ -113,19 +113,20 @@ TEST(SchemaErrorsTest, HugeBoundsAreResourceErrors) {
 }
 
 TEST(SchemaErrorsTest, OutOfStatesRetriesShallower) {
+  const char* kList = R"({"type":"object","properties":{"next":{"$ref":"#"}}})";
   SchemaCompileOptions one;
-  one.max_any_depth = 1;
   one.max_ref_depth = 1;
-  auto shallow = CompileJsonSchemaText("{}", one);
+  auto shallow = CompileJsonSchemaText(kList, one);
   ASSERT_TRUE(shallow.ok()) << shallow.status();
-  SchemaCompileOptions tight;  // depth 4 (and 2) do not fit, depth 1 does
+  SchemaCompileOptions tight;  // $ref depth 4 (and 2) do not fit, depth 1 does
   tight.max_nfa_states = (*shallow)->nfa.size() + 10;
-  auto grammar = CompileJsonSchemaText("{}", tight);
+  auto grammar = CompileJsonSchemaText(kList, tight);
   ASSERT_TRUE(grammar.ok()) << grammar.status();
-  EXPECT_TRUE(GrammarAccepts(**grammar, "[1]"));
-  EXPECT_TRUE(GrammarAccepts(**grammar, R"({"a":[]})"));
-  EXPECT_TRUE(GrammarAccepts(**grammar, "[[1]]"));  // {} itself is one level
-  EXPECT_FALSE(GrammarAccepts(**grammar, "[[[1]]]"));
+  EXPECT_TRUE(GrammarAccepts(**grammar, R"({"next":{}})"));
+  EXPECT_FALSE(GrammarAccepts(**grammar, R"({"next":{"next":{"next":{}}}})"));
+  auto full = CompileJsonSchemaText(kList, SchemaCompileOptions());
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE(GrammarAccepts(**full, R"({"next":{"next":{"next":{}}}})"));
 }
 
 TEST(SchemaErrorsTest, HugeEnumWithinBudget) {
