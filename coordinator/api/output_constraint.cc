@@ -121,6 +121,17 @@ absl::StatusOr<Grammar> CompileWithin(const ojson& schema, grammar::SchemaCompil
   return compiled;
 }
 
+// True when `g` holds a value of an unconstrained schema (calls on the
+// matcher's stack), which no excluded text can be intersected with.
+bool NestsFreeValues(const grammar::CompiledGrammar& g) {
+  for (const grammar::NfaState& state : g.nfa.states()) {
+    for (const grammar::OpEdge& op : state.ops) {
+      if (op.op == grammar::StackOp::kCall) return true;
+    }
+  }
+  return false;
+}
+
 // What a GLM-4.5 value must not contain: the tags the parser looks for.
 const std::vector<std::string>& GlmClosingTags() {
   static const std::vector<std::string>* tags =
@@ -265,6 +276,12 @@ absl::StatusOr<grammar::GrammarSequence> GlmArguments(const Callable& c,
           value_schema, budget,
           absl::StrCat("parameter '", key, "' of function '", c.name, "'"));
       if (!value.ok()) return value.status();
+      if (NestsFreeValues(**value)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", key, "' of function '", c.name,
+            "' takes a value of an unconstrained schema (free JSON nesting to any depth), which "
+            "GLM-4.5 tool calls cannot keep from containing </arg_value>; give it a type"));
+      }
       entry.push_back(grammar::GrammarPart::Of(*std::move(value), GlmClosingTags()));
     }
     entry.push_back(grammar::GrammarPart::Literal("</arg_value>\n"));

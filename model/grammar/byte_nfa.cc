@@ -308,6 +308,19 @@ absl::StatusOr<Fragment> ByteNfa::Intersect(Fragment a, Fragment b) {
     const NfaState sq = states_[q];
     for (StateId e : sp.epsilon) AddEpsilon(s, get(e, q));
     for (StateId e : sq.epsilon) AddEpsilon(s, get(p, e));
+    if (!sq.ops.empty()) {
+      return absl::InvalidArgumentError("text to exclude cannot itself use stack moves");
+    }
+    for (const OpEdge& op : sp.ops) {
+      if (op.op == StackOp::kCall || op.op == StackOp::kReturn) {
+        return absl::InvalidArgumentError(
+            "a value of an unconstrained schema (free JSON nesting to any depth) cannot be "
+            "kept from containing given text");
+      }
+      OpEdge paired = op;
+      paired.to = get(op.to, q);
+      if (status.ok()) AddOp(s, paired);
+    }
     for (const ByteEdge& x : sp.edges) {
       for (const ByteEdge& y : sq.edges) {
         const uint8_t lo = std::max(x.lo, y.lo);

@@ -132,7 +132,11 @@ class ByteNfa {
 
   // The words of both fragments (product construction over the pairs of
   // states reachable together). The fragments themselves are left unused.
-  // Stack moves (OpEdge) are not followed: for fragments without them.
+  // `b` must have no stack moves; `a`'s key-set moves (kOpenKeys, kKey,
+  // kCloseKeys) are kept, as they consume no byte and return nowhere.
+  // InvalidArgument when a call or return (StackOp::kCall, kReturn: a value
+  // of an unconstrained schema) or any move of `b` is reachable, since the
+  // state a return goes to cannot be paired with `b`'s.
   absl::StatusOr<Fragment> Intersect(Fragment a, Fragment b);
 
   const std::vector<NfaState>& states() const { return states_; }

@@ -280,6 +280,36 @@ TEST(OutputConstraintTest, Glm45CallsAreKeyValuePairsThatParseBackTyped) {
   EXPECT_NE(object.message().find("'minProperties'"), std::string::npos) << object;
 }
 
+// GLM-4.5 values that are JSON objects keep their keys in any order and
+// cannot hold the closing tags; a free JSON value is refused by name.
+TEST(OutputConstraintTest, Glm45ObjectValuesTakeAnyKeyOrderAndFreeValuesAreRefused) {
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "move", "parameters": {
+      "type": "object",
+      "properties": {"to": {"type": "object",
+                            "properties": {"x": {"type": "integer"},
+                                           "tag": {"type": "string", "maxLength": 16}},
+                            "required": ["x", "tag"], "additionalProperties": false}},
+      "required": ["to"], "additionalProperties": false}}}])");
+  Grammar g = Compile(Required(true), ToolDialect::kGlm45, tools);
+  ASSERT_NE(g, nullptr);
+  const auto call = [](const std::string& value) {
+    return "<tool_call>move\n<arg_key>to</arg_key>\n<arg_value>" + value +
+           "</arg_value>\n</tool_call>";
+  };
+  EXPECT_TRUE(grammar::GrammarAccepts(*g, call(R"({"x":1,"tag":"a"})")));
+  EXPECT_TRUE(grammar::GrammarAccepts(*g, call(R"({"tag":"a<b","x":1})")));
+  EXPECT_FALSE(grammar::GrammarAccepts(*g, call(R"({"tag":"</arg_value>","x":1})")));
+  EXPECT_FALSE(grammar::GrammarAccepts(*g, call(R"({"x":1})")));
+
+  json free = tools;
+  free[0]["function"]["parameters"]["properties"]["to"] = json::object();
+  auto [error, param] = ErrorOf(Required(true), ToolDialect::kGlm45, free);
+  EXPECT_EQ(param, "tools");
+  EXPECT_NE(error.message().find("parameter 'to' of function 'move'"), std::string::npos)
+      << error;
+}
+
 // gpt-oss: a harmony header naming the function, its JSON arguments, one
 // call per reply; the harmony parser reads the call back.
 TEST(OutputConstraintTest, HarmonyCallsHaveControlTokenHeaders) {

@@ -121,5 +121,31 @@ TEST(GrammarComposeTest, TextPiecesCountCodePointsAndLeaveOutExcludedStrings) {
   EXPECT_FALSE(ComposeGrammar({{GrammarPart::Text(0, 1, {""})}}, {}).ok());
 }
 
+// An object's keys in any order are kept through the exclusion (key-set stack
+// moves pair with the excluded text's states); a value nesting free JSON
+// (calls and returns on the stack) is refused rather than loosened.
+TEST(GrammarComposeTest, ExclusionsKeepAnyOrderObjectsAndRefuseFreeValues) {
+  auto object = Schema({{"type", "object"},
+                        {"properties",
+                         {{"a", {{"type", "string"}, {"maxLength", 6}}},
+                          {"b", {{"type", "integer"}}}}},
+                        {"required", {"a", "b"}},
+                        {"additionalProperties", false}});
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> g =
+      ComposeGrammar({{GrammarPart::Of(object, {"</v>"}), GrammarPart::Literal("</v>")}}, {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Accepts(*g, "{\"a\":\"x\",\"b\":1}</v>"));
+  EXPECT_TRUE(Accepts(*g, "{\"b\":1,\"a\":\"x<y\"}</v>"));
+  EXPECT_FALSE(Accepts(*g, "{\"b\":1,\"a\":\"x</v>\"}</v>"));
+  EXPECT_FALSE(Accepts(*g, "{\"b\":1,\"b\":2,\"a\":\"x\"}</v>"));  // a key twice
+  EXPECT_FALSE(Accepts(*g, "{\"b\":1}</v>"));                       // a required key missing
+
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> free =
+      ComposeGrammar({{GrammarPart::Of(Schema(json::object()), {"</v>"})}}, {});
+  ASSERT_FALSE(free.ok());
+  EXPECT_NE(free.status().message().find("unconstrained schema"), std::string::npos)
+      << free.status();
+}
+
 }  // namespace
 }  // namespace colibri::grammar
