@@ -13,7 +13,7 @@
 #   --opt FLAG    optimization of the build (default -O1: it builds much
 #                 faster than -O3 at a throughput close to it; the figures
 #                 are in docs/benchmarks.md; for long runs, -O2 or -O3)
-#   HARNESS       run only these (default: all seven)
+#   HARNESS       run only these (default: all of them)
 #
 # Environment: COLIBRI_FUZZ_BUILD_DIR (default build-fuzz),
 # COLIBRI_FIXTURES_DIR (default ../shared/fixtures). Without the fixtures the
@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 all=(gguf_fuzz tokenizer_fuzz expert_record_fuzz expert_request_fuzz inference_request_fuzz
-     chat_template_fuzz openai_request_fuzz config_file_fuzz)
+     chat_template_fuzz openai_request_fuzz config_file_fuzz assistant_output_fuzz)
 if [ "${#harnesses[@]}" -eq 0 ]; then harnesses=("${all[@]}"); fi
 
 build="${COLIBRI_FUZZ_BUILD_DIR:-build-fuzz}"

@@ -87,7 +87,9 @@ bool ParseGlm45(absl::string_view body, const std::map<std::string, std::set<std
     json parsed = json::parse(value, nullptr, false);
     args[key] = parsed.is_discarded() ? json(value) : std::move(parsed);
   }
-  *arguments = args.dump();
+  // Raw text may hold bytes that are not UTF-8 (a model writes any): they
+  // become U+FFFD, as they do in the response's own serialization.
+  *arguments = args.dump(-1, ' ', false, json::error_handler_t::replace);
   return true;
 }
 

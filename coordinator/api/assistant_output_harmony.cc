@@ -39,6 +39,16 @@ size_t HeldForAny(absl::string_view text, const Markers& markers) {
   return held;
 }
 
+// Whether `text` (leading whitespace stripped) is or may become a header:
+// it opens with a marker, or with the recipient of the role's part
+// ("to=functions.N", when the prompt ended with "<|start|>assistant").
+bool MaybeHeader(absl::string_view text) {
+  for (absl::string_view opener : {absl::string_view("<|"), absl::string_view("to=")}) {
+    if (absl::StartsWith(text, opener) || absl::StartsWith(opener, text)) return true;
+  }
+  return false;
+}
+
 // The word after `key` in `header` (up to whitespace or '<'), "" if none.
 std::string WordAfter(absl::string_view header, absl::string_view key) {
   const size_t at = header.find(key);
@@ -84,8 +94,15 @@ void AssistantOutputParser::EndHarmonyMessage(OutputDelta* out) {
 void AssistantOutputParser::DrainHarmony(bool final, OutputDelta* out) {
   while (!pending_.empty()) {
     if (harmony_header_) {
+      // Text that does not open like a header (a model that writes none) is
+      // content, and so is a "header" that does not end within kMaxHeader.
+      if (!MaybeHeader(absl::StripLeadingAsciiWhitespace(pending_))) {
+        channel_ = "final";
+        harmony_header_ = false;
+        continue;
+      }
       const size_t message = pending_.find(kMessage.data(), 0, kMessage.size());
-      if (message != std::string::npos) {
+      if (message != std::string::npos && message + kMessage.size() <= kMaxHeader) {
         const absl::string_view header = absl::string_view(pending_).substr(0, message);
         channel_ = WordAfter(header, kChannel);
         recipient_ = WordAfter(header, "to=");
@@ -93,13 +110,8 @@ void AssistantOutputParser::DrainHarmony(bool final, OutputDelta* out) {
         harmony_header_ = false;
         continue;
       }
-      // Text that does not open with a marker (a model that writes no
-      // header) is content; so is a "header" that never ends.
-      const absl::string_view text = absl::StripLeadingAsciiWhitespace(pending_);
-      const bool maybe_header =
-          absl::StartsWith(text, "<|") || (text.size() < 2 && absl::StartsWith("<|", text));
-      if (maybe_header && pending_.size() <= kMaxHeader && !final) return;
-      if (maybe_header && final) {
+      if (pending_.size() < kMaxHeader && !final) return;
+      if (final && pending_.size() < kMaxHeader) {
         // An unfinished header: markup only, unless it holds none.
         if (!absl::StrContains(pending_, kChannel) && !absl::StrContains(pending_, kStart) &&
             !absl::StrContains(pending_, kConstrain)) {
@@ -110,6 +122,15 @@ void AssistantOutputParser::DrainHarmony(bool final, OutputDelta* out) {
       }
       channel_ = "final";
       harmony_header_ = false;
+      // The marker it opened with would open a header again: it is content.
+      const size_t lead = pending_.size() - absl::StripLeadingAsciiWhitespace(pending_).size();
+      for (absl::string_view opener : {kStart, kChannel}) {
+        if (absl::string_view(pending_).substr(lead, opener.size()) == opener) {
+          AppendContent(absl::string_view(pending_).substr(0, lead + opener.size()), out);
+          pending_.erase(0, lead + opener.size());
+          break;
+        }
+      }
       continue;
     }
     size_t at = std::string::npos;

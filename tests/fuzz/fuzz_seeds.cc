@@ -298,6 +298,37 @@ void OpenAiSeeds(const fs::path& out) {
   }
 }
 
+// Generated texts of assistant_output_fuzz: first byte the dialect and
+// options (dialect % 5, 0x08 think blocks, 0x10 starts inside one, 0x20 tool
+// calls not parsed), second the chunking seed, then what a model wrote.
+void AssistantOutputSeeds(const fs::path& out) {
+  const std::pair<char, const char*> texts[] = {
+      {0x09, "<think>Let me see.</think>\n\nThe answer is 4."},
+      {0x19, "still thinking</think>Done.<tool_call>\n{\"name\": \"search\", \"arguments\": "
+             "{\"q\": \"a\"}}\n</tool_call>"},
+      {0x01, "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": "
+             "\\\"Oslo\\\"}\"}</tool_call><tool_call>{\"name\": \"search\"}</tool_call>"},
+      {0x0a, "<think>hm</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>New "
+             "York</arg_value><arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"},
+      {0x02, "<tool_call>search<arg_key>q</arg_key><arg_value>b</arg_value></tool_call>"},
+      {0x03, "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+             "```json\n{\"city\": \"Lima\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {0x03, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": \"a\"}"
+             "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {0x04, "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
+             "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+             "{\"city\": \"Rome\"}<|call|>"},
+      {0x04, "<|channel|>final<|message|>Hello.<|return|>"},
+      {0x21, "<tool_call>{\"name\": \"search\"}</tool_call> kept as text"},
+  };
+  int i = 0;
+  for (const auto& [options, text] : texts) {
+    const char chunking = static_cast<char>(i * 37);
+    Write(out / "assistant_output", absl::StrCat("text.", i++),
+          std::string(1, options) + std::string(1, chunking) + text);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -308,7 +339,7 @@ int main(int argc, char** argv) {
   const fs::path fixtures = argv[1];
   const fs::path out = argv[2];
   for (const char* sub : {"gguf", "tokenizer", "expert_record", "expert_request",
-                          "inference_request", "openai_request"}) {
+                          "inference_request", "openai_request", "assistant_output"}) {
     fs::create_directories(out / sub);
   }
   for (const char* sub : {"models", "vocab"}) {
@@ -321,6 +352,7 @@ int main(int argc, char** argv) {
   ComputeSeeds(out);
   TextSeeds(fixtures / "vocab", out);
   OpenAiSeeds(out);
+  AssistantOutputSeeds(out);
   std::cout << "fuzz_seeds: " << g_written << " seeds in " << out.string() << "\n";
   return g_written > 0 ? 0 : 1;
 }

@@ -243,5 +243,45 @@ TEST(AssistantOutputTest, HarmonyChannelsAndCalls) {
   ExpectSame(Whole(d, plain), Bytewise(d, plain));
 }
 
+// Bytes that are not UTF-8 in a GLM-4.5 key or raw value (a model writes
+// any) become U+FFFD in the arguments; they used to throw from the JSON
+// serializer and end the server.
+TEST(AssistantOutputTest, GlmArgumentsThatAreNotUtf8AreReplacedNotFatal) {
+  const OutputDialect d = Dialect(ToolDialect::kGlm45);
+  const std::string text =
+      "<tool_call>search<arg_key>q\xa3</arg_key><arg_value>caf\xe9</arg_value></tool_call>";
+  const OutputDelta out = Whole(d, text);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"q\xef\xbf\xbd\":\"caf\xef\xbf\xbd\"}");
+  ExpectSame(out, Bytewise(d, text));
+}
+
+// Harmony: text that does not open like a header is content up to the next
+// marker, whether or not a <|message|> follows later in the same piece; and
+// a recipient in the role's part (" to=functions.N" right after the prompt's
+// "<|start|>assistant") opens a header whether the text comes whole or a
+// byte at a time.
+TEST(AssistantOutputTest, HarmonyHeadersDoNotDependOnHowTheTextIsCut) {
+  const OutputDialect d = Dialect(ToolDialect::kHarmony);
+  const std::string stray = "Well<|channel|>final<|message|>Hello.<|return|>";
+  const OutputDelta out = Whole(d, stray);
+  EXPECT_EQ(out.content, "WellHello.");
+  ExpectSame(out, Bytewise(d, stray));
+
+  const std::string role_recipient =
+      " to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
+      "{\"city\": \"Rome\"}<|call|>";
+  const OutputDelta call = Bytewise(d, role_recipient);
+  ASSERT_EQ(call.tool_calls.size(), 1u);
+  EXPECT_EQ(call.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(call.tool_calls[0].arguments, "{\"city\":\"Rome\"}");
+  EXPECT_EQ(call.content, "");
+  ExpectSame(call, Whole(d, role_recipient));
+
+  // A header that does not end within 512 bytes is content, cut or not.
+  const std::string long_header = "<|channel|>" + std::string(600, 'x') + "<|message|>body";
+  ExpectSame(Whole(d, long_header), Bytewise(d, long_header));
+}
+
 }  // namespace
 }  // namespace colibri::coordinator
