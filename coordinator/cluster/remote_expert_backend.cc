@@ -250,7 +250,7 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
     }
     calls_[node_slot_[node]]->routes.push_back(route);
   }
-  if (send_hints) SendHints(placement, healthy);
+  if (send_hints) SendHints(placement, healthy, batch_.layer, /*ride=*/true);
 
   token_slot_.assign(batch_.n_tokens, -1);
   for (size_t c = first_new; c < calls_.size(); ++c) {
@@ -629,16 +629,30 @@ absl::Status RemoteExpertBackend::Wait() {
 
 void RemoteExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) {
   for (int32_t e : experts) hints_.emplace_back(layer, e);
+  // A Submit carries the hints for later layers. A hint for a layer no
+  // Submit will come before goes now: one at or before the last submitted
+  // layer is for the next forward step, whose first Submit is that layer or
+  // an earlier one; before any Submit, one for the first layer with experts.
+  if (placement_ != nullptr && layer > batch_.layer) return;
+  const std::shared_ptr<const Placement> hold = cluster_->HoldPlacement();
+  if (placement_ == nullptr) {
+    for (int l = 0; l < std::min(layer, hold->n_layer()); ++l) {
+      if (hold->n_expert(l) > 0) return;
+    }
+  }
+  AddWorkers(hold->n_nodes());
+  SendHints(*hold, Healthy(hold->n_nodes()), /*after_layer=*/-1, /*ride=*/false);
 }
 
-void RemoteExpertBackend::SendHints(const Placement& placement, const std::vector<bool>& healthy) {
+void RemoteExpertBackend::SendHints(const Placement& placement, const std::vector<bool>& healthy,
+                                    int after_layer, bool ride) {
   if (hints_.empty()) return;
   const int n_nodes = placement.n_nodes();
   std::vector<std::unique_ptr<v1::PrefetchRequest>> separate(n_nodes);
   int64_t riding = 0;
   int64_t dropped = 0;
   auto valid = [&](int layer, int32_t e) {
-    return layer > batch_.layer && layer < placement.n_layer() && e >= 0 &&
+    return layer > after_layer && layer < placement.n_layer() && e >= 0 &&
            e < placement.n_expert(layer);
   };
   // [layer] of the hinted layers: the replica each hinted expert starts from,
@@ -677,7 +691,7 @@ void RemoteExpertBackend::SendHints(const Placement& placement, const std::vecto
       continue;
     }
     v1::ExpertKey* key = nullptr;
-    const int slot = node_slot_[owner];
+    const int slot = ride ? node_slot_[owner] : -1;
     if (slot >= 0) {
       key = calls_[slot]->request.add_prefetch();
       ++riding;

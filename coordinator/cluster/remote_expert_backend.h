@@ -45,9 +45,10 @@
 // otherwise in one separate Prefetch call per node. Separate calls go out on a
 // thread per node and are never waited for; a node has at most one outstanding,
 // and hints for a node whose call is still outstanding are dropped. Hints for a
-// layer not after the submitted one are stale and dropped too. Hints given
-// without a following Submit (after the last layer) wait for the next Submit,
-// which drops them as stale. Hints never change results.
+// layer not after the submitted one are stale and dropped too. A hint for a
+// layer at or before the last submitted one (or before any Submit) is for the
+// next forward step, which no Submit precedes: it is sent at once, in
+// separate Prefetch calls (with the stash). Hints never change results.
 //
 // SecondChannel() is a sibling backend on the same cluster with its own
 // queue, so that two half-batches of one forward pass are in flight at once;
@@ -213,10 +214,13 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   void CancelAnswered();
   // Counts a losing call's bytes as wasted.
   void CountWasted(const Call& call, int64_t reply_bytes);
-  // Adds the stashed hints to the requests of the calls just grouped
-  // (node_slot_ maps nodes to them) or to one Prefetch call per other owner,
-  // and empties the stash. Called before those requests are posted.
-  void SendHints(const Placement& placement, const std::vector<bool>& healthy);
+  // Sends the stashed hints for layers after `after_layer` (the others are
+  // stale and dropped): with `ride`, in the requests of the calls just
+  // grouped (node_slot_ maps nodes to them), called before those are posted;
+  // otherwise, and for nodes without such a call, in one Prefetch call per
+  // owner. Empties the stash.
+  void SendHints(const Placement& placement, const std::vector<bool>& healthy, int after_layer,
+                 bool ride);
   absl::Status Scatter(const Call& call);
   // Fills call->request's hidden rows and wire fields from call->tokens.
   void EncodeRequest(Call* call) const;

@@ -302,6 +302,7 @@ void Session::GatherLogits(absl::Span<const SequenceChunk> chunks) {
 
 absl::Status Session::ForwardRows(int n) {
   channel_ = experts_;
+  PredictFirstMoeLayer(n);
   for (int il = 0; il < c_.n_layer; ++il) {
     AttentionBlock(il, n);
     if (c_.is_dense_layer(il)) {

@@ -1,7 +1,7 @@
 // RemoteExpertBackend against fake nodes that compute with the same kernels:
 // bitwise equality with LocalExpertBackend, one call per involved node,
 // failover to replicas, the local fallback, health probes and where prefetch
-// hints go.
+// hints go and when.
 #include "coordinator/cluster/remote_expert_backend.h"
 
 #include <algorithm>
@@ -407,8 +407,8 @@ TEST_F(RemoteExpertBackendTest, HintsRideOnInvolvedNodesAndGoSeparatelyToTheOthe
     RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
                                &pool_);
     remote.Prefetch(1, hints);
-    const int32_t stale = 3;
-    remote.Prefetch(0, {&stale, 1});  // for the layer being submitted: dropped
+    const int32_t bad = kExperts;
+    remote.Prefetch(1, {&bad, 1});  // outside the layer's experts: dropped
     std::vector<float> out(b.n_tokens * b.k * kEmbd);
     remote.Submit(b.view(0), out.data());
     ASSERT_TRUE(remote.Wait().ok());
@@ -492,6 +492,58 @@ TEST_F(RemoteExpertBackendTest, BalancedHintsGoWhereTheExpertWillBeComputed) {
   for (int n = 0; n < 3; ++n) {
     for (const v1::ComputeLayerRequest& r : nodes_[n]->TakeRequests()) {
       for (const v1::Route& route : r.routes()) EXPECT_EQ(hinted_at[route.expert()], n);
+    }
+  }
+}
+
+// A hint for the first layer with experts, before any Submit, or for a layer
+// at or before the last one submitted (the next forward step's) goes at once,
+// in separate calls, even to a node involved in the next Submit: no Submit
+// comes before its layer to carry it.
+TEST_F(RemoteExpertBackendTest, HintsForTheNextStepGoAtOnce) {
+  MakeCluster(3, 1);
+  const Placement& placement = cluster_->placement();
+  const int involved = placement.Primary(0, 0);
+  const Batch b = BatchForOneNode(placement, involved);
+  std::vector<int32_t> hints(kExperts);
+  for (int e = 0; e < kExperts; ++e) hints[e] = e;
+  std::vector<std::set<int32_t>> owned(3);  // hinted layer-0 experts by primary
+  for (int32_t e : hints) owned[placement.Primary(0, e)].insert(e);
+  auto sent_by_now = [&](int round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    for (int n = 0; n < 3; ++n) {
+      std::set<int32_t> got;
+      // The separate calls go out on the nodes' prefetch threads.
+      for (int tries = 0; tries < 2000 && got.size() < owned[n].size(); ++tries) {
+        for (const v1::PrefetchRequest& r : nodes_[n]->TakePrefetches()) {
+          for (int32_t e : ExpertsOf(r.experts(), 0)) got.insert(e);
+        }
+        if (got.size() < owned[n].size()) absl::SleepFor(absl::Milliseconds(1));
+      }
+      EXPECT_EQ(got, owned[n]) << "node " << n;
+    }
+  };
+  // Two backends: each node's one outstanding separate call is per backend.
+  for (int round = 0; round < 2; ++round) {
+    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                               &pool_);
+    std::vector<float> out(b.n_tokens * b.k * kEmbd);
+    if (round == 1) {  // after layer 0: the hints are the next step's
+      remote.Submit(b.view(0), out.data());
+      ASSERT_TRUE(remote.Wait().ok());
+    }
+    remote.Prefetch(0, hints);
+    sent_by_now(round);
+    remote.Submit(b.view(0), out.data());
+    ASSERT_TRUE(remote.Wait().ok());
+    const RemoteBackendStats stats = remote.stats();
+    EXPECT_EQ(stats.hints_separate, kExperts);
+    EXPECT_EQ(stats.hints_riding, 0);
+    EXPECT_EQ(stats.hints_dropped, 0);
+    for (int n = 0; n < 3; ++n) {
+      for (const v1::ComputeLayerRequest& r : nodes_[n]->TakeRequests()) {
+        EXPECT_EQ(r.prefetch_size(), 0) << "a hint for the submitted layer rode on its request";
+      }
     }
   }
 }
