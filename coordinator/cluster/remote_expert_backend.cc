@@ -115,6 +115,27 @@ RemoteBackendStats& RemoteBackendStats::operator+=(const RemoteBackendStats& o) 
   return *this;
 }
 
+LayerNodeStats& LayerNodeStats::operator+=(const LayerNodeStats& o) {
+  calls += o.calls;
+  wait_micros += o.wait_micros;
+  compute_micros += o.compute_micros;
+  disk_wait_micros += o.disk_wait_micros;
+  ram_hits += o.ram_hits;
+  ram_misses += o.ram_misses;
+  return *this;
+}
+
+std::vector<LayerNodeStats> RemoteExpertBackend::layer_stats() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<LayerNodeStats> s = layer_stats_;
+  if (second_ != nullptr) {
+    const std::vector<LayerNodeStats> o = second_->layer_stats();
+    if (o.size() > s.size()) s.resize(o.size());
+    for (size_t l = 0; l < o.size(); ++l) s[l] += o[l];
+  }
+  return s;
+}
+
 RemoteBackendStats RemoteExpertBackend::stats() const {
   absl::MutexLock lock(&mu_);
   RemoteBackendStats s = stats_;
@@ -464,9 +485,24 @@ void RemoteExpertBackend::Take(Call* call, absl::StatusOr<v1::ComputeLayerReply>
   const int64_t reply_bytes =
       call->reply.ok() ? static_cast<int64_t>(call->reply->ByteSizeLong()) : 0;
   if (call->reply.ok()) {
+    // Untrusted figures: each kept within [0, the call's own wait].
+    const double wait_micros = 1e6 * call->wait_seconds;
+    auto clamp = [wait_micros](double v) {
+      return static_cast<int64_t>(std::min(wait_micros, std::max(0.0, v)));
+    };
     absl::MutexLock lock(&mu_);
     stats_.bytes_received += reply_bytes;
     stats_.payload_received += static_cast<int64_t>(call->reply->outputs().data().size());
+    if (layer_stats_.size() <= static_cast<size_t>(batch_.layer)) {
+      layer_stats_.resize(batch_.layer + 1);
+    }
+    LayerNodeStats& l = layer_stats_[batch_.layer];
+    ++l.calls;
+    l.wait_micros += static_cast<int64_t>(wait_micros);
+    l.compute_micros += clamp(static_cast<double>(call->reply->compute_micros()));
+    l.disk_wait_micros += clamp(static_cast<double>(call->reply->disk_wait_micros()));
+    l.ram_hits += std::max(0, call->reply->ram_hits());
+    l.ram_misses += std::max(0, call->reply->ram_misses());
   }
   // What the node says it spent on the call (clamped: a reply is untrusted;
   // summed as doubles, so that no reported value can overflow).

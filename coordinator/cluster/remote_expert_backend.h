@@ -128,6 +128,19 @@ struct RemoteBackendStats {
   RemoteBackendStats& operator+=(const RemoteBackendStats& other);
 };
 
+// What the nodes reported for one layer's calls (every reply, hedges and
+// retries included; each figure clamped to [0, the call's wait]): where a
+// layer's expert time goes.
+struct LayerNodeStats {
+  int64_t calls = 0;             // replies received
+  int64_t wait_micros = 0;       // Σ the calls' waits as the coordinator saw them
+  int64_t compute_micros = 0;    // Σ what the nodes reported computing
+  int64_t disk_wait_micros = 0;  // Σ what the nodes reported waiting for their disks
+  int64_t ram_hits = 0;          // experts found resident
+  int64_t ram_misses = 0;        // experts read (or waited for) from disk: demand reads
+  LayerNodeStats& operator+=(const LayerNodeStats& o);
+};
+
 class RemoteExpertBackend : public moe::ExpertBackend {
  public:
   // cluster: borrowed. local_experts ([layer][expert], the model's own views)
@@ -147,6 +160,9 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   moe::ExpertBackend* SecondChannel() override;
   bool OutputsWeighted() const override { return wire_.reduce; }
 
+  // [layer]: what the nodes reported per layer, this backend's and its second
+  // channel's together (sized to the highest layer submitted + 1).
+  std::vector<LayerNodeStats> layer_stats() const;
   // This backend's counters plus its second channel's.
   RemoteBackendStats stats() const;
 
@@ -268,6 +284,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   mutable absl::Mutex mu_;
   std::vector<bool> prefetch_outstanding_ ABSL_GUARDED_BY(mu_);  // [n_nodes]
   RemoteBackendStats stats_ ABSL_GUARDED_BY(mu_);
+  std::vector<LayerNodeStats> layer_stats_ ABSL_GUARDED_BY(mu_);
   // SecondChannel(), created on first use (null before).
   std::unique_ptr<RemoteExpertBackend> second_ ABSL_GUARDED_BY(mu_);
 };

@@ -154,6 +154,16 @@ struct PredictorStats {
   double precision() const { return predicted > 0 ? static_cast<double>(hits) / predicted : 0.0; }
 };
 
+// One layer's share of the counters below. Timed in unsplit forward passes
+// only (the layers of two pipelined halves interleave).
+struct LayerStats {
+  // Time in the layer not blocked in ExpertBackend::Wait: attention, norms,
+  // routing, prediction, the shared expert, the weighted sum.
+  double compute_seconds = 0;
+  double expert_wait_seconds = 0;  // blocked in Wait for this layer's experts
+  PredictorStats predictor;        // the depth-1 prediction of this layer
+};
+
 // Timing and work counters, cumulative since creation or ResetStats().
 struct SessionStats {
   int64_t tokens_evaluated = 0;
@@ -166,6 +176,7 @@ struct SessionStats {
   int64_t split_batches = 0;    // EvaluateBatch calls run as two half-batches
   double predict_seconds = 0;   // time spent predicting experts (incl. Prefetch)
   PredictorStats predictor[2];  // [depth - 1]: predictions of layer L+1, L+2
+  std::vector<LayerStats> layers;  // [n_layer]
 
   // Share of the time experts were outstanding during which the coordinator
   // computed (1 - wait / outstanding); 0 when nothing was outstanding.

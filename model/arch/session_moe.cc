@@ -176,11 +176,18 @@ void Session::CountPrediction(int il, int n) {
     const uint8_t* mask =
         predicted_.data() + (static_cast<size_t>(depth - 1) * c_.n_layer + il) * n_expert;
     PredictorStats& s = stats_.predictor[depth - 1];
+    PredictorStats& at_layer = stats_.layers[il].predictor;
     ++s.layers;
+    if (depth == 1) ++at_layer.layers;
     for (int e = 0; e < n_expert; ++e) {
       s.routed += routed_mask_[e];
       s.predicted += mask[e];
       s.hits += routed_mask_[e] & mask[e];
+      if (depth == 1) {
+        at_layer.routed += routed_mask_[e];
+        at_layer.predicted += mask[e];
+        at_layer.hits += routed_mask_[e] & mask[e];
+      }
     }
   }
 }
