@@ -665,16 +665,13 @@ absl::Status RemoteExpertBackend::Wait() {
 
 void RemoteExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) {
   for (int32_t e : experts) hints_.emplace_back(layer, e);
-  // A Submit carries the hints for later layers. A hint for a layer no
-  // Submit will come before goes now: one at or before the last submitted
-  // layer is for the next forward step, whose first Submit is that layer or
-  // an earlier one; before any Submit, one for the first layer with experts.
-  if (placement_ != nullptr && layer > batch_.layer) return;
+  // A Submit carries the hints for later layers: the next Submit is this
+  // step's next layer or the next step's first, both before any later layer.
+  // A hint for the first layer with experts has no Submit before it and
+  // goes now.
   const std::shared_ptr<const Placement> hold = cluster_->HoldPlacement();
-  if (placement_ == nullptr) {
-    for (int l = 0; l < std::min(layer, hold->n_layer()); ++l) {
-      if (hold->n_expert(l) > 0) return;
-    }
+  for (int l = 0; l < std::min(layer, hold->n_layer()); ++l) {
+    if (hold->n_expert(l) > 0) return;
   }
   AddWorkers(hold->n_nodes());
   SendHints(*hold, Healthy(hold->n_nodes()), /*after_layer=*/-1, /*ride=*/false);

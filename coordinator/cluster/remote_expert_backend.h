@@ -45,10 +45,10 @@
 // otherwise in one separate Prefetch call per node. Separate calls go out on a
 // thread per node and are never waited for; a node has at most one outstanding,
 // and hints for a node whose call is still outstanding are dropped. Hints for a
-// layer not after the submitted one are stale and dropped too. A hint for a
-// layer at or before the last submitted one (or before any Submit) is for the
-// next forward step, which no Submit precedes: it is sent at once, in
-// separate Prefetch calls (with the stash). Hints never change results.
+// layer not after the submitted one are stale and dropped too. A hint for the
+// first layer with experts (a forward step's first MoE layer, which no Submit
+// precedes) is sent at once, in separate Prefetch calls, with whatever is
+// stashed. Hints never change results.
 //
 // SecondChannel() is a sibling backend on the same cluster with its own
 // queue, so that two half-batches of one forward pass are in flight at once;

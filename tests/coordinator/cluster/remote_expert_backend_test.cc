@@ -496,10 +496,11 @@ TEST_F(RemoteExpertBackendTest, BalancedHintsGoWhereTheExpertWillBeComputed) {
   }
 }
 
-// A hint for the first layer with experts, before any Submit, or for a layer
-// at or before the last one submitted (the next forward step's) goes at once,
-// in separate calls, even to a node involved in the next Submit: no Submit
-// comes before its layer to carry it.
+// A hint for the first layer with experts goes at once, in separate calls,
+// even to a node involved in the next Submit: no Submit comes before its
+// layer to carry it. One for a later layer given after the last layer's
+// Submit (the next step's layer 1, predicted at its layer 0) waits for the
+// next Submit and rides on it.
 TEST_F(RemoteExpertBackendTest, HintsForTheNextStepGoAtOnce) {
   MakeCluster(3, 1);
   const Placement& placement = cluster_->placement();
@@ -546,6 +547,23 @@ TEST_F(RemoteExpertBackendTest, HintsForTheNextStepGoAtOnce) {
       }
     }
   }
+  // After layer 1 (the last), the next step's hint for layer 1 rides on its
+  // layer 0's Submit.
+  const Batch b1 = RandomBatch(4, 1, 23);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
+  std::vector<float> out(b.n_tokens * b.k * kEmbd);
+  remote.Submit(b1.view(1), out.data());
+  ASSERT_TRUE(remote.Wait().ok());
+  for (int n = 0; n < 3; ++n) nodes_[n]->TakeRequests();
+  const int32_t hint = 0;
+  remote.Prefetch(1, {&hint, 1});
+  EXPECT_EQ(remote.stats().hints_separate, 0) << "sent before the next Submit";
+  remote.Submit(b.view(0), out.data());
+  ASSERT_TRUE(remote.Wait().ok());
+  const RemoteBackendStats stats = remote.stats();
+  EXPECT_EQ(stats.hints_riding + stats.hints_separate, 1);
+  EXPECT_EQ(stats.hints_dropped, 0);
 }
 
 TEST_F(RemoteExpertBackendTest, AtMostOnePrefetchCallPerNodeIsOutstanding) {
