@@ -392,15 +392,26 @@ Batch BatchForOneNode(const Placement& placement, int node) {
   return b;
 }
 
+// Every expert id, and for each of the 3 nodes the ones it is primary of in
+// `layer`.
+std::vector<int32_t> AllExperts(const Placement& placement, int layer,
+                                std::vector<std::set<int32_t>>* owned) {
+  std::vector<int32_t> all(kExperts);
+  owned->assign(3, {});
+  for (int e = 0; e < kExperts; ++e) {
+    all[e] = e;
+    (*owned)[placement.Primary(layer, e)].insert(e);
+  }
+  return all;
+}
+
 TEST_F(RemoteExpertBackendTest, HintsRideOnInvolvedNodesAndGoSeparatelyToTheOthers) {
   MakeCluster(3, 1);
   const Placement& placement = cluster_->placement();
   const int involved = placement.Primary(0, 0);
   const Batch b = BatchForOneNode(placement, involved);
-  std::vector<int32_t> hints(kExperts);
-  for (int e = 0; e < kExperts; ++e) hints[e] = e;
-  std::vector<std::set<int32_t>> owned(3);  // hinted layer-1 experts by primary
-  for (int32_t e : hints) owned[placement.Primary(1, e)].insert(e);
+  std::vector<std::set<int32_t>> owned;  // hinted layer-1 experts by primary
+  const std::vector<int32_t> hints = AllExperts(placement, 1, &owned);
 
   RemoteBackendStats stats;
   {
@@ -506,10 +517,8 @@ TEST_F(RemoteExpertBackendTest, HintsForTheNextStepGoAtOnce) {
   const Placement& placement = cluster_->placement();
   const int involved = placement.Primary(0, 0);
   const Batch b = BatchForOneNode(placement, involved);
-  std::vector<int32_t> hints(kExperts);
-  for (int e = 0; e < kExperts; ++e) hints[e] = e;
-  std::vector<std::set<int32_t>> owned(3);  // hinted layer-0 experts by primary
-  for (int32_t e : hints) owned[placement.Primary(0, e)].insert(e);
+  std::vector<std::set<int32_t>> owned;  // hinted layer-0 experts by primary
+  const std::vector<int32_t> hints = AllExperts(placement, 0, &owned);
   auto sent_by_now = [&](int round) {
     SCOPED_TRACE("round " + std::to_string(round));
     for (int n = 0; n < 3; ++n) {
