@@ -27,7 +27,8 @@ bool PrefetchQueue::Hint(const v1::ExpertKey& key) {
     return false;
   }
   ExpertId id = std::move(*parsed);
-  if (tier_->Contains(id)) {
+  // A resident's hint still tells the policy: the expert is wanted soon.
+  if (tier_->HintResident(id)) {
     resident_.fetch_add(1);
     return false;
   }

@@ -3,8 +3,8 @@
 //
 // Hints are advice and never fail nor block their caller: Hint checks the key
 // against the known models (in memory) and queues it unless the expert is
-// resident or already queued / being loaded (coalesced); a full queue drops
-// it. An I/O thread looks the expert's size up in the store's index (not
+// resident (then the RAM tier's policy hears of the hint: RamTier::HintResident)
+// or already queued / being loaded (coalesced); a full queue drops it. An I/O thread looks the expert's size up in the store's index (not
 // stored: ignored) and asks the RAM tier to prefetch it, which drops it under
 // memory pressure (ram_tier.h). Prefetch never changes results: outputs
 // depend only on the expert bytes, whichever tier they come from. The

@@ -323,6 +323,13 @@ void RamTier::Unpin(const ExpertId& id) {
   if (it != entries_.end() && it->second.pins > 0) --it->second.pins;
 }
 
+bool RamTier::HintResident(const ExpertId& id) {
+  absl::MutexLock lock(&mu_);
+  if (!entries_.contains(id)) return false;
+  policy_->Hinted(id);
+  return true;
+}
+
 bool RamTier::Contains(const ExpertId& id) const {
   absl::MutexLock lock(&mu_);
   return entries_.contains(id);

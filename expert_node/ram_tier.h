@@ -181,6 +181,13 @@ class RamTier {
   // loads (it stays cached, evicted in the policy's order). No-op otherwise.
   void PrefetchStale(const ExpertId& id);
 
+  // A prediction hint for `id`: when the expert is resident, tells the
+  // policy (CachePolicy::Hinted: the adaptive policy keeps it last until it
+  // is used or the hint expires) and returns true; otherwise returns false
+  // and changes nothing (loading it is Prefetch's part). Prefetch tells the
+  // policy of the hints it is given itself.
+  bool HintResident(const ExpertId& id);
+
   bool Contains(const ExpertId& id) const;
   uint64_t budget_bytes() const { return options_.budget_bytes; }
   uint64_t used_bytes() const;

@@ -113,6 +113,28 @@ void PrintPrediction(const arch::SessionStats& s, const arch::SessionStats& at_p
   err << absl::StrFormat("prediction: %.3f s\n", s.predict_seconds);
 }
 
+// One line per layer: the coordinator's compute and expert wait per decode
+// step and the layer's depth-1 prediction in decode.
+void PrintLayers(const arch::SessionStats& s, const arch::SessionStats& at_prompt_done,
+                 int64_t decode_steps, std::ostream& err) {
+  if (decode_steps <= 0) return;
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const arch::LayerStats none;
+    const arch::LayerStats& a = s.layers[l];
+    const arch::LayerStats& p = l < at_prompt_done.layers.size() ? at_prompt_done.layers[l] : none;
+    arch::PredictorStats d;
+    d.routed = a.predictor.routed - p.predictor.routed;
+    d.predicted = a.predictor.predicted - p.predictor.predicted;
+    d.hits = a.predictor.hits - p.predictor.hits;
+    err << absl::StrFormat(
+        "layer %d decode per token: compute_ms=%.3f expert_wait_ms=%.3f; prediction routed=%d "
+        "predicted=%d hits=%d recall=%.3f precision=%.3f\n",
+        l, 1e3 * (a.compute_seconds - p.compute_seconds) / decode_steps,
+        1e3 * (a.expert_wait_seconds - p.expert_wait_seconds) / decode_steps, d.routed,
+        d.predicted, d.hits, d.recall(), d.precision());
+  }
+}
+
 // `run`'s one generation on the scheduler: streams the text to `out`, writes
 // the logits and marks the cluster's prompt end; RunGenerate waits for it.
 class RunJob final : public GenerationJob {
@@ -283,6 +305,8 @@ absl::Status RunGenerate(const RunOptions& options, std::ostream& out, std::ostr
   if (scheduler_options.prefetch.depth > 0) {
     PrintPrediction(outcome->steps, outcome->prompt_steps, scheduler_options.prefetch.depth, err);
   }
+  PrintLayers(outcome->steps, outcome->prompt_steps,
+              std::max<int64_t>(static_cast<int64_t>(generated.size()) - 1, 0), err);
   if (cluster != nullptr) {
     // Overlap: the share of the time replies were outstanding during which
     // the coordinator computed (the shared expert, with one sequence).

@@ -221,6 +221,17 @@ RemoteBackendStats ClusterExperts::BackendTotals() const {
   return total;
 }
 
+std::vector<LayerNodeStats> ClusterExperts::LayerTotals() const {
+  std::vector<LayerNodeStats> total;
+  for (const auto& backend : backends_) {
+    if (backend == nullptr) continue;
+    const std::vector<LayerNodeStats> s = backend->layer_stats();
+    if (s.size() > total.size()) total.resize(s.size());
+    for (size_t l = 0; l < s.size(); ++l) total[l] += s[l];
+  }
+  return total;
+}
+
 namespace {
 
 absl::StatusOr<v1::NodeStatsReply> TierStats(Cluster& cluster, int node) {
@@ -233,6 +244,7 @@ absl::StatusOr<v1::NodeStatsReply> TierStats(Cluster& cluster, int node) {
 
 void ClusterExperts::MarkPromptDone() {
   at_prompt_done_ = BackendTotals();
+  layers_at_prompt_done_ = LayerTotals();
   tiers_at_prompt_done_.clear();
   for (int i = 0; i < cluster_->n_nodes(); ++i) {
     tiers_at_prompt_done_.push_back(TierStats(*cluster_, i));
@@ -334,6 +346,26 @@ void ClusterExperts::PrintStats(std::ostream& err, int64_t decode_tokens) const 
         now->prefetch_wasted() - before->prefetch_wasted(),
         now->prefetch_dropped() - before->prefetch_dropped(),
         now->prefetch_stale() - before->prefetch_stale());
+  }
+  const std::vector<LayerNodeStats> layers = LayerTotals();
+  const double per = decode_tokens > 0 ? 1.0 / static_cast<double>(decode_tokens) : 0.0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    LayerNodeStats d = layers[l];
+    if (l < layers_at_prompt_done_.size()) {
+      const LayerNodeStats& p0 = layers_at_prompt_done_[l];
+      d.calls -= p0.calls;
+      d.wait_micros -= p0.wait_micros;
+      d.compute_micros -= p0.compute_micros;
+      d.disk_wait_micros -= p0.disk_wait_micros;
+      d.ram_hits -= p0.ram_hits;
+      d.ram_misses -= p0.ram_misses;
+    }
+    if (d.calls == 0) continue;
+    err << absl::StrFormat(
+        "layer %d decode: calls=%d ram_hits=%d ram_misses=%d per token (summed over calls): "
+        "wait_ms=%.3f node_compute_ms=%.3f node_disk_wait_ms=%.3f\n",
+        l, d.calls, d.ram_hits, d.ram_misses, 1e-3 * d.wait_micros * per,
+        1e-3 * d.compute_micros * per, 1e-3 * d.disk_wait_micros * per);
   }
 }
 

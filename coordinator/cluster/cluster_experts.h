@@ -146,14 +146,17 @@ class ClusterExperts {
   // ("wire decode:", per generated token and against the hidden-state floor,
   // over `decode_tokens` tokens generated after the prompt), then the prefetch
   // hints when any were given, then per node the decode-only change of its
-  // tier counters (RAM hits and misses, disk bytes and wait, prefetches), to
-  // `err`.
+  // tier counters (RAM hits and misses, disk bytes and wait, prefetches),
+  // then per layer the decode-only figures its nodes' replies reported
+  // (LayerNodeStats, per generated token), to `err`.
   void PrintStats(std::ostream& err, int64_t decode_tokens = 0) const;
 
  private:
   ClusterExperts() = default;
   // The sum of the counters of the backends made.
   RemoteBackendStats BackendTotals() const;
+  // The sum of the backends' per-layer figures.
+  std::vector<LayerNodeStats> LayerTotals() const;
   const arch::Model* model_ = nullptr;
   ThreadPool* pool_ = nullptr;
   // Before cluster_: its rebalancer uses them until the cluster is gone.
@@ -166,6 +169,7 @@ class ClusterExperts {
   std::unique_ptr<MembershipWatcher> watcher_;
   std::unique_ptr<HotExpertRebalancer> hot_;
   RemoteBackendStats at_prompt_done_;
+  std::vector<LayerNodeStats> layers_at_prompt_done_;
   std::vector<absl::StatusOr<v1::NodeStatsReply>> tiers_at_prompt_done_;  // [n_nodes]
 };
 

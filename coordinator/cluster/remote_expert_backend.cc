@@ -115,6 +115,27 @@ RemoteBackendStats& RemoteBackendStats::operator+=(const RemoteBackendStats& o) 
   return *this;
 }
 
+LayerNodeStats& LayerNodeStats::operator+=(const LayerNodeStats& o) {
+  calls += o.calls;
+  wait_micros += o.wait_micros;
+  compute_micros += o.compute_micros;
+  disk_wait_micros += o.disk_wait_micros;
+  ram_hits += o.ram_hits;
+  ram_misses += o.ram_misses;
+  return *this;
+}
+
+std::vector<LayerNodeStats> RemoteExpertBackend::layer_stats() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<LayerNodeStats> s = layer_stats_;
+  if (second_ != nullptr) {
+    const std::vector<LayerNodeStats> o = second_->layer_stats();
+    if (o.size() > s.size()) s.resize(o.size());
+    for (size_t l = 0; l < o.size(); ++l) s[l] += o[l];
+  }
+  return s;
+}
+
 RemoteBackendStats RemoteExpertBackend::stats() const {
   absl::MutexLock lock(&mu_);
   RemoteBackendStats s = stats_;
@@ -250,7 +271,7 @@ void RemoteExpertBackend::Dispatch(const std::vector<int64_t>& routes, bool send
     }
     calls_[node_slot_[node]]->routes.push_back(route);
   }
-  if (send_hints) SendHints(placement, healthy);
+  if (send_hints) SendHints(placement, healthy, batch_.layer, /*ride=*/true);
 
   token_slot_.assign(batch_.n_tokens, -1);
   for (size_t c = first_new; c < calls_.size(); ++c) {
@@ -464,9 +485,24 @@ void RemoteExpertBackend::Take(Call* call, absl::StatusOr<v1::ComputeLayerReply>
   const int64_t reply_bytes =
       call->reply.ok() ? static_cast<int64_t>(call->reply->ByteSizeLong()) : 0;
   if (call->reply.ok()) {
+    // Untrusted figures: each kept within [0, the call's own wait].
+    const double wait_micros = 1e6 * call->wait_seconds;
+    auto clamp = [wait_micros](double v) {
+      return static_cast<int64_t>(std::min(wait_micros, std::max(0.0, v)));
+    };
     absl::MutexLock lock(&mu_);
     stats_.bytes_received += reply_bytes;
     stats_.payload_received += static_cast<int64_t>(call->reply->outputs().data().size());
+    if (layer_stats_.size() <= static_cast<size_t>(batch_.layer)) {
+      layer_stats_.resize(batch_.layer + 1);
+    }
+    LayerNodeStats& l = layer_stats_[batch_.layer];
+    ++l.calls;
+    l.wait_micros += static_cast<int64_t>(wait_micros);
+    l.compute_micros += clamp(static_cast<double>(call->reply->compute_micros()));
+    l.disk_wait_micros += clamp(static_cast<double>(call->reply->disk_wait_micros()));
+    l.ram_hits += std::max(0, call->reply->ram_hits());
+    l.ram_misses += std::max(0, call->reply->ram_misses());
   }
   // What the node says it spent on the call (clamped: a reply is untrusted;
   // summed as doubles, so that no reported value can overflow).
@@ -629,16 +665,27 @@ absl::Status RemoteExpertBackend::Wait() {
 
 void RemoteExpertBackend::Prefetch(int layer, absl::Span<const int32_t> experts) {
   for (int32_t e : experts) hints_.emplace_back(layer, e);
+  // A Submit carries the hints for later layers: the next Submit is this
+  // step's next layer or the next step's first, both before any later layer.
+  // A hint for the first layer with experts has no Submit before it and
+  // goes now.
+  const std::shared_ptr<const Placement> hold = cluster_->HoldPlacement();
+  for (int l = 0; l < std::min(layer, hold->n_layer()); ++l) {
+    if (hold->n_expert(l) > 0) return;
+  }
+  AddWorkers(hold->n_nodes());
+  SendHints(*hold, Healthy(hold->n_nodes()), /*after_layer=*/-1, /*ride=*/false);
 }
 
-void RemoteExpertBackend::SendHints(const Placement& placement, const std::vector<bool>& healthy) {
+void RemoteExpertBackend::SendHints(const Placement& placement, const std::vector<bool>& healthy,
+                                    int after_layer, bool ride) {
   if (hints_.empty()) return;
   const int n_nodes = placement.n_nodes();
   std::vector<std::unique_ptr<v1::PrefetchRequest>> separate(n_nodes);
   int64_t riding = 0;
   int64_t dropped = 0;
   auto valid = [&](int layer, int32_t e) {
-    return layer > batch_.layer && layer < placement.n_layer() && e >= 0 &&
+    return layer > after_layer && layer < placement.n_layer() && e >= 0 &&
            e < placement.n_expert(layer);
   };
   // [layer] of the hinted layers: the replica each hinted expert starts from,
@@ -677,7 +724,7 @@ void RemoteExpertBackend::SendHints(const Placement& placement, const std::vecto
       continue;
     }
     v1::ExpertKey* key = nullptr;
-    const int slot = node_slot_[owner];
+    const int slot = ride ? node_slot_[owner] : -1;
     if (slot >= 0) {
       key = calls_[slot]->request.add_prefetch();
       ++riding;

@@ -45,9 +45,10 @@
 // otherwise in one separate Prefetch call per node. Separate calls go out on a
 // thread per node and are never waited for; a node has at most one outstanding,
 // and hints for a node whose call is still outstanding are dropped. Hints for a
-// layer not after the submitted one are stale and dropped too. Hints given
-// without a following Submit (after the last layer) wait for the next Submit,
-// which drops them as stale. Hints never change results.
+// layer not after the submitted one are stale and dropped too. A hint for the
+// first layer with experts (a forward step's first MoE layer, which no Submit
+// precedes) is sent at once, in separate Prefetch calls, with whatever is
+// stashed. Hints never change results.
 //
 // SecondChannel() is a sibling backend on the same cluster with its own
 // queue, so that two half-batches of one forward pass are in flight at once;
@@ -127,6 +128,19 @@ struct RemoteBackendStats {
   RemoteBackendStats& operator+=(const RemoteBackendStats& other);
 };
 
+// What the nodes reported for one layer's calls (every reply, hedges and
+// retries included; each figure clamped to [0, the call's wait]): where a
+// layer's expert time goes.
+struct LayerNodeStats {
+  int64_t calls = 0;             // replies received
+  int64_t wait_micros = 0;       // Σ the calls' waits as the coordinator saw them
+  int64_t compute_micros = 0;    // Σ what the nodes reported computing
+  int64_t disk_wait_micros = 0;  // Σ what the nodes reported waiting for their disks
+  int64_t ram_hits = 0;          // experts found resident
+  int64_t ram_misses = 0;        // experts read (or waited for) from disk: demand reads
+  LayerNodeStats& operator+=(const LayerNodeStats& o);
+};
+
 class RemoteExpertBackend : public moe::ExpertBackend {
  public:
   // cluster: borrowed. local_experts ([layer][expert], the model's own views)
@@ -146,6 +160,9 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   moe::ExpertBackend* SecondChannel() override;
   bool OutputsWeighted() const override { return wire_.reduce; }
 
+  // [layer]: what the nodes reported per layer, this backend's and its second
+  // channel's together (sized to the highest layer submitted + 1).
+  std::vector<LayerNodeStats> layer_stats() const;
   // This backend's counters plus its second channel's.
   RemoteBackendStats stats() const;
 
@@ -213,10 +230,13 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   void CancelAnswered();
   // Counts a losing call's bytes as wasted.
   void CountWasted(const Call& call, int64_t reply_bytes);
-  // Adds the stashed hints to the requests of the calls just grouped
-  // (node_slot_ maps nodes to them) or to one Prefetch call per other owner,
-  // and empties the stash. Called before those requests are posted.
-  void SendHints(const Placement& placement, const std::vector<bool>& healthy);
+  // Sends the stashed hints for layers after `after_layer` (the others are
+  // stale and dropped): with `ride`, in the requests of the calls just
+  // grouped (node_slot_ maps nodes to them), called before those are posted;
+  // otherwise, and for nodes without such a call, in one Prefetch call per
+  // owner. Empties the stash.
+  void SendHints(const Placement& placement, const std::vector<bool>& healthy, int after_layer,
+                 bool ride);
   absl::Status Scatter(const Call& call);
   // Fills call->request's hidden rows and wire fields from call->tokens.
   void EncodeRequest(Call* call) const;
@@ -264,6 +284,7 @@ class RemoteExpertBackend : public moe::ExpertBackend {
   mutable absl::Mutex mu_;
   std::vector<bool> prefetch_outstanding_ ABSL_GUARDED_BY(mu_);  // [n_nodes]
   RemoteBackendStats stats_ ABSL_GUARDED_BY(mu_);
+  std::vector<LayerNodeStats> layer_stats_ ABSL_GUARDED_BY(mu_);
   // SecondChannel(), created on first use (null before).
   std::unique_ptr<RemoteExpertBackend> second_ ABSL_GUARDED_BY(mu_);
 };

@@ -43,6 +43,19 @@ void AddDelta(const arch::SessionStats& after, const arch::SessionStats& before,
     into->predictor[d].predicted += after.predictor[d].predicted - before.predictor[d].predicted;
     into->predictor[d].hits += after.predictor[d].hits - before.predictor[d].hits;
   }
+  if (into->layers.size() < after.layers.size()) into->layers.resize(after.layers.size());
+  for (size_t l = 0; l < after.layers.size(); ++l) {
+    const arch::LayerStats none;
+    const arch::LayerStats& b = l < before.layers.size() ? before.layers[l] : none;
+    const arch::LayerStats& a = after.layers[l];
+    arch::LayerStats& i = into->layers[l];
+    i.compute_seconds += a.compute_seconds - b.compute_seconds;
+    i.expert_wait_seconds += a.expert_wait_seconds - b.expert_wait_seconds;
+    i.predictor.layers += a.predictor.layers - b.predictor.layers;
+    i.predictor.routed += a.predictor.routed - b.predictor.routed;
+    i.predictor.predicted += a.predictor.predicted - b.predictor.predicted;
+    i.predictor.hits += a.predictor.hits - b.predictor.hits;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "model/arch/session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -75,6 +76,7 @@ Session::Session(const Model& model, moe::ExpertBackend* experts, ThreadPool* po
   const int64_t B = n_batch_;
   const ModelConfig& c = c_;
   const size_t n_seq = static_cast<size_t>(options.n_seq);
+  stats_.layers.resize(c.n_layer);
   const bool mla = c.attention == AttentionKind::kMla;
   const int latent_row = c.kv_lora_rank + c.n_rot;
 
@@ -302,13 +304,21 @@ void Session::GatherLogits(absl::Span<const SequenceChunk> chunks) {
 
 absl::Status Session::ForwardRows(int n) {
   channel_ = experts_;
+  PredictFirstMoeLayer(n);
   for (int il = 0; il < c_.n_layer; ++il) {
+    const auto start = std::chrono::steady_clock::now();
+    const double waited = stats_.expert_wait_seconds;
     AttentionBlock(il, n);
     if (c_.is_dense_layer(il)) {
       DenseFfnBlock(il, n);
     } else {
       COLIBRI_RETURN_IF_ERROR(MoeBlock(il, n));
     }
+    LayerStats& l = stats_.layers[il];
+    const double wait = stats_.expert_wait_seconds - waited;
+    l.expert_wait_seconds += wait;
+    l.compute_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - wait;
   }
   return absl::OkStatus();
 }

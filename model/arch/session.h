@@ -39,7 +39,10 @@
 // Next-layer prediction (SessionOptions::prefetch): once layer L's MoE input is
 // known, the session applies layer L+1's (and with depth 2 layer L+2's) FFN
 // norm and router to the same residual stream and hands the predicted experts
-// to ExpertBackend::Prefetch before submitting layer L. It works on its own
+// to ExpertBackend::Prefetch before submitting layer L. The first MoE layer,
+// which no earlier MoE layer precedes, is predicted at the start of each
+// forward step (of each half-batch) from the rows' input, the token
+// embeddings, through that layer's FFN norm and router, before layer 0 runs. It works on its own
 // scratch and never changes a result: the tokens and logits are bitwise the
 // same with prediction on and off.
 //
@@ -151,6 +154,16 @@ struct PredictorStats {
   double precision() const { return predicted > 0 ? static_cast<double>(hits) / predicted : 0.0; }
 };
 
+// One layer's share of the counters below. Timed in unsplit forward passes
+// only (the layers of two pipelined halves interleave).
+struct LayerStats {
+  // Time in the layer not blocked in ExpertBackend::Wait: attention, norms,
+  // routing, prediction, the shared expert, the weighted sum.
+  double compute_seconds = 0;
+  double expert_wait_seconds = 0;  // blocked in Wait for this layer's experts
+  PredictorStats predictor;        // the depth-1 prediction of this layer
+};
+
 // Timing and work counters, cumulative since creation or ResetStats().
 struct SessionStats {
   int64_t tokens_evaluated = 0;
@@ -163,6 +176,7 @@ struct SessionStats {
   int64_t split_batches = 0;    // EvaluateBatch calls run as two half-batches
   double predict_seconds = 0;   // time spent predicting experts (incl. Prefetch)
   PredictorStats predictor[2];  // [depth - 1]: predictions of layer L+1, L+2
+  std::vector<LayerStats> layers;  // [n_layer]
 
   // Share of the time experts were outstanding during which the coordinator
   // computed (1 - wait / outstanding); 0 when nothing was outstanding.
@@ -372,8 +386,18 @@ class Session {
   void SubmitTimed(moe::ExpertBackend* backend, const moe::ExpertBatch& batch, float* out);
   absl::Status WaitTimed(moe::ExpertBackend* backend);
   // Predicts the experts of layers il+1 .. il+depth from the residual stream
-  // x_ at layer il's MoE input and passes them to experts_->Prefetch.
+  // x_ at layer il's MoE input and passes them to channel_->Prefetch.
   void PredictExperts(int il, int n);
+  // At the start of a step, before layer 0: predicts the first MoE layer's
+  // experts from the n rows' input in x_ (token embeddings), recorded as a
+  // depth-1 prediction, and passes them to channel_->Prefetch. No-op when
+  // prediction is off.
+  void PredictFirstMoeLayer(int n);
+  // One prediction: layer `target`'s ffn_norm, router and selection (with
+  // prefetch_count_ experts per row) over the n rows of x_; the union, most
+  // voted first and capped at prefetch_max_union_, goes to predicted_ at
+  // `depth` and to channel_->Prefetch.
+  void PredictLayer(int target, int depth, int n);
   // Adds layer il's routes (routes_) to stats_.predictor for every depth that
   // predicted layer il.
   void CountPrediction(int il, int n);

@@ -100,6 +100,11 @@ absl::Status Session::ForwardHalves(int n_a, int n_b) {
     return absl::OkStatus();
   };
 
+  // Each half hints its first MoE layer before any layer runs.
+  for (int h = 0; h < 2; ++h) {
+    activate(h);
+    PredictFirstMoeLayer(n[h]);
+  }
   // A before B at every layer: when a chunk is split across the halves, B's
   // rows attend to A's keys and values of the same layer.
   absl::Status status = absl::OkStatus();

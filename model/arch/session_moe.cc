@@ -112,41 +112,53 @@ moe::RoutingOptions Session::Routing(const LayerWeights& layer) const {
 
 void Session::PredictExperts(int il, int n) {
   const auto start = std::chrono::steady_clock::now();
-  const int64_t d = c_.n_embd;
-  const int n_expert = c_.n_expert;
-  const int count = prefetch_count_;
   for (int depth = 1; depth <= options_.prefetch.depth; ++depth) {
     const int target = il + depth;
     if (target >= c_.n_layer) break;
     if (c_.is_dense_layer(target)) continue;
-    const LayerWeights& T = model_.layer(target);
-    for (int i = 0; i < n; ++i) {
-      ops::RmsNorm(x_.data() + i * d, T.ffn_norm, c_.rms_eps, d, pred_xn_.data() + i * d);
-    }
-    ops::MatMul(T.router, pred_xn_.data(), n, pred_router_.data(), n_expert, options_.path, pool_,
-                &pred_scratch_);
-    // The layer's own selection (gating, bias, groups) with `count` experts.
-    moe::RouteExperts(pred_router_.data(), n, n_expert, count, Routing(T), route_scratch_.data(),
-                      pred_top_.data(), pred_top_w_.data());
-    std::fill(pred_votes_.begin(), pred_votes_.end(), 0);
-    for (int64_t i = 0; i < static_cast<int64_t>(n) * count; ++i) ++pred_votes_[pred_top_[i]];
-    int n_union = 0;
-    for (int e = 0; e < n_expert; ++e) {
-      if (pred_votes_[e] > 0) pred_ids_[n_union++] = e;
-    }
-    // Most-voted first; std::sort on a total order does not allocate.
-    std::sort(pred_ids_.begin(), pred_ids_.begin() + n_union, [this](int32_t a, int32_t b) {
-      return pred_votes_[a] != pred_votes_[b] ? pred_votes_[a] > pred_votes_[b] : a < b;
-    });
-    const int n_hint = std::min(n_union, prefetch_max_union_);
-    uint8_t* mask =
-        predicted_.data() + (static_cast<size_t>(depth - 1) * c_.n_layer + target) * n_expert;
-    std::fill(mask, mask + n_expert, 0);
-    for (int j = 0; j < n_hint; ++j) mask[pred_ids_[j]] = 1;
-    channel_->Prefetch(target, absl::MakeConstSpan(pred_ids_.data(), n_hint));
+    PredictLayer(target, depth, n);
   }
   stats_.predict_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Session::PredictFirstMoeLayer(int n) {
+  if (prefetch_count_ == 0 || c_.n_layer_dense_lead >= c_.n_layer) return;
+  const auto start = std::chrono::steady_clock::now();
+  PredictLayer(c_.n_layer_dense_lead, 1, n);
+  stats_.predict_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Session::PredictLayer(int target, int depth, int n) {
+  const int64_t d = c_.n_embd;
+  const int n_expert = c_.n_expert;
+  const int count = prefetch_count_;
+  const LayerWeights& T = model_.layer(target);
+  for (int i = 0; i < n; ++i) {
+    ops::RmsNorm(x_.data() + i * d, T.ffn_norm, c_.rms_eps, d, pred_xn_.data() + i * d);
+  }
+  ops::MatMul(T.router, pred_xn_.data(), n, pred_router_.data(), n_expert, options_.path, pool_,
+              &pred_scratch_);
+  // The layer's own selection (gating, bias, groups) with `count` experts.
+  moe::RouteExperts(pred_router_.data(), n, n_expert, count, Routing(T), route_scratch_.data(),
+                    pred_top_.data(), pred_top_w_.data());
+  std::fill(pred_votes_.begin(), pred_votes_.end(), 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(n) * count; ++i) ++pred_votes_[pred_top_[i]];
+  int n_union = 0;
+  for (int e = 0; e < n_expert; ++e) {
+    if (pred_votes_[e] > 0) pred_ids_[n_union++] = e;
+  }
+  // Most-voted first; std::sort on a total order does not allocate.
+  std::sort(pred_ids_.begin(), pred_ids_.begin() + n_union, [this](int32_t a, int32_t b) {
+    return pred_votes_[a] != pred_votes_[b] ? pred_votes_[a] > pred_votes_[b] : a < b;
+  });
+  const int n_hint = std::min(n_union, prefetch_max_union_);
+  uint8_t* mask =
+      predicted_.data() + (static_cast<size_t>(depth - 1) * c_.n_layer + target) * n_expert;
+  std::fill(mask, mask + n_expert, 0);
+  for (int j = 0; j < n_hint; ++j) mask[pred_ids_[j]] = 1;
+  channel_->Prefetch(target, absl::MakeConstSpan(pred_ids_.data(), n_hint));
 }
 
 void Session::CountPrediction(int il, int n) {
@@ -155,16 +167,27 @@ void Session::CountPrediction(int il, int n) {
   for (int64_t i = 0; i < static_cast<int64_t>(n) * c_.n_expert_used; ++i) {
     routed_mask_[routes_[i]] = 1;
   }
-  for (int depth = 1; depth <= options_.prefetch.depth && depth <= il; ++depth) {
-    if (c_.is_dense_layer(il - depth)) continue;  // dense layers predict nothing
+  for (int depth = 1; depth <= options_.prefetch.depth; ++depth) {
+    // The first MoE layer is predicted at depth 1 from the step's input
+    // (PredictFirstMoeLayer); the others by the MoE layer `depth` before.
+    const bool predicted =
+        il == c_.n_layer_dense_lead ? depth == 1 : depth <= il && !c_.is_dense_layer(il - depth);
+    if (!predicted) continue;
     const uint8_t* mask =
         predicted_.data() + (static_cast<size_t>(depth - 1) * c_.n_layer + il) * n_expert;
     PredictorStats& s = stats_.predictor[depth - 1];
+    PredictorStats& at_layer = stats_.layers[il].predictor;
     ++s.layers;
+    if (depth == 1) ++at_layer.layers;
     for (int e = 0; e < n_expert; ++e) {
       s.routed += routed_mask_[e];
       s.predicted += mask[e];
       s.hits += routed_mask_[e] & mask[e];
+      if (depth == 1) {
+        at_layer.routed += routed_mask_[e];
+        at_layer.predicted += mask[e];
+        at_layer.hits += routed_mask_[e] & mask[e];
+      }
     }
   }
 }

@@ -59,6 +59,32 @@ TEST_F(PrefetchQueueTest, HintsLoadExpertsIntoRam) {
   EXPECT_GT(reply.ram_hits(), 0);
 }
 
+// A hint for a resident expert reaches the RAM tier's policy, as the cache
+// simulator replays it: of two residents used once each, the adaptive policy
+// keeps the hinted one (the least recently used) and a demand load evicts the
+// other.
+TEST_F(PrefetchQueueTest, AHintForAResidentExpertKeepsItResident) {
+  testing::ImportAll(m_, &parts_);
+  const ExpertId a{m_.fingerprint, 1, 0}, b{m_.fingerprint, 1, 1}, c{m_.fingerprint, 1, 2};
+  const absl::StatusOr<uint64_t> size = parts_.store->RamBytes(a);
+  ASSERT_TRUE(size.ok()) << size.status();
+  ASSERT_EQ(parts_.store->RamBytes(b).value_or(0), *size);
+  ASSERT_EQ(parts_.store->RamBytes(c).value_or(0), *size);
+  RamTier::Options options;
+  options.budget_bytes = 2 * *size;
+  options.policy = CachePolicyKind::kAdaptive;
+  ExpertStore* store = parts_.store.get();
+  RamTier tier(options, [store](const ExpertId& id) { return store->Get(id); });
+  PrefetchQueue queue(PrefetchQueue::Options(), store, &tier, parts_.registry.get());
+  ASSERT_TRUE(tier.Acquire(a).ok());
+  ASSERT_TRUE(tier.Acquire(b).ok());
+  EXPECT_FALSE(queue.Hint(Key(m_.fingerprint, 1, 0)));  // resident: nothing to load
+  EXPECT_EQ(queue.counters().resident, 1u);
+  ASSERT_TRUE(tier.Acquire(c).ok());
+  EXPECT_TRUE(tier.Contains(a)) << "the hinted resident was evicted";
+  EXPECT_FALSE(tier.Contains(b));
+}
+
 TEST_F(PrefetchQueueTest, HintsForWhatCannotBeLoadedAreIgnoredAndCounted) {
   const arch::ModelConfig& config = m_.model->config();
   v1::ImportRequest most;  // every expert but layer 0 expert 0

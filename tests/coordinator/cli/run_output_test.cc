@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -252,7 +253,8 @@ TEST(RunOutputTest, KvTypeF16Generates) {
 
 // --trace-routing: one R record per MoE layer per forward step (the prompt's
 // step, then one per fed-back token), each routing every token to top-k
-// experts, and the predictor's hints with --prefetch-depth 1.
+// experts, and with --prefetch-depth 1 the predictor's hints for every MoE
+// layer of a step (the first from the step's input) before its R record.
 TEST(RunOutputTest, TraceRoutingRecordsEveryStepsLayers) {
   if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found (COLIBRI_FIXTURES_DIR)";
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -270,13 +272,16 @@ TEST(RunOutputTest, TraceRoutingRecordsEveryStepsLayers) {
   int hints = 0;
   int64_t last_step = -1;
   int route_tokens_step0 = 0;
+  std::set<std::pair<int64_t, int>> hinted;  // (step, layer)
   for (const moe::TraceRecord& rec : *records) {
     if (rec.kind == moe::TraceRecord::Kind::kHint) {
       ++hints;
-      EXPECT_GT(rec.layer, 0);
+      hinted.insert({rec.step, rec.layer});
       continue;
     }
     ++routes;
+    EXPECT_TRUE(hinted.count({rec.step, rec.layer}))
+        << "step " << rec.step << " layer " << rec.layer << " routed without a hint before";
     last_step = rec.step;
     int tokens = 0;
     for (const auto& [e, n] : rec.experts) tokens += n;
@@ -285,7 +290,7 @@ TEST(RunOutputTest, TraceRoutingRecordsEveryStepsLayers) {
   EXPECT_EQ(last_step, 4);  // the prompt's step and 4 fed-back tokens
   EXPECT_GT(routes, 0);
   EXPECT_EQ(routes % (last_step + 1), 0);  // the same layers every step
-  EXPECT_GT(hints, 0);
+  EXPECT_EQ(hints, routes);
   EXPECT_EQ(route_tokens_step0 % 3, 0);  // 3 prompt tokens times top-k
   std::remove(path.c_str());
 }

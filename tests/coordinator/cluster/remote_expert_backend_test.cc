@@ -1,7 +1,7 @@
 // RemoteExpertBackend against fake nodes that compute with the same kernels:
 // bitwise equality with LocalExpertBackend, one call per involved node,
 // failover to replicas, the local fallback, health probes and where prefetch
-// hints go.
+// hints go and when.
 #include "coordinator/cluster/remote_expert_backend.h"
 
 #include <algorithm>
@@ -392,23 +392,34 @@ Batch BatchForOneNode(const Placement& placement, int node) {
   return b;
 }
 
+// Every expert id, and for each of the 3 nodes the ones it is primary of in
+// `layer`.
+std::vector<int32_t> AllExperts(const Placement& placement, int layer,
+                                std::vector<std::set<int32_t>>* owned) {
+  std::vector<int32_t> all(kExperts);
+  owned->assign(3, {});
+  for (int e = 0; e < kExperts; ++e) {
+    all[e] = e;
+    (*owned)[placement.Primary(layer, e)].insert(e);
+  }
+  return all;
+}
+
 TEST_F(RemoteExpertBackendTest, HintsRideOnInvolvedNodesAndGoSeparatelyToTheOthers) {
   MakeCluster(3, 1);
   const Placement& placement = cluster_->placement();
   const int involved = placement.Primary(0, 0);
   const Batch b = BatchForOneNode(placement, involved);
-  std::vector<int32_t> hints(kExperts);
-  for (int e = 0; e < kExperts; ++e) hints[e] = e;
-  std::vector<std::set<int32_t>> owned(3);  // hinted layer-1 experts by primary
-  for (int32_t e : hints) owned[placement.Primary(1, e)].insert(e);
+  std::vector<std::set<int32_t>> owned;  // hinted layer-1 experts by primary
+  const std::vector<int32_t> hints = AllExperts(placement, 1, &owned);
 
   RemoteBackendStats stats;
   {
     RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
                                &pool_);
     remote.Prefetch(1, hints);
-    const int32_t stale = 3;
-    remote.Prefetch(0, {&stale, 1});  // for the layer being submitted: dropped
+    const int32_t bad = kExperts;
+    remote.Prefetch(1, {&bad, 1});  // outside the layer's experts: dropped
     std::vector<float> out(b.n_tokens * b.k * kEmbd);
     remote.Submit(b.view(0), out.data());
     ASSERT_TRUE(remote.Wait().ok());
@@ -494,6 +505,74 @@ TEST_F(RemoteExpertBackendTest, BalancedHintsGoWhereTheExpertWillBeComputed) {
       for (const v1::Route& route : r.routes()) EXPECT_EQ(hinted_at[route.expert()], n);
     }
   }
+}
+
+// A hint for the first layer with experts goes at once, in separate calls,
+// even to a node involved in the next Submit: no Submit comes before its
+// layer to carry it. One for a later layer given after the last layer's
+// Submit (the next step's layer 1, predicted at its layer 0) waits for the
+// next Submit and rides on it.
+TEST_F(RemoteExpertBackendTest, HintsForTheNextStepGoAtOnce) {
+  MakeCluster(3, 1);
+  const Placement& placement = cluster_->placement();
+  const int involved = placement.Primary(0, 0);
+  const Batch b = BatchForOneNode(placement, involved);
+  std::vector<std::set<int32_t>> owned;  // hinted layer-0 experts by primary
+  const std::vector<int32_t> hints = AllExperts(placement, 0, &owned);
+  auto sent_by_now = [&](int round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    for (int n = 0; n < 3; ++n) {
+      std::set<int32_t> got;
+      // The separate calls go out on the nodes' prefetch threads.
+      for (int tries = 0; tries < 2000 && got.size() < owned[n].size(); ++tries) {
+        for (const v1::PrefetchRequest& r : nodes_[n]->TakePrefetches()) {
+          for (int32_t e : ExpertsOf(r.experts(), 0)) got.insert(e);
+        }
+        if (got.size() < owned[n].size()) absl::SleepFor(absl::Milliseconds(1));
+      }
+      EXPECT_EQ(got, owned[n]) << "node " << n;
+    }
+  };
+  // Two backends: each node's one outstanding separate call is per backend.
+  for (int round = 0; round < 2; ++round) {
+    RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                               &pool_);
+    std::vector<float> out(b.n_tokens * b.k * kEmbd);
+    if (round == 1) {  // after layer 0: the hints are the next step's
+      remote.Submit(b.view(0), out.data());
+      ASSERT_TRUE(remote.Wait().ok());
+    }
+    remote.Prefetch(0, hints);
+    sent_by_now(round);
+    remote.Submit(b.view(0), out.data());
+    ASSERT_TRUE(remote.Wait().ok());
+    const RemoteBackendStats stats = remote.stats();
+    EXPECT_EQ(stats.hints_separate, kExperts);
+    EXPECT_EQ(stats.hints_riding, 0);
+    EXPECT_EQ(stats.hints_dropped, 0);
+    for (int n = 0; n < 3; ++n) {
+      for (const v1::ComputeLayerRequest& r : nodes_[n]->TakeRequests()) {
+        EXPECT_EQ(r.prefetch_size(), 0) << "a hint for the submitted layer rode on its request";
+      }
+    }
+  }
+  // After layer 1 (the last), the next step's hint for layer 1 rides on its
+  // layer 0's Submit.
+  const Batch b1 = RandomBatch(4, 1, 23);
+  RemoteExpertBackend remote(cluster_.get(), &model_.experts(), kExperts, ops::NumericPath::kFast,
+                             &pool_);
+  std::vector<float> out(b.n_tokens * b.k * kEmbd);
+  remote.Submit(b1.view(1), out.data());
+  ASSERT_TRUE(remote.Wait().ok());
+  for (int n = 0; n < 3; ++n) nodes_[n]->TakeRequests();
+  const int32_t hint = 0;
+  remote.Prefetch(1, {&hint, 1});
+  EXPECT_EQ(remote.stats().hints_separate, 0) << "sent before the next Submit";
+  remote.Submit(b.view(0), out.data());
+  ASSERT_TRUE(remote.Wait().ok());
+  const RemoteBackendStats stats = remote.stats();
+  EXPECT_EQ(stats.hints_riding + stats.hints_separate, 1);
+  EXPECT_EQ(stats.hints_dropped, 0);
 }
 
 TEST_F(RemoteExpertBackendTest, AtMostOnePrefetchCallPerNodeIsOutstanding) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,7 +52,16 @@ class CountingBackend : public moe::ExpertBackend {
     return status;
   }
   moe::ExpertBackend* SecondChannel() override { return second_.get(); }
+  void Prefetch(int layer, absl::Span<const int32_t> experts) override {
+    (void)experts;
+    ++first_->hint_calls_[layer];
+  }
   int submits() const { return submits_; }
+  // Prefetch calls for `layer`, over both channels.
+  int hint_calls(int layer) const {
+    auto it = hint_calls_.find(layer);
+    return it == hint_calls_.end() ? 0 : it->second;
+  }
   int most_in_flight() const { return most_in_flight_; }
   int in_flight() const { return in_flight_; }
   // The n-th Wait from now (over both channels) fails; 0: none.
@@ -66,6 +76,7 @@ class CountingBackend : public moe::ExpertBackend {
   int most_in_flight_ = 0;
   int waits_ = 0;
   int fail_wait_ = 0;
+  std::map<int, int> hint_calls_;
 };
 
 testing::GoldenCase LoadCase(const std::string& model, const std::string& prompt) {
@@ -168,10 +179,12 @@ void RunBatched(arch::Session& session, std::vector<Sequence>& seqs, int budget)
 // prompts, reused slots) give every sequence's logits bitwise as alone; with
 // `halves` pipelining set as given, on a backend with or without a second
 // channel; with a KV cache of kv_type (models whose rows it cannot hold are
-// skipped).
+// skipped); with expert prediction at prefetch_depth in the batched session
+// only (0: off).
 void CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves halves, bool second_channel,
                                      const std::vector<ops::NumericPath>& paths,
-                                     arch::KvType kv_type = arch::KvType::kF32) {
+                                     arch::KvType kv_type = arch::KvType::kF32,
+                                     int prefetch_depth = 0) {
   ThreadPool pool(2);
   for (const std::string& name : testing::AllGoldenModels()) {
     auto model = arch::Model::Open(testing::FixturesDir() + "/models/" + name + ".gguf");
@@ -197,6 +210,7 @@ void CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves halves, bool second_ch
       options.n_batch = 8;  // long prompts take several steps, shared with the others
       options.n_seq = 3;
       options.pipeline_halves = halves;
+      options.prefetch.depth = prefetch_depth;
       auto session = arch::Session::Create(**model, &backend, &pool, options);
       ASSERT_TRUE(session.ok()) << session.status();
       ASSERT_EQ((*session)->n_seq(), 3);
@@ -250,6 +264,15 @@ void CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves halves, bool second_ch
         EXPECT_EQ(backend.most_in_flight(), 1);
       }
       EXPECT_GT(backend.submits(), 0);
+      if (prefetch_depth > 0) {
+        // Every MoE layer of every step (of each half) was predicted, the
+        // first from the rows' input.
+        const arch::ModelConfig& mc = (*model)->config();
+        const int64_t moe_layers = mc.n_layer - mc.n_layer_dense_lead;
+        const int64_t passes = (*session)->stats().evaluate_calls + split;
+        EXPECT_EQ((*session)->stats().predictor[0].layers, passes * moe_layers);
+        EXPECT_EQ(backend.hint_calls(mc.n_layer_dense_lead), passes);
+      }
     }
   }
 }
@@ -459,6 +482,13 @@ TEST(SessionBatchTest, TwoPipelinedHalvesGiveTheSameLogits) {
   // One path each for these two (CI time): the split is the same on both.
   CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves::kOn, /*second_channel=*/true,
                                   {ops::NumericPath::kFast});
+}
+
+TEST(SessionBatchTest, TwoPipelinedHalvesWithExpertPredictionGiveTheSameLogits) {
+  if (testing::FixturesDir().empty()) GTEST_SKIP() << "fixtures not found";
+  CheckBatchedLogitsAreThoseAlone(arch::PipelineHalves::kOn, /*second_channel=*/true,
+                                  {ops::NumericPath::kFast}, arch::KvType::kF32,
+                                  /*prefetch_depth=*/1);
 }
 
 TEST(SessionBatchTest, TwoPipelinedHalvesOnOneChannelGiveTheSameLogits) {

@@ -1,6 +1,7 @@
 // Next-layer expert prediction in arch::Session: it never changes the logits,
-// its hints are the top of the next layers' routers (checked against a
-// reference computed here from the model's tensors), they reach the backend
+// its hints are the top of the next layers' routers (the first MoE layer's
+// from the step's token embeddings; checked against a reference computed
+// here from the model's tensors), they reach the backend
 // before the layer that predicted them is submitted, and the recall/precision
 // counters agree with the routes the backend saw.
 #include <algorithm>
@@ -129,20 +130,27 @@ class RecordingBackend : public moe::ExpertBackend {
 // The top `count` experts of layer `target`'s router for each token whose
 // layer-`from` MoE input is x, computed in double from the tensors: the
 // residual stream is x / ffn_norm[from] (RMSNorm's scale is the same for
-// both layers), normed again with ffn_norm[target]. Returns false for a token
-// whose count-th and next logits are too close to call.
+// both layers), normed again with ffn_norm[target]. With from = -1, x is the
+// token's input row (its embedding), RMS-normed here. Returns false for a
+// token whose count-th and next logits are too close to call.
 bool ReferenceTop(const arch::Model& model, int from, int target, const float* x, int count,
                   std::vector<int>* top) {
   const arch::ModelConfig& c = model.config();
-  const arch::LayerWeights& F = model.layer(from);
   const arch::LayerWeights& T = model.layer(target);
   EXPECT_EQ(T.router.type, ops::TensorType::kF32);
   const float* router = reinterpret_cast<const float*>(T.router.data);  // [n_expert][n_embd]
+  std::vector<double> normed(c.n_embd);
+  double squares = 0.0;
+  for (int i = 0; i < c.n_embd; ++i) squares += static_cast<double>(x[i]) * x[i];
+  const double rms = std::sqrt(squares / c.n_embd + c.rms_eps);
+  for (int i = 0; i < c.n_embd; ++i) {
+    normed[i] = from < 0 ? x[i] / rms : static_cast<double>(x[i]) / model.layer(from).ffn_norm[i];
+  }
   std::vector<double> logits(c.n_expert);
   for (int e = 0; e < c.n_expert; ++e) {
     double sum = 0.0;
     for (int i = 0; i < c.n_embd; ++i) {
-      const double in = static_cast<double>(x[i]) / F.ffn_norm[i] * T.ffn_norm[i];
+      const double in = normed[i] * T.ffn_norm[i];
       sum += in * router[static_cast<int64_t>(e) * c.n_embd + i];
     }
     logits[e] = sum;
@@ -216,32 +224,48 @@ TEST(SessionPrefetchTest, HintsAreTheTopOfTheNextLayersRoutersAndCountersMatch) 
 
     arch::PredictorStats want[2];
     int checked = 0, ambiguous = 0;
+    // The steps' tokens: the prompt, then one greedy token each.
+    std::vector<std::vector<int32_t>> steps = {gc.prompt_tokens};
+    for (int g = 0; g < 4; ++g) steps.push_back({gc.greedy_tokens[g]});
+    int step = -1;
+    std::vector<float> input;  // the step's rows, embedded
     // hinted[d - 1][layer]: the hints for `layer` made d layers before, this pass.
     std::map<int, std::set<int32_t>> hinted[2];
     for (const RecordingBackend::Submitted& s : backend.submitted) {
-      if (s.layer == c.n_layer_dense_lead) {  // the first MoE layer
+      const bool first_moe = s.layer == c.n_layer_dense_lead;
+      if (first_moe) {
         hinted[0].clear();
         hinted[1].clear();
+        ++step;
+        ASSERT_LT(step, static_cast<int>(steps.size()));
+        ASSERT_EQ(s.n_tokens, static_cast<int>(steps[step].size()));
+        input.assign(steps[step].size() * c.n_embd, 0.0f);
+        for (size_t t = 0; t < steps[step].size(); ++t) {
+          ASSERT_TRUE((*model)->EmbedToken(steps[step][t], input.data() + t * c.n_embd).ok());
+        }
       }
-      // Hints come before the Submit of the layer they were predicted from.
+      // Hints come before the Submit of the layer they were predicted from;
+      // the first MoE layer's, from the step's input, before its own.
       std::set<int> want_layers;
+      if (first_moe) want_layers.insert(s.layer);
       for (int d = 1; d <= 2 && s.layer + d < c.n_layer; ++d) want_layers.insert(s.layer + d);
       std::set<int> got_layers;
       for (const auto& [layer, experts] : s.hints_before) got_layers.insert(layer);
       EXPECT_EQ(got_layers, want_layers) << "before layer " << s.layer;
 
       for (const auto& [layer, experts] : s.hints_before) {
+        const bool from_input = layer == s.layer;
         std::map<int, int> votes;
         bool clear = true;
         for (int t = 0; t < s.n_tokens; ++t) {
           std::vector<int> top;
-          clear = ReferenceTop(**model, s.layer, layer, s.x.data() + t * c.n_embd, count, &top) &&
-                  clear;
+          const float* x = from_input ? input.data() + t * c.n_embd : s.x.data() + t * c.n_embd;
+          clear = ReferenceTop(**model, from_input ? -1 : s.layer, layer, x, count, &top) && clear;
           for (int e : top) ++votes[e];
         }
         const std::set<int32_t> got(experts.begin(), experts.end());
         EXPECT_EQ(got.size(), experts.size()) << "duplicate hints";
-        hinted[layer - s.layer - 1][layer] = got;
+        hinted[from_input ? 0 : layer - s.layer - 1][layer] = got;
         if (!clear) {
           ++ambiguous;
           continue;
@@ -276,10 +300,11 @@ TEST(SessionPrefetchTest, HintsAreTheTopOfTheNextLayersRoutersAndCountersMatch) 
       EXPECT_EQ(got.predicted, want[d].predicted) << "depth " << d + 1;
       EXPECT_EQ(got.hits, want[d].hits) << "depth " << d + 1;
     }
-    // 5 evaluations, each predicting the MoE layers after the first at depth
-    // 1 and those after the second at depth 2 (dense layers predict nothing).
+    // 5 evaluations, each predicting every MoE layer at depth 1 (the first
+    // from its input) and those after the second at depth 2 (dense layers
+    // predict nothing).
     const int moe_layers = c.n_layer - c.n_layer_dense_lead;
-    EXPECT_EQ(want[0].layers, 5 * (moe_layers - 1));
+    EXPECT_EQ(want[0].layers, 5 * moe_layers);
     EXPECT_EQ(want[1].layers, 5 * std::max(0, moe_layers - 2));
     std::printf("%s: L+1 recall %.3f precision %.3f; checked %d hint sets, %d ambiguous\n",
                 name.c_str(), want[0].routed ? double(want[0].hits) / want[0].routed : 0.0,
