@@ -99,7 +99,9 @@ void RoutingTraceWriter::WriteLoop() {
 
 void RoutingTraceWriter::OnRoutes(int layer, int64_t n_tokens, int k, const int32_t* experts) {
   absl::MutexLock lock(&mu_);
-  if (layer <= last_layer_) ++step_;
+  // A layer before the last one starts the next step; the same layer again
+  // is the step's second half-batch.
+  if (layer < last_layer_) ++step_;
   last_layer_ = layer;
   // (expert, tokens) by increasing expert.
   scratch_.clear();

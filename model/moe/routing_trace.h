@@ -15,7 +15,9 @@
 //                                              voted first
 // <step> counts forward steps from 0 (a step: one pass over the layers; a
 // batch of several generations is one step). A step's R lines come in layer
-// order; a layer run in two half-batches gives two R lines for that layer.
+// order; a layer run in two half-batches gives two R lines for that layer,
+// one after the other. The writer starts a step at an R line whose layer is
+// before the last one's, so a model with a single MoE layer is one step.
 // A trace cut at its byte limit ends with "# truncated" and a step may miss
 // its last layers.
 #ifndef COLIBRI_MODEL_MOE_ROUTING_TRACE_H_

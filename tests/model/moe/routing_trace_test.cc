@@ -142,6 +142,30 @@ TEST(RoutingTraceTest, RecordsStepsLayersTokenCountsAndHints) {
   std::remove(path.c_str());
 }
 
+// A step run as two pipelined half-batches routes each layer twice in a row
+// (A0 B0 A1 B1): one step, as the format says, not a step per half.
+TEST(RoutingTraceTest, HalfBatchesOfAStepAreOneStep) {
+  const std::string path = TempPath("routing_trace_halves");
+  {
+    absl::StatusOr<std::unique_ptr<RoutingTraceWriter>> w = RoutingTraceWriter::Open(path, {});
+    ASSERT_TRUE(w.ok()) << w.status();
+    const int32_t a[] = {1}, b[] = {2};
+    for (int step = 0; step < 2; ++step) {
+      (*w)->OnHints(0, a);  // each half hints its first layer before any layer runs
+      (*w)->OnHints(0, b);
+      for (int layer = 0; layer < 2; ++layer) {
+        (*w)->OnRoutes(layer, 1, 1, a);
+        (*w)->OnRoutes(layer, 1, 1, b);
+      }
+    }
+  }
+  EXPECT_EQ(ReadAll(path),
+            "colibri-routing-trace 1\n"
+            "H 0 0 1\nH 0 0 2\nR 0 0 1:1\nR 0 0 2:1\nR 0 1 1:1\nR 0 1 2:1\n"
+            "H 1 0 1\nH 1 0 2\nR 1 0 1:1\nR 1 0 2:1\nR 1 1 1:1\nR 1 1 2:1\n");
+  std::remove(path.c_str());
+}
+
 TEST(RoutingTraceTest, StopsAtTheByteLimitAndSaysSo) {
   const std::string path = TempPath("routing_trace_limit_test");
   RoutingTraceWriter::Options options;
