@@ -39,7 +39,7 @@ size_t HeldForAny(absl::string_view text, const Markers& markers) {
   return held;
 }
 
-// Whether `text` (leading whitespace stripped) is or may become a header:
+// Whether `text` (which starts past any whitespace) is or may become a header:
 // it opens with a marker, or with the recipient of the role's part
 // ("to=functions.N", when the prompt ended with "<|start|>assistant").
 bool MaybeHeader(absl::string_view text) {
@@ -94,9 +94,13 @@ void AssistantOutputParser::EndHarmonyMessage(OutputDelta* out) {
 void AssistantOutputParser::DrainHarmony(bool final, OutputDelta* out) {
   while (!pending_.empty()) {
     if (harmony_header_) {
+      // Whitespace between messages is not content; a header's length counts
+      // from its first other byte.
+      pending_.erase(0, pending_.size() - absl::StripLeadingAsciiWhitespace(pending_).size());
+      if (pending_.empty()) break;
       // Text that does not open like a header (a model that writes none) is
       // content, and so is a "header" that does not end within kMaxHeader.
-      if (!MaybeHeader(absl::StripLeadingAsciiWhitespace(pending_))) {
+      if (!MaybeHeader(pending_)) {
         channel_ = "final";
         harmony_header_ = false;
         continue;
@@ -123,11 +127,10 @@ void AssistantOutputParser::DrainHarmony(bool final, OutputDelta* out) {
       channel_ = "final";
       harmony_header_ = false;
       // The marker it opened with would open a header again: it is content.
-      const size_t lead = pending_.size() - absl::StripLeadingAsciiWhitespace(pending_).size();
       for (absl::string_view opener : {kStart, kChannel}) {
-        if (absl::string_view(pending_).substr(lead, opener.size()) == opener) {
-          AppendContent(absl::string_view(pending_).substr(0, lead + opener.size()), out);
-          pending_.erase(0, lead + opener.size());
+        if (absl::StartsWith(pending_, opener)) {
+          AppendContent(opener, out);
+          pending_.erase(0, opener.size());
           break;
         }
       }

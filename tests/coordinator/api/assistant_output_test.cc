@@ -278,9 +278,18 @@ TEST(AssistantOutputTest, HarmonyHeadersDoNotDependOnHowTheTextIsCut) {
   EXPECT_EQ(call.content, "");
   ExpectSame(call, Whole(d, role_recipient));
 
-  // A header that does not end within 512 bytes is content, cut or not.
+  // A header that does not end within 512 bytes is content, cut or not,
+  // and whitespace before a header does not count towards its length.
   const std::string long_header = "<|channel|>" + std::string(600, 'x') + "<|message|>body";
   ExpectSame(Whole(d, long_header), Bytewise(d, long_header));
+  const std::string spaced = std::string(600, '\t') + "<|start|>" + std::string(60, '\t') +
+                             "|mesegs|>Hael";
+  ExpectSame(Whole(d, spaced), Bytewise(d, spaced));
+  const std::string spaced_header =
+      std::string(600, ' ') + "<|channel|>final<|message|>Hi<|end|>\n\n<|start|>assistant" +
+      "<|channel|>final<|message|> there";
+  EXPECT_EQ(Whole(d, spaced_header).content, "Hi there");
+  ExpectSame(Whole(d, spaced_header), Bytewise(d, spaced_header));
 }
 
 }  // namespace
