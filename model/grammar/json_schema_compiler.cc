@@ -41,6 +41,21 @@ std::string Dump(const Json& value) {
   return value.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+// The texts of an enum or const value: its compact dump, and for a number
+// with an integral value below 2^53 both its integer and its fraction
+// spelling ("2" and "2.0" are the same number to JSON Schema).
+std::vector<std::string> Spellings(const Json& value) {
+  std::vector<std::string> out = {Dump(value)};
+  if (!value.is_number()) return out;
+  const double d = value.get<double>();
+  if (d != std::floor(d) || !(std::fabs(d) < 9007199254740992.0)) return out;
+  const std::string other = value.is_number_float()
+                                ? Dump(Json(static_cast<int64_t>(d)))
+                                : Dump(Json(static_cast<double>(d)));
+  if (other != out[0] && other != "-0") out.push_back(other);
+  return out;
+}
+
 }  // namespace
 
 absl::Status SchemaCompiler::Error(const std::string& ptr, absl::string_view keyword,
@@ -69,6 +84,17 @@ std::string SchemaCompiler::Child(const std::string& ptr, absl::string_view key)
     }
   }
   return absl::StrCat(ptr, "/", escaped);
+}
+
+bool SchemaCompiler::RefsReplaceSiblings(const Json& root) {
+  if (!root.is_object()) return false;
+  auto it = root.find("$schema");
+  if (it == root.end() || !it->is_string()) return false;
+  const std::string& uri = it->get_ref<const std::string&>();
+  for (const char* draft : {"draft-03/", "draft-04/", "draft-06/", "draft-07/"}) {
+    if (uri.find(draft) != std::string::npos) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<const Json*> SchemaCompiler::Resolve(const std::string& ref,
@@ -126,7 +152,8 @@ absl::StatusOr<const Json*> SchemaCompiler::Flatten(const Json& schema,
     auto ref = at->find("$ref");
     if (ref == at->end()) return at;
     if (!ref->is_string()) return Error(ptr, "$ref", "is not a string");
-    if (Constrains(*at, {"$ref"})) return at;  // siblings: not a plain alias
+    // Siblings: not a plain alias (unless the draft ignores them).
+    if (!refs_replace_ && Constrains(*at, {"$ref"})) return at;
     COLIBRI_ASSIGN_OR_RETURN(at, Resolve(ref->get<std::string>(), ptr));
   }
   return Error(ptr, "$ref", "references lead in a circle");
@@ -203,9 +230,11 @@ absl::StatusOr<Fragment> SchemaCompiler::Reference(const Json& schema, const std
   if (expansions >= options_.max_ref_depth) return nfa_->Nothing();
   ctx.refs.emplace_back(target_ptr, ctx.structure);
   const std::string where = target_ptr.size() > 1 ? target_ptr.substr(1) : "";
-  if (!Constrains(schema, {"$ref"})) return Value(*target, where, std::move(ctx));
-  // Siblings of $ref apply too (2020-12; older drafts ignore them: enforcing
-  // them is stricter, never looser).
+  if (refs_replace_ || !Constrains(schema, {"$ref"})) {
+    return Value(*target, where, std::move(ctx));
+  }
+  // Siblings of $ref apply too (2019-09 and later, and documents that name no
+  // draft).
   Json siblings = schema;
   siblings.erase("$ref");
   Json both = {{"allOf", Json::array({*target, siblings})}};
@@ -325,11 +354,12 @@ absl::StatusOr<Fragment> SchemaCompiler::Literals(const Json& schema, const std:
   }
   std::vector<Fragment> parts;
   for (const Json& value : values) {
-    const std::string text = Dump(value);
-    if (check && !GrammarAccepts(*check, text)) continue;
-    absl::StatusOr<Fragment> f = nfa_->Literal(text);
-    if (!f.ok()) return Prefix(f.status(), ptr, keyword);
-    parts.push_back(*f);
+    for (const std::string& text : Spellings(value)) {
+      if (check && !GrammarAccepts(*check, text)) continue;
+      absl::StatusOr<Fragment> f = nfa_->Literal(text);
+      if (!f.ok()) return Prefix(f.status(), ptr, keyword);
+      parts.push_back(*f);
+    }
   }
   return nfa_->Alternate(parts);
 }

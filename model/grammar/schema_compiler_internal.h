@@ -29,7 +29,11 @@ struct Context {
 class SchemaCompiler {
  public:
   SchemaCompiler(const Json& root, const SchemaCompileOptions& options, ByteNfa* nfa)
-      : root_(root), options_(options), nfa_(nfa) {}
+      : root_(root), options_(options), nfa_(nfa), refs_replace_(RefsReplaceSiblings(root)) {}
+
+  // Whether the document's "$schema" names draft 3, 4, 6 or 7, where a $ref
+  // replaces the keywords beside it (later drafts apply them too).
+  static bool RefsReplaceSiblings(const Json& root);
 
   // The fragment of the instances of `schema`, found at JSON pointer `ptr`.
   absl::StatusOr<Fragment> Value(const Json& schema, const std::string& ptr, Context ctx);
@@ -68,6 +72,8 @@ class SchemaCompiler {
   const Json& root_;
   const SchemaCompileOptions& options_;
   ByteNfa* nfa_;
+  // RefsReplaceSiblings(root_): keywords beside a $ref are ignored.
+  const bool refs_replace_;
   // The shared fragment of unconstrained values (JsonAnyValueEntry), once made.
   std::optional<StateId> any_entry_;
 };
