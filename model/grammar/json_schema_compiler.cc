@@ -345,7 +345,7 @@ absl::StatusOr<Fragment> SchemaCompiler::Literals(const Json& schema, const std:
   std::optional<CompiledGrammar> check;
   if (Constrains(rest, {"type", "nullable"}) || rest.contains("type")) {
     ByteNfa scratch(options_.max_nfa_states);
-    SchemaCompiler sub(root_, options_, &scratch);
+    SchemaCompiler sub(root_, options_, &scratch, split_patterns_);
     absl::StatusOr<Fragment> f = sub.Value(rest, ptr, ctx);
     if (!f.ok()) return f.status();
     check.emplace(std::move(scratch));
@@ -551,20 +551,25 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(
     return absl::InvalidArgumentError(absl::StrCat(
         "#: schema: the document nests deeper than ", internal::kMaxDocumentDepth, " levels"));
   }
-  // Out of states: again with shallower $ref unrolling (a smaller language,
-  // still sound), down to one level.
+  // Out of states: again without splitting keys by their patterns, then
+  // with shallower $ref unrolling (smaller languages, still sound), down to
+  // one level.
   SchemaCompileOptions attempt = options;
   absl::StatusOr<Fragment> f;
   std::optional<ByteNfa> nfa;
+  bool split_patterns = true;
   while (true) {
     nfa.emplace(attempt.max_nfa_states);
-    internal::SchemaCompiler compiler(schema, attempt, &*nfa);
+    internal::SchemaCompiler compiler(schema, attempt, &*nfa, split_patterns);
     f = compiler.Value(schema, "", internal::Context());
-    const bool shallower = attempt.max_ref_depth > 1;
-    if (f.ok() || f.status().code() != absl::StatusCode::kResourceExhausted || !shallower) {
-      break;
+    if (f.ok() || f.status().code() != absl::StatusCode::kResourceExhausted) break;
+    if (compiler.split_used()) {
+      split_patterns = false;
+      continue;
     }
+    if (attempt.max_ref_depth <= 1) break;
     attempt.max_ref_depth = std::max(1, attempt.max_ref_depth / 2);
+    split_patterns = true;
   }
   if (!f.ok()) return f.status();
   if (!NfaAcceptsSomething(*nfa, f->in, f->out)) {

@@ -28,8 +28,19 @@ struct Context {
 
 class SchemaCompiler {
  public:
-  SchemaCompiler(const Json& root, const SchemaCompileOptions& options, ByteNfa* nfa)
-      : root_(root), options_(options), nfa_(nfa), refs_replace_(RefsReplaceSiblings(root)) {}
+  // split_patterns: tell object keys apart by the exact set of
+  // patternProperties they match (PatternPairs); false keeps the smaller
+  // subset (keys some pattern matches, values held to every pattern).
+  SchemaCompiler(const Json& root, const SchemaCompileOptions& options, ByteNfa* nfa,
+                 bool split_patterns = true)
+      : root_(root),
+        options_(options),
+        nfa_(nfa),
+        refs_replace_(RefsReplaceSiblings(root)),
+        split_patterns_(split_patterns) {}
+
+  // Whether some object's keys were split by their patterns.
+  bool split_used() const { return split_used_; }
 
   // Whether the document's "$schema" names draft 3, 4, 6 or 7, where a $ref
   // replaces the keywords beside it (later drafts apply them too).
@@ -59,6 +70,15 @@ class SchemaCompiler {
   // schema_containers.cc
   absl::StatusOr<Fragment> Object(const Json& schema, const std::string& ptr, Context ctx);
   absl::StatusOr<Fragment> Array(const Json& schema, const std::string& ptr, Context ctx);
+  // The (key ":" value) fragments of an object's other keys, split by the
+  // `patterns` (regex, value schema) each key matches, and with `extra` (the
+  // additionalProperties schema; nullptr: none allowed) the keys no pattern
+  // matches; never one of `names`. False (nothing added to `pairs`) when the
+  // patterns are too many or their automaton too large to split.
+  absl::StatusOr<bool> PatternPairs(const std::vector<std::pair<std::string, const Json*>>& patterns,
+                                    const std::vector<std::string>& names, const Json* extra,
+                                    const std::string& ptr, const Context& ctx,
+                                    std::vector<Fragment>* pairs);
 
   // The schema at "#..." `ref`, or nullptr with an error.
   absl::StatusOr<const Json*> Resolve(const std::string& ref, const std::string& ptr) const;
@@ -74,6 +94,8 @@ class SchemaCompiler {
   ByteNfa* nfa_;
   // RefsReplaceSiblings(root_): keywords beside a $ref are ignored.
   const bool refs_replace_;
+  const bool split_patterns_;
+  bool split_used_ = false;
   // The shared fragment of unconstrained values (JsonAnyValueEntry), once made.
   std::optional<StateId> any_entry_;
 };
