@@ -86,6 +86,44 @@ std::string SchemaCompiler::Child(const std::string& ptr, absl::string_view key)
   return absl::StrCat(ptr, "/", escaped);
 }
 
+bool SchemaCompiler::Inhabited(Fragment f) {
+  const std::vector<NfaState>& states = nfa_->states();
+  if (stamps_.size() < states.size()) stamps_.resize(states.size() + states.size() / 2, 0);
+  const uint32_t stamp = ++stamp_;
+  std::vector<StateId> todo = {f.in};
+  stamps_[f.in] = stamp;
+  auto visit = [&](StateId t) {
+    if (stamps_[t] != stamp) {
+      stamps_[t] = stamp;
+      todo.push_back(t);
+    }
+  };
+  while (!todo.empty()) {
+    const StateId s = todo.back();
+    todo.pop_back();
+    if (s == f.out) {
+      proven_[f.in] = f.out;
+      return true;
+    }
+    if (s != f.in) {
+      // Every word into a proven fragment can leave it by its out.
+      if (auto it = proven_.find(s); it != proven_.end()) {
+        visit(it->second);
+        continue;
+      }
+    }
+    const NfaState& state = states[s];
+    for (const ByteEdge& e : state.edges) visit(e.to);
+    for (StateId t : state.epsilon) visit(t);
+    for (const OpEdge& op : state.ops) {
+      if (op.op == StackOp::kReturn) continue;
+      visit(op.to);
+      if (op.op == StackOp::kCall) visit(op.ret);
+    }
+  }
+  return false;
+}
+
 bool SchemaCompiler::RefsReplaceSiblings(const Json& root) {
   if (!root.is_object()) return false;
   auto it = root.find("$schema");
@@ -226,6 +264,7 @@ absl::StatusOr<Fragment> SchemaCompiler::Reference(const Json& schema, const std
     }
     ++expansions;
   }
+  deepest_expansion_ = std::max(deepest_expansion_, expansions);
   // Deeper recursion is refused: the grammar keeps a sound subset.
   if (expansions >= options_.max_ref_depth) return nfa_->Nothing();
   ctx.refs.emplace_back(target_ptr, ctx.structure);
@@ -567,8 +606,11 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(
       split_patterns = false;
       continue;
     }
-    if (attempt.max_ref_depth <= 1) break;
-    attempt.max_ref_depth = std::max(1, attempt.max_ref_depth / 2);
+    const int shallower = std::max(1, attempt.max_ref_depth / 2);
+    // No $ref was cut at the shallower depth before the budget ran out: the
+    // compile would repeat itself up to the same point.
+    if (attempt.max_ref_depth <= 1 || compiler.deepest_expansion() < shallower) break;
+    attempt.max_ref_depth = shallower;
     split_patterns = true;
   }
   if (!f.ok()) return f.status();

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -41,6 +42,9 @@ class SchemaCompiler {
 
   // Whether some object's keys were split by their patterns.
   bool split_used() const { return split_used_; }
+  // The most times one $ref was found expanded inside itself: a compile again
+  // with max_ref_depth above this builds the same automaton.
+  int deepest_expansion() const { return deepest_expansion_; }
 
   // Whether the document's "$schema" names draft 3, 4, 6 or 7, where a $ref
   // replaces the keywords beside it (later drafts apply them too).
@@ -80,6 +84,12 @@ class SchemaCompiler {
                                     const std::string& ptr, const Context& ctx,
                                     std::vector<Fragment>* pairs);
 
+  // Whether some word leads through `f` (stack moves taken as possible).
+  // Remembers the fragments it proved and jumps over them when it meets
+  // them again inside a larger one, so nested required values are walked
+  // once.
+  bool Inhabited(Fragment f);
+
   // The schema at "#..." `ref`, or nullptr with an error.
   absl::StatusOr<const Json*> Resolve(const std::string& ref, const std::string& ptr) const;
   // `schema` with a top-level $ref replaced by its target, repeatedly (for
@@ -96,6 +106,12 @@ class SchemaCompiler {
   const bool refs_replace_;
   const bool split_patterns_;
   bool split_used_ = false;
+  int deepest_expansion_ = 0;
+  // Inhabited(): proven fragments (in -> out), and visit marks (a state is
+  // marked when its entry equals `stamp_`).
+  absl::flat_hash_map<StateId, StateId> proven_;
+  std::vector<uint32_t> stamps_;
+  uint32_t stamp_ = 0;
   // The shared fragment of unconstrained values (JsonAnyValueEntry), once made.
   std::optional<StateId> any_entry_;
 };

@@ -122,7 +122,7 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
       const std::string where = Child(Child(ptr, "properties"), fields[i].first);
       COLIBRI_ASSIGN_OR_RETURN(Fragment value, Value(*fields[i].second, where, ctx));
       // A required key whose value has no instance: neither has the object.
-      if (required[i] && !NfaAcceptsSomething(*nfa_, value.in, value.out)) return nfa_->Nothing();
+      if (required[i] && !Inhabited(value)) return nfa_->Nothing();
       const std::string quoted = Quote(fields[i].first);
       if (free_other_keys) {
         // The key is marked seen before its closing quote: a key seen before
