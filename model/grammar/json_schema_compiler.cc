@@ -112,14 +112,7 @@ bool SchemaCompiler::Inhabited(Fragment f) {
         continue;
       }
     }
-    const NfaState& state = states[s];
-    for (const ByteEdge& e : state.edges) visit(e.to);
-    for (StateId t : state.epsilon) visit(t);
-    for (const OpEdge& op : state.ops) {
-      if (op.op == StackOp::kReturn) continue;
-      visit(op.to);
-      if (op.op == StackOp::kCall) visit(op.ret);
-    }
+    ForEachSuccessor(states[s], visit);
   }
   return false;
 }
