@@ -134,13 +134,12 @@ Json CheckCase(const std::string& path, const tokenizer::Tokenizer& tok,
     if (matcher) {
       const std::string instance = data->dump(-1, ' ', false, Json::error_handler_t::replace);
       size_t refused_at = 0;
-      absl::StatusOr<bool> walked =
-          Walk(tok, &*matcher, instance, cpu_time, &mask_us, &refused_at);
+      absl::StatusOr<bool> walked = Walk(tok, &*matcher, instance, cpu_time, &mask_us, &refused_at);
       if (walked.ok() && !*walked && valid && options.explain) {
         test["refused_at"] = refused_at;
         const size_t from = refused_at > 60 ? refused_at - 60 : 0;
-        test["near"] = instance.substr(from, refused_at - from) + "|" +
-                       instance.substr(refused_at, 40);
+        test["near"] =
+            instance.substr(from, refused_at - from) + "|" + instance.substr(refused_at, 40);
       }
       if (walked.ok()) {
         accepted = *walked;

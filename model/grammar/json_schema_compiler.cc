@@ -49,9 +49,8 @@ std::vector<std::string> Spellings(const Json& value) {
   if (!value.is_number()) return out;
   const double d = value.get<double>();
   if (d != std::floor(d) || !(std::fabs(d) < 9007199254740992.0)) return out;
-  const std::string other = value.is_number_float()
-                                ? Dump(Json(static_cast<int64_t>(d)))
-                                : Dump(Json(static_cast<double>(d)));
+  const std::string other = value.is_number_float() ? Dump(Json(static_cast<int64_t>(d)))
+                                                    : Dump(Json(static_cast<double>(d)));
   if (other != out[0] && other != "-0") out.push_back(other);
   return out;
 }

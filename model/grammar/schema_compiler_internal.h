@@ -79,10 +79,10 @@ class SchemaCompiler {
   // additionalProperties schema; nullptr: none allowed) the keys no pattern
   // matches; never one of `names`. False (nothing added to `pairs`) when the
   // patterns are too many or their automaton too large to split.
-  absl::StatusOr<bool> PatternPairs(const std::vector<std::pair<std::string, const Json*>>& patterns,
-                                    const std::vector<std::string>& names, const Json* extra,
-                                    const std::string& ptr, const Context& ctx,
-                                    std::vector<Fragment>* pairs);
+  absl::StatusOr<bool> PatternPairs(
+      const std::vector<std::pair<std::string, const Json*>>& patterns,
+      const std::vector<std::string>& names, const Json* extra, const std::string& ptr,
+      const Context& ctx, std::vector<Fragment>* pairs);
 
   // Whether some word leads through `f` (stack moves taken as possible).
   // Remembers the fragments it proved and jumps over them when it meets

@@ -198,8 +198,8 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
   };
   bool split = false;
   if (!patterns.empty() && split_patterns_) {
-    COLIBRI_ASSIGN_OR_RETURN(split, PatternPairs(patterns, names, extra_allowed ? extra : nullptr,
-                                                 ptr, ctx, &pairs));
+    COLIBRI_ASSIGN_OR_RETURN(
+        split, PatternPairs(patterns, names, extra_allowed ? extra : nullptr, ptr, ctx, &pairs));
     split_used_ |= split;
   }
   if (!patterns.empty() && !split) {

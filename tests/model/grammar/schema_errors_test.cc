@@ -85,7 +85,10 @@ TEST(SchemaErrorsTest, RequiredValueWithNoInstanceDeepInside) {
       R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"object","properties":{"c":false,"d":{"type":"integer"}},"required":["d","c"]}},"required":["b"]},"e":{"type":"object","properties":{"b":{"type":"string"}},"required":["b"]}},"required":["e","a"]})");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("no finite instance"));
-  EXPECT_TRUE(Compile(R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"object","properties":{"d":{"type":"integer"}},"required":["d"]}},"required":["b"]}},"required":["a"]})").ok());
+  EXPECT_TRUE(
+      Compile(
+          R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"object","properties":{"d":{"type":"integer"}},"required":["d"]}},"required":["b"]}},"required":["a"]})")
+          .ok());
 }
 
 TEST(SchemaErrorsTest, DeepNesting) {
