@@ -378,6 +378,9 @@ absl::StatusOr<Fragment> SchemaCompiler::Literals(const Json& schema, const std:
     ByteNfa scratch(options_.max_nfa_states);
     SchemaCompiler sub(root_, options_, &scratch, split_patterns_);
     absl::StatusOr<Fragment> f = sub.Value(rest, ptr, ctx);
+    // What the check's compile did decides the retries as much as ours.
+    deepest_expansion_ = std::max(deepest_expansion_, sub.deepest_expansion_);
+    split_used_ |= sub.split_used_;
     if (!f.ok()) return f.status();
     check.emplace(std::move(scratch));
     check->start = f->in;
