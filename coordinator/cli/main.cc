@@ -544,6 +544,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 64));
   schema_check_cmd->add_flag("--cpu-time", schema_check.cpu_time,
                              "time masks on the thread's CPU clock (not the wall clock)");
+  schema_check_cmd->add_flag("--explain", schema_check.explain,
+                             "say where each refused valid instance was refused");
 
   colibri::AddConfigFileOption(&app);
   if (const int code = colibri::cli::Parse(app, argc, argv); code >= 0) return code;

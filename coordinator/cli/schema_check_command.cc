@@ -52,12 +52,17 @@ double NowUs(bool cpu_time) {
   return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
 }
 
-// Feeds `text`'s tokens through `matcher`, timing each step's mask.
+// Feeds `text`'s tokens through `matcher`, timing each step's mask. When it
+// refuses, `refused_at` (if given) is the byte offset of the refused token, or
+// the text's length when the end is not accepted.
 absl::StatusOr<bool> Walk(const tokenizer::Tokenizer& tok, grammar::GrammarMatcher* matcher,
-                          const std::string& text, bool cpu_time, std::vector<double>* mask_us) {
+                          const std::string& text, bool cpu_time, std::vector<double>* mask_us,
+                          size_t* refused_at = nullptr) {
   tokenizer::EncodeOptions enc;
   COLIBRI_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok.Encode(text, enc));
   matcher->Reset();
+  size_t offset = 0;
+  if (refused_at != nullptr) *refused_at = text.size();
   for (size_t i = 0; i <= ids.size(); ++i) {
     const double t0 = NowUs(cpu_time);
     absl::StatusOr<const grammar::TokenBitmask*> mask = matcher->ComputeMask();
@@ -65,16 +70,20 @@ absl::StatusOr<bool> Walk(const tokenizer::Tokenizer& tok, grammar::GrammarMatch
     if (!mask.ok()) return mask.status();
     mask_us->push_back(t1 - t0);
     if (i == ids.size()) break;
-    if (!(*mask)->Allowed(ids[i])) return false;
+    if (!(*mask)->Allowed(ids[i])) {
+      if (refused_at != nullptr) *refused_at = offset;
+      return false;
+    }
     COLIBRI_RETURN_IF_ERROR(matcher->AcceptToken(ids[i]));
+    offset += tok.TokenToPiece(ids[i], /*render_special=*/false).size();
   }
   return matcher->IsAccepting();
 }
 
 Json CheckCase(const std::string& path, const tokenizer::Tokenizer& tok,
                const std::shared_ptr<const grammar::TokenTrie>& trie,
-               const grammar::SchemaCompileOptions& compile_options, bool cpu_time,
-               Totals* totals) {
+               const SchemaCheckOptions& options, Totals* totals) {
+  const bool cpu_time = options.cpu_time;
   Json line;
   line["case"] = Basename(path);
   line["compiled"] = false;
@@ -107,7 +116,7 @@ Json CheckCase(const std::string& path, const tokenizer::Tokenizer& tok,
   }
   const auto t0 = Clock::now();
   absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
-      grammar::CompileJsonSchema(doc["schema"], compile_options);
+      grammar::CompileJsonSchema(doc["schema"], options.compile);
   line["compile_ms"] =
       Round(std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), 0.001);
   std::vector<double> mask_us;
@@ -121,9 +130,17 @@ Json CheckCase(const std::string& path, const tokenizer::Tokenizer& tok,
   }
   for (const auto& [valid, data] : tests) {
     bool accepted = false;
+    Json test{{"valid", valid}, {"accepted", false}};
     if (matcher) {
       const std::string instance = data->dump(-1, ' ', false, Json::error_handler_t::replace);
-      absl::StatusOr<bool> walked = Walk(tok, &*matcher, instance, cpu_time, &mask_us);
+      size_t refused_at = 0;
+      absl::StatusOr<bool> walked = Walk(tok, &*matcher, instance, cpu_time, &mask_us, &refused_at);
+      if (walked.ok() && !*walked && valid && options.explain) {
+        test["refused_at"] = refused_at;
+        const size_t from = refused_at > 60 ? refused_at - 60 : 0;
+        test["near"] =
+            instance.substr(from, refused_at - from) + "|" + instance.substr(refused_at, 40);
+      }
       if (walked.ok()) {
         accepted = *walked;
       } else if (line["error"].is_null()) {
@@ -132,7 +149,8 @@ Json CheckCase(const std::string& path, const tokenizer::Tokenizer& tok,
     }
     if (matcher) (valid ? totals->valid : totals->invalid) += 1;
     if (accepted) (valid ? totals->valid_accepted : totals->invalid_accepted) += 1;
-    line["tests"].push_back(Json{{"valid", valid}, {"accepted", accepted}});
+    test["accepted"] = accepted;
+    line["tests"].push_back(std::move(test));
   }
   if (!mask_us.empty()) {
     double sum = 0;
@@ -172,7 +190,7 @@ absl::Status RunSchemaCheck(const SchemaCheckOptions& options, std::ostream& out
   }
   Totals totals;
   for (const std::string& path : options.case_files) {
-    out << CheckCase(path, *tok, trie, options.compile, options.cpu_time, &totals)
+    out << CheckCase(path, *tok, trie, options, &totals)
                .dump(-1, ' ', false, Json::error_handler_t::replace)
         << "\n";
     out.flush();

@@ -30,6 +30,10 @@ struct SchemaCheckOptions {
   // Time masks as the thread's CPU time instead of the wall clock: without
   // the time spent waiting for a core on a loaded machine. Default: false.
   bool cpu_time = false;
+  // A refused valid instance's test also gets "refused_at": the byte offset
+  // of the first token the mask refused (the text's length when the grammar
+  // did not accept its end), and "near": the text around it. Default: false.
+  bool explain = false;
 };
 
 // One line per case on `out`; a summary (cases compiled, valid and invalid

@@ -348,20 +348,12 @@ bool NfaAcceptsSomething(const ByteNfa& nfa, StateId start, StateId accept) {
     const StateId s = todo.back();
     todo.pop_back();
     if (s == accept) return true;
-    const NfaState& state = nfa.states()[s];
-    auto visit = [&](StateId t) {
+    ForEachSuccessor(nfa.states()[s], [&](StateId t) {
       if (!seen[t]) {
         seen[t] = true;
         todo.push_back(t);
       }
-    };
-    for (const ByteEdge& e : state.edges) visit(e.to);
-    for (StateId t : state.epsilon) visit(t);
-    for (const OpEdge& op : state.ops) {
-      if (op.op == StackOp::kReturn) continue;
-      visit(op.to);
-      if (op.op == StackOp::kCall) visit(op.ret);
-    }
+    });
   }
   return false;
 }

@@ -160,6 +160,20 @@ struct CompiledGrammar {
   uint64_t max_call_level = 64;
 };
 
+// Calls visit(t) for every state t one move from `state` leads to, stack
+// moves taken as always possible: a call also reaches its return state, a
+// return leads nowhere (its caller's return state is reached by the call).
+template <typename Visit>
+void ForEachSuccessor(const NfaState& state, Visit&& visit) {
+  for (const ByteEdge& e : state.edges) visit(e.to);
+  for (StateId t : state.epsilon) visit(t);
+  for (const OpEdge& op : state.ops) {
+    if (op.op == StackOp::kReturn) continue;
+    visit(op.to);
+    if (op.op == StackOp::kCall) visit(op.ret);
+  }
+}
+
 // True when some word leads from `start` to `accept` (stack moves taken as
 // always possible, a call as reaching its return state).
 bool NfaAcceptsSomething(const ByteNfa& nfa, StateId start, StateId accept);

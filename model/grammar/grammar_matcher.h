@@ -60,9 +60,10 @@ class TokenBitmask {
 struct MatcherOptions {
   // Automaton states built at most; past it ComputeMask/Accept* answer
   // ResourceExhausted. The bound holds for each of the matcher's two automata
-  // (exact and key-blind); a state costs 1.25 KiB of tables.
-  // Default: 65536.
-  size_t max_dfa_states = 65536;
+  // (exact and key-blind); a state costs 1.25 KiB of tables (both automata
+  // at the default bound: about 640 MiB).
+  // Default: 262144.
+  size_t max_dfa_states = 262144;
   // Masks kept (one per automaton state seen, of either automaton); the cache
   // is emptied when full.
   // Each costs n_vocab / 8 bytes (19 KiB for a 151k vocabulary).

@@ -41,6 +41,20 @@ std::string Dump(const Json& value) {
   return value.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+// The texts of an enum or const value: its compact dump, and for a number
+// with an integral value below 2^53 both its integer and its fraction
+// spelling ("2" and "2.0" are the same number to JSON Schema).
+std::vector<std::string> Spellings(const Json& value) {
+  std::vector<std::string> out = {Dump(value)};
+  if (!value.is_number()) return out;
+  const double d = value.get<double>();
+  if (d != std::floor(d) || !(std::fabs(d) < 9007199254740992.0)) return out;
+  const std::string other = value.is_number_float() ? Dump(Json(static_cast<int64_t>(d)))
+                                                    : Dump(Json(static_cast<double>(d)));
+  if (other != out[0] && other != "-0") out.push_back(other);
+  return out;
+}
+
 }  // namespace
 
 absl::Status SchemaCompiler::Error(const std::string& ptr, absl::string_view keyword,
@@ -69,6 +83,48 @@ std::string SchemaCompiler::Child(const std::string& ptr, absl::string_view key)
     }
   }
   return absl::StrCat(ptr, "/", escaped);
+}
+
+bool SchemaCompiler::Inhabited(Fragment f) {
+  const std::vector<NfaState>& states = nfa_->states();
+  if (stamps_.size() < states.size()) stamps_.resize(states.size() + states.size() / 2, 0);
+  const uint32_t stamp = ++stamp_;
+  std::vector<StateId> todo = {f.in};
+  stamps_[f.in] = stamp;
+  auto visit = [&](StateId t) {
+    if (stamps_[t] != stamp) {
+      stamps_[t] = stamp;
+      todo.push_back(t);
+    }
+  };
+  while (!todo.empty()) {
+    const StateId s = todo.back();
+    todo.pop_back();
+    if (s == f.out) {
+      proven_[f.in] = f.out;
+      return true;
+    }
+    if (s != f.in) {
+      // Every word into a proven fragment can leave it by its out.
+      if (auto it = proven_.find(s); it != proven_.end()) {
+        visit(it->second);
+        continue;
+      }
+    }
+    ForEachSuccessor(states[s], visit);
+  }
+  return false;
+}
+
+bool SchemaCompiler::RefsReplaceSiblings(const Json& root) {
+  if (!root.is_object()) return false;
+  auto it = root.find("$schema");
+  if (it == root.end() || !it->is_string()) return false;
+  const std::string& uri = it->get_ref<const std::string&>();
+  for (const char* draft : {"draft-03/", "draft-04/", "draft-06/", "draft-07/"}) {
+    if (uri.find(draft) != std::string::npos) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<const Json*> SchemaCompiler::Resolve(const std::string& ref,
@@ -126,7 +182,8 @@ absl::StatusOr<const Json*> SchemaCompiler::Flatten(const Json& schema,
     auto ref = at->find("$ref");
     if (ref == at->end()) return at;
     if (!ref->is_string()) return Error(ptr, "$ref", "is not a string");
-    if (Constrains(*at, {"$ref"})) return at;  // siblings: not a plain alias
+    // Siblings: not a plain alias (unless the draft ignores them).
+    if (!refs_replace_ && Constrains(*at, {"$ref"})) return at;
     COLIBRI_ASSIGN_OR_RETURN(at, Resolve(ref->get<std::string>(), ptr));
   }
   return Error(ptr, "$ref", "references lead in a circle");
@@ -199,13 +256,16 @@ absl::StatusOr<Fragment> SchemaCompiler::Reference(const Json& schema, const std
     }
     ++expansions;
   }
+  deepest_expansion_ = std::max(deepest_expansion_, expansions);
   // Deeper recursion is refused: the grammar keeps a sound subset.
   if (expansions >= options_.max_ref_depth) return nfa_->Nothing();
   ctx.refs.emplace_back(target_ptr, ctx.structure);
   const std::string where = target_ptr.size() > 1 ? target_ptr.substr(1) : "";
-  if (!Constrains(schema, {"$ref"})) return Value(*target, where, std::move(ctx));
-  // Siblings of $ref apply too (2020-12; older drafts ignore them: enforcing
-  // them is stricter, never looser).
+  if (refs_replace_ || !Constrains(schema, {"$ref"})) {
+    return Value(*target, where, std::move(ctx));
+  }
+  // Siblings of $ref apply too (2019-09 and later, and documents that name no
+  // draft).
   Json siblings = schema;
   siblings.erase("$ref");
   Json both = {{"allOf", Json::array({*target, siblings})}};
@@ -316,8 +376,11 @@ absl::StatusOr<Fragment> SchemaCompiler::Literals(const Json& schema, const std:
   std::optional<CompiledGrammar> check;
   if (Constrains(rest, {"type", "nullable"}) || rest.contains("type")) {
     ByteNfa scratch(options_.max_nfa_states);
-    SchemaCompiler sub(root_, options_, &scratch);
+    SchemaCompiler sub(root_, options_, &scratch, split_patterns_);
     absl::StatusOr<Fragment> f = sub.Value(rest, ptr, ctx);
+    // What the check's compile did decides the retries as much as ours.
+    deepest_expansion_ = std::max(deepest_expansion_, sub.deepest_expansion_);
+    split_used_ |= sub.split_used_;
     if (!f.ok()) return f.status();
     check.emplace(std::move(scratch));
     check->start = f->in;
@@ -325,11 +388,12 @@ absl::StatusOr<Fragment> SchemaCompiler::Literals(const Json& schema, const std:
   }
   std::vector<Fragment> parts;
   for (const Json& value : values) {
-    const std::string text = Dump(value);
-    if (check && !GrammarAccepts(*check, text)) continue;
-    absl::StatusOr<Fragment> f = nfa_->Literal(text);
-    if (!f.ok()) return Prefix(f.status(), ptr, keyword);
-    parts.push_back(*f);
+    for (const std::string& text : Spellings(value)) {
+      if (check && !GrammarAccepts(*check, text)) continue;
+      absl::StatusOr<Fragment> f = nfa_->Literal(text);
+      if (!f.ok()) return Prefix(f.status(), ptr, keyword);
+      parts.push_back(*f);
+    }
   }
   return nfa_->Alternate(parts);
 }
@@ -521,20 +585,28 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(
     return absl::InvalidArgumentError(absl::StrCat(
         "#: schema: the document nests deeper than ", internal::kMaxDocumentDepth, " levels"));
   }
-  // Out of states: again with shallower $ref unrolling (a smaller language,
-  // still sound), down to one level.
+  // Out of states: again without splitting keys by their patterns, then
+  // with shallower $ref unrolling (smaller languages, still sound), down to
+  // one level.
   SchemaCompileOptions attempt = options;
   absl::StatusOr<Fragment> f;
   std::optional<ByteNfa> nfa;
+  bool split_patterns = true;
   while (true) {
     nfa.emplace(attempt.max_nfa_states);
-    internal::SchemaCompiler compiler(schema, attempt, &*nfa);
+    internal::SchemaCompiler compiler(schema, attempt, &*nfa, split_patterns);
     f = compiler.Value(schema, "", internal::Context());
-    const bool shallower = attempt.max_ref_depth > 1;
-    if (f.ok() || f.status().code() != absl::StatusCode::kResourceExhausted || !shallower) {
-      break;
+    if (f.ok() || f.status().code() != absl::StatusCode::kResourceExhausted) break;
+    if (compiler.split_used()) {
+      split_patterns = false;
+      continue;
     }
-    attempt.max_ref_depth = std::max(1, attempt.max_ref_depth / 2);
+    const int shallower = std::max(1, attempt.max_ref_depth / 2);
+    // No $ref was cut at the shallower depth before the budget ran out: the
+    // compile would repeat itself up to the same point.
+    if (attempt.max_ref_depth <= 1 || compiler.deepest_expansion() < shallower) break;
+    attempt.max_ref_depth = shallower;
+    split_patterns = true;
   }
   if (!f.ok()) return f.status();
   if (!NfaAcceptsSomething(*nfa, f->in, f->out)) {

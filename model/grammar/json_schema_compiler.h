@@ -15,7 +15,7 @@
 // each other by type or by a required property's const/enum values), allOf
 // (merged, see schema_merge.h), $ref to "#..." pointers (into $defs,
 // definitions or anywhere in the document; recursion unrolled to a bounded
-// depth).
+// depth; keywords beside a $ref apply unless "$schema" names draft 3 to 7).
 //
 // Subsets (valid instances the grammar refuses, documented in
 // docs/structured-output.md): object properties come in any order up to 64
@@ -23,7 +23,8 @@
 // `properties`, then required names not declared there, then other keys;
 // recursion ($ref cycles, values of unconstrained schemas) nests at most the
 // configured depths; strings use few escapes (ByteNfa::JsonStringChar);
-// bounded numbers have no exponent; enum values match as written.
+// bounded numbers have no exponent; enum values match as written (an integral
+// number also in its other spelling: 2 and 2.0).
 #ifndef COLIBRI_MODEL_GRAMMAR_JSON_SCHEMA_COMPILER_H_
 #define COLIBRI_MODEL_GRAMMAR_JSON_SCHEMA_COMPILER_H_
 

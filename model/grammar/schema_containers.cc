@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/grammar/json_primitives.h"
+#include "model/grammar/key_patterns.h"
 #include "model/grammar/regex_compiler.h"
 #include "model/grammar/schema_compiler_internal.h"
 
@@ -121,7 +122,7 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
       const std::string where = Child(Child(ptr, "properties"), fields[i].first);
       COLIBRI_ASSIGN_OR_RETURN(Fragment value, Value(*fields[i].second, where, ctx));
       // A required key whose value has no instance: neither has the object.
-      if (required[i] && !NfaAcceptsSomething(*nfa_, value.in, value.out)) return nfa_->Nothing();
+      if (required[i] && !Inhabited(value)) return nfa_->Nothing();
       const std::string quoted = Quote(fields[i].first);
       if (free_other_keys) {
         // The key is marked seen before its closing quote: a key seen before
@@ -182,9 +183,8 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
     nfa_->AddEpsilon(hub_empty, close.in);
     nfa_->AddEpsilon(hub_full, close.in);
   }
-  // Other keys: with patterns, only keys some pattern matches (the keys no
-  // pattern matches would need the patterns' complement: left out, a subset),
-  // their values held to every pattern's schema; else any other key.
+  // Other keys: with patterns, split by the patterns they match (the keys
+  // no pattern matches under additionalProperties); else any other key.
   std::vector<Fragment> pairs;
   std::vector<std::string> names;
   for (const auto& field : fields) names.push_back(field.first);
@@ -196,7 +196,15 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
     pairs.push_back(nfa_->Concat(nfa_->Concat(key, colon), value));
     return absl::OkStatus();
   };
-  if (!patterns.empty()) {
+  bool split = false;
+  if (!patterns.empty() && split_patterns_) {
+    COLIBRI_ASSIGN_OR_RETURN(
+        split, PatternPairs(patterns, names, extra_allowed ? extra : nullptr, ptr, ctx, &pairs));
+    split_used_ |= split;
+  }
+  if (!patterns.empty() && !split) {
+    // A subset: keys some pattern matches, each value held to every
+    // pattern's schema.
     Json every = {{"allOf", Json::array()}};
     for (const auto& pattern : patterns) every["allOf"].push_back(*pattern.second);
     for (const auto& [pattern, pattern_schema] : patterns) {
@@ -209,7 +217,7 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
       COLIBRI_RETURN_IF_ERROR(
           add_pair(key, patterns.size() == 1 ? *pattern_schema : every, where));
     }
-  } else if (extra_allowed) {
+  } else if (patterns.empty() && extra_allowed) {
     absl::StatusOr<Fragment> key = JsonStringExceptBody(nfa_, names);
     if (!key.ok()) return Prefix(key.status(), ptr, "additionalProperties");
     COLIBRI_RETURN_IF_ERROR(add_pair(*key, *extra, Child(ptr, "additionalProperties")));
@@ -223,6 +231,54 @@ absl::StatusOr<Fragment> SchemaCompiler::Object(const Json& schema, const std::s
     nfa_->AddEpsilon(pair.out, hub_full);
   }
   return Fragment{open.in, close.out};
+}
+
+absl::StatusOr<bool> SchemaCompiler::PatternPairs(
+    const std::vector<std::pair<std::string, const Json*>>& patterns,
+    const std::vector<std::string>& names, const Json* extra, const std::string& ptr,
+    const Context& ctx, std::vector<Fragment>* pairs) {
+  // Deterministic states of the patterns together; past this the caller
+  // keeps its subset.
+  constexpr size_t kMaxPatternStates = 1024;
+  std::vector<Fragment> matchers;
+  for (const auto& [pattern, pattern_schema] : patterns) {
+    absl::StatusOr<Fragment> f = CompileRegex(pattern, nfa_);
+    if (!f.ok()) {
+      return Prefix(f.status(), Child(Child(ptr, "patternProperties"), pattern), "pattern");
+    }
+    matchers.push_back(*f);
+  }
+  absl::StatusOr<std::vector<KeyClass>> classes =
+      SplitKeysByPatterns(nfa_, matchers, extra != nullptr, kMaxPatternStates);
+  if (!classes.ok()) {
+    if (classes.status().code() == absl::StatusCode::kResourceExhausted) return false;
+    return Prefix(classes.status(), ptr, "patternProperties");
+  }
+  for (const KeyClass& key_class : *classes) {
+    Json value = {{"allOf", Json::array()}};
+    std::string where = Child(ptr, "patternProperties");
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      if ((key_class.patterns >> i & 1) == 0) continue;
+      value["allOf"].push_back(*patterns[i].second);
+      where = Child(Child(ptr, "patternProperties"), patterns[i].first);
+    }
+    if (key_class.patterns == 0) {
+      value = *extra;
+      where = Child(ptr, "additionalProperties");
+    } else if (value["allOf"].size() == 1) {
+      value = Json(value["allOf"][0]);
+    } else {
+      where = Child(ptr, "patternProperties");
+    }
+    absl::StatusOr<Fragment> others = JsonStringExceptBody(nfa_, names);
+    if (!others.ok()) return Prefix(others.status(), ptr, "patternProperties");
+    COLIBRI_ASSIGN_OR_RETURN(Fragment body, nfa_->Intersect(key_class.body, *others));
+    COLIBRI_ASSIGN_OR_RETURN(Fragment key, Quoted(nfa_, body));
+    COLIBRI_ASSIGN_OR_RETURN(Fragment colon, nfa_->Literal(":"));
+    COLIBRI_ASSIGN_OR_RETURN(Fragment v, Value(value, where, ctx));
+    pairs->push_back(nfa_->Concat(nfa_->Concat(key, colon), v));
+  }
+  return true;
 }
 
 absl::StatusOr<Fragment> SchemaCompiler::Array(const Json& schema, const std::string& ptr,

@@ -94,5 +94,38 @@ TEST(SchemaCheckCommandTest, HandWrittenCases) {
   }
 }
 
+TEST(SchemaCheckCommandTest, ExplainSaysWhereAValidInstanceWasRefused) {
+  const std::string fixtures = testing::FixturesDir();
+  if (fixtures.empty()) GTEST_SKIP() << "fixtures not found";
+  // Labelled valid, but the schema refuses the "b" key's value: the first
+  // refused token starts at byte 12 (after {"a":1,"b":[).
+  const std::string path = ::testing::TempDir() + "/explain_case.json";
+  {
+    std::ofstream out(path);
+    out << R"({"schema":{"type":"object","properties":{"b":{"type":"array","items":{"type":"string"}}}},)"
+        << R"("tests":[{"valid":true,"data":{"a":1,"b":[2]}},{"valid":true,"data":{"b":["x"]}},)"
+        << R"({"valid":false,"data":{"b":[3]}}]})";
+  }
+  const std::string command_path = testing::BinaryPath("coordinator/colibri-coordinator");
+  const std::string vocab = fixtures + "/vocab/ggml-vocab-qwen3.gguf";
+  const testing::CommandResult plain =
+      testing::RunCommand({command_path, "schema-check", "--vocab", vocab, path});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_THAT(plain.out, ::testing::Not(::testing::HasSubstr("refused_at")));
+  const testing::CommandResult explained =
+      testing::RunCommand({command_path, "schema-check", "--vocab", vocab, "--explain", path});
+  ASSERT_EQ(explained.exit_code, 0) << explained.err;
+  const Json line = Json::parse(explained.out, nullptr, false);
+  ASSERT_TRUE(line.is_object()) << explained.out;
+  const Json& tests = line["tests"];
+  ASSERT_EQ(tests.size(), 3u);
+  EXPECT_EQ(tests[0]["accepted"], false);
+  EXPECT_EQ(tests[0]["refused_at"], 12);
+  EXPECT_EQ(tests[0]["near"], R"({"a":1,"b":[|2]})");
+  EXPECT_EQ(tests[1]["accepted"], true);
+  EXPECT_FALSE(tests[1].contains("refused_at"));
+  EXPECT_FALSE(tests[2].contains("refused_at"));  // invalid: refused as it should be
+}
+
 }  // namespace
 }  // namespace colibri

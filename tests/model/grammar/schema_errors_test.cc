@@ -78,6 +78,19 @@ TEST(SchemaErrorsTest, RecursionWithoutBaseCaseAcceptsNothing) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("no finite instance"));
 }
 
+TEST(SchemaErrorsTest, RequiredValueWithNoInstanceDeepInside) {
+  // The innermost required value has no instance, so neither has any object
+  // around it; an optional sibling proven once does not hide that.
+  const absl::Status status = Compile(
+      R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"object","properties":{"c":false,"d":{"type":"integer"}},"required":["d","c"]}},"required":["b"]},"e":{"type":"object","properties":{"b":{"type":"string"}},"required":["b"]}},"required":["e","a"]})");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("no finite instance"));
+  EXPECT_TRUE(
+      Compile(
+          R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"object","properties":{"d":{"type":"integer"}},"required":["d"]}},"required":["b"]}},"required":["a"]})")
+          .ok());
+}
+
 TEST(SchemaErrorsTest, DeepNesting) {
   std::string deep;
   for (int i = 0; i < 100000; ++i) deep += "{\"items\":";
