@@ -219,18 +219,54 @@ absl::StatusOr<ojson> Tools(const ojson& request) {
   return *tools;
 }
 
-// Fields whose meaning this server cannot honour yet: a 400 naming them
-// rather than an answer that ignores them.
+// Fields whose meaning this server cannot honour: a 400 naming them rather
+// than an answer that ignores them.
 absl::Status RefuseUnsupported(const ojson& request) {
-  static constexpr const char* kConstraints[] = {
-      "grammar",      "json_schema",  "guided_json", "guided_regex",
-      "guided_grammar", "guided_choice", "functions",  "function_call"};
+  static constexpr const char* kConstraints[] = {"grammar",       "guided_regex", "guided_grammar",
+                                                 "guided_choice", "functions",    "function_call"};
   for (const char* name : kConstraints) {
     if (const ojson* f = Field(request, name); f != nullptr && !f->is_null()) {
       return FieldError(name, absl::StrCat("'", name,
-                                           "' is not supported (constrained decoding is not "
-                                           "available in this server yet)"));
+                                           "' is not supported; constrain the output with "
+                                           "'response_format' (json_object, json_schema) or "
+                                           "'tools' with 'tool_choice'"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// The other servers' spellings of a JSON Schema constraint: llama-server's
+// top-level "json_schema" (a schema) and vLLM's "guided_json" (a schema, or
+// a string holding one). Each is response_format json_schema with that
+// schema; more than one constraint in a request is a 400 naming the second.
+absl::Status ParseSchemaAliases(const ojson& request, ApiRequest* out) {
+  using Format = OutputConstraintRequest::Format;
+  const ojson* format = Field(request, "response_format");
+  bool constrained = format != nullptr && out->output.format != Format::kText;
+  for (const char* name : {"json_schema", "guided_json"}) {
+    const ojson* given = Field(request, name);
+    if (given == nullptr || given->is_null()) continue;
+    if (constrained) {
+      return FieldError(name, absl::StrCat("'", name,
+                                           "' and another output constraint "
+                                           "('response_format', 'json_schema', 'guided_json') "
+                                           "cannot be combined"));
+    }
+    ojson schema = *given;
+    if (given->is_string() && std::string(name) == "guided_json") {
+      const std::string& text = given->get_ref<const std::string&>();
+      // The same bounds as the body's own JSON.
+      if (absl::Status shape = CheckJsonShape(text); !shape.ok()) {
+        return FieldError(name, absl::StrCat("'guided_json': ", shape.message()));
+      }
+      schema = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+    }
+    if (!schema.is_object() && !schema.is_boolean()) {
+      return FieldError(name, absl::StrCat("'", name, "' must be a JSON Schema (an object)"));
+    }
+    out->output.format = Format::kJsonSchema;
+    out->output.json_schema = std::move(schema);
+    constrained = true;
   }
   return absl::OkStatus();
 }
@@ -489,6 +525,7 @@ absl::StatusOr<ApiRequest> ParseRequest(Endpoint endpoint, absl::string_view bod
 
   if (absl::Status s = RefuseUnsupported(request); !s.ok()) return s;
   if (absl::Status s = ParseResponseFormat(request, &out); !s.ok()) return s;
+  if (absl::Status s = ParseSchemaAliases(request, &out); !s.ok()) return s;
   absl::StatusOr<std::optional<int64_t>> n = GetInt(request, "n");
   if (!n.ok()) return n.status();
   if (n->has_value() && **n != 1) {

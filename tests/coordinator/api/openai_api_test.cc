@@ -341,7 +341,9 @@ TEST(ParseRequestTest, ConstraintsThatCannotBeHonouredAreRefusedNotDropped) {
             "response_format");
   ExpectBad(Chat({{"messages", messages}, {"response_format", "json"}}), "response_format");
   ExpectBad(Completion({{"prompt", "x"}, {"grammar", "root ::= \"a\""}}), "grammar");
-  ExpectBad(Chat({{"messages", messages}, {"guided_json", json::object()}}), "guided_json");
+  ExpectBad(Chat({{"messages", messages}, {"guided_choice", json::array({"a", "b"})}}),
+            "guided_choice");
+  ExpectBad(Chat({{"messages", messages}, {"guided_regex", "a+"}}), "guided_regex");
   ExpectBad(Chat({{"messages", messages}, {"functions", json::array()}}), "functions");
   ExpectBad(Chat({{"messages", messages}, {"tool_choice", "required"}}), "tool_choice");
   ExpectBad(Chat({{"messages", messages},
@@ -413,6 +415,41 @@ TEST(ParseRequestTest, ResponseFormatKeepsItsSchemaOrNamesWhatIsMalformed) {
   ExpectBad(format(json::object()), "response_format");  // no schema
   ExpectBad(format({{"schema", "x"}}), "response_format");
   ExpectBad(format({{"schema", schema}, {"strict", "yes"}}), "response_format");
+}
+
+// llama-server's top-level json_schema and vLLM's guided_json (a schema or a
+// string holding one) are response_format json_schema; two constraints in
+// one request, or one that is not a schema, are a 400 naming the field.
+TEST(ParseRequestTest, OtherServersSchemaFieldsAreResponseFormatJsonSchema) {
+  using Format = OutputConstraintRequest::Format;
+  const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  const json schema = {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}}}}}};
+  for (const json& request :
+       {json{{"messages", messages}, {"json_schema", schema}},
+        json{{"messages", messages}, {"guided_json", schema}},
+        json{{"messages", messages}, {"guided_json", schema.dump()}},
+        json{{"messages", messages}, {"response_format", {{"type", "text"}}},
+             {"guided_json", schema}}}) {
+    auto r = Chat(request);
+    ASSERT_TRUE(r.ok()) << r.status() << " for " << request.dump();
+    EXPECT_EQ(r->output.format, Format::kJsonSchema);
+    EXPECT_EQ(r->output.json_schema.dump(), schema.dump());
+  }
+  auto completion = Completion({{"prompt", "x"}, {"json_schema", schema}});
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  EXPECT_EQ(completion->output.format, Format::kJsonSchema);
+
+  ExpectBad(Chat({{"messages", messages}, {"guided_json", "{not json"}}), "guided_json");
+  ExpectBad(Chat({{"messages", messages}, {"guided_json", 5}}), "guided_json");
+  ExpectBad(Chat({{"messages", messages}, {"json_schema", "{}"}}), "json_schema");
+  ExpectBad(Chat({{"messages", messages}, {"guided_json", std::string(100000, '[')}}),
+            "guided_json");
+  ExpectBad(Chat({{"messages", messages}, {"json_schema", schema}, {"guided_json", schema}}),
+            "guided_json");
+  ExpectBad(Chat({{"messages", messages},
+                  {"response_format", {{"type", "json_object"}}},
+                  {"json_schema", schema}}),
+            "json_schema");
 }
 
 TEST(ResponseTest, ChatResponsesWithReasoningAndToolCalls) {
