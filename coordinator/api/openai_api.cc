@@ -241,8 +241,7 @@ absl::Status RefuseUnsupported(const ojson& request) {
 // schema; more than one constraint in a request is a 400 naming the second.
 absl::Status ParseSchemaAliases(const ojson& request, ApiRequest* out) {
   using Format = OutputConstraintRequest::Format;
-  const ojson* format = Field(request, "response_format");
-  bool constrained = format != nullptr && out->output.format != Format::kText;
+  bool constrained = out->output.format != Format::kText;  // by response_format
   for (const char* name : {"json_schema", "guided_json"}) {
     const ojson* given = Field(request, name);
     if (given == nullptr || given->is_null()) continue;
@@ -253,7 +252,7 @@ absl::Status ParseSchemaAliases(const ojson& request, ApiRequest* out) {
                                            "cannot be combined"));
     }
     ojson schema = *given;
-    if (given->is_string() && std::string(name) == "guided_json") {
+    if (given->is_string() && absl::string_view(name) == "guided_json") {
       const std::string& text = given->get_ref<const std::string&>();
       // The same bounds as the body's own JSON.
       if (absl::Status shape = CheckJsonShape(text); !shape.ok()) {
